@@ -1,0 +1,30 @@
+"""numba_qk: exact, fast Numba kernels for llama.cpp/GGUF block-quantized formats.
+
+>>> import numpy as np, numba_qk as qk
+>>> x = np.ones((2, 256), np.float32)
+>>> xq = qk.quantize(x, format=qk.quant.q8_k)          # u8 [2, 292]
+>>> w = np.zeros((2, 144), np.uint8)                      # two Q4_K records
+>>> float(qk.quantized_dot(w, xq, lhs_format=qk.quant.q4_k, rhs_format=qk.quant.q8_k,
+...                        acc_dtype=qk.f32))
+0.0
+"""
+
+from .errors import NumbaQKError, QuantizationDomainError
+from .formats import Field, Format, ScalarType, f32, quant
+from .ops import (
+    Q4KFields,
+    Q8KFields,
+    decode,
+    dequantize,
+    find_invalid_records,
+    quantize,
+    quantized_dot,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "quant", "f32", "Format", "ScalarType", "Field",
+    "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
+    "Q4KFields", "Q8KFields", "NumbaQKError", "QuantizationDomainError", "__version__",
+]
