@@ -1,0 +1,116 @@
+"""Record builders for the tests: encode fields into Q4_K / Q8_K bytes (the inverse of spec 000
+section 2), random legal records, and records with chosen exact statistics S_b and T_b."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+F16_SPECIALS = {
+    "+0": 0x0000, "-0": 0x8000, "min_sub": 0x0001, "max_sub": 0x03FF, "-min_sub": 0x8001,
+    "min_normal": 0x0400, "one": 0x3C00, "-one": 0xBC00, "max": 0x7BFF, "-max": 0xFBFF,
+    "+inf": 0x7C00, "-inf": 0xFC00, "qnan": 0x7E00, "snan": 0x7C01, "-nan": 0xFE00,
+}
+
+F32_SPECIALS = {
+    "+0": 0x00000000, "-0": 0x80000000, "min_sub": 0x00000001, "max_sub": 0x007FFFFF,
+    "min_normal": 0x00800000, "one": 0x3F800000, "-one": 0xBF800000, "max": 0x7F7FFFFF,
+    "-max": 0xFF7FFFFF, "+inf": 0x7F800000, "-inf": 0xFF800000, "qnan": 0x7FC00000,
+    "snan": 0x7F800001, "-nan": 0xFFC00000, "huge": 0x7E000000, "tiny": 0x01000000,
+}
+
+
+def pack_q4_k(d_bits: int, dmin_bits: int, sc, m, q) -> np.ndarray:
+    """One Q4_K record from its fields (d/dmin as f16 bit patterns)."""
+    a = np.zeros(144, dtype=np.uint8)
+    a[0:2] = [d_bits & 0xFF, d_bits >> 8]
+    a[2:4] = [dmin_bits & 0xFF, dmin_bits >> 8]
+    for i in range(4):
+        assert 0 <= sc[i] < 64 and 0 <= m[i] < 64 and 0 <= sc[4 + i] < 64 and 0 <= m[4 + i] < 64
+        a[4 + i] = (sc[i] & 63) | ((sc[4 + i] >> 4) << 6)
+        a[8 + i] = (m[i] & 63) | ((m[4 + i] >> 4) << 6)
+        a[12 + i] = (sc[4 + i] & 15) | ((m[4 + i] & 15) << 4)
+    for i in range(256):
+        assert 0 <= q[i] < 16
+        pos = 16 + 32 * (i // 64) + (i % 32)
+        a[pos] |= q[i] << (0 if i % 64 < 32 else 4)
+    return a
+
+
+def pack_q8_k(ds_bits: int, q, bsum=None) -> np.ndarray:
+    """One Q8_K record; ``bsum`` defaults to the legal group sums of ``q``."""
+    q = [int(v) for v in q]
+    if bsum is None:
+        bsum = [sum(q[16 * j:16 * j + 16]) for j in range(16)]
+    raw = struct.pack("<I", ds_bits) + struct.pack("<256b", *q) + struct.pack("<16h", *bsum)
+    return np.frombuffer(raw, dtype=np.uint8).copy()
+
+
+def f32_bits(x) -> int:
+    return int(np.float32(x).view(np.uint32))
+
+
+def f16_bits(x) -> int:
+    return int(np.float16(x).view(np.uint16))
+
+
+def random_q4_k(rng, g: int, scale=0.01) -> np.ndarray:
+    """Random Q4_K records: arbitrary scale/quant bytes, d/dmin like real weights."""
+    w = rng.integers(0, 256, size=(g, 144), dtype=np.uint8)
+    d = (np.abs(rng.standard_normal(g)) * scale).astype(np.float16)
+    dmin = (np.abs(rng.standard_normal(g)) * scale).astype(np.float16)
+    w[:, 0:2] = d.view(np.uint8).reshape(g, 2)
+    w[:, 2:4] = dmin.view(np.uint8).reshape(g, 2)
+    return w
+
+
+def random_q8_k(rng, g: int) -> np.ndarray:
+    """Random legal Q8_K records (bsum consistent with q), ds like real activations."""
+    out = np.empty((g, 292), dtype=np.uint8)
+    for b in range(g):
+        q = rng.integers(-128, 128, size=256)
+        ds = np.float32(abs(rng.standard_normal()) * 0.05 + 1e-4)
+        out[b] = pack_q8_k(f32_bits(ds), q)
+    return out
+
+
+def _inner(target: int):
+    """32 (wq, xq) pairs whose products sum to ``target`` exactly."""
+    wq, xq = [0] * 32, [0] * 32
+    rem = target
+    for i in range(31):
+        v = max(-128, min(127, int(rem / 15)))
+        wq[i], xq[i] = 15, v
+        rem -= 15 * v
+    assert -128 <= rem <= 127, target
+    wq[31], xq[31] = 1, rem
+    return wq, xq
+
+
+def pair_with_sums(S: int, T: int, d_bits=0x3C00, dmin_bits=0x3C00, ds_bits=0x3F800000):
+    """A (Q4_K, Q8_K) record pair with exactly the statistics S_b = S and T_b = T.
+
+    sc = [63]*7 + [1]; T is carried by m[0] = 1 and an (illegal, used-as-stored) bsum[0].
+    """
+    a, b = divmod(S, 63)
+    inners = [0] * 8
+    for s in range(7):
+        part = max(-59000, min(59000, a))
+        inners[s] = part
+        a -= part
+    assert a == 0, "S out of range for this builder"
+    inners[7] = b
+    sc = [63] * 7 + [1]
+    wq, xq = [], []
+    for s in range(8):
+        w_, x_ = _inner(inners[s])
+        wq += w_
+        xq += x_
+    m = [1] + [0] * 7
+    bsum = [T] + [0] * 15 if -32768 <= T <= 32767 else None
+    if bsum is None:  # spread T over m[0..7] * bsum pairs
+        raise ValueError("T out of range for this builder")
+    w = pack_q4_k(d_bits, dmin_bits, sc, m, wq)
+    x = pack_q8_k(ds_bits, xq, bsum)
+    return w, x
