@@ -1,0 +1,101 @@
+"""The closed typed schemas: layout, metadata questions, closedness."""
+
+import copy
+import pickle
+
+import pytest
+
+import numba_qk as qk
+from numba_qk.formats import Field, Format, ScalarType
+
+Q4, Q8 = qk.quant.q4_k, qk.quant.q8_k
+
+
+def test_layout_matches_spec():
+    assert (Q4.name, Q4.block_size, Q4.block_bytes) == ("Q4_K", 256, 144)
+    assert (Q8.name, Q8.block_size, Q8.block_bytes) == ("Q8_K", 256, 292)
+    spans = {f.name: (f.span, f.element, f.count, f.bits, f.signed) for f in Q4.fields}
+    assert spans == {
+        "d": ((0, 2), "f16", 1, 16, True), "dmin": ((2, 4), "f16", 1, 16, True),
+        "sc": ((4, 16), "u6", 8, 6, False), "m": ((4, 16), "u6", 8, 6, False),
+        "q": ((16, 144), "u4", 256, 4, False)}
+    spans = {f.name: (f.span, f.element, f.count, f.bits, f.signed) for f in Q8.fields}
+    assert spans == {
+        "ds": ((0, 4), "f32", 1, 32, True), "q": ((4, 260), "i8", 256, 8, True),
+        "bsum": ((260, 292), "i16", 16, 16, True)}
+    assert [f.name for f in Q4.fields] == ["d", "dmin", "sc", "m", "q"]
+    assert Q4.field("sc").nbytes == 12
+    with pytest.raises(KeyError, match="no field 'x'"):
+        Q4.field("x")
+
+
+def test_metadata_questions():
+    assert Q4.bits_per_element == 4.5 and Q8.bits_per_element == 9.125
+    assert Q4.elements_per_record == 256 and Q4.record_bytes == 144
+    for fmt in (Q4, Q8):
+        assert fmt.is_quantized and not fmt.is_float
+        assert fmt.storage_bytes(0) == 0
+        assert fmt.storage_bytes(256) == fmt.block_bytes
+        assert fmt.storage_bytes(4096 * 256) == 4096 * fmt.block_bytes
+        assert fmt.storage_bytes(255) is None and fmt.storage_bytes(257) is None
+    f32 = qk.f32
+    assert (f32.name, f32.block_size, f32.block_bytes) == ("F32", 1, 4)
+    assert f32.is_float and not f32.is_quantized
+    assert f32.storage_bytes(3) == 12 and f32.storage_bytes(0) == 0
+    assert f32.numpy_dtype.str == "<f4"
+
+
+@pytest.mark.parametrize("fmt", [qk.quant.q4_k, qk.quant.q8_k, qk.f32])
+def test_storage_bytes_rejects_bad_counts(fmt):
+    with pytest.raises(ValueError, match=">= 0"):
+        fmt.storage_bytes(-256)
+    for bad in (2.0, "256", None, True):
+        with pytest.raises(TypeError, match="integer element count"):
+            fmt.storage_bytes(bad)
+
+
+def test_closed_and_frozen():
+    with pytest.raises(TypeError, match="closed"):
+        type("Mine", (Format,), {})
+    with pytest.raises(TypeError, match="closed"):
+        type("Mine", (ScalarType,), {})
+    with pytest.raises(TypeError, match="closed"):
+        type("Mine", (Field,), {})
+    with pytest.raises(TypeError, match="created by numba_qk only"):
+        Format(None, "X", "x", 256, 144, [], "")
+    with pytest.raises(TypeError):
+        ScalarType(None, "X", "x", 4, "<f4", True)
+    with pytest.raises(AttributeError, match="immutable"):
+        Q4.block_bytes = 145
+    with pytest.raises(AttributeError, match="immutable"):
+        Q4.fields[0].start = 1
+    with pytest.raises(AttributeError):
+        qk.quant.q5_k = Q4
+    with pytest.raises(AttributeError):
+        del qk.f32.name
+
+
+def test_singletons_survive_copy_and_pickle():
+    for fmt in (Q4, Q8, qk.f32):
+        assert pickle.loads(pickle.dumps(fmt)) is fmt
+        assert copy.copy(fmt) is fmt and copy.deepcopy(fmt) is fmt
+
+
+def test_namespace():
+    assert list(qk.quant) == [Q4, Q8]
+    assert Q4 in qk.quant and qk.f32 not in qk.quant and "q4_k" not in qk.quant
+    assert repr(Q4) == "numba_qk.quant.q4_k" and str(Q8) == "Q8_K"
+
+
+def test_tiling_check_catches_bad_layouts():
+    from numba_qk import formats as F
+
+    with pytest.raises(AssertionError, match="not covered"):
+        Format(F._TOKEN, "Bad", "bad", 32, 6,
+               [F._F("a", 0, 2, "f16", 1, 16, True), F._F("b", 3, 6, "u8", 3, 8, False)], "")
+    with pytest.raises(AssertionError, match="holds 40 bits"):
+        Format(F._TOKEN, "Bad", "bad", 32, 6,
+               [F._F("a", 0, 2, "f16", 1, 16, True), F._F("b", 2, 6, "u8", 5, 8, False)], "")
+    with pytest.raises(AssertionError, match="fields end at byte 5"):
+        Format(F._TOKEN, "Bad", "bad", 32, 6,
+               [F._F("a", 0, 2, "f16", 1, 16, True), F._F("b", 2, 5, "u8", 3, 8, False)], "")

@@ -1,0 +1,50 @@
+"""Pure-Python and JIT semantics cannot drift: the same kernels run with NUMBA_DISABLE_JIT=1
+(plain Python over numpy scalars) must give the same bits as the compiled ones."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+import numba_qk as qk
+
+from records import random_q4_k, random_q8_k
+
+SCRIPT = textwrap.dedent("""
+    import sys, numpy as np, warnings
+    warnings.simplefilter("ignore")
+    import numba_qk as qk
+    d = np.load(sys.argv[1])
+    with np.errstate(all="ignore"):
+        rec = qk.quantize(d["values"], format=qk.quant.q8_k)
+        dot = qk.quantized_dot(d["w"], d["x"], lhs_format=qk.quant.q4_k, rhs_format=qk.quant.q8_k)
+        deq = qk.dequantize(d["w"], qk.quant.q4_k)
+    np.savez(sys.argv[2], rec=rec, dot=dot, deq=deq)
+""")
+
+
+def test_disable_jit_matches_compiled(tmp_path, rng):
+    g = 6
+    values = rng.standard_normal((g, 256)).astype(np.float32)
+    values[1] *= np.float32(1e-30)
+    values[2] = 0.0
+    values[3, :] = np.float32(-2.5)
+    w = random_q4_k(rng, g)
+    w[4, 0:2] = [0x01, 0x00]  # subnormal d
+    x = random_q8_k(rng, g)
+    x[5, 0:4] = [0, 0, 0x80, 0xFF]  # ds = -inf
+    np.savez(tmp_path / "in.npz", values=values, w=w, x=x)
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    root = Path(qk.__file__).resolve().parent.parent
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
+    subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "in.npz"),
+                    str(tmp_path / "out.npz")], check=True, env=env, timeout=300)
+    py = np.load(tmp_path / "out.npz")
+    assert (py["rec"] == qk.quantize(values, format=qk.quant.q8_k)).all()
+    jit_dot = qk.quantized_dot(w, x, lhs_format=qk.quant.q4_k, rhs_format=qk.quant.q8_k)
+    assert py["dot"].view(np.uint32) == jit_dot.view(np.uint32) or (
+        np.isnan(py["dot"]) and np.isnan(jit_dot))
+    assert (py["deq"].view(np.uint32) == qk.dequantize(w, qk.quant.q4_k).view(np.uint32)).all()
