@@ -82,3 +82,11 @@ def dot_q4_k_q8_k(w, x):
     for b in range(1, g):
         acc = np.float32(acc + record_value_q4_k_q8_k(w[b], x[b]))
     return acc
+
+
+@kernel
+def gemv_q4_k_q8_k(w, x, out):
+    """``out[r] = dot_q4_k_q8_k(w[r], x)`` for Q4_K weights ``[rows, G, 144]`` and one Q8_K
+    activation ``[G, 292]`` (quantized once, shared by every row)."""
+    for r in range(w.shape[0]):
+        out[r] = dot_q4_k_q8_k(w[r], x)
