@@ -1,0 +1,123 @@
+"""Optional baseline: ggml's own CPU kernels through ctypes (package ``libggml-python``).
+
+Never a dependency of numba_qk: ``load()`` returns None when the package is absent.
+Exposes ggml's Q8_K quantizer (``from_float``), its Q4_K x Q8_K ``vec_dot`` and a
+``ggml_mul_mat`` matvec graph (f32 activation, quantized to Q8_K by ggml, as in llama.cpp).
+"""
+
+from __future__ import annotations
+
+import ctypes as C
+from pathlib import Path
+
+import numpy as np
+
+GGML_TYPE_F32, GGML_TYPE_Q4_K, GGML_TYPE_Q8_K = 0, 12, 15
+
+
+class _InitParams(C.Structure):
+    _fields_ = [("mem_size", C.c_size_t), ("mem_buffer", C.c_void_p), ("no_alloc", C.c_bool)]
+
+
+class _TraitsCPU(C.Structure):
+    _fields_ = [("from_float", C.c_void_p), ("vec_dot", C.c_void_p),
+                ("vec_dot_type", C.c_int), ("nrows", C.c_int64)]
+
+
+_FROM_FLOAT = C.CFUNCTYPE(None, C.c_void_p, C.c_void_p, C.c_int64)
+_VEC_DOT = C.CFUNCTYPE(None, C.c_int, C.POINTER(C.c_float), C.c_size_t, C.c_void_p, C.c_size_t,
+                       C.c_void_p, C.c_size_t, C.c_int)
+
+
+class GGML:
+    def __init__(self, libdir: Path, version: str):
+        self.version = version
+        self.base = C.CDLL(str(libdir / "libggml-base.so"), mode=C.RTLD_GLOBAL)
+        self.cpu = C.CDLL(str(libdir / "libggml-cpu.so"), mode=C.RTLD_GLOBAL)
+        cpu, base = self.cpu, self.base
+        cpu.ggml_cpu_init()
+        cpu.ggml_get_type_traits_cpu.restype = C.POINTER(_TraitsCPU)
+        cpu.ggml_get_type_traits_cpu.argtypes = [C.c_int]
+        t4 = cpu.ggml_get_type_traits_cpu(GGML_TYPE_Q4_K).contents
+        t8 = cpu.ggml_get_type_traits_cpu(GGML_TYPE_Q8_K).contents
+        assert t4.vec_dot_type == GGML_TYPE_Q8_K
+        self._vec_dot = _VEC_DOT(t4.vec_dot)
+        self._q8_from_float = _FROM_FLOAT(t8.from_float)
+        base.ggml_init.restype = C.c_void_p
+        base.ggml_init.argtypes = [_InitParams]
+        base.ggml_new_tensor_1d.restype = C.c_void_p
+        base.ggml_new_tensor_1d.argtypes = [C.c_void_p, C.c_int, C.c_int64]
+        base.ggml_new_tensor_2d.restype = C.c_void_p
+        base.ggml_new_tensor_2d.argtypes = [C.c_void_p, C.c_int, C.c_int64, C.c_int64]
+        base.ggml_mul_mat.restype = C.c_void_p
+        base.ggml_mul_mat.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p]
+        base.ggml_new_graph.restype = C.c_void_p
+        base.ggml_new_graph.argtypes = [C.c_void_p]
+        base.ggml_build_forward_expand.argtypes = [C.c_void_p, C.c_void_p]
+        base.ggml_get_data.restype = C.c_void_p
+        base.ggml_get_data.argtypes = [C.c_void_p]
+        base.ggml_free.argtypes = [C.c_void_p]
+        cpu.ggml_graph_compute_with_ctx.argtypes = [C.c_void_p, C.c_void_p, C.c_int]
+        self.features = {name: bool(getattr(cpu, f"ggml_cpu_has_{name}")())
+                         for name in ("avx2", "avx512", "avx512_vnni", "avx_vnni")}
+
+    def quantize_q8_k(self, x: np.ndarray, out: np.ndarray) -> None:
+        """ggml's quantize_row_q8_K (its own numerics: iscale = -128 / max)."""
+        self._q8_from_float(x.ctypes.data, out.ctypes.data, x.size)
+
+    def vec_dot_q4_k_q8_k(self, w: np.ndarray, xq: np.ndarray) -> float:
+        s = C.c_float()
+        self._vec_dot(w.shape[0] * 256, C.byref(s), 0, w.ctypes.data, 0, xq.ctypes.data, 0, 1)
+        return s.value
+
+    def matvec(self, w: np.ndarray, threads: int = 1) -> "Matvec":
+        return Matvec(self, w, threads)
+
+
+class Matvec:
+    """A prepared ggml_mul_mat graph: Q4_K weights [rows, cols] times an f32 vector [cols]."""
+
+    def __init__(self, g: GGML, w: np.ndarray, threads: int):
+        rows, groups = w.shape[0], w.shape[1]
+        cols = groups * 256
+        self.g, self.threads, self.rows, self.cols = g, threads, rows, cols
+        size = w.nbytes + cols * 4 + rows * 4 + (1 << 20) * 8
+        self.ctx = g.base.ggml_init(_InitParams(size, None, False))
+        wt = g.base.ggml_new_tensor_2d(self.ctx, GGML_TYPE_Q4_K, cols, rows)
+        self.xt = g.base.ggml_new_tensor_1d(self.ctx, GGML_TYPE_F32, cols)
+        self.yt = g.base.ggml_mul_mat(self.ctx, wt, self.xt)
+        self.graph = g.base.ggml_new_graph(self.ctx)
+        g.base.ggml_build_forward_expand(self.graph, self.yt)
+        C.memmove(g.base.ggml_get_data(wt), w.ctypes.data, w.nbytes)
+        self.x = np.ctypeslib.as_array(
+            C.cast(g.base.ggml_get_data(self.xt), C.POINTER(C.c_float)), shape=(cols,))
+        self.y = np.ctypeslib.as_array(
+            C.cast(g.base.ggml_get_data(self.yt), C.POINTER(C.c_float)), shape=(rows,))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        self.x[:] = x
+        self.g.cpu.ggml_graph_compute_with_ctx(self.ctx, self.graph, self.threads)
+        return self.y
+
+    def __del__(self):
+        try:
+            self.g.base.ggml_free(self.ctx)
+        except Exception:
+            pass
+
+
+def load():
+    try:
+        import libggml
+    except ImportError:
+        return None
+    root = Path(libggml.__file__).resolve().parent
+    libdir = next((p for p in (root / "lib64", root / "lib") if p.exists()), None)
+    if libdir is None:
+        return None
+    try:
+        from importlib.metadata import version
+        ver = version("libggml-python")
+    except Exception:
+        ver = "?"
+    return GGML(libdir, ver)
