@@ -22,8 +22,8 @@ def check_records(w, x):
     """Every record's v_b and (S_b, T_b), and the whole fold, against the reference."""
     for b in range(w.shape[0]):
         S, T = ref.record_sums(w[b].tobytes(), x[b].tobytes())
-        assert tuple(record_sums_q4_k_q8_k(w[b], x[b])) == (S, T), f"record {b}"
-        assert_same_f32(record_value_q4_k_q8_k(w[b], x[b]),
+        assert tuple(record_sums_q4_k_q8_k(w, b, x, b)) == (S, T), f"record {b}"
+        assert_same_f32(record_value_q4_k_q8_k(w, b, x, b),
                         ref.record_value(w[b].tobytes(), x[b].tobytes()), f"v_b of record {b}")
     assert_same_f32(qdot(w, x), ref.quantized_dot(w, x), "dot")
 

@@ -26,7 +26,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_disable_jit_matches_compiled(tmp_path, rng):
+def _run_script(tmp_path, rng, env_extra):
     g = 6
     values = rng.standard_normal((g, 256)).astype(np.float32)
     values[1] *= np.float32(1e-30)
@@ -37,14 +37,28 @@ def test_disable_jit_matches_compiled(tmp_path, rng):
     x = random_q8_k(rng, g)
     x[5, 0:4] = [0, 0, 0x80, 0xFF]  # ds = -inf
     np.savez(tmp_path / "in.npz", values=values, w=w, x=x)
-    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    env = dict(os.environ, **env_extra)
     root = Path(qk.__file__).resolve().parent.parent
     env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
     subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "in.npz"),
                     str(tmp_path / "out.npz")], check=True, env=env, timeout=300)
-    py = np.load(tmp_path / "out.npz")
+    return values, w, x, np.load(tmp_path / "out.npz")
+
+
+def _check(values, w, x, py):
     assert (py["rec"] == qk.quantize(values, format=qk.quant.q8_k)).all()
     jit_dot = qk.quantized_dot(w, x, lhs_format=qk.quant.q4_k, rhs_format=qk.quant.q8_k)
     assert py["dot"].view(np.uint32) == jit_dot.view(np.uint32) or (
         np.isnan(py["dot"]) and np.isnan(jit_dot))
     assert (py["deq"].view(np.uint32) == qk.dequantize(w, qk.quant.q4_k).view(np.uint32)).all()
+
+
+def test_disable_jit_matches_compiled(tmp_path, rng):
+    """NUMBA_DISABLE_JIT=1: the kernels run as plain Python (portable loops)."""
+    _check(*_run_script(tmp_path, rng, {"NUMBA_DISABLE_JIT": "1"}))
+
+
+def test_portable_path_matches_default(tmp_path, rng):
+    """NUMBA_QK_PORTABLE=1: compiled portable loops instead of the SIMD fast path."""
+    cache = tmp_path / "cache"
+    _check(*_run_script(tmp_path, rng, {"NUMBA_QK_PORTABLE": "1", "NUMBA_CACHE_DIR": str(cache)}))

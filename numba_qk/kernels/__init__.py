@@ -6,7 +6,8 @@ dtypes and ``G`` agreement are the caller's responsibility (the public functions
 """
 
 from ._bits import f16_to_f32, load_f16, load_f32, load_i16, round_half_even, saturate_i8
-from .dot import dot_q4_k_q8_k, gemv_q4_k_q8_k, record_sums_q4_k_q8_k, record_value_q4_k_q8_k
+from .dot import (dot_q4_k_q8_k, gemv_q4_k_q8_k, record_sums_loop, record_sums_q4_k_q8_k,
+                  record_value_q4_k_q8_k)
 from .q4_k import q4_k_d, q4_k_decode_into, q4_k_dmin, q4_k_quant, q4_k_scale_min
 from .q8_k import (
     q8_k_block_inverse,

@@ -24,7 +24,8 @@ without fast-math, so LLVM may not contract ``d * S - dmin * T`` into an FMA.
 import numpy as np
 
 from .._jit import kernel
-from ._bits import load_f16, load_f32, load_i16
+from ._bits import f16_to_f32, f32_from_bits
+from ._simd import HAVE_AVX2, load_f16_fpext, load_f32_raw, q4_k_q8_k_sums_avx2
 from .q4_k import q4_k_scale_min
 
 _LOW4 = np.uint8(0b0000_1111)
@@ -32,10 +33,24 @@ _W_QS_AT = 16      # Q4_K: 4-bit quants
 _X_Q_AT = 4        # Q8_K: int8 quants
 _X_BSUM_AT = 260   # Q8_K: int16 group sums
 
+# Record-level building blocks take 2-D record arrays and record indices -- w[bw] is the Q4_K
+# record, x[bx] the Q8_K record -- and never build sub-array views in the hot loop (a view costs
+# two reference-count updates in numba).
+
 
 @kernel
-def record_sums_q4_k_q8_k(w, x):
-    """The exact integer statistics ``(S_b, T_b)`` of one record pair, as int32."""
+def _bsum(x, bx, j):
+    lo = np.int32(x[bx, _X_BSUM_AT + 2 * j])
+    hi = np.int32(x[bx, _X_BSUM_AT + 2 * j + 1])
+    return np.int32(np.int16(np.uint16(lo | (hi << np.int32(8)))))
+
+
+@kernel
+def record_sums_loop(w, bw, x, bx):
+    """``(S_b, T_b)`` as int32 for records ``w[bw]`` (Q4_K) and ``x[bx]`` (Q8_K).
+
+    The readable, portable definition (any strides); the SIMD path must equal it.
+    """
     s_total = np.int32(0)
     t_total = np.int32(0)
     for j in range(4):  # 32-byte chunk j holds sub-blocks 2j (low nibbles) and 2j+1 (high)
@@ -44,29 +59,118 @@ def record_sums_q4_k_q8_k(w, x):
         wb = _W_QS_AT + 32 * j
         xb = _X_Q_AT + 64 * j
         for k in range(32):
-            byte = w[wb + k]
-            lo += np.int32(byte & _LOW4) * np.int32(np.int8(x[xb + k]))
-            hi += np.int32(byte >> np.uint8(4)) * np.int32(np.int8(x[xb + 32 + k]))
-        sc_lo, m_lo = q4_k_scale_min(w, 2 * j)
-        sc_hi, m_hi = q4_k_scale_min(w, 2 * j + 1)
+            byte = w[bw, wb + k]
+            lo += np.int32(byte & _LOW4) * np.int32(np.int8(x[bx, xb + k]))
+            hi += np.int32(byte >> np.uint8(4)) * np.int32(np.int8(x[bx, xb + 32 + k]))
+        sc_lo, m_lo = q4_k_scale_min(w[bw], 2 * j)
+        sc_hi, m_hi = q4_k_scale_min(w[bw], 2 * j + 1)
         s_total += sc_lo * lo + sc_hi * hi
-        g = _X_BSUM_AT + 8 * j  # bsum[4j .. 4j+3] cover sub-blocks 2j and 2j+1
-        t_total += m_lo * (np.int32(load_i16(x, g)) + np.int32(load_i16(x, g + 2)))
-        t_total += m_hi * (np.int32(load_i16(x, g + 4)) + np.int32(load_i16(x, g + 6)))
+        # bsum[4j .. 4j+3] cover sub-blocks 2j and 2j+1
+        t_total += m_lo * (_bsum(x, bx, 4 * j) + _bsum(x, bx, 4 * j + 1))
+        t_total += m_hi * (_bsum(x, bx, 4 * j + 2) + _bsum(x, bx, 4 * j + 3))
     return np.int32(s_total), np.int32(t_total)
 
 
 @kernel
-def record_value_q4_k_q8_k(w, x):
-    """``v_b`` for one Q4_K record ``w`` (144 u8) and one Q8_K record ``x`` (292 u8)."""
-    s_b, t_b = record_sums_q4_k_q8_k(w, x)
-    d = load_f16(w, 0)
-    dmin = load_f16(w, 2)
-    ds = load_f32(x, 0)
-    p = np.float32(d * np.float32(s_b))
-    n = np.float32(dmin * np.float32(t_b))
-    diff = np.float32(p - n)
-    return np.float32(ds * diff)
+def _f16_at(a, row, off):
+    """Exact f16 -> f32 of bytes a[row, off:off+2] (portable)."""
+    return f16_to_f32(np.uint16(np.uint16(a[row, off]) | (np.uint16(a[row, off + 1]) << np.uint16(8))))
+
+
+@kernel
+def _f32_at(a, row, off):
+    """f32 of bytes a[row, off:off+4] (portable, bits kept)."""
+    bits = np.uint32(0)
+    for k in range(4):
+        bits |= np.uint32(a[row, off + k]) << np.uint32(8 * k)
+    return f32_from_bits(bits)
+
+
+@kernel
+def record_value_from_terms(s_b, t_b, d, dmin, ds):
+    """The float steps of one record, in spec order: four separate f32 roundings."""
+    p = np.float32(d * np.float32(s_b))       # p_b = R32(f32(d) * f32(S_b))
+    n = np.float32(dmin * np.float32(t_b))    # n_b = R32(f32(dmin) * f32(T_b))
+    diff = np.float32(p - n)                  # R32(p_b - n_b)
+    return np.float32(ds * diff)              # v_b = R32(ds * (p_b - n_b))
+
+
+@kernel
+def record_value_loop(w, bw, x, bx):
+    """``v_b`` for records ``w[bw]`` (Q4_K) and ``x[bx]`` (Q8_K): the portable definition."""
+    s_b, t_b = record_sums_loop(w, bw, x, bx)
+    return record_value_from_terms(s_b, t_b, _f16_at(w, bw, 0), _f16_at(w, bw, 2),
+                                   _f32_at(x, bx, 0))
+
+
+@kernel
+def _dot_loop(w, x):
+    acc = record_value_loop(w, 0, x, 0)
+    for b in range(1, w.shape[0]):
+        acc = np.float32(acc + record_value_loop(w, b, x, b))
+    return acc
+
+
+@kernel
+def _gemv_loop(w, x, out):
+    for r in range(w.shape[0]):
+        out[r] = _dot_loop(w[r], x)
+
+
+# ---- fast path (AVX2 + F16C): records addressed by byte offsets into the arrays' data, no
+# sub-array views (a view costs two atomic reference-count updates), explicit SIMD for the
+# exact integer work (_simd.py), single unaligned loads for d, dmin and ds.
+
+@kernel
+def _simd_record_value(w, wo, x, xo):
+    s_b, t_b = q4_k_q8_k_sums_avx2(w, wo, x, xo)
+    return record_value_from_terms(s_b, t_b, load_f16_fpext(w, wo), load_f16_fpext(w, wo + 2),
+                                   load_f32_raw(x, xo))
+
+
+@kernel
+def _simd_dot_at(w, w_base, w_step, x, x_step, g):
+    """Fold over g records: Q4_K record b at byte w_base + b*w_step of w, Q8_K at b*x_step of x."""
+    acc = _simd_record_value(w, w_base, x, 0)
+    for b in range(1, g):
+        acc = np.float32(acc + _simd_record_value(w, w_base + b * w_step, x, b * x_step))
+    return acc
+
+
+@kernel
+def _simd_dot(w, x):
+    if w.strides[1] != 1 or x.strides[1] != 1:
+        return _dot_loop(w, x)
+    return _simd_dot_at(w, 0, w.strides[0], x, x.strides[0], w.shape[0])
+
+
+@kernel
+def _simd_gemv(w, x, out):
+    if w.strides[2] != 1 or x.strides[1] != 1:
+        _gemv_loop(w, x, out)
+        return
+    g = w.shape[1]
+    for r in range(w.shape[0]):
+        out[r] = _simd_dot_at(w, r * w.strides[0], w.strides[1], x, x.strides[0], g)
+
+
+_dot_impl = _simd_dot if HAVE_AVX2 else _dot_loop
+_gemv_impl = _simd_gemv if HAVE_AVX2 else _gemv_loop
+
+
+@kernel
+def record_sums_q4_k_q8_k(w, bw, x, bx):
+    """``(S_b, T_b)`` as int32 for records ``w[bw]`` (Q4_K ``[G, 144]``) and ``x[bx]``
+    (Q8_K ``[G, 292]``)."""
+    return record_sums_loop(w, bw, x, bx)
+
+
+@kernel
+def record_value_q4_k_q8_k(w, bw, x, bx):
+    """``v_b`` for records ``w[bw]`` (Q4_K ``[G, 144]``) and ``x[bx]`` (Q8_K ``[G, 292]``)."""
+    if HAVE_AVX2 and w.strides[1] == 1 and x.strides[1] == 1:
+        return _simd_record_value(w, bw * w.strides[0], x, bx * x.strides[0])
+    return record_value_loop(w, bw, x, bx)
 
 
 @kernel
@@ -75,18 +179,16 @@ def dot_q4_k_q8_k(w, x):
 
     Returns a float32 scalar.  ``w`` and ``x`` must have the same ``G`` (not checked here).
     """
-    g = w.shape[0]
-    if g == 0:
+    if w.shape[0] == 0:
         return np.float32(0.0)
-    acc = record_value_q4_k_q8_k(w[0], x[0])
-    for b in range(1, g):
-        acc = np.float32(acc + record_value_q4_k_q8_k(w[b], x[b]))
-    return acc
+    return _dot_impl(w, x)
 
 
 @kernel
 def gemv_q4_k_q8_k(w, x, out):
     """``out[r] = dot_q4_k_q8_k(w[r], x)`` for Q4_K weights ``[rows, G, 144]`` and one Q8_K
     activation ``[G, 292]`` (quantized once, shared by every row)."""
-    for r in range(w.shape[0]):
-        out[r] = dot_q4_k_q8_k(w[r], x)
+    if w.shape[1] == 0:
+        out[:] = np.float32(0.0)
+        return
+    _gemv_impl(w, x, out)

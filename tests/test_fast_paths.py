@@ -1,0 +1,93 @@
+"""Every fast path equals the portable definition bit for bit (SIMD vs loops, strided records)."""
+
+import numpy as np
+import pytest
+
+import numba_qk as qk
+from numba_qk.kernels import dot as dot_mod
+from numba_qk.kernels._simd import HAVE_AVX2
+
+from conftest import assert_same_f32
+from records import random_q4_k, random_q8_k
+
+needs_simd = pytest.mark.skipif(not HAVE_AVX2, reason="no AVX2/F16C on this machine")
+
+
+@needs_simd
+def test_simd_record_sums_equal_loop_on_any_bytes(rng):
+    from numba_qk.kernels._simd import q4_k_q8_k_sums_avx2
+    from numba import njit
+
+    @njit(cache=False)
+    def simd_all(w, x, out):
+        for b in range(w.shape[0]):
+            s, t = q4_k_q8_k_sums_avx2(w, b * w.strides[0], x, b * x.strides[0])
+            out[b, 0] = s
+            out[b, 1] = t
+
+    @njit(cache=False)
+    def loop_all(w, x, out):
+        for b in range(w.shape[0]):
+            s, t = dot_mod.record_sums_loop(w, b, x, b)
+            out[b, 0] = s
+            out[b, 1] = t
+
+    for _ in range(4):
+        w = rng.integers(0, 256, size=(512, 144), dtype=np.uint8)
+        x = rng.integers(0, 256, size=(512, 292), dtype=np.uint8)
+        w[:64, 4:144] = 0xFF      # largest scales and quants
+        x[:32, 4:260] = 0x80      # q = -128
+        x[32:64, 4:260] = 0x7F    # q = 127
+        a = np.empty((512, 2), np.int64)
+        b = np.empty((512, 2), np.int64)
+        simd_all(w, x, a)
+        loop_all(w, x, b)
+        assert (a == b).all(), np.flatnonzero((a != b).any(axis=1))[:5]
+
+
+@needs_simd
+def test_simd_f16_load_equals_exact_decoder():
+    from numba import njit
+    from numba_qk.kernels._bits import f16_to_f32
+    from numba_qk.kernels._simd import load_f16_fpext
+
+    @njit(cache=False)
+    def both(buf, out):
+        for h in range(65536):
+            buf[0] = h & 0xFF
+            buf[1] = h >> 8
+            out[h, 0] = load_f16_fpext(buf, 0)
+            out[h, 1] = f16_to_f32(np.uint16(h))
+
+    out = np.empty((65536, 2), np.float32)
+    both(np.zeros(2, np.uint8), out)
+    fast, exact = out[:, 0], out[:, 1]
+    same = (fast.view(np.uint32) == exact.view(np.uint32)) | (np.isnan(fast) & np.isnan(exact))
+    assert same.all()
+
+
+def test_records_with_strided_bytes_take_the_loop_and_agree(rng):
+    g = 12
+    w = random_q4_k(rng, g)
+    x = random_q8_k(rng, g)
+    want = qk.quantized_dot(w, x, lhs_format=qk.quant.q4_k, rhs_format=qk.quant.q8_k)
+    w2 = np.zeros((g, 288), np.uint8)
+    w2[:, ::2] = w
+    x2 = np.zeros((g, 584), np.uint8)
+    x2[:, 1::2] = x
+    assert w2[:, ::2].strides[1] == 2
+    assert_same_f32(qk.quantized_dot(w2[:, ::2], x2[:, 1::2], lhs_format=qk.quant.q4_k,
+                                     rhs_format=qk.quant.q8_k), want)
+
+
+def test_gemv_kernel_rows_equal_dot(rng):
+    from numba_qk.kernels import gemv_q4_k_q8_k
+
+    for rows, g in ((1, 1), (7, 2), (8, 17), (33, 3)):
+        w = random_q4_k(rng, rows * g).reshape(rows, g, 144)
+        x = random_q8_k(rng, g)
+        out = np.empty(rows, np.float32)
+        gemv_q4_k_q8_k(w, x, out)
+        for r in range(rows):
+            assert_same_f32(out[r], qk.quantized_dot(w[r], x, lhs_format=qk.quant.q4_k,
+                                                     rhs_format=qk.quant.q8_k), f"row {r}")
