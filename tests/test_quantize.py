@@ -160,14 +160,15 @@ def test_out_is_filled_and_returned(rng):
 
 
 def test_block_kernel_reports_domain_without_writing():
-    out = np.full(292, 7, np.uint8)
-    v = np.ones(256, np.float32)
-    v[4] = np.inf
-    assert not quantize_block_q8_k(v, out)
+    out = np.full((3, 292), 7, np.uint8)
+    v = np.ones((2, 256), np.float32)
+    v[1, 4] = np.inf
+    assert not quantize_block_q8_k(v, 1, out, 2)
     assert (out == 7).all()
-    v[4] = 2.0
-    assert quantize_block_q8_k(v, out)
-    assert out.tobytes() == ref.quantize_block(v)
+    v[1, 4] = 2.0
+    assert quantize_block_q8_k(v, 1, out, 2)
+    assert out[2].tobytes() == ref.quantize_block(v[1])
+    assert (out[:2] == 7).all()
 
 
 def test_bsum_is_exact_and_records_valid(rng):

@@ -104,8 +104,4 @@ def round_half_even(x):
 @kernel
 def saturate_i8(r):
     """Clamp an integral float32 to [-128, 127] and convert to int8 (input must not be NaN)."""
-    if r > np.float32(127.0):
-        return np.int8(127)
-    if r < np.float32(-128.0):
-        return np.int8(-128)
-    return np.int8(np.int32(r))
+    return np.int8(np.int32(min(max(np.float32(r), np.float32(-128.0)), np.float32(127.0))))

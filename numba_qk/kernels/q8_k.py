@@ -55,74 +55,83 @@ def q8_k_bsum(rec, j):
     return load_i16(rec, _BSUM_AT + 2 * j)
 
 
+_EXP_ALL_ONES = np.int32(0x7F800000)  # f32 exponent field of inf/NaN
+_MAGNITUDE = np.int32(0x7FFFFFFF)      # all bits but the sign
+
+
 @kernel
-def q8_k_block_inverse(values):
-    """Steps 1-3 for one block: ``(status, inverse)``.
+def _order_key(bits):
+    """Map f32 bits to an int32 whose signed order is the float order (finite values)."""
+    return np.int32(bits ^ np.int32((bits >> np.int32(31)) & _MAGNITUDE))
+
+
+@kernel
+def q8_k_block_inverse(values, b):
+    """Steps 1-3 for block ``values[b]`` (of a ``[G, 256]`` f32 array): ``(status, inverse)``.
 
     status is 0 for a normal block, 1 for an all-zero block (inverse 0), -1 out of domain
-    (a non-finite value, or a non-finite inverse).
+    (a non-finite value, or a non-finite inverse).  Max and min are found on order-preserving
+    integer keys of the bits, which vectorizes without fast-math; the keys of -0.0 and +0.0
+    differ, which cannot change the outcome (a block whose max and min are both zeros of
+    either sign is the zero block, and a zero never wins the magnitude comparison otherwise).
     """
-    mx = np.float32(values[0])
-    mn = mx
-    finite = True
-    for i in range(values.shape[0]):
-        x = np.float32(values[i])
-        if (x - x) != np.float32(0.0):  # inf - inf and NaN - NaN are NaN
-            finite = False
-        if x > mx:
-            mx = x
-        if x < mn:
-            mn = x
-    if not finite:
+    nonfinite = np.int32(0)
+    kmax = np.int32(-2147483648)
+    kmin = np.int32(2147483647)
+    for i in range(values.shape[1]):
+        bits = np.float32(values[b, i]).view(np.int32)
+        nonfinite |= np.int32((bits & _EXP_ALL_ONES) == _EXP_ALL_ONES)
+        key = _order_key(bits)
+        kmax = max(kmax, key)
+        kmin = min(kmin, key)
+    if nonfinite != 0:
         return -1, np.float32(0.0)
+    mx = np.int32(_order_key(kmax)).view(np.float32)  # the key map is its own inverse
+    mn = np.int32(_order_key(kmin)).view(np.float32)
     if mx == np.float32(0.0) and mn == np.float32(0.0):
         return 1, np.float32(0.0)
-    extreme = mx if abs(mx) > abs(mn) else mn
+    extreme = mx if abs(mx) > abs(mn) else mn  # equal magnitudes: the minimum
     inverse = np.float32(np.float32(-127.0) / extreme)
-    if (inverse - inverse) != np.float32(0.0):
+    if (inverse - inverse) != np.float32(0.0):  # inf - inf is NaN
         return -1, inverse
     return 0, inverse
 
 
 @kernel
-def q8_k_write_block(values, inverse, out):
-    """Steps 4-6: write one 292-byte record into ``out`` for a block with this ``inverse``.
+def q8_k_write_block(values, b, inverse, out, bo):
+    """Steps 4-6: write record ``out[bo]`` for block ``values[b]`` with this ``inverse``.
 
     ``inverse == 0`` writes the all-zero record.
     """
     if inverse == np.float32(0.0):
         for k in range(Q8_K_RECORD_BYTES):
-            out[k] = 0
+            out[bo, k] = 0
         return
     ds = np.float32(np.float32(1.0) / inverse)
-    bits = np.float32(ds).view(np.uint32)  # store ds little-endian, byte by byte
-    out[0] = np.uint8(bits & np.uint32(0xFF))
-    out[1] = np.uint8((bits >> np.uint32(8)) & np.uint32(0xFF))
-    out[2] = np.uint8((bits >> np.uint32(16)) & np.uint32(0xFF))
-    out[3] = np.uint8((bits >> np.uint32(24)) & np.uint32(0xFF))
-    for j in range(16):
+    bits = ds.view(np.uint32)
+    for k in range(4):  # ds, little-endian
+        out[bo, k] = np.uint8((bits >> np.uint32(8 * k)) & np.uint32(0xFF))
+    for i in range(Q8_K_BLOCK):
+        r = round_half_even(np.float32(np.float32(values[b, i]) * inverse))
+        out[bo, _Q_AT + i] = np.uint8(np.int32(saturate_i8(r)) & np.int32(0xFF))
+    for j in range(16):  # exact group sums of the stored q, |bsum| <= 2048
         group = np.int32(0)
         for k in range(16):
-            i = 16 * j + k
-            q = saturate_i8(round_half_even(np.float32(np.float32(values[i]) * inverse)))
-            out[_Q_AT + i] = np.uint8(np.int32(q) & np.int32(0xFF))
-            group += np.int32(q)
-        u = np.int32(group) & np.int32(0xFFFF)
-        out[_BSUM_AT + 2 * j] = np.uint8(u & np.int32(0xFF))
-        out[_BSUM_AT + 2 * j + 1] = np.uint8((u >> np.int32(8)) & np.int32(0xFF))
+            group = np.int32(group + np.int32(np.int8(out[bo, _Q_AT + 16 * j + k])))
+        out[bo, _BSUM_AT + 2 * j] = np.uint8(group & np.int32(0xFF))
+        out[bo, _BSUM_AT + 2 * j + 1] = np.uint8((group >> np.int32(8)) & np.int32(0xFF))
 
 
 @kernel
-def quantize_block_q8_k(values, out):
-    """Quantize one block (256 float32) into one Q8_K record (292 uint8).
+def quantize_block_q8_k(values, b, out, bo):
+    """Quantize block ``values[b]`` (f32 ``[G, 256]``) into record ``out[bo]`` (u8 ``[G', 292]``).
 
-    Returns True on success; False for an out-of-domain block, in which case ``out`` is not
-    written.
+    Returns True on success; False for an out-of-domain block, in which case nothing is written.
     """
-    status, inverse = q8_k_block_inverse(values)
+    status, inverse = q8_k_block_inverse(values, b)
     if status < 0:
         return False
-    q8_k_write_block(values, inverse, out)
+    q8_k_write_block(values, b, inverse, out, bo)
     return True
 
 
@@ -131,17 +140,17 @@ def quantize_q8_k(values, out):
     """Quantize ``values`` f32 ``[G, 256]`` into ``out`` u8 ``[G, 292]``.
 
     Returns -1 on success, or the index of the first out-of-domain block -- in which case
-    nothing at all has been written to ``out``.
+    nothing at all has been written to ``out`` (every block is checked before any is written).
     """
     g = values.shape[0]
     inverses = np.empty(g, dtype=np.float32)
     for b in range(g):
-        status, inverse = q8_k_block_inverse(values[b])
+        status, inverse = q8_k_block_inverse(values, b)
         if status < 0:
             return b
         inverses[b] = inverse
     for b in range(g):
-        q8_k_write_block(values[b], inverses[b], out[b])
+        q8_k_write_block(values, b, inverses[b], out, b)
     return -1
 
 
