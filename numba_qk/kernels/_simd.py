@@ -5,7 +5,8 @@ Only *exact integer* work is done here (plus two exact loads): the record statis
 vector organisation below gives the same integers as the readable loop in ``dot.py``; every
 float rounding step stays in plain numba code, in spec order.
 
-Per record pair (AVX2 instruction set; LLVM picks VNNI/AVX-512 encodings where available)::
+Per record pair (256-bit AVX2 form shown; with AVX-512BW the same steps run on 512-bit vectors,
+two 32-byte chunks at a time, low and high nibbles shuffled into element order)::
 
     sc, m      <- 6-bit fields, unpacked from the 12 scale bytes with 32-bit SWAR masks
     for chunk j in 0..3 (32 bytes of Q4_K quants = sub-blocks 2j and 2j+1):
@@ -58,6 +59,9 @@ _FEATURES = _target_features()
 # under NUMBA_DISABLE_JIT=1 the intrinsics cannot run, so the portable loops are used too.
 HAVE_AVX2 = ({"avx2", "f16c"} <= _FEATURES and not config.DISABLE_JIT
              and os.environ.get("NUMBA_QK_PORTABLE", "") in ("", "0"))
+# 512-bit vectors: AVX-512BW (byte/word ops); NUMBA_QK_NO_AVX512=1 keeps the 256-bit code.
+HAVE_AVX512 = (HAVE_AVX2 and {"avx512f", "avx512bw"} <= _FEATURES
+               and os.environ.get("NUMBA_QK_NO_AVX512", "") in ("", "0"))
 
 _i8, _i16, _i32, _i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 
@@ -120,43 +124,105 @@ def _byte_ptr(context, builder, arrty, arr, offset):
     return builder.gep(context.make_array(arrty)(context, builder, arr).data, [offset])
 
 
-@intrinsic
-def q4_k_q8_k_sums_avx2(typingctx, w, w_off, x, x_off):
-    """(S_b, T_b) as int32 for the Q4_K record at byte ``w_off`` of uint8 array ``w`` and the
-    Q8_K record at byte ``x_off`` of ``x``; both records must be contiguous bytes."""
+def _gen_sums(builder, wbase, xbases, wide: bool):
+    """IR for (S_b, T_b) of one Q4_K record against each Q8_K record in ``xbases``.
+
+    The weight record is decoded once (nibbles, scales, mins) and reused for every
+    activation record -- the basis of the batched (gemm) kernels.
+    ``wide``: 512-bit vectors (AVX-512BW), else 256-bit (AVX2).
+    """
+    sc16, m16 = _unpack_scales(builder, wbase)
+    maddwd8 = _decl(builder, "llvm.x86.avx2.pmadd.wd", _vec(_i32, 8),
+                    [_vec(_i16, 16), _vec(_i16, 16)])
+    reduce8 = _decl(builder, "llvm.vector.reduce.add.v8i32", _i32, [_vec(_i32, 8)])
+    if wide:
+        lanes = 64
+        maddubs = _decl(builder, "llvm.x86.avx512.pmaddubs.w.512", _vec(_i16, 32),
+                        [_vec(_i8, 64), _vec(_i8, 64)])
+        maddwd = _decl(builder, "llvm.x86.avx512.pmaddw.d.512", _vec(_i32, 16),
+                       [_vec(_i16, 32), _vec(_i16, 32)])
+        reduce_acc = _decl(builder, "llvm.vector.reduce.add.v16i32", _i32, [_vec(_i32, 16)])
+    else:
+        lanes = 32
+        maddubs = _decl(builder, "llvm.x86.avx2.pmadd.ub.sw", _vec(_i16, 16),
+                        [_vec(_i8, 32), _vec(_i8, 32)])
+        maddwd, reduce_acc = maddwd8, reduce8
+    low4 = ir.Constant(_vec(_i8, lanes), [0x0F] * lanes)
+    four = ir.Constant(_vec(_i8, lanes), [4] * lanes)
+
+    # Weight side, once: quants in element order, one vector per `lanes` elements, and the
+    # matching vectors of sub-block scales (each scale repeated over its 16 pmaddubsw lanes).
+    quants, scales = [], []
+    for h in range(0, 128, lanes):  # `lanes` bytes of packed nibbles at a time
+        qs = _load(builder, wbase, 16 + h, _vec(_i8, lanes))
+        lo = builder.and_(qs, low4)
+        hi = builder.lshr(qs, four)
+        for c in range(lanes // 32):  # each 32-byte chunk: low nibbles, then high nibbles
+            j = h // 32 + c
+            if wide:
+                order = [32 * c + k for k in range(32)] + [64 + 32 * c + k for k in range(32)]
+                quants.append(builder.shuffle_vector(lo, hi, ir.Constant(_vec(_i32, 64), order)))
+                scales.append(_splat_lanes(builder, sc16, [2 * j] * 16 + [2 * j + 1] * 16))
+            else:
+                quants += [lo, hi]
+                scales += [_splat_lanes(builder, sc16, [2 * j] * 16),
+                           _splat_lanes(builder, sc16, [2 * j + 1] * 16)]
+    m_pairs = _splat_lanes(builder, m16, [k // 2 for k in range(16)])
+
+    # Activation side: element e of the record lives at byte 4 + e, so vector v covers
+    # elements [lanes*v, lanes*v + lanes) -- the same order as `quants`.
+    results = []
+    for xbase in xbases:
+        acc = ir.Constant(maddwd.function_type.return_type, None)
+        for v, (q, sc) in enumerate(zip(quants, scales)):
+            xv = _load(builder, xbase, 4 + lanes * v, _vec(_i8, lanes))
+            acc = builder.add(acc, builder.call(maddwd, [builder.call(maddubs, [q, xv]), sc]))
+        s_b = builder.call(reduce_acc, [acc])
+        bsum = _load(builder, xbase, 260, _vec(_i16, 16))
+        t_b = builder.call(reduce8, [builder.call(maddwd8, [bsum, m_pairs])])
+        results += [s_b, t_b]
+    return results
+
+
+def _sums_signature(n_act: int, wide: bool, w, x):
+    """Typing and codegen shared by the intrinsics below."""
     if not (isinstance(w, types.Array) and isinstance(x, types.Array)):
         return None
-    sig = types.UniTuple(types.int32, 2)(w, types.intp, x, types.intp)
+    sig = types.UniTuple(types.int32, 2 * n_act)(w, types.intp, x, *([types.intp] * n_act))
 
     def codegen(context, builder, signature, args):
         wbase = _byte_ptr(context, builder, signature.args[0], args[0], args[1])
-        xbase = _byte_ptr(context, builder, signature.args[2], args[2], args[3])
-        maddubs = _decl(builder, "llvm.x86.avx2.pmadd.ub.sw", _vec(_i16, 16),
-                        [_vec(_i8, 32), _vec(_i8, 32)])
-        maddwd = _decl(builder, "llvm.x86.avx2.pmadd.wd", _vec(_i32, 8),
-                       [_vec(_i16, 16), _vec(_i16, 16)])
-        reduce8 = _decl(builder, "llvm.vector.reduce.add.v8i32", _i32, [_vec(_i32, 8)])
-        sc16, m16 = _unpack_scales(builder, wbase)
-        low4 = ir.Constant(_vec(_i8, 32), [0x0F] * 32)
-        four = ir.Constant(_vec(_i8, 32), [4] * 32)
-        acc = ir.Constant(_vec(_i32, 8), None)
-        for j in range(4):
-            qs = _load(builder, wbase, 16 + 32 * j, _vec(_i8, 32))
-            lo = builder.and_(qs, low4)
-            hi = builder.lshr(qs, four)
-            x_lo = _load(builder, xbase, 4 + 64 * j, _vec(_i8, 32))
-            x_hi = _load(builder, xbase, 36 + 64 * j, _vec(_i8, 32))
-            p_lo = builder.call(maddubs, [lo, x_lo])
-            p_hi = builder.call(maddubs, [hi, x_hi])
-            acc = builder.add(acc, builder.call(maddwd, [p_lo, _splat_lanes(builder, sc16, [2 * j] * 16)]))
-            acc = builder.add(acc, builder.call(maddwd, [p_hi, _splat_lanes(builder, sc16, [2 * j + 1] * 16)]))
-        s_b = builder.call(reduce8, [acc])
-        m_pairs = _splat_lanes(builder, m16, [k // 2 for k in range(16)])
-        bsum = _load(builder, xbase, 260, _vec(_i16, 16))
-        t_b = builder.call(reduce8, [builder.call(maddwd, [bsum, m_pairs])])
-        return context.make_tuple(builder, signature.return_type, [s_b, t_b])
+        xbases = [_byte_ptr(context, builder, signature.args[2], args[2], off) for off in args[3:]]
+        return context.make_tuple(builder, signature.return_type,
+                                  _gen_sums(builder, wbase, xbases, wide))
 
     return sig, codegen
+
+
+def _make_sums(n_act: int, wide: bool):
+    """An intrinsic (w, w_off, x, x_off_0, ..., x_off_{n-1}) -> (S_0, T_0, S_1, T_1, ...)."""
+    if n_act == 1:
+        def impl(typingctx, w, w_off, x, x_off):
+            return _sums_signature(1, wide, w, x)
+    elif n_act == 4:
+        def impl(typingctx, w, w_off, x, x_off0, x_off1, x_off2, x_off3):
+            return _sums_signature(4, wide, w, x)
+    else:  # pragma: no cover
+        raise ValueError(n_act)
+    impl.__name__ = f"q4_k_q8_k_sums_{'avx512' if wide else 'avx2'}_x{n_act}"
+    return intrinsic(impl)
+
+
+q4_k_q8_k_sums_avx2 = _make_sums(1, wide=False)
+q4_k_q8_k_sums_avx2.__doc__ = """(S_b, T_b) as int32 for the Q4_K record at byte ``w_off`` of uint8
+array ``w`` and the Q8_K record at byte ``x_off`` of ``x`` (256-bit vectors)."""
+q4_k_q8_k_sums_avx512 = _make_sums(1, wide=True)
+q4_k_q8_k_sums_x4_avx2 = _make_sums(4, wide=False)
+q4_k_q8_k_sums_x4_avx512 = _make_sums(4, wide=True)
+
+# The widest available variant, used by the fast paths.
+q4_k_q8_k_sums = q4_k_q8_k_sums_avx512 if HAVE_AVX512 else q4_k_q8_k_sums_avx2
+q4_k_q8_k_sums_x4 = q4_k_q8_k_sums_x4_avx512 if HAVE_AVX512 else q4_k_q8_k_sums_x4_avx2
 
 
 @intrinsic

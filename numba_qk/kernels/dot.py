@@ -25,7 +25,7 @@ import numpy as np
 
 from .._jit import kernel
 from ._bits import f16_to_f32, f32_from_bits
-from ._simd import HAVE_AVX2, load_f16_fpext, load_f32_raw, q4_k_q8_k_sums_avx2
+from ._simd import HAVE_AVX2, load_f16_fpext, load_f32_raw, q4_k_q8_k_sums
 from .q4_k import q4_k_scale_min
 
 _LOW4 = np.uint8(0b0000_1111)
@@ -123,7 +123,7 @@ def _gemv_loop(w, x, out):
 
 @kernel
 def _simd_record_value(w, wo, x, xo):
-    s_b, t_b = q4_k_q8_k_sums_avx2(w, wo, x, xo)
+    s_b, t_b = q4_k_q8_k_sums(w, wo, x, xo)
     return record_value_from_terms(s_b, t_b, load_f16_fpext(w, wo), load_f16_fpext(w, wo + 2),
                                    load_f32_raw(x, xo))
 
