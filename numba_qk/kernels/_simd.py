@@ -124,34 +124,33 @@ def _byte_ptr(context, builder, arrty, arr, offset):
     return builder.gep(context.make_array(arrty)(context, builder, arr).data, [offset])
 
 
-def _gen_sums(builder, wbase, xbases, wide: bool):
-    """IR for (S_b, T_b) of one Q4_K record against each Q8_K record in ``xbases``.
+class _Ops:
+    """Declarations of the vector instructions used, for one vector width."""
 
-    The weight record is decoded once (nibbles, scales, mins) and reused for every
-    activation record -- the basis of the batched (gemm) kernels.
-    ``wide``: 512-bit vectors (AVX-512BW), else 256-bit (AVX2).
-    """
+    def __init__(self, builder, wide: bool):
+        self.wide = wide
+        self.lanes = 64 if wide else 32  # int8 lanes per vector
+        self.maddwd8 = _decl(builder, "llvm.x86.avx2.pmadd.wd", _vec(_i32, 8),
+                             [_vec(_i16, 16), _vec(_i16, 16)])
+        if wide:
+            self.maddubs = _decl(builder, "llvm.x86.avx512.pmaddubs.w.512", _vec(_i16, 32),
+                                 [_vec(_i8, 64), _vec(_i8, 64)])
+            self.maddwd = _decl(builder, "llvm.x86.avx512.pmaddw.d.512", _vec(_i32, 16),
+                                [_vec(_i16, 32), _vec(_i16, 32)])
+        else:
+            self.maddubs = _decl(builder, "llvm.x86.avx2.pmadd.ub.sw", _vec(_i16, 16),
+                                 [_vec(_i8, 32), _vec(_i8, 32)])
+            self.maddwd = self.maddwd8
+
+
+def _decode_weights(builder, ops: _Ops, wbase):
+    """Weight side of one Q4_K record: quants in element order (one vector per ``lanes``
+    elements), the matching vectors of sub-block scales (each scale repeated over its 16
+    pmaddubsw lanes) and the [m0, m0, m1, m1, ...] vector for T_b."""
+    lanes = ops.lanes
     sc16, m16 = _unpack_scales(builder, wbase)
-    maddwd8 = _decl(builder, "llvm.x86.avx2.pmadd.wd", _vec(_i32, 8),
-                    [_vec(_i16, 16), _vec(_i16, 16)])
-    reduce8 = _decl(builder, "llvm.vector.reduce.add.v8i32", _i32, [_vec(_i32, 8)])
-    if wide:
-        lanes = 64
-        maddubs = _decl(builder, "llvm.x86.avx512.pmaddubs.w.512", _vec(_i16, 32),
-                        [_vec(_i8, 64), _vec(_i8, 64)])
-        maddwd = _decl(builder, "llvm.x86.avx512.pmaddw.d.512", _vec(_i32, 16),
-                       [_vec(_i16, 32), _vec(_i16, 32)])
-        reduce_acc = _decl(builder, "llvm.vector.reduce.add.v16i32", _i32, [_vec(_i32, 16)])
-    else:
-        lanes = 32
-        maddubs = _decl(builder, "llvm.x86.avx2.pmadd.ub.sw", _vec(_i16, 16),
-                        [_vec(_i8, 32), _vec(_i8, 32)])
-        maddwd, reduce_acc = maddwd8, reduce8
     low4 = ir.Constant(_vec(_i8, lanes), [0x0F] * lanes)
     four = ir.Constant(_vec(_i8, lanes), [4] * lanes)
-
-    # Weight side, once: quants in element order, one vector per `lanes` elements, and the
-    # matching vectors of sub-block scales (each scale repeated over its 16 pmaddubsw lanes).
     quants, scales = [], []
     for h in range(0, 128, lanes):  # `lanes` bytes of packed nibbles at a time
         qs = _load(builder, wbase, 16 + h, _vec(_i8, lanes))
@@ -159,7 +158,7 @@ def _gen_sums(builder, wbase, xbases, wide: bool):
         hi = builder.lshr(qs, four)
         for c in range(lanes // 32):  # each 32-byte chunk: low nibbles, then high nibbles
             j = h // 32 + c
-            if wide:
+            if ops.wide:
                 order = [32 * c + k for k in range(32)] + [64 + 32 * c + k for k in range(32)]
                 quants.append(builder.shuffle_vector(lo, hi, ir.Constant(_vec(_i32, 64), order)))
                 scales.append(_splat_lanes(builder, sc16, [2 * j] * 16 + [2 * j + 1] * 16))
@@ -168,61 +167,175 @@ def _gen_sums(builder, wbase, xbases, wide: bool):
                 scales += [_splat_lanes(builder, sc16, [2 * j] * 16),
                            _splat_lanes(builder, sc16, [2 * j + 1] * 16)]
     m_pairs = _splat_lanes(builder, m16, [k // 2 for k in range(16)])
-
-    # Activation side: element e of the record lives at byte 4 + e, so vector v covers
-    # elements [lanes*v, lanes*v + lanes) -- the same order as `quants`.
-    results = []
-    for xbase in xbases:
-        acc = ir.Constant(maddwd.function_type.return_type, None)
-        for v, (q, sc) in enumerate(zip(quants, scales)):
-            xv = _load(builder, xbase, 4 + lanes * v, _vec(_i8, lanes))
-            acc = builder.add(acc, builder.call(maddwd, [builder.call(maddubs, [q, xv]), sc]))
-        s_b = builder.call(reduce_acc, [acc])
-        bsum = _load(builder, xbase, 260, _vec(_i16, 16))
-        t_b = builder.call(reduce8, [builder.call(maddwd8, [bsum, m_pairs])])
-        results += [s_b, t_b]
-    return results
+    return quants, scales, m_pairs
 
 
-def _sums_signature(n_act: int, wide: bool, w, x):
-    """Typing and codegen shared by the intrinsics below."""
-    if not (isinstance(w, types.Array) and isinstance(x, types.Array)):
-        return None
-    sig = types.UniTuple(types.int32, 2 * n_act)(w, types.intp, x, *([types.intp] * n_act))
-
-    def codegen(context, builder, signature, args):
-        wbase = _byte_ptr(context, builder, signature.args[0], args[0], args[1])
-        xbases = [_byte_ptr(context, builder, signature.args[2], args[2], off) for off in args[3:]]
-        return context.make_tuple(builder, signature.return_type,
-                                  _gen_sums(builder, wbase, xbases, wide))
-
-    return sig, codegen
+def _pair_vectors(builder, ops: _Ops, weights, xbase):
+    """Unreduced S and T vectors of one decoded weight record against the Q8_K record at
+    ``xbase``.  Element e of a Q8_K record lives at byte 4 + e, so activation vector v covers
+    elements [lanes*v, lanes*v + lanes) -- the order of the decoded quants."""
+    quants, scales, m_pairs = weights
+    acc = ir.Constant(ops.maddwd.function_type.return_type, None)
+    for v, (q, sc) in enumerate(zip(quants, scales)):
+        xv = _load(builder, xbase, 4 + ops.lanes * v, _vec(_i8, ops.lanes))
+        acc = builder.add(acc, builder.call(ops.maddwd, [builder.call(ops.maddubs, [q, xv]), sc]))
+    bsum = _load(builder, xbase, 260, _vec(_i16, 16))
+    return acc, builder.call(ops.maddwd8, [bsum, m_pairs])
 
 
-def _make_sums(n_act: int, wide: bool):
-    """An intrinsic (w, w_off, x, x_off_0, ..., x_off_{n-1}) -> (S_0, T_0, S_1, T_1, ...)."""
-    if n_act == 1:
-        def impl(typingctx, w, w_off, x, x_off):
-            return _sums_signature(1, wide, w, x)
-    elif n_act == 4:
-        def impl(typingctx, w, w_off, x, x_off0, x_off1, x_off2, x_off3):
-            return _sums_signature(4, wide, w, x)
-    else:  # pragma: no cover
-        raise ValueError(n_act)
-    impl.__name__ = f"q4_k_q8_k_sums_{'avx512' if wide else 'avx2'}_x{n_act}"
-    return intrinsic(impl)
+def _reduce_many(builder, vecs):
+    """Horizontal sums of n equal-length i32 vectors as one <n x i32> vector (n a power of
+    two, at most the lane count): pairwise lane sums that keep each vector's lanes together,
+    so n sums cost about as much as two single reductions."""
+    n = len(vecs)
+    width = vecs[0].type.count
+    while len(vecs) > 1:  # merge pairs: c = [a0+a1, a2+a3, ..., b0+b1, b2+b3, ...]
+        merged = []
+        for a, b in zip(vecs[0::2], vecs[1::2]):
+            even = [2 * i for i in range(width // 2)] + [width + 2 * i for i in range(width // 2)]
+            odd = [e + 1 for e in even]
+            merged.append(builder.add(
+                builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, width), even)),
+                builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, width), odd))))
+        vecs = merged
+    v = vecs[0]
+    while v.type.count > n:  # halve: lane i = v[2i] + v[2i+1]; groups keep their order
+        half = v.type.count // 2
+        und = ir.Constant(v.type, ir.Undefined)
+        v = builder.add(
+            builder.shuffle_vector(v, und, ir.Constant(_vec(_i32, half), [2 * i for i in range(half)])),
+            builder.shuffle_vector(v, und, ir.Constant(_vec(_i32, half), [2 * i + 1 for i in range(half)])))
+    return v
 
 
-q4_k_q8_k_sums_avx2 = _make_sums(1, wide=False)
-q4_k_q8_k_sums_avx2.__doc__ = """(S_b, T_b) as int32 for the Q4_K record at byte ``w_off`` of uint8
-array ``w`` and the Q8_K record at byte ``x_off`` of ``x`` (256-bit vectors)."""
-q4_k_q8_k_sums_avx512 = _make_sums(1, wide=True)
-q4_k_q8_k_sums_x4_avx2 = _make_sums(4, wide=False)
-q4_k_q8_k_sums_x4_avx512 = _make_sums(4, wide=True)
+def _gen_sums(builder, ops: _Ops, wbases, xbases):
+    """(S, T) as two <n x i32> vectors for the record pairs zip(wbases, xbases).  A weight
+    record listed several times (same IR value) is decoded once."""
+    decoded = {}
+    s_vecs, t_vecs = [], []
+    for wb, xb in zip(wbases, xbases):
+        if id(wb) not in decoded:
+            decoded[id(wb)] = _decode_weights(builder, ops, wb)
+        s_acc, t_vec = _pair_vectors(builder, ops, decoded[id(wb)], xb)
+        s_vecs.append(s_acc)
+        t_vecs.append(t_vec)
+    return _reduce_many(builder, s_vecs), _reduce_many(builder, t_vecs)
 
-# The widest available variant, used by the fast paths.
+
+def _ptr(context, builder, arrty, arr, offset):
+    return _byte_ptr(context, builder, arrty, arr, offset)
+
+
+def _gather_f16(builder, bases, offset):
+    """<n x float> from the f16 at ``offset`` of each base (exact widening, vcvtph2ps)."""
+    v = ir.Constant(_vec(ir.HalfType(), len(bases)), None)
+    for i, b in enumerate(bases):
+        v = builder.insert_element(v, _load(builder, b, offset, ir.HalfType()), ir.Constant(_i32, i))
+    return builder.fpext(v, _vec(ir.FloatType(), len(bases)))
+
+
+def _gather_f32(builder, bases, offset):
+    v = ir.Constant(_vec(ir.FloatType(), len(bases)), None)
+    for i, b in enumerate(bases):
+        v = builder.insert_element(v, _load(builder, b, offset, ir.FloatType()), ir.Constant(_i32, i))
+    return v
+
+
+def _record_values(builder, s_vec, t_vec, d, dmin, ds):
+    """The float steps, lane by lane -- each lane is one record pair, each IR instruction one
+    IEEE operation in round-to-nearest-even (no fast-math flags, so nothing is fused)."""
+    f32v = _vec(ir.FloatType(), s_vec.type.count)
+    p = builder.fmul(d, builder.sitofp(s_vec, f32v))       # p_b = R32(d * f32(S_b))
+    n = builder.fmul(dmin, builder.sitofp(t_vec, f32v))    # n_b = R32(dmin * f32(T_b))
+    return builder.fmul(ds, builder.fsub(p, n))            # v_b = R32(ds * R32(p_b - n_b))
+
+
+def _fold_into(builder, acc_ptr, v, first):
+    """acc = v if first else R32(acc + v), lane by lane (each lane its own in-order fold)."""
+    ptr = builder.bitcast(acc_ptr, v.type.as_pointer())
+    old = builder.load(ptr, align=4)
+    new = builder.select(builder.icmp_signed("!=", first, ir.Constant(first.type, 0)),
+                         v, builder.fadd(old, v))
+    builder.store(new, ptr, align=4)
+
+
+def _float_array_ptr(context, builder, arrty, arr):
+    return context.make_array(arrty)(context, builder, arr).data
+
+
+def _make_sums(wide: bool):
+    @intrinsic
+    def q4_k_q8_k_sums(typingctx, w, w_off, x, x_off):
+        """(S_b, T_b) as int32 for the Q4_K record at byte ``w_off`` of uint8 array ``w`` and
+        the Q8_K record at byte ``x_off`` of ``x`` (both records' bytes contiguous)."""
+        if not (isinstance(w, types.Array) and isinstance(x, types.Array)):
+            return None
+        sig = types.UniTuple(types.int32, 2)(w, types.intp, x, types.intp)
+
+        def codegen(context, builder, signature, args):
+            ops = _Ops(builder, wide)
+            wb = _ptr(context, builder, signature.args[0], args[0], args[1])
+            xb = _ptr(context, builder, signature.args[2], args[2], args[3])
+            s_vec, t_vec = _gen_sums(builder, ops, [wb], [xb])
+            zero = ir.Constant(_i32, 0)
+            return context.make_tuple(builder, signature.return_type,
+                                      [builder.extract_element(s_vec, zero),
+                                       builder.extract_element(t_vec, zero)])
+        return sig, codegen
+    return q4_k_q8_k_sums
+
+
+def _make_accumulate(wide: bool, over_rows: bool, n: int = 8):
+    """Intrinsic folding ``n`` record values into ``acc[0:n]`` (float32 array).
+
+    over_rows=True  (gemv): lane k pairs weight record ``w_off + k*step`` with the one
+                     activation record at ``x_off``.
+    over_rows=False (gemm): lane k pairs the one weight record at ``w_off`` (decoded once)
+                     with activation record ``x_off + k*step``.
+    ``first`` != 0 starts each lane's fold (acc = v), else acc = R32(acc + v).
+    """
+    @intrinsic
+    def accumulate(typingctx, w, w_off, x, x_off, step, acc, first):
+        if not (isinstance(w, types.Array) and isinstance(x, types.Array)
+                and isinstance(acc, types.Array) and acc.dtype == types.float32):
+            return None
+        sig = types.none(w, types.intp, x, types.intp, types.intp, acc, types.intp)
+
+        def codegen(context, builder, signature, args):
+            ops = _Ops(builder, wide)
+            w_arr, w_off_v, x_arr, x_off_v, step_v, acc_arr, first_v = args
+            lanes = [builder.mul(step_v, ir.Constant(step_v.type, k)) for k in range(n)]
+            if over_rows:
+                wbs = [_ptr(context, builder, signature.args[0], w_arr, builder.add(w_off_v, o))
+                       for o in lanes]
+                xbs = [_ptr(context, builder, signature.args[2], x_arr, x_off_v)] * n
+            else:
+                wbs = [_ptr(context, builder, signature.args[0], w_arr, w_off_v)] * n
+                xbs = [_ptr(context, builder, signature.args[2], x_arr, builder.add(x_off_v, o))
+                       for o in lanes]
+            s_vec, t_vec = _gen_sums(builder, ops, wbs, xbs)
+            d = _gather_f16(builder, wbs, 0)
+            dmin = _gather_f16(builder, wbs, 2)
+            ds = _gather_f32(builder, xbs, 0)
+            v = _record_values(builder, s_vec, t_vec, d, dmin, ds)
+            _fold_into(builder, _float_array_ptr(context, builder, signature.args[5], acc_arr),
+                       v, first_v)
+            return context.get_dummy_value()
+        return sig, codegen
+    return accumulate
+
+
+q4_k_q8_k_sums_avx2 = _make_sums(wide=False)
+q4_k_q8_k_sums_avx512 = _make_sums(wide=True)
+accumulate_rows_x8_avx2 = _make_accumulate(wide=False, over_rows=True)
+accumulate_rows_x8_avx512 = _make_accumulate(wide=True, over_rows=True)
+accumulate_acts_x8_avx2 = _make_accumulate(wide=False, over_rows=False)
+accumulate_acts_x8_avx512 = _make_accumulate(wide=True, over_rows=False)
+
+# The widest available variants, used by the fast paths.
 q4_k_q8_k_sums = q4_k_q8_k_sums_avx512 if HAVE_AVX512 else q4_k_q8_k_sums_avx2
-q4_k_q8_k_sums_x4 = q4_k_q8_k_sums_x4_avx512 if HAVE_AVX512 else q4_k_q8_k_sums_x4_avx2
+accumulate_rows_x8 = accumulate_rows_x8_avx512 if HAVE_AVX512 else accumulate_rows_x8_avx2
+accumulate_acts_x8 = accumulate_acts_x8_avx512 if HAVE_AVX512 else accumulate_acts_x8_avx2
 
 
 @intrinsic

@@ -25,7 +25,8 @@ import numpy as np
 
 from .._jit import kernel
 from ._bits import f16_to_f32, f32_from_bits
-from ._simd import HAVE_AVX2, load_f16_fpext, load_f32_raw, q4_k_q8_k_sums
+from ._simd import (HAVE_AVX2, accumulate_acts_x8, accumulate_rows_x8, load_f16_fpext,
+                    load_f32_raw, q4_k_q8_k_sums)
 from .q4_k import q4_k_scale_min
 
 _LOW4 = np.uint8(0b0000_1111)
@@ -146,16 +147,56 @@ def _simd_dot(w, x):
 
 @kernel
 def _simd_gemv(w, x, out):
+    """Rows in tiles of 8: one vector lane per row, each lane its own in-order fold."""
     if w.strides[2] != 1 or x.strides[1] != 1:
         _gemv_loop(w, x, out)
         return
-    g = w.shape[1]
-    for r in range(w.shape[0]):
-        out[r] = _simd_dot_at(w, r * w.strides[0], w.strides[1], x, x.strides[0], g)
+    rows, g = w.shape[0], w.shape[1]
+    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
+    acc = np.empty(8, np.float32)
+    r = 0
+    while rows - r >= 8:
+        for b in range(g):
+            accumulate_rows_x8(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, b == 0)
+        for k in range(8):
+            out[r + k] = acc[k]
+        r += 8
+    for rr in range(r, rows):
+        out[rr] = _simd_dot_at(w, rr * ws0, ws1, x, xs0, g)
+
+
+@kernel
+def _gemm_loop(w, x, out):
+    for a in range(x.shape[0]):
+        for r in range(w.shape[0]):
+            out[a, r] = _dot_loop(w[r], x[a])
+
+
+@kernel
+def _simd_gemm(w, x, out):
+    """Activations in tiles of 8: each weight record is decoded once per tile; one vector
+    lane per activation, each lane its own in-order fold.  Leftover activations use gemv."""
+    if w.strides[2] != 1 or x.strides[2] != 1:
+        _gemm_loop(w, x, out)
+        return
+    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
+    ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], x.strides[1]
+    acc = np.empty(8, np.float32)
+    a0 = 0
+    while batch - a0 >= 8:
+        for r in range(rows):
+            for b in range(g):
+                accumulate_acts_x8(w, r * ws0 + b * ws1, x, a0 * xs0 + b * xs1, xs0, acc, b == 0)
+            for k in range(8):
+                out[a0 + k, r] = acc[k]
+        a0 += 8
+    for a in range(a0, batch):
+        _simd_gemv(w, x[a], out[a])
 
 
 _dot_impl = _simd_dot if HAVE_AVX2 else _dot_loop
 _gemv_impl = _simd_gemv if HAVE_AVX2 else _gemv_loop
+_gemm_impl = _simd_gemm if HAVE_AVX2 else _gemm_loop
 
 
 @kernel
@@ -192,3 +233,13 @@ def gemv_q4_k_q8_k(w, x, out):
         out[:] = np.float32(0.0)
         return
     _gemv_impl(w, x, out)
+
+
+@kernel
+def gemm_q4_k_q8_k(w, x, out):
+    """``out[a, r] = dot_q4_k_q8_k(w[r], x[a])`` for Q4_K weights ``[rows, G, 144]`` and Q8_K
+    activations ``[batch, G, 292]``; each weight record is decoded once per tile of activations."""
+    if w.shape[1] == 0:
+        out[:, :] = np.float32(0.0)
+        return
+    _gemm_impl(w, x, out)
