@@ -17,6 +17,9 @@ from .ops import (
     decode,
     dequantize,
     find_invalid_records,
+    gemm,
+    gemv,
+    matmul,
     quantize,
     quantized_dot,
 )
@@ -26,5 +29,5 @@ __version__ = "0.1.0"
 __all__ = [
     "quant", "f32", "Format", "ScalarType", "Field",
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
-    "Q4KFields", "Q8KFields", "NumbaQKError", "QuantizationDomainError", "__version__",
+    "gemv", "gemm", "matmul", "Q4KFields", "Q8KFields", "NumbaQKError", "QuantizationDomainError", "__version__",
 ]

@@ -10,10 +10,13 @@ class NumbaQKError(Exception):
 class QuantizationDomainError(NumbaQKError, ValueError):
     """A block cannot be quantized: a non-finite value, or an extreme too small to invert.
 
-    Attributes: ``block`` (index of the first bad block), ``reason`` (text).
+    Attributes: ``block`` (index of the first bad block), ``reason`` (text) and, for
+    ``matmul``'s activations, ``row`` (the activation row; ``block`` counts within it).
     """
 
-    def __init__(self, block: int, reason: str):
+    def __init__(self, block: int, reason: str, row=None):
         self.block = block
         self.reason = reason
-        super().__init__(f"block {block}: {reason}")
+        self.row = row
+        where = f"block {block}" if row is None else f"activation row {row}, block {block}"
+        super().__init__(f"{where}: {reason}")

@@ -9,13 +9,14 @@ dtype is an error, not a cast.
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple, Optional
 
 import numpy as np
 
 from .errors import QuantizationDomainError
 from .formats import Format, ScalarType, f32, quant
-from .kernels.dot import dot_q4_k_q8_k
+from .kernels.dot import dot_q4_k_q8_k, gemm_q4_k_q8_k, gemv_q4_k_q8_k
 from .kernels.q4_k import q4_k_decode_records, q4_k_dequantize_records
 from .kernels.q8_k import (
     q8_k_decode_records,
@@ -26,7 +27,7 @@ from .kernels.q8_k import (
 
 __all__ = [
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
-    "Q4KFields", "Q8KFields",
+    "gemv", "gemm", "matmul", "Q4KFields", "Q8KFields",
 ]
 
 
@@ -149,12 +150,15 @@ def quantize(values, format, *, out=None):
     return target if out is None else out
 
 
-def _domain_reason(values: np.ndarray, b: int) -> str:
+def _domain_reason(values: np.ndarray, b: int, element=None) -> str:
+    """Why block ``b`` of ``values`` [G, 256] cannot be quantized; ``element(i)`` names the
+    block's i-th value for the message (default ``values[b, i]``)."""
     block = np.asarray(values[b])
     nonfinite = np.flatnonzero(~np.isfinite(block))
     if nonfinite.size:
         i = int(nonfinite[0])
-        return f"values[{b}, {i}] is {block[i]!r}; quantize needs finite float32 values"
+        name = element(i) if element else f"values[{b}, {i}]"
+        return f"{name} is {float(block[i])!r}; quantize needs finite float32 values"
     mx, mn = block.max(), block.min()
     extreme = mx if abs(mx) > abs(mn) else mn
     with np.errstate(all="ignore"):
@@ -256,3 +260,156 @@ def find_invalid_records(records, format) -> np.ndarray:
     bad = np.empty(arr.shape[0], dtype=np.int64)
     n = q8_k_invalid_records(arr, bad)
     return bad[:n].copy()
+
+
+# ----------------------------------------------------------------------------- composed products
+
+_POOL = None
+_POOL_LOCK = __import__("threading").Lock()
+
+
+def _pool():
+    """A process-wide thread pool (kernels release the GIL, so threads run in parallel)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _POOL = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1),
+                                       thread_name_prefix="numba_qk")
+        return _POOL
+
+
+def _check_threads(threads) -> int:
+    if threads is None:
+        return max(1, os.cpu_count() or 1)
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
+        raise TypeError(f"threads: expected a positive int or None, got {type(threads).__name__}")
+    if threads < 1:
+        raise ValueError(f"threads: expected a positive int or None, got {threads}")
+    return int(threads)
+
+
+def _split_rows(rows: int, threads: int):
+    """Contiguous row ranges, one per thread, multiples of 8 where possible (the row tile)."""
+    threads = max(1, min(threads, rows // 8 or 1))
+    step = -(-rows // threads)
+    step = -(-step // 8) * 8
+    return [(r, min(r + step, rows)) for r in range(0, rows, step)]
+
+
+def _run_rows(fn, rows: int, threads: int):
+    """Run fn(r0, r1) over row ranges, on the pool when threads > 1."""
+    ranges = _split_rows(rows, threads)
+    if len(ranges) <= 1:
+        for r0, r1 in ranges:
+            fn(r0, r1)
+        return
+    futures = [_pool().submit(fn, r0, r1) for r0, r1 in ranges]
+    for f in futures:
+        f.result()
+
+
+def _check_weights(w, name: str = "w") -> np.ndarray:
+    arr = _as_array(w, name)
+    if arr.dtype != np.uint8:
+        raise TypeError(f"{name}: expected uint8 Q4_K records, got dtype {arr.dtype} "
+                        f"(records are raw bytes; no cast is made)")
+    if arr.ndim != 3 or arr.shape[2] != quant.q4_k.block_bytes:
+        raise ValueError(f"{name}: expected shape [rows, G, 144] (Q4_K weight rows of G records), "
+                         f"got {tuple(arr.shape)}")
+    return arr
+
+
+def _prepare_out(out, shape, inputs, what):
+    if out is None:
+        return np.empty(shape, dtype=np.float32), None
+    return _check_out(out, shape, np.float32, inputs, what), out
+
+
+def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
+    """Matrix-vector product of Q4_K weight rows and one Q8_K activation.
+
+    ``w``: uint8 ``[rows, G, 144]``; ``xq``: uint8 ``[G, 292]`` -> float32 ``[rows]``, where
+    element ``r`` equals ``quantized_dot(w[r], xq, ...)`` bit for bit.  ``threads`` splits the
+    rows over a thread pool (``None``: all cores); results do not depend on it.
+    """
+    _check_slot(lhs_format, "lhs_format", quant.q4_k, "gemv")
+    _check_slot(rhs_format, "rhs_format", quant.q8_k, "gemv")
+    nthreads = _check_threads(threads)
+    wa = _check_weights(w)
+    xa = _as_array(xq, "xq")
+    _check_records(xa, "xq", quant.q8_k)
+    if xa.shape[0] != wa.shape[1]:
+        raise ValueError(f"w and xq must hold the same number of records G per row: "
+                         f"w has {wa.shape[1]}, xq has {xa.shape[0]}")
+    target, user_out = _prepare_out(out, (wa.shape[0],), (wa, xa), "gemv's result")
+    _run_rows(lambda r0, r1: gemv_q4_k_q8_k(wa[r0:r1], xa, target[r0:r1]), wa.shape[0], nthreads)
+    return target if user_out is None else user_out
+
+
+def gemm(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
+    """Matrix product of Q4_K weight rows and a batch of Q8_K activations.
+
+    ``w``: uint8 ``[rows, G, 144]``; ``xq``: uint8 ``[batch, G, 292]`` -> float32
+    ``[batch, rows]`` with ``out[a, r] == quantized_dot(w[r], xq[a], ...)`` bit for bit.  Each
+    weight record is decoded once per tile of 8 activations, not once per activation.
+    """
+    _check_slot(lhs_format, "lhs_format", quant.q4_k, "gemm")
+    _check_slot(rhs_format, "rhs_format", quant.q8_k, "gemm")
+    nthreads = _check_threads(threads)
+    wa = _check_weights(w)
+    xa = _as_array(xq, "xq")
+    if xa.dtype != np.uint8:
+        raise TypeError(f"xq: expected uint8 Q8_K records, got dtype {xa.dtype}")
+    if xa.ndim != 3 or xa.shape[2] != quant.q8_k.block_bytes:
+        raise ValueError(f"xq: expected shape [batch, G, 292] (Q8_K activations), "
+                         f"got {tuple(xa.shape)}")
+    if xa.shape[1] != wa.shape[1]:
+        raise ValueError(f"w and xq must hold the same number of records G per row: "
+                         f"w has {wa.shape[1]}, xq has {xa.shape[1]}")
+    target, user_out = _prepare_out(out, (xa.shape[0], wa.shape[0]), (wa, xa), "gemm's result")
+    if xa.shape[0]:
+        _run_rows(lambda r0, r1: gemm_q4_k_q8_k(wa[r0:r1], xa, target[:, r0:r1]),
+                  wa.shape[0], nthreads)
+    return target if user_out is None else user_out
+
+
+def matmul(w, x, *, lhs_format, out=None, threads=1):
+    """Q4_K weights times float32 activations, the way llama.cpp runs a quantized layer.
+
+    ``w``: uint8 ``[rows, G, 144]``; ``x``: float32 ``[G*256]`` or ``[batch, G*256]``.  Each
+    activation row is quantized once to Q8_K (the format paired with Q4_K) -- shared by every
+    weight row -- then ``gemv``/``gemm`` run.  Returns float32 ``[rows]`` or ``[batch, rows]``.
+    A non-finite activation raises ``QuantizationDomainError`` naming the row and block.
+    """
+    _check_slot(lhs_format, "lhs_format", quant.q4_k, "matmul")
+    nthreads = _check_threads(threads)
+    wa = _check_weights(w)
+    xa = _as_array(x, "x")
+    if xa.dtype != np.float32:
+        raise TypeError(f"x: expected float32 activations, got dtype {xa.dtype.str} "
+                        f"({xa.dtype.name}); no cast is made")
+    k = wa.shape[1] * quant.q8_k.block_size
+    if xa.ndim not in (1, 2) or xa.shape[-1] != k:
+        raise ValueError(f"x: expected shape [{k}] or [batch, {k}] (G={wa.shape[1]} records of 256 "
+                         f"per weight row), got {tuple(xa.shape)}")
+    batch = 1 if xa.ndim == 1 else xa.shape[0]
+    out_shape = (wa.shape[0],) if xa.ndim == 1 else (batch, wa.shape[0])
+    target, user_out = _prepare_out(out, out_shape, (wa, xa), "matmul's result")
+    blocks = xa.reshape(batch * wa.shape[1], quant.q8_k.block_size)
+    xq = np.empty((batch * wa.shape[1], quant.q8_k.block_bytes), np.uint8)
+    if blocks.shape[0]:
+        bad = quantize_q8_k(blocks, xq)
+        if bad >= 0:
+            row, blk = divmod(int(bad), wa.shape[1])
+            name = ((lambda i: f"x[{blk * 256 + i}]") if xa.ndim == 1
+                    else (lambda i: f"x[{row}, {blk * 256 + i}]"))
+            raise QuantizationDomainError(blk, _domain_reason(blocks, int(bad), name),
+                                          row=row if xa.ndim == 2 else None)
+    if xa.ndim == 1:
+        gemv(wa, xq, lhs_format=lhs_format, rhs_format=quant.q8_k, out=target, threads=nthreads)
+    else:
+        gemm(wa, xq.reshape(batch, wa.shape[1], quant.q8_k.block_bytes), lhs_format=lhs_format,
+             rhs_format=quant.q8_k, out=target, threads=nthreads)
+    return target if user_out is None else user_out

@@ -1,0 +1,153 @@
+"""gemv / gemm / matmul: every output bit-identical to quantized_dot, for any threads."""
+
+import numpy as np
+import pytest
+
+import numba_qk as qk
+from numba_qk import reference as ref
+
+from conftest import assert_same_f32
+from records import random_q4_k, random_q8_k
+
+Q4, Q8 = qk.quant.q4_k, qk.quant.q8_k
+
+
+def dots(w, xq):
+    """The definition: one quantized_dot per (activation, row)."""
+    return np.array([[qk.quantized_dot(w[r], x, lhs_format=Q4, rhs_format=Q8)
+                      for r in range(w.shape[0])] for x in xq], dtype=np.float32)
+
+
+def weights(rng, rows, g, wild=False):
+    if wild:  # any bytes: NaN/inf/subnormal d and dmin, every scale pattern
+        return rng.integers(0, 256, size=(rows, g, 144), dtype=np.uint8)
+    return random_q4_k(rng, rows * g).reshape(rows, g, 144)
+
+
+@pytest.mark.parametrize("rows", [1, 7, 8, 9, 16, 33])
+@pytest.mark.parametrize("g", [1, 2, 17])
+def test_gemv_equals_dot(rng, rows, g):
+    w = weights(rng, rows, g, wild=rows == 9)
+    xq = random_q8_k(rng, g)
+    want = dots(w, xq[None])[0]
+    for threads in (1, 2, 3, None):
+        got = qk.gemv(w, xq, lhs_format=Q4, rhs_format=Q8, threads=threads)
+        assert got.shape == (rows,) and got.dtype == np.float32
+        assert_same_f32(got, want, f"threads={threads}")
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8, 9, 17])
+@pytest.mark.parametrize("rows, g", [(1, 1), (7, 2), (8, 17), (33, 2)])
+def test_gemm_equals_dot(rng, batch, rows, g):
+    w = weights(rng, rows, g, wild=batch == 9)
+    xq = np.stack([random_q8_k(rng, g) for _ in range(batch)])
+    want = dots(w, xq)
+    for threads in (1, 2, None):
+        got = qk.gemm(w, xq, lhs_format=Q4, rhs_format=Q8, threads=threads)
+        assert got.shape == (batch, rows)
+        assert_same_f32(got, want, f"threads={threads}")
+
+
+def test_gemm_matches_the_oracle_on_any_bytes(rng):
+    w = rng.integers(0, 256, size=(9, 2, 144), dtype=np.uint8)
+    xq = rng.integers(0, 256, size=(8, 2, 292), dtype=np.uint8)
+    got = qk.gemm(w, xq, lhs_format=Q4, rhs_format=Q8)
+    for a in range(8):
+        for r in range(9):
+            assert_same_f32(got[a, r], ref.quantized_dot(w[r], xq[a]), f"[{a}, {r}]")
+
+
+@pytest.mark.parametrize("batch", [None, 1, 5, 8, 10])
+def test_matmul_quantizes_once_and_equals_dot(rng, batch):
+    rows, g = 19, 3
+    w = weights(rng, rows, g)
+    shape = (g * 256,) if batch is None else (batch, g * 256)
+    x = rng.standard_normal(shape).astype(np.float32)
+    got = qk.matmul(w, x, lhs_format=Q4, threads=2)
+    xq = qk.quantize(x.reshape(-1, 256), format=Q8).reshape(-1, g, 292)
+    want = dots(w, xq)
+    assert_same_f32(got, want[0] if batch is None else want)
+
+
+def test_out_buffers_and_threads_give_identical_bits(rng):
+    w = weights(rng, 40, 4)
+    x = rng.standard_normal((3, 1024)).astype(np.float32)
+    out = np.empty((3, 40), np.float32)
+    assert qk.matmul(w, x, lhs_format=Q4, out=out) is out
+    for t in (2, 4, None):
+        assert_same_f32(qk.matmul(w, x, lhs_format=Q4, threads=t), out)
+    outv = np.empty(40, np.float32)
+    xq = qk.quantize(x[0].reshape(4, 256), format=Q8)
+    assert qk.gemv(w, xq, lhs_format=Q4, rhs_format=Q8, out=outv) is outv
+    assert_same_f32(outv, out[0])
+
+
+def test_read_only_memmap_and_strided_weights(tmp_path, rng):
+    w = weights(rng, 17, 3)
+    xq = random_q8_k(rng, 3)
+    want = dots(w, xq[None])[0]
+    path = tmp_path / "w.bin"
+    w.tofile(path)
+    wm = np.memmap(path, dtype=np.uint8, mode="r", shape=w.shape)
+    assert_same_f32(qk.gemv(wm, xq, lhs_format=Q4, rhs_format=Q8, threads=2), want)
+    # every other row of a doubled table; records with strided bytes (portable loop)
+    doubled = np.repeat(w, 2, axis=0)
+    assert_same_f32(qk.gemv(doubled[::2], xq, lhs_format=Q4, rhs_format=Q8), want)
+    wide = np.zeros((17, 3, 288), np.uint8)
+    wide[:, :, ::2] = w
+    assert_same_f32(qk.gemv(wide[:, :, ::2], xq, lhs_format=Q4, rhs_format=Q8), want)
+    xs = np.stack([xq] * 9)
+    assert_same_f32(qk.gemm(wide[:, :, ::2], xs, lhs_format=Q4, rhs_format=Q8),
+                    np.stack([want] * 9))
+
+
+def test_zero_records_per_row(rng):
+    w = np.empty((5, 0, 144), np.uint8)
+    got = qk.gemv(w, np.empty((0, 292), np.uint8), lhs_format=Q4, rhs_format=Q8)
+    assert got.shape == (5,) and not got.view(np.uint32).any()
+    got = qk.gemm(w, np.empty((3, 0, 292), np.uint8), lhs_format=Q4, rhs_format=Q8)
+    assert got.shape == (3, 5) and not got.view(np.uint32).any()
+    assert qk.matmul(w, np.empty((2, 0), np.float32), lhs_format=Q4).shape == (2, 5)
+    assert qk.gemm(w, np.empty((0, 0, 292), np.uint8), lhs_format=Q4, rhs_format=Q8).shape == (0, 5)
+
+
+def test_errors(rng):
+    w = weights(rng, 4, 2)
+    xq = random_q8_k(rng, 2)
+    with pytest.raises(TypeError, match="lhs_format: gemv expects numba_qk.quant.q4_k"):
+        qk.gemv(w, xq, lhs_format="q4_k", rhs_format=Q8)
+    with pytest.raises(TypeError, match="rhs_format: gemm expects"):
+        qk.gemm(w, xq[None], lhs_format=Q4, rhs_format=Q4)
+    with pytest.raises(ValueError, match=r"w: expected shape \[rows, G, 144\]"):
+        qk.gemv(w[0], xq, lhs_format=Q4, rhs_format=Q8)
+    with pytest.raises(TypeError, match="w: expected uint8"):
+        qk.gemv(w.view(np.int8), xq, lhs_format=Q4, rhs_format=Q8)
+    with pytest.raises(ValueError, match="w has 2, xq has 3"):
+        qk.gemv(w, random_q8_k(rng, 3), lhs_format=Q4, rhs_format=Q8)
+    with pytest.raises(ValueError, match=r"xq: expected shape \[batch, G, 292\]"):
+        qk.gemm(w, xq, lhs_format=Q4, rhs_format=Q8)
+    for bad, exc in ((0, ValueError), (-1, ValueError), (1.5, TypeError), ("2", TypeError),
+                     (True, TypeError)):
+        with pytest.raises(exc, match="threads"):
+            qk.gemv(w, xq, lhs_format=Q4, rhs_format=Q8, threads=bad)
+    with pytest.raises(TypeError, match="x: expected float32"):
+        qk.matmul(w, np.zeros(512), lhs_format=Q4)
+    with pytest.raises(ValueError, match=r"x: expected shape \[512\] or \[batch, 512\]"):
+        qk.matmul(w, np.zeros(256, np.float32), lhs_format=Q4)
+    with pytest.raises(TypeError, match="matmul expects numba_qk.quant.q4_k"):
+        qk.matmul(w, np.zeros(512, np.float32), lhs_format=Q8)
+
+
+def test_matmul_domain_error_names_row_and_block_and_leaves_out_alone(rng):
+    w = weights(rng, 4, 2)
+    x = rng.standard_normal((3, 512)).astype(np.float32)
+    x[2, 300] = np.nan
+    out = np.full((3, 4), 7.0, np.float32)
+    with pytest.raises(qk.QuantizationDomainError,
+                       match=r"^activation row 2, block 1: x\[2, 300\] is nan;") as info:
+        qk.matmul(w, x, lhs_format=Q4, out=out)
+    assert (info.value.row, info.value.block) == (2, 1)
+    assert (out == 7.0).all()
+    with pytest.raises(qk.QuantizationDomainError, match=r"^block 1: x\[300\] is inf"):
+        x[2, 300] = np.inf
+        qk.matmul(w, x[2], lhs_format=Q4)
