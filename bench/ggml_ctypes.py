@@ -70,29 +70,37 @@ class GGML:
         self._vec_dot(w.shape[0] * 256, C.byref(s), 0, w.ctypes.data, 0, xq.ctypes.data, 0, 1)
         return s.value
 
-    def matvec(self, w: np.ndarray, threads: int = 1) -> "Matvec":
-        return Matvec(self, w, threads)
+    def matvec(self, w: np.ndarray, threads: int = 1, batch: int = 0) -> "Matvec":
+        """ggml_mul_mat of Q4_K weights [rows, G, 144] and an f32 vector (batch=0) or a
+        [batch, G*256] matrix."""
+        return Matvec(self, w, threads, batch)
 
 
 class Matvec:
-    """A prepared ggml_mul_mat graph: Q4_K weights [rows, cols] times an f32 vector [cols]."""
+    """A prepared ggml_mul_mat graph: Q4_K weights [rows, cols] times f32 activations."""
 
-    def __init__(self, g: GGML, w: np.ndarray, threads: int):
+    def __init__(self, g: GGML, w: np.ndarray, threads: int, batch: int = 0):
         rows, groups = w.shape[0], w.shape[1]
         cols = groups * 256
+        n = max(batch, 1)
         self.g, self.threads, self.rows, self.cols = g, threads, rows, cols
-        size = w.nbytes + cols * 4 + rows * 4 + (1 << 20) * 8
+        size = w.nbytes + n * (cols * 4 + rows * 4) + (1 << 20) * 8
         self.ctx = g.base.ggml_init(_InitParams(size, None, False))
         wt = g.base.ggml_new_tensor_2d(self.ctx, GGML_TYPE_Q4_K, cols, rows)
-        self.xt = g.base.ggml_new_tensor_1d(self.ctx, GGML_TYPE_F32, cols)
+        if batch:
+            self.xt = g.base.ggml_new_tensor_2d(self.ctx, GGML_TYPE_F32, cols, batch)
+        else:
+            self.xt = g.base.ggml_new_tensor_1d(self.ctx, GGML_TYPE_F32, cols)
         self.yt = g.base.ggml_mul_mat(self.ctx, wt, self.xt)
         self.graph = g.base.ggml_new_graph(self.ctx)
         g.base.ggml_build_forward_expand(self.graph, self.yt)
         C.memmove(g.base.ggml_get_data(wt), w.ctypes.data, w.nbytes)
+        xshape = (batch, cols) if batch else (cols,)
+        yshape = (batch, rows) if batch else (rows,)
         self.x = np.ctypeslib.as_array(
-            C.cast(g.base.ggml_get_data(self.xt), C.POINTER(C.c_float)), shape=(cols,))
+            C.cast(g.base.ggml_get_data(self.xt), C.POINTER(C.c_float)), shape=xshape)
         self.y = np.ctypeslib.as_array(
-            C.cast(g.base.ggml_get_data(self.yt), C.POINTER(C.c_float)), shape=(rows,))
+            C.cast(g.base.ggml_get_data(self.yt), C.POINTER(C.c_float)), shape=yshape)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         self.x[:] = x

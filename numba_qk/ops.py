@@ -10,6 +10,7 @@ dtype is an error, not a cast.
 from __future__ import annotations
 
 import os
+import threading
 from typing import NamedTuple, Optional
 
 import numpy as np
@@ -17,6 +18,7 @@ import numpy as np
 from .errors import QuantizationDomainError
 from .formats import Format, ScalarType, f32, quant
 from .kernels.dot import dot_q4_k_q8_k, gemm_q4_k_q8_k, gemv_q4_k_q8_k
+from .kernels.parallel import gemm_parallel, gemv_parallel
 from .kernels.q4_k import q4_k_decode_records, q4_k_dequantize_records
 from .kernels.q8_k import (
     q8_k_decode_records,
@@ -264,20 +266,7 @@ def find_invalid_records(records, format) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- composed products
 
-_POOL = None
-_POOL_LOCK = __import__("threading").Lock()
-
-
-def _pool():
-    """A process-wide thread pool (kernels release the GIL, so threads run in parallel)."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            _POOL = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1),
-                                       thread_name_prefix="numba_qk")
-        return _POOL
+_LAUNCH_LOCK = threading.Lock()
 
 
 def _check_threads(threads) -> int:
@@ -290,24 +279,35 @@ def _check_threads(threads) -> int:
     return int(threads)
 
 
-def _split_rows(rows: int, threads: int):
-    """Contiguous row ranges, one per thread, multiples of 8 where possible (the row tile)."""
-    threads = max(1, min(threads, rows // 8 or 1))
-    step = -(-rows // threads)
-    step = -(-step // 8) * 8
-    return [(r, min(r + step, rows)) for r in range(0, rows, step)]
+def _run(serial, parallel, args, rows: int, threads: int):
+    """Run ``serial(*args)``, or ``parallel(*args, nchunks)`` over row chunks of at least 8 rows
+    in numba's thread pool.  The thread count is capped by numba's pool size
+    (``NUMBA_NUM_THREADS``, all cores by default)."""
+    import numba
 
-
-def _run_rows(fn, rows: int, threads: int):
-    """Run fn(r0, r1) over row ranges, on the pool when threads > 1."""
-    ranges = _split_rows(rows, threads)
-    if len(ranges) <= 1:
-        for r0, r1 in ranges:
-            fn(r0, r1)
+    n = min(threads, numba.config.NUMBA_NUM_THREADS, max(1, rows // 8))
+    if n <= 1:
+        serial(*args)
         return
-    futures = [_pool().submit(fn, r0, r1) for r0, r1 in ranges]
-    for f in futures:
-        f.result()
+    # numba's fallback 'workqueue' threading layer must not be entered by two threads at once;
+    # OpenMP and TBB may, so the lock is only taken for workqueue (or before the first launch).
+    try:
+        layer = numba.threading_layer()
+    except ValueError:
+        layer = None
+    lock = _LAUNCH_LOCK if layer in (None, "workqueue") else None
+    if lock:
+        lock.acquire()
+    try:
+        previous = numba.get_num_threads()
+        numba.set_num_threads(n)  # thread-local setting
+        try:
+            parallel(*args, n)
+        finally:
+            numba.set_num_threads(previous)
+    finally:
+        if lock:
+            lock.release()
 
 
 def _check_weights(w, name: str = "w") -> np.ndarray:
@@ -344,7 +344,7 @@ def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
         raise ValueError(f"w and xq must hold the same number of records G per row: "
                          f"w has {wa.shape[1]}, xq has {xa.shape[0]}")
     target, user_out = _prepare_out(out, (wa.shape[0],), (wa, xa), "gemv's result")
-    _run_rows(lambda r0, r1: gemv_q4_k_q8_k(wa[r0:r1], xa, target[r0:r1]), wa.shape[0], nthreads)
+    _run(gemv_q4_k_q8_k, gemv_parallel, (wa, xa, target), wa.shape[0], nthreads)
     return target if user_out is None else user_out
 
 
@@ -370,8 +370,7 @@ def gemm(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
                          f"w has {wa.shape[1]}, xq has {xa.shape[1]}")
     target, user_out = _prepare_out(out, (xa.shape[0], wa.shape[0]), (wa, xa), "gemm's result")
     if xa.shape[0]:
-        _run_rows(lambda r0, r1: gemm_q4_k_q8_k(wa[r0:r1], xa, target[:, r0:r1]),
-                  wa.shape[0], nthreads)
+        _run(gemm_q4_k_q8_k, gemm_parallel, (wa, xa, target), wa.shape[0], nthreads)
     return target if user_out is None else user_out
 
 

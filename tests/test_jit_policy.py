@@ -38,7 +38,18 @@ def test_every_kernel_uses_the_policy():
 def test_no_njit_outside_the_policy():
     for path in ROOT.rglob("*.py"):
         text = path.read_text()
-        if path.name == "_jit.py":
+        if path.name in ("_jit.py", "parallel.py"):
             continue
         assert not re.search(r"^\s*@(numba\.)?n?jit\b", text, re.M), \
             f"{path} bypasses numba_qk._jit.kernel"
+
+
+def test_parallel_drivers_only_split_rows():
+    """parallel.py is the one place with parallel=True: same policy otherwise."""
+    from numba_qk.kernels import parallel
+
+    text = (ROOT / "kernels" / "parallel.py").read_text()
+    assert text.count("@njit(**PARALLEL_OPTIONS)") == 2
+    for name in ("gemv_parallel", "gemm_parallel"):
+        opts = getattr(parallel, name).targetoptions
+        assert opts["parallel"] is True and opts["fastmath"] is False and opts["nogil"] is True

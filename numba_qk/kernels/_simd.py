@@ -286,7 +286,8 @@ def _make_sums(wide: bool):
 
 
 def _make_accumulate(wide: bool, over_rows: bool, n: int = 8):
-    """Intrinsic folding ``n`` record values into ``acc[0:n]`` (float32 array).
+    """Intrinsic folding ``n`` record values into ``acc.flat[acc_at : acc_at + n]`` (a
+    contiguous float32 array).
 
     over_rows=True  (gemv): lane k pairs weight record ``w_off + k*step`` with the one
                      activation record at ``x_off``.
@@ -295,15 +296,15 @@ def _make_accumulate(wide: bool, over_rows: bool, n: int = 8):
     ``first`` != 0 starts each lane's fold (acc = v), else acc = R32(acc + v).
     """
     @intrinsic
-    def accumulate(typingctx, w, w_off, x, x_off, step, acc, first):
+    def accumulate(typingctx, w, w_off, x, x_off, step, acc, acc_at, first):
         if not (isinstance(w, types.Array) and isinstance(x, types.Array)
                 and isinstance(acc, types.Array) and acc.dtype == types.float32):
             return None
-        sig = types.none(w, types.intp, x, types.intp, types.intp, acc, types.intp)
+        sig = types.none(w, types.intp, x, types.intp, types.intp, acc, types.intp, types.intp)
 
         def codegen(context, builder, signature, args):
             ops = _Ops(builder, wide)
-            w_arr, w_off_v, x_arr, x_off_v, step_v, acc_arr, first_v = args
+            w_arr, w_off_v, x_arr, x_off_v, step_v, acc_arr, acc_at_v, first_v = args
             lanes = [builder.mul(step_v, ir.Constant(step_v.type, k)) for k in range(n)]
             if over_rows:
                 wbs = [_ptr(context, builder, signature.args[0], w_arr, builder.add(w_off_v, o))
@@ -318,8 +319,9 @@ def _make_accumulate(wide: bool, over_rows: bool, n: int = 8):
             dmin = _gather_f16(builder, wbs, 2)
             ds = _gather_f32(builder, xbs, 0)
             v = _record_values(builder, s_vec, t_vec, d, dmin, ds)
-            _fold_into(builder, _float_array_ptr(context, builder, signature.args[5], acc_arr),
-                       v, first_v)
+            acc_ptr = builder.gep(_float_array_ptr(context, builder, signature.args[5], acc_arr),
+                                  [acc_at_v])
+            _fold_into(builder, acc_ptr, v, first_v)
             return context.get_dummy_value()
         return sig, codegen
     return accumulate

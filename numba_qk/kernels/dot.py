@@ -157,7 +157,7 @@ def _simd_gemv(w, x, out):
     r = 0
     while rows - r >= 8:
         for b in range(g):
-            accumulate_rows_x8(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, b == 0)
+            accumulate_rows_x8(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
         for k in range(8):
             out[r + k] = acc[k]
         r += 8
@@ -172,23 +172,33 @@ def _gemm_loop(w, x, out):
             out[a, r] = _dot_loop(w[r], x[a])
 
 
+_GEMM_RECORD_BLOCK = 8  # records per pass: 8 activations x 8 records x 292 B stay in L1
+
+
 @kernel
 def _simd_gemm(w, x, out):
     """Activations in tiles of 8: each weight record is decoded once per tile; one vector
-    lane per activation, each lane its own in-order fold.  Leftover activations use gemv."""
+    lane per activation, each lane its own in-order fold.  Records are taken in blocks so
+    that the tile's activation records stay in L1 while every row passes over them; the
+    per-(row, activation) accumulators live in ``acc`` between blocks.  Leftover
+    activations use gemv."""
     if w.strides[2] != 1 or x.strides[2] != 1:
         _gemm_loop(w, x, out)
         return
     batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
     ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], x.strides[1]
-    acc = np.empty(8, np.float32)
+    acc = np.empty((rows, 8), np.float32)
     a0 = 0
     while batch - a0 >= 8:
+        for b0 in range(0, g, _GEMM_RECORD_BLOCK):
+            b1 = min(b0 + _GEMM_RECORD_BLOCK, g)
+            for r in range(rows):
+                for b in range(b0, b1):
+                    accumulate_acts_x8(w, r * ws0 + b * ws1, x, a0 * xs0 + b * xs1, xs0,
+                                       acc, 8 * r, b == 0)
         for r in range(rows):
-            for b in range(g):
-                accumulate_acts_x8(w, r * ws0 + b * ws1, x, a0 * xs0 + b * xs1, xs0, acc, b == 0)
             for k in range(8):
-                out[a0 + k, r] = acc[k]
+                out[a0 + k, r] = acc[r, k]
         a0 += 8
     for a in range(a0, batch):
         _simd_gemv(w, x[a], out[a])
