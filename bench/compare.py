@@ -139,6 +139,33 @@ def machine() -> dict:
     return info
 
 
+def read_bandwidth(arrays, threads):
+    """GB/s of a plain vectorized read (sum of int64 words) cycling through ``arrays``, on 1
+    and on ``threads`` threads."""
+    from numba import njit, prange, set_num_threads
+
+    @njit(nogil=True, cache=False)
+    def total(a):
+        s = 0
+        for i in range(a.shape[0]):
+            s += a[i]
+        return s
+
+    @njit(nogil=True, parallel=True, cache=False)
+    def total_par(a, nchunks):
+        step = (a.shape[0] + nchunks - 1) // nchunks
+        parts = np.zeros(nchunks, np.int64)
+        for c in prange(nchunks):
+            parts[c] = total(a[c * step: min(a.shape[0], (c + 1) * step)])
+        return parts.sum()
+
+    words = [a.reshape(-1).view(np.int64) for a in arrays]
+    one = best(cycling([lambda v=v: total(v) for v in words]), repeat=3)
+    set_num_threads(threads)
+    many = best(cycling([lambda v=v: total_par(v, threads) for v in words]), repeat=3)
+    return [words[0].nbytes / one / 1e9, words[0].nbytes / many / 1e9]
+
+
 def fmt_t(s: float) -> str:
     return f"{s * 1e6:.2f} us" if s < 1e-3 else f"{s * 1e3:.3f} ms"
 
@@ -242,11 +269,15 @@ def main(argv=None) -> int:
                     best(lambda: mvn(xv)), w.nbytes)
             del mv1, mvn
         tab.add(work, f"matmul threads={ncores}", tn, "numba_qk matmul, 1 thread", t1, w.nbytes)
+        xq1 = qk.quantize(xv.reshape(g, 256), format=Q8)
+        tab.add(f"gemv {rows}x{cols} (Q8_K x given)", f"gemv threads={ncores}",
+                best(lambda: qk.gemv(w, xq1, lhs_format=Q4, rhs_format=Q8, threads=None)),
+                "numba_qk gemv, 1 thread",
+                best(lambda: qk.gemv(w, xq1, lhs_format=Q4, rhs_format=Q8)), w.nbytes)
 
         # gemm, batch 8
         xb = np.stack([activations(g, seed=s).ravel() for s in range(8)])
         xq8 = qk.quantize(xb.reshape(-1, 256), format=Q8).reshape(8, g, 292)
-        xq1 = xq8[0]
         t_gemm = best(lambda: qk.gemm(w, xq8, lhs_format=Q4, rhs_format=Q8))
         t_gemv = best(lambda: qk.gemv(w, xq1, lhs_format=Q4, rhs_format=Q8))
         work_b = f"gemm batch 8, {rows}x{cols}"
@@ -281,11 +312,10 @@ def main(argv=None) -> int:
             else:
                 tab.add(work_d, "matmul", t_d1, nbytes=w.nbytes)
                 tab.add(work_d, f"matmul threads={ncores}", t_dn, nbytes=w.nbytes)
-            big = np.ones(copies * w.nbytes // 8, np.float64)
-            t_read = best(lambda: big.sum(), repeat=3)
-            notes.append(f"memory read bandwidth (numpy sum over {big.nbytes / 2**20:.0f} MiB): "
-                         f"{big.nbytes / t_read / 1e9:.1f} GB/s")
-            del ws, big
+            notes.append(f"memory read bandwidth over {copies} x {w.nbytes / 2**20:.0f} MiB "
+                         f"(plain vectorized read, 1 / {ncores} threads): "
+                         + " / ".join(f"{v:.1f}" for v in read_bandwidth(ws, ncores)) + " GB/s")
+            del ws
 
     first = first_call_times()
     info = machine()

@@ -84,7 +84,8 @@ class Matvec:
         cols = groups * 256
         n = max(batch, 1)
         self.g, self.threads, self.rows, self.cols = g, threads, rows, cols
-        size = w.nbytes + n * (cols * 4 + rows * 4) + (1 << 20) * 8
+        # tensors + graph + the work buffer (activations quantized to Q8_K) + headroom
+        size = w.nbytes + n * (cols * 4 + rows * 4) + 2 * n * groups * 292 + (1 << 20) * 32
         self.ctx = g.base.ggml_init(_InitParams(size, None, False))
         wt = g.base.ggml_new_tensor_2d(self.ctx, GGML_TYPE_Q4_K, cols, rows)
         if batch:
