@@ -17,14 +17,9 @@ import numpy as np
 
 def _sample(rows: int, groups: int, seed: int):
     """Deterministic Q4_K weight records [rows, G, 144] and f32 activations [G, 256]."""
-    rng = np.random.default_rng(seed)
-    w = rng.integers(0, 256, size=(rows, groups, 144), dtype=np.uint8)
-    d = (np.abs(rng.standard_normal((rows, groups))) * 0.01 + 1e-4).astype("<f2")
-    dmin = (np.abs(rng.standard_normal((rows, groups))) * 0.005).astype("<f2")
-    w[:, :, 0:2] = d.view(np.uint8).reshape(rows, groups, 2)
-    w[:, :, 2:4] = dmin.view(np.uint8).reshape(rows, groups, 2)
-    x = rng.standard_normal((groups, 256)).astype(np.float32)
-    return w, x
+    from numba_qk.samples import activations, q4_k_weights
+
+    return q4_k_weights(rows, groups, seed), activations(groups, seed + 1)
 
 
 def _best_time(fn, repeat: int) -> float:

@@ -25,22 +25,20 @@ def _chunk_step(rows, nchunks):
 @njit(**PARALLEL_OPTIONS)
 def gemv_parallel(w, x, out, nchunks):
     """gemv_q4_k_q8_k over ``nchunks`` row chunks in parallel."""
-    rows = w.shape[0]
-    step = _chunk_step(rows, nchunks)
+    step = _chunk_step(w.shape[0], nchunks)
     for c in prange(nchunks):
         r0 = c * step
-        r1 = min(rows, r0 + step)
+        r1 = min(w.shape[0], r0 + step)
         if r0 < r1:
             gemv_q4_k_q8_k(w[r0:r1], x, out[r0:r1])
 
 
 @njit(**PARALLEL_OPTIONS)
 def gemm_parallel(w, x, out, nchunks):
-    """gemm_q4_k_q8_k over ``nchunks`` row chunks in parallel."""
-    rows = w.shape[0]
-    step = _chunk_step(rows, nchunks)
+    """gemm_q4_k_q8_k over ``nchunks`` row chunks in parallel (``out[:, r0:r1]`` per chunk)."""
+    step = _chunk_step(w.shape[0], nchunks)
     for c in prange(nchunks):
         r0 = c * step
-        r1 = min(rows, r0 + step)
+        r1 = min(w.shape[0], r0 + step)
         if r0 < r1:
             gemm_q4_k_q8_k(w[r0:r1], x, out[:, r0:r1])
