@@ -38,7 +38,7 @@ def _hex(v) -> str:
 def demo(rows: int, groups: int, seed: int, check_rows: int) -> int:
     import numba_qk as qk
     from numba_qk import reference as ref
-    from numba_qk.kernels import gemv_q4_k_q8_k
+    import os
 
     Q4, Q8 = qk.quant.q4_k, qk.quant.q8_k
     w, x = _sample(rows, groups, seed)
@@ -49,7 +49,8 @@ def demo(rows: int, groups: int, seed: int, check_rows: int) -> int:
     xq = qk.quantize(x, format=Q8)
     dot0 = qk.quantized_dot(w[0], xq, lhs_format=Q4, rhs_format=Q8, acc_dtype=qk.f32)
     out = np.empty(rows, np.float32)
-    gemv_q4_k_q8_k(w, xq, out)
+    out = qk.gemv(w, xq, lhs_format=Q4, rhs_format=Q8)
+    out_mt = qk.matmul(w, x.ravel(), lhs_format=Q4, threads=None)
     first = time.perf_counter() - t0
     print(f"first calls (compile, or load from numba's on-disk cache): {first:.2f} s")
 
@@ -67,21 +68,26 @@ def demo(rows: int, groups: int, seed: int, check_rows: int) -> int:
 
     n = min(rows, check_rows)
     bad = [r for r in range(n) if _hex(ref.quantized_dot(w[r], xq)) != _hex(out[r])]
-    print(f"GEMV: {n - len(bad)}/{n} checked rows bit-identical to the reference"
+    bad += [r for r in range(rows) if _hex(out_mt[r]) != _hex(out[r])]
+    print(f"gemv: {n - len(bad)}/{n} checked rows bit-identical to the reference; "
+          f"multi-threaded matmul identical on all {rows} rows: {'yes' if not bad else 'NO'}"
           + (f"; first bad row {bad[0]}" if bad else ""))
     failures += len(bad)
-    print(f"GEMV out[:4] = {np.array2string(out[:4], precision=6)}")
+    print(f"gemv out[:4] = {np.array2string(out[:4], precision=6)}")
 
     t_q = _best_time(lambda: qk.quantize(x, format=Q8), 20)
     t_d = _best_time(lambda: qk.quantized_dot(w[0], xq, lhs_format=Q4, rhs_format=Q8), 50)
-    t_g = _best_time(lambda: gemv_q4_k_q8_k(w, xq, out), 10)
+    t_g = _best_time(lambda: qk.gemv(w, xq, lhs_format=Q4, rhs_format=Q8, out=out), 10)
+    t_m = _best_time(lambda: qk.matmul(w, x.ravel(), lhs_format=Q4, threads=None), 10)
     print("throughput (single thread, best of repeats):")
     print(f"  quantize      {x.nbytes / t_q / 1e9:7.2f} GB/s of f32 input   "
           f"({t_q * 1e6:9.1f} us for {groups} blocks)")
     print(f"  quantized_dot {w[0].nbytes / t_d / 1e9:7.2f} GB/s of Q4_K bytes  "
           f"({t_d * 1e6:9.1f} us for G={groups}, incl. API checks)")
-    print(f"  GEMV kernel   {w.nbytes / t_g / 1e9:7.2f} GB/s of Q4_K bytes  "
+    print(f"  gemv          {w.nbytes / t_g / 1e9:7.2f} GB/s of Q4_K bytes  "
           f"({t_g * 1e3:9.3f} ms, {t_g / w.shape[0] / groups * 1e9:.1f} ns per record)")
+    print(f"  matmul, {os.cpu_count()} thr {w.nbytes / t_m / 1e9:7.2f} GB/s of Q4_K bytes  "
+          f"({t_m * 1e3:9.3f} ms, f32 x quantized inside)")
     if failures:
         print(f"FAILED: {failures} mismatches against the reference", file=sys.stderr)
         return 1
