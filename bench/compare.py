@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE))
 import numba_qk as qk  # noqa: E402
 from numba_qk.kernels import dot_q4_k_q8_k, quantize_q8_k  # noqa: E402
 
-import ggml_ctypes  # noqa: E402
+from numba_qk import _ggml_ctypes as ggml_ctypes  # noqa: E402
 from _common import activations, q4_k_weights  # noqa: E402
 
 Q4, Q8 = qk.quant.q4_k, qk.quant.q8_k

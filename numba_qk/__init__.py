@@ -10,8 +10,10 @@
 """
 
 from .errors import NumbaQKError, QuantizationDomainError
-from .formats import Field, Format, ScalarType, f32, quant
+from .formats import (Field, Format, ScalarType, activation_format, bf16, f16, f32, from_ggml_type,
+                      i8, i32, quant)
 from .ops import (
+    BlockFields,
     Q4KFields,
     Q8KFields,
     decode,
@@ -27,7 +29,8 @@ from .ops import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "quant", "f32", "Format", "ScalarType", "Field",
+    "quant", "f32", "f16", "bf16", "i8", "i32", "Format", "ScalarType", "Field",
+    "from_ggml_type", "activation_format", "BlockFields",
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
     "gemv", "gemm", "matmul", "Q4KFields", "Q8KFields", "NumbaQKError", "QuantizationDomainError", "__version__",
 ]

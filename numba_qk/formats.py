@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
-__all__ = ["Field", "Format", "ScalarType", "QuantNamespace", "quant", "f32"]
+__all__ = ["Field", "Format", "ScalarType", "QuantNamespace", "quant", "f32", "f16", "bf16", "i8",
+           "i32", "from_ggml_type", "activation_format"]
 
 _TOKEN = object()  # only this module can construct schema objects
 
@@ -94,16 +95,16 @@ class Field(_Frozen):
 class Format(_Frozen):
     """A block-quantized record format (closed singleton, compare with ``is``)."""
 
-    __slots__ = ("name", "block_size", "block_bytes", "fields", "_attr", "_doc")
+    __slots__ = ("name", "block_size", "block_bytes", "fields", "ggml_type", "_attr", "_doc")
 
     is_quantized = True
     is_float = False
 
-    def __init__(self, token, name, attr, block_size, block_bytes, fields, doc):
+    def __init__(self, token, name, attr, block_size, block_bytes, fields, doc, ggml_type):
         if token is not _TOKEN:
             raise TypeError("Format objects are created by numba_qk only; use numba_qk.quant.*")
         self._init(name=name, _attr=attr, block_size=block_size, block_bytes=block_bytes,
-                   fields=tuple(fields), _doc=doc)
+                   fields=tuple(fields), _doc=doc, ggml_type=ggml_type)
         _check_tiling(self)
 
     # Aliases in record vocabulary.
@@ -153,16 +154,16 @@ class Format(_Frozen):
 class ScalarType(_Frozen):
     """A plain element type (closed singleton): one element per block."""
 
-    __slots__ = ("name", "block_bytes", "_attr", "_numpy", "_is_float")
+    __slots__ = ("name", "block_bytes", "ggml_type", "_attr", "_numpy", "_is_float")
 
     block_size = 1
     is_quantized = False
 
-    def __init__(self, token, name, attr, nbytes, numpy_name, is_float):
+    def __init__(self, token, name, attr, nbytes, numpy_name, is_float, ggml_type):
         if token is not _TOKEN:
             raise TypeError("ScalarType objects are created by numba_qk only; use numba_qk.f32")
         self._init(name=name, _attr=attr, block_bytes=nbytes, _numpy=numpy_name,
-                   _is_float=is_float)
+                   _is_float=is_float, ggml_type=ggml_type)
 
     @property
     def is_float(self) -> bool:
@@ -174,10 +175,10 @@ class ScalarType(_Frozen):
 
     @property
     def numpy_dtype(self):
-        """The numpy dtype with the same storage (little-endian)."""
+        """The numpy dtype with the same storage (little-endian), or None (bf16: numpy has none)."""
         import numpy as np
 
-        return np.dtype(self._numpy)
+        return None if self._numpy is None else np.dtype(self._numpy)
 
     def storage_bytes(self, n: int) -> Optional[int]:
         return _check_count(n) * self.block_bytes
@@ -246,6 +247,7 @@ q4_k = Format(
         _F("q", 16, 144, "u4", 256, 4, False),    # 256 x 4-bit quants
     ],
     "Q4_K weights: 256 elements in 8 sub-blocks of 32, 4-bit quants, 6-bit scales and mins",
+    12,
 )
 
 q8_k = Format(
@@ -256,12 +258,84 @@ q8_k = Format(
         _F("bsum", 260, 292, "i16", 16, 16, True),  # sums of q over groups of 16
     ],
     "Q8_K activations: 256 elements, 8-bit quants, f32 scale, 16 group sums",
+    15,
 )
 
-f32 = ScalarType(_TOKEN, "F32", "f32", 4, "<f4", True)
+# ggml's legacy 32-element formats (ggml-common.h block_q4_0 ... block_q8_1).  In the 4- and
+# 5-bit formats element j (0 <= j < 16) is the low nibble of qs[j] and element j + 16 the high
+# nibble; Q5's fifth bit of element j is bit j of the little-endian 32-bit qh.
+q4_0 = Format(
+    _TOKEN, "Q4_0", "q4_0", 32, 18,
+    [_F("d", 0, 2, "f16", 1, 16, True), _F("qs", 2, 18, "u4", 32, 4, False)],
+    "Q4_0: 32 elements, value = (q - 8) * d", 2,
+)
+q4_1 = Format(
+    _TOKEN, "Q4_1", "q4_1", 32, 20,
+    [_F("d", 0, 2, "f16", 1, 16, True), _F("m", 2, 4, "f16", 1, 16, True),
+     _F("qs", 4, 20, "u4", 32, 4, False)],
+    "Q4_1: 32 elements, value = q * d + m", 3,
+)
+q5_0 = Format(
+    _TOKEN, "Q5_0", "q5_0", 32, 22,
+    [_F("d", 0, 2, "f16", 1, 16, True), _F("qh", 2, 6, "u1", 32, 1, False),
+     _F("qs", 6, 22, "u4", 32, 4, False)],
+    "Q5_0: 32 elements, value = (q - 16) * d, q = low nibble | fifth bit << 4", 6,
+)
+q5_1 = Format(
+    _TOKEN, "Q5_1", "q5_1", 32, 24,
+    [_F("d", 0, 2, "f16", 1, 16, True), _F("m", 2, 4, "f16", 1, 16, True),
+     _F("qh", 4, 8, "u1", 32, 1, False), _F("qs", 8, 24, "u4", 32, 4, False)],
+    "Q5_1: 32 elements, value = q * d + m, q = low nibble | fifth bit << 4", 7,
+)
+q8_0 = Format(
+    _TOKEN, "Q8_0", "q8_0", 32, 34,
+    [_F("d", 0, 2, "f16", 1, 16, True), _F("qs", 2, 34, "i8", 32, 8, True)],
+    "Q8_0: 32 elements, value = q * d", 8,
+)
+q8_1 = Format(
+    _TOKEN, "Q8_1", "q8_1", 32, 36,
+    [_F("d", 0, 2, "f16", 1, 16, True), _F("s", 2, 4, "f16", 1, 16, True),
+     _F("qs", 4, 36, "i8", 32, 8, True)],
+    "Q8_1: 32 elements, value = q * d; s = d * sum(q) (activations paired with Q4_1/Q5_1)", 9,
+)
 
-_FORMATS = {"q4_k": q4_k, "q8_k": q8_k}
-_SCALARS = {"f32": f32}
+f32 = ScalarType(_TOKEN, "F32", "f32", 4, "<f4", True, 0)
+f16 = ScalarType(_TOKEN, "F16", "f16", 2, "<f2", True, 1)
+bf16 = ScalarType(_TOKEN, "BF16", "bf16", 2, None, True, 30)
+i8 = ScalarType(_TOKEN, "I8", "i8", 1, "i1", False, 24)
+i32 = ScalarType(_TOKEN, "I32", "i32", 4, "<i4", False, 26)
+
+_FORMATS = {"q4_k": q4_k, "q8_k": q8_k, "q4_0": q4_0, "q4_1": q4_1, "q5_0": q5_0,
+            "q5_1": q5_1, "q8_0": q8_0, "q8_1": q8_1}
+_SCALARS = {"f32": f32, "f16": f16, "bf16": bf16, "i8": i8, "i32": i32}
+_BY_GGML_TYPE = {t.ggml_type: t for t in (*_FORMATS.values(), *_SCALARS.values())}
+
+# Which activation format each weight format's dot pairs with (ggml's vec_dot_type).
+_ACTIVATION_FORMAT = {q4_k: q8_k, q4_0: q8_0, q5_0: q8_0, q8_0: q8_0, q4_1: q8_1, q5_1: q8_1}
+
+
+def from_ggml_type(type_id: int):
+    """The numba_qk format or scalar type for a GGML type id (``enum ggml_type``).
+
+    Raises ``KeyError`` naming the id for GGML types numba_qk does not model.
+    """
+    import operator
+
+    tid = operator.index(type_id)
+    try:
+        return _BY_GGML_TYPE[tid]
+    except KeyError:
+        known = ", ".join(f"{k}={v.name}" for k, v in sorted(_BY_GGML_TYPE.items()))
+        raise KeyError(f"GGML type id {tid} is not modelled by numba_qk (known: {known})") from None
+
+
+def activation_format(weight_format: Format) -> Format:
+    """The activation format a weight format's quantized dot pairs with (Q4_K -> Q8_K, ...)."""
+    try:
+        return _ACTIVATION_FORMAT[weight_format]
+    except (KeyError, TypeError):
+        raise TypeError(f"{weight_format!r} has no quantized dot; weight formats: "
+                        f"{', '.join(repr(f) for f in _ACTIVATION_FORMAT)}") from None
 
 
 def _lookup_format(attr):
@@ -280,6 +354,12 @@ class QuantNamespace(_Frozen):
 
     q4_k = q4_k
     q8_k = q8_k
+    q4_0 = q4_0
+    q4_1 = q4_1
+    q5_0 = q5_0
+    q5_1 = q5_1
+    q8_0 = q8_0
+    q8_1 = q8_1
 
     def __iter__(self) -> Iterator[Format]:
         return iter(_FORMATS.values())

@@ -147,3 +147,170 @@ def quantize(values) -> np.ndarray:
         except ReferenceDomainError:
             raise ReferenceDomainError(b) from None
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# ggml's legacy 32-element formats.  Quantizers transcribe ggml's quantize_row_*_ref (C float
+# semantics: every float operation rounded to f32; (int8_t)/(uint8_t) casts truncate toward
+# zero; roundf rounds halves away from zero); dequantizers dequantize_row_*; the dots follow
+# numba_qk's canonical legacy numerics (README).
+
+LEGACY_LAYOUT = {  # name: (bytes, offset of d, m, s, qh, qs; None where absent)
+    "Q4_0": (18, 0, None, None, None, 2),
+    "Q4_1": (20, 0, 2, None, None, 4),
+    "Q5_0": (22, 0, None, None, 2, 6),
+    "Q5_1": (24, 0, 2, None, 4, 8),
+    "Q8_0": (34, 0, None, None, None, 2),
+    "Q8_1": (36, 0, None, 2, None, 4),
+}
+
+
+def f16_bits(x) -> int:
+    """RNE f32 -> f16 bits, computed with exact rationals (independent of numpy's cast)."""
+    from fractions import Fraction
+
+    x = float(F32(x))
+    sign = 0x8000 if math.copysign(1.0, x) < 0 else 0
+    if math.isnan(x):
+        return sign | 0x7E00
+    if math.isinf(x):
+        return sign | 0x7C00
+    a = Fraction(abs(x))
+    if a == 0:
+        return sign
+    # scaled = a / 2**(e-10) for the f16 exponent e (clamped at the subnormal range)
+    e = max(a.numerator.bit_length() - a.denominator.bit_length(), -14)
+    while Fraction(2) ** e > a and e > -14:
+        e -= 1
+    while Fraction(2) ** (e + 1) <= a:
+        e += 1
+    step = Fraction(2) ** (e - 10)
+    q, r = divmod(a, step)
+    q = int(q)
+    if r > step / 2 or (r == step / 2 and q % 2 == 1):
+        q += 1
+    if e == -14 and q < 1024:  # subnormal
+        return sign | q
+    if q == 2048:
+        q, e = 1024, e + 1
+    if e > 15:
+        return sign | 0x7C00
+    return sign | ((e + 15) << 10) | (q - 1024)
+
+
+def _c_int8(x) -> int:
+    """(int8_t) of a float as x86 C compilers emit it: truncate to int32 (NaN and out-of-range
+    give INT_MIN), keep the low byte, signed."""
+    x = float(x)
+    i = int(math.trunc(x)) if -2.0**31 <= x < 2.0**31 else -2**31
+    low = i & 0xFF
+    return low - 256 if low >= 128 else low
+
+
+def _roundf(x) -> float:
+    x = float(x)
+    return math.copysign(math.floor(abs(x) + 0.5), x) if math.isfinite(x) else x
+
+
+def legacy_quantize_block(name: str, values) -> bytes:
+    """One record of ggml's quantize_row_<name>_ref for 32 finite float32 values."""
+    v = [F32(t) for t in values]
+    assert len(v) == 32 and all(math.isfinite(t) for t in v)
+    nbytes, d_at, m_at, s_at, qh_at, qs_at = LEGACY_LAYOUT[name]
+    rec = bytearray(nbytes)
+
+    def put_f16(off, x):
+        rec[off:off + 2] = f16_bits(x).to_bytes(2, "little")
+
+    with np.errstate(all="ignore"):
+        if name in ("Q8_0", "Q8_1"):
+            amax = F32(0.0)
+            for t in v:
+                amax = max(amax, abs(t))
+            d = F32(amax / F32(127.0))
+            inv = F32(F32(1.0) / d) if d != 0 else F32(0.0)
+            put_f16(d_at, d)
+            q = [_c_int8(_roundf(F32(t * inv))) for t in v]
+            rec[qs_at:qs_at + 32] = struct.pack("<32b", *q)
+            if name == "Q8_1":
+                put_f16(s_at, F32(F32(sum(q)) * d))
+            return bytes(rec)
+        if name in ("Q4_0", "Q5_0"):
+            amax, mx = F32(0.0), F32(0.0)
+            for t in v:
+                if amax < abs(t):
+                    amax, mx = abs(t), t
+            d = F32(mx / F32(-16.0 if name == "Q5_0" else -8.0))
+            inv = F32(F32(1.0) / d) if d != 0 else F32(0.0)
+            put_f16(d_at, d)
+            bias, cap = (F32(16.5), 31) if name == "Q5_0" else (F32(8.5), 15)
+            q = [min(cap, _c_int8(F32(F32(t * inv) + bias))) for t in v]
+        else:  # Q4_1, Q5_1
+            mn, mx = F32(3.4028234663852886e38), F32(-3.4028234663852886e38)
+            for t in v:
+                mn = t if t < mn else mn
+                mx = t if t > mx else mx
+            d = F32(F32(mx - mn) / F32(31.0 if name == "Q5_1" else 15.0))
+            inv = F32(F32(1.0) / d) if d != 0 else F32(0.0)
+            put_f16(d_at, d)
+            put_f16(m_at, mn)
+            q = [_c_int8(F32(F32(F32(t - mn) * inv) + F32(0.5))) for t in v]
+            q = [min(15, t) for t in q] if name == "Q4_1" else [t & 0xFF for t in q]
+    for j in range(16):
+        rec[qs_at + j] = (q[j] & 15) | ((q[j + 16] & 15) << 4)
+    if qh_at is not None:
+        qh = sum(((q[j] >> 4) & 1) << j for j in range(32))
+        rec[qh_at:qh_at + 4] = qh.to_bytes(4, "little")
+    return bytes(rec)
+
+
+def legacy_decode(name: str, a: bytes) -> dict:
+    """Fields of one legacy record; ``w`` are the integers a dot multiplies (q-8 for Q4_0,
+    q-16 for Q5_0, the stored q otherwise)."""
+    nbytes, d_at, m_at, s_at, qh_at, qs_at = LEGACY_LAYOUT[name]
+    assert len(a) == nbytes
+    out = {"d": f16_value(a[d_at] | (a[d_at + 1] << 8))}
+    if m_at is not None:
+        out["m"] = f16_value(a[m_at] | (a[m_at + 1] << 8))
+    if s_at is not None:
+        out["s"] = f16_value(a[s_at] | (a[s_at + 1] << 8))
+    if name in ("Q8_0", "Q8_1"):
+        q = [b - 256 if b >= 128 else b for b in a[qs_at:qs_at + 32]]
+        out["q"], out["w"] = q, q
+        return out
+    q = [(a[qs_at + j] & 15) for j in range(16)] + [(a[qs_at + j] >> 4) for j in range(16)]
+    if qh_at is not None:
+        qh = int.from_bytes(bytes(a[qh_at:qh_at + 4]), "little")
+        q = [q[j] | (((qh >> j) & 1) << 4) for j in range(32)]
+    out["q"] = q
+    offset = 8 if name == "Q4_0" else 16 if name == "Q5_0" else 0
+    out["w"] = [t - offset for t in q]
+    return out
+
+
+def legacy_dequantize(name: str, a: bytes) -> list:
+    f = legacy_decode(name, a)
+    with np.errstate(all="ignore"):
+        if "m" in f:
+            return [R32(R32(F32(t) * f["d"]) + f["m"]) for t in f["w"]]
+        return [R32(F32(t) * f["d"]) for t in f["w"]]
+
+
+def legacy_block_value(wname: str, w: bytes, xname: str, x: bytes) -> np.float32:
+    W, X = legacy_decode(wname, w), legacy_decode(xname, x)
+    S = sum(a * b for a, b in zip(W["w"], X["w"]))
+    with np.errstate(all="ignore"):
+        v = R32(X["d"] * R32(W["d"] * R32(S)))
+        if "m" in W:
+            v = R32(v + R32(W["m"] * X["s"]))
+    return v
+
+
+def legacy_dot(wname: str, w_records, xname: str, x_records) -> np.float32:
+    w_records, x_records = np.asarray(w_records), np.asarray(x_records)
+    acc = None
+    with np.errstate(all="ignore"):
+        for b in range(w_records.shape[0]):
+            v = legacy_block_value(wname, w_records[b].tobytes(), xname, x_records[b].tobytes())
+            acc = v if acc is None else R32(acc + v)
+    return F32(0.0) if acc is None else acc

@@ -29,8 +29,14 @@ def test_dot_format_slots(slot, bad, words):
 
 def test_dot_wrong_format_for_slot():
     with pytest.raises(TypeError, match=r"lhs_format: quantized_dot expects numba_qk.quant.q4_k "
-                                        r"\(Q4_K\), got numba_qk.quant.q8_k"):
+                                        r"\(Q4_K\), .*; got numba_qk.quant.q8_k"):
         qdot(lhs_format=Q8, rhs_format=Q4)
+    with pytest.raises(TypeError, match=r"rhs_format: quantized_dot expects numba_qk.quant.q8_k "
+                                        r"\(Q8_K\) to pair with Q4_K weights, got "
+                                        r"numba_qk.quant.q8_0"):
+        qdot(rhs_format=qk.quant.q8_0)
+    with pytest.raises(TypeError, match=r"expects numba_qk.quant.q8_1 \(Q8_1\) to pair with Q4_1"):
+        qdot(lhs_format=qk.quant.q4_1, rhs_format=qk.quant.q8_0)
 
 
 @pytest.mark.parametrize("bad", [np.float32, "f32", qk.quant.q8_k, np.dtype("float64")])

@@ -62,9 +62,9 @@ def test_closed_and_frozen():
     with pytest.raises(TypeError, match="closed"):
         type("Mine", (Field,), {})
     with pytest.raises(TypeError, match="created by numba_qk only"):
-        Format(None, "X", "x", 256, 144, [], "")
+        Format(None, "X", "x", 256, 144, [], "", 99)
     with pytest.raises(TypeError):
-        ScalarType(None, "X", "x", 4, "<f4", True)
+        ScalarType(None, "X", "x", 4, "<f4", True, 99)
     with pytest.raises(AttributeError, match="immutable"):
         Q4.block_bytes = 145
     with pytest.raises(AttributeError, match="immutable"):
@@ -82,7 +82,7 @@ def test_singletons_survive_copy_and_pickle():
 
 
 def test_namespace():
-    assert list(qk.quant) == [Q4, Q8]
+    assert list(qk.quant)[:2] == [Q4, Q8] and len(list(qk.quant)) == 8
     assert Q4 in qk.quant and qk.f32 not in qk.quant and "q4_k" not in qk.quant
     assert repr(Q4) == "numba_qk.quant.q4_k" and str(Q8) == "Q8_K"
 
@@ -92,10 +92,67 @@ def test_tiling_check_catches_bad_layouts():
 
     with pytest.raises(AssertionError, match="not covered"):
         Format(F._TOKEN, "Bad", "bad", 32, 6,
-               [F._F("a", 0, 2, "f16", 1, 16, True), F._F("b", 3, 6, "u8", 3, 8, False)], "")
+               [F._F("a", 0, 2, "f16", 1, 16, True), F._F("b", 3, 6, "u8", 3, 8, False)], "", 99)
     with pytest.raises(AssertionError, match="holds 40 bits"):
         Format(F._TOKEN, "Bad", "bad", 32, 6,
-               [F._F("a", 0, 2, "f16", 1, 16, True), F._F("b", 2, 6, "u8", 5, 8, False)], "")
+               [F._F("a", 0, 2, "f16", 1, 16, True), F._F("b", 2, 6, "u8", 5, 8, False)], "", 99)
     with pytest.raises(AssertionError, match="fields end at byte 5"):
         Format(F._TOKEN, "Bad", "bad", 32, 6,
-               [F._F("a", 0, 2, "f16", 1, 16, True), F._F("b", 2, 5, "u8", 3, 8, False)], "")
+               [F._F("a", 0, 2, "f16", 1, 16, True), F._F("b", 2, 5, "u8", 3, 8, False)], "", 99)
+
+
+LEGACY = {  # ggml's block structs: name, bytes, fields (name, span)
+    "q4_0": ("Q4_0", 18, [("d", (0, 2)), ("qs", (2, 18))]),
+    "q4_1": ("Q4_1", 20, [("d", (0, 2)), ("m", (2, 4)), ("qs", (4, 20))]),
+    "q5_0": ("Q5_0", 22, [("d", (0, 2)), ("qh", (2, 6)), ("qs", (6, 22))]),
+    "q5_1": ("Q5_1", 24, [("d", (0, 2)), ("m", (2, 4)), ("qh", (4, 8)), ("qs", (8, 24))]),
+    "q8_0": ("Q8_0", 34, [("d", (0, 2)), ("qs", (2, 34))]),
+    "q8_1": ("Q8_1", 36, [("d", (0, 2)), ("s", (2, 4)), ("qs", (4, 36))]),
+}
+
+
+@pytest.mark.parametrize("attr", sorted(LEGACY))
+def test_legacy_block_formats(attr):
+    name, nbytes, fields = LEGACY[attr]
+    fmt = getattr(qk.quant, attr)
+    assert (fmt.name, fmt.block_size, fmt.block_bytes) == (name, 32, nbytes)
+    assert [(f.name, f.span) for f in fmt.fields] == fields
+    assert fmt.is_quantized and not fmt.is_float
+    assert fmt.storage_bytes(0) == 0 and fmt.storage_bytes(64) == 2 * nbytes
+    assert fmt.storage_bytes(31) is None and fmt.storage_bytes(33) is None
+    assert fmt.bits_per_element == nbytes * 8 / 32
+
+
+def test_scalar_types_answer_spec_001():
+    table = {qk.f32: ("F32", 4, True, 0), qk.f16: ("F16", 2, True, 1),
+             qk.bf16: ("BF16", 2, True, 30), qk.i8: ("I8", 1, False, 24),
+             qk.i32: ("I32", 4, False, 26)}
+    for t, (name, nbytes, is_float, ggml_id) in table.items():
+        assert (t.name, t.block_size, t.block_bytes, t.is_float, t.ggml_type) == \
+            (name, 1, nbytes, is_float, ggml_id)
+        assert not t.is_quantized
+        assert t.storage_bytes(7) == 7 * nbytes and t.storage_bytes(0) == 0
+    assert qk.bf16.numpy_dtype is None and qk.i32.numpy_dtype.str == "<i4"
+
+
+def test_ggml_type_ids_round_trip():
+    ids = {0: qk.f32, 1: qk.f16, 2: qk.quant.q4_0, 3: qk.quant.q4_1, 6: qk.quant.q5_0,
+           7: qk.quant.q5_1, 8: qk.quant.q8_0, 9: qk.quant.q8_1, 12: Q4, 15: Q8, 24: qk.i8,
+           26: qk.i32, 30: qk.bf16}
+    for tid, fmt in ids.items():
+        assert qk.from_ggml_type(tid) is fmt and fmt.ggml_type == tid
+    with pytest.raises(KeyError, match="GGML type id 14 is not modelled"):
+        qk.from_ggml_type(14)  # Q6_K
+    with pytest.raises(TypeError):
+        qk.from_ggml_type("Q4_0")
+
+
+def test_activation_pairing():
+    pairs = {Q4: Q8, qk.quant.q4_0: qk.quant.q8_0, qk.quant.q5_0: qk.quant.q8_0,
+             qk.quant.q8_0: qk.quant.q8_0, qk.quant.q4_1: qk.quant.q8_1,
+             qk.quant.q5_1: qk.quant.q8_1}
+    for w, x in pairs.items():
+        assert qk.activation_format(w) is x
+    for bad in (Q8, qk.quant.q8_1, qk.f32, "q4_0"):
+        with pytest.raises(TypeError, match="has no quantized dot"):
+            qk.activation_format(bad)

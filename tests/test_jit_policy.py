@@ -49,7 +49,7 @@ def test_parallel_drivers_only_split_rows():
     from numba_qk.kernels import parallel
 
     text = (ROOT / "kernels" / "parallel.py").read_text()
-    assert text.count("@njit(**PARALLEL_OPTIONS)") == 2
-    for name in ("gemv_parallel", "gemm_parallel"):
+    assert text.count("@njit(**PARALLEL_OPTIONS)") == 4
+    for name in ("gemv_parallel", "gemm_parallel", "gemv_legacy_parallel", "gemm_legacy_parallel"):
         opts = getattr(parallel, name).targetoptions
         assert opts["parallel"] is True and opts["fastmath"] is False and opts["nogil"] is True

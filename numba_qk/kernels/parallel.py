@@ -12,6 +12,7 @@ from numba import njit, prange
 
 from .._jit import JIT_OPTIONS, kernel
 from .dot import gemm_q4_k_q8_k, gemv_q4_k_q8_k
+from .legacy import gemm_legacy, gemv_legacy
 
 PARALLEL_OPTIONS = dict(JIT_OPTIONS, parallel=True)
 
@@ -42,3 +43,25 @@ def gemm_parallel(w, x, out, nchunks):
         r1 = min(w.shape[0], r0 + step)
         if r0 < r1:
             gemm_q4_k_q8_k(w[r0:r1], x, out[:, r0:r1])
+
+
+@njit(**PARALLEL_OPTIONS)
+def gemv_legacy_parallel(code, w, x, out, nchunks):
+    """legacy.gemv_legacy over ``nchunks`` row chunks in parallel."""
+    step = _chunk_step(w.shape[0], nchunks)
+    for c in prange(nchunks):
+        r0 = c * step
+        r1 = min(w.shape[0], r0 + step)
+        if r0 < r1:
+            gemv_legacy(code, w[r0:r1], x, out[r0:r1])
+
+
+@njit(**PARALLEL_OPTIONS)
+def gemm_legacy_parallel(code, w, x, out, nchunks):
+    """legacy.gemm_legacy over ``nchunks`` row chunks in parallel."""
+    step = _chunk_step(w.shape[0], nchunks)
+    for c in prange(nchunks):
+        r0 = c * step
+        r1 = min(w.shape[0], r0 + step)
+        if r0 < r1:
+            gemm_legacy(code, w[r0:r1], x, out[:, r0:r1])

@@ -1,8 +1,9 @@
-"""Optional baseline: ggml's own CPU kernels through ctypes (package ``libggml-python``).
+"""ggml's own C functions through ctypes, for cross-checks (tests) and baselines (bench/).
 
-Never a dependency of numba_qk: ``load()`` returns None when the package is absent.
-Exposes ggml's Q8_K quantizer (``from_float``), its Q4_K x Q8_K ``vec_dot`` and a
-``ggml_mul_mat`` matvec graph (f32 activation, quantized to Q8_K by ggml, as in llama.cpp).
+Private and optional: it needs the package ``libggml-python`` (prebuilt ggml shared libraries),
+which numba_qk never requires; ``load()`` returns None when it is absent.  Exposes ggml's
+reference quantizers and dequantizers (``ggml_get_type_traits``), its CPU quantizers and
+``vec_dot`` kernels (``ggml_get_type_traits_cpu``) and a ``ggml_mul_mat`` graph.
 """
 
 from __future__ import annotations
@@ -19,12 +20,20 @@ class _InitParams(C.Structure):
     _fields_ = [("mem_size", C.c_size_t), ("mem_buffer", C.c_void_p), ("no_alloc", C.c_bool)]
 
 
+class _Traits(C.Structure):
+    _fields_ = [("type_name", C.c_char_p), ("blck_size", C.c_int64),
+                ("blck_size_interleave", C.c_int64), ("type_size", C.c_size_t),
+                ("is_quantized", C.c_bool), ("to_float", C.c_void_p),
+                ("from_float_ref", C.c_void_p)]
+
+
 class _TraitsCPU(C.Structure):
     _fields_ = [("from_float", C.c_void_p), ("vec_dot", C.c_void_p),
                 ("vec_dot_type", C.c_int), ("nrows", C.c_int64)]
 
 
 _FROM_FLOAT = C.CFUNCTYPE(None, C.c_void_p, C.c_void_p, C.c_int64)
+_TO_FLOAT = C.CFUNCTYPE(None, C.c_void_p, C.c_void_p, C.c_int64)
 _VEC_DOT = C.CFUNCTYPE(None, C.c_int, C.POINTER(C.c_float), C.c_size_t, C.c_void_p, C.c_size_t,
                        C.c_void_p, C.c_size_t, C.c_int)
 
@@ -43,6 +52,8 @@ class GGML:
         assert t4.vec_dot_type == GGML_TYPE_Q8_K
         self._vec_dot = _VEC_DOT(t4.vec_dot)
         self._q8_from_float = _FROM_FLOAT(t8.from_float)
+        base.ggml_get_type_traits.restype = C.POINTER(_Traits)
+        base.ggml_get_type_traits.argtypes = [C.c_int]
         base.ggml_init.restype = C.c_void_p
         base.ggml_init.argtypes = [_InitParams]
         base.ggml_new_tensor_1d.restype = C.c_void_p
@@ -61,6 +72,38 @@ class GGML:
         self.features = {name: bool(getattr(cpu, f"ggml_cpu_has_{name}")())
                          for name in ("avx2", "avx512", "avx512_vnni", "avx_vnni")}
 
+    def _traits(self, type_id):
+        return self.base.ggml_get_type_traits(type_id).contents
+
+    def quantize_ref(self, type_id: int, x: np.ndarray) -> np.ndarray:
+        """ggml's reference quantizer (``quantize_row_*_ref``) for f32 ``x`` [G, block]."""
+        t = self._traits(type_id)
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        out = np.zeros((x.shape[0], t.type_size), np.uint8)
+        _FROM_FLOAT(t.from_float_ref)(x.ctypes.data, out.ctypes.data, x.size)
+        return out
+
+    def dequantize(self, type_id: int, records: np.ndarray) -> np.ndarray:
+        """ggml's ``dequantize_row_*`` for records [G, bytes]."""
+        t = self._traits(type_id)
+        records = np.ascontiguousarray(records)
+        out = np.empty((records.shape[0], t.blck_size), np.float32)
+        _TO_FLOAT(t.to_float)(records.ctypes.data, out.ctypes.data, out.size)
+        return out
+
+    def vec_dot(self, type_id: int, w: np.ndarray, xq: np.ndarray) -> float:
+        """ggml's CPU ``vec_dot`` of weight records w [G, bytes] with activation records xq
+        (of the type's vec_dot_type)."""
+        t = self.cpu.ggml_get_type_traits_cpu(type_id).contents
+        n = w.shape[0] * self._traits(type_id).blck_size
+        s = C.c_float()
+        _VEC_DOT(t.vec_dot)(n, C.byref(s), 0, np.ascontiguousarray(w).ctypes.data, 0,
+                            np.ascontiguousarray(xq).ctypes.data, 0, 1)
+        return s.value
+
+    def vec_dot_type(self, type_id: int) -> int:
+        return self.cpu.ggml_get_type_traits_cpu(type_id).contents.vec_dot_type
+
     def quantize_q8_k(self, x: np.ndarray, out: np.ndarray) -> None:
         """ggml's quantize_row_q8_K (its own numerics: iscale = -128 / max)."""
         self._q8_from_float(x.ctypes.data, out.ctypes.data, x.size)
@@ -70,24 +113,26 @@ class GGML:
         self._vec_dot(w.shape[0] * 256, C.byref(s), 0, w.ctypes.data, 0, xq.ctypes.data, 0, 1)
         return s.value
 
-    def matvec(self, w: np.ndarray, threads: int = 1, batch: int = 0) -> "Matvec":
-        """ggml_mul_mat of Q4_K weights [rows, G, 144] and an f32 vector (batch=0) or a
-        [batch, G*256] matrix."""
-        return Matvec(self, w, threads, batch)
+    def matvec(self, w: np.ndarray, threads: int = 1, batch: int = 0,
+               type_id: int = GGML_TYPE_Q4_K) -> "Matvec":
+        """ggml_mul_mat of weights [rows, G, bytes] (of ``type_id``) and an f32 vector
+        (batch=0) or a [batch, K] matrix."""
+        return Matvec(self, w, threads, batch, type_id)
 
 
 class Matvec:
     """A prepared ggml_mul_mat graph: Q4_K weights [rows, cols] times f32 activations."""
 
-    def __init__(self, g: GGML, w: np.ndarray, threads: int, batch: int = 0):
+    def __init__(self, g: GGML, w: np.ndarray, threads: int, batch: int = 0,
+                 type_id: int = GGML_TYPE_Q4_K):
         rows, groups = w.shape[0], w.shape[1]
-        cols = groups * 256
+        cols = groups * g._traits(type_id).blck_size
         n = max(batch, 1)
         self.g, self.threads, self.rows, self.cols = g, threads, rows, cols
         # tensors + graph + the work buffer (activations quantized to Q8_K) + headroom
         size = w.nbytes + n * (cols * 4 + rows * 4) + 2 * n * groups * 292 + (1 << 20) * 32
         self.ctx = g.base.ggml_init(_InitParams(size, None, False))
-        wt = g.base.ggml_new_tensor_2d(self.ctx, GGML_TYPE_Q4_K, cols, rows)
+        wt = g.base.ggml_new_tensor_2d(self.ctx, type_id, cols, rows)
         if batch:
             self.xt = g.base.ggml_new_tensor_2d(self.ctx, GGML_TYPE_F32, cols, batch)
         else:

@@ -1,0 +1,308 @@
+"""ggml's legacy 32-element block formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1.
+
+Layouts (byte offsets within a record; f16 little-endian)::
+
+    Q4_0 18 B: d[0,2)                    qs[2,18)   element j: qs[j] & 15, element j+16: qs[j] >> 4
+    Q4_1 20 B: d[0,2)  m[2,4)            qs[4,20)
+    Q5_0 22 B: d[0,2)          qh[2,6)   qs[6,22)   5th bit of element j: bit j of u32 qh
+    Q5_1 24 B: d[0,2)  m[2,4)  qh[4,8)   qs[8,24)
+    Q8_0 34 B: d[0,2)                    qs[2,34)   int8
+    Q8_1 36 B: d[0,2)  s[2,4)            qs[4,36)   int8; s = d * sum(qs) (as stored)
+
+Quantizers reproduce ggml's reference quantizers (``quantize_row_*_ref``) bit for bit, rounding
+quirks included (per block ``v[0..31]``, all float steps in f32, ``fp16()`` = RNE conversion):
+
+* Q4_0: ``max`` = the first value of largest magnitude; ``d = max / -8``; ``id = 1/d`` (0 if
+  ``d == 0``); ``q = min(15, trunc(R32(v*id) + 8.5))``.  A zero block stores ``d = -0.0``.
+* Q4_1: ``min``/``max`` of the block; ``d = (max - min) / 15``; ``q = min(15,
+  trunc(R32(R32(v - min)*id) + 0.5))``; stores ``fp16(d)`` and ``fp16(min)``.
+* Q5_0: as Q4_0 with ``d = max / -16``, ``q = min(31, trunc(R32(v*id) + 16.5))``.
+* Q5_1: as Q4_1 with ``d = (max - min) / 31``, ``q = trunc(R32(R32(v - min)*id) + 0.5)``.
+* Q8_0: ``d = amax / 127``; ``q = roundf(R32(v*id))`` (half away from zero).
+* Q8_1: as Q8_0, plus ``s = fp16(R32(f32(sum(q)) * d))`` with the unrounded f32 ``d``.
+
+The scale used for the quants is the f32 ``id``, not the stored f16 ``d`` (as in ggml).  When a
+block's ``d`` is subnormal, ``id`` overflows to inf and the products become inf/NaN; ggml's casts
+(x86 ``cvttss2si``) then give INT_MIN, whose low byte is 0 -- reproduced explicitly here.
+Dequantizers are ggml's ``dequantize_row_*``: ``R32(f32(q - 8) * d)`` (Q4_0; ``q - 16`` for
+Q5_0, ``q`` for Q8_0/Q8_1) and ``R32(R32(q * d) + m)`` (Q4_1, Q5_1).
+
+Quantized dots (numba_qk's canonical numerics, in the spirit of spec 000), per block ``b``::
+
+    S_b = sum_i w_b[i] * x_b[i]              exact int32; w = q-8 (Q4_0), q-16 (Q5_0), q (others)
+    Q4_0/Q5_0/Q8_0 x Q8_0:  v_b = R32(dx_b * R32(dw_b * f32(S_b)))
+    Q4_1/Q5_1 x Q8_1:       v_b = R32(R32(dx_b * R32(dw_b * f32(S_b))) + R32(mw_b * sx_b))
+    result = ((v_0 + v_1) + v_2) + ...       left fold in block order, each + one f32 rounding
+
+``sx`` is the Q8_1 record's stored ``s``, used as stored (like Q8_K's ``bsum``).  ``G = 0``
+gives ``+0.0``.  |S_b| <= 32 * 128 * 128 = 524,288: exact in int32 and in f32.
+"""
+
+import numpy as np
+
+from .._jit import kernel
+from ._bits import f16_to_f32, f32_to_f16_bits
+
+# Format codes (kernels are selected by these small ints; see LEGACY_CODES in ops.py).
+Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 = 0, 1, 2, 3, 4, 5
+_FLT_MAX = np.float32(3.4028234663852886e38)
+
+
+@kernel
+def _f16(a, row, off):
+    """Exact f32 of the f16 at bytes a[row, off:off+2]."""
+    return f16_to_f32(np.uint16(np.uint16(a[row, off]) | (np.uint16(a[row, off + 1]) << np.uint16(8))))
+
+
+@kernel
+def _store_f16(out, row, off, x):
+    h = f32_to_f16_bits(np.float32(x))
+    out[row, off] = np.uint8(h & np.uint16(0xFF))
+    out[row, off + 1] = np.uint8(h >> np.uint16(8))
+
+
+@kernel
+def _u32(a, row, off):
+    v = np.uint32(0)
+    for k in range(4):
+        v |= np.uint32(a[row, off + k]) << np.uint32(8 * k)
+    return v
+
+
+@kernel
+def _all_finite(values, b):
+    for j in range(values.shape[1]):
+        x = np.float32(values[b, j])
+        if (x - x) != np.float32(0.0):
+            return False
+    return True
+
+
+@kernel
+def _signed_absmax(values, b):
+    """ggml's loop: the first value of largest magnitude (``amax < |v|`` strictly)."""
+    amax = np.float32(0.0)
+    mx = np.float32(0.0)
+    for j in range(values.shape[1]):
+        v = np.float32(values[b, j])
+        if amax < abs(v):
+            amax = abs(v)
+            mx = v
+    return mx
+
+
+@kernel
+def _min_max(values, b):
+    mn = _FLT_MAX
+    mx = -_FLT_MAX
+    for j in range(values.shape[1]):
+        v = np.float32(values[b, j])
+        if v < mn:
+            mn = v
+        if v > mx:
+            mx = v
+    return mn, mx
+
+
+@kernel
+def _inverse(d):
+    return np.float32(np.float32(1.0) / d) if d != np.float32(0.0) else np.float32(0.0)
+
+
+@kernel
+def _c_int8(t):
+    """``(int8_t)t`` for float32 ``t`` as C compilers emit it on x86: a 32-bit truncating
+    conversion (``cvttss2si``; NaN and out-of-range give INT_MIN) keeping the low byte.  ggml
+    reaches NaN/inf here when a block's ``d`` is so small that ``id = 1/d`` overflows."""
+    if t >= np.float32(-2147483648.0) and t < np.float32(2147483648.0):
+        i = np.int64(t)
+    else:
+        i = np.int64(-2147483648)
+    return np.int32(np.int8(np.uint8(i & 0xFF)))
+
+
+@kernel
+def _roundf(x):
+    """C roundf: nearest, halves away from zero (exact: computed in float64)."""
+    a = np.floor(abs(np.float64(x)) + 0.5)
+    return -a if x < 0 else a
+
+
+@kernel
+def _put_q(out, ob, qs_at, qh_at, j, q, five_bit, qh):
+    """Store 4/5-bit quant ``q`` of element j (0..31); returns the updated qh word."""
+    lo = np.uint8(q & 15)
+    if j < 16:
+        out[ob, qs_at + j] = (out[ob, qs_at + j] & np.uint8(0xF0)) | lo
+    else:
+        out[ob, qs_at + j - 16] = (out[ob, qs_at + j - 16] & np.uint8(0x0F)) | (lo << np.uint8(4))
+    if five_bit:
+        qh |= np.uint32((q >> 4) & 1) << np.uint32(j)
+    return qh
+
+
+@kernel
+def _quantize_block(code, values, b, out, ob):
+    """One block of ``values`` (f32 [G, 32]) into record ``out[ob]``, as ggml's _ref does."""
+    if code == Q8_0 or code == Q8_1:
+        amax = np.float32(0.0)
+        for j in range(32):
+            amax = max(amax, abs(np.float32(values[b, j])))
+        d = np.float32(amax / np.float32(127.0))
+        inv = _inverse(d)
+        _store_f16(out, ob, 0, d)
+        qs_at = 2 if code == Q8_0 else 4
+        total = np.int32(0)
+        for j in range(32):
+            q = _c_int8(_roundf(np.float32(np.float32(values[b, j]) * inv)))
+            out[ob, qs_at + j] = np.uint8(q & 0xFF)
+            total += q
+        if code == Q8_1:
+            _store_f16(out, ob, 2, np.float32(np.float32(total) * d))
+        return
+    if code == Q4_0 or code == Q5_0:
+        mx = _signed_absmax(values, b)
+        five = code == Q5_0
+        d = np.float32(mx / np.float32(-16.0 if five else -8.0))
+        inv = _inverse(d)
+        _store_f16(out, ob, 0, d)
+        bias = np.float32(16.5 if five else 8.5)
+        cap = 31 if five else 15
+        qs_at = 6 if five else 2
+        qh = np.uint32(0)
+        for j in range(32):
+            q = min(cap, _c_int8(np.float32(np.float32(np.float32(values[b, j]) * inv) + bias)))
+            qh = _put_q(out, ob, qs_at, 2, j, q, five, qh)
+        if five:
+            for k in range(4):
+                out[ob, 2 + k] = np.uint8((qh >> np.uint32(8 * k)) & np.uint32(0xFF))
+        return
+    # Q4_1, Q5_1
+    five = code == Q5_1
+    mn, mx = _min_max(values, b)
+    d = np.float32(np.float32(mx - mn) / np.float32(31.0 if five else 15.0))
+    inv = _inverse(d)
+    _store_f16(out, ob, 0, d)
+    _store_f16(out, ob, 2, mn)
+    qs_at = 8 if five else 4
+    qh = np.uint32(0)
+    for j in range(32):
+        t = np.float32(np.float32(np.float32(np.float32(values[b, j]) - mn) * inv) + np.float32(0.5))
+        q = _c_int8(t) & 0xFF if five else min(15, _c_int8(t))  # (uint8_t) / MIN(15, (int8_t))
+        qh = _put_q(out, ob, qs_at, 4, j, q, five, qh)
+    if five:
+        for k in range(4):
+            out[ob, 4 + k] = np.uint8((qh >> np.uint32(8 * k)) & np.uint32(0xFF))
+
+
+@kernel
+def quantize_legacy(code, values, out):
+    """Quantize f32 ``[G, 32]`` into records ``out`` ``[G, bytes]`` of format ``code``.
+
+    Returns -1, or the first block holding a non-finite value (nothing written then).
+    """
+    for b in range(values.shape[0]):
+        if not _all_finite(values, b):
+            return b
+    for b in range(values.shape[0]):
+        _quantize_block(code, values, b, out, b)
+    return -1
+
+
+@kernel
+def _q5_bits(a, row, qh_at):
+    return _u32(a, row, qh_at)
+
+
+@kernel
+def weight_quant(code, a, row, j):
+    """The integer a dot multiplies for element j of a weight record: q-8 (Q4_0), q (Q4_1),
+    q-16 (Q5_0), q (Q5_1), q (Q8_0/Q8_1, int8)."""
+    if code == Q8_0:
+        return np.int32(np.int8(a[row, 2 + j]))
+    if code == Q8_1:
+        return np.int32(np.int8(a[row, 4 + j]))
+    qs_at = 2 if code == Q4_0 else 4 if code == Q4_1 else 6 if code == Q5_0 else 8
+    byte = np.int32(a[row, qs_at + (j % 16)])
+    q = (byte & 15) if j < 16 else (byte >> 4)
+    if code == Q5_0 or code == Q5_1:
+        qh = _q5_bits(a, row, 2 if code == Q5_0 else 4)
+        q |= np.int32((qh >> np.uint32(j)) & np.uint32(1)) << 4
+    if code == Q4_0:
+        return np.int32(q - 8)
+    if code == Q5_0:
+        return np.int32(q - 16)
+    return np.int32(q)
+
+
+@kernel
+def decode_legacy(code, records, q):
+    """Integer quants of every record into ``q`` ``[G, 32]``: the stored value (0..15, 0..31 or
+    int8), without the -8/-16 offsets of Q4_0/Q5_0."""
+    for b in range(records.shape[0]):
+        for j in range(32):
+            v = weight_quant(code, records, b, j)
+            if code == Q4_0:
+                v += 8
+            elif code == Q5_0:
+                v += 16
+            q[b, j] = v
+
+
+@kernel
+def dequantize_legacy(code, records, out):
+    """ggml's dequantize_row_*: R32(f32(q') * d) or R32(R32(q * d) + m)."""
+    for b in range(records.shape[0]):
+        d = _f16(records, b, 0)
+        has_min = code == Q4_1 or code == Q5_1
+        m = _f16(records, b, 2) if has_min else np.float32(0.0)
+        for j in range(32):
+            y = np.float32(np.float32(weight_quant(code, records, b, j)) * d)
+            out[b, j] = np.float32(y + m) if has_min else y
+
+
+@kernel
+def block_sum(wcode, w, bw, x, bx):
+    """S_b: exact int32 sum of weight quants times Q8_0/Q8_1 activation quants."""
+    x_at = 2 if (wcode == Q4_0 or wcode == Q5_0 or wcode == Q8_0) else 4
+    s = np.int32(0)
+    for j in range(32):
+        s += weight_quant(wcode, w, bw, j) * np.int32(np.int8(x[bx, x_at + j]))
+    return s
+
+
+@kernel
+def block_value(wcode, w, bw, x, bx):
+    """v_b of the canonical legacy dot (see the module docstring)."""
+    s_b = block_sum(wcode, w, bw, x, bx)
+    dw = _f16(w, bw, 0)
+    dx = _f16(x, bx, 0)
+    v = np.float32(dx * np.float32(dw * np.float32(s_b)))
+    if wcode == Q4_1 or wcode == Q5_1:
+        v = np.float32(v + np.float32(_f16(w, bw, 2) * _f16(x, bx, 2)))
+    return v
+
+
+@kernel
+def dot_legacy(wcode, w, x):
+    """Left fold of v_b over the G blocks of weight records ``w`` and activation records ``x``."""
+    g = w.shape[0]
+    if g == 0:
+        return np.float32(0.0)
+    acc = block_value(wcode, w, 0, x, 0)
+    for b in range(1, g):
+        acc = np.float32(acc + block_value(wcode, w, b, x, b))
+    return acc
+
+
+@kernel
+def gemv_legacy(wcode, w, x, out):
+    for r in range(w.shape[0]):
+        out[r] = dot_legacy(wcode, w[r], x)
+
+
+@kernel
+def gemm_legacy(wcode, w, x, out):
+    for a in range(x.shape[0]):
+        for r in range(w.shape[0]):
+            out[a, r] = dot_legacy(wcode, w[r], x[a])
