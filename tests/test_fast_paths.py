@@ -91,3 +91,25 @@ def test_gemv_kernel_rows_equal_dot(rng):
         for r in range(rows):
             assert_same_f32(out[r], qk.quantized_dot(w[r], x, lhs_format=qk.quant.q4_k,
                                                      rhs_format=qk.quant.q8_k), f"row {r}")
+
+
+@pytest.mark.parametrize("name", ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"])
+def test_legacy_fast_paths_equal_loops_on_any_bytes(name, rng):
+    """SIMD (unit-stride records) vs portable loops (strided record bytes), dot/gemv/gemm."""
+    f = getattr(qk.quant, name)
+    act = qk.activation_format(f)
+    rows, g = 13, 5
+    w = rng.integers(0, 256, (rows, g, f.block_bytes), dtype=np.uint8)
+    x = rng.integers(0, 256, (9, g, act.block_bytes), dtype=np.uint8)
+    w_s = np.zeros((rows, g, 2 * f.block_bytes), np.uint8)
+    w_s[:, :, ::2] = w
+    x_s = np.zeros((9, g, 2 * act.block_bytes), np.uint8)
+    x_s[:, :, 1::2] = x
+    w2, x2 = w_s[:, :, ::2], x_s[:, :, 1::2]
+    for r in range(rows):
+        assert_same_f32(qk.quantized_dot(w[r], x[0], lhs_format=f, rhs_format=act),
+                        qk.quantized_dot(w2[r], x2[0], lhs_format=f, rhs_format=act))
+    assert_same_f32(qk.gemv(w, x[0], lhs_format=f, rhs_format=act),
+                    qk.gemv(w2, x2[0], lhs_format=f, rhs_format=act))
+    assert_same_f32(qk.gemm(w, x, lhs_format=f, rhs_format=act),
+                    qk.gemm(w2, x2, lhs_format=f, rhs_format=act))

@@ -22,7 +22,10 @@ SCRIPT = textwrap.dedent("""
         rec = qk.quantize(d["values"], format=qk.quant.q8_k)
         dot = qk.quantized_dot(d["w"], d["x"], lhs_format=qk.quant.q4_k, rhs_format=qk.quant.q8_k)
         deq = qk.dequantize(d["w"], qk.quant.q4_k)
-    np.savez(sys.argv[2], rec=rec, dot=dot, deq=deq)
+        lw = qk.quantize(d["values"].reshape(-1, 32), format=qk.quant.q5_1).reshape(6, 8, 24)
+        lx = qk.quantize(d["values"][0].reshape(8, 32), format=qk.quant.q8_1)
+        lgemv = qk.gemv(lw, lx, lhs_format=qk.quant.q5_1, rhs_format=qk.quant.q8_1)
+    np.savez(sys.argv[2], rec=rec, dot=dot, deq=deq, lw=lw, lgemv=lgemv)
 """)
 
 
@@ -51,6 +54,11 @@ def _check(values, w, x, py):
     assert py["dot"].view(np.uint32) == jit_dot.view(np.uint32) or (
         np.isnan(py["dot"]) and np.isnan(jit_dot))
     assert (py["deq"].view(np.uint32) == qk.dequantize(w, qk.quant.q4_k).view(np.uint32)).all()
+    lw = qk.quantize(values.reshape(-1, 32), format=qk.quant.q5_1).reshape(6, 8, 24)
+    lx = qk.quantize(values[0].reshape(8, 32), format=qk.quant.q8_1)
+    assert (py["lw"] == lw).all()
+    lgemv = qk.gemv(lw, lx, lhs_format=qk.quant.q5_1, rhs_format=qk.quant.q8_1)
+    assert (py["lgemv"].view(np.uint32) == lgemv.view(np.uint32)).all()
 
 
 def test_disable_jit_matches_compiled(tmp_path, rng):

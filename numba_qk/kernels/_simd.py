@@ -327,6 +327,146 @@ def _make_accumulate(wide: bool, over_rows: bool, n: int = 8):
     return accumulate
 
 
+# ---------------------------------------------------------------------------------------------
+# ggml's legacy 32-element formats (codes from legacy.py: Q4_0=0, Q4_1=1, Q5_0=2, Q5_1=3,
+# Q8_0=4, Q8_1=5).  Every weight quant becomes a signed i16 lane (q-8, q, q-16, q or the int8),
+# every Q8_0/Q8_1 activation quant a sign-extended i16 lane, and pmaddwd sums lane pairs into
+# i32 (|pair| <= 2 * 128 * 128: exact for any record bytes).  S_b is the sum of those lanes.
+
+_L_Q4_0, _L_Q4_1, _L_Q5_0, _L_Q5_1, _L_Q8_0, _L_Q8_1 = range(6)
+_L_QS_AT = {_L_Q4_0: 2, _L_Q4_1: 4, _L_Q5_0: 6, _L_Q5_1: 8, _L_Q8_0: 2}
+_L_QH_AT = {_L_Q5_0: 2, _L_Q5_1: 4}
+_L_OFFSET = {_L_Q4_0: 8, _L_Q5_0: 16}
+_L_HAS_MIN = (_L_Q4_1, _L_Q5_1)
+
+
+def _legacy_x_qs_at(code):
+    """Quants of the paired activation: Q8_0 at byte 2, Q8_1 at byte 4."""
+    return 4 if code in _L_HAS_MIN else 2
+
+
+def _legacy_weights(builder, code, wbase):
+    """<32 x i16>: the integers a dot multiplies, for one legacy weight record."""
+    v32i16 = _vec(_i16, 32)
+    if code == _L_Q8_0:
+        return builder.sext(_load(builder, wbase, 2, _vec(_i8, 32)), v32i16)
+    qs = _load(builder, wbase, _L_QS_AT[code], _vec(_i8, 16))
+    lo = builder.and_(qs, ir.Constant(_vec(_i8, 16), [0x0F] * 16))
+    hi = builder.lshr(qs, ir.Constant(_vec(_i8, 16), [4] * 16))
+    q = builder.shuffle_vector(lo, hi, ir.Constant(_vec(_i32, 32), list(range(32))))
+    if code in _L_QH_AT:  # fifth bits: bit j of the u32 qh -> 16 in lane j
+        qh = _load(builder, wbase, _L_QH_AT[code], _i32)
+        mask = builder.bitcast(qh, _vec(ir.IntType(1), 32))
+        q = builder.or_(q, builder.select(mask, ir.Constant(_vec(_i8, 32), [16] * 32),
+                                          ir.Constant(_vec(_i8, 32), [0] * 32)))
+    q16 = builder.zext(q, v32i16)
+    if code in _L_OFFSET:
+        q16 = builder.sub(q16, ir.Constant(v32i16, [_L_OFFSET[code]] * 32))
+    return q16
+
+
+def _pmaddwd32(builder, ops, a, b):
+    """pmaddwd of two <32 x i16>: one 512-bit instruction, or two 256-bit ones added."""
+    if ops.wide:
+        return builder.call(ops.maddwd, [a, b])
+    halves = []
+    for h in range(2):
+        idx = ir.Constant(_vec(_i32, 16), list(range(16 * h, 16 * h + 16)))
+        halves.append(builder.call(ops.maddwd8, [
+            builder.shuffle_vector(a, ir.Constant(a.type, ir.Undefined), idx),
+            builder.shuffle_vector(b, ir.Constant(b.type, ir.Undefined), idx)]))
+    return builder.add(halves[0], halves[1])
+
+
+def _legacy_sums(builder, ops, code, wbases, xbases):
+    """S for the record pairs zip(wbases, xbases) as one <n x i32> vector."""
+    decoded, xs, accs = {}, {}, []
+    x_at = _legacy_x_qs_at(code)
+    for wb, xb in zip(wbases, xbases):
+        if id(wb) not in decoded:
+            decoded[id(wb)] = _legacy_weights(builder, code, wb)
+        if id(xb) not in xs:
+            xs[id(xb)] = builder.sext(_load(builder, xb, x_at, _vec(_i8, 32)), _vec(_i16, 32))
+        accs.append(_pmaddwd32(builder, ops, decoded[id(wb)], xs[id(xb)]))
+    return _reduce_many(builder, accs)
+
+
+def _legacy_values(builder, code, s_vec, wbs, xbs):
+    """Lane-wise float steps: v = R32(dx * R32(dw * f32(S))) [+ R32(mw * sx)]."""
+    f32v = _vec(ir.FloatType(), s_vec.type.count)
+    dw = _gather_f16(builder, wbs, 0)
+    dx = _gather_f16(builder, xbs, 0)
+    v = builder.fmul(dx, builder.fmul(dw, builder.sitofp(s_vec, f32v)))
+    if code in _L_HAS_MIN:
+        v = builder.fadd(v, builder.fmul(_gather_f16(builder, wbs, 2), _gather_f16(builder, xbs, 2)))
+    return v
+
+
+def _literal_int(t):
+    return t.literal_value if isinstance(t, types.IntegerLiteral) else None
+
+
+def _make_legacy_value(wide: bool):
+    @intrinsic
+    def legacy_block_value(typingctx, code, w, w_off, x, x_off):
+        """v_b of the canonical legacy dot for the weight record at byte ``w_off`` of ``w`` and
+        the activation record at byte ``x_off`` of ``x``; ``code`` must be a literal."""
+        c = _literal_int(code)
+        if c is None or c not in _L_QS_AT or not isinstance(w, types.Array):
+            return None
+        sig = types.float32(code, w, types.intp, x, types.intp)
+
+        def codegen(context, builder, signature, args):
+            ops = _Ops(builder, wide)
+            wb = _ptr(context, builder, signature.args[1], args[1], args[2])
+            xb = _ptr(context, builder, signature.args[3], args[3], args[4])
+            s_vec = _legacy_sums(builder, ops, c, [wb], [xb])
+            v = _legacy_values(builder, c, s_vec, [wb], [xb])
+            return builder.extract_element(v, ir.Constant(_i32, 0))
+        return sig, codegen
+    return legacy_block_value
+
+
+def _make_legacy_accumulate(wide: bool, n: int = 8):
+    @intrinsic
+    def legacy_accumulate(typingctx, code, over_rows, w, w_off, x, x_off, step, acc, acc_at,
+                          first):
+        """As the Q4_K accumulate intrinsics, for legacy format ``code`` (a literal);
+        ``over_rows`` (a literal bool) picks the gemv (8 weight rows) or gemm (8 activations)
+        tiling."""
+        c = _literal_int(code)
+        rows = over_rows.literal_value if isinstance(over_rows, types.BooleanLiteral) else None
+        if c is None or c not in _L_QS_AT or rows is None:
+            return None
+        sig = types.none(code, over_rows, w, types.intp, x, types.intp, types.intp, acc,
+                         types.intp, types.intp)
+
+        def codegen(context, builder, signature, args):
+            ops = _Ops(builder, wide)
+            _, _, w_arr, w_off_v, x_arr, x_off_v, step_v, acc_arr, acc_at_v, first_v = args
+            lanes = [builder.mul(step_v, ir.Constant(step_v.type, k)) for k in range(n)]
+            if rows:
+                wbs = [_ptr(context, builder, signature.args[2], w_arr, builder.add(w_off_v, o))
+                       for o in lanes]
+                xbs = [_ptr(context, builder, signature.args[4], x_arr, x_off_v)] * n
+            else:
+                wbs = [_ptr(context, builder, signature.args[2], w_arr, w_off_v)] * n
+                xbs = [_ptr(context, builder, signature.args[4], x_arr, builder.add(x_off_v, o))
+                       for o in lanes]
+            s_vec = _legacy_sums(builder, ops, c, wbs, xbs)
+            v = _legacy_values(builder, c, s_vec, wbs, xbs)
+            acc_ptr = builder.gep(_float_array_ptr(context, builder, signature.args[7], acc_arr),
+                                  [acc_at_v])
+            _fold_into(builder, acc_ptr, v, first_v)
+            return context.get_dummy_value()
+        return sig, codegen
+    return legacy_accumulate
+
+
+legacy_block_value = _make_legacy_value(wide=HAVE_AVX512)
+legacy_accumulate_x8 = _make_legacy_accumulate(wide=HAVE_AVX512)
+
+
 q4_k_q8_k_sums_avx2 = _make_sums(wide=False)
 q4_k_q8_k_sums_avx512 = _make_sums(wide=True)
 accumulate_rows_x8_avx2 = _make_accumulate(wide=False, over_rows=True)

@@ -39,9 +39,11 @@ gives ``+0.0``.  |S_b| <= 32 * 128 * 128 = 524,288: exact in int32 and in f32.
 """
 
 import numpy as np
+from numba import literally
 
 from .._jit import kernel
 from ._bits import f16_to_f32, f32_to_f16_bits
+from ._simd import HAVE_AVX2, legacy_accumulate_x8, legacy_block_value
 
 # Format codes (kernels are selected by these small ints; see LEGACY_CODES in ops.py).
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 = 0, 1, 2, 3, 4, 5
@@ -284,25 +286,155 @@ def block_value(wcode, w, bw, x, bx):
 
 
 @kernel
-def dot_legacy(wcode, w, x):
-    """Left fold of v_b over the G blocks of weight records ``w`` and activation records ``x``."""
-    g = w.shape[0]
-    if g == 0:
-        return np.float32(0.0)
+def _dot_loop(wcode, w, x):
     acc = block_value(wcode, w, 0, x, 0)
-    for b in range(1, g):
+    for b in range(1, w.shape[0]):
         acc = np.float32(acc + block_value(wcode, w, b, x, b))
     return acc
 
 
 @kernel
-def gemv_legacy(wcode, w, x, out):
+def _gemv_loop(wcode, w, x, out):
     for r in range(w.shape[0]):
-        out[r] = dot_legacy(wcode, w[r], x)
+        out[r] = _dot_loop(wcode, w[r], x)
+
+
+@kernel
+def _gemm_loop(wcode, w, x, out):
+    for a in range(x.shape[0]):
+        for r in range(w.shape[0]):
+            out[a, r] = _dot_loop(wcode, w[r], x[a])
+
+
+# ---- fast path (AVX2): explicit SIMD for the exact block sums, float steps lane by lane in
+# spec order (_simd.py); records addressed by byte offsets.  ``wcode`` is made a compile-time
+# literal (one specialization per format).
+
+@kernel
+def _simd_dot_at(wcode, w, w_base, w_step, x, x_step, g):
+    literally(wcode)
+    acc = legacy_block_value(wcode, w, w_base, x, 0)
+    for b in range(1, g):
+        acc = np.float32(acc + legacy_block_value(wcode, w, w_base + b * w_step, x, b * x_step))
+    return acc
+
+
+@kernel
+def _simd_gemv(wcode, w, x, out):
+    literally(wcode)
+    rows, g = w.shape[0], w.shape[1]
+    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
+    acc = np.empty(8, np.float32)
+    r = 0
+    while rows - r >= 8:
+        for b in range(g):
+            legacy_accumulate_x8(wcode, True, w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0,
+                                 b == 0)
+        for k in range(8):
+            out[r + k] = acc[k]
+        r += 8
+    for rr in range(r, rows):
+        out[rr] = _simd_dot_at(wcode, w, rr * ws0, ws1, x, xs0, g)
+
+
+_RECORD_BLOCK = 32  # blocks per pass in gemm: 8 activations x 32 x <= 36 B stay in L1
+
+
+@kernel
+def _simd_gemm(wcode, w, x, out):
+    literally(wcode)
+    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
+    ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], x.strides[1]
+    acc = np.empty((rows, 8), np.float32)
+    a0 = 0
+    while batch - a0 >= 8:
+        for b0 in range(0, g, _RECORD_BLOCK):
+            for r in range(rows):
+                for b in range(b0, min(b0 + _RECORD_BLOCK, g)):
+                    legacy_accumulate_x8(wcode, False, w, r * ws0 + b * ws1, x,
+                                         a0 * xs0 + b * xs1, xs0, acc, 8 * r, b == 0)
+        for r in range(rows):
+            for k in range(8):
+                out[a0 + k, r] = acc[r, k]
+        a0 += 8
+    for a in range(a0, batch):
+        _simd_gemv(wcode, w, x[a], out[a])
+
+
+# Entry points take ``wcode`` as a plain int and branch to the literal specializations (the
+# module constants below type as literals), so a call from Python never goes through numba's
+# literal-dispatch slow path.
+
+@kernel
+def _simd_dot_any(wcode, w, x):
+    ws, xs, g = w.strides[0], x.strides[0], w.shape[0]
+    if wcode == Q4_0:
+        return _simd_dot_at(Q4_0, w, 0, ws, x, xs, g)
+    if wcode == Q4_1:
+        return _simd_dot_at(Q4_1, w, 0, ws, x, xs, g)
+    if wcode == Q5_0:
+        return _simd_dot_at(Q5_0, w, 0, ws, x, xs, g)
+    if wcode == Q5_1:
+        return _simd_dot_at(Q5_1, w, 0, ws, x, xs, g)
+    return _simd_dot_at(Q8_0, w, 0, ws, x, xs, g)
+
+
+@kernel
+def _simd_gemv_any(wcode, w, x, out):
+    if wcode == Q4_0:
+        _simd_gemv(Q4_0, w, x, out)
+    elif wcode == Q4_1:
+        _simd_gemv(Q4_1, w, x, out)
+    elif wcode == Q5_0:
+        _simd_gemv(Q5_0, w, x, out)
+    elif wcode == Q5_1:
+        _simd_gemv(Q5_1, w, x, out)
+    else:
+        _simd_gemv(Q8_0, w, x, out)
+
+
+@kernel
+def _simd_gemm_any(wcode, w, x, out):
+    if wcode == Q4_0:
+        _simd_gemm(Q4_0, w, x, out)
+    elif wcode == Q4_1:
+        _simd_gemm(Q4_1, w, x, out)
+    elif wcode == Q5_0:
+        _simd_gemm(Q5_0, w, x, out)
+    elif wcode == Q5_1:
+        _simd_gemm(Q5_1, w, x, out)
+    else:
+        _simd_gemm(Q8_0, w, x, out)
+
+
+@kernel
+def dot_legacy(wcode, w, x):
+    """Left fold of v_b over the G blocks of weight records ``w`` and activation records ``x``
+    (``wcode``: Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0)."""
+    if w.shape[0] == 0:
+        return np.float32(0.0)
+    if HAVE_AVX2 and w.strides[1] == 1 and x.strides[1] == 1:
+        return _simd_dot_any(wcode, w, x)
+    return _dot_loop(wcode, w, x)
+
+
+@kernel
+def gemv_legacy(wcode, w, x, out):
+    """``out[r] = dot_legacy(wcode, w[r], x)`` for weights ``[rows, G, bytes]``."""
+    if w.shape[1] == 0:
+        out[:] = np.float32(0.0)
+    elif HAVE_AVX2 and w.strides[2] == 1 and x.strides[1] == 1:
+        _simd_gemv_any(wcode, w, x, out)
+    else:
+        _gemv_loop(wcode, w, x, out)
 
 
 @kernel
 def gemm_legacy(wcode, w, x, out):
-    for a in range(x.shape[0]):
-        for r in range(w.shape[0]):
-            out[a, r] = dot_legacy(wcode, w[r], x[a])
+    """``out[a, r] = dot_legacy(wcode, w[r], x[a])`` for activations ``[batch, G, bytes]``."""
+    if w.shape[1] == 0:
+        out[:, :] = np.float32(0.0)
+    elif HAVE_AVX2 and w.strides[2] == 1 and x.strides[2] == 1:
+        _simd_gemm_any(wcode, w, x, out)
+    else:
+        _gemm_loop(wcode, w, x, out)
