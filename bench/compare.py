@@ -317,6 +317,36 @@ def main(argv=None) -> int:
                          + " / ".join(f"{v:.1f}" for v in read_bandwidth(ws, ncores)) + " GB/s")
             del ws
 
+    # --- ggml's legacy block formats: matvec 4096x4096 vs ggml, codecs vs gguf-py and ggml
+    rng = np.random.default_rng(0)
+    xv = rng.standard_normal(4096).astype(np.float32)
+    x1m = rng.standard_normal((32768, 32)).astype(np.float32)
+    for name in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0"):
+        fmt = getattr(qk.quant, name)
+        w = qk.quantize(rng.standard_normal((4096 * 128, 32)).astype(np.float32),
+                        format=fmt).reshape(4096, 128, -1)
+        t1 = best(lambda: qk.matmul(w, xv, lhs_format=fmt))
+        work = f"matvec {fmt.name} 4096x4096, f32 x"
+        if ggml:
+            mv = ggml.matvec(w, 1, type_id=fmt.ggml_type)
+            tab.add(work, "matmul", t1, "ggml mul_mat, 1 thread", best(lambda: mv(xv)), w.nbytes)
+            del mv
+        else:
+            tab.add(work, "matmul", t1, nbytes=w.nbytes)
+        t_q = best(lambda: qk.quantize(x1m, format=fmt))
+        recs = qk.quantize(x1m, format=fmt)
+        t_d = best(lambda: qk.dequantize(recs, fmt))
+        if gq is not None:
+            gt = getattr(GGMLQuantizationType, fmt.name)
+            tab.add(f"{fmt.name} quantize, 1M floats", "quantize", t_q, "gguf-py quantize",
+                    best(lambda: gq.quantize(x1m, gt), repeat=2), x1m.nbytes)
+            tab.add(f"{fmt.name} dequantize, 1M values", "dequantize", t_d, "gguf-py dequantize",
+                    best(lambda: gq.dequantize(recs, gt), repeat=2), recs.nbytes)
+        if ggml:
+            tab.add(f"{fmt.name} quantize, 1M floats", "quantize", t_q,
+                    "ggml quantize_row_*_ref (+ ctypes)",
+                    best(lambda: ggml.quantize_ref(fmt.ggml_type, x1m)), x1m.nbytes)
+
     first = first_call_times()
     info = machine()
     if ggml:
