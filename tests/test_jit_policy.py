@@ -6,7 +6,7 @@ from pathlib import Path
 import numba_qk
 from numba_qk import kernels
 from numba_qk._jit import JIT_OPTIONS
-from numba_qk.kernels import _bits, dot, q4_k, q8_k
+from numba_qk.kernels import _bits, dot, legacy, q4_k, q8_k
 
 ROOT = Path(numba_qk.__file__).resolve().parent
 
@@ -21,7 +21,7 @@ def test_every_kernel_uses_the_policy():
     from numba.core.registry import CPUDispatcher
 
     seen = 0
-    for module in (_bits, q4_k, q8_k, dot, kernels):
+    for module in (_bits, q4_k, q8_k, dot, legacy, kernels):
         for name in dir(module):
             obj = getattr(module, name)
             if isinstance(obj, CPUDispatcher):
