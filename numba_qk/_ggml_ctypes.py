@@ -174,4 +174,7 @@ def load():
         ver = version("libggml-python")
     except Exception:
         ver = "?"
-    return GGML(libdir, ver)
+    try:
+        return GGML(libdir, ver)
+    except (OSError, AttributeError):  # a wheel built for another platform or ggml version
+        return None
