@@ -21,6 +21,7 @@ from .kernels import legacy
 from .kernels.dot import dot_q4_k_q8_k, gemm_q4_k_q8_k, gemv_q4_k_q8_k
 from .kernels.parallel import gemm_legacy_parallel, gemm_parallel, gemv_legacy_parallel, gemv_parallel
 from .kernels.q4_k import q4_k_decode_records, q4_k_dequantize_records
+from .kernels.q4_k_encode import quantize_q4_k
 from .kernels.q8_k import (
     q8_k_decode_records,
     q8_k_dequantize_records,
@@ -37,7 +38,7 @@ __all__ = [
 _LEGACY = {quant.q4_0: legacy.Q4_0, quant.q4_1: legacy.Q4_1, quant.q5_0: legacy.Q5_0,
            quant.q5_1: legacy.Q5_1, quant.q8_0: legacy.Q8_0, quant.q8_1: legacy.Q8_1}
 # Formats quantize() can produce, and the weight formats that have a quantized dot.
-_QUANTIZABLE = (quant.q8_k,) + tuple(_LEGACY)
+_QUANTIZABLE = (quant.q8_k, quant.q4_k) + tuple(_LEGACY)
 _WEIGHTS = (quant.q4_k, quant.q4_0, quant.q4_1, quant.q5_0, quant.q5_1, quant.q8_0)
 
 
@@ -173,16 +174,17 @@ def quantize(values, format, *, out=None):
     """Quantize float32 ``values`` ``[G, block]`` into records uint8 ``[G, block_bytes]``.
 
     ``format``: ``numba_qk.quant.q8_k`` (blocks of 256, the canonical numerics of spec 000
-    section 4) or one of ggml's legacy formats ``q4_0``, ``q4_1``, ``q5_0``, ``q5_1``, ``q8_0``,
-    ``q8_1`` (blocks of 32, bit-identical to ggml's reference quantizers).  Returns a new
+    section 4), ``numba_qk.quant.q4_k`` (blocks of 256, bit-identical to ggml's
+    ``quantize_row_q4_K_ref``, no importance matrix) or one of ggml's legacy formats ``q4_0``,
+    ``q4_1``, ``q5_0``, ``q5_1``, ``q8_0``, ``q8_1`` (blocks of 32, bit-identical to ggml's
+    reference quantizers).  Returns a new
     C-contiguous array, or ``out`` (any writable uint8 buffer of that shape) filled in place.
 
     Raises ``QuantizationDomainError`` (a ``ValueError``) naming the first block that holds a
     non-finite value (or, for Q8_K, whose extreme is too small to invert); ``out`` is then left
-    untouched.
+    untouched.  (ggml's quantizers do not check; they turn NaN and inf into garbage.)
     """
-    note = " (a Q4_K quantizer is not available yet)" if format is quant.q4_k else ""
-    _check_slot_in(format, "format", _QUANTIZABLE, "quantize", note)
+    _check_slot_in(format, "format", _QUANTIZABLE, "quantize")
     arr = _as_array(values, "values")
     _check_values(arr, "values", format.block_size)
     g = arr.shape[0]
@@ -194,6 +196,8 @@ def quantize(values, format, *, out=None):
     if g:
         if format is quant.q8_k:
             bad = quantize_q8_k(arr, target)
+        elif format is quant.q4_k:
+            bad = quantize_q4_k(arr, target)
         else:
             bad = legacy.quantize_legacy(_LEGACY[format], arr, target)
         if bad >= 0:

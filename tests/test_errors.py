@@ -90,11 +90,6 @@ def test_quantize_format(bad):
         qk.quantize(V, format=bad)
 
 
-def test_quantize_q4_k_not_available_yet():
-    with pytest.raises(TypeError, match="quantize expects numba_qk.quant.q8_k"):
-        qk.quantize(V, format=Q4)
-
-
 @pytest.mark.parametrize("dtype", [np.float64, np.float16, np.int32, ">f4"])
 def test_quantize_dtypes(dtype):
     with pytest.raises(TypeError, match=r"values: expected float32 values, got dtype"):

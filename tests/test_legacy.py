@@ -199,11 +199,6 @@ def test_errors(name):
         qk.decode(np.zeros((2, f.block_bytes + 1), np.uint8), f)
 
 
-def test_quantize_q4_k_is_not_available_yet():
-    with pytest.raises(TypeError, match=r"a Q4_K quantizer is not available yet"):
-        qk.quantize(np.zeros((1, 256), np.float32), format=qk.quant.q4_k)
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(FORMATS),
        arrays(np.float32, (3, 32), elements=st.floats(width=32, allow_nan=False,

@@ -1,0 +1,193 @@
+"""Q4_K quantizer reproducing ggml's reference quantizer ``quantize_row_q4_K_ref`` (no
+importance matrix) bit for bit.
+
+Per 256-element block ``x`` (all float steps in float32, in ggml's C evaluation order; C's
+``a*b*c`` is ``(a*b)*c``; no FMA contraction):
+
+1. For each sub-block ``j`` of 32: ``av_x = sqrtf(sum(x^2) / 32)``, weights
+   ``w_i = av_x + |x_i|``, and ``make_qkx2_quants(n=32, nmax=15, rmin=-1, rdelta=0.1,
+   nstep=20)`` -> ``scale_j``, ``min_j`` (a weighted least-squares search over 21 candidate
+   inverse scales, keeping the candidate with the smallest weighted squared error).
+2. ``max_scale``, ``max_min`` over the sub-blocks; ``ls_j = min(63, nearest_int(63/max_scale *
+   scale_j))``, ``lm_j`` likewise; packed 6-bit into the 12 scale bytes.
+3. ``d = fp16(max_scale / 63)``, ``dmin = fp16(max_min / 63)``.
+4. Requantize with the stored values: ``q = clamp(nearest_int((x + f32(dmin)*lm) /
+   (f32(d)*ls)), 0, 15)`` (sub-blocks whose ``f32(d)*ls == 0`` keep the quants from step 1).
+
+``nearest_int(f)`` is ggml's magic-number rounding: the low 23 bits of ``R32(f + 12582912)``
+minus 2**22 -- round half to even for |f| < 2**22, ggml's own garbage beyond (reproduced).
+"""
+
+import numpy as np
+
+from .._jit import kernel
+from ._bits import f16_to_f32, f32_to_f16_bits
+
+_MAGIC = np.float32(12582912.0)  # 1.5 * 2**23: adding it rounds to an integer in the mantissa
+
+
+@kernel
+def nearest_int(f):
+    val = np.float32(np.float32(f) + _MAGIC)
+    return np.int32((val.view(np.int32) & np.int32(0x007FFFFF)) - np.int32(0x00400000))
+
+
+@kernel
+def make_qkx2_quants(x, off, n, nmax, weights, L, Laux, rmin, rdelta, nstep):
+    """ggml's make_qkx2_quants (use_mad = false) on x[off:off+n]; returns (scale, the_min)."""
+    mn = np.float32(x[off])
+    mx = np.float32(x[off])
+    sum_w = np.float32(weights[0])
+    sum_x = np.float32(sum_w * np.float32(x[off]))
+    for i in range(1, n):
+        xi = np.float32(x[off + i])
+        if xi < mn:
+            mn = xi
+        if xi > mx:
+            mx = xi
+        w = np.float32(weights[i])
+        sum_w = np.float32(sum_w + w)
+        sum_x = np.float32(sum_x + np.float32(w * xi))
+    if mn > np.float32(0.0):
+        mn = np.float32(0.0)
+    if mx == mn:
+        for i in range(n):
+            L[i] = 0
+        return np.float32(0.0), np.float32(-mn)
+    iscale = np.float32(np.float32(nmax) / np.float32(mx - mn))
+    scale = np.float32(np.float32(1.0) / iscale)
+    best_error = np.float32(0.0)
+    for i in range(n):
+        xi = np.float32(x[off + i])
+        l = nearest_int(np.float32(iscale * np.float32(xi - mn)))
+        l = max(0, min(nmax, l))
+        L[i] = l
+        diff = np.float32(np.float32(np.float32(scale * np.float32(l)) + mn) - xi)
+        diff = np.float32(diff * diff)
+        best_error = np.float32(best_error + np.float32(np.float32(weights[i]) * diff))
+    if nstep < 1:
+        return scale, np.float32(-mn)
+    for step in range(nstep + 1):
+        iscale = np.float32(np.float32(np.float32(rmin + np.float32(rdelta * np.float32(step)))
+                                       + np.float32(nmax)) / np.float32(mx - mn))
+        sum_l = np.float32(0.0)
+        sum_l2 = np.float32(0.0)
+        sum_xl = np.float32(0.0)
+        for i in range(n):
+            xi = np.float32(x[off + i])
+            l = nearest_int(np.float32(iscale * np.float32(xi - mn)))
+            l = max(0, min(nmax, l))
+            Laux[i] = l
+            w = np.float32(weights[i])
+            fl = np.float32(l)
+            sum_l = np.float32(sum_l + np.float32(w * fl))
+            sum_l2 = np.float32(sum_l2 + np.float32(np.float32(w * fl) * fl))
+            sum_xl = np.float32(sum_xl + np.float32(np.float32(w * fl) * xi))
+        D = np.float32(np.float32(sum_w * sum_l2) - np.float32(sum_l * sum_l))
+        if D > np.float32(0.0):
+            this_scale = np.float32(np.float32(np.float32(sum_w * sum_xl)
+                                               - np.float32(sum_x * sum_l)) / D)
+            this_min = np.float32(np.float32(np.float32(sum_l2 * sum_x)
+                                             - np.float32(sum_l * sum_xl)) / D)
+            if this_min > np.float32(0.0):
+                this_min = np.float32(0.0)
+                this_scale = np.float32(sum_xl / sum_l2)
+            cur_error = np.float32(0.0)
+            for i in range(n):
+                diff = np.float32(np.float32(np.float32(this_scale * np.float32(Laux[i]))
+                                             + this_min) - np.float32(x[off + i]))
+                diff = np.float32(diff * diff)
+                cur_error = np.float32(cur_error + np.float32(np.float32(weights[i]) * diff))
+            if cur_error < best_error:
+                for i in range(n):
+                    L[i] = Laux[i]
+                best_error = cur_error
+                scale = this_scale
+                mn = this_min
+    return scale, np.float32(-mn)
+
+
+@kernel
+def _quantize_block_q4_k(values, b, out):
+    x = values[b]
+    L = np.zeros(256, np.int32)
+    Laux = np.zeros(32, np.int32)
+    weights = np.empty(32, np.float32)
+    scales = np.empty(8, np.float32)
+    mins = np.empty(8, np.float32)
+    sub = np.empty(32, np.int32)
+    max_scale = np.float32(0.0)
+    max_min = np.float32(0.0)
+    for j in range(8):
+        sum_x2 = np.float32(0.0)
+        for l in range(32):
+            xv = np.float32(x[32 * j + l])
+            sum_x2 = np.float32(sum_x2 + np.float32(xv * xv))
+        av_x = np.float32(np.sqrt(np.float32(sum_x2 / np.float32(32.0))))
+        for l in range(32):
+            weights[l] = np.float32(av_x + abs(np.float32(x[32 * j + l])))
+        sc, mn = make_qkx2_quants(x, 32 * j, 32, 15, weights, sub, Laux, np.float32(-1.0),
+                                  np.float32(0.1), 20)
+        for l in range(32):
+            L[32 * j + l] = sub[l]
+        scales[j] = sc
+        mins[j] = mn
+        if sc > max_scale:
+            max_scale = sc
+        if mn > max_min:
+            max_min = mn
+    inv_scale = np.float32(np.float32(63.0) / max_scale) if max_scale > 0 else np.float32(0.0)
+    inv_min = np.float32(np.float32(63.0) / max_min) if max_min > 0 else np.float32(0.0)
+    for k in range(4, 16):
+        out[b, k] = 0
+    for j in range(8):
+        ls = min(63, nearest_int(np.float32(inv_scale * scales[j])) & 0xFF)  # uint8_t, MIN
+        lm = min(63, nearest_int(np.float32(inv_min * mins[j])) & 0xFF)
+        if j < 4:
+            out[b, 4 + j] = np.uint8(ls)
+            out[b, 4 + j + 4] = np.uint8(lm)
+        else:
+            out[b, 4 + j + 4] = np.uint8((ls & 0xF) | ((lm & 0xF) << 4))
+            out[b, 4 + j - 4] |= np.uint8((ls >> 4) << 6)
+            out[b, 4 + j] |= np.uint8((lm >> 4) << 6)
+    hd = f32_to_f16_bits(np.float32(max_scale / np.float32(63.0)))
+    hm = f32_to_f16_bits(np.float32(max_min / np.float32(63.0)))
+    out[b, 0] = np.uint8(hd & np.uint16(0xFF))
+    out[b, 1] = np.uint8(hd >> np.uint16(8))
+    out[b, 2] = np.uint8(hm & np.uint16(0xFF))
+    out[b, 3] = np.uint8(hm >> np.uint16(8))
+    d_all = f16_to_f32(hd)
+    dmin_all = f16_to_f32(hm)
+    for j in range(8):
+        if j < 4:
+            sc = np.int32(out[b, 4 + j] & 63)
+            m = np.int32(out[b, 8 + j] & 63)
+        else:
+            sc = np.int32((out[b, 8 + j] & 0xF) | ((out[b, j] >> 6) << 4))
+            m = np.int32((out[b, 8 + j] >> 4) | ((out[b, 4 + j] >> 6) << 4))
+        d = np.float32(d_all * np.float32(sc))
+        if d == np.float32(0.0):
+            continue
+        dm = np.float32(dmin_all * np.float32(m))
+        for ii in range(32):
+            l = nearest_int(np.float32(np.float32(np.float32(x[32 * j + ii]) + dm) / d))
+            L[32 * j + ii] = max(0, min(15, l))
+    for j in range(4):
+        for l in range(32):
+            out[b, 16 + 32 * j + l] = np.uint8(L[64 * j + l] | (L[64 * j + l + 32] << 4))
+
+
+@kernel
+def quantize_q4_k(values, out):
+    """ggml's quantize_row_q4_K_ref for f32 ``[G, 256]`` into ``out`` ``[G, 144]``.
+
+    Returns -1, or the first block holding a non-finite value (nothing written then).
+    """
+    for b in range(values.shape[0]):
+        for i in range(values.shape[1]):
+            v = np.float32(values[b, i])
+            if (v - v) != np.float32(0.0):
+                return b
+    for b in range(values.shape[0]):
+        _quantize_block_q4_k(values, b, out)
+    return -1
