@@ -9,6 +9,7 @@ check passed.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -38,7 +39,6 @@ def _hex(v) -> str:
 def demo(rows: int, groups: int, seed: int, check_rows: int) -> int:
     import numba_qk as qk
     from numba_qk import reference as ref
-    import os
 
     Q4, Q8 = qk.quant.q4_k, qk.quant.q8_k
     w, x = _sample(rows, groups, seed)
@@ -95,21 +95,147 @@ def demo(rows: int, groups: int, seed: int, check_rows: int) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------ GGUF commands
+
+def _default_model(tmp: str, dim: int = 512) -> str:
+    from numba_qk.gguf import write_demo_model
+
+    path = os.path.join(tmp, "numba_qk-demo.gguf")
+    write_demo_model(path, dim=dim)
+    print(f"(no FILE given: using the embedded demo model, written to {path})", file=sys.stderr)
+    return path
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def cmd_inspect(path: str) -> int:
+    from numba_qk import gguf
+
+    with gguf.open(path) as f:
+        rows = [(t.name, "x".join(map(str, t.shape)), t.type_name, _human(t.nbytes),
+                 f"{t.bits_per_weight:.2f}", "yes" if t.accelerated else "no")
+                for t in f.tensors]
+        head = ("tensor", "shape", "format", "bytes", "bits/weight", "accelerated")
+        widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+        print(f"{path}: {len(rows)} tensors, {len(f.metadata)} metadata keys")
+        for r in [head] + rows:
+            print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+        total = sum(t.nbytes for t in f.tensors)
+        acc = sum(t.nbytes for t in f.tensors if t.accelerated)
+        print(f"total {_human(total)}; accelerated by numba_qk: {_human(acc)}")
+    return 0
+
+
+def cmd_quantize(src: str, dst: str, to: str) -> int:
+    import numba_qk as qk
+    from numba_qk import gguf
+
+    fmt = getattr(qk.quant, to)
+    results = gguf.quantize_file(src, dst, to=fmt,
+                                 progress=lambda line: print(line, file=sys.stderr, flush=True))
+    conv = [r for r in results if r.rms_error is not None]
+    kept = [r for r in results if r.rms_error is None]
+    before = sum(r.bytes_before for r in results)
+    after = sum(r.bytes_after for r in results)
+    print(f"wrote {dst}: {len(conv)} tensors converted to {fmt.name}, {len(kept)} kept as they "
+          f"were; {_human(before)} -> {_human(after)}")
+    for r in conv:
+        print(f"  {r.name}: {r.type_before} -> {r.type_after}, relative RMS error {r.rms_error:.4f}")
+    for r in kept:
+        print(f"  {r.name}: kept ({r.type_before}"
+              + (", not 2-D with whole-block rows" if r.type_before in ("F32", "F16", "BF16")
+                 else "") + ")")
+    return 0
+
+
+def cmd_bench(path: str, repeat: int) -> int:
+    from numba_qk import gguf
+
+    ncores = os.cpu_count() or 1
+    with gguf.open(path) as f:
+        tensors = [t for t in f.tensors if t.accelerated and len(t.shape) == 2]
+        if not tensors:
+            print(f"{path}: no tensors in a numba_qk weight format", file=sys.stderr)
+            return 1
+        print(f"matvec per accelerated tensor (f32 x quantized inside; best of {repeat}):")
+        print(f"{'tensor':32} {'format':6} {'shape':>12} {'1 thread':>18} {f'{ncores} threads':>18}")
+        rng = np.random.default_rng(0)
+        for t in tensors:
+            x = rng.standard_normal(t.shape[-1]).astype(np.float32)
+            cols = []
+            for threads in (1, ncores):
+                dt = _best_time(lambda: f.matmul(t.name, x, threads=threads), repeat)
+                cols.append(f"{dt * 1e3:7.3f} ms {t.nbytes / dt / 1e9:5.1f} GB/s")
+            print(f"{t.name:32} {t.type_name:6} {'x'.join(map(str, t.shape)):>12} "
+                  f"{cols[0]:>18} {cols[1]:>18}")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m numba_qk",
-        description="numba_qk demo: quantize, quantized_dot and a GEMV on an embedded sample, "
-                    "checked bit for bit against the reference oracle.")
-    parser.add_argument("--rows", type=int, default=512, help="weight rows (default 512)")
+        description="numba_qk: exact Numba kernels for GGUF block-quantized formats. Without a "
+                    "command: a demo that checks quantize, quantized_dot and a GEMV bit for bit "
+                    "against the reference oracle.")
+    parser.add_argument("--rows", type=int, default=512, help="demo: weight rows (default 512)")
     parser.add_argument("--groups", type=int, default=16,
-                        help="records per row, 256 elements each (default 16)")
-    parser.add_argument("--seed", type=int, default=0, help="sample seed (default 0)")
+                        help="demo: records per row, 256 elements each (default 16)")
+    parser.add_argument("--seed", type=int, default=0, help="demo: sample seed (default 0)")
     parser.add_argument("--check-rows", type=int, default=32,
-                        help="GEMV rows checked against the slow reference (default 32)")
+                        help="demo: GEMV rows checked against the slow reference (default 32)")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("demo", help="the default: bit-exact self-check and throughput")
+    p_inspect = sub.add_parser("inspect", help="list a GGUF file's tensors")
+    p_inspect.add_argument("file", nargs="?", help="GGUF file (default: the embedded demo model)")
+    p_quant = sub.add_parser("quantize", help="convert F32/F16/BF16 matrices of a GGUF file")
+    p_quant.add_argument("src", nargs="?", help="input GGUF (default: the embedded demo model)")
+    p_quant.add_argument("dst", nargs="?", help="output GGUF (default: next to the input)")
+    p_quant.add_argument("--to", default="q4_k",
+                         choices=["q4_k", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"],
+                         help="target format (default q4_k, bit-identical to ggml's quantizer)")
+    p_bench = sub.add_parser("bench", help="matvec speed per accelerated tensor")
+    p_bench.add_argument("file", nargs="?", help="GGUF file (default: the embedded demo model)")
+    p_bench.add_argument("--repeat", type=int, default=20, help="timed repeats (default 20)")
+    for p in (p_inspect, p_quant, p_bench):
+        p.add_argument("--demo-dim", type=int, default=512,
+                       help="width of the embedded demo model used when no file is given "
+                            "(a multiple of 256; default 512)")
     args = parser.parse_args(argv)
-    if args.rows < 1 or args.groups < 1 or args.check_rows < 0:
-        parser.error("--rows and --groups must be >= 1, --check-rows >= 0")
-    return demo(args.rows, args.groups, args.seed, args.check_rows)
+
+    if args.command in (None, "demo"):
+        if args.rows < 1 or args.groups < 1 or args.check_rows < 0:
+            parser.error("--rows and --groups must be >= 1, --check-rows >= 0")
+        return demo(args.rows, args.groups, args.seed, args.check_rows)
+
+    import tempfile
+
+    from numba_qk.gguf import GGUFError
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="numba_qk-") as tmp:
+            if args.command == "inspect":
+                return cmd_inspect(args.file or _default_model(tmp, args.demo_dim))
+            if args.command == "quantize":
+                src = args.src or _default_model(tmp, args.demo_dim)
+                dst = args.dst or (os.path.splitext(src)[0] + f"-{args.to}.gguf")
+                if args.dst is None and args.src is None:
+                    dst = os.path.join(os.getcwd(), f"numba_qk-demo-{args.to}.gguf")
+                if os.path.abspath(dst) == os.path.abspath(src):
+                    raise GGUFError("output and input are the same file")
+                return cmd_quantize(src, dst, args.to)
+            if args.repeat < 1:
+                parser.error("--repeat must be >= 1")
+            return cmd_bench(args.file or _default_model(tmp, args.demo_dim), args.repeat)
+    except (GGUFError, OSError, ImportError, KeyError, TypeError, ValueError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        print(f"numba-qk {args.command}: error: {msg}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

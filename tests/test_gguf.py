@@ -1,0 +1,183 @@
+"""GGUF backend: zero-copy tensors, matmul, dequantize, the Q4_K converter and the CLI."""
+
+import os
+import subprocess
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+gguf_py = pytest.importorskip("gguf")
+
+import numba_qk as qk  # noqa: E402
+from numba_qk import gguf  # noqa: E402
+
+from conftest import assert_same_f32, assert_same_records  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    return gguf.write_demo_model(tmp_path_factory.mktemp("gguf") / "demo.gguf")
+
+
+def test_listing(demo):
+    with gguf.open(demo) as f:
+        info = {t.name: t for t in f.tensors}
+        assert info["blk.0.attn_k.weight"].format is qk.quant.q4_k
+        assert info["blk.0.attn_k.weight"].shape == (512, 512)
+        assert info["blk.0.attn_v.weight"].format is qk.quant.q8_0
+        assert info["blk.0.ffn_up.weight"].format is qk.f16
+        assert info["blk.0.ffn_down.weight"].format is qk.bf16
+        assert info["blk.0.ffn_down.weight"].shape == (512, 1024)
+        assert info["output.weight"].format is None and info["output.weight"].type_name == "Q6_K"
+        assert [t.accelerated for t in f.tensors].count(True) == 2
+        assert info["blk.0.attn_k.weight"].bits_per_weight == 4.5
+        assert f.metadata["general.name"] == "numba_qk demo model"
+        with pytest.raises(KeyError, match="no tensor named 'nope'"):
+            f.tensor("nope")
+
+
+def test_records_are_zero_copy_views_of_the_read_only_map(demo):
+    with gguf.open(demo) as f:
+        recs = f.records("blk.0.attn_k.weight")
+        assert recs.shape == (512, 2, 144) and recs.dtype == np.uint8
+        assert not recs.flags.writeable
+        assert np.shares_memory(recs, f._reader.data)
+        base = recs
+        while base.base is not None and not isinstance(base, np.memmap):
+            base = base.base
+        assert isinstance(base, np.memmap)
+        with pytest.raises(gguf.GGUFError, match="not a block-quantized format"):
+            f.records("blk.0.attn_q.weight")
+
+
+def test_matmul_never_copies_the_weights_and_is_exact(demo):
+    with gguf.open(demo) as f:
+        recs = f.records("blk.0.attn_k.weight")
+        x = np.random.default_rng(0).standard_normal(512).astype(np.float32)
+        f.matmul("blk.0.attn_k.weight", x, threads=2)  # compile outside the measurement
+        tracemalloc.start()
+        y = f.matmul("blk.0.attn_k.weight", x, threads=2)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < recs.nbytes // 8, f"matmul allocated {peak} bytes for {recs.nbytes} of weights"
+        xq = qk.quantize(x.reshape(2, 256), format=qk.quant.q8_k)
+        want = np.array([qk.quantized_dot(recs[r], xq, lhs_format=qk.quant.q4_k,
+                                          rhs_format=qk.quant.q8_k) for r in range(512)])
+        assert_same_f32(y, want)
+        xs = np.stack([x, -x])
+        assert_same_f32(f.matmul("blk.0.attn_v.weight", xs)[1],
+                        f.matmul("blk.0.attn_v.weight", -x))
+        with pytest.raises(gguf.GGUFError, match="Q6_K: not accelerated"):
+            f.matmul("output.weight", x)
+
+
+def test_dequantize_every_type_matches_gguf_py(demo):
+    with gguf.open(demo) as f:
+        for t in f.tensors:
+            got = f.dequantize(t.name)
+            raw = np.asarray(f.raw(t.name))
+            if t.type_name in ("F32", "F16"):
+                want = raw.astype(np.float32)
+            else:
+                want = gguf_py.quants.dequantize(raw, gguf_py.GGMLQuantizationType[t.type_name])
+            assert got.shape == t.shape and got.dtype == np.float32
+            assert_same_f32(got, np.asarray(want, np.float32).reshape(t.shape), t.name)
+
+
+def test_quantize_file_round_trip(demo, tmp_path):
+    out = tmp_path / "q.gguf"
+    lines = []
+    results = gguf.quantize_file(demo, out, progress=lines.append)
+    assert len(lines) == 8 and lines[0].startswith("[1/8] token_embd.weight")
+    converted = {r.name for r in results if r.rms_error is not None}
+    assert converted == {"token_embd.weight", "blk.0.attn_q.weight", "blk.0.ffn_up.weight",
+                         "blk.0.ffn_down.weight"}
+    assert all(0 < r.rms_error < 0.12 for r in results if r.rms_error is not None)
+    with gguf.open(demo) as a, gguf.open(out) as b:
+        assert a.metadata == b.metadata
+        for t in a.tensors:
+            tb = b.tensor(t.name)
+            assert tb.shape == t.shape
+            if t.name in converted:
+                assert tb.format is qk.quant.q4_k
+                want = qk.quantize(a.dequantize(t.name).reshape(-1, 256), format=qk.quant.q4_k)
+                assert_same_records(b.records(t.name).reshape(-1, 144), want, t.name)
+            else:
+                assert tb.type_name == t.type_name
+                assert np.array_equal(np.asarray(a.raw(t.name)), np.asarray(b.raw(t.name)))
+
+
+def test_quantize_file_to_legacy_format(demo, tmp_path):
+    out = tmp_path / "q8.gguf"
+    gguf.quantize_file(demo, out, to=qk.quant.q8_0)
+    with gguf.open(out) as b:
+        assert b.tensor("blk.0.attn_q.weight").format is qk.quant.q8_0
+    with pytest.raises(TypeError, match="weight format"):
+        gguf.quantize_file(demo, tmp_path / "x.gguf", to=qk.quant.q8_k)
+
+
+def _patched(demo, tmp_path, name, new_ne0=None, truncate=None):
+    data = bytearray(Path(demo).read_bytes())
+    if new_ne0 is not None:
+        key = name.encode()
+        at = data.index(key) + len(key) + 4  # then: n_dims (u32), ne0 (u64), ...
+        data[at:at + 8] = int(new_ne0).to_bytes(8, "little")
+    if truncate is not None:
+        data = data[:truncate]
+    path = tmp_path / "bad.gguf"
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_bad_files(demo, tmp_path):
+    with pytest.raises(gguf.GGUFError, match="no such file"):
+        gguf.open(tmp_path / "missing.gguf")
+    (tmp_path / "text.gguf").write_text("hello")
+    with pytest.raises(gguf.GGUFError, match="not a GGUF file"):
+        gguf.open(tmp_path / "text.gguf")
+    with pytest.raises(gguf.GGUFError, match="truncated or corrupt"):
+        gguf.open(_patched(demo, tmp_path, "", truncate=os.path.getsize(demo) - 5000))
+    with pytest.raises(gguf.GGUFError, match="truncated or corrupt|does not match"):
+        gguf.open(_patched(demo, tmp_path, "blk.0.attn_k.weight", new_ne0=500))
+    with pytest.raises(gguf.GGUFError, match="truncated or corrupt|does not match"):
+        gguf.open(_patched(demo, tmp_path, "blk.0.attn_k.weight", new_ne0=512 * 64))
+
+
+def run_cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "numba_qk", *args], capture_output=True,
+                          text=True, timeout=600, cwd=cwd,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+
+
+def test_cli_commands_on_the_embedded_default(tmp_path):
+    r = run_cli("inspect", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "blk.0.attn_k.weight" in r.stdout and "Q6_K" in r.stdout and "accelerated" in r.stdout
+    r = run_cli("quantize", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "4 tensors converted to Q4_K" in r.stdout and "[8/8]" in r.stderr
+    assert (tmp_path / "numba_qk-demo-q4_k.gguf").exists()
+    r = run_cli("bench", "--repeat", "2", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "GB/s" in r.stdout and "blk.0.attn_v.weight" in r.stdout
+    r = run_cli("inspect", str(tmp_path / "numba_qk-demo-q4_k.gguf"), cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.count("Q4_K") >= 5
+
+
+def test_cli_errors_are_one_line_and_write_nothing(demo, tmp_path):
+    bad = _patched(demo, tmp_path, "", truncate=200)
+    cases = [("inspect", str(tmp_path / "missing.gguf")), ("bench", str(tmp_path)),
+             ("quantize", str(bad), str(tmp_path / "out.gguf")),
+             ("quantize", str(demo), str(demo))]
+    for args in cases:
+        r = run_cli(*args, cwd=tmp_path)
+        assert r.returncode == 1, (args, r.stdout, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "error:" in lines[0] and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "out.gguf").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
