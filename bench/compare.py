@@ -224,6 +224,16 @@ def main(argv=None) -> int:
     else:
         tab.add("Q8_K quantize, 1M floats", "quantize", t_q, nbytes=x.nbytes)
 
+    # --- Q4_K quantize (ggml's reference quantizer, bit for bit), 1M floats
+    out4 = np.empty((4096, 144), np.uint8)
+    t_q4 = best(lambda: qk.quantize(x, format=Q4, out=out4), repeat=3)
+    if ggml:
+        tab.add("Q4_K quantize, 1M floats", "quantize (= ggml's _ref)", t_q4,
+                "ggml quantize_row_q4_K_ref (+ ctypes)",
+                best(lambda: ggml.quantize_ref(ggml_ctypes.GGML_TYPE_Q4_K, x), repeat=3), x.nbytes)
+    else:
+        tab.add("Q4_K quantize, 1M floats", "quantize (= ggml's _ref)", t_q4, nbytes=x.nbytes)
+
     # --- single dots
     for g in (16, 256):
         w = q4_k_weights(1, g)[0]
