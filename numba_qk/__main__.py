@@ -92,6 +92,8 @@ def demo(rows: int, groups: int, seed: int, check_rows: int) -> int:
         print(f"FAILED: {failures} mismatches against the reference", file=sys.stderr)
         return 1
     print("all checks bit-exact: OK")
+    print("next: python -m numba_qk inspect | quantize | bench [FILE.gguf]  (GGUF files; the "
+          "gguf extra)")
     return 0
 
 
