@@ -25,7 +25,17 @@ SCRIPT = textwrap.dedent("""
         lw = qk.quantize(d["values"].reshape(-1, 32), format=qk.quant.q5_1).reshape(6, 8, 24)
         lx = qk.quantize(d["values"][0].reshape(8, 32), format=qk.quant.q8_1)
         lgemv = qk.gemv(lw, lx, lhs_format=qk.quant.q5_1, rhs_format=qk.quant.q8_1)
-    np.savez(sys.argv[2], rec=rec, dot=dot, deq=deq, lw=lw, lgemv=lgemv)
+        # 8-row / 8-activation tiles and remainders, every weight format
+        gw = d["gw"]
+        gx = qk.quantize(d["gv"].reshape(-1, 256), format=qk.quant.q8_k).reshape(9, 2, 292)
+        kgemm = qk.gemm(gw, gx, lhs_format=qk.quant.q4_k, rhs_format=qk.quant.q8_k)
+        legacy = []
+        for name in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0"):
+            f = getattr(qk.quant, name)
+            w = qk.quantize(d["lv"].reshape(-1, 32), format=f).reshape(11, 4, -1)
+            legacy.append(qk.matmul(w, d["lx"], lhs_format=f))
+    np.savez(sys.argv[2], rec=rec, dot=dot, deq=deq, lw=lw, lgemv=lgemv, kgemm=kgemm,
+             legacy=np.stack(legacy))
 """)
 
 
@@ -39,16 +49,20 @@ def _run_script(tmp_path, rng, env_extra):
     w[4, 0:2] = [0x01, 0x00]  # subnormal d
     x = random_q8_k(rng, g)
     x[5, 0:4] = [0, 0, 0x80, 0xFF]  # ds = -inf
-    np.savez(tmp_path / "in.npz", values=values, w=w, x=x)
+    gw = random_q4_k(rng, 17 * 2).reshape(17, 2, 144)
+    gv = rng.standard_normal((9, 512)).astype(np.float32)
+    lv = rng.standard_normal((11, 128)).astype(np.float32)
+    lx = rng.standard_normal((9, 128)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", values=values, w=w, x=x, gw=gw, gv=gv, lv=lv, lx=lx)
     env = dict(os.environ, **env_extra)
     root = Path(qk.__file__).resolve().parent.parent
     env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
     subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "in.npz"),
                     str(tmp_path / "out.npz")], check=True, env=env, timeout=300)
-    return values, w, x, np.load(tmp_path / "out.npz")
+    return values, w, x, np.load(tmp_path / "out.npz"), (gw, gv, lv, lx)
 
 
-def _check(values, w, x, py):
+def _check(values, w, x, py, extra):
     assert (py["rec"] == qk.quantize(values, format=qk.quant.q8_k)).all()
     jit_dot = qk.quantized_dot(w, x, lhs_format=qk.quant.q4_k, rhs_format=qk.quant.q8_k)
     assert py["dot"].view(np.uint32) == jit_dot.view(np.uint32) or (
@@ -59,6 +73,15 @@ def _check(values, w, x, py):
     assert (py["lw"] == lw).all()
     lgemv = qk.gemv(lw, lx, lhs_format=qk.quant.q5_1, rhs_format=qk.quant.q8_1)
     assert (py["lgemv"].view(np.uint32) == lgemv.view(np.uint32)).all()
+    gw, gv, lv, lx2 = extra
+    gx = qk.quantize(gv.reshape(-1, 256), format=qk.quant.q8_k).reshape(9, 2, 292)
+    kgemm = qk.gemm(gw, gx, lhs_format=qk.quant.q4_k, rhs_format=qk.quant.q8_k)
+    assert (py["kgemm"].view(np.uint32) == kgemm.view(np.uint32)).all()
+    for k, name in enumerate(("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")):
+        f = getattr(qk.quant, name)
+        w2 = qk.quantize(lv.reshape(-1, 32), format=f).reshape(11, 4, -1)
+        got = qk.matmul(w2, lx2, lhs_format=f)
+        assert (py["legacy"][k].view(np.uint32) == got.view(np.uint32)).all(), name
 
 
 def test_disable_jit_matches_compiled(tmp_path, rng):
@@ -70,3 +93,15 @@ def test_portable_path_matches_default(tmp_path, rng):
     """NUMBA_QK_PORTABLE=1: compiled portable loops instead of the SIMD fast path."""
     cache = tmp_path / "cache"
     _check(*_run_script(tmp_path, rng, {"NUMBA_QK_PORTABLE": "1", "NUMBA_CACHE_DIR": str(cache)}))
+
+
+def test_avx2_path_matches_default(tmp_path, rng):
+    """NUMBA_QK_NO_AVX512=1: the 256-bit intrinsics (what AVX2-only machines run)."""
+    from numba_qk.kernels._simd import HAVE_AVX2
+
+    if not HAVE_AVX2:
+        import pytest
+
+        pytest.skip("no AVX2 on this machine")
+    cache = tmp_path / "cache"
+    _check(*_run_script(tmp_path, rng, {"NUMBA_QK_NO_AVX512": "1", "NUMBA_CACHE_DIR": str(cache)}))
