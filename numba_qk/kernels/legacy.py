@@ -43,11 +43,13 @@ from numba import literally
 
 from .._jit import kernel
 from ._bits import f16_to_f32, f32_to_f16_bits
+from .q8_k import _order_key
 from ._simd import HAVE_AVX2, legacy_accumulate_x8, legacy_block_value
 
 # Format codes (kernels are selected by these small ints; see LEGACY_CODES in ops.py).
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 = 0, 1, 2, 3, 4, 5
-_FLT_MAX = np.float32(3.4028234663852886e38)
+_MAGNITUDE = np.int32(0x7FFFFFFF)  # all bits but the sign
+_EXP_ALL_ONES = np.int32(0x7F800000)  # f32 exponent of inf/NaN
 
 
 @kernel
@@ -82,27 +84,49 @@ def _all_finite(values, b):
 
 @kernel
 def _signed_absmax(values, b):
-    """ggml's loop: the first value of largest magnitude (``amax < |v|`` strictly)."""
-    amax = np.float32(0.0)
-    mx = np.float32(0.0)
+    """ggml's loop: the first value of largest magnitude (``amax < |v|`` strictly), or +0.0.
+
+    The largest magnitude is found on the integer bits (vectorizes without fast-math); the
+    first value attaining it is then picked, as ggml's strict comparison does."""
+    m = np.int32(0)
+    for j in range(values.shape[1]):
+        m = max(m, np.int32(np.float32(values[b, j]).view(np.int32) & _MAGNITUDE))
+    if m == 0:
+        return np.float32(0.0)
     for j in range(values.shape[1]):
         v = np.float32(values[b, j])
-        if amax < abs(v):
-            amax = abs(v)
-            mx = v
-    return mx
+        if np.int32(v.view(np.int32) & _MAGNITUDE) == m:
+            return v
+    return np.float32(0.0)  # unreachable for finite input
+
+
+@kernel
+def _first_zero(values, b):
+    """The first zero of either sign in block b (the sign ggml's strict comparisons keep)."""
+    for j in range(values.shape[1]):
+        v = np.float32(values[b, j])
+        if v == np.float32(0.0):
+            return v
+    return np.float32(0.0)
 
 
 @kernel
 def _min_max(values, b):
-    mn = _FLT_MAX
-    mx = -_FLT_MAX
+    """ggml's ``if (v < min) min = v; if (v > max) max = v`` loop, on order-preserving integer
+    keys (vectorizes); equal values have equal bits except +0/-0, where the first zero wins as
+    in ggml."""
+    kmin = np.int32(2147483647)
+    kmax = np.int32(-2147483648)
     for j in range(values.shape[1]):
-        v = np.float32(values[b, j])
-        if v < mn:
-            mn = v
-        if v > mx:
-            mx = v
+        key = _order_key(np.float32(values[b, j]).view(np.int32))
+        kmin = min(kmin, key)
+        kmax = max(kmax, key)
+    mn = np.int32(_order_key(kmin)).view(np.float32)
+    mx = np.int32(_order_key(kmax)).view(np.float32)
+    if mn == np.float32(0.0):
+        mn = _first_zero(values, b)
+    if mx == np.float32(0.0):
+        mx = _first_zero(values, b)
     return mn, mx
 
 
@@ -131,21 +155,23 @@ def _roundf(x):
 
 
 @kernel
-def _put_q(out, ob, qs_at, qh_at, j, q, five_bit, qh):
-    """Store 4/5-bit quant ``q`` of element j (0..31); returns the updated qh word."""
-    lo = np.uint8(q & 15)
-    if j < 16:
-        out[ob, qs_at + j] = (out[ob, qs_at + j] & np.uint8(0xF0)) | lo
-    else:
-        out[ob, qs_at + j - 16] = (out[ob, qs_at + j - 16] & np.uint8(0x0F)) | (lo << np.uint8(4))
-    if five_bit:
-        qh |= np.uint32((q >> 4) & 1) << np.uint32(j)
-    return qh
+def _pack_nibbles(out, ob, qs_at, qh_at, q):
+    """Store quants q[0..31] (4 or 5 bits): low nibbles of j and j+16 share byte qs_at + j; the
+    fifth bits go to bit j of the little-endian u32 at qh_at (qh_at < 0: 4-bit format)."""
+    for j in range(16):
+        out[ob, qs_at + j] = np.uint8((q[j] & 15) | ((q[j + 16] & 15) << 4))
+    if qh_at >= 0:
+        qh = np.uint32(0)
+        for j in range(32):
+            qh |= np.uint32((q[j] >> 4) & 1) << np.uint32(j)
+        for k in range(4):
+            out[ob, qh_at + k] = np.uint8((qh >> np.uint32(8 * k)) & np.uint32(0xFF))
 
 
 @kernel
-def _quantize_block(code, values, b, out, ob):
-    """One block of ``values`` (f32 [G, 32]) into record ``out[ob]``, as ggml's _ref does."""
+def _quantize_block(code, values, b, out, ob, q):
+    """One block of ``values`` (f32 [G, 32]) into record ``out[ob]``, as ggml's _ref does;
+    ``q`` is an int32 scratch array of 32."""
     if code == Q8_0 or code == Q8_1:
         amax = np.float32(0.0)
         for j in range(32):
@@ -156,9 +182,10 @@ def _quantize_block(code, values, b, out, ob):
         qs_at = 2 if code == Q8_0 else 4
         total = np.int32(0)
         for j in range(32):
-            q = _c_int8(_roundf(np.float32(np.float32(values[b, j]) * inv)))
-            out[ob, qs_at + j] = np.uint8(q & 0xFF)
-            total += q
+            q[j] = _c_int8(_roundf(np.float32(np.float32(values[b, j]) * inv)))
+            total += q[j]
+        for j in range(32):
+            out[ob, qs_at + j] = np.uint8(q[j] & 0xFF)
         if code == Q8_1:
             _store_f16(out, ob, 2, np.float32(np.float32(total) * d))
         return
@@ -170,14 +197,9 @@ def _quantize_block(code, values, b, out, ob):
         _store_f16(out, ob, 0, d)
         bias = np.float32(16.5 if five else 8.5)
         cap = 31 if five else 15
-        qs_at = 6 if five else 2
-        qh = np.uint32(0)
         for j in range(32):
-            q = min(cap, _c_int8(np.float32(np.float32(np.float32(values[b, j]) * inv) + bias)))
-            qh = _put_q(out, ob, qs_at, 2, j, q, five, qh)
-        if five:
-            for k in range(4):
-                out[ob, 2 + k] = np.uint8((qh >> np.uint32(8 * k)) & np.uint32(0xFF))
+            q[j] = min(cap, _c_int8(np.float32(np.float32(np.float32(values[b, j]) * inv) + bias)))
+        _pack_nibbles(out, ob, 6 if five else 2, 2 if five else -1, q)
         return
     # Q4_1, Q5_1
     five = code == Q5_1
@@ -186,15 +208,18 @@ def _quantize_block(code, values, b, out, ob):
     inv = _inverse(d)
     _store_f16(out, ob, 0, d)
     _store_f16(out, ob, 2, mn)
-    qs_at = 8 if five else 4
-    qh = np.uint32(0)
     for j in range(32):
         t = np.float32(np.float32(np.float32(np.float32(values[b, j]) - mn) * inv) + np.float32(0.5))
-        q = _c_int8(t) & 0xFF if five else min(15, _c_int8(t))  # (uint8_t) / MIN(15, (int8_t))
-        qh = _put_q(out, ob, qs_at, 4, j, q, five, qh)
-    if five:
-        for k in range(4):
-            out[ob, 4 + k] = np.uint8((qh >> np.uint32(8 * k)) & np.uint32(0xFF))
+        q[j] = _c_int8(t) & 0xFF if five else min(15, _c_int8(t))  # (uint8_t) / MIN(15, (int8_t))
+    _pack_nibbles(out, ob, 8 if five else 4, 4 if five else -1, q)
+
+
+@kernel
+def _quantize_blocks(code, values, out):
+    literally(code)  # one specialization per format: the format branches fold away
+    q = np.empty(32, np.int32)
+    for b in range(values.shape[0]):
+        _quantize_block(code, values, b, out, b, q)
 
 
 @kernel
@@ -203,11 +228,27 @@ def quantize_legacy(code, values, out):
 
     Returns -1, or the first block holding a non-finite value (nothing written then).
     """
+    nonfinite = np.int32(0)  # one branch-free pass over the exponent bits (vectorizes) ...
     for b in range(values.shape[0]):
-        if not _all_finite(values, b):
-            return b
-    for b in range(values.shape[0]):
-        _quantize_block(code, values, b, out, b)
+        for j in range(values.shape[1]):
+            e = np.int32(np.float32(values[b, j]).view(np.int32) & _EXP_ALL_ONES)
+            nonfinite |= np.int32(e == _EXP_ALL_ONES)
+    if nonfinite:  # ... and only then look for the first bad block
+        for b in range(values.shape[0]):
+            if not _all_finite(values, b):
+                return b
+    if code == Q4_0:
+        _quantize_blocks(Q4_0, values, out)
+    elif code == Q4_1:
+        _quantize_blocks(Q4_1, values, out)
+    elif code == Q5_0:
+        _quantize_blocks(Q5_0, values, out)
+    elif code == Q5_1:
+        _quantize_blocks(Q5_1, values, out)
+    elif code == Q8_0:
+        _quantize_blocks(Q8_0, values, out)
+    else:
+        _quantize_blocks(Q8_1, values, out)
     return -1
 
 
