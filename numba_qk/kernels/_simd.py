@@ -259,6 +259,20 @@ def _fold_into(builder, acc_ptr, v, first):
     builder.store(new, ptr, align=4)
 
 
+def _tile_bases(context, builder, wty, w_arr, w_off, xty, x_arr, x_off, step, over_rows, n):
+    """Record pointers of one tile: n weight records ``step`` bytes apart against one activation
+    record (over_rows, gemv), or one weight record against n activation records (gemm).  The
+    shared record is the same IR value n times, so it is decoded/loaded once."""
+    offs = [builder.mul(step, ir.Constant(step.type, k)) for k in range(n)]
+    if over_rows:
+        wbs = [_ptr(context, builder, wty, w_arr, builder.add(w_off, o)) for o in offs]
+        xbs = [_ptr(context, builder, xty, x_arr, x_off)] * n
+    else:
+        wbs = [_ptr(context, builder, wty, w_arr, w_off)] * n
+        xbs = [_ptr(context, builder, xty, x_arr, builder.add(x_off, o)) for o in offs]
+    return wbs, xbs
+
+
 def _float_array_ptr(context, builder, arrty, arr):
     return context.make_array(arrty)(context, builder, arr).data
 
@@ -305,15 +319,8 @@ def _make_accumulate(wide: bool, over_rows: bool, n: int = 8):
         def codegen(context, builder, signature, args):
             ops = _Ops(builder, wide)
             w_arr, w_off_v, x_arr, x_off_v, step_v, acc_arr, acc_at_v, first_v = args
-            lanes = [builder.mul(step_v, ir.Constant(step_v.type, k)) for k in range(n)]
-            if over_rows:
-                wbs = [_ptr(context, builder, signature.args[0], w_arr, builder.add(w_off_v, o))
-                       for o in lanes]
-                xbs = [_ptr(context, builder, signature.args[2], x_arr, x_off_v)] * n
-            else:
-                wbs = [_ptr(context, builder, signature.args[0], w_arr, w_off_v)] * n
-                xbs = [_ptr(context, builder, signature.args[2], x_arr, builder.add(x_off_v, o))
-                       for o in lanes]
+            wbs, xbs = _tile_bases(context, builder, signature.args[0], w_arr, w_off_v,
+                                   signature.args[2], x_arr, x_off_v, step_v, over_rows, n)
             s_vec, t_vec = _gen_sums(builder, ops, wbs, xbs)
             d = _gather_f16(builder, wbs, 0)
             dmin = _gather_f16(builder, wbs, 2)
@@ -444,15 +451,8 @@ def _make_legacy_accumulate(wide: bool, n: int = 8):
         def codegen(context, builder, signature, args):
             ops = _Ops(builder, wide)
             _, _, w_arr, w_off_v, x_arr, x_off_v, step_v, acc_arr, acc_at_v, first_v = args
-            lanes = [builder.mul(step_v, ir.Constant(step_v.type, k)) for k in range(n)]
-            if rows:
-                wbs = [_ptr(context, builder, signature.args[2], w_arr, builder.add(w_off_v, o))
-                       for o in lanes]
-                xbs = [_ptr(context, builder, signature.args[4], x_arr, x_off_v)] * n
-            else:
-                wbs = [_ptr(context, builder, signature.args[2], w_arr, w_off_v)] * n
-                xbs = [_ptr(context, builder, signature.args[4], x_arr, builder.add(x_off_v, o))
-                       for o in lanes]
+            wbs, xbs = _tile_bases(context, builder, signature.args[2], w_arr, w_off_v,
+                                   signature.args[4], x_arr, x_off_v, step_v, rows, n)
             s_vec = _legacy_sums(builder, ops, c, wbs, xbs)
             v = _legacy_values(builder, c, s_vec, wbs, xbs)
             acc_ptr = builder.gep(_float_array_ptr(context, builder, signature.args[7], acc_arr),
