@@ -9,6 +9,7 @@
 0.0
 """
 
+from ._registry import Capabilities, capabilities
 from .errors import NumbaQKError, QuantizationDomainError
 from .formats import (Field, Format, ScalarType, activation_format, bf16, f16, f32, from_ggml_type,
                       i8, i32, quant)
@@ -33,4 +34,5 @@ __all__ = [
     "from_ggml_type", "activation_format", "BlockFields",
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
     "gemv", "gemm", "matmul", "Q4KFields", "Q8KFields", "NumbaQKError", "QuantizationDomainError", "__version__",
+    "capabilities", "Capabilities",
 ]

@@ -25,6 +25,7 @@ from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
+from . import _registry
 from . import formats as _formats
 from .formats import quant
 from .ops import dequantize as _dequantize
@@ -35,7 +36,7 @@ __all__ = ["GGUFError", "TensorInfo", "GGUFFile", "open", "quantize_file", "writ
            "ACCELERATED"]
 
 # Weight formats with a composed matmul (the rest of numba_qk's formats are activations).
-ACCELERATED = (quant.q4_k, quant.q4_0, quant.q4_1, quant.q5_0, quant.q5_1, quant.q8_0)
+ACCELERATED = _registry.WEIGHTS
 
 
 class GGUFError(ValueError):
@@ -57,7 +58,7 @@ class TensorInfo(NamedTuple):
     name: str
     shape: tuple          # numpy order (rows first; the last axis is GGUF's ne0)
     ggml_type: int        # GGML type id
-    type_name: str        # e.g. "Q4_K", "F32", "Q6_K"
+    type_name: str        # e.g. "Q4_K", "F32", "IQ2_XXS"
     format: object        # numba_qk Format / ScalarType, or None if numba_qk does not model it
     nbytes: int
     accelerated: bool     # a numba_qk weight format: records + matmul
@@ -267,7 +268,7 @@ def quantize_file(src, dst, *, to=quant.q4_k, progress: Optional[Callable[[str],
     metadata, and write ``dst`` atomically (a temporary file renamed on success; nothing is
     written to ``dst`` on error).  Returns a list of ``ConvertedTensor``."""
     gguf = _gguf()
-    if to not in (quant.q4_k, quant.q4_0, quant.q4_1, quant.q5_0, quant.q5_1, quant.q8_0):
+    if to not in ACCELERATED or to not in _registry.QUANTIZABLE:
         raise TypeError(f"quantize_file: 'to' must be a weight format, got {to!r}")
     dst = Path(dst)
     results = []
@@ -321,7 +322,7 @@ def quantize_file(src, dst, *, to=quant.q4_k, progress: Optional[Callable[[str],
 
 def write_demo_model(path, *, dim: int = 512, seed: int = 0) -> Path:
     """Write a small model-shaped GGUF file (the CLI's embedded default): F32, F16 and BF16
-    matrices with 256-multiple rows, a 1-D norm, a Q4_K and a Q8_0 matrix, and a Q6_K matrix
+    matrices with 256-multiple rows, a 1-D norm, a Q4_K and a Q8_0 matrix, and an IQ2_XXS matrix
     (random bytes) that numba_qk does not accelerate.  ``dim`` (a multiple of 256) is the model
     width; the FFN is twice as wide."""
     gguf = _gguf()
@@ -353,9 +354,9 @@ def write_demo_model(path, *, dim: int = 512, seed: int = 0) -> Path:
     w.add_tensor("blk.0.attn_k.weight", q4, raw_dtype=T.Q4_K)
     q8 = _quantize(mat(d, d).reshape(-1, 32), format=quant.q8_0).reshape(d, -1)
     w.add_tensor("blk.0.attn_v.weight", q8, raw_dtype=T.Q8_0)
-    q6 = rng.integers(0, 256, (256, d // 256, 210), dtype=np.uint8)
-    q6[:, :, 208:210] = 0  # d = 0 keeps the random Q6_K bytes finite when dequantized
-    w.add_tensor("output.weight", q6.reshape(256, -1), raw_dtype=T.Q6_K)
+    iq2 = rng.integers(0, 256, (256, d // 256, 66), dtype=np.uint8)
+    iq2[:, :, 0:2] = 0  # d = 0 keeps the random IQ2_XXS bytes finite when dequantized
+    w.add_tensor("output.weight", iq2.reshape(256, -1), raw_dtype=T.IQ2_XXS)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

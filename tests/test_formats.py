@@ -141,8 +141,8 @@ def test_ggml_type_ids_round_trip():
            26: qk.i32, 30: qk.bf16}
     for tid, fmt in ids.items():
         assert qk.from_ggml_type(tid) is fmt and fmt.ggml_type == tid
-    with pytest.raises(KeyError, match="GGML type id 14 is not modelled"):
-        qk.from_ggml_type(14)  # Q6_K
+    with pytest.raises(KeyError, match="GGML type id 16 is not modelled"):
+        qk.from_ggml_type(16)  # IQ2_XXS (stays unmodelled; Q6_K is next on the list)
     with pytest.raises(TypeError):
         qk.from_ggml_type("Q4_0")
 

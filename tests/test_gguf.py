@@ -33,7 +33,7 @@ def test_listing(demo):
         assert info["blk.0.ffn_up.weight"].format is qk.f16
         assert info["blk.0.ffn_down.weight"].format is qk.bf16
         assert info["blk.0.ffn_down.weight"].shape == (512, 1024)
-        assert info["output.weight"].format is None and info["output.weight"].type_name == "Q6_K"
+        assert info["output.weight"].format is None and info["output.weight"].type_name == "IQ2_XXS"
         assert [t.accelerated for t in f.tensors].count(True) == 2
         assert info["blk.0.attn_k.weight"].bits_per_weight == 4.5
         assert f.metadata["general.name"] == "numba_qk demo model"
@@ -72,7 +72,7 @@ def test_matmul_never_copies_the_weights_and_is_exact(demo):
         xs = np.stack([x, -x])
         assert_same_f32(f.matmul("blk.0.attn_v.weight", xs)[1],
                         f.matmul("blk.0.attn_v.weight", -x))
-        with pytest.raises(gguf.GGUFError, match="Q6_K: not accelerated"):
+        with pytest.raises(gguf.GGUFError, match="IQ2_XXS: not accelerated"):
             f.matmul("output.weight", x)
 
 
@@ -157,7 +157,7 @@ def run_cli(*args, cwd):
 def test_cli_commands_on_the_embedded_default(tmp_path):
     r = run_cli("inspect", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "blk.0.attn_k.weight" in r.stdout and "Q6_K" in r.stdout and "accelerated" in r.stdout
+    assert "blk.0.attn_k.weight" in r.stdout and "IQ2_XXS" in r.stdout and "accelerated" in r.stdout
     r = run_cli("quantize", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "4 tensors converted to Q4_K" in r.stdout and "[8/8]" in r.stderr

@@ -41,6 +41,18 @@ from numba import config
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from ..formats import quant
+from . import _legacy_layout as _LL
+
+# Byte offsets read from the schemas (never retyped).
+_K_D_AT = quant.q4_k.field("d").start          # f16
+_K_DMIN_AT = quant.q4_k.field("dmin").start    # f16
+_K_SCALES_AT = quant.q4_k.field("sc").start    # 12 bytes of packed 6-bit sc/m
+_K_QS_AT = quant.q4_k.field("q").start         # 128 bytes of nibbles
+_A_DS_AT = quant.q8_k.field("ds").start        # f32
+_A_Q_AT = quant.q8_k.field("q").start          # 256 x int8
+_A_BSUM_AT = quant.q8_k.field("bsum").start    # 16 x int16
+
 
 def _target_features() -> set[str]:
     """Features of the CPU numba compiles for (host unless NUMBA_CPU_NAME says otherwise)."""
@@ -88,14 +100,14 @@ def _splat_lanes(builder, v, lanes):
 def _unpack_scales(builder, wbase):
     """sc[0..7] and m[0..7] of a Q4_K record as two <8 x i16> vectors.
 
-    Bytes 4..15 as little-endian words u0, u1, u2:
+    The 12 scale bytes as little-endian words u0, u1, u2:
       sc[0..3] = u0 & 0x3f3f3f3f               m[0..3] = u1 & 0x3f3f3f3f
       sc[4..7] = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4)
       m[4..7]  = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4)
     """
-    u0 = _load(builder, wbase, 4, _i32)
-    u1 = _load(builder, wbase, 8, _i32)
-    u2 = _load(builder, wbase, 12, _i32)
+    u0 = _load(builder, wbase, _K_SCALES_AT, _i32)
+    u1 = _load(builder, wbase, _K_SCALES_AT + 4, _i32)
+    u2 = _load(builder, wbase, _K_SCALES_AT + 8, _i32)
     low6 = ir.Constant(_i32, 0x3F3F3F3F)
     nib = ir.Constant(_i32, 0x0F0F0F0F)
     top2 = ir.Constant(_i32, 0x03030303)
@@ -153,7 +165,7 @@ def _decode_weights(builder, ops: _Ops, wbase):
     four = ir.Constant(_vec(_i8, lanes), [4] * lanes)
     quants, scales = [], []
     for h in range(0, 128, lanes):  # `lanes` bytes of packed nibbles at a time
-        qs = _load(builder, wbase, 16 + h, _vec(_i8, lanes))
+        qs = _load(builder, wbase, _K_QS_AT + h, _vec(_i8, lanes))
         lo = builder.and_(qs, low4)
         hi = builder.lshr(qs, four)
         for c in range(lanes // 32):  # each 32-byte chunk: low nibbles, then high nibbles
@@ -172,14 +184,14 @@ def _decode_weights(builder, ops: _Ops, wbase):
 
 def _pair_vectors(builder, ops: _Ops, weights, xbase):
     """Unreduced S and T vectors of one decoded weight record against the Q8_K record at
-    ``xbase``.  Element e of a Q8_K record lives at byte 4 + e, so activation vector v covers
+    ``xbase``.  Element e of a Q8_K record lives at byte _A_Q_AT + e, so activation vector v covers
     elements [lanes*v, lanes*v + lanes) -- the order of the decoded quants."""
     quants, scales, m_pairs = weights
     acc = ir.Constant(ops.maddwd.function_type.return_type, None)
     for v, (q, sc) in enumerate(zip(quants, scales)):
-        xv = _load(builder, xbase, 4 + ops.lanes * v, _vec(_i8, ops.lanes))
+        xv = _load(builder, xbase, _A_Q_AT + ops.lanes * v, _vec(_i8, ops.lanes))
         acc = builder.add(acc, builder.call(ops.maddwd, [builder.call(ops.maddubs, [q, xv]), sc]))
-    bsum = _load(builder, xbase, 260, _vec(_i16, 16))
+    bsum = _load(builder, xbase, _A_BSUM_AT, _vec(_i16, 16))
     return acc, builder.call(ops.maddwd8, [bsum, m_pairs])
 
 
@@ -322,9 +334,9 @@ def _make_accumulate(wide: bool, over_rows: bool, n: int = 8):
             wbs, xbs = _tile_bases(context, builder, signature.args[0], w_arr, w_off_v,
                                    signature.args[2], x_arr, x_off_v, step_v, over_rows, n)
             s_vec, t_vec = _gen_sums(builder, ops, wbs, xbs)
-            d = _gather_f16(builder, wbs, 0)
-            dmin = _gather_f16(builder, wbs, 2)
-            ds = _gather_f32(builder, xbs, 0)
+            d = _gather_f16(builder, wbs, _K_D_AT)
+            dmin = _gather_f16(builder, wbs, _K_DMIN_AT)
+            ds = _gather_f32(builder, xbs, _A_DS_AT)
             v = _record_values(builder, s_vec, t_vec, d, dmin, ds)
             acc_ptr = builder.gep(_float_array_ptr(context, builder, signature.args[5], acc_arr),
                                   [acc_at_v])
@@ -335,40 +347,31 @@ def _make_accumulate(wide: bool, over_rows: bool, n: int = 8):
 
 
 # ---------------------------------------------------------------------------------------------
-# ggml's legacy 32-element formats (codes from legacy.py: Q4_0=0, Q4_1=1, Q5_0=2, Q5_1=3,
-# Q8_0=4, Q8_1=5).  Every weight quant becomes a signed i16 lane (q-8, q, q-16, q or the int8),
+# ggml's legacy 32-element formats (codes and byte offsets from _legacy_layout.py).  Every weight quant becomes a signed i16 lane (q-8, q, q-16, q or the int8),
 # every Q8_0/Q8_1 activation quant a sign-extended i16 lane, and pmaddwd sums lane pairs into
 # i32 (|pair| <= 2 * 128 * 128: exact for any record bytes).  S_b is the sum of those lanes.
 
-_L_Q4_0, _L_Q4_1, _L_Q5_0, _L_Q5_1, _L_Q8_0, _L_Q8_1 = range(6)
-_L_QS_AT = {_L_Q4_0: 2, _L_Q4_1: 4, _L_Q5_0: 6, _L_Q5_1: 8, _L_Q8_0: 2}
-_L_QH_AT = {_L_Q5_0: 2, _L_Q5_1: 4}
-_L_OFFSET = {_L_Q4_0: 8, _L_Q5_0: 16}
-_L_HAS_MIN = (_L_Q4_1, _L_Q5_1)
-
-
-def _legacy_x_qs_at(code):
-    """Quants of the paired activation: Q8_0 at byte 2, Q8_1 at byte 4."""
-    return 4 if code in _L_HAS_MIN else 2
+# Per-code layout, read from the schemas (_legacy_layout.py): only weight formats have a dot.
+_L_WEIGHT = {c for c, fmt in enumerate(_LL.FORMATS) if fmt in _LL.WEIGHT_FORMATS}
 
 
 def _legacy_weights(builder, code, wbase):
     """<32 x i16>: the integers a dot multiplies, for one legacy weight record."""
     v32i16 = _vec(_i16, 32)
-    if code == _L_Q8_0:
-        return builder.sext(_load(builder, wbase, 2, _vec(_i8, 32)), v32i16)
-    qs = _load(builder, wbase, _L_QS_AT[code], _vec(_i8, 16))
+    if _LL.FORMATS[code].field("qs").signed:  # int8 quants
+        return builder.sext(_load(builder, wbase, _LL._QS_AT[code], _vec(_i8, 32)), v32i16)
+    qs = _load(builder, wbase, _LL._QS_AT[code], _vec(_i8, 16))
     lo = builder.and_(qs, ir.Constant(_vec(_i8, 16), [0x0F] * 16))
     hi = builder.lshr(qs, ir.Constant(_vec(_i8, 16), [4] * 16))
     q = builder.shuffle_vector(lo, hi, ir.Constant(_vec(_i32, 32), list(range(32))))
-    if code in _L_QH_AT:  # fifth bits: bit j of the u32 qh -> 16 in lane j
-        qh = _load(builder, wbase, _L_QH_AT[code], _i32)
+    if _LL._QH_AT[code] >= 0:  # fifth bits: bit j of the u32 qh -> 16 in lane j
+        qh = _load(builder, wbase, _LL._QH_AT[code], _i32)
         mask = builder.bitcast(qh, _vec(ir.IntType(1), 32))
         q = builder.or_(q, builder.select(mask, ir.Constant(_vec(_i8, 32), [16] * 32),
                                           ir.Constant(_vec(_i8, 32), [0] * 32)))
     q16 = builder.zext(q, v32i16)
-    if code in _L_OFFSET:
-        q16 = builder.sub(q16, ir.Constant(v32i16, [_L_OFFSET[code]] * 32))
+    if _LL._ZERO[code]:  # q - 8 (Q4_0), q - 16 (Q5_0)
+        q16 = builder.sub(q16, ir.Constant(v32i16, [_LL._ZERO[code]] * 32))
     return q16
 
 
@@ -388,7 +391,7 @@ def _pmaddwd32(builder, ops, a, b):
 def _legacy_sums(builder, ops, code, wbases, xbases):
     """S for the record pairs zip(wbases, xbases) as one <n x i32> vector."""
     decoded, xs, accs = {}, {}, []
-    x_at = _legacy_x_qs_at(code)
+    x_at = _LL._X_QS_AT[code]
     for wb, xb in zip(wbases, xbases):
         if id(wb) not in decoded:
             decoded[id(wb)] = _legacy_weights(builder, code, wb)
@@ -401,11 +404,12 @@ def _legacy_sums(builder, ops, code, wbases, xbases):
 def _legacy_values(builder, code, s_vec, wbs, xbs):
     """Lane-wise float steps: v = R32(dx * R32(dw * f32(S))) [+ R32(mw * sx)]."""
     f32v = _vec(ir.FloatType(), s_vec.type.count)
-    dw = _gather_f16(builder, wbs, 0)
-    dx = _gather_f16(builder, xbs, 0)
+    dw = _gather_f16(builder, wbs, _LL._D_AT[code])
+    dx = _gather_f16(builder, xbs, _LL._X_D_AT[code])
     v = builder.fmul(dx, builder.fmul(dw, builder.sitofp(s_vec, f32v)))
-    if code in _L_HAS_MIN:
-        v = builder.fadd(v, builder.fmul(_gather_f16(builder, wbs, 2), _gather_f16(builder, xbs, 2)))
+    if _LL._M_AT[code] >= 0:
+        v = builder.fadd(v, builder.fmul(_gather_f16(builder, wbs, _LL._M_AT[code]),
+                                         _gather_f16(builder, xbs, _LL._X_S_AT[code])))
     return v
 
 
@@ -419,7 +423,7 @@ def _make_legacy_value(wide: bool):
         """v_b of the canonical legacy dot for the weight record at byte ``w_off`` of ``w`` and
         the activation record at byte ``x_off`` of ``x``; ``code`` must be a literal."""
         c = _literal_int(code)
-        if c is None or c not in _L_QS_AT or not isinstance(w, types.Array):
+        if c is None or c not in _L_WEIGHT or not isinstance(w, types.Array):
             return None
         sig = types.float32(code, w, types.intp, x, types.intp)
 
@@ -443,7 +447,7 @@ def _make_legacy_accumulate(wide: bool, n: int = 8):
         tiling."""
         c = _literal_int(code)
         rows = over_rows.literal_value if isinstance(over_rows, types.BooleanLiteral) else None
-        if c is None or c not in _L_QS_AT or rows is None:
+        if c is None or c not in _L_WEIGHT or rows is None:
             return None
         sig = types.none(code, over_rows, w, types.intp, x, types.intp, types.intp, acc,
                          types.intp, types.intp)
