@@ -18,7 +18,7 @@ format with no binding...).  ``capabilities`` is the public view of the table.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 

@@ -244,3 +244,20 @@ def test_readme_capability_table_is_generated_from_the_registry():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert _registry.markdown_table() in readme, \
         "README capability table is stale: run python tools/capabilities_table.py --write"
+
+
+def test_declarations_need_no_numba():
+    """numba_qk.formats (schemas) imports without numba: declarations apart from kernels."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(qk.__file__).resolve().parent.parent
+    code = ("import sys, types; pkg = types.ModuleType('numba_qk'); "  # skip numba_qk/__init__
+            "pkg.__path__ = [sys.argv[1] + '/numba_qk']; sys.modules['numba_qk'] = pkg; "
+            "import numba_qk.formats as m; "
+            "assert 'numba' not in sys.modules, 'numba imported'; print(len(list(m.quant)))")
+    r = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) == len(ALL)

@@ -4,11 +4,12 @@ Shared by the portable kernels (``legacy.py``) and the SIMD decoders (``_simd.py
 *code* is its position in ``FORMATS``; every table is indexed by code (-1: no such field).
 """
 
-from ..formats import activation_format, quant
+from ..formats import activation_format
+from ..formats import legacy as _declared
 
 # Format codes: kernels are selected by these small ints (the position in FORMATS).  Every byte
 # offset below is read from the schema's fields at import, never retyped.
-FORMATS = (quant.q4_0, quant.q4_1, quant.q5_0, quant.q5_1, quant.q8_0, quant.q8_1)
+FORMATS = _declared.FORMATS
 Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 = range(len(FORMATS))
 CODES = {fmt: code for code, fmt in enumerate(FORMATS)}
 

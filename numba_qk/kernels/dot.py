@@ -26,8 +26,8 @@ import numpy as np
 from .._jit import kernel
 from ..formats import quant
 from ._bits import f16_to_f32, f32_from_bits
-from ._simd import (HAVE_AVX2, accumulate_acts_x8, accumulate_rows_x8, load_f16_fpext,
-                    load_f32_raw, q4_k_q8_k_sums)
+from ._simd import HAVE_AVX2, load_f16_fpext, load_f32_raw
+from ._simd_q4_k import accumulate_acts_x8, accumulate_rows_x8, q4_k_q8_k_sums
 from .q4_k import q4_k_scale_min
 
 _LOW4 = np.uint8(0b0000_1111)

@@ -45,7 +45,8 @@ from .._jit import kernel
 from ._bits import f16_to_f32, f32_to_f16_bits
 from ._round import c_int8, roundf
 from .q8_k import _order_key
-from ._simd import HAVE_AVX2, legacy_accumulate_x8, legacy_block_value
+from ._simd import HAVE_AVX2
+from ._simd_legacy import legacy_accumulate_x8, legacy_block_value
 
 from ._legacy_layout import (CODES, FORMATS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,  # noqa: F401
                              WEIGHT_FORMATS, _D_AT, _M_AT, _QH_AT, _QS_AT, _S_AT, _X_D_AT,
