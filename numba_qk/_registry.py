@@ -30,7 +30,7 @@ from .kernels.q4_k_encode import quantize_q4_k
 from .kernels.q8_k import (q8_k_decode_records, q8_k_dequantize_records, q8_k_invalid_records,
                            quantize_q8_k)
 
-__all__ = ["Binding", "BINDINGS", "QUANTIZABLE", "WEIGHTS", "binding", "capabilities",
+__all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "binding", "capabilities",
            "Capabilities", "check_bindings", "Q4KFields", "Q8KFields", "BlockFields"]
 
 
@@ -196,7 +196,8 @@ BINDINGS = (
     *(_legacy_binding(fmt, f"ggml quantize_row_{fmt.name.lower()}_ref") for fmt in legacy.FORMATS),
 )
 
-_BY_FORMAT = {b.format: b for b in BINDINGS}
+BY_FORMAT = {b.format: b for b in BINDINGS}  # ops indexes this directly (no call per op)
+_BY_FORMAT = BY_FORMAT
 QUANTIZABLE = tuple(b.format for b in BINDINGS if b.quantize is not None)
 WEIGHTS = tuple(b.format for b in BINDINGS if b.dot is not None)
 

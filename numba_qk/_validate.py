@@ -78,20 +78,30 @@ _LAYOUTS = {
 
 def check_records(arr: np.ndarray, name: str, fmt: Format, layout: str = "records") -> np.ndarray:
     """uint8 records of ``fmt``: ``[G, bytes]`` (``records``), ``[rows, G, bytes]``
-    (``weights``) or ``[batch, G, bytes]`` (``batch``)."""
-    axes, holds, note = _LAYOUTS[layout]
-    if arr.dtype != np.uint8:
-        raise TypeError(f"{name}: expected uint8 {fmt.name} records, got dtype {arr.dtype}{note}")
-    if arr.ndim != axes.count(",") + 2 or arr.shape[-1] != fmt.block_bytes:
-        raise ValueError(f"{name}: expected shape [{axes}, {fmt.block_bytes}] "
-                         f"({holds.format(f=fmt.name, b=fmt.block_bytes)}), got {tuple(arr.shape)}")
+    (``weights``) or ``[batch, G, bytes]`` (``batch``).  The passing path is one test (this runs
+    twice per ``quantized_dot``); the messages are built only on failure."""
+    if (arr.dtype != np.uint8 or arr.ndim != (2 if layout == "records" else 3)
+            or arr.shape[-1] != fmt.block_bytes):
+        _records_error(arr, name, fmt, layout)
     return arr
 
 
-def check_f32(arr: np.ndarray, name: str, noun: str) -> np.ndarray:
+def _records_error(arr, name, fmt, layout):
+    axes, holds, note = _LAYOUTS[layout]
+    if arr.dtype != np.uint8:
+        raise TypeError(f"{name}: expected uint8 {fmt.name} records, got dtype {arr.dtype}{note}")
+    raise ValueError(f"{name}: expected shape [{axes}, {fmt.block_bytes}] "
+                     f"({holds.format(f=fmt.name, b=fmt.block_bytes)}), got {tuple(arr.shape)}")
+
+
+def check_f32(arr: np.ndarray, name: str, noun: str, block=None) -> np.ndarray:
+    """float32 ``arr``; with ``block``, also of shape ``[G, block]`` (blocks of values)."""
     if arr.dtype != np.float32:
         raise TypeError(f"{name}: expected float32 {noun}, got dtype {arr.dtype.str} "
                         f"({arr.dtype.name}); no cast is made")
+    if block is not None and (arr.ndim != 2 or arr.shape[1] != block):
+        raise ValueError(f"{name}: expected shape [G, {block}] (blocks of {block} {noun}), "
+                         f"got {tuple(arr.shape)}")
     return arr
 
 

@@ -51,8 +51,7 @@ def quantize(values, format, *, out=None):
     untouched.  (ggml's quantizers do not check; they turn NaN and inf into garbage.)
     """
     check_slot_in(format, "format", registry.QUANTIZABLE, "quantize")
-    arr = check_f32(as_array(values, "values"), "values", "values")
-    _check_blocks(arr, "values", format.block_size)
+    arr = check_f32(as_array(values, "values"), "values", "values", format.block_size)
     g = arr.shape[0]
     shape = (g, format.block_bytes)
     if out is None:
@@ -60,17 +59,11 @@ def quantize(values, format, *, out=None):
     else:
         target = check_out(out, shape, np.uint8, (arr,), f"{format.name} records")
     if g:
-        b = registry.binding(format)
+        b = registry.BY_FORMAT[format]
         bad = b.quantize(arr, target)
         if bad >= 0:
             raise QuantizationDomainError(int(bad), b.domain_reason(arr, int(bad)))
     return target if out is None else out
-
-
-def _check_blocks(arr, name: str, block: int) -> None:
-    if arr.ndim != 2 or arr.shape[1] != block:
-        raise ValueError(f"{name}: expected shape [G, {block}] (blocks of {block} values), "
-                         f"got {tuple(arr.shape)}")
 
 
 def quantized_dot(lhs, rhs, *, lhs_format, rhs_format, acc_dtype=f32, out=None):
@@ -91,7 +84,7 @@ def quantized_dot(lhs, rhs, *, lhs_format, rhs_format, acc_dtype=f32, out=None):
         raise ValueError(f"lhs and rhs must hold the same number of records G: "
                          f"lhs has {w.shape[0]}, rhs has {x.shape[0]}")
     target = None if out is None else check_out(out, (), np.float32, (), "the result")
-    value = np.float32(0.0) if w.shape[0] == 0 else registry.binding(lhs_format).dot(w, x)
+    value = np.float32(0.0) if w.shape[0] == 0 else registry.BY_FORMAT[lhs_format].dot(w, x)
     if target is None:
         return np.array(value, dtype=np.float32)
     target[()] = value
@@ -114,7 +107,7 @@ def decode(records, format):
     Float fields keep their stored type (f16 / f32) and bits.
     """
     arr = _records_and_format(records, format, "decode")
-    return registry.binding(format).decode(arr)
+    return registry.BY_FORMAT[format].decode(arr)
 
 
 def dequantize(records, format, *, out=None):
@@ -131,7 +124,7 @@ def dequantize(records, format, *, out=None):
     else:
         target = check_out(out, shape, np.float32, (arr,), "dequantized values")
     if arr.shape[0]:
-        registry.binding(format).dequantize(arr, target)
+        registry.BY_FORMAT[format].dequantize(arr, target)
     return target if out is None else out
 
 
@@ -144,7 +137,7 @@ def find_invalid_records(records, format) -> np.ndarray:
     check; no other operation calls it or repairs records.
     """
     arr = _records_and_format(records, format, "find_invalid_records")
-    check = registry.binding(format).find_invalid
+    check = registry.BY_FORMAT[format].find_invalid
     if check is None or arr.shape[0] == 0:
         return np.empty(0, dtype=np.int64)
     bad = np.empty(arr.shape[0], dtype=np.int64)
@@ -190,14 +183,8 @@ def _run(serial, parallel, args, rows: int, threads: int):
 
 def _product(fmt, kind: str, wa, xa, target, nthreads):
     """gemv (``kind='gemv'``) or gemm of ``fmt``'s bound kernels, serial or row-parallel."""
-    b = registry.binding(fmt)
-    _run(getattr(b, kind), b.parallel, (wa, xa, target), wa.shape[0], nthreads)
-
-
-def _check_g(wa, g: int, name: str) -> None:
-    if g != wa.shape[1]:
-        raise ValueError(f"w and {name} must hold the same number of records G per row: "
-                         f"w has {wa.shape[1]}, {name} has {g}")
+    b = registry.BY_FORMAT[fmt]
+    _run(b.gemv if kind == "gemv" else b.gemm, b.parallel, (wa, xa, target), wa.shape[0], nthreads)
 
 
 def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
@@ -213,7 +200,9 @@ def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     nthreads = check_threads(threads)
     wa = check_records(as_array(w, "w"), "w", lhs_format, "weights")
     xa = check_records(as_array(xq, "xq"), "xq", rhs_format)
-    _check_g(wa, xa.shape[0], "xq")
+    if xa.shape[0] != wa.shape[1]:
+        raise ValueError(f"w and xq must hold the same number of records G per row: "
+                         f"w has {wa.shape[1]}, xq has {xa.shape[0]}")
     target, user_out = prepare_out(out, (wa.shape[0],), np.float32, (wa, xa), "gemv's result")
     _product(lhs_format, "gemv", wa, xa, target, nthreads)
     return target if user_out is None else user_out
@@ -230,7 +219,9 @@ def gemm(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     nthreads = check_threads(threads)
     wa = check_records(as_array(w, "w"), "w", lhs_format, "weights")
     xa = check_records(as_array(xq, "xq"), "xq", rhs_format, "batch")
-    _check_g(wa, xa.shape[1], "xq")
+    if xa.shape[1] != wa.shape[1]:
+        raise ValueError(f"w and xq must hold the same number of records G per row: "
+                         f"w has {wa.shape[1]}, xq has {xa.shape[1]}")
     target, user_out = prepare_out(out, (xa.shape[0], wa.shape[0]), np.float32, (wa, xa),
                                    "gemm's result")
     if xa.shape[0]:
@@ -249,7 +240,7 @@ def matmul(w, x, *, lhs_format, out=None, threads=1):
     row and block.
     """
     check_slot_in(lhs_format, "lhs_format", registry.WEIGHTS, "matmul")
-    act = registry.binding(activation_format(lhs_format))
+    act = registry.BY_FORMAT[activation_format(lhs_format)]
     nthreads = check_threads(threads)
     wa = check_records(as_array(w, "w"), "w", lhs_format, "weights")
     xa = check_f32(as_array(x, "x"), "x", "activations")

@@ -261,3 +261,41 @@ def test_declarations_need_no_numba():
                        timeout=60)
     assert r.returncode == 0, r.stderr
     assert int(r.stdout) == len(ALL)
+
+
+def _format_refs(tree):
+    """(line, kind) of every ``quant.<format>`` attribute, and every ``is`` test against one."""
+    import ast
+    import re
+
+    def is_format(node):
+        return (isinstance(node, ast.Attribute) and re.fullmatch(r"q\d_[k01]", node.attr)
+                and (getattr(node.value, "id", None) == "quant"
+                     or getattr(node.value, "attr", None) == "quant"))
+
+    refs = []
+    for node in ast.walk(tree):
+        if is_format(node):
+            refs.append((node.lineno, "reference"))
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot))
+                                                 for op in node.ops):
+            if any(is_format(c) for c in [node.left, *node.comparators]):
+                refs.append((node.lineno, "is-test"))
+    return refs
+
+
+def test_no_format_ladders_outside_the_registry():
+    """ops, the parallel drivers and validation name no individual format, gguf and the CLI
+    never branch on one (their demo data may use Q4_K/Q8_0): they ask the registry."""
+    import ast
+    from pathlib import Path
+
+    pkg = Path(qk.__file__).resolve().parent
+    for name in ("ops.py", "kernels/parallel.py", "_validate.py"):
+        assert _format_refs(ast.parse((pkg / name).read_text())) == [], name
+    for name in ("gguf.py", "__main__.py"):
+        refs = _format_refs(ast.parse((pkg / name).read_text()))
+        assert [r for r in refs if r[1] == "is-test"] == [], name
+    assert "ACCELERATED = _registry.WEIGHTS" in (pkg / "gguf.py").read_text()
+    # the check itself can fail
+    assert sorted(_format_refs(ast.parse("if f is quant.q4_0: pass"))) == [(1, "is-test"), (1, "reference")]
