@@ -20,7 +20,7 @@ is either owned by one field or shared by fields whose bit widths fill it comple
 packed 6-bit ``sc``/``m``).
 
 Layout: ``_schema`` (``Field``, ``Format``, the tiling check), one declaration module per family
-(``kquants``, ``legacy``) and ``dtypes`` (``ScalarType`` and the scalar types); this module
+(``kquants``, ``legacy``) and ``scalars`` (``ScalarType`` and the scalar types); this module
 collects them.  No numba anywhere in the package.
 """
 
@@ -30,7 +30,7 @@ from typing import Iterator
 
 from . import kquants, legacy
 from ._schema import _F, _TOKEN, Field, Format, _check_tiling, _Frozen, _no_subclass  # noqa: F401
-from .dtypes import SCALARS, ScalarType, bf16, f16, f32, i8, i32
+from .scalars import SCALARS, ScalarType, bf16, f16, f32, i8, i32
 from .kquants import q4_k, q8_k  # noqa: F401
 from .legacy import q4_0, q4_1, q5_0, q5_1, q8_0, q8_1  # noqa: F401
 

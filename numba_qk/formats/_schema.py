@@ -1,7 +1,7 @@
 """The schema machinery: ``Field``, ``Format`` and the import-time layout checks (no numba).
 
 Instances are created only inside ``numba_qk.formats`` (they need ``_TOKEN``); the declarations
-live in one module per family (``kquants``, ``legacy``, ``dtypes``) and are collected, named and
+live in one module per family (``kquants``, ``legacy``, ``scalars``) and are collected, named and
 looked up in ``numba_qk.formats`` (``__init__``).  See that module's docstring.
 """
 
