@@ -1,6 +1,6 @@
 """Fuzz numba_qk.gguf with deterministically mutated GGUF files; count hangs, crashes, tracebacks.
 
-    python bench/gguf_fuzz.py --files 2000 --timeout 3 [--pythonpath DIR]
+    python tests/gguf_fuzz.py --files 2000 --timeout 3 [--pythonpath DIR]
 
 Each mutant is written to a temporary directory and handed to a worker process that opens it,
 lists tensors and metadata and dequantizes every tensor under a per-file time limit (SIGALRM) and
