@@ -1,7 +1,9 @@
 """GGUF files: zero-copy quantized tensors, accelerated matvec, a Q4_K converter.
 
-Needs the optional extra ``gguf`` (``pip install 'numba_qk[gguf]'``: gguf-py's ``GGUFReader``
-and ``GGUFWriter``).
+Needs the optional extra ``gguf`` (``pip install 'numba_qk[gguf]'``: gguf-py's GGML type table
+and numpy codecs).  numba_qk reads and writes the GGUF layout itself: the header is validated
+completely and within bounds on open, and ``quantize_file`` streams (see the README's
+reliability notes).
 
 >>> from numba_qk import gguf
 >>> with gguf.open("model.gguf") as f:                          # doctest: +SKIP
@@ -367,6 +369,8 @@ class GGUFFile:
         self._tensors = {}
         where = str(self.path)
         try:
+            if not stat.S_ISREG(os.stat(self.path).st_mode):  # (opening a FIFO would block)
+                raise GGUFError(f"{where}: not a regular file")
             fh = builtins_open(self.path, "rb")
         except FileNotFoundError:
             raise GGUFError(f"{where}: no such file") from None
@@ -481,8 +485,8 @@ class GGUFFile:
             if flat.shape[0] == 0:
                 return np.zeros(info.shape, np.float32)
             return _dequantize(flat, fmt).reshape(info.shape)
-        if fmt is _formats.f32 or fmt is _formats.f16:
-            return np.asarray(self.raw(name), dtype=np.float32).reshape(info.shape)
+        if fmt is _formats.f32 or fmt is _formats.f16:  # a new array, as for every type
+            return np.array(self.raw(name), dtype=np.float32).reshape(info.shape)
         if fmt is _formats.bf16:
             bits = self._bytes(e).view(np.dtype(self._order + "u2")).astype(np.uint32) << 16
             return bits.view(np.float32).reshape(info.shape)

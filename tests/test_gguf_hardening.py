@@ -130,6 +130,9 @@ def test_close_unmaps_when_no_view_is_alive(small):
     assert v.shape == (16, 1, 144)
     f = gguf.open(small)
     mm = f._mm
+    for name in ("a.weight", "h.weight", "k.weight"):
+        v = f.dequantize(name)
+        v[0, 0] = 2.0  # a new, writable array, never a view of the map
     f.close()
     assert mm.closed  # nothing held it: unmapped at close()
 
@@ -334,6 +337,8 @@ def test_output_symlink_fifo_directory_are_refused(small, tmp_path):
     assert stat.S_ISFIFO(os.lstat(tmp_path / "fifo.gguf").st_mode)
     with pytest.raises(gguf.GGUFError, match="does not exist"):
         gguf.quantize_file(small, tmp_path / "nodir" / "x.gguf")
+    with pytest.raises(gguf.GGUFError, match="not a regular file"):
+        gguf.open(tmp_path / "fifo.gguf")  # returns at once: a FIFO is never opened
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027])
