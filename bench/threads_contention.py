@@ -46,14 +46,16 @@ def main():
     print(f"Q4_K {a.rows}x{a.cols}, {a.calls} calls, {os.cpu_count()} cores; ms per call")
     for busy in (False, True):
         stop = mp.Event()
-        procs = [mp.Process(target=spin, args=(stop,)) for _ in range(os.cpu_count() if busy else 0)]
+        procs = [mp.Process(target=spin, args=(stop,))
+                 for _ in range(os.cpu_count() if busy else 0)]
         for p in procs:
             p.start()
         try:
             for threads in (1, 2):
                 m, med, p99, mx = measure(w, x, threads, a.calls)
-                print(f"{'busy' if busy else 'idle'} threads={threads} ({_threads.threading_layer() or '-'}):"
-                      f" mean {m:.3f} median {med:.3f} p99 {p99:.3f} max {mx:.3f}")
+                layer = _threads.threading_layer() or "-"
+                print(f"{'busy' if busy else 'idle'} threads={threads} ({layer}): mean {m:.3f} "
+                      f"median {med:.3f} p99 {p99:.3f} max {mx:.3f}")
         finally:
             stop.set()
             for p in procs:

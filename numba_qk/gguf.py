@@ -305,8 +305,8 @@ def _parse(buf, size: int, where: str):
         end = start + nbytes
         if end > size:
             raise GGUFError(f"{where}: truncated or corrupt GGUF file: tensor {name!r} needs "
-                            f"bytes [{start}, {end}) but the file has {size} bytes (truncated file, or a byte size that does not "
-                            f"match its shape and type)")
+                            f"bytes [{start}, {end}) but the file has {size} bytes (truncated "
+                            f"file, or a byte size that does not match its shape and type)")
         fmt = _fmt_for(type_id)
         shape = tuple(reversed(ne))
         info = TensorInfo(name, shape, type_id, type_name, fmt, nbytes, fmt in ACCELERATED)
@@ -596,7 +596,7 @@ def _clean_stale_temps(dst: Path, say) -> None:
             st = os.lstat(path)
         except OSError:
             continue
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != getattr(os, "getuid", lambda: st.st_uid)():
             continue
         pid = int(pid_text)
         if pid != os.getpid() and not _pid_alive(pid):
@@ -689,7 +689,12 @@ def _pread_into(fd: int, buf: np.ndarray, offset: int, where: str) -> None:
     view = memoryview(buf).cast("B")
     done = 0
     while done < len(view):
-        n = os.preadv(fd, [view[done:]], offset + done)
+        if hasattr(os, "preadv"):
+            n = os.preadv(fd, [view[done:]], offset + done)
+        else:  # pragma: no cover - platforms without preadv (macOS < 11)
+            chunk = os.pread(fd, len(view) - done, offset + done)
+            n = len(chunk)
+            view[done:done + n] = chunk
         if n <= 0:
             raise GGUFError(f"{where}: the file shrank while being read")
         done += n

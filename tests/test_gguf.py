@@ -183,4 +183,5 @@ def test_cli_errors_are_one_line_and_write_nothing(demo, tmp_path):
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and "error:" in lines[0] and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "out.gguf").exists()
-    assert not [p for p in tmp_path.iterdir() if "numba_qk-tmp" in p.name or p.name.endswith(".tmp")]
+    assert not [p for p in tmp_path.iterdir()
+                if "numba_qk-tmp" in p.name or p.name.endswith(".tmp")]

@@ -194,7 +194,8 @@ def test_legal_million_element_arrays_open_fast(tmp_path):
     n = 10**6
     kvs = [B.s("big.u32") + struct.pack("<IIQ", B.ARRAY, B.UINT32, n)
            + np.arange(n, dtype="<u4").tobytes(),
-           B.s("big.f64") + struct.pack("<IIQ", B.ARRAY, B.FLOAT64, n) + np.ones(n, "<f8").tobytes(),
+           B.s("big.f64") + struct.pack("<IIQ", B.ARRAY, B.FLOAT64, n)
+           + np.ones(n, "<f8").tobytes(),
            B.kv("big.words", B.ARRAY, (B.STRING, [f"w{i}" for i in range(50_000)]))]
     p = write(tmp_path, B.build(kvs))
     t0 = time.perf_counter()
