@@ -254,8 +254,6 @@ def main(argv=None) -> int:
                 dst = args.dst or (os.path.splitext(src)[0] + f"-{args.to}.gguf")
                 if args.dst is None and args.src is None:
                     dst = os.path.join(os.getcwd(), f"numba_qk-demo-{args.to}.gguf")
-                if os.path.abspath(dst) == os.path.abspath(src):
-                    raise GGUFError("output and input are the same file")
                 return cmd_quantize(src, dst, args.to)
             if args.repeat < 1:
                 parser.error("--repeat must be >= 1")

@@ -9,11 +9,10 @@ dtype is an error, not a cast.
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from . import _registry as registry
+from . import _threads
 from ._registry import BlockFields, Q4KFields, Q8KFields
 from ._validate import (as_array, check_f32, check_out, check_records, check_slot, check_slot_in,
                         check_threads, describe, prepare_out)
@@ -147,38 +146,10 @@ def find_invalid_records(records, format) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- composed products
 
-_LAUNCH_LOCK = threading.Lock()
-
-
 def _run(serial, parallel, args, rows: int, threads: int):
-    """Run ``serial(*args)``, or ``parallel(*args, nchunks)`` over row chunks of at least 8 rows
-    in numba's thread pool.  The thread count is capped by numba's pool size
-    (``NUMBA_NUM_THREADS``, all cores by default)."""
-    import numba
-
-    n = min(threads, numba.config.NUMBA_NUM_THREADS, max(1, rows // 8))
-    if n <= 1:
-        serial(*args)
-        return
-    # numba's fallback 'workqueue' threading layer must not be entered by two threads at once;
-    # OpenMP and TBB may, so the lock is only taken for workqueue (or before the first launch).
-    try:
-        layer = numba.threading_layer()
-    except ValueError:
-        layer = None
-    lock = _LAUNCH_LOCK if layer in (None, "workqueue") else None
-    if lock:
-        lock.acquire()
-    try:
-        previous = numba.get_num_threads()
-        numba.set_num_threads(n)  # thread-local setting
-        try:
-            parallel(*args, n)
-        finally:
-            numba.set_num_threads(previous)
-    finally:
-        if lock:
-            lock.release()
+    """``serial(*args)`` or ``parallel(*args, nchunks)``: the threading policy (layer, locks,
+    fork rules) lives in ``numba_qk._threads``."""
+    _threads.launch(serial, parallel, args, rows, threads)
 
 
 def _product(fmt, kind: str, wa, xa, target, nthreads):
