@@ -299,3 +299,18 @@ def test_no_format_ladders_outside_the_registry():
     assert "ACCELERATED = _registry.WEIGHTS" in (pkg / "gguf.py").read_text()
     # the check itself can fail
     assert sorted(_format_refs(ast.parse("if f is quant.q4_0: pass"))) == [(1, "is-test"), (1, "reference")]
+
+
+def test_inspect_prints_capabilities(tmp_path, capsys):
+    pytest.importorskip("gguf")
+    from numba_qk import __main__ as cli
+    from numba_qk.gguf import write_demo_model
+
+    path = write_demo_model(tmp_path / "demo.gguf", dim=256)
+    assert cli.cmd_inspect(str(path)) == 0
+    out = capsys.readouterr().out
+    assert "formats (numba_qk.capabilities):" in out
+    assert "  Q4_K: quantize, dequantize, decode, dot with Q8_K, gemv/gemm/matmul" in out
+    assert "  IQ2_XXS: not modelled by numba_qk" in out
+    assert "  F32: no kernels (stored values only)" in out
+    assert cli._quantizable_weights() == ["q4_k", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"]
