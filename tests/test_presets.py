@@ -351,6 +351,15 @@ def test_low_bit_presets_need_imatrix():
     assert g["token_embd.weight"] == "Q2_K" and g["output.weight"] == "Q5_K"
     assert g["blk.0.attn_v.weight"] == "Q2_K" and g["blk.0.ffn_down.weight"] == "Q2_K"
     assert g["blk.1.ffn_down.weight"] == "IQ2_XXS" and g["blk.1.attn_q.weight"] == "IQ2_XXS"
+    g = types(P.plan("IQ2_XXS", meta(8, 8, 2), ts, imatrix=True))      # n_gqa 4
+    assert g["blk.0.attn_v.weight"] == "Q4_K"
+    g = types(P.plan("IQ2_XXS", meta(8, 8, 4), ts, imatrix=True))      # n_gqa 2
+    assert g["blk.0.attn_v.weight"] == "Q2_K"
+    g = types(P.plan("IQ2_S", meta(8, 8, 4), ts, imatrix=True))
+    assert g["blk.0.attn_v.weight"] == "IQ3_S" and g["blk.0.ffn_down.weight"] == "IQ3_S"
+    assert g["blk.0.attn_output.weight"] == "IQ3_S" and g["token_embd.weight"] == "IQ3_S"
+    g = types(P.plan("IQ1_M", meta(8, n_expert=4), llama_tensors(8, experts=4), imatrix=True))
+    assert g["blk.0.attn_v.weight"] == "Q4_K" and g["blk.0.attn_output.weight"] == "IQ2_XXS"
     g = types(P.plan("Q2_K_S", meta(8, 8, 2), ts, imatrix=True))
     assert g["blk.0.attn_v.weight"] == "Q4_K" and g["blk.0.ffn_down.weight"] == "Q4_K"
     assert g["blk.1.ffn_down.weight"] == "Q2_K"
