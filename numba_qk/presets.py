@@ -216,8 +216,6 @@ def preset_table() -> list[tuple[str, str, str]]:
 # architectures whose load_hparams can give LLM_TYPE_70B (the only model type the rules use),
 # with the block count that does so (models/{llama,qwen2,deci,olmo,jais2}.cpp)
 _TYPE_70B_LAYERS = {"llama": 80, "qwen2": 80, "deci": 80, "olmo": 80, "jais2": 68}
-# architectures named by llama-quant.cpp's rules; the rest follow the generic rules
-_ARCH_SPECIFIC = {"falcon", "glm5-next", "bailingmoe3"}
 
 
 @dataclass(frozen=True)
@@ -801,22 +799,27 @@ def plan(preset: str | int | Preset, metadata: Mapping[str, Any] | ModelInfo,
     kv = {"general.quantization_version": GGML_QNT_VERSION}
     if not p.copy_only:
         kv["general.file_type"] = ft
-    return Plan(p, tuple(result), kv, qs.n_fallback, _notes(p, m, pure, patterns))
+    return Plan(p, tuple(result), kv, qs.n_fallback, _notes(p, m, patterns))
 
 
-def _notes(p: Preset, m: ModelInfo, pure: bool, patterns) -> tuple[str, ...]:
+# architectures whose files were quantized by llama.cpp and compared (tools/compare_presets.py)
+_COMPARED_ARCHS = ("llama", "falcon")
+
+
+def _notes(p: Preset, m: ModelInfo, patterns) -> tuple[str, ...]:
     notes = []
-    if m.arch not in ("llama",) and m.arch not in _ARCH_SPECIFIC and m.arch not in _TYPE_70B_LAYERS:
-        notes.append(f"architecture {m.arch!r}: llama.cpp's generic rules applied (its quantizer "
-                     f"names only falcon, glm5-next, bailingmoe3 and the 70B model type); not "
-                     f"compared against llama.cpp for {m.arch!r}")
-    if m.arch in ("falcon", "glm5-next", "bailingmoe3"):
-        notes.append(f"architecture {m.arch!r}: its special rules are transcribed but were not "
-                     f"compared against llama.cpp's quantizer")
+    if m.arch not in _COMPARED_ARCHS:
+        if m.arch in ("glm5-next", "bailingmoe3"):
+            notes.append(f"architecture {m.arch!r}: its special rules in llama-quant.cpp are "
+                         f"transcribed but were not compared against llama.cpp's quantizer")
+        else:
+            notes.append(f"architecture {m.arch!r}: llama.cpp's generic rules applied (its "
+                         f"quantizer names only falcon, glm5-next, bailingmoe3 and the 70B model "
+                         f"type); compared against llama.cpp for llama and falcon files only")
     if p.copy_only:
         notes.append("COPY: llama.cpp writes the input's own general.file_type; kv leaves it as is")
     if patterns:
         notes.append("tensor-type patterns use Python's re.search; llama.cpp uses std::regex "
                      "(ECMAScript), which agrees on ordinary patterns")
-    notes.append("not modelled: --prune-layers, --keep-split, imatrix data itself, kv overrides")
+    notes.append("not modelled: --prune-layers, --keep-split, importance-matrix data, kv overrides")
     return tuple(notes)

@@ -397,6 +397,7 @@ def test_metadata_arrays_and_notes():
     assert P.model_info(m).n_gqa == 4
     pl = P.plan("Q4_K_M", m, llama_tensors(4))
     assert any("not modelled" in n for n in pl.notes)
+    assert not any("architecture" in n for n in P.plan("Q4_K_M", meta(4, arch="falcon"), llama_tensors(4)).notes)
     assert not any("generic rules" in n for n in pl.notes)
     other = P.plan("Q4_K_M", meta(4, arch="gemma3"), llama_tensors(4))
     assert any("'gemma3'" in n for n in other.notes)

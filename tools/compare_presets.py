@@ -34,18 +34,24 @@ from numba_qk import presets as P  # noqa: E402
 
 DEFAULT_PYTHON = "/work/native-ggml/bin/python"
 
-# name: (layers, n_embd, n_head, n_head_kv, n_ff, vocab, tied, dtype, n_expert, string_order, note)
+def _m(n_layer, n_embd, n_head, n_head_kv, n_ff, vocab, note, tied=False, dtype=np.float32,
+       n_expert=0, string_order=False, arch="llama"):
+    return dict(n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                vocab=vocab, note=note, tied=tied, dtype=dtype, n_expert=n_expert,
+                string_order=string_order, arch=arch)
+
+
 MODELS = {
-    "gqa4": (8, 256, 8, 2, 288, 512, False, np.float32, 0, False,
-             "GQA 4, ffn rows 288 (K-quant -> legacy fallback), F32"),
-    "tied160": (6, 160, 5, 5, 512, 256, True, np.float16, 0, False,
-                "tied embeddings, n_embd 160 (output Q8_0, attn fallbacks), F16"),
-    "l16gqa8": (16, 256, 8, 1, 272, 256, False, np.float16, 0, True,
-                "16 layers in string order, GQA 8, ffn rows 272 (F16 fallback)"),
-    "moe8": (4, 256, 8, 8, 256, 256, False, np.float16, 8, False,
-             "8 experts (3-D expert tensors, layer from name)"),
-    "l80gqa": (80, 256, 8, 2, 256, 256, False, np.float16, 0, False,
-               "80 layers with GQA: LLM_TYPE_70B"),
+    "gqa4": _m(8, 256, 8, 2, 288, 512, "GQA 4, ffn rows 288 (K-quant -> legacy fallback), F32"),
+    "tied160": _m(6, 160, 5, 5, 512, 256, "tied embeddings, n_embd 160 (output Q8_0, attn "
+                  "fallbacks), F16", tied=True, dtype=np.float16),
+    "l16gqa8": _m(16, 256, 8, 1, 272, 256, "16 layers in string order, GQA 8, ffn rows 272 "
+                  "(F16 fallback)", dtype=np.float16, string_order=True),
+    "moe8": _m(4, 256, 8, 8, 256, 256, "8 experts (3-D expert tensors, layer from name)",
+               dtype=np.float16, n_expert=8),
+    "falcon": _m(16, 256, 8, 1, 512, 256, "falcon: fused attn_qkv, falcon-only rules, no "
+                 "ffn_gate", dtype=np.float16, arch="falcon"),
+    "l80gqa": _m(80, 256, 8, 2, 256, 256, "80 layers with GQA: LLM_TYPE_70B", dtype=np.float16),
 }
 
 # ftypes llama.cpp can run on these files without an importance matrix, plus the ones that must
@@ -56,17 +62,21 @@ DEFAULT_PRESETS = [p.name for p in P.PRESETS]
 def build_model(path: Path, spec, seed: int = 0):
     import gguf
 
-    n_layer, n_embd, n_head, n_head_kv, n_ff, vocab, tied, dtype, n_expert, string_order, _ = spec
+    n_layer, n_embd, n_head, n_head_kv = (spec[k] for k in ("n_layer", "n_embd", "n_head", "n_head_kv"))
+    n_ff, vocab, dtype, n_expert, arch = (spec[k] for k in ("n_ff", "vocab", "dtype", "n_expert", "arch"))
     rng = np.random.default_rng(seed)
     head_dim = n_embd // n_head
-    w = gguf.GGUFWriter(str(path), "llama")
+    w = gguf.GGUFWriter(str(path), arch)
     w.add_context_length(256)
     w.add_embedding_length(n_embd)
     w.add_block_count(n_layer)
     w.add_feed_forward_length(n_ff)
     w.add_head_count(n_head)
     w.add_head_count_kv(n_head_kv)
-    w.add_layer_norm_rms_eps(1e-5)
+    if arch == "falcon":
+        w.add_layer_norm_eps(1e-5)
+    else:
+        w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(head_dim)
     w.add_file_type(0 if dtype == np.float32 else 1)
     if n_expert:
@@ -80,12 +90,20 @@ def build_model(path: Path, spec, seed: int = 0):
 
     t("token_embd.weight", n_embd, vocab)
     t("output_norm.weight", n_embd)
-    if not tied:
+    if not spec["tied"]:
         t("output.weight", n_embd, vocab)
-    t("rope_freqs.weight", head_dim // 2)
+    if arch != "falcon":
+        t("rope_freqs.weight", head_dim // 2)
     for i in range(n_layer):
         b = f"blk.{i}."
         t(b + "attn_norm.weight", n_embd)
+        if arch == "falcon":
+            t(b + "attn_norm.bias", n_embd)
+            t(b + "attn_qkv.weight", n_embd, n_embd + 2 * head_dim * n_head_kv)
+            t(b + "attn_output.weight", n_embd, n_embd)
+            t(b + "ffn_up.weight", n_embd, n_ff)
+            t(b + "ffn_down.weight", n_ff, n_embd)
+            continue
         t(b + "attn_q.weight", n_embd, n_embd)
         t(b + "attn_k.weight", n_embd, head_dim * n_head_kv)
         t(b + "attn_v.weight", n_embd, head_dim * n_head_kv)
@@ -100,12 +118,12 @@ def build_model(path: Path, spec, seed: int = 0):
             t(b + "ffn_gate.weight", n_embd, n_ff)
             t(b + "ffn_up.weight", n_embd, n_ff)
             t(b + "ffn_down.weight", n_ff, n_embd)
-    if string_order:
+    if spec["string_order"]:
         tensors.sort(key=lambda x: x[0])
     out = []
     for name, ne in tensors:
         shape = tuple(reversed(ne))
-        if name.endswith("norm.weight") or name == "rope_freqs.weight":
+        if len(ne) == 1:
             arr = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
         else:
             arr = (0.02 * rng.standard_normal(shape)).astype(dtype)
@@ -124,12 +142,27 @@ import llama_cpp
 llama_cpp.llama_backend_init()
 jobs = json.loads(sys.argv[1])
 res = {}
-for key, inp, out, ftype in jobs:
+keep = []
+for key, inp, out, ftype, imat in jobs:
+    print("@@JOB@@ " + key, file=sys.stderr, flush=True)
     p = llama_cpp.llama_model_quantize_default_params()
     p.ftype = ftype
     p.nthread = 2
     if key.endswith(":COPY"):
         p.only_copy = True
+    if imat:
+        # a positive importance matrix for every tensor: entry i weighs column i by 1 + i % 7
+        arr = (llama_cpp.llama_model_imatrix_data * (len(imat) + 1))()
+        for i, (name, size) in enumerate(imat):
+            data = (ctypes.c_float * size)(*[1.0 + (j % 7) for j in range(size)])
+            nm = ctypes.create_string_buffer(name.encode())
+            keep += [data, nm]
+            arr[i].name = ctypes.cast(nm, ctypes.c_char_p)
+            arr[i].data = ctypes.cast(data, ctypes.POINTER(ctypes.c_float))
+            arr[i].size = size
+        arr[len(imat)].name = None
+        keep.append(arr)
+        p.imatrix = ctypes.cast(arr, ctypes.POINTER(llama_cpp.llama_model_imatrix_data))
     rc = llama_cpp.llama_model_quantize(inp.encode(), out.encode(), ctypes.byref(p))
     res[key] = int(rc)
 print("@@RESULT@@" + json.dumps(res))
@@ -142,7 +175,14 @@ def run_oracle(python: str, jobs, log_path: Path):
                            stderr=log, text=True)
     for line in r.stdout.splitlines():
         if line.startswith("@@RESULT@@"):
-            return json.loads(line[len("@@RESULT@@"):])
+            res = json.loads(line[len("@@RESULT@@"):])
+            errors, key = {}, None
+            for ln in log_path.read_text(errors="replace").splitlines():
+                if ln.startswith("@@JOB@@ "):
+                    key = ln.split(" ", 1)[1]
+                elif "failed to quantize:" in ln and key is not None:
+                    errors[key] = ln.split("failed to quantize:", 1)[1].strip()
+            return res, errors
     raise RuntimeError(f"oracle failed (rc {r.returncode}); see {log_path}")
 
 
@@ -201,6 +241,8 @@ def main(argv=None):
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--keep", default=None, help="directory to keep the files in")
     ap.add_argument("--markdown", default=None, help="write the table as markdown here")
+    ap.add_argument("--imatrix", action="store_true",
+                    help="give llama.cpp an importance matrix (and plan(imatrix=True))")
     args = ap.parse_args(argv)
 
     presets = [P.find_preset(x) for x in args.presets.split(",") if x]
@@ -215,26 +257,37 @@ def main(argv=None):
         src = work / f"{mname}.gguf"
         t0 = time.time()
         tensors = build_model(src, spec)
-        meta = {"general.architecture": "llama", "llama.block_count": spec[0],
-                "llama.attention.head_count": spec[2], "llama.attention.head_count_kv": spec[3],
-                "llama.expert_count": spec[8]}
+        arch = spec["arch"]
+        meta = {"general.architecture": arch, f"{arch}.block_count": spec["n_layer"],
+                f"{arch}.attention.head_count": spec["n_head"],
+                f"{arch}.attention.head_count_kv": spec["n_head_kv"],
+                f"{arch}.expert_count": spec["n_expert"]}
+        imat = None
+        if args.imatrix:
+            imat = [[t.name, t.ne[0] * (t.ne[2] if len(t.ne) > 2 else 1)] for t in tensors
+                    if len(t.ne) > 1]
         jobs = []
         for p in presets:
-            jobs.append([f"{mname}:{p.name}", str(src), str(work / f"{mname}-{p.name}.gguf"), p.ftype])
-        res = run_oracle(args.python, jobs, work / f"{mname}-oracle.log")
+            jobs.append([f"{mname}:{p.name}", str(src), str(work / f"{mname}-{p.name}.gguf"),
+                         p.ftype, imat])
+        res, errors = run_oracle(args.python, jobs, work / f"{mname}-oracle.log")
         dt = time.time() - t0
         for p in presets:
             key = f"{mname}:{p.name}"
             out = work / f"{mname}-{p.name}.gguf"
             try:
-                pl = P.plan(p, meta, tensors)
+                pl = P.plan(p, meta, tensors, imatrix=args.imatrix)
                 perr = None
             except P.PresetError as e:
                 pl, perr = None, str(e)
             if res[key] != 0:
-                ok = pl is None
-                rows.append((mname, p.name, len(tensors), "-", "llama.cpp refused; plan "
-                             + ("refused too" if ok else "did NOT refuse"), ok))
+                why = errors.get(key, "?")
+                # the same refusal: an importance matrix needed, or no fallback type
+                same = (("imatrix" in why) == ("importance matrix" in (perr or ""))
+                        and ("fallback" in why) == ("fallback" in (perr or "")))
+                ok = pl is None and same
+                rows.append((mname, p.name, len(tensors), "-", f"llama.cpp refused ({why}); plan "
+                             + (f"refused too ({perr})" if ok else "did NOT refuse"), ok))
                 all_ok &= ok
                 continue
             if pl is None:
@@ -268,7 +321,7 @@ def main(argv=None):
             rows.append((mname, p.name, len(want), equal, detail, ok))
             if not args.keep:
                 out.unlink(missing_ok=True)
-        print(f"# {mname}: {spec[-1]} ({dt:.1f} s)", file=sys.stderr)
+        print(f"# {mname}: {spec['note']} ({dt:.1f} s)", file=sys.stderr)
 
     hdr = "| model | preset | tensors | equal | types in llama.cpp's file / outcome | agree |"
     lines = [hdr, "|---|---|---|---|---|---|"]
