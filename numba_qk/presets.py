@@ -789,12 +789,15 @@ def plan(preset: str | int | Preset, metadata: Mapping[str, Any] | ModelInfo,
             raise PresetError(f"preset {p.name} needs an importance matrix: tensor {t.name} "
                               f"would be {_tname(target)}")
         convert = target != t.type
-        if convert and _is_quantized(t.type) and not allow_requantize:
-            raise PresetError(f"tensor {t.name} is already {_tname(t.type)}; requantizing to "
-                              f"{_tname(target)} needs allow_requantize")
-        if convert and not (_is_quantized(t.type) or t.type in (_F32, _F16, _BF16)):
-            raise PresetError(f"tensor {t.name}: cannot convert from {_tname(t.type)}")
         result.append(TensorPlan(t.name, t.ne, t.type, target, convert, reason, idx, fb))
+
+    # llama.cpp checks these while writing, after every tensor's type has been chosen
+    for t in result:
+        if t.convert and _is_quantized(t.current) and not allow_requantize:
+            raise PresetError(f"tensor {t.name} is already {_tname(t.current)}; requantizing to "
+                              f"{t.target_name} needs allow_requantize")
+        if t.convert and not (_is_quantized(t.current) or t.current in (_F32, _F16, _BF16)):
+            raise PresetError(f"tensor {t.name}: cannot convert from {_tname(t.current)}")
 
     kv = {"general.quantization_version": GGML_QNT_VERSION}
     if not p.copy_only:

@@ -402,3 +402,15 @@ def test_metadata_arrays_and_notes():
     other = P.plan("Q4_K_M", meta(4, arch="gemma3"), llama_tensors(4))
     assert any("'gemma3'" in n for n in other.notes)
     assert "Q4_K_M: " in pl.summary()
+
+
+def test_refusal_order_follows_llama_cpp():
+    # the importance-matrix check runs while types are chosen, the requantize check while writing:
+    # an earlier already-quantized tensor does not mask a later tensor that needs an imatrix
+    ts = [P.Tensor("token_embd.weight", (256, 512), T["Q4_0"]),   # first; becomes Q2_K
+          P.Tensor("output.weight", (256, 512), F16),
+          P.Tensor("blk.1.attn_q.weight", (256, 256), F16)]
+    with pytest.raises(P.PresetError, match="importance matrix: tensor blk.1.attn_q.weight"):
+        P.plan("IQ2_XXS", meta(2), ts)
+    with pytest.raises(P.PresetError, match="token_embd.weight is already Q4_0"):
+        P.plan("IQ2_XXS", meta(2), ts, imatrix=True)

@@ -140,7 +140,7 @@ _ORACLE = r"""
 import ctypes, json, sys
 import llama_cpp
 llama_cpp.llama_backend_init()
-jobs = json.loads(sys.argv[1])
+jobs = json.loads(sys.stdin.read())
 res = {}
 keep = []
 for key, inp, out, ftype, imat in jobs:
@@ -171,17 +171,21 @@ print("@@RESULT@@" + json.dumps(res))
 
 def run_oracle(python: str, jobs, log_path: Path):
     with open(log_path, "w") as log:
-        r = subprocess.run([python, "-c", _ORACLE, json.dumps(jobs)], stdout=subprocess.PIPE,
-                           stderr=log, text=True)
+        r = subprocess.run([python, "-c", _ORACLE], input=json.dumps(jobs),
+                           stdout=subprocess.PIPE, stderr=log, text=True)
     for line in r.stdout.splitlines():
         if line.startswith("@@RESULT@@"):
             res = json.loads(line[len("@@RESULT@@"):])
-            errors, key = {}, None
+            errors, offending, key = {}, {}, None
             for ln in log_path.read_text(errors="replace").splitlines():
                 if ln.startswith("@@JOB@@ "):
                     key = ln.split(" ", 1)[1]
+                elif "offending tensor:" in ln and key is not None:
+                    offending[key] = ln.split("offending tensor:", 1)[1].strip()
                 elif "failed to quantize:" in ln and key is not None:
                     errors[key] = ln.split("failed to quantize:", 1)[1].strip()
+            for k, name in offending.items():
+                errors[k] = f"{errors.get(k, '?')}, offending tensor {name}"
             return res, errors
     raise RuntimeError(f"oracle failed (rc {r.returncode}); see {log_path}")
 
@@ -285,6 +289,8 @@ def main(argv=None):
                 # the same refusal: an importance matrix needed, or no fallback type
                 same = (("imatrix" in why) == ("importance matrix" in (perr or ""))
                         and ("fallback" in why) == ("fallback" in (perr or "")))
+                if "offending tensor " in why:   # the same first tensor, in llama.cpp's order
+                    same &= f"tensor {why.rsplit('offending tensor ', 1)[1]} " in (perr or "")
                 ok = pl is None and same
                 rows.append((mname, p.name, len(tensors), "-", f"llama.cpp refused ({why}); plan "
                              + (f"refused too ({perr})" if ok else "did NOT refuse"), ok))
