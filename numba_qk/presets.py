@@ -728,7 +728,8 @@ def plan(preset: str | int | Preset, metadata: Mapping[str, Any] | ModelInfo,
     (``--pure``: no mixture rules, still the row-size fallbacks), ``leave_output_tensor``,
     ``output_tensor_type`` / ``token_embedding_type`` (names or ids), ``tensor_types``
     (``--tensor-type PATTERN=TYPE``: first regex that *searches* the name wins), ``imatrix``
-    (whether an importance matrix is used: it changes some rules), ``allow_requantize``.
+    (whether an importance matrix covering every quantized tensor is used: it changes some rules
+    and lifts the refusals of the low-bit presets), ``allow_requantize``.
 
     Raises :class:`PresetError` where llama.cpp refuses (a preset that needs an importance matrix
     without one, requantizing without ``allow_requantize``, a type without fallback …).

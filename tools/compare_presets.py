@@ -54,6 +54,17 @@ MODELS = {
     "l80gqa": _m(80, 256, 8, 2, 256, 256, "80 layers with GQA: LLM_TYPE_70B", dtype=np.float16),
 }
 
+# llama-quantize options to compare (--variant): plan() keyword arguments, types as ids
+T = P.GGML_TYPES
+VARIANTS = {
+    "default": {},
+    "pure": {"pure": True},
+    "leave-output": {"leave_output_tensor": True},
+    "output-embd-types": {"output_tensor_type": T["Q5_K"], "token_embedding_type": T["Q8_0"]},
+    "tensor-types": {"tensor_types": [[r"blk\.[0-2]\.attn_v", T["Q8_0"]],
+                                      [r"ffn_(up|gate)", T["Q5_K"]], ["attn_q", T["Q6_K"]]]},
+}
+
 # ftypes llama.cpp can run on these files without an importance matrix, plus the ones that must
 # be refused (the plan must refuse them as well)
 DEFAULT_PRESETS = [p.name for p in P.PRESETS]
@@ -143,13 +154,27 @@ llama_cpp.llama_backend_init()
 jobs = json.loads(sys.stdin.read())
 res = {}
 keep = []
-for key, inp, out, ftype, imat in jobs:
+for key, inp, out, ftype, imat, opts in jobs:
     print("@@JOB@@ " + key, file=sys.stderr, flush=True)
     p = llama_cpp.llama_model_quantize_default_params()
     p.ftype = ftype
     p.nthread = 2
     if key.endswith(":COPY"):
         p.only_copy = True
+    p.pure = bool(opts.get("pure", False))
+    p.quantize_output_tensor = not opts.get("leave_output_tensor", False)
+    if opts.get("output_tensor_type") is not None:
+        p.output_tensor_type = opts["output_tensor_type"]
+    if opts.get("token_embedding_type") is not None:
+        p.token_embedding_type = opts["token_embedding_type"]
+    if opts.get("tensor_types"):
+        tt = (llama_cpp.llama_model_tensor_override * (len(opts["tensor_types"]) + 1))()
+        for i, (pat, typ) in enumerate(opts["tensor_types"]):
+            tt[i].pattern = pat.encode()
+            tt[i].type = typ
+        tt[len(opts["tensor_types"])].pattern = None
+        keep.append(tt)
+        p.tt_overrides = ctypes.cast(tt, ctypes.POINTER(llama_cpp.llama_model_tensor_override))
     if imat:
         # a positive importance matrix for every tensor: entry i weighs column i by 1 + i % 7
         arr = (llama_cpp.llama_model_imatrix_data * (len(imat) + 1))()
@@ -245,6 +270,8 @@ def main(argv=None):
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--keep", default=None, help="directory to keep the files in")
     ap.add_argument("--markdown", default=None, help="write the table as markdown here")
+    ap.add_argument("--variant", default="default", choices=sorted(VARIANTS),
+                    help="llama-quantize options to apply on both sides")
     ap.add_argument("--imatrix", action="store_true",
                     help="give llama.cpp an importance matrix (and plan(imatrix=True))")
     args = ap.parse_args(argv)
@@ -254,6 +281,7 @@ def main(argv=None):
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="presets-"))
     work.mkdir(parents=True, exist_ok=True)
 
+    opts = VARIANTS[args.variant]
     rows = []
     all_ok = True
     for mname in models:
@@ -273,14 +301,16 @@ def main(argv=None):
         jobs = []
         for p in presets:
             jobs.append([f"{mname}:{p.name}", str(src), str(work / f"{mname}-{p.name}.gguf"),
-                         p.ftype, imat])
+                         p.ftype, imat, opts])
         res, errors = run_oracle(args.python, jobs, work / f"{mname}-oracle.log")
         dt = time.time() - t0
         for p in presets:
             key = f"{mname}:{p.name}"
             out = work / f"{mname}-{p.name}.gguf"
             try:
-                pl = P.plan(p, meta, tensors, imatrix=args.imatrix)
+                pl = P.plan(p, meta, tensors, imatrix=args.imatrix,
+                            **{k: ([tuple(x) for x in v] if k == "tensor_types" else v)
+                               for k, v in opts.items()})
                 perr = None
             except P.PresetError as e:
                 pl, perr = None, str(e)
