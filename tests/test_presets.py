@@ -414,3 +414,25 @@ def test_refusal_order_follows_llama_cpp():
         P.plan("IQ2_XXS", meta(2), ts)
     with pytest.raises(P.PresetError, match="token_embd.weight is already Q4_0"):
         P.plan("IQ2_XXS", meta(2), ts, imatrix=True)
+
+
+@pytest.mark.slow
+def test_against_llama_cpp_quantizer(tmp_path):
+    """A few presets through llama.cpp's own quantizer (llama-cpp-python built from source;
+    interpreter from $NUMBA_QK_LLAMA_CPP_PYTHON or /work/native-ggml/bin/python)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    py = os.environ.get("NUMBA_QK_LLAMA_CPP_PYTHON", "/work/native-ggml/bin/python")
+    if not Path(py).exists() or subprocess.run([py, "-c", "import llama_cpp"],
+                                               capture_output=True).returncode != 0:
+        pytest.skip("no llama-cpp-python interpreter")
+    pytest.importorskip("gguf")
+    tool = Path(__file__).resolve().parents[1] / "tools" / "compare_presets.py"
+    r = subprocess.run([sys.executable, str(tool), "--python", py, "--models", "gqa4,l16gqa8",
+                        "--presets", "Q4_K_M,Q3_K_M,Q2_K,Q4_0,Q5_K_S,Q2_K_S", "--keep",
+                        str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "12 of 12 (model, preset) pairs agree" in r.stdout
