@@ -178,16 +178,16 @@ def cmd_quantize(src: str, dst: str, fmt_name, preset, options: dict) -> int:
         for note in plan.notes:
             print(f"  note: {note}")
         results = gguf.quantize_file(src, dst, preset=preset, progress=progress, **options)
-        what = f"llama.cpp preset {plan.preset.name}"
+        what = f"by llama.cpp's preset {plan.preset.name}"
     else:
         fmt = getattr(qk.quant, fmt_name)
         results = gguf.quantize_file(src, dst, to=fmt, progress=progress)
-        what = fmt.name
+        what = f"to {fmt.name}"
     conv = [r for r in results if r.type_after != r.type_before]
     kept = [r for r in results if r.type_after == r.type_before]
     before = sum(r.bytes_before for r in results)
     after = sum(r.bytes_after for r in results)
-    print(f"wrote {dst}: {len(conv)} tensors converted ({what}), {len(kept)} kept as they "
+    print(f"wrote {dst}: {len(conv)} tensors converted {what}, {len(kept)} kept as they "
           f"were; {_human(before)} -> {_human(after)}")
     for r in conv:
         print(f"  {r.name}: {r.type_before} -> {r.type_after}"
