@@ -758,7 +758,8 @@ def _copy_stream(f, e: _TensorEntry, out_fd: int) -> int:
 
 def _cast_stream(f, e: _TensorEntry, to, out_fd: int) -> int:
     """Convert one F32/F16/BF16 tensor to the float type ``to`` (F32, F16 or BF16) in chunks,
-    with ggml's conversions: F16 by IEEE round-to-nearest-even (``_cvtss_sh``; overflow to inf),
+    with ggml's conversions (``ggml_fp32_to_fp16_row`` / ``ggml_fp32_to_bf16_row``): F16 by IEEE
+    round-to-nearest-even (overflow to inf; every NaN becomes sign | 0x7E00),
     BF16 by ggml's ``ggml_compute_fp32_to_bf16`` (nearest-even on the top 16 bits, NaN kept
     quiet).  Returns the bytes written."""
     fmt = e.info.format
@@ -776,7 +777,11 @@ def _cast_stream(f, e: _TensorEntry, to, out_fd: int) -> int:
         if to is _formats.f32:
             out = values
         elif to is _formats.f16:
-            out = values.astype("<f2")
+            with np.errstate(over="ignore", invalid="ignore"):
+                out = values.astype("<f2").view("<u2")
+            u = values.view(np.uint32)
+            nan = (u & 0x7FFFFFFF) > 0x7F800000  # ggml: NaN -> sign | 0x7E00, payload dropped
+            out = np.where(nan, ((u >> 16) & 0x8000) | 0x7E00, out).astype("<u2")
         else:  # bf16
             u = values.view(np.uint32)
             nan = (u & 0x7FFFFFFF) > 0x7F800000
