@@ -157,8 +157,11 @@ def machine() -> dict:
 
 def read_bandwidth(arrays, threads):
     """GB/s of a plain vectorized read (sum of int64 words) cycling through ``arrays``, on 1
-    and on ``threads`` threads."""
-    from numba import njit, prange, set_num_threads
+    thread and on ``threads`` Python threads each summing its share of every array (nogil
+    numba, no spinning pool, so a busy core slows it as it slows the kernels)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from numba import njit
 
     @njit(nogil=True, cache=False)
     def total(a):
@@ -167,18 +170,15 @@ def read_bandwidth(arrays, threads):
             s += a[i]
         return s
 
-    @njit(nogil=True, parallel=True, cache=False)
-    def total_par(a, nchunks):
-        step = (a.shape[0] + nchunks - 1) // nchunks
-        parts = np.zeros(nchunks, np.int64)
-        for c in prange(nchunks):
-            parts[c] = total(a[c * step: min(a.shape[0], (c + 1) * step)])
-        return parts.sum()
-
     words = [a.reshape(-1).view(np.int64) for a in arrays]
     one = best(cycling([lambda v=v: total(v) for v in words]), repeat=3)
-    set_num_threads(threads)
-    many = best(cycling([lambda v=v: total_par(v, threads) for v in words]), repeat=3)
+    pool = ThreadPoolExecutor(threads)
+
+    def split(v):
+        step = -(-v.shape[0] // threads)
+        return sum(pool.map(total, [v[i:i + step] for i in range(0, v.shape[0], step)]))
+    many = best(cycling([lambda v=v: split(v) for v in words]), repeat=3)
+    pool.shutdown()
     return [words[0].nbytes / one / 1e9, words[0].nbytes / many / 1e9]
 
 
