@@ -94,6 +94,7 @@ class GGML:
         self.build_features: dict[str, str] = {}
         self.extra_bufts: dict[str, int] = {}
         self.dev = None
+        self._backends: dict[int, int] = {}
         try:
             self._init_backend()
         except (AttributeError, OSError):  # an older ggml without the backend registry
@@ -185,6 +186,15 @@ class GGML:
         self._vec_dot(w.shape[0] * 256, C.byref(s), 0, w.ctypes.data, 0, xq.ctypes.data, 0, 1)
         return s.value
 
+    def backend(self, threads: int):
+        """One CPU backend per thread count, shared by every graph (as llama.cpp runs one):
+        switching between backends costs each its own thread pool and work buffer."""
+        if threads not in self._backends:
+            b = self.base.ggml_backend_dev_init(self.dev, None)
+            self.cpu.ggml_backend_cpu_set_n_threads(b, threads)
+            self._backends[threads] = b
+        return self._backends[threads]
+
     def weight_bufts(self, type_id: int) -> list[str]:
         """Buffer types worth measuring for weights of ``type_id``: "CPU" (plain, through the
         backend) and the extra ones that convert this type; [] without a backend registry."""
@@ -245,11 +255,24 @@ class Matvec:
             pass
 
 
+def _madvise_hugepage(addr: int, size: int) -> None:
+    """Ask for transparent huge pages on [addr, addr+size) before its first touch, as numpy does
+    for its large arrays (so both sides of a comparison stream from the same kind of pages)."""
+    try:
+        libc = C.CDLL(None, use_errno=True)
+        page = 4096
+        start = addr // page * page
+        libc.madvise(C.c_void_p(start), C.c_size_t(addr + size - start), 14)  # MADV_HUGEPAGE
+    except (OSError, AttributeError):
+        pass
+
+
 class BackendMatvec:
     """ggml_mul_mat through the CPU backend with the weights in an extra buffer type (the
     layout llama.cpp uses for CPU weights: CPU_REPACK, AMX).  Same interface as Matvec."""
 
-    def __init__(self, g: GGML, w: np.ndarray, threads: int, batch: int, type_id: int, buft):
+    def __init__(self, g: GGML, w: np.ndarray, threads: int, batch: int, type_id: int, buft,
+                 hugepages: bool = True):
         base = g.base
         rows, groups = w.shape[0], w.shape[1]
         cols = groups * g._traits(type_id).blck_size
@@ -269,7 +292,10 @@ class BackendMatvec:
         self.xbuf = None
         if not self.wbuf:
             raise MemoryError("ggml could not allocate the weight buffer")
-        base.ggml_backend_tensor_alloc(self.wbuf, wt, base.ggml_backend_buffer_get_base(self.wbuf))
+        wbase = base.ggml_backend_buffer_get_base(self.wbuf)
+        if hugepages:
+            _madvise_hugepage(wbase, w.nbytes)
+        base.ggml_backend_tensor_alloc(self.wbuf, wt, wbase)
         base.ggml_backend_tensor_set(wt, np.ascontiguousarray(w).ctypes.data, 0, w.nbytes)
         host = base.ggml_backend_dev_buffer_type(g.dev)
         align = base.ggml_backend_buft_get_alignment(host)
@@ -278,8 +304,7 @@ class BackendMatvec:
         at = base.ggml_backend_buffer_get_base(self.xbuf)
         base.ggml_backend_tensor_alloc(self.xbuf, xt, at)
         base.ggml_backend_tensor_alloc(self.xbuf, yt, at + nx)
-        self.backend = base.ggml_backend_dev_init(g.dev, None)
-        g.cpu.ggml_backend_cpu_set_n_threads(self.backend, threads)
+        self.backend = g.backend(threads)
         xshape = (batch, cols) if batch else (cols,)
         yshape = (batch, rows) if batch else (rows,)
         self.x = np.ctypeslib.as_array(
@@ -295,7 +320,6 @@ class BackendMatvec:
     def __del__(self):
         try:
             base = self.g.base
-            base.ggml_backend_free(self.backend)
             base.ggml_backend_buffer_free(self.wbuf)
             if self.xbuf:
                 base.ggml_backend_buffer_free(self.xbuf)
