@@ -1,14 +1,20 @@
 """Side-by-side speed comparison of numba_qk and the baselines a user would pick instead.
 
-    python bench/compare.py            # prints the table and writes bench/RESULTS.md
-    python bench/compare.py --quick    # fewer repeats, no DRAM-streamed rows
+    python bench/compare.py --ggml-lib DIR   # or NUMBA_QK_GGML_LIB=DIR: a native ggml build
+    python bench/compare.py --quick          # fewer repeats, no DRAM-streamed rows
 
-Everything runs in this one process, best of several repeats, after a warm-up call (compile).
-Baselines: numpy f32 on dequantized weights, gguf-py's numpy ``dequantize`` + matvec, and ggml's
-own kernels through ``libggml-python`` (ctypes) when that package is installed (skipped with a
-note when not).  First-call times are measured in fresh subprocesses: cold (empty numba cache)
-and warm (cache on disk).  "DRAM" rows cycle through copies of the weights totalling more than
-twice the last-level cache, so every call streams its weights from memory.
+ggml baseline: the folder named by ``--ggml-lib`` / ``NUMBA_QK_GGML_LIB`` (libggml-base.so and
+libggml-cpu.so of a ggml built for this CPU, e.g. by ../shared/tools/build-native-ggml.sh), else
+the prebuilt AVX2 wheel ``libggml-python`` (labelled as such), else none.  With a native build
+every ggml row is the best of ggml's plain CPU buffer and each extra buffer type that converts
+the weight type (CPU_REPACK, AMX) -- the layouts llama.cpp uses -- and names the winner.
+
+Everything runs in this one process.  Each numba_qk / ggml pair is timed interleaved: batches of
+calls alternate between the candidates, best batch of each wins, so a machine shared with other
+work slows both sides alike.  "DRAM" rows cycle through distinct copies of the weights totalling
+at least 4x the last-level cache (measured from sysfs), so every call streams its weights from
+memory; the plain read bandwidth of that working set is printed beside them.  First-call times
+are measured in fresh subprocesses: cold (empty numba cache) and warm (cache on disk).
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from numba_qk.kernels import dot_q4_k_q8_k, quantize_q8_k  # noqa: E402
 
 from numba_qk import _ggml_ctypes as ggml_ctypes  # noqa: E402
 from _common import activations, q4_k_weights  # noqa: E402
+
+GGML_PY_LABEL = "libggml-python (prebuilt AVX2 wheel, not a native build)"
 
 Q4, Q8 = qk.quant.q4_k, qk.quant.q8_k
 REPEAT = 7
@@ -124,9 +132,17 @@ def machine() -> dict:
         l3 = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
     except OSError:
         l3 = "?"
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("flags")).split(":", 1)[1].split()
+        isa = [f for f in ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni",
+                           "avx_vnni", "avx512_bf16", "amx_int8") if f in flags]
+    except (OSError, StopIteration):
+        isa = ["?"]
     info = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": f"{cpu} (LLVM target {llb.get_host_cpu_name()}), {os.cpu_count()} cores, L3 {l3}",
+        "CPU ISA (/proc/cpuinfo)": " ".join(isa),
         "numba_qk kernels": ("AVX-512BW" if HAVE_AVX512 else "AVX2" if HAVE_AVX2 else "portable"),
         "python": platform.python_version(), "numba": numba.__version__,
         "llvmlite": llvmlite.__version__, "numpy": np.__version__, "numba_qk": qk.__version__,
@@ -141,8 +157,11 @@ def machine() -> dict:
 
 def read_bandwidth(arrays, threads):
     """GB/s of a plain vectorized read (sum of int64 words) cycling through ``arrays``, on 1
-    and on ``threads`` threads."""
-    from numba import njit, prange, set_num_threads
+    thread and on ``threads`` Python threads each summing its share of every array (nogil
+    numba, no spinning pool, so a busy core slows it as it slows the kernels)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from numba import njit
 
     @njit(nogil=True, cache=False)
     def total(a):
@@ -151,18 +170,15 @@ def read_bandwidth(arrays, threads):
             s += a[i]
         return s
 
-    @njit(nogil=True, parallel=True, cache=False)
-    def total_par(a, nchunks):
-        step = (a.shape[0] + nchunks - 1) // nchunks
-        parts = np.zeros(nchunks, np.int64)
-        for c in prange(nchunks):
-            parts[c] = total(a[c * step: min(a.shape[0], (c + 1) * step)])
-        return parts.sum()
-
     words = [a.reshape(-1).view(np.int64) for a in arrays]
     one = best(cycling([lambda v=v: total(v) for v in words]), repeat=3)
-    set_num_threads(threads)
-    many = best(cycling([lambda v=v: total_par(v, threads) for v in words]), repeat=3)
+    pool = ThreadPoolExecutor(threads)
+
+    def split(v):
+        step = -(-v.shape[0] // threads)
+        return sum(pool.map(total, [v[i:i + step] for i in range(0, v.shape[0], step)]))
+    many = best(cycling([lambda v=v: split(v) for v in words]), repeat=3)
+    pool.shutdown()
     return [words[0].nbytes / one / 1e9, words[0].nbytes / many / 1e9]
 
 
@@ -188,24 +204,161 @@ class Table:
         return "\n".join(out)
 
 
+def race(cands: dict, min_time=None, repeat=None) -> dict:
+    """Best per-call seconds of each callable in ``cands``, timed interleaved: every round runs
+    one batch of each candidate in turn (batch sizes calibrated to ~min_time/5 each)."""
+    min_time = MIN_TIME if min_time is None else min_time
+    repeat = REPEAT if repeat is None else repeat
+    sizes = {}
+    for name, fn in cands.items():
+        fn()
+        n = 1
+        while True:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            if time.perf_counter() - t0 >= min_time / 5 or n >= 1 << 20:
+                break
+            n *= 2
+        sizes[name] = n
+    out = {name: float("inf") for name in cands}
+    for _ in range(repeat):
+        for name, fn in cands.items():
+            n = sizes[name]
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            out[name] = min(out[name], (time.perf_counter() - t0) / n)
+    return out
+
+
+def l3_bytes() -> int:
+    try:
+        txt = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
+        mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(txt[-1], 1)
+        return int(txt.rstrip("KMG")) * mult
+    except (OSError, ValueError):
+        return 32 << 20
+
+
+AMX_PROBE = r"""
+import sys, numpy as np
+from numba_qk import _ggml_ctypes as G
+g = G.load(sys.argv[1])
+w = np.zeros((64, 1, 144), np.uint8)
+m = g.matvec(w, 1, batch=32, type_id=G.GGML_TYPE_Q4_K, buft="AMX")
+m(np.zeros((32, 256), np.float32))
+print("ok")
+"""
+
+
+def amx_batches_work(libdir) -> bool:
+    """Whether ggml's AMX buffer survives a batched mul_mat here (its tile instructions need
+    kernel permission; in some VMs they fault).  Probed in a subprocess."""
+    r = subprocess.run([sys.executable, "-c", AMX_PROBE, str(libdir)], capture_output=True,
+                       text=True)
+    return r.returncode == 0 and "ok" in r.stdout
+
+
+class GGMLBase:
+    """ggml's mul_mat for a weight array, as every layout worth measuring."""
+
+    def __init__(self, g, native: bool, amx_batched: bool):
+        self.g, self.native, self.amx_batched = g, native, amx_batched
+
+    def layouts(self, type_id, batch):
+        if not self.native or self.g.dev is None:
+            return [None]
+        return [b for b in self.g.weight_bufts(type_id) if b != "AMX" or batch <= 1
+                or self.amx_batched]
+
+    @staticmethod
+    def label(buft, threads):
+        name = {None: "mul_mat", "CPU": "mul_mat", "CPU_REPACK": "mul_mat (CPU_REPACK)",
+                "AMX": "mul_mat (AMX buffer)"}.get(buft, f"mul_mat ({buft})")
+        return f"ggml {name}, {threads} thr"
+
+    def make(self, w, type_id, threads, batch, buft):
+        return self.g.matvec(w, threads, batch=batch, type_id=type_id, buft=buft)
+
+
+def pair_rows(tab, work, ours_label, ours_fn, gb, make_w, type_id, threads, batch, x, nbytes,
+              streamed=None):
+    """Time numba_qk against every ggml layout (each race interleaved), add one row with
+    ggml's best; returns numba_qk's best time.  ``make_w`` gives the weights (a list of
+    distinct copies when ``streamed``)."""
+    results = {}
+    t_ours = float("inf")
+    for buft in (gb.layouts(type_id, batch) if gb else []):
+        try:
+            if streamed:
+                mvs = [gb.make(w_, type_id, threads, batch, buft) for w_ in make_w]
+                fn = cycling([lambda m=m: m(x) for m in mvs])
+            else:
+                mv = gb.make(make_w, type_id, threads, batch, buft)
+                fn = lambda: mv(x)  # noqa: E731
+        except (MemoryError, KeyError):
+            continue
+        r = race({"ours": ours_fn, "ggml": fn})
+        t_ours = min(t_ours, r["ours"])
+        results[buft] = r["ggml"]
+        mvs = mv = fn = None  # noqa: F841  (free ggml's copy before the next layout)
+    if not results:
+        t_ours = race({"ours": ours_fn})["ours"]
+        tab.add(work, ours_label, t_ours, nbytes=nbytes)
+        return t_ours
+    buft = min(results, key=results.get)
+    others = ", ".join(f"{k or 'plain'} {fmt_t(v)}" for k, v in results.items() if k != buft)
+    base = GGMLBase.label(buft, threads) + (f" [{others}]" if others else "")
+    tab.add(work, ours_label, t_ours, base, results[buft], nbytes)
+    return t_ours
+
+
 def main(argv=None) -> int:
     global REPEAT, MIN_TIME
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repeats, skip DRAM rows")
+    ap.add_argument("--ggml-lib", default=os.environ.get("NUMBA_QK_GGML_LIB") or None,
+                    help="folder of a native ggml build (libggml-base.so, libggml-cpu.so); "
+                         "default $NUMBA_QK_GGML_LIB, else the libggml-python wheel")
     ap.add_argument("--out", default=str(HERE / "RESULTS.md"), help="results file")
     args = ap.parse_args(argv)
     if args.quick:
         REPEAT, MIN_TIME = 3, 0.05
+    load_before = os.getloadavg()
     ncores = os.cpu_count() or 1
     tab = Table()
-    notes: list[str] = ["ratio = numba_qk time / baseline time (below 1: numba_qk is faster)."]
-    ggml = ggml_ctypes.load()
+    notes: list[str] = ["ratio = numba_qk time / baseline time (below 1: numba_qk is faster). "
+                        "Each numba_qk/ggml pair is timed interleaved in one process (alternating "
+                        "batches, best batch of each); a ggml row names the fastest of its "
+                        "layouts and lists the others in brackets."]
+    native = False
+    ggml = None
+    if args.ggml_lib:
+        ggml = ggml_ctypes.load(args.ggml_lib)
+        native = ggml is not None
+        if ggml is None:
+            notes.append(f"could not load ggml from {args.ggml_lib}; falling back to "
+                         "libggml-python.")
     if ggml is None:
-        notes.append("libggml-python is not installed: ggml rows skipped "
-                     "(pip install libggml-python to include them).")
+        ggml = ggml_ctypes.load()
+        if ggml is not None:
+            notes.append(f"ggml baseline: {GGML_PY_LABEL} -- not what llama.cpp users run; pass "
+                         "--ggml-lib (or NUMBA_QK_GGML_LIB) with a native build.")
+    if ggml is None:
+        notes.append("no ggml found (--ggml-lib / NUMBA_QK_GGML_LIB, or pip install "
+                     "libggml-python): ggml rows skipped.")
     else:
         notes.append("ggml's Q8_K quantizer uses its own numerics (iscale = -128/max), so its "
                      "results differ from numba_qk's canonical ones; the times compare the work.")
+    amx_batched = False
+    if native and "AMX" in ggml.extra_bufts:
+        amx_batched = amx_batches_work(args.ggml_lib)
+        if not amx_batched:
+            notes.append("ggml's AMX buffer type faults (SIGILL: AMX tile instructions are not "
+                         "permitted in this VM) on batched mul_mat; it is measured for matvec "
+                         "only (batch 1 takes its AVX512-VNNI path).")
+    gb = GGMLBase(ggml, native, amx_batched) if ggml else None
     try:
         import gguf.quants as gq
         from gguf import GGMLQuantizationType
@@ -216,23 +369,15 @@ def main(argv=None) -> int:
     # --- Q8_K quantize, 1M floats
     x = activations(4096)
     out = np.empty((4096, 292), np.uint8)
-    t_q = best(lambda: qk.quantize(x, format=Q8, out=out))
     if ggml:
         out2 = np.empty((4096, 292), np.uint8)
-        tab.add("Q8_K quantize, 1M floats", "quantize", t_q, "ggml quantize_row_q8_K",
-                best(lambda: ggml.quantize_q8_k(x, out2)), x.nbytes)
+        r = race({"ours": lambda: qk.quantize(x, format=Q8, out=out),
+                  "ggml": lambda: ggml.quantize_q8_k(x, out2)})
+        tab.add("Q8_K quantize, 1M floats", "quantize", r["ours"], "ggml quantize_row_q8_K",
+                r["ggml"], x.nbytes)
     else:
-        tab.add("Q8_K quantize, 1M floats", "quantize", t_q, nbytes=x.nbytes)
-
-    # --- Q4_K quantize (ggml's reference quantizer, bit for bit), 1M floats
-    out4 = np.empty((4096, 144), np.uint8)
-    t_q4 = best(lambda: qk.quantize(x, format=Q4, out=out4), repeat=3)
-    if ggml:
-        tab.add("Q4_K quantize, 1M floats", "quantize (= ggml's _ref)", t_q4,
-                "ggml quantize_row_q4_K_ref (+ ctypes)",
-                best(lambda: ggml.quantize_ref(ggml_ctypes.GGML_TYPE_Q4_K, x), repeat=3), x.nbytes)
-    else:
-        tab.add("Q4_K quantize, 1M floats", "quantize (= ggml's _ref)", t_q4, nbytes=x.nbytes)
+        tab.add("Q8_K quantize, 1M floats", "quantize",
+                race({"o": lambda: qk.quantize(x, format=Q8, out=out)})["o"], nbytes=x.nbytes)
 
     # --- single dots
     for g in (16, 256):
@@ -240,94 +385,76 @@ def main(argv=None) -> int:
         xq = qk.quantize(activations(g), format=Q8)
         wf = qk.dequantize(w, Q4).ravel()
         xf = qk.dequantize(xq, Q8).ravel()
-        t_np = best(lambda: np.dot(wf, xf))
-        tab.add(f"quantized_dot G={g}", "quantized_dot (API)",
-                best(lambda: qk.quantized_dot(w, xq, lhs_format=Q4, rhs_format=Q8)),
-                "numpy f32 dot (dequantized)", t_np, w.nbytes)
-        t_ker = best(lambda: dot_q4_k_q8_k(w, xq))
-        tab.add(f"quantized_dot G={g}", "kernel dot_q4_k_q8_k", t_ker,
-                "numpy f32 dot (dequantized)", t_np, w.nbytes)
+        cands = {"api": lambda: qk.quantized_dot(w, xq, lhs_format=Q4, rhs_format=Q8),
+                 "ker": lambda: dot_q4_k_q8_k(w, xq), "np": lambda: np.dot(wf, xf)}
         if ggml:
-            tab.add(f"quantized_dot G={g}", "kernel dot_q4_k_q8_k", t_ker,
-                    "ggml vec_dot_q4_K_q8_K (+ ctypes call)",
-                    best(lambda: ggml.vec_dot_q4_k_q8_k(w, xq)), w.nbytes)
+            cands["ggml"] = lambda: ggml.vec_dot_q4_k_q8_k(w, xq)
+        r = race(cands)
+        tab.add(f"quantized_dot G={g}", "quantized_dot (API)", r["api"],
+                "numpy f32 dot (dequantized)", r["np"], w.nbytes)
+        if ggml:
+            tab.add(f"quantized_dot G={g}", "kernel dot_q4_k_q8_k", r["ker"],
+                    "ggml vec_dot_q4_K_q8_K (+ ctypes call)", r["ggml"], w.nbytes)
 
-    # --- matvec / gemm, weights hot in cache
-    shapes = [(4096, 4096), (4096, 14336)]
-    for rows, cols in shapes:
+    # --- Q4_K matvec, hot and DRAM-streamed; threads
+    big = 4 * l3_bytes()
+    bandwidth = None
+    for rows, cols in [(4096, 4096), (14336, 4096), (4096, 14336)]:
         g = cols // 256
         w = q4_k_weights(rows, g)
         xv = activations(g).ravel()
-        work = f"matvec Q4_K {rows}x{cols}, f32 x"
-        t1 = best(lambda: qk.matmul(w, xv, lhs_format=Q4, threads=1))
-        tn = best(lambda: qk.matmul(w, xv, lhs_format=Q4, threads=None))
+        work = f"Q4_K matvec {rows}x{cols}, f32 x, hot"
+        for thr in (1, ncores) if ncores > 1 else (1,):
+            t = pair_rows(tab, work, f"matmul threads={thr}",
+                          lambda: qk.matmul(w, xv, lhs_format=Q4, threads=thr), gb, w,
+                          ggml_ctypes.GGML_TYPE_Q4_K, thr, 0, xv, w.nbytes)
+            if thr == 1:
+                t1 = t
+        if ncores > 1:
+            tab.add(work, f"matmul threads={ncores}", t, "numba_qk matmul, 1 thread", t1,
+                    w.nbytes)
         if rows == 4096 and cols == 4096:
             wd = qk.dequantize(w.reshape(-1, 144), Q4).reshape(rows, -1)
-            tab.add(work, "matmul", t1, "numpy f32 matvec (dequantized)",
-                    best(lambda: wd @ xv), w.nbytes)
+            r = race({"ours": lambda: qk.matmul(w, xv, lhs_format=Q4, threads=1),
+                      "np": lambda: wd @ xv})
+            tab.add(work, "matmul threads=1", r["ours"], "numpy f32 matvec (dequantized)",
+                    r["np"], w.nbytes)
             del wd
-            if gq is not None:
-                w2 = w.reshape(rows, -1)
-                tab.add(work, "matmul", t1, "gguf-py dequantize + matvec",
-                        best(lambda: gq.dequantize(w2, GGMLQuantizationType.Q4_K) @ xv,
-                             min_time=0.5, repeat=2), w.nbytes)
-        if ggml:
-            mv1 = ggml.matvec(w, 1)
-            tab.add(work, "matmul", t1, "ggml mul_mat, 1 thread", best(lambda: mv1(xv)), w.nbytes)
-            mvn = ggml.matvec(w, ncores)
-            tab.add(work, f"matmul threads={ncores}", tn, f"ggml mul_mat, {ncores} threads",
-                    best(lambda: mvn(xv)), w.nbytes)
-            del mv1, mvn
-        tab.add(work, f"matmul threads={ncores}", tn, "numba_qk matmul, 1 thread", t1, w.nbytes)
-        xq1 = qk.quantize(xv.reshape(g, 256), format=Q8)
-        tab.add(f"gemv {rows}x{cols} (Q8_K x given)", f"gemv threads={ncores}",
-                best(lambda: qk.gemv(w, xq1, lhs_format=Q4, rhs_format=Q8, threads=None)),
-                "numba_qk gemv, 1 thread",
-                best(lambda: qk.gemv(w, xq1, lhs_format=Q4, rhs_format=Q8)), w.nbytes)
-
-        # gemm, batch 8
-        xb = np.stack([activations(g, seed=s).ravel() for s in range(8)])
-        xq8 = qk.quantize(xb.reshape(-1, 256), format=Q8).reshape(8, g, 292)
-        t_gemm = best(lambda: qk.gemm(w, xq8, lhs_format=Q4, rhs_format=Q8))
-        t_gemv = best(lambda: qk.gemv(w, xq1, lhs_format=Q4, rhs_format=Q8))
-        work_b = f"gemm batch 8, {rows}x{cols}"
-        tab.add(work_b, "gemm (Q8_K x given)", t_gemm, "8 x numba_qk gemv", 8 * t_gemv, w.nbytes)
-        if ggml:
-            mv1 = ggml.matvec(w, 1)
-            t8 = best(lambda: [mv1(xb[k]) for k in range(8)])
-            tab.add(work_b, "gemm (Q8_K x given)", t_gemm, "8 x ggml mul_mat matvec", t8, w.nbytes)
-            mvb = ggml.matvec(w, 1, batch=8)
-            t_m8 = best(lambda: qk.matmul(w, xb, lhs_format=Q4))
-            tab.add(work_b, "matmul, f32 x [8, K]", t_m8, "ggml mul_mat [8, K], 1 thread",
-                    best(lambda: mvb(xb)), w.nbytes)
-            del mv1, mvb
-
-        # DRAM-streamed
-        if not args.quick:
-            copies = max(2, int(2.2 * 32 * 2**20 / w.nbytes) + 1)
+        if not args.quick and cols == 4096:
+            copies = -(-big // w.nbytes)
             ws = [w.copy() for _ in range(copies)]
-            work_d = f"matvec Q4_K {rows}x{cols}, DRAM-streamed ({copies} copies)"
-            t_d1 = best(cycling([lambda w_=w_: qk.matmul(w_, xv, lhs_format=Q4) for w_ in ws]))
-            t_dn = best(cycling([lambda w_=w_: qk.matmul(w_, xv, lhs_format=Q4, threads=None)
-                                 for w_ in ws]))
-            if ggml:
-                mvs = [ggml.matvec(w_, 1) for w_ in ws]
-                tab.add(work_d, "matmul", t_d1, "ggml mul_mat, 1 thread",
-                        best(cycling([lambda m=m: m(xv) for m in mvs])), w.nbytes)
-                del mvs
-                mvs = [ggml.matvec(w_, ncores) for w_ in ws]
-                tab.add(work_d, f"matmul threads={ncores}", t_dn, f"ggml mul_mat, {ncores} threads",
-                        best(cycling([lambda m=m: m(xv) for m in mvs])), w.nbytes)
-                del mvs
-            else:
-                tab.add(work_d, "matmul", t_d1, nbytes=w.nbytes)
-                tab.add(work_d, f"matmul threads={ncores}", t_dn, nbytes=w.nbytes)
-            notes.append(f"memory read bandwidth over {copies} x {w.nbytes / 2**20:.0f} MiB "
-                         f"(plain vectorized read, 1 / {ncores} threads): "
-                         + " / ".join(f"{v:.1f}" for v in read_bandwidth(ws, ncores)) + " GB/s")
+            work_d = (f"Q4_K matvec {rows}x{cols}, DRAM-streamed ({copies} distinct copies, "
+                      f"{copies * w.nbytes / 1e9:.2f} GB)")
+            for thr in (1, ncores) if ncores > 1 else (1,):
+                pair_rows(tab, work_d, f"matmul threads={thr}",
+                          cycling([lambda w_=w_: qk.matmul(w_, xv, lhs_format=Q4, threads=thr)
+                                   for w_ in ws]),
+                          gb, ws, ggml_ctypes.GGML_TYPE_Q4_K, thr, 0, xv, w.nbytes, streamed=True)
+            if bandwidth is None:
+                bandwidth = read_bandwidth(ws, ncores)
+                notes.append(f"plain read bandwidth over {copies} x {w.nbytes / 2**20:.0f} MiB "
+                             f"(a vectorized int64 sum, 1 / {ncores} threads): "
+                             + " / ".join(f"{v:.1f}" for v in bandwidth) + " GB/s; L3 "
+                             f"{l3_bytes() / 2**20:.0f} MiB, DRAM working sets >= 4x L3.")
             del ws
 
-    # --- ggml's legacy block formats: matvec 4096x4096 vs ggml, codecs vs gguf-py and ggml
+    # --- Q4_K matmul, f32 activations [batch, 4096]: gemm
+    w = q4_k_weights(4096, 16)
+    for batch in (8, 32, 128, 512):
+        xb = np.stack([activations(16, seed=s).ravel() for s in range(batch)])
+        pair_rows(tab, f"Q4_K matmul 4096x4096, f32 x [{batch}, 4096]", "matmul threads=1",
+                  lambda: qk.matmul(w, xb, lhs_format=Q4, threads=1), gb, w,
+                  ggml_ctypes.GGML_TYPE_Q4_K, 1, batch, xb, w.nbytes)
+    xv = activations(16).ravel()
+    xq1 = qk.quantize(xv.reshape(16, 256), format=Q8)
+    xq8 = qk.quantize(np.stack([activations(16, seed=s) for s in range(8)]).reshape(-1, 256),
+                      format=Q8).reshape(8, 16, 292)
+    r = race({"gemm": lambda: qk.gemm(w, xq8, lhs_format=Q4, rhs_format=Q8),
+              "gemv": lambda: qk.gemv(w, xq1, lhs_format=Q4, rhs_format=Q8)})
+    tab.add("gemm batch 8, 4096x4096", "gemm (Q8_K x given)", r["gemm"], "8 x numba_qk gemv",
+            8 * r["gemv"], w.nbytes)
+
+    # --- ggml's legacy block formats: matvec 4096x4096 hot and streamed; codecs
     rng = np.random.default_rng(0)
     xv = rng.standard_normal(4096).astype(np.float32)
     x1m = rng.standard_normal((32768, 32)).astype(np.float32)
@@ -335,33 +462,48 @@ def main(argv=None) -> int:
         fmt = getattr(qk.quant, name)
         w = qk.quantize(rng.standard_normal((4096 * 128, 32)).astype(np.float32),
                         format=fmt).reshape(4096, 128, -1)
-        t1 = best(lambda: qk.matmul(w, xv, lhs_format=fmt))
-        work = f"matvec {fmt.name} 4096x4096, f32 x"
-        if ggml:
-            mv = ggml.matvec(w, 1, type_id=fmt.ggml_type)
-            tab.add(work, "matmul", t1, "ggml mul_mat, 1 thread", best(lambda: mv(xv)), w.nbytes)
-            del mv
-        else:
-            tab.add(work, "matmul", t1, nbytes=w.nbytes)
-        t_q = best(lambda: qk.quantize(x1m, format=fmt))
+        pair_rows(tab, f"{fmt.name} matvec 4096x4096, f32 x, hot", "matmul threads=1",
+                  lambda: qk.matmul(w, xv, lhs_format=fmt, threads=1), gb, w, fmt.ggml_type, 1,
+                  0, xv, w.nbytes)
+        if not args.quick:
+            copies = -(-big // w.nbytes)
+            ws = [w.copy() for _ in range(copies)]
+            pair_rows(tab, f"{fmt.name} matvec 4096x4096, DRAM-streamed ({copies} copies, "
+                      f"{copies * w.nbytes / 1e9:.2f} GB)", "matmul threads=1",
+                      cycling([lambda w_=w_: qk.matmul(w_, xv, lhs_format=fmt, threads=1)
+                               for w_ in ws]),
+                      gb, ws, fmt.ggml_type, 1, 0, xv, w.nbytes, streamed=True)
+            del ws
         recs = qk.quantize(x1m, format=fmt)
-        t_d = best(lambda: qk.dequantize(recs, fmt))
+        cands = {"q": lambda: qk.quantize(x1m, format=fmt), "d": lambda: qk.dequantize(recs, fmt)}
+        if ggml:
+            cands["gq"] = lambda: ggml.quantize_ref(fmt.ggml_type, x1m)
+        r = race(cands)
         if gq is not None:
             gt = getattr(GGMLQuantizationType, fmt.name)
-            tab.add(f"{fmt.name} quantize, 1M floats", "quantize", t_q, "gguf-py quantize",
-                    best(lambda: gq.quantize(x1m, gt), repeat=2), x1m.nbytes)
-            tab.add(f"{fmt.name} dequantize, 1M values", "dequantize", t_d, "gguf-py dequantize",
-                    best(lambda: gq.dequantize(recs, gt), repeat=2), recs.nbytes)
+            r2 = race({"gq": lambda: gq.quantize(x1m, gt), "gd": lambda: gq.dequantize(recs, gt)},
+                      repeat=2)
+            tab.add(f"{fmt.name} quantize, 1M floats", "quantize", r["q"], "gguf-py quantize",
+                    r2["gq"], x1m.nbytes)
+            tab.add(f"{fmt.name} dequantize, 1M values", "dequantize", r["d"],
+                    "gguf-py dequantize", r2["gd"], recs.nbytes)
         if ggml:
-            tab.add(f"{fmt.name} quantize, 1M floats", "quantize", t_q,
-                    "ggml quantize_row_*_ref (+ ctypes)",
-                    best(lambda: ggml.quantize_ref(fmt.ggml_type, x1m)), x1m.nbytes)
+            tab.add(f"{fmt.name} quantize, 1M floats", "quantize", r["q"],
+                    "ggml quantize_row_*_ref (+ ctypes)", r["gq"], x1m.nbytes)
 
     first = first_call_times()
     info = machine()
+    load_after = os.getloadavg()
+    info["load average (1 min) before / after"] = f"{load_before[0]:.2f} / {load_after[0]:.2f}"
     if ggml:
-        info["libggml-python"] = ggml.version + " (ggml CPU features: " + ", ".join(
-            k for k, v in ggml.features.items() if v) + ")"
+        info["ggml"] = ggml.version + (" (native build)" if native else "")
+        info["ggml CPU features (ggml_cpu_has_*)"] = ", ".join(
+            k for k, v in ggml.features.items() if v) or "none"
+        if ggml.build_features:
+            info["ggml build (ggml_backend_get_features)"] = ", ".join(
+                k if v == "1" else f"{k}={v}" for k, v in ggml.build_features.items())
+        if ggml.extra_bufts:
+            info["ggml extra buffer types"] = ", ".join(ggml.extra_bufts)
     fc = ["| in a fresh process | cold cache (compiles) | warm cache |", "| --- | --- | --- |"]
     for key, label in (("import_s", "import numba_qk"), ("quantize_first_s", "first quantize"),
                        ("dot_first_s", "first quantized_dot (G=16)"),
@@ -369,10 +511,12 @@ def main(argv=None) -> int:
                        ("matmul_first_s", "first matmul (64x4096)")):
         fc.append(f"| {label} | {fmt_t(first['cold'][key])} | {fmt_t(first['warm'][key])} |")
     mach = "\n".join(f"- {k}: {v}" for k, v in info.items())
-    report = (f"# numba_qk benchmark results\n\nGenerated by `python bench/compare.py`"
-              f"{' --quick' if args.quick else ''}.\n\n## Machine\n{mach}\n\n"
-              f"## Speed (single thread unless stated; best of repeats; GB/s of quantized weight "
-              f"bytes or f32 input)\n{tab.markdown()}\n\n## Compile / first-call time\n"
+    cmd = "python bench/compare.py" + (" --quick" if args.quick else "") + (
+        " --ggml-lib <native build>" if native else "")
+    report = (f"# numba_qk benchmark results\n\nGenerated by `{cmd}`.\n\n## Machine\n{mach}\n\n"
+              f"## Speed (single thread unless stated; interleaved best of repeats; GB/s of "
+              f"quantized weight bytes or f32 input)\n{tab.markdown()}\n\n"
+              "## Compile / first-call time\n"
               + "\n".join(fc) + "\n\n## Notes\n" + "\n".join(f"- {n}" for n in notes) + "\n")
     print(report)
     Path(args.out).write_text(report)

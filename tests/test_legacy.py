@@ -184,6 +184,23 @@ def test_gemv_gemm_matmul_equal_dot(name, rng):
         assert_same_f32(qk.matmul(w, xf[1], lhs_format=fmt(name), threads=threads), want[1])
 
 
+@pytest.mark.parametrize("name", WEIGHTS)
+def test_gemv_prefetching_tiles_strided_rows(name, rng):
+    """Rows in several 8-row tiles (the gemv prefetches the next tile's records) taken as a
+    strided view of every other row: each output equals its row's dot."""
+    rows, g = 40, 5
+    act = qk.activation_format(fmt(name))
+    w2 = qk.quantize(rng.standard_normal((2 * rows * g, 32)).astype(np.float32),
+                     format=fmt(name)).reshape(2 * rows, g, -1)
+    w = w2[::2]
+    xq = qk.quantize(rng.standard_normal((g, 32)).astype(np.float32), format=act)
+    want = np.array([qk.quantized_dot(w[r], xq, lhs_format=fmt(name), rhs_format=act)
+                     for r in range(rows)], np.float32)
+    for threads in (1, 2):
+        assert_same_f32(qk.gemv(w, xq, lhs_format=fmt(name), rhs_format=act, threads=threads),
+                        want)
+
+
 @pytest.mark.parametrize("name", FORMATS)
 def test_errors(name):
     f = fmt(name)

@@ -230,3 +230,20 @@ def __getattr__(name):
         if name in module.__all__:
             return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@intrinsic
+def prefetch(typingctx, arr, off):
+    """Hint the cache to fetch the line holding byte ``off`` of uint8 array ``arr``
+    (``llvm.prefetch``: read, keep in all levels).  Never faults and changes no value, so any
+    offset is allowed -- the streaming kernels prefetch the next tile of rows with it."""
+    sig = types.none(arr, types.intp)
+
+    def codegen(context, builder, signature, args):
+        ptr = _byte_ptr(context, builder, signature.args[0], args[0], args[1])
+        fn = _decl(builder, "llvm.prefetch.p0i8", ir.VoidType(),
+                   [_i8.as_pointer(), _i32, _i32, _i32])
+        builder.call(fn, [ptr, ir.Constant(_i32, 0), ir.Constant(_i32, 3), ir.Constant(_i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen

@@ -26,7 +26,7 @@ import numpy as np
 from .._jit import kernel
 from ..formats import quant
 from ._bits import f16_to_f32, f32_from_bits
-from ._simd import HAVE_AVX2, load_f16_fpext, load_f32_raw
+from ._simd import HAVE_AVX2, load_f16_fpext, load_f32_raw, prefetch
 from ._simd_q4_k import accumulate_acts_x8, accumulate_rows_x8, q4_k_q8_k_sums
 from .q4_k import q4_k_scale_min
 
@@ -160,8 +160,21 @@ def _simd_gemv(w, x, out):
     acc = np.empty(8, np.float32)
     r = 0
     while rows - r >= 8:
-        for b in range(g):
-            accumulate_rows_x8(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
+        if rows - r >= 16:
+            # Eight interleaved short row streams defeat the hardware prefetcher: while record
+            # b of this tile's rows is folded, fetch record b of the next tile's rows (3 lines
+            # cover the 144 bytes), so DRAM-streamed weights arrive one tile ahead.
+            nxt = (r + 8) * ws0
+            for b in range(g):
+                for k in range(8):
+                    at = nxt + k * ws0 + b * ws1
+                    prefetch(w, at)
+                    prefetch(w, at + 64)
+                    prefetch(w, at + 128)
+                accumulate_rows_x8(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
+        else:
+            for b in range(g):
+                accumulate_rows_x8(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
         for k in range(8):
             out[r + k] = acc[k]
         r += 8

@@ -45,7 +45,7 @@ from .._jit import kernel
 from ._bits import f16_to_f32, f32_to_f16_bits
 from ._round import c_int8, roundf
 from .q8_k import _order_key
-from ._simd import HAVE_AVX2
+from ._simd import HAVE_AVX2, prefetch
 from ._simd_legacy import legacy_accumulate_x8, legacy_block_value
 
 from ._legacy_layout import (CODES, FORMATS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,  # noqa: F401
@@ -321,9 +321,20 @@ def _simd_gemv(wcode, w, x, out):
     acc = np.empty(8, np.float32)
     r = 0
     while rows - r >= 8:
-        for b in range(g):
-            legacy_accumulate_x8(wcode, True, w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0,
-                                 b == 0)
+        if rows - r >= 16:
+            # Software prefetch of the next tile's rows (see q4_k's gemv): record b of each of
+            # them, once per 64 bytes of offset (records are at most 34 bytes).
+            nxt = (r + 8) * ws0
+            for b in range(g):
+                if (b * ws1) & 63 < ws1:
+                    for k in range(8):
+                        prefetch(w, nxt + k * ws0 + b * ws1)
+                legacy_accumulate_x8(wcode, True, w, r * ws0 + b * ws1, x, b * xs0, ws0, acc,
+                                     0, b == 0)
+        else:
+            for b in range(g):
+                legacy_accumulate_x8(wcode, True, w, r * ws0 + b * ws1, x, b * xs0, ws0, acc,
+                                     0, b == 0)
         for k in range(8):
             out[r + k] = acc[k]
         r += 8

@@ -51,10 +51,10 @@ def main() -> int:
     for name, x in data.items():
         out[f"x_{name}"] = x
         out[f"q_{name}"] = ggml.quantize_ref(_ggml_ctypes.GGML_TYPE_Q4_K, x)
-    out["ggml_version"] = np.array(f"libggml-python {ggml.version}")
+    out["ggml_version"] = np.array(ggml.version)  # "libggml-python X.Y.Z"
     np.savez_compressed(HERE / "q4_k_ggml.npz", **out)
     print(f"wrote {HERE / 'q4_k_ggml.npz'} ({sum(v.shape[0] for v in data.values())} blocks, "
-          f"libggml-python {ggml.version})")
+          f"{ggml.version})")
     return 0
 
 
