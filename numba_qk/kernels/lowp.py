@@ -90,6 +90,33 @@ def _encode_float(v, EBITS, MBITS, BIAS, MAXMAG, OVF, NAN, NAN_SIGNED):
 
 
 @kernel
+def _encode_float_f32(raw, EBITS, MBITS, BIAS, MAXMAG, OVF, NAN, NAN_SIGNED):
+    """:func:`_encode_float` for a float32 source given as its bits ``raw``: the same single
+    RNE, written branch-free in 32-bit lanes so loops over it vectorize.  Identical results
+    (tested): widening f32 -> f64 is exact, so both round the same exact value."""
+    u = np.uint32(raw)
+    sign = np.int32(u >> np.uint32(31))
+    a = u & np.uint32(0x7FFFFFFF)
+    es = np.int32(a >> np.uint32(23))                         # biased f32 exponent field
+    e = np.int32(max(es, np.int32(1)) - np.int32(127))        # exponent of the f32 grid
+    m = np.int32((a & np.uint32(0x7FFFFF)) | (np.uint32(1 << 23) if es != 0 else np.uint32(0)))
+    eq = np.int32(max(e, np.int32(1 - BIAS)))                 # target exponent
+    shift = np.int32(min(np.int32(23 - MBITS) + (eq - e), np.int32(31)))  # dropped bits
+    q = np.int32(m >> shift)
+    rem = np.int32(m & ((np.int32(1) << shift) - np.int32(1)))
+    half = np.int32(np.int32(1) << (shift - np.int32(1)))
+    q = np.int32(q + np.int32((rem > half) | ((rem == half) & ((q & np.int32(1)) != 0))))  # RNE
+    mag = np.int32(((eq + np.int32(BIAS - 1)) << np.int32(MBITS)) + q)
+    mag = np.int32(OVF) if mag > np.int32(MAXMAG) else mag   # overflow; +-inf lands here too
+    code = np.int32((sign << np.int32(EBITS + MBITS)) | mag)
+    if NAN_SIGNED:
+        nan_code = np.int32((sign << np.int32(EBITS + MBITS)) | np.int32(NAN))
+    else:
+        nan_code = np.int32(NAN)
+    return nan_code if a > np.uint32(0x7F800000) else code
+
+
+@kernel
 def _encode_e8m0(v):
     """e8m0 code of float64 ``v``: nearest power of two, ties (1.5 * 2^k) upward, saturating."""
     u = np.float64(v).view(np.int64)
@@ -251,6 +278,45 @@ def _encode(D, v):
     return _encode_int(v, 0, 1, 0x1)             # K_U1
 
 
+@kernel
+def _bf16_from_f32_bits(raw):
+    """bf16 code of the float32 with bits ``raw``: bf16 is f32's top half, so RNE is adding
+    0x7FFF plus the kept LSB (the tie-breaker) to the bits and truncating; a carry into the
+    exponent is right (overflow gives 0x7F80, inf).  NaN -> quiet NaN with the sign."""
+    u = np.uint32(raw)
+    r = np.uint32(np.uint32(u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))
+                  >> np.uint32(16))
+    nan = np.uint32(((u >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7FC0))
+    return np.int32(nan if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else r)
+
+
+@kernel
+def _encode_from_f32(D, raw):
+    """Code of the float32 with bits ``raw`` in element type D (fast path; same results)."""
+    if D == K_F16:
+        return _encode_float_f32(raw, 5, 10, 15, 0x7BFF, 0x7C00, 0x7E00, True)
+    if D == K_BF16:
+        return _bf16_from_f32_bits(raw)
+    if D == K_E4M3:
+        return _encode_float_f32(raw, 4, 3, 7, 0x7E, 0x7E, 0x7F, True)
+    if D == K_E5M2:
+        return _encode_float_f32(raw, 5, 2, 15, 0x7B, 0x7C, 0x7E, True)
+    if D == K_E2M3:
+        return _encode_float_f32(raw, 2, 3, 1, 0x1F, 0x1F, 0, False)
+    if D == K_E3M2:
+        return _encode_float_f32(raw, 3, 2, 3, 0x1F, 0x1F, 0, False)
+    if D == K_E2M1:
+        return _encode_float_f32(raw, 2, 1, 1, 0x7, 0x7, 0, False)
+    return _encode(D, _load(K_F32, raw, _T_E8M0))
+
+
+@kernel
+def _convert_one(S, D, raw, table):
+    if S == K_F32:
+        return np.int64(_encode_from_f32(D, raw))
+    return _encode(D, _load(S, raw, table))
+
+
 # ---- the one-pass conversion kernels ---------------------------------------------------------
 
 _CONVERTERS = {}
@@ -281,8 +347,9 @@ def _make_converter(S, D, SPB, DPB):
             for j in range(n1):
                 row = src[i, j]
                 if SPB == 1 and DPB == 1:
+                    out = dst[idx:idx + n2]
                     for k in range(n2):
-                        dst[idx + k] = _encode(D, _load(S, np.int64(row[k]), table))
+                        out[k] = _convert_one(S, D, row[k], table)
                     idx += n2
                 else:
                     for k in range(n2):
@@ -294,7 +361,7 @@ def _make_converter(S, D, SPB, DPB):
                                 code = (raw >> np.int64(4 - 4 * s)) & np.int64(0xF)
                             else:                                # u1: element 0 in the MSB
                                 code = (raw >> np.int64(7 - s)) & np.int64(1)
-                            c = _encode(D, _load(S, code, table))
+                            c = _convert_one(S, D, code, table)
                             if DPB == 1:
                                 dst[idx] = c
                             elif DPB == 2:
