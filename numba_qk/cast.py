@@ -258,3 +258,34 @@ def astype_codes(x: Tensor) -> np.ndarray:
     shifts = np.arange(8 - bits, -1, -bits, dtype=np.uint8)           # element 0: high bits
     codes = (store[..., None] >> shifts) & np.uint8((1 << bits) - 1)
     return codes.reshape(x.shape)
+
+
+def dot(a, b):
+    """Dot product of two arrays/Tensors of one element type and one shape (all elements).
+
+    Integer and packed types (i8, u8, i32, i4, u4, u1) give the exact Python int
+    (``dot(packed, packed) == int(codes @ codes)``).  Float types give a Python float: each
+    product of two decoded values is exact in float64, the products are summed left to right in
+    C order with one float64 rounding per addition (deterministic: no threads, no reassociation).
+    numpy float64 inputs are not an element type (use numpy.dot).
+    """
+    sa, sb = _source(a), _source(b)
+    ta, tb = sa.etype, sb.etype
+    if ta is None or tb is None:
+        raise TypeError("dot: inputs must hold a numba_qk element type (f32, f16, bf16, fp8/6/4, "
+                        "e8m0, i8, u8, i32, i4, u4, u1)")
+    if ta is not tb or sa.spb != sb.spb:
+        raise TypeError(f"dot: element types differ ({ta.name} and {tb.name}); convert with astype")
+    if tuple(sa.shape) != tuple(sb.shape):
+        raise ValueError(f"dot: shapes differ: {tuple(sa.shape)} and {tuple(sb.shape)}")
+    ca = np.ascontiguousarray(sa.store).reshape(-1)
+    cb = np.ascontiguousarray(sb.store).reshape(-1)
+    if ta is _d.i32:                   # exact: 16-bit halves keep every partial sum in int64
+        x, y = ca.view(np.int32).astype(np.int64), cb.view(np.int32).astype(np.int64)
+        xh, xl, yh, yl = x >> 16, x & 0xFFFF, y >> 16, y & 0xFFFF
+        return (int(xh @ yh) << 32) + (int(xh @ yl + xl @ yh) << 16) + int(xl @ yl)
+    n = ca.size * sa.spb
+    if not ta.is_float and n >= 1 << 47:  # pragma: no cover - 128 TiB of codes
+        raise ValueError("dot: too many elements for an exact int64 sum")
+    iacc, facc = _k.dot_kernel(sa.kind, sa.spb)(ca, cb)
+    return int(iacc) if not ta.is_float else float(facc)

@@ -461,3 +461,53 @@ __all__ = ["decode_bf16", "encode_bf16", "decode_f16", "encode_f16", "decode_e4m
            "encode_e4m3", "decode_e5m2", "encode_e5m2", "decode_e2m3", "encode_e2m3",
            "decode_e3m2", "encode_e3m2", "decode_e2m1", "encode_e2m1", "decode_e8m0",
            "encode_e8m0", "decode_i4", "encode_i4", "encode_u4", "packed_nibble", "packed_bit"]
+
+
+# ---- dot products ----------------------------------------------------------------------------
+
+_DOTS = {}
+
+
+def dot_kernel(S, SPB):
+    """``dot(a, b) -> (int64 sum, float64 sum)`` over two flat C-contiguous storage arrays of
+    one element kind S (SPB codes per storage unit).
+
+    Integer kinds: the exact sum of products in int64 (callers keep |sum| < 2^63: i8/u8 and
+    packed types need n < 2^47).  Float kinds: each product of two decoded values is exact in
+    float64 (<= 2 * 24 significant bits), summed left to right in element order, one f64
+    rounding per ``+`` -- deterministic, whatever the threads or ISA.
+    """
+    key = (S, SPB)
+    fn = _DOTS.get(key)
+    if fn is None:
+        fn = _DOTS[key] = _make_dot(S, SPB)
+    return fn
+
+
+def _make_dot(S, SPB):
+    INT = S in (K_I8, K_U8, K_I4, K_U4, K_U1)
+
+    @kernel
+    def dot(a, b):
+        iacc = np.int64(0)
+        facc = np.float64(0.0)
+        for k in range(a.shape[0]):
+            ra = np.int64(a[k])
+            rb = np.int64(b[k])
+            for s in range(SPB):
+                if SPB == 1:
+                    ca, cb = ra, rb
+                elif SPB == 2:
+                    ca = (ra >> np.int64(4 - 4 * s)) & np.int64(0xF)
+                    cb = (rb >> np.int64(4 - 4 * s)) & np.int64(0xF)
+                else:
+                    ca = (ra >> np.int64(7 - s)) & np.int64(1)
+                    cb = (rb >> np.int64(7 - s)) & np.int64(1)
+                va = _load(S, ca, _T_E8M0)
+                vb = _load(S, cb, _T_E8M0)
+                if INT:
+                    iacc += np.int64(va) * np.int64(vb)
+                else:
+                    facc = facc + va * vb          # exact product, one rounding per +
+        return iacc, facc
+    return dot
