@@ -351,6 +351,26 @@ def _make_converter(S, D, SPB, DPB):
                     for k in range(n2):
                         out[k] = _convert_one(S, D, row[k], table)
                     idx += n2
+                elif SPB == 1:
+                    # packed destination: a row holds whole bytes (its length includes the last
+                    # axis, a multiple of DPB) and starts on a byte boundary
+                    out = dst[idx // DPB:(idx + n2) // DPB]
+                    for kb in range(n2 // DPB):
+                        acc = np.int64(0)
+                        for s in range(DPB):                    # element 0 in the high bits
+                            c = np.int64(_convert_one(S, D, row[kb * DPB + s], table))
+                            acc = (acc << np.int64(8 // DPB)) | c
+                        out[kb] = acc
+                    idx += n2
+                elif DPB == 1:                                  # packed source, unpacked dst
+                    out = dst[idx:idx + n2 * SPB]
+                    for k in range(n2):
+                        raw = np.int64(row[k])
+                        for s in range(SPB):
+                            code = (raw >> np.int64(8 - (8 // SPB) * (s + 1))) & \
+                                np.int64((1 << (8 // SPB)) - 1)
+                            out[k * SPB + s] = _convert_one(S, D, code, table)
+                    idx += n2 * SPB
                 else:
                     for k in range(n2):
                         raw = np.int64(row[k])
