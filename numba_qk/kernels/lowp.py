@@ -34,7 +34,11 @@ per byte, element 0 in the most significant bit (``numpy.packbits``).  i4 codes 
 two's-complement nibbles.  fp6 codes sit in the low 6 bits of their byte.
 """
 
+import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
 
 from .._jit import kernel
 from ._bits import f16_to_f32
@@ -170,6 +174,10 @@ _T_E2M3 = _decode_table(2, 3, 1, False, False)
 _T_E3M2 = _decode_table(3, 2, 3, False, False)
 _T_E2M1 = _decode_table(2, 1, 1, False, False)
 _T_E8M0 = np.array([np.ldexp(1.0, c - 127) for c in range(255)] + [np.nan], np.float64)
+# the same values as float32 bit patterns (exact), for the decode-to-f32 fast path
+_B_E4M3, _B_E5M2, _B_E2M3, _B_E3M2, _B_E2M1, _B_E8M0 = (
+    t.astype(np.float32).view(np.uint32) for t in (_T_E4M3, _T_E5M2, _T_E2M3, _T_E3M2, _T_E2M1,
+                                                    _T_E8M0))
 
 
 # ---- 64-bit integers: round-to-odd to float64 -----------------------------------------------
@@ -290,10 +298,47 @@ def _bf16_from_f32_bits(raw):
     return np.int32(nan if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else r)
 
 
+def _host_has_f16c() -> bool:
+    try:
+        import llvmlite.binding as llvm
+        return bool(llvm.get_host_cpu_features().get("f16c", False))
+    except Exception:  # pragma: no cover - feature query unavailable
+        return False
+
+
+# The hardware f32 -> f16 conversion (x86 F16C ``vcvtps2ph``, round to nearest even) where the
+# host has it and the kernels are compiled; the integer encoder otherwise (and when interpreted).
+_HW_F16 = (not numba.config.DISABLE_JIT) and _host_has_f16c()
+
+
+@intrinsic
+def _fptrunc_f32_to_f16_bits(typingctx, x):
+    """IEEE binary16 bits of float32 ``x`` by LLVM ``fptrunc`` (one RNE; F16C on x86)."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+
+    return types.uint16(types.float32), codegen
+
+
+@kernel
+def _f16_from_f32_bits(raw):
+    """f16 code of the float32 with bits ``raw``: the hardware conversion (same RNE, overflow to
+    inf, gradual underflow), with NaN replaced by the canonical quiet NaN and its sign."""
+    u = np.uint32(raw)
+    h = np.int32(_fptrunc_f32_to_f16_bits(u.view(np.float32)))
+    nan = np.int32(((u >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7E00))
+    return nan if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else h
+
+
 @kernel
 def _encode_from_f32(D, raw):
     """Code of the float32 with bits ``raw`` in element type D (fast path; same results)."""
     if D == K_F16:
+        if _HW_F16:
+            return _f16_from_f32_bits(raw)
         return _encode_float_f32(raw, 5, 10, 15, 0x7BFF, 0x7C00, 0x7E00, True)
     if D == K_BF16:
         return _bf16_from_f32_bits(raw)
@@ -311,9 +356,32 @@ def _encode_from_f32(D, raw):
 
 
 @kernel
+def _decode_to_f32_bits(S, raw):
+    """float32 bits of a code (exact) for the table-decoded kinds; -1 for other kinds."""
+    if S == K_E4M3:
+        return np.int64(_B_E4M3[raw & 0xFF])
+    if S == K_E5M2:
+        return np.int64(_B_E5M2[raw & 0xFF])
+    if S == K_E2M3:
+        return np.int64(_B_E2M3[raw & 0x3F])
+    if S == K_E3M2:
+        return np.int64(_B_E3M2[raw & 0x3F])
+    if S == K_E2M1:
+        return np.int64(_B_E2M1[raw & 0xF])
+    if S == K_E8M0:
+        return np.int64(_B_E8M0[raw & 0xFF])
+    if S == K_BF16:
+        return np.int64(np.uint32(np.uint32(raw) << np.uint32(16)))
+    return np.int64(-1)
+
+
+@kernel
 def _convert_one(S, D, raw, table):
     if S == K_F32:
         return np.int64(_encode_from_f32(D, raw))
+    if D == K_F32 and (S == K_E4M3 or S == K_E5M2 or S == K_E2M3 or S == K_E3M2 or S == K_E2M1
+                       or S == K_E8M0 or S == K_BF16):
+        return _decode_to_f32_bits(S, raw)
     return _encode(D, _load(S, raw, table))
 
 
