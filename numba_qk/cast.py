@@ -79,14 +79,14 @@ def _source(a) -> _Source:
     if dt.byteorder == ">" or (dt.byteorder == "=" and not np.little_endian):
         a = a.astype(dt.newbyteorder("<"))
         dt = a.dtype
-    name = dt.name
     s.shape = a.shape
     s.spb = 1
-    if dt.kind in "fiub" and dt.type.__module__ == "numpy" and dt.str[1:] in _NUMPY_KIND:
-        s.kind = _NUMPY_KIND[dt.str[1:]]
+    code = dt.str[1:]
+    if code in _NUMPY_KIND and dt.type.__module__ == "numpy":  # numpy's own dtypes
+        s.kind = _NUMPY_KIND[code]
         s.etype = {_k.K_F32: _d.f32, _k.K_F16: _d.f16, _k.K_I8: _d.i8, _k.K_U8: _d.u8,
                    _k.K_I32: _d.i32}.get(s.kind)
-    elif name in _ML_TYPES:
+    elif (name := dt.name) in _ML_TYPES:
         s.etype = _d.from_name(_ML_TYPES[name])
         s.kind = _KIND[s.etype.name]       # e2m1/i4/u4: one per byte, code in the low nibble
     elif name in _ML_BY_VALUE:
@@ -104,6 +104,8 @@ def _blocks(store: np.ndarray, spb: int):
     """(3-d view, logical index offset) pieces covering ``store`` in C order, dims merged."""
     if store.size == 0:
         return []
+    if store.flags.c_contiguous:
+        return [(store.reshape(1, 1, -1), 0)]
     dims = []
     for n, st in zip(reversed(store.shape), reversed(store.strides)):
         if n == 1:

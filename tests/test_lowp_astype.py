@@ -79,6 +79,9 @@ def test_sources_ints_bool_f16_buffers():
     assert qk.astype(ro, qk.e4m3).shape == (8,)
     unaligned = np.frombuffer(b"\x00" + np.arange(4, dtype=np.float32).tobytes(), np.float32, 4, 1)
     assert qk.astype(unaligned, qk.bf16).numpy().astype(np.float32).tolist() == [0, 1, 2, 3]
+    be = np.array([1.5, -2.0, 3e38], ">f4")                    # non-native byte order
+    assert qk.astype(be, qk.bf16).codes().tolist() == qk.astype(be.astype("<f4"), qk.bf16).codes().tolist()
+    assert qk.astype(np.array([300, -5], ">i8"), qk.i8).tolist() == [127, -5]
     with pytest.raises(TypeError, match="unsupported source dtype"):
         qk.astype(np.zeros(2, np.complex64), qk.f32)
     with pytest.raises(TypeError):
