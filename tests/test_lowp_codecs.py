@@ -310,3 +310,12 @@ def test_ml_dtypes_sources_by_value():
     for bad in (ml.float8_e4m3fnuz, ml.float8_e5m2fnuz, ml.float8_e4m3b11fnuz, ml.float8_e3m4):
         with pytest.raises(TypeError, match="not accepted"):
             qk.astype(np.zeros(2, bad), qk.f32)
+
+
+def test_f16_decode_bits_exact_including_signalling_nans():
+    """The hardware widening path keeps every NaN's bits like numpy (no quietening)."""
+    c = np.arange(65536, dtype=np.uint16)
+    ours = qk.astype(c.view(np.float16), qk.f32).view(np.uint32)
+    assert np.array_equal(ours, c.view(np.float16).astype(np.float32).view(np.uint32))
+    t = qk.Tensor(c.view(np.float16))
+    assert np.array_equal(qk.astype(t, qk.f32).view(np.uint32), ours)

@@ -352,6 +352,29 @@ def _fptrunc_f32_to_f16_bits(typingctx, x):
     return types.uint16(types.float32), codegen
 
 
+@intrinsic
+def _fpext_f16_bits_to_f32(typingctx, h):
+    """float32 value of binary16 bits ``h`` by LLVM ``fpext`` (exact; F16C on x86)."""
+    if h != types.uint16:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return types.float32(types.uint16), codegen
+
+
+@kernel
+def _f16_to_f32_bits_hw(raw):
+    """float32 bits of an f16 code: the hardware widening, except NaNs, which keep their bits
+    exactly as :func:`f16_to_f32` does (the hardware would quieten a signalling NaN)."""
+    h = np.uint16(raw)
+    x = np.int64(np.float32(_fpext_f16_bits_to_f32(h)).view(np.uint32))
+    hi = np.int64(h)
+    nan = ((hi & 0x8000) << 16) | np.int64(0x7F800000) | ((hi & 0x3FF) << 13)
+    return nan if (hi & 0x7C00) == 0x7C00 and (hi & 0x3FF) != 0 else x
+
+
 @kernel
 def _f16_from_f32_bits(raw):
     """f16 code of the float32 with bits ``raw``: the hardware conversion (same RNE, overflow to
@@ -401,6 +424,8 @@ def _decode_to_f32_bits(S, raw):
         return np.int64(_B_E8M0[raw & 0xFF])
     if S == K_BF16:
         return np.int64(np.uint32(np.uint32(raw) << np.uint32(16)))
+    if S == K_F16:
+        return _f16_to_f32_bits_hw(raw)
     return np.int64(-1)
 
 
@@ -409,7 +434,7 @@ def _convert_one(S, D, raw, table):
     if S == K_F32:
         return np.int64(_encode_from_f32(D, raw))
     if D == K_F32 and (S == K_E4M3 or S == K_E5M2 or S == K_E2M3 or S == K_E3M2 or S == K_E2M1
-                       or S == K_E8M0 or S == K_BF16):
+                       or S == K_E8M0 or S == K_BF16 or (S == K_F16 and _HW_F16)):
         return _decode_to_f32_bits(S, raw)
     return _encode(D, _load(S, raw, table))
 
