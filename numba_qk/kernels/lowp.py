@@ -442,6 +442,7 @@ def _convert_one(S, D, raw, table):
 # ---- the one-pass conversion kernels ---------------------------------------------------------
 
 _CONVERTERS = {}
+_BLOCK = 1024   # elements of a strided row gathered at a time into a contiguous scratch row
 
 
 def converter(S, D, SPB, DPB):
@@ -465,13 +466,23 @@ def _make_converter(S, D, SPB, DPB):
     def convert(src, dst, table, idx0):
         n0, n1, n2 = src.shape
         idx = np.int64(idx0)
+        scratch = np.empty(_BLOCK, src.dtype)
         for i in range(n0):
             for j in range(n1):
                 row = src[i, j]
                 if SPB == 1 and DPB == 1:
                     out = dst[idx:idx + n2]
-                    for k in range(n2):
-                        out[k] = _convert_one(S, D, row[k], table)
+                    if row.strides[0] == row.itemsize:
+                        for k in range(n2):
+                            out[k] = _convert_one(S, D, row[k], table)
+                    else:   # strided row: gather blocks into a scratch row, convert vectorized
+                        for k0 in range(0, n2, _BLOCK):
+                            m = min(_BLOCK, n2 - k0)
+                            for k in range(m):
+                                scratch[k] = row[k0 + k]
+                            o = out[k0:k0 + m]
+                            for k in range(m):
+                                o[k] = _convert_one(S, D, scratch[k], table)
                     idx += n2
                 elif SPB == 1:
                     # packed destination: a row holds whole bytes (its length includes the last
