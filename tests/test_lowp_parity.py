@@ -25,6 +25,9 @@ for name in ["f16", "bf16", "e4m3", "e5m2", "e2m3", "e3m2", "e2m1", "e8m0", "i8"
         out[f"{name}_{src_name}"] = np.asarray(c, np.int64).reshape(-1)
         back = qk.astype(r if isinstance(r, qk.Tensor) else qk.Tensor(r), qk.f32)
         out[f"{name}_{src_name}_back"] = back.view(np.uint32).astype(np.int64)
+        rs = qk.astype(src.reshape(-1, 8)[::-1, ::-1], t)            # strided source rows
+        cs = rs.codes() if isinstance(rs, qk.Tensor) else rs.view(f"u{rs.dtype.itemsize}")
+        out[f"{name}_{src_name}_strided"] = np.asarray(cs, np.int64).reshape(-1)
 np.savez(sys.argv[1], **out)
 """
 
@@ -38,6 +41,6 @@ def run(tmp_path, disable):
 
 def test_interpreted_equals_compiled(tmp_path):
     jit, py = run(tmp_path, False), run(tmp_path, True)
-    assert sorted(jit.files) == sorted(py.files) and len(jit.files) == 56
+    assert sorted(jit.files) == sorted(py.files) and len(jit.files) == 84
     for k in jit.files:
         assert np.array_equal(jit[k], py[k]), k
