@@ -159,3 +159,20 @@ def test_scalar_from_numpy_and_ml():
     assert qk.bf16(np.float32(0.1)).bits == np.float32(0.1).astype(ml.bfloat16).view(np.uint16)
     assert qk.e5m2(ml.bfloat16(3.0)) == 3.0
     assert qk.i4(np.int64(-9)) == -8
+
+
+def test_scalar_from_bits_and_bad_dtypes():
+    assert float(qk.Scalar.from_bits(qk.e4m3, 0x7E)) == 448.0
+    assert int(qk.Scalar.from_bits(qk.i4, 0xF)) == -1
+    for t, bad in [(qk.e2m3, 0x40), (qk.i4, 0x10), (qk.u1, 2), (qk.bf16, 1 << 16)]:
+        with pytest.raises(ValueError, match="not a"):
+            qk.Scalar.from_bits(t, bad)
+    x = np.zeros(4, np.float32)
+    with pytest.raises(TypeError, match="element type"):
+        qk.astype(x, qk.quant.q4_k)
+    with pytest.raises(TypeError, match="element type"):
+        qk.astype(x, np.float16)
+    with pytest.raises(KeyError, match="unknown element type"):
+        qk.astype(x, "float7")
+    with pytest.raises(TypeError, match="not supported"):
+        qk.astype(x, "float8_e4m3fnuz")
