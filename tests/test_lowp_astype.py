@@ -67,7 +67,8 @@ def test_sources_ints_bool_f16_buffers():
         with np.errstate(over="ignore"):
             a = ints.astype(dt)
         assert codes(qk.astype(a, qk.i4)).tolist() == [qk.i4(int(v)).bits for v in a]
-        assert np.array_equal(qk.astype(a, qk.f32), a.astype(np.float32))
+        if dt in (np.int32, np.int64, np.uint64):     # others are exact in f32 (compile less)
+            assert np.array_equal(qk.astype(a, qk.f32), a.astype(np.float32))
     b = np.array([True, False] * 4)
     assert qk.astype(b, qk.u1).storage.tolist() == [0b10101010]
     h = np.array([1.5, -2.25, 65504, np.inf], np.float16)

@@ -474,7 +474,7 @@ def _make_converter(S, D, SPB, DPB):
                     out = dst[idx:idx + n2]
                     if row.strides[0] == row.itemsize:
                         for k in range(n2):
-                            out[k] = _convert_one(S, D, row[k], table)
+                            out[k] = _convert_one(S, D, np.int64(row[k]), table)
                     else:   # strided row: gather blocks into a scratch row, convert vectorized
                         for k0 in range(0, n2, _BLOCK):
                             m = min(_BLOCK, n2 - k0)
@@ -482,7 +482,7 @@ def _make_converter(S, D, SPB, DPB):
                                 scratch[k] = row[k0 + k]
                             o = out[k0:k0 + m]
                             for k in range(m):
-                                o[k] = _convert_one(S, D, scratch[k], table)
+                                o[k] = _convert_one(S, D, np.int64(scratch[k]), table)
                     idx += n2
                 elif SPB == 1:
                     # packed destination: a row holds whole bytes (its length includes the last
@@ -491,7 +491,7 @@ def _make_converter(S, D, SPB, DPB):
                     for kb in range(n2 // DPB):
                         acc = np.int64(0)
                         for s in range(DPB):                    # element 0 in the high bits
-                            c = np.int64(_convert_one(S, D, row[kb * DPB + s], table))
+                            c = np.int64(_convert_one(S, D, np.int64(row[kb * DPB + s]), table))
                             acc = (acc << np.int64(8 // DPB)) | c
                         out[kb] = acc
                     idx += n2
