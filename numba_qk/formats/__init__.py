@@ -80,6 +80,14 @@ def _lookup_scalar(attr):
     return _SCALARS[attr]
 
 
+def _register_scalar(t: ScalarType, facts: dict) -> None:
+    """Hook for numba_qk.dtypes: attach the numeric facts and make ``t`` picklable/findable."""
+    object.__setattr__(t, "_facts", dict(facts))
+    _SCALARS[t._attr] = t
+    if t.ggml_type is not None:
+        _BY_GGML_TYPE[t.ggml_type] = t
+
+
 @_no_subclass
 class QuantNamespace(_Frozen):
     """``numba_qk.quant``: the closed set of block-quantized formats."""
