@@ -33,6 +33,11 @@ from .tensor import Tensor
 from .cast import astype, dot
 from ._dlpack import from_dlpack
 
+# spec 004 part 2: block-scaled formats (numba_qk.mx) and ScaledTensor
+from . import mx
+from .formats.mx import ScaledFormat
+from .scaled import ScaledTensor
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -43,4 +48,5 @@ __all__ = [
     "capabilities", "Capabilities",
     "e4m3", "e5m2", "e2m3", "e3m2", "e2m1", "e8m0", "u8", "i4", "u4", "u1", "from_name", "Scalar",
     "Tensor", "astype", "dot", "from_dlpack",
+    "mx", "ScaledFormat", "ScaledTensor",
 ]

@@ -207,7 +207,7 @@ def _overlaps(a: np.ndarray, b: np.ndarray) -> bool:
         return True
 
 
-def astype(a, dtype, *, out=None, threads=1):
+def astype(a, dtype, *, out=None, threads=1, tensor_scale=None):
     """Convert ``a`` to element type ``dtype`` in one native pass (GIL released).
 
     ``dtype``: a numba_qk element type (``numba_qk.bf16``) or a NumKong/ml_dtypes/ggml name.
@@ -216,7 +216,22 @@ def astype(a, dtype, *, out=None, threads=1):
     and type (ndarray, memoryview, Tensor; an ml_dtypes array for bf16/fp8/fp6/e8m0, a Tensor for
     packed types) that does not overlap ``a``; on error ``out`` is untouched.
     Same type: an independent copy of the codes (NaN payloads kept).
+
+    Block-scaled formats (spec 004 part 2, DESIGN.md §9): ``dtype=numba_qk.mx.mxfp4`` (or its
+    name) encodes ``a`` -- as float32 -- along its last axis to a :class:`numba_qk.ScaledTensor`
+    (``tensor_scale=`` sets NVFP4's tensor scale; ``out`` a ScaledTensor or a tuple (elements,
+    block_scales)); a ScaledTensor ``a`` is decoded to ``dtype``.
     """
+    from . import scaled as _scaled
+
+    fmt = _scaled.as_scaled_format(dtype)
+    if fmt is not None:                                 # block-scaled encode -> ScaledTensor
+        return _scaled.encode(a, fmt, out=out, threads=threads, tensor_scale=tensor_scale)
+    if tensor_scale is not None:
+        raise TypeError("tensor_scale: only for encoding to a format with a tensor scale "
+                        "(numba_qk.mx.nvfp4)")
+    if isinstance(a, _scaled.ScaledTensor):             # block-scaled decode
+        return _scaled.decode(a, dtype, out=out, threads=threads)
     t = as_element_type(dtype)
     threads = _check_threads(threads)
     src = _source(a)

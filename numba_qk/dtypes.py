@@ -129,9 +129,10 @@ _REJECTED = {
 }
 
 
-def from_name(name: str) -> ScalarType:
+def from_name(name: str):
     """The element type for a NumKong, ml_dtypes or ggml type name (``"bfloat16"``, ``"e4m3"``,
-    ``"float8_e4m3fn"``, ``"int4"``, ``"BF16"`` ...).
+    ``"float8_e4m3fn"``, ``"int4"``, ``"BF16"`` ...), or the block-scaled format for
+    ``"mxfp4"``, ``"nvfp4"`` ... (a :class:`~numba_qk.formats.ScaledFormat`, ``numba_qk.mx``).
 
     ``"float8_e4m3"`` is NumKong's spelling of OCP E4M3 (= ml_dtypes' ``float8_e4m3fn``); ml_dtypes'
     *array dtype* ``float8_e4m3`` (IEEE-like, with infinities) is accepted by ``astype`` by value,
@@ -142,6 +143,11 @@ def from_name(name: str) -> ScalarType:
     t = _BY_NAME.get(name) or _BY_NAME.get(name.lower())
     if t is not None:
         return t
+    from . import mx  # the block-scaled formats (spec 004 part 2): "mxfp4", "nvfp4", ...
+
+    fmt = mx.find(name)
+    if fmt is not None:
+        return fmt
     if name.lower() in _REJECTED:
         raise TypeError(f"element type {name!r} is not supported: {_REJECTED[name.lower()]}")
     raise KeyError(f"unknown element type name {name!r}; known: {', '.join(sorted(_BY_NAME))}")

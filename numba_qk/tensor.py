@@ -34,7 +34,14 @@ def as_element_type(dtype) -> ScalarType:
             raise TypeError(f"{dtype!r} is not an element type")
         return dtype
     if isinstance(dtype, str):
-        return from_name(dtype)
+        t = from_name(dtype)
+        if not isinstance(t, ScalarType):
+            raise TypeError(f"{dtype!r} is a block-scaled format, not an element type (encode "
+                            f"with numba_qk.astype(x, numba_qk.mx.{t.name}))")
+        return t
+    if getattr(type(dtype), "__name__", "") == "ScaledFormat":
+        raise TypeError(f"{dtype!r} is a block-scaled format, not an element type (encode "
+                        f"with numba_qk.astype(x, {dtype!r}))")
     raise TypeError(f"dtype: expected a numba_qk element type (e.g. numba_qk.bf16) or its name, "
                     f"got {type(dtype).__name__}")
 
