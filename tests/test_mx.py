@@ -439,3 +439,55 @@ def test_parts_export_through_dlpack():
         e = qk.from_dlpack(st.elements)                  # e2m1 arrives as its packed bytes
         assert np.shares_memory(e.storage, st.elements.storage)
         assert np.array_equal(e.storage.view(np.uint8), st.elements.storage.view(np.uint8))
+
+
+# ------------------------------------------------------------------------------ ggml bridge
+
+def _random_mxfp4_records(rng, shape):
+    rec = rng.integers(0, 256, shape + (17,), dtype=np.uint8)
+    rec[..., 0] = rng.integers(0, 255, shape, dtype=np.uint8)      # every scale but 0xFF
+    rec[..., 0].flat[:3] = (0, 1, 254)
+    return rec.reshape(shape[:-1] + (shape[-1] * 17,))
+
+
+def test_from_ggml_decodes_like_gguf_py():
+    gq = pytest.importorskip("gguf.quants")
+    rng = np.random.default_rng(21)
+    rec = _random_mxfp4_records(rng, (3, 40))
+    st = qk.mx.from_ggml(rec)
+    assert st.dtype is qk.mx.mxfp4 and st.shape == (3, 40 * 32)
+    with np.errstate(over="ignore"):                            # scale 254 * 12 -> inf (both)
+        want = gq.MXFP4.dequantize_blocks(rec.reshape(-1, 17)).reshape(3, -1)
+    np.testing.assert_array_equal(bits(qk.astype(st, qk.f32)), bits(want))
+
+
+def test_ggml_round_trips_exact_by_value():
+    rng = np.random.default_rng(22)
+    rec = _random_mxfp4_records(rng, (2, 7))
+    st = qk.mx.from_ggml(rec)
+    back = qk.mx.to_ggml(st)
+    nib8 = rec.copy().reshape(2, 7, 17)                          # ggml's nibble 8 reads as +0
+    lo, hi = nib8[..., 1:] & 0xF, nib8[..., 1:] >> 4
+    nib8[..., 1:] = np.where(lo == 8, 0, lo) | (np.where(hi == 8, 0, hi) << 4)
+    np.testing.assert_array_equal(back, nib8.reshape(rec.shape))
+    x = np.random.default_rng(23).standard_normal((4, 96)).astype(np.float32)
+    ours = qk.astype(x, qk.mx.mxfp4)
+    again = qk.mx.from_ggml(qk.mx.to_ggml(ours))
+    np.testing.assert_array_equal(qk.astype(again, qk.f32), qk.astype(ours, qk.f32))  # by value
+    assert np.array_equal(again.block_scales.storage, ours.block_scales.storage)
+
+
+def test_ggml_bridge_errors():
+    rec = np.zeros(34, np.uint8)
+    rec[17] = 0xFF
+    with pytest.raises(qk.QuantizationDomainError, match="block 1: MXFP4 record scale byte 0xFF"):
+        qk.mx.from_ggml(rec)
+    with pytest.raises(ValueError, match="17-byte MXFP4 blocks"):
+        qk.mx.from_ggml(np.zeros(18, np.uint8))
+    with pytest.raises(TypeError, match="uint8"):
+        qk.mx.from_ggml(np.zeros(17, np.int8))
+    with pytest.raises(TypeError, match="an mxfp4 ScaledTensor"):
+        qk.mx.to_ggml(qk.astype(np.zeros(32, np.float32), qk.mx.mxint8))
+    nan_scale = qk.ScaledTensor(np.zeros(16, np.uint8), np.full(1, 0xFF, np.uint8), "mxfp4")
+    with pytest.raises(qk.QuantizationDomainError, match="block 0"):
+        qk.mx.to_ggml(nan_scale)
