@@ -27,6 +27,17 @@ from .ops import (
     quantized_dot,
 )
 
+# spec 004: low-precision element types, Tensor, astype (numba_qk.dtypes / tensor / cast)
+from .dtypes import Scalar, e2m1, e2m3, e3m2, e4m3, e5m2, e8m0, from_name, i4, u1, u4, u8
+from .tensor import Tensor
+from .cast import astype, dot
+from ._dlpack import from_dlpack
+
+# spec 004 part 2: block-scaled formats (numba_qk.mx) and ScaledTensor
+from . import mx
+from .formats.mx import ScaledFormat
+from .scaled import ScaledTensor
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -35,4 +46,7 @@ __all__ = [
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
     "gemv", "gemm", "matmul", "Q4KFields", "Q8KFields", "NumbaQKError", "QuantizationDomainError", "__version__",
     "capabilities", "Capabilities",
+    "e4m3", "e5m2", "e2m3", "e3m2", "e2m1", "e8m0", "u8", "i4", "u4", "u1", "from_name", "Scalar",
+    "Tensor", "astype", "dot", "from_dlpack",
+    "mx", "ScaledFormat", "ScaledTensor",
 ]

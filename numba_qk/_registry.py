@@ -277,11 +277,14 @@ def _capabilities_of(fmt) -> Capabilities:
 def capabilities(format=None):
     """What numba_qk supports for ``format`` (a ``Capabilities`` tuple), or for every
     block-quantized format (a dict ``{Format: Capabilities}``, in ``numba_qk.quant`` order)
-    when called without an argument.  Scalar types (``numba_qk.f32`` ...) have no kernels:
-    every entry is False/None for them."""
+    when called without an argument.  Scalar types (``numba_qk.f32`` ...) and the block-scaled
+    formats (``numba_qk.mx``, reached through ``astype``) have no registry kernels: every entry
+    is False/None for them."""
     if format is None:
         return {f: _capabilities_of(f) for f in quant}
-    if not isinstance(format, (Format, ScalarType)):
+    from .formats.mx import ScaledFormat
+
+    if not isinstance(format, (Format, ScalarType, ScaledFormat)):
         from ._validate import describe
 
         raise TypeError(f"format: capabilities expects a numba_qk Format or ScalarType, "

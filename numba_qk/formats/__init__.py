@@ -31,10 +31,11 @@ from typing import Iterator
 from . import kquants, legacy
 from ._schema import _F, _TOKEN, Field, Format, _check_tiling, _Frozen, _no_subclass  # noqa: F401
 from .scalars import SCALARS, ScalarType, bf16, f16, f32, i8, i32
+from .mx import ScaledFormat  # noqa: F401  (singletons: numba_qk.mx, after the element types)
 from .kquants import q4_k, q8_k  # noqa: F401
 from .legacy import q4_0, q4_1, q5_0, q5_1, q8_0, q8_1  # noqa: F401
 
-__all__ = ["Field", "Format", "ScalarType", "QuantNamespace", "quant", "f32", "f16", "bf16", "i8",
+__all__ = ["Field", "Format", "ScalarType", "ScaledFormat", "QuantNamespace", "quant", "f32", "f16", "bf16", "i8",
            "i32", "from_ggml_type", "activation_format"]
 
 # The families, in listing order; a new family module is added here, a new format only in its
@@ -78,6 +79,14 @@ def _lookup_format(attr):
 
 def _lookup_scalar(attr):
     return _SCALARS[attr]
+
+
+def _register_scalar(t: ScalarType, facts: dict) -> None:
+    """Hook for numba_qk.dtypes: attach the numeric facts and make ``t`` picklable/findable."""
+    object.__setattr__(t, "_facts", dict(facts))
+    _SCALARS[t._attr] = t
+    if t.ggml_type is not None:
+        _BY_GGML_TYPE[t.ggml_type] = t
 
 
 @_no_subclass

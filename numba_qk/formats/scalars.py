@@ -15,26 +15,36 @@ __all__ = ["ScalarType", "f32", "f16", "bf16", "i8", "i32", "SCALARS"]
 
 @_no_subclass
 class ScalarType(_Frozen):
-    """A plain element type (closed singleton): one element per block."""
+    """A plain element type (closed singleton).
 
-    __slots__ = ("name", "block_bytes", "ggml_type", "_attr", "_numpy", "_is_float")
+    Packed sub-byte types (``i4``, ``u4``, ``e2m1``: two per byte; ``u1``: eight) count
+    ``block_size`` elements per ``block_bytes = 1`` byte.  The numeric facts (``bits``,
+    ``exponent_bits``, ``max`` ...) come from the table in :mod:`numba_qk.dtypes`, which also
+    declares the low-precision singletons; calling a type (``qk.bf16(1.5)``) makes a scalar.
+    """
 
-    block_size = 1
+    __slots__ = ("name", "block_bytes", "ggml_type", "_attr", "_numpy", "_is_float", "_facts")
+
     is_quantized = False
 
     def __init__(self, token, name, attr, nbytes, numpy_name, is_float, ggml_type):
         if token is not _TOKEN:
             raise TypeError("ScalarType objects are created by numba_qk only; use numba_qk.f32")
         self._init(name=name, _attr=attr, block_bytes=nbytes, _numpy=numpy_name,
-                   _is_float=is_float, ggml_type=ggml_type)
+                   _is_float=is_float, ggml_type=ggml_type, _facts=None)
 
     @property
     def is_float(self) -> bool:
         return self._is_float
 
     @property
+    def block_size(self) -> int:
+        """Elements per ``block_bytes``: 1, or 2 / 8 for packed sub-byte types."""
+        return self._facts["per_byte"] if self._facts else 1
+
+    @property
     def bits_per_element(self) -> float:
-        return self.block_bytes * 8.0
+        return self.block_bytes * 8.0 / self.block_size
 
     @property
     def numpy_dtype(self):
@@ -44,7 +54,24 @@ class ScalarType(_Frozen):
         return None if self._numpy is None else np.dtype(self._numpy)
 
     def storage_bytes(self, n: int) -> Optional[int]:
-        return _check_count(n) * self.block_bytes
+        n = _check_count(n)
+        return None if n % self.block_size else n // self.block_size * self.block_bytes
+
+    def __getattr__(self, key):  # the numeric facts (bits, max, has_inf, ...): numba_qk.dtypes
+        if key == "dtype":  # lets numpy read ``np.array(x, dtype=qk.bf16)``
+            from ..dtypes import value_dtype
+
+            return value_dtype(self)
+        facts = object.__getattribute__(self, "_facts")
+        if facts is not None and key in facts:
+            return facts[key]
+        raise AttributeError(f"{type(self).__name__} {self.name} has no attribute {key!r}")
+
+    def __call__(self, value):
+        """A scalar of this type: ``numba_qk.bf16(1.5)`` (one rounding, the astype policy)."""
+        from ..dtypes import scalar
+
+        return scalar(self, value)
 
     def __repr__(self):
         return f"numba_qk.{self._attr}"

@@ -17,6 +17,10 @@ from .q8_k import (
     quantize_block_q8_k,
     quantize_q8_k,
 )
+from .lowp import (decode_bf16, decode_e2m1, decode_e2m3, decode_e3m2, decode_e4m3, decode_e5m2,
+                   decode_e8m0, decode_f16, decode_i4, encode_bf16, encode_e2m1, encode_e2m3,
+                   encode_e3m2, encode_e4m3, encode_e5m2, encode_e8m0, encode_f16, encode_i4,
+                   encode_u4, packed_bit, packed_nibble)
 
 __all__ = [
     "dot_q4_k_q8_k", "gemv_q4_k_q8_k", "record_value_q4_k_q8_k", "record_sums_q4_k_q8_k",
@@ -24,4 +28,8 @@ __all__ = [
     "q4_k_d", "q4_k_dmin", "q4_k_scale_min", "q4_k_quant", "q4_k_decode_into",
     "q8_k_ds", "q8_k_quant", "q8_k_bsum",
     "f16_to_f32", "load_f16", "load_f32", "load_i16", "round_half_even", "saturate_i8",
+    "decode_bf16", "encode_bf16", "decode_f16", "encode_f16", "decode_e4m3", "encode_e4m3",
+    "decode_e5m2", "encode_e5m2", "decode_e2m3", "encode_e2m3", "decode_e3m2", "encode_e3m2",
+    "decode_e2m1", "encode_e2m1", "decode_e8m0", "encode_e8m0", "decode_i4", "encode_i4",
+    "encode_u4", "packed_nibble", "packed_bit",
 ]

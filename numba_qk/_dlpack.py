@@ -1,0 +1,295 @@
+"""DLPack export (``Tensor.__dlpack__``) and import (``numba_qk.from_dlpack``), CPU only.
+
+Type codes (DLPack 1.x ``DLDataTypeCode``):
+
+==========  ==============================  =====================================================
+numba_qk    exported as                     notes
+==========  ==============================  =====================================================
+f32/f16     kDLFloat 32/16
+bf16        kDLBfloat 16
+e4m3        kDLFloat8_e4m3fn 8
+e5m2        kDLFloat8_e5m2 8
+e8m0        kDLFloat8_e8m0fnu 8
+e2m3/e3m2   kDLFloat6_e2m3fn/e3m2fn 6       one per byte: needs a versioned capsule with the
+                                            IS_SUBBYTE_TYPE_PADDED flag (unversioned: BufferError)
+i8/u8/i32   kDLInt 8 / kDLUInt 8 / kDLInt 32
+i4/u4/u1    kDLUInt 8, the storage BYTES    zero-copy; last extent counts bytes; element 0 is in
+e2m1                                        the HIGH nibble / MSB (numba_qk's order, spec 004)
+==========  ==============================  =====================================================
+
+Packed types are exported as their whole bytes (spec 004: "DLPack exposes the whole bytes")
+rather than as DLPack's packed sub-byte types, whose order is the opposite (element 0 in the low
+bits) and whose shape counts elements: a zero-copy export cannot be both.  Consumers therefore
+get uint8 bytes in numba_qk's nibble order.  Import accepts DLPack's own packed layout
+(kDLFloat4_e2m1fn bits=4, or kDLInt/kDLUInt bits=4/1, packed low-bits-first or padded one per
+byte) and converts it, by a copy, to numba_qk's order.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from . import dtypes as _d
+from .formats import bf16, f16, f32, i8, i32
+from .tensor import Tensor
+
+__all__ = ["to_dlpack", "from_dlpack"]
+
+kDLCPU = 1
+kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLBool = 0, 1, 2, 4, 6
+kDLFloat8_e4m3fn, kDLFloat8_e5m2, kDLFloat8_e8m0fnu = 10, 12, 14
+kDLFloat6_e2m3fn, kDLFloat6_e3m2fn, kDLFloat4_e2m1fn = 15, 16, 17
+FLAG_READ_ONLY, FLAG_IS_COPIED, FLAG_SUBBYTE_PADDED = 1, 2, 4
+
+_EXPORT = {f32: (kDLFloat, 32), f16: (kDLFloat, 16), bf16: (kDLBfloat, 16),
+           _d.e4m3: (kDLFloat8_e4m3fn, 8), _d.e5m2: (kDLFloat8_e5m2, 8),
+           _d.e8m0: (kDLFloat8_e8m0fnu, 8), _d.e2m3: (kDLFloat6_e2m3fn, 6),
+           _d.e3m2: (kDLFloat6_e3m2fn, 6), i8: (kDLInt, 8), _d.u8: (kDLUInt, 8),
+           i32: (kDLInt, 32), _d.i4: (kDLUInt, 8), _d.u4: (kDLUInt, 8), _d.u1: (kDLUInt, 8),
+           _d.e2m1: (kDLUInt, 8)}
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                            ("deleter", _Deleter)]
+
+
+class DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("version", DLPackVersion), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", _Deleter), ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
+
+
+_api = ctypes.pythonapi
+_api.PyCapsule_New.restype = ctypes.py_object
+_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_api.PyCapsule_SetName.restype = ctypes.c_int
+_api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_api.PyCapsule_IsValid.restype = ctypes.c_int
+_api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+# Exported structs stay alive here until their deleter runs (keyed by struct address).
+_LIVE: dict[int, tuple] = {}
+
+
+@_Deleter
+def _deleter(addr):
+    _LIVE.pop(addr, None)
+
+
+_CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+# raw-pointer prototypes: a capsule being destroyed must not be turned into a Python reference
+_IsValidRaw = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", _api))
+_GetPointerRaw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", _api))
+
+
+@_CapsuleDestructor
+def _capsule_destructor(capsule_ptr):
+    """An unconsumed capsule (name still 'dltensor'/'dltensor_versioned') frees its struct."""
+    for name in (b"dltensor", b"dltensor_versioned"):
+        if _IsValidRaw(capsule_ptr, name):
+            _LIVE.pop(_GetPointerRaw(capsule_ptr, name), None)
+
+
+def to_dlpack(t: Tensor, *, stream=None, max_version=None, dl_device=None, copy=None):
+    """A DLPack capsule viewing ``t``'s storage (versioned when the consumer asks for >= 1.0)."""
+    if stream is not None:
+        raise BufferError("numba_qk Tensors live on the CPU: stream must be None")
+    if dl_device is not None and tuple(dl_device) != (kDLCPU, 0):
+        raise BufferError(f"numba_qk Tensors live on the CPU; cannot export to {dl_device}")
+    if copy is True:
+        t = t.copy()
+    versioned = max_version is not None and tuple(max_version)[0] >= 1
+    code, bits = _EXPORT[t.dtype]
+    flags = 0
+    if bits == 6:
+        if not versioned:
+            raise BufferError(f"{t.dtype.name} is one code per byte (DLPack bits=6, padded): "
+                              f"that needs a versioned DLPack capsule (max_version >= (1, 0))")
+        flags |= FLAG_SUBBYTE_PADDED
+    store = t.storage
+    if not store.flags.writeable:
+        flags |= FLAG_READ_ONLY
+    if copy is True:
+        flags |= FLAG_IS_COPIED
+    ndim = store.ndim
+    shape = (ctypes.c_int64 * max(ndim, 1))(*store.shape)
+    isz = store.dtype.itemsize
+    if any(s % isz for s in store.strides):
+        raise BufferError("cannot export a Tensor whose strides are not whole elements")
+    strides = (ctypes.c_int64 * max(ndim, 1))(*[s // isz for s in store.strides])
+    if versioned:
+        m = DLManagedTensorVersioned()
+        m.version = DLPackVersion(1, 1)
+        m.flags = flags
+    else:
+        m = DLManagedTensor()
+    dl = m.dl_tensor
+    dl.data = store.ctypes.data if store.size else None
+    dl.device = DLDevice(kDLCPU, 0)
+    dl.ndim = ndim
+    dl.dtype = DLDataType(code, bits, 1)
+    dl.shape = shape
+    dl.strides = strides
+    dl.byte_offset = 0
+    m.manager_ctx = None
+    m.deleter = _deleter
+    addr = ctypes.addressof(m)
+    _LIVE[addr] = (m, shape, strides, store)
+    name = b"dltensor_versioned" if versioned else b"dltensor"
+    return _api.PyCapsule_New(addr, name, ctypes.cast(_capsule_destructor, ctypes.c_void_p))
+
+
+_IMPORT = {(kDLFloat, 32): f32, (kDLFloat, 16): f16, (kDLBfloat, 16): bf16,
+           (kDLFloat8_e4m3fn, 8): _d.e4m3, (kDLFloat8_e5m2, 8): _d.e5m2,
+           (kDLFloat8_e8m0fnu, 8): _d.e8m0, (kDLFloat6_e2m3fn, 6): _d.e2m3,
+           (kDLFloat6_e3m2fn, 6): _d.e3m2, (kDLInt, 8): i8, (kDLUInt, 8): _d.u8,
+           (kDLInt, 32): i32, (kDLFloat4_e2m1fn, 4): _d.e2m1, (kDLInt, 4): _d.i4,
+           (kDLUInt, 4): _d.u4, (kDLUInt, 1): _d.u1, (kDLBool, 8): _d.u8}
+
+
+class _Owner:
+    """Holds an imported DLPack tensor; calls the producer's deleter when collected."""
+
+    def __init__(self, mptr, versioned, capsule):
+        self.mptr, self.versioned, self.capsule = mptr, versioned, capsule
+
+    def __del__(self):
+        cls = DLManagedTensorVersioned if self.versioned else DLManagedTensor
+        m = cls.from_address(self.mptr)
+        deleter = ctypes.cast(m.deleter, ctypes.c_void_p).value
+        if deleter:
+            _Deleter(deleter)(self.mptr)
+
+
+def from_dlpack(obj) -> "Tensor | np.ndarray":
+    """A Tensor viewing a DLPack producer's CPU memory (zero-copy), or a converted copy for
+    DLPack's packed sub-byte layouts (element 0 in the low bits)."""
+    if not hasattr(obj, "__dlpack__"):
+        raise TypeError(f"from_dlpack: {type(obj).__name__} has no __dlpack__")
+    dev = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else (kDLCPU, 0)
+    if int(dev[0]) != kDLCPU:
+        raise BufferError(f"from_dlpack: only CPU tensors are supported, got device {tuple(dev)}")
+    try:
+        cap = obj.__dlpack__(max_version=(1, 1))
+    except TypeError:
+        cap = obj.__dlpack__()
+    versioned = bool(_api.PyCapsule_IsValid(cap, b"dltensor_versioned"))
+    name = b"dltensor_versioned" if versioned else b"dltensor"
+    if not versioned and not _api.PyCapsule_IsValid(cap, name):
+        raise BufferError("from_dlpack: not an unconsumed DLPack capsule")
+    mptr = _api.PyCapsule_GetPointer(cap, name)
+    m = (DLManagedTensorVersioned if versioned else DLManagedTensor).from_address(mptr)
+    flags = m.flags if versioned else 0
+    if versioned and m.version.major > 1:
+        raise BufferError(f"from_dlpack: DLPack major version {m.version.major} not supported")
+    _api.PyCapsule_SetName(cap, b"used_dltensor_versioned" if versioned else b"used_dltensor")
+    owner = _Owner(mptr, versioned, cap)
+    dl = m.dl_tensor
+    key = (dl.dtype.code, dl.dtype.bits)
+    if dl.dtype.lanes != 1 or key not in _IMPORT:
+        raise BufferError(f"from_dlpack: unsupported DLPack dtype code={dl.dtype.code} "
+                          f"bits={dl.dtype.bits} lanes={dl.dtype.lanes}")
+    t = _IMPORT[key]
+    shape = tuple(dl.shape[i] for i in range(dl.ndim))
+    padded = bool(flags & FLAG_SUBBYTE_PADDED)
+    unit = 1 if dl.dtype.bits < 8 and not padded and dl.dtype.bits != 6 else \
+        max(1, dl.dtype.bits // 8)
+    if dl.dtype.bits == 6 and not padded:
+        raise BufferError("from_dlpack: bit-packed fp6 is not supported (numba_qk stores fp6 one "
+                          "per byte); export it padded")
+    strides = tuple(dl.strides[i] for i in range(dl.ndim)) if dl.strides else None
+    base = (dl.data or 0) + dl.byte_offset
+    sub = dl.dtype.bits < 8 and dl.dtype.bits != 6
+    if sub and not padded:                        # DLPack packed: element 0 in the low bits
+        per = 8 // dl.dtype.bits
+        n = int(np.prod(shape, dtype=np.int64))
+        if strides is not None and any(st != c for st, c in zip(strides, _c_strides(shape))):
+            raise BufferError("from_dlpack: strided packed sub-byte tensors are not supported")
+        nbytes = -(-n // per)
+        raw = np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(base)) if nbytes \
+            else np.zeros(0, np.uint8)
+        shifts = np.arange(0, 8, dl.dtype.bits, dtype=np.uint8)
+        codes = ((raw[:, None] >> shifts) & np.uint8((1 << dl.dtype.bits) - 1)).reshape(-1)[:n]
+        from .cast import astype
+        result = astype(_code_tensor_source(codes.reshape(shape), t), t)
+        del owner, raw
+        return result
+    itemsize = unit
+    if strides is None:
+        strides = _c_strides(shape)
+    extent = 1 + sum((s - 1) * abs(st) for s, st in zip(shape, strides)) if all(shape) else 0
+    lo = sum((s - 1) * st for s, st in zip(shape, strides) if st < 0) if all(shape) else 0
+    sd = np.dtype(f"u{itemsize}")
+    if extent:
+        buf = (ctypes.c_uint8 * (extent * itemsize)).from_address(base + lo * itemsize)
+        flat = np.frombuffer(buf, sd)
+        arr = np.lib.stride_tricks.as_strided(flat[-lo:] if lo else flat, shape,
+                                              [st * itemsize for st in strides])
+    else:
+        arr = np.zeros(shape, sd)
+    arr = _keep(arr, owner)
+    if flags & FLAG_READ_ONLY:
+        arr.flags.writeable = False
+    if sub:                                       # padded u1/i4/u4/e2m1: one code per byte
+        from .cast import astype
+        return astype(_code_tensor_source(np.array(arr), t), t)
+    from .tensor import storage_dtype
+    return Tensor._wrap(arr.view(storage_dtype(t)), t)
+
+
+def _c_strides(shape):
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.insert(0, acc)
+        acc *= s
+    return tuple(out)
+
+
+class _KeepAlive(np.ndarray):
+    """ndarray subclass only used to hang the DLPack owner off the array's base chain."""
+
+
+def _keep(arr, owner):
+    holder = arr.view(_KeepAlive)
+    holder._dlpack_owner = owner
+    return holder.view(np.ndarray)
+
+
+def _code_tensor_source(codes, t):
+    """ml_dtypes-free source for astype: one code per byte of packed type t, as values."""
+    if t is _d.i4:
+        return ((codes.astype(np.int8) ^ 8) - 8).astype(np.int8)
+    if t is _d.e2m1:
+        vals = np.array([float(_d.Scalar._make(_d.e2m1, c)) for c in range(16)], np.float32)
+        return vals[codes]
+    return codes.astype(np.uint8)

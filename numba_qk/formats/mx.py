@@ -1,0 +1,87 @@
+"""``ScaledFormat``: the closed block-scaled composite formats (spec 004; DESIGN.md §9).
+
+A block-scaled format stores a tensor as *element codes* of a low-precision element type, one
+*block scale* per ``block_size`` consecutive elements along the last axis, and -- NVFP4 only -- a
+float32 *tensor scale*.  The singletons (``numba_qk.mx.mxfp4`` ...) are declared in
+:mod:`numba_qk.mx`, after the element types they are built from.
+
+Spec 001's questions, answered for numba_qk's storage of a ``ScaledTensor``:
+
+* ``block_size``: elements per block (32 for MX, 16 for NVFP4);
+* ``block_bytes``: bytes one block occupies in our layout -- element storage (fp6 codes and
+  int8 one per byte, e2m1 two per byte, fp8 one per byte) plus its one scale byte (the NVFP4
+  tensor scale is per tensor, not per block);
+* ``bits_per_element``: *logical* bits: element bits + scale bits / block (MXFP4 4.25, MXFP6
+  6.25, MXFP8/MXINT8 8.25, NVFP4 4.5) -- the OCP figure, independent of our fp6 padding;
+* ``is_quantized`` True; ``is_float``: whether the elements are floats (MXINT8: False);
+* ``storage_bytes(n)``: ``n // block_size * block_bytes``, None unless ``n`` is a whole number of
+  blocks; ``ggml_type`` None (ggml's MXFP4/NVFP4 *record* formats are different layouts).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ._schema import _TOKEN, _Frozen, _check_count, _no_subclass
+
+__all__ = ["ScaledFormat"]
+
+
+@_no_subclass
+class ScaledFormat(_Frozen):
+    """A block-scaled composite format (closed singleton): ``numba_qk.mx.mxfp4`` ..."""
+
+    __slots__ = ("name", "_attr", "block_size", "element", "scale", "has_tensor_scale", "emax",
+                 "doc")
+
+    is_quantized = True
+    ggml_type = None
+
+    def __init__(self, token, name, block_size, element, scale, has_tensor_scale, emax, doc):
+        if token is not _TOKEN:
+            raise TypeError("ScaledFormat objects are created by numba_qk only; use "
+                            "numba_qk.mx.mxfp4 ...")
+        self._init(name=name, _attr=name, block_size=block_size, element=element, scale=scale,
+                   has_tensor_scale=has_tensor_scale, emax=emax, doc=doc)
+
+    @property
+    def is_float(self) -> bool:
+        return self.element.is_float
+
+    @property
+    def element_bits(self) -> int:
+        return self.element.bits
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one block in numba_qk's layout: the element storage plus one scale byte."""
+        return self.block_size // self.element.block_size * self.element.block_bytes + 1
+
+    @property
+    def bits_per_element(self) -> float:
+        """Logical bits per element: element bits + scale bits / block (OCP's figure)."""
+        return self.element.bits + 8 / self.block_size
+
+    def storage_bytes(self, n: int) -> Optional[int]:
+        n = _check_count(n)
+        return None if n % self.block_size else n // self.block_size * self.block_bytes
+
+    def __repr__(self):
+        return f"numba_qk.mx.{self._attr}"
+
+    def __str__(self):
+        return self.name
+
+    def __reduce__(self):  # pickles as a reference to the singleton
+        from ..mx import _lookup
+
+        return (_lookup, (self._attr,))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+ScaledFormat.__module__ = "numba_qk.formats"

@@ -1,0 +1,666 @@
+"""Encode/decode kernels for the low-precision element types (spec 004, DESIGN.md §8).
+
+Every helper is ``@njit`` (numba_qk's JIT policy) and callable from your own ``@njit`` code --
+numba cannot type ml_dtypes arrays, so hold codes in ``uint8``/``uint16`` arrays and use
+``decode_<t>(code) -> float32`` / ``encode_<t>(x) -> code`` (``x`` float32 or float64).
+
+Numerics (one table, DESIGN.md §8):
+
+* **Decode** is exact: every value of every type here is a float32 (and a float64).
+* **Encode** is *one* round-to-nearest-even step from the exact source value.  A float32 or
+  float64 source is widened exactly to float64 and rounded once by integer arithmetic on its
+  bits (:func:`_encode_float`): no double rounding through float32.  64-bit integer sources are
+  first narrowed to float64 *round-to-odd* (sticky last bit), which makes the following RNE to
+  any target of <= 24 significant bits equal to one rounding of the exact integer.
+* Overflow and specials, per target:
+
+  ======================  ========================================  ===========================
+  target                  finite overflow and +-inf                 NaN
+  ======================  ========================================  ===========================
+  f32, f16, bf16, e5m2    +-inf (IEEE: >= max + half an ulp)        quiet NaN, sign kept
+  e4m3                    saturate to +-448                         S.1111.111 (0x7F/0xFF)
+  e2m3, e3m2, e2m1        saturate to +-max                         +0
+  e8m0                    2^127 (0xFE), +inf too                    0xFF (also 0, negatives)
+  i8 u8 i32 i4 u4 u1      round half to even, saturate              0
+  ======================  ========================================  ===========================
+
+  e8m0 rounds to the nearest power of two with ties (exactly 1.5 * 2^k) upward; every value
+  below 2^-127 (f32 subnormals included) gives code 0 (2^-127).
+  Signs: negative values that round to zero keep their sign (-0 code) for float types with a
+  sign bit.  f16/bf16/e5m2 NaNs are the canonical quiet NaN with the sign (payload dropped).
+
+Packed storage: two nibbles per byte with element 0 in the HIGH nibble (i4, u4, e2m1); u1 eight
+per byte, element 0 in the most significant bit (``numpy.packbits``).  i4 codes are
+two's-complement nibbles.  fp6 codes sit in the low 6 bits of their byte.
+"""
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
+
+from .._jit import kernel
+from ._bits import f16_to_f32
+
+
+# Element/source kind codes (closure constants of the conversion kernels).
+K_F32, K_F16, K_BF16, K_E4M3, K_E5M2, K_E2M3, K_E3M2, K_E2M1, K_E8M0 = range(9)
+K_I8, K_U8, K_I32, K_I4, K_U4, K_U1 = range(9, 15)
+# source-only kinds
+K_F64, K_I16, K_U16, K_U32, K_I64, K_U64, K_BOOL, K_TABLE = range(20, 28)
+
+_FRAC52 = np.int64((1 << 52) - 1)        # f64 fraction field
+_ABS64 = np.int64(0x7FFF_FFFF_FFFF_FFFF)  # f64 without its sign bit
+
+
+# ---- generic float encoder: one RNE from an exact float64 -----------------------------------
+
+@kernel
+def _encode_float(v, EBITS, MBITS, BIAS, MAXMAG, OVF, NAN, NAN_SIGNED):
+    """Code of float64 ``v`` in a sign/EBITS/MBITS format with bias BIAS.
+
+    MAXMAG: largest finite magnitude code; OVF: magnitude code for overflow and +-inf (the inf
+    code, or MAXMAG when the format saturates); NAN: magnitude code for NaN; NAN_SIGNED: whether
+    a NaN keeps its sign (False: NaN -> the bare NAN code, i.e. +0 for fp6/fp4).
+    """
+    u = np.float64(v).view(np.int64)
+    sign = (u >> np.int64(63)) & np.int64(1)
+    a = u & _ABS64
+    es = a >> np.int64(52)                       # biased f64 exponent field
+    if es == np.int64(0x7FF):
+        if (a & _FRAC52) != 0:                   # NaN
+            if not NAN_SIGNED:
+                return np.int64(NAN)
+            mag = np.int64(NAN)
+        else:                                    # +-inf
+            mag = np.int64(OVF)
+    else:
+        e = max(es, np.int64(1)) - np.int64(1023)                 # exponent of the f64 grid
+        m = (a & _FRAC52) | (np.int64(1 << 52) if es != 0 else np.int64(0))  # v = m * 2^(e-52)
+        eq = max(e, np.int64(1 - BIAS))          # target exponent (subnormals share 1 - BIAS)
+        shift = min(np.int64(52 - MBITS) + (eq - e), np.int64(62))  # bits dropped by rounding
+        q = m >> shift
+        rem = m & ((np.int64(1) << shift) - np.int64(1))
+        half = np.int64(1) << (shift - np.int64(1))
+        if rem > half or (rem == half and (q & np.int64(1)) != 0):  # round half to even
+            q += np.int64(1)
+        # biased exponent (eq + BIAS - 1 is 0 for subnormals) plus significand; a carry out of
+        # the significand correctly bumps the exponent
+        mag = ((eq + np.int64(BIAS - 1)) << np.int64(MBITS)) + q
+        if mag > MAXMAG:
+            mag = np.int64(OVF)
+    return (sign << np.int64(EBITS + MBITS)) | mag
+
+
+@kernel
+def _encode_float_f32(raw, EBITS, MBITS, BIAS, MAXMAG, OVF, NAN, NAN_SIGNED):
+    """:func:`_encode_float` for a float32 source given as its bits ``raw``: the same single
+    RNE, written branch-free in 32-bit lanes so loops over it vectorize.  Identical results
+    (tested): widening f32 -> f64 is exact, so both round the same exact value."""
+    u = np.uint32(raw)
+    sign = np.int32(u >> np.uint32(31))
+    a = u & np.uint32(0x7FFFFFFF)
+    es = np.int32(a >> np.uint32(23))                         # biased f32 exponent field
+    e = np.int32(max(es, np.int32(1)) - np.int32(127))        # exponent of the f32 grid
+    m = np.int32((a & np.uint32(0x7FFFFF)) | (np.uint32(1 << 23) if es != 0 else np.uint32(0)))
+    eq = np.int32(max(e, np.int32(1 - BIAS)))                 # target exponent
+    shift = np.int32(min(np.int32(23 - MBITS) + (eq - e), np.int32(31)))  # dropped bits
+    q = np.int32(m >> shift)
+    rem = np.int32(m & ((np.int32(1) << shift) - np.int32(1)))
+    half = np.int32(np.int32(1) << (shift - np.int32(1)))
+    q = np.int32(q + np.int32((rem > half) | ((rem == half) & ((q & np.int32(1)) != 0))))  # RNE
+    mag = np.int32(((eq + np.int32(BIAS - 1)) << np.int32(MBITS)) + q)
+    mag = np.int32(OVF) if mag > np.int32(MAXMAG) else mag   # overflow; +-inf lands here too
+    code = np.int32((sign << np.int32(EBITS + MBITS)) | mag)
+    if NAN_SIGNED:
+        nan_code = np.int32((sign << np.int32(EBITS + MBITS)) | np.int32(NAN))
+    else:
+        nan_code = np.int32(NAN)
+    return nan_code if a > np.uint32(0x7F800000) else code
+
+
+@kernel
+def _encode_narrow_f32(raw, EBITS, MBITS, BIAS, MAXMAG, OVF, NAN, NAN_SIGNED):
+    """Same result as :func:`_encode_float_f32` for targets whose smallest normal 2^(1-BIAS) is
+    above f32's (fp8/fp6/fp4/f16), with fewer operations, both paths computed and one selected:
+
+    * target-normal range: RNE on the f32 bit pattern -- add half an ulp minus one plus the kept
+      LSB (ties to even), shift, and rebias the exponent field (a carry into it is right);
+    * target-subnormal range (|x| < 2^(1-BIAS)): ``rint(|x| * 2^(MBITS+BIAS-1))`` in float32 --
+      the scaling by a power of two is exact and ``rint`` is IEEE RNE -- is the code itself
+      (a result of 2^MBITS is the smallest normal's code, also right).
+    """
+    u = np.uint32(raw)
+    sign = np.int32(u >> np.uint32(31))
+    a = np.uint32(u & np.uint32(0x7FFFFFFF))
+    sh = np.uint32(23 - MBITS)                                          # f32 bits dropped
+    r = np.uint32(a + np.uint32((1 << (22 - MBITS)) - 1) + ((a >> sh) & np.uint32(1))) >> sh
+    mag_n = np.int32(r) - np.int32((127 - BIAS) << MBITS)               # rebias the exponent
+    y = np.float32(a.view(np.float32) * np.float32(2.0 ** (MBITS + BIAS - 1)))  # exact scaling
+    mag_s = np.int32(np.rint(y)) if a < np.uint32((128 - BIAS) << 23) else np.int32(0)
+    mag = mag_s if a < np.uint32((128 - BIAS) << 23) else mag_n         # below 2^(1 - BIAS)
+    mag = np.int32(OVF) if mag > np.int32(MAXMAG) else mag               # overflow and +-inf
+    code = np.int32((sign << np.int32(EBITS + MBITS)) | mag)
+    if NAN_SIGNED:
+        nan_code = np.int32((sign << np.int32(EBITS + MBITS)) | np.int32(NAN))
+    else:
+        nan_code = np.int32(NAN)
+    return nan_code if a > np.uint32(0x7F800000) else code
+
+
+@kernel
+def _encode_e8m0(v):
+    """e8m0 code of float64 ``v``: nearest power of two, ties (1.5 * 2^k) upward, saturating."""
+    u = np.float64(v).view(np.int64)
+    if u <= 0:                                   # +0, and every negative (sign bit set)
+        return np.int64(0xFF)
+    es = u >> np.int64(52)
+    if es == np.int64(0x7FF):
+        return np.int64(0xFF) if (u & _FRAC52) != 0 else np.int64(0xFE)   # NaN / +inf
+    k = es - np.int64(1023)                      # 2^k <= v < 2^(k+1) (normal f64)
+    if es == 0 or k < np.int64(-127):
+        return np.int64(0)                       # below 2^-127: the smallest code
+    if (u & _FRAC52) >= np.int64(1 << 51):       # v >= 1.5 * 2^k: rounds up
+        k += np.int64(1)
+    return min(k, np.int64(127)) + np.int64(127)
+
+
+@kernel
+def _encode_int(v, LO, HI, MASK):
+    """Two's-complement code (masked to the type's width) of float64 ``v``: RNE, saturate,
+    NaN -> 0."""
+    if v != v:
+        return np.int64(0)
+    r = np.rint(min(max(v, np.float64(LO)), np.float64(HI)))
+    return np.int64(r) & np.int64(MASK)
+
+
+# ---- generic float decoder ------------------------------------------------------------------
+
+def _decode_table(ebits, mbits, bias, has_inf, nan_all_ones):
+    """float64 values of every code of a <= 8-bit float format (built at import, exact)."""
+    n = 1 << (1 + ebits + mbits)
+    out = np.empty(n, np.float64)
+    for code in range(n):
+        sign = -1.0 if (code >> (ebits + mbits)) & 1 else 1.0
+        e = (code >> mbits) & ((1 << ebits) - 1)
+        m = code & ((1 << mbits) - 1)
+        if e == (1 << ebits) - 1 and has_inf:
+            out[code] = sign * np.inf if m == 0 else np.nan
+        elif e == (1 << ebits) - 1 and nan_all_ones and m == (1 << mbits) - 1:
+            out[code] = np.nan
+        elif e == 0:
+            out[code] = sign * np.ldexp(float(m), 1 - bias - mbits)
+        else:
+            out[code] = sign * np.ldexp(float((1 << mbits) + m), e - bias - mbits)
+    return out
+
+
+_T_E4M3 = _decode_table(4, 3, 7, False, True)
+_T_E5M2 = _decode_table(5, 2, 15, True, False)
+_T_E2M3 = _decode_table(2, 3, 1, False, False)
+_T_E3M2 = _decode_table(3, 2, 3, False, False)
+_T_E2M1 = _decode_table(2, 1, 1, False, False)
+_T_E8M0 = np.array([np.ldexp(1.0, c - 127) for c in range(255)] + [np.nan], np.float64)
+# the same values as float32 bit patterns (exact), for the decode-to-f32 fast path
+_B_E4M3, _B_E5M2, _B_E2M3, _B_E3M2, _B_E2M1, _B_E8M0 = (
+    t.astype(np.float32).view(np.uint32) for t in (_T_E4M3, _T_E5M2, _T_E2M3, _T_E3M2, _T_E2M1,
+                                                    _T_E8M0))
+
+
+# ---- 64-bit integers: round-to-odd to float64 -----------------------------------------------
+
+@kernel
+def _u64_to_f64_odd(a):
+    """uint64 ``a`` as float64 rounded to odd (truncate to 53 bits, OR the dropped bits into the
+    last kept bit): a following RNE to <= 51 significant bits equals one RNE of ``a``."""
+    a = np.uint64(a)
+    if a < np.uint64(1 << 53):
+        return np.float64(a)
+    n = np.uint64(0)                             # bit length - 53
+    t = a >> np.uint64(53)
+    while t != 0:
+        t >>= np.uint64(1)
+        n += np.uint64(1)
+    kept = a >> n
+    if (a & ((np.uint64(1) << n) - np.uint64(1))) != 0:
+        kept |= np.uint64(1)
+    return np.float64(kept) * np.float64(2.0) ** np.float64(n)   # exact: 53 bits, power of 2
+
+
+@kernel
+def _i64_to_f64_odd(x):
+    x = np.int64(x)
+    if x < 0:
+        return -_u64_to_f64_odd(np.uint64(0) - np.uint64(x))
+    return _u64_to_f64_odd(np.uint64(x))
+
+
+# ---- dispatch by kind (closure constants fold these ladders away) ---------------------------
+
+@kernel
+def _load(S, raw, table):
+    """Exact float64 value of one source element from its raw storage bits ``raw`` (int64)."""
+    if S == K_F64:
+        return np.int64(raw).view(np.float64)
+    if S == K_F32:
+        return np.float64(np.uint32(raw).view(np.float32))
+    if S == K_F16:
+        return np.float64(f16_to_f32(np.uint16(raw)))
+    if S == K_BF16:
+        return np.float64(np.uint32(np.uint32(raw) << np.uint32(16)).view(np.float32))
+    if S == K_E4M3:
+        return _T_E4M3[raw]
+    if S == K_E5M2:
+        return _T_E5M2[raw]
+    if S == K_E2M3:
+        return _T_E2M3[raw & 0x3F]
+    if S == K_E3M2:
+        return _T_E3M2[raw & 0x3F]
+    if S == K_E2M1:
+        return _T_E2M1[raw & 0xF]
+    if S == K_E8M0:
+        return _T_E8M0[raw]
+    if S == K_I8:
+        return np.float64(np.int8(raw))
+    if S == K_I16:
+        return np.float64(np.int16(raw))
+    if S == K_I32:
+        return np.float64(np.int32(raw))
+    if S == K_I64:
+        return _i64_to_f64_odd(raw)
+    if S == K_U64:
+        return _u64_to_f64_odd(np.uint64(raw))
+    if S == K_I4:
+        return np.float64(((raw & 0xF) ^ 0x8) - 0x8)   # sign-extend the nibble
+    if S == K_BOOL:
+        return np.float64(1.0) if raw != 0 else np.float64(0.0)
+    if S == K_TABLE:
+        return table[raw]
+    return np.float64(raw)                       # u8, u16, u32, u4, u1: the code is the value
+
+
+@kernel
+def _encode(D, v):
+    """Code (int64) of float64 ``v`` in element type D, per the policy table."""
+    if D == K_F32:
+        return np.int64(np.float32(v).view(np.uint32))
+    if D == K_F16:
+        return _encode_float(v, 5, 10, 15, 0x7BFF, 0x7C00, 0x7E00, True)
+    if D == K_BF16:
+        return _encode_float(v, 8, 7, 127, 0x7F7F, 0x7F80, 0x7FC0, True)
+    if D == K_E4M3:
+        return _encode_float(v, 4, 3, 7, 0x7E, 0x7E, 0x7F, True)
+    if D == K_E5M2:
+        return _encode_float(v, 5, 2, 15, 0x7B, 0x7C, 0x7E, True)
+    if D == K_E2M3:
+        return _encode_float(v, 2, 3, 1, 0x1F, 0x1F, 0, False)
+    if D == K_E3M2:
+        return _encode_float(v, 3, 2, 3, 0x1F, 0x1F, 0, False)
+    if D == K_E2M1:
+        return _encode_float(v, 2, 1, 1, 0x7, 0x7, 0, False)
+    if D == K_E8M0:
+        return _encode_e8m0(v)
+    if D == K_I8:
+        return _encode_int(v, -128, 127, 0xFF)
+    if D == K_U8:
+        return _encode_int(v, 0, 255, 0xFF)
+    if D == K_I32:
+        return _encode_int(v, -2147483648, 2147483647, 0xFFFFFFFF)
+    if D == K_I4:
+        return _encode_int(v, -8, 7, 0xF)
+    if D == K_U4:
+        return _encode_int(v, 0, 15, 0xF)
+    return _encode_int(v, 0, 1, 0x1)             # K_U1
+
+
+@kernel
+def _bf16_from_f32_bits(raw):
+    """bf16 code of the float32 with bits ``raw``: bf16 is f32's top half, so RNE is adding
+    0x7FFF plus the kept LSB (the tie-breaker) to the bits and truncating; a carry into the
+    exponent is right (overflow gives 0x7F80, inf).  NaN -> quiet NaN with the sign."""
+    u = np.uint32(raw)
+    r = np.uint32(np.uint32(u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))
+                  >> np.uint32(16))
+    nan = np.uint32(((u >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7FC0))
+    return np.int32(nan if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else r)
+
+
+def _host_has_f16c() -> bool:
+    try:
+        import llvmlite.binding as llvm
+        return bool(llvm.get_host_cpu_features().get("f16c", False))
+    except Exception:  # pragma: no cover - feature query unavailable
+        return False
+
+
+# The hardware f32 -> f16 conversion (x86 F16C ``vcvtps2ph``, round to nearest even) where the
+# host has it and the kernels are compiled; the integer encoder otherwise (and when interpreted).
+_HW_F16 = (not numba.config.DISABLE_JIT) and _host_has_f16c()
+
+
+@intrinsic
+def _fptrunc_f32_to_f16_bits(typingctx, x):
+    """IEEE binary16 bits of float32 ``x`` by LLVM ``fptrunc`` (one RNE; F16C on x86)."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+
+    return types.uint16(types.float32), codegen
+
+
+@intrinsic
+def _fpext_f16_bits_to_f32(typingctx, h):
+    """float32 value of binary16 bits ``h`` by LLVM ``fpext`` (exact; F16C on x86)."""
+    if h != types.uint16:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return types.float32(types.uint16), codegen
+
+
+@kernel
+def _f16_to_f32_bits_hw(raw):
+    """float32 bits of an f16 code: the hardware widening, except NaNs, which keep their bits
+    exactly as :func:`f16_to_f32` does (the hardware would quieten a signalling NaN)."""
+    h = np.uint16(raw)
+    x = np.int64(np.float32(_fpext_f16_bits_to_f32(h)).view(np.uint32))
+    hi = np.int64(h)
+    nan = ((hi & 0x8000) << 16) | np.int64(0x7F800000) | ((hi & 0x3FF) << 13)
+    return nan if (hi & 0x7C00) == 0x7C00 and (hi & 0x3FF) != 0 else x
+
+
+@kernel
+def _f16_from_f32_bits(raw):
+    """f16 code of the float32 with bits ``raw``: the hardware conversion (same RNE, overflow to
+    inf, gradual underflow), with NaN replaced by the canonical quiet NaN and its sign."""
+    u = np.uint32(raw)
+    h = np.int32(_fptrunc_f32_to_f16_bits(u.view(np.float32)))
+    nan = np.int32(((u >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7E00))
+    return nan if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else h
+
+
+@kernel
+def _encode_from_f32(D, raw):
+    """Code of the float32 with bits ``raw`` in element type D (fast path; same results)."""
+    if D == K_F16:
+        if _HW_F16:
+            return _f16_from_f32_bits(raw)
+        return _encode_narrow_f32(raw, 5, 10, 15, 0x7BFF, 0x7C00, 0x7E00, True)
+    if D == K_BF16:
+        return _bf16_from_f32_bits(raw)
+    if D == K_E4M3:
+        return _encode_narrow_f32(raw, 4, 3, 7, 0x7E, 0x7E, 0x7F, True)
+    if D == K_E5M2:
+        return _encode_narrow_f32(raw, 5, 2, 15, 0x7B, 0x7C, 0x7E, True)
+    if D == K_E2M3:
+        return _encode_narrow_f32(raw, 2, 3, 1, 0x1F, 0x1F, 0, False)
+    if D == K_E3M2:
+        return _encode_narrow_f32(raw, 3, 2, 3, 0x1F, 0x1F, 0, False)
+    if D == K_E2M1:
+        return _encode_narrow_f32(raw, 2, 1, 1, 0x7, 0x7, 0, False)
+    return _encode(D, _load(K_F32, raw, _T_E8M0))
+
+
+@kernel
+def _decode_to_f32_bits(S, raw):
+    """float32 bits of a code (exact) for the table-decoded kinds; -1 for other kinds."""
+    if S == K_E4M3:
+        return np.int64(_B_E4M3[raw & 0xFF])
+    if S == K_E5M2:
+        return np.int64(_B_E5M2[raw & 0xFF])
+    if S == K_E2M3:
+        return np.int64(_B_E2M3[raw & 0x3F])
+    if S == K_E3M2:
+        return np.int64(_B_E3M2[raw & 0x3F])
+    if S == K_E2M1:
+        return np.int64(_B_E2M1[raw & 0xF])
+    if S == K_E8M0:
+        return np.int64(_B_E8M0[raw & 0xFF])
+    if S == K_BF16:
+        return np.int64(np.uint32(np.uint32(raw) << np.uint32(16)))
+    if S == K_F16:
+        return _f16_to_f32_bits_hw(raw)
+    return np.int64(-1)
+
+
+@kernel
+def _convert_one(S, D, raw, table):
+    if S == K_F32:
+        return np.int64(_encode_from_f32(D, raw))
+    if D == K_F32 and (S == K_E4M3 or S == K_E5M2 or S == K_E2M3 or S == K_E3M2 or S == K_E2M1
+                       or S == K_E8M0 or S == K_BF16 or (S == K_F16 and _HW_F16)):
+        return _decode_to_f32_bits(S, raw)
+    return _encode(D, _load(S, raw, table))
+
+
+# ---- the one-pass conversion kernels ---------------------------------------------------------
+
+_CONVERTERS = {}
+_BLOCK = 1024   # elements of a strided row gathered at a time into a contiguous scratch row
+
+
+def converter(S, D, SPB, DPB):
+    """The compiled one-pass kernel for source kind S (SPB codes per storage unit) to element
+    type D (DPB codes per byte): ``convert(src3d, dst, table, idx0)``.
+
+    ``src3d``: a 3-d view (any strides) of the source *storage* as unsigned ints;
+    ``dst``: the C-contiguous destination storage, 1-d unsigned; ``idx0``: the logical flat index
+    of ``src3d[0, 0, 0]``'s first code in the destination.  Packed destinations are written
+    byte-wise (first code of a byte assigns it), so chunks must start on a byte boundary.
+    """
+    key = (S, D, SPB, DPB)
+    fn = _CONVERTERS.get(key)
+    if fn is None:
+        fn = _CONVERTERS[key] = _make_converter(S, D, SPB, DPB)
+    return fn
+
+
+def _make_converter(S, D, SPB, DPB):
+    @kernel
+    def convert(src, dst, table, idx0):
+        n0, n1, n2 = src.shape
+        idx = np.int64(idx0)
+        scratch = np.empty(_BLOCK, src.dtype)
+        for i in range(n0):
+            for j in range(n1):
+                row = src[i, j]
+                if SPB == 1 and DPB == 1:
+                    out = dst[idx:idx + n2]
+                    if row.strides[0] == row.itemsize:
+                        for k in range(n2):
+                            out[k] = _convert_one(S, D, np.int64(row[k]), table)
+                    else:   # strided row: gather blocks into a scratch row, convert vectorized
+                        for k0 in range(0, n2, _BLOCK):
+                            m = min(_BLOCK, n2 - k0)
+                            for k in range(m):
+                                scratch[k] = row[k0 + k]
+                            o = out[k0:k0 + m]
+                            for k in range(m):
+                                o[k] = _convert_one(S, D, np.int64(scratch[k]), table)
+                    idx += n2
+                elif SPB == 1:
+                    # packed destination: a row holds whole bytes (its length includes the last
+                    # axis, a multiple of DPB) and starts on a byte boundary
+                    out = dst[idx // DPB:(idx + n2) // DPB]
+                    for kb in range(n2 // DPB):
+                        acc = np.int64(0)
+                        for s in range(DPB):                    # element 0 in the high bits
+                            c = np.int64(_convert_one(S, D, np.int64(row[kb * DPB + s]), table))
+                            acc = (acc << np.int64(8 // DPB)) | c
+                        out[kb] = acc
+                    idx += n2
+                elif DPB == 1:                                  # packed source, unpacked dst
+                    out = dst[idx:idx + n2 * SPB]
+                    for k in range(n2):
+                        raw = np.int64(row[k])
+                        for s in range(SPB):
+                            code = (raw >> np.int64(8 - (8 // SPB) * (s + 1))) & \
+                                np.int64((1 << (8 // SPB)) - 1)
+                            out[k * SPB + s] = _convert_one(S, D, code, table)
+                    idx += n2 * SPB
+                else:
+                    for k in range(n2):
+                        raw = np.int64(row[k])
+                        for s in range(SPB):
+                            if SPB == 1:
+                                code = raw
+                            elif SPB == 2:                       # element 0: high nibble
+                                code = (raw >> np.int64(4 - 4 * s)) & np.int64(0xF)
+                            else:                                # u1: element 0 in the MSB
+                                code = (raw >> np.int64(7 - s)) & np.int64(1)
+                            c = _convert_one(S, D, code, table)
+                            if DPB == 1:
+                                dst[idx] = c
+                            elif DPB == 2:
+                                if (idx & 1) == 0:
+                                    dst[idx >> 1] = c << np.int64(4)
+                                else:
+                                    dst[idx >> 1] |= c
+                            else:
+                                sh = np.int64(7) - (idx & np.int64(7))
+                                if sh == 7:
+                                    dst[idx >> 3] = c << np.int64(7)
+                                else:
+                                    dst[idx >> 3] |= c << sh
+                            idx += 1
+    return convert
+
+
+# ---- public @njit helpers, one pair per type (for users' kernels) ----------------------------
+
+@kernel
+def decode_bf16(code):
+    """float32 value of a bf16 code (exact)."""
+    return np.uint32(np.uint32(code) << np.uint32(16)).view(np.float32)
+
+
+@kernel
+def encode_bf16(x):
+    """bf16 code (uint16) of float32/float64 ``x``: one RNE, overflow -> inf, NaN -> qNaN."""
+    return np.uint16(_encode(K_BF16, np.float64(x)))
+
+
+@kernel
+def decode_f16(code):
+    """float32 value of an IEEE binary16 code (exact)."""
+    return f16_to_f32(np.uint16(code))
+
+
+@kernel
+def encode_f16(x):
+    """f16 code (uint16) of float32/float64 ``x``: one RNE (no double rounding from f64)."""
+    return np.uint16(_encode(K_F16, np.float64(x)))
+
+
+def _pair(kind, mask, doc):
+    @kernel
+    def dec(code):
+        return np.float32(_load(kind, np.int64(code) & np.int64(mask), _T_E8M0))
+
+    @kernel
+    def enc(x):
+        return np.uint8(_encode(kind, np.float64(x)))
+
+    dec.__doc__ = f"float32 value of a {doc} code (exact)."
+    enc.__doc__ = f"{doc} code of float32/float64 ``x`` (DESIGN.md §8 policy)."
+    return dec, enc
+
+
+decode_e4m3, encode_e4m3 = _pair(K_E4M3, 0xFF, "e4m3")
+decode_e5m2, encode_e5m2 = _pair(K_E5M2, 0xFF, "e5m2")
+decode_e2m3, encode_e2m3 = _pair(K_E2M3, 0x3F, "e2m3")
+decode_e3m2, encode_e3m2 = _pair(K_E3M2, 0x3F, "e3m2")
+decode_e2m1, encode_e2m1 = _pair(K_E2M1, 0xF, "e2m1 (one nibble)")
+decode_e8m0, encode_e8m0 = _pair(K_E8M0, 0xFF, "e8m0")
+
+
+@kernel
+def decode_i4(code):
+    """int8 value of an i4 nibble (two's complement)."""
+    return np.int8(((np.int64(code) & 0xF) ^ 0x8) - 0x8)
+
+
+@kernel
+def encode_i4(x):
+    """i4 nibble (uint8, 0..15) of float ``x``: RNE, saturate to -8..7, NaN -> 0."""
+    return np.uint8(_encode(K_I4, np.float64(x)))
+
+
+@kernel
+def encode_u4(x):
+    """u4 nibble of float ``x``: RNE, saturate to 0..15, NaN -> 0."""
+    return np.uint8(_encode(K_U4, np.float64(x)))
+
+
+@kernel
+def packed_nibble(buf, i):
+    """Nibble ``i`` of a packed byte buffer (element 0 in the high nibble of byte 0)."""
+    return np.uint8((np.uint8(buf[i >> 1]) >> np.uint8(4 - 4 * (i & 1))) & np.uint8(0xF))
+
+
+@kernel
+def packed_bit(buf, i):
+    """Bit ``i`` of a u1 buffer (element 0 in the most significant bit, numpy.packbits order)."""
+    return np.uint8((np.uint8(buf[i >> 3]) >> np.uint8(7 - (i & 7))) & np.uint8(1))
+
+
+__all__ = ["decode_bf16", "encode_bf16", "decode_f16", "encode_f16", "decode_e4m3",
+           "encode_e4m3", "decode_e5m2", "encode_e5m2", "decode_e2m3", "encode_e2m3",
+           "decode_e3m2", "encode_e3m2", "decode_e2m1", "encode_e2m1", "decode_e8m0",
+           "encode_e8m0", "decode_i4", "encode_i4", "encode_u4", "packed_nibble", "packed_bit"]
+
+
+# ---- dot products ----------------------------------------------------------------------------
+
+_DOTS = {}
+
+
+def dot_kernel(S, SPB):
+    """``dot(a, b) -> (int64 sum, float64 sum)`` over two flat C-contiguous storage arrays of
+    one element kind S (SPB codes per storage unit).
+
+    Integer kinds: the exact sum of products in int64 (callers keep |sum| < 2^63: i8/u8 and
+    packed types need n < 2^47).  Float kinds: each product of two decoded values is exact in
+    float64 (<= 2 * 24 significant bits), summed left to right in element order, one f64
+    rounding per ``+`` -- deterministic, whatever the threads or ISA.
+    """
+    key = (S, SPB)
+    fn = _DOTS.get(key)
+    if fn is None:
+        fn = _DOTS[key] = _make_dot(S, SPB)
+    return fn
+
+
+def _make_dot(S, SPB):
+    INT = S in (K_I8, K_U8, K_I4, K_U4, K_U1)
+
+    @kernel
+    def dot(a, b):
+        iacc = np.int64(0)
+        facc = np.float64(0.0)
+        for k in range(a.shape[0]):
+            ra = np.int64(a[k])
+            rb = np.int64(b[k])
+            for s in range(SPB):
+                if SPB == 1:
+                    ca, cb = ra, rb
+                elif SPB == 2:
+                    ca = (ra >> np.int64(4 - 4 * s)) & np.int64(0xF)
+                    cb = (rb >> np.int64(4 - 4 * s)) & np.int64(0xF)
+                else:
+                    ca = (ra >> np.int64(7 - s)) & np.int64(1)
+                    cb = (rb >> np.int64(7 - s)) & np.int64(1)
+                va = _load(S, ca, _T_E8M0)
+                vb = _load(S, cb, _T_E8M0)
+                if INT:
+                    iacc += np.int64(va) * np.int64(vb)
+                else:
+                    facc = facc + va * vb          # exact product, one rounding per +
+        return iacc, facc
+    return dot

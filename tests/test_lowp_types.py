@@ -1,0 +1,178 @@
+"""Spec 004 element types: facts, names, spec 001's questions, scalars, singletons."""
+
+import copy
+import math
+import pickle
+
+import numpy as np
+import pytest
+
+import numba_qk as qk
+from numba_qk import dtypes as D
+from numba_qk.formats import ScalarType
+
+ml = pytest.importorskip("ml_dtypes")
+
+ML = {qk.bf16: ml.bfloat16, qk.e4m3: ml.float8_e4m3fn, qk.e5m2: ml.float8_e5m2,
+      qk.e2m3: ml.float6_e2m3fn, qk.e3m2: ml.float6_e3m2fn, qk.e2m1: ml.float4_e2m1fn,
+      qk.e8m0: ml.float8_e8m0fnu, qk.f16: np.float16, qk.f32: np.float32}
+
+# spec 004's scalar table: bits S+E+M, payload bytes, range, inf, NaN
+SPEC_TABLE = [
+    (qk.f16, (1, 5, 10), 2, 65504.0, True, True),
+    (qk.bf16, (1, 8, 7), 2, 3.3895313892515355e38, True, True),
+    (qk.e4m3, (1, 4, 3), 1, 448.0, False, True),
+    (qk.e5m2, (1, 5, 2), 1, 57344.0, True, True),
+    (qk.e2m3, (1, 2, 3), 1, 7.5, False, False),
+    (qk.e3m2, (1, 3, 2), 1, 28.0, False, False),
+]
+
+
+@pytest.mark.parametrize("t, sem, nbytes, vmax, inf, nan", SPEC_TABLE, ids=lambda v: str(v))
+def test_spec_table(t, sem, nbytes, vmax, inf, nan):
+    assert (t.sign_bits, t.exponent_bits, t.mantissa_bits) == sem
+    assert t.bits == sum(sem)
+    assert t.payload_bytes == nbytes == t.block_bytes
+    assert t.max == vmax and t.min == -vmax
+    assert t.has_inf is inf and t.has_nan is nan
+
+
+@pytest.mark.parametrize("t", [t for t in ML if t is not qk.f32], ids=str)
+def test_finfo_matches_ml_dtypes(t):
+    fi = ml.finfo(ML[t])
+    assert t.max == float(fi.max)
+    assert t.tiny == float(fi.smallest_normal)
+    assert t.smallest_subnormal == float(fi.smallest_subnormal)
+    assert t.eps == float(fi.eps)
+
+
+@pytest.mark.parametrize("t, lo, hi", [(qk.i8, -128, 127), (qk.u8, 0, 255), (qk.i32, -2**31, 2**31 - 1),
+                                       (qk.i4, -8, 7), (qk.u4, 0, 15), (qk.u1, 0, 1)], ids=str)
+def test_int_facts(t, lo, hi):
+    assert (t.min, t.max) == (lo, hi) and not t.is_float and not t.has_inf
+
+
+def test_spec001_questions_for_packed_types():
+    for t, per in [(qk.i4, 2), (qk.u4, 2), (qk.e2m1, 2), (qk.u1, 8)]:
+        assert t.block_size == per and t.block_bytes == 1 and t.is_packed
+        assert t.is_quantized is False
+        assert t.storage_bytes(16) == 16 // per
+        assert t.storage_bytes(per + 1) is None
+        assert t.bits_per_element == 8 / per
+    assert qk.e2m3.bits == 6 and qk.e2m3.bits_per_element == 8.0 and qk.e2m3.storage_bytes(3) == 3
+    assert qk.bf16.storage_bytes(5) == 10 and qk.bf16.block_size == 1
+    with pytest.raises(ValueError):
+        qk.i4.storage_bytes(-2)
+
+
+def test_e8m0_facts():
+    assert qk.e8m0.max == 2.0 ** 127 and qk.e8m0.min == 2.0 ** -127
+    assert qk.e8m0.has_nan and not qk.e8m0.has_inf and qk.e8m0.sign_bits == 0
+
+
+@pytest.mark.parametrize("name, t", [
+    ("bfloat16", qk.bf16), ("bf16", qk.bf16), ("BF16", qk.bf16), ("float8_e4m3", qk.e4m3),
+    ("e4m3", qk.e4m3), ("float8_e4m3fn", qk.e4m3), ("float8_e5m2", qk.e5m2), ("e5m2", qk.e5m2),
+    ("float6_e2m3fn", qk.e2m3), ("float6_e2m3", qk.e2m3), ("e3m2", qk.e3m2),
+    ("float6_e3m2fn", qk.e3m2), ("float4_e2m1fn", qk.e2m1), ("float4_e2m1", qk.e2m1),
+    ("e2m1", qk.e2m1), ("float8_e8m0fnu", qk.e8m0), ("e8m0", qk.e8m0), ("int4", qk.i4),
+    ("uint4", qk.u4), ("uint1", qk.u1), ("int8", qk.i8), ("uint8", qk.u8), ("i32", qk.i32),
+    ("float32", qk.f32), ("F16", qk.f16), ("float16", qk.f16)])
+def test_from_name(name, t):
+    assert qk.from_name(name) is t
+
+
+@pytest.mark.parametrize("name", ["float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e4m3b11fnuz",
+                                  "float8_e3m4", "int2"])
+def test_from_name_rejected(name):
+    with pytest.raises(TypeError, match="not supported"):
+        qk.from_name(name)
+
+
+def test_from_name_unknown_and_type():
+    with pytest.raises(KeyError, match="unknown element type"):
+        qk.from_name("float7")
+    with pytest.raises(TypeError):
+        qk.from_name(qk.bf16)
+
+
+def test_singletons_closed_pickle_copy():
+    for t in D.ALL_TYPES:
+        assert pickle.loads(pickle.dumps(t)) is t
+        assert copy.copy(t) is t and copy.deepcopy(t) is t
+        with pytest.raises(AttributeError):
+            t.bits = 3
+    assert qk.bf16 is qk.formats.bf16
+    with pytest.raises(TypeError):
+        ScalarType(object(), "X", "x", 1, None, True, None)
+    with pytest.raises(TypeError):
+        type("Sub", (ScalarType,), {})
+    assert qk.from_ggml_type(30) is qk.bf16 and qk.from_ggml_type(1) is qk.f16
+
+
+def test_numpy_reads_dtype_attribute():
+    a = np.array([1.0, 2.0, 3.0], dtype=qk.bf16)
+    assert a.dtype == ml.bfloat16 and float(a[0]) == 1.0
+    assert np.array([0.3], dtype=qk.e4m3).dtype == ml.float8_e4m3fn
+    assert np.array([1], dtype=qk.i4).dtype == ml.int4
+    assert np.array([1.5], dtype=qk.f32).dtype == np.float32
+    with pytest.raises(TypeError, match="u1"):
+        np.array([1], dtype=qk.u1)
+
+
+# ---- scalars ---------------------------------------------------------------------------------
+
+def test_scalar_basics():
+    s = qk.bf16(1.5)
+    assert s.bits == 0x3FC0 and float(s) == 1.5 and s.dtype is qk.bf16
+    assert repr(s) == "bf16(1.5, bits=0x3fc0)"
+    assert s == 1.5 and s == qk.f32(1.5) and hash(s) == hash(1.5)
+    assert {s: 1}[qk.bf16(1.5)] == 1
+    with pytest.raises(AttributeError):
+        s.bits = 1
+    with pytest.raises(TypeError):
+        qk.Scalar(1.0)
+    assert pickle.loads(pickle.dumps(s)).bits == 0x3FC0
+    assert qk.e4m3(0.3).bits == 0x2A and float(qk.e4m3(0.3)) == 0.3125
+
+
+def test_scalar_policy_and_nan():
+    n = qk.bf16(float("nan"))
+    assert n != n and math.isnan(float(n)) and n.bits == 0x7FC0
+    assert qk.bf16(-float("nan")).bits == 0xFFC0
+    assert qk.e4m3(1e9).bits == 0x7E and qk.e4m3(-float("inf")).bits == 0xFE
+    assert qk.e4m3(float("nan")).bits == 0x7F
+    assert qk.e2m3(float("nan")).bits == 0 and qk.e2m1(-float("nan")).bits == 0
+    assert qk.e2m1(100).bits == 0x7 and qk.e2m1(-0.0).bits == 0x8
+    assert qk.e5m2(1e9).bits == 0x7C
+    assert qk.e8m0(0.0).bits == 0xFF and qk.e8m0(float("inf")).bits == 0xFE
+    assert qk.e8m0(3.0).bits == 129 and qk.e8m0(2.99).bits == 128 and qk.e8m0(2.0 ** -140).bits == 0
+    assert qk.i4(-7.5).bits == 0x8 and int(qk.i4(-7.5)) == -8 and int(qk.i4(7.5)) == 7
+    assert int(qk.u1(3)) == 1 and int(qk.i8(2.5)) == 2 and int(qk.i8(float("nan"))) == 0
+    assert int(qk.i32(2 ** 40)) == 2 ** 31 - 1 and int(qk.u8(-3)) == 0
+    assert qk.f16(65520.0).bits == 0x7C00 and qk.f16(65519.99).bits == 0x7BFF
+    # one rounding of a huge Python int (no float conversion first)
+    assert qk.bf16(2 ** 64 + 2 ** 56 + 1).bits == qk.bf16(2.0 ** 64 * (1 + 2 ** -7)).bits
+
+
+def test_scalar_from_numpy_and_ml():
+    assert qk.bf16(np.float32(0.1)).bits == np.float32(0.1).astype(ml.bfloat16).view(np.uint16)
+    assert qk.e5m2(ml.bfloat16(3.0)) == 3.0
+    assert qk.i4(np.int64(-9)) == -8
+
+
+def test_scalar_from_bits_and_bad_dtypes():
+    assert float(qk.Scalar.from_bits(qk.e4m3, 0x7E)) == 448.0
+    assert int(qk.Scalar.from_bits(qk.i4, 0xF)) == -1
+    for t, bad in [(qk.e2m3, 0x40), (qk.i4, 0x10), (qk.u1, 2), (qk.bf16, 1 << 16)]:
+        with pytest.raises(ValueError, match="not a"):
+            qk.Scalar.from_bits(t, bad)
+    x = np.zeros(4, np.float32)
+    with pytest.raises(TypeError, match="element type"):
+        qk.astype(x, qk.quant.q4_k)
+    with pytest.raises(TypeError, match="element type"):
+        qk.astype(x, np.float16)
+    with pytest.raises(KeyError, match="unknown element type"):
+        qk.astype(x, "float7")
+    with pytest.raises(TypeError, match="not supported"):
+        qk.astype(x, "float8_e4m3fnuz")
