@@ -82,6 +82,7 @@ class K:
 
 FORMATS = [
     K("q6_k", f16_at=(208,), scale_span=(192, 208), quant_span=(0, 192)),
+    K("q5_k", f16_at=(0, 2), scale_span=(4, 16), quant_span=(16, 176)),
 ]
 IDS = [f.NAME for f in FORMATS]
 
@@ -388,3 +389,48 @@ def test_read_only_and_unaligned_carriers(f, rng, tmp_path):
     # strided: every other record of an interleaved array
     ws = np.stack([w, np.zeros_like(w)], axis=1).reshape(2 * g, -1)[::2]
     assert_same_f32(f.dot(ws, x), want_dot)
+
+
+# ---- field decoders == oracle ---------------------------------------------------------------
+
+def kernel_fields(f, rec):
+    """The record's fields through the module's 1-D field decoders, in the oracle's terms
+    (``scale``, ``min``, and quants as used in the products)."""
+    m = f.mod
+    q = np.zeros(256, np.int32)
+    if f.name == "q6_k":
+        sc = np.zeros(16, np.int32)
+        m.q6_k_decode_into(rec, sc, q)
+        assert [m.q6_k_quant(rec, i) for i in range(256)] == list(q)
+        assert [m.q6_k_scale(rec, j) for j in range(16)] == list(sc)
+        return {"d": m.q6_k_d(rec), "scale": list(sc), "q": list(q - 32)}
+    if f.name == "q5_k":
+        sc, mn = np.zeros(8, np.int32), np.zeros(8, np.int32)
+        m.q5_k_decode_into(rec, sc, mn, q)
+        assert [m.q5_k_quant(rec, i) for i in range(256)] == list(q)
+        return {"d": m.q5_k_d(rec), "dmin": m.q5_k_dmin(rec), "scale": list(sc),
+                "min": list(mn), "q": list(q)}
+    if f.name == "q3_k":
+        sc = np.zeros(16, np.int32)
+        m.q3_k_decode_into(rec, sc, q)
+        assert [m.q3_k_quant(rec, i) for i in range(256)] == list(q)
+        return {"d": m.q3_k_d(rec), "scale": list(sc - 32), "q": list(q)}
+    sc, mn = np.zeros(16, np.int32), np.zeros(16, np.int32)
+    m.q2_k_decode_into(rec, sc, mn, q)
+    assert [m.q2_k_quant(rec, i) for i in range(256)] == list(q)
+    return {"d": m.q2_k_d(rec), "dmin": m.q2_k_dmin(rec), "scale": list(sc), "min": list(mn),
+            "q": list(q)}
+
+
+@pytest.mark.parametrize("f", FORMATS, ids=IDS)
+def test_field_decoders_match_oracle(f, rng):
+    recs = np.concatenate([rng.integers(0, 256, (8, f.nbytes), dtype=np.uint8),
+                           special_records(f, rng, n=4), adversarial_pairs(f)[0][::17]])
+    for rec in recs:
+        got, want = kernel_fields(f, rec), ref.decode(f.NAME, rec)
+        for key in ("d", "dmin"):
+            if key in want:
+                assert_same_f32(got[key], want[key], key)
+        for key in ("scale", "min", "q"):
+            if key in want:
+                assert got[key] == want[key], key

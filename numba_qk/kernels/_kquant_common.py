@@ -73,3 +73,34 @@ def first_nonfinite_block(values):
             if (v - v) != np.float32(0.0):
                 return b
     return -1
+
+
+@kernel
+def k4_scale_min(a, row, at, s):
+    """``(sc[s], m[s])`` (int32, 0..63) of the 12-byte 6-bit scale/min packing that Q4_K and
+    Q5_K share (ggml's ``get_scale_min_k4``), stored at ``a[row, at:at+12]``, ``0 <= s < 8``::
+
+        s < 4:  sc = a[at+s] & 63,                 m = a[at+4+s] & 63
+        s >= 4: sc = (a[at+s+4] & 15) | (a[at+s-4] >> 6) << 4
+                m  = (a[at+s+4] >> 4) | (a[at+s]   >> 6) << 4
+    """
+    if s < 4:
+        sc = a[row, at + s] & np.uint8(63)
+        m = a[row, at + s + 4] & np.uint8(63)
+    else:
+        sc = (a[row, at + s + 4] & np.uint8(15)) | ((a[row, at + s - 4] >> np.uint8(6)) << np.uint8(4))
+        m = (a[row, at + s + 4] >> np.uint8(4)) | ((a[row, at + s] >> np.uint8(6)) << np.uint8(4))
+    return np.int32(sc), np.int32(m)
+
+
+@kernel
+def k4_pack_scale_min(out, row, at, s, ls, lm):
+    """Store 6-bit ``ls``/``lm`` as sub-block ``s`` of the Q4_K/Q5_K packing (the bytes at
+    ``out[row, at:at+12]`` must start zeroed), exactly as ggml's quantize_row_q{4,5}_K_ref."""
+    if s < 4:
+        out[row, at + s] = np.uint8(ls)
+        out[row, at + s + 4] = np.uint8(lm)
+    else:
+        out[row, at + s + 4] = np.uint8((ls & 0xF) | ((lm & 0xF) << 4))
+        out[row, at + s - 4] |= np.uint8((ls >> 4) << 6)
+        out[row, at + s] |= np.uint8((lm >> 4) << 6)
