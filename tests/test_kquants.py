@@ -443,3 +443,41 @@ def test_field_decoders_match_oracle(f, rng):
         for key in ("scale", "min", "q"):
             if key in want:
                 assert got[key] == want[key], key
+
+
+# ---- the golden vectors reach the f16 edges; the JIT policy holds ------------------------------
+
+@pytest.mark.parametrize("f", FORMATS, ids=IDS)
+def test_golden_vectors_overflow_and_underflow_f16_scales(f):
+    """ggml's records for the committed inputs include super-block scales that overflowed to
+    inf, underflowed to f16 subnormals, and flushed to zero on non-zero input -- so the encoder
+    tests above cover those paths."""
+    g = golden(f)
+    kinds = set()
+    for group in GROUPS:
+        x, recs = INPUTS[f"x_{group}"], g[f"q_{group}"]
+        for at in f.f16_at[:1]:  # d
+            h = recs[:, at].astype(np.uint16) | (recs[:, at + 1].astype(np.uint16) << 8)
+            nonzero_in = np.abs(x).max(axis=1) > 0
+            kinds |= {"inf"} if ((h & 0x7FFF) == 0x7C00).any() else set()
+            kinds |= {"subnormal"} if (((h & 0x7C00) == 0) & ((h & 0x3FF) != 0)).any() else set()
+            kinds |= {"flushed"} if (((h & 0x7FFF) == 0) & nonzero_in).any() else set()
+    assert kinds == {"inf", "subnormal", "flushed"}
+
+
+def test_kernels_use_the_jit_policy():
+    from numba.core.registry import CPUDispatcher
+
+    from numba_qk.kernels import _kquant_common
+
+    seen = 0
+    for module in [f.mod for f in FORMATS] + [_kquant_common]:
+        for name in dir(module):
+            obj = getattr(module, name)
+            if isinstance(obj, CPUDispatcher):
+                seen += 1
+                opts = obj.targetoptions
+                assert opts.get("fastmath") is False, name
+                assert opts.get("nogil") is True and opts.get("error_model") == "numpy", name
+                assert obj._cache.__class__.__name__ != "NullCache", f"{name} is not cached"
+    assert seen >= 4 * 10
