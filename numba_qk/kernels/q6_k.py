@@ -125,28 +125,28 @@ def q6_k_decode_records(records, sc, q):
 
 @kernel
 def dequantize_q6_k(records, out):
-    """ggml's ``dequantize_row_q6_K``: ``[G, 210]`` records into f32 ``out`` ``[G, 256]``."""
+    """ggml's ``dequantize_row_q6_K``: ``[G, 210]`` records into f32 ``out`` ``[G, 256]``.
+
+    Walks each group of 32 outputs contiguously (ggml interleaves four groups per lane); the
+    values are the same: ``R32(R32(d * sc[j]) * (q - 32))`` per element."""
     for b in range(records.shape[0]):
         d = f16_at(records, b, _D_AT)
         for c in range(2):
-            for l in range(32):
-                b0 = records[b, _QL_AT + 64 * c + l]
-                b1 = records[b, _QL_AT + 64 * c + 32 + l]
-                h = records[b, _QH_AT + 32 * c + l]
-                q1 = np.int32((b0 & _LOW4) | ((h & _LOW2) << np.uint8(4))) - _QOFF
-                q2 = np.int32((b1 & _LOW4) | (((h >> np.uint8(2)) & _LOW2) << np.uint8(4))) - _QOFF
-                q3 = np.int32((b0 >> np.uint8(4)) | (((h >> np.uint8(4)) & _LOW2) << np.uint8(4))) - _QOFF
-                q4 = np.int32((b1 >> np.uint8(4)) | ((h >> np.uint8(6)) << np.uint8(4))) - _QOFF
-                j = 8 * c + l // 16  # sub-block of element 128c + l; +2 per group of 32
-                s1 = np.float32(np.int8(records[b, _SC_AT + j]))
-                s2 = np.float32(np.int8(records[b, _SC_AT + j + 2]))
-                s3 = np.float32(np.int8(records[b, _SC_AT + j + 4]))
-                s4 = np.float32(np.int8(records[b, _SC_AT + j + 6]))
-                i = 128 * c + l
-                out[b, i] = np.float32(np.float32(d * s1) * np.float32(q1))
-                out[b, i + 32] = np.float32(np.float32(d * s2) * np.float32(q2))
-                out[b, i + 64] = np.float32(np.float32(d * s3) * np.float32(q3))
-                out[b, i + 96] = np.float32(np.float32(d * s4) * np.float32(q4))
+            for g in range(4):
+                ql_at = _QL_AT + 64 * c + 32 * (g & 1)
+                ql_shift = np.uint8(0 if g < 2 else 4)
+                qh_at = _QH_AT + 32 * c
+                qh_shift = np.uint8(2 * g)
+                for half in range(2):
+                    j = 8 * c + 2 * g + half
+                    dl = np.float32(d * np.float32(np.int8(records[b, _SC_AT + j])))
+                    base = 128 * c + 32 * g + 16 * half
+                    for k in range(16):
+                        l = 16 * half + k
+                        low = (records[b, ql_at + l] >> ql_shift) & _LOW4
+                        high = (records[b, qh_at + l] >> qh_shift) & _LOW2
+                        q = np.int32(low | (high << np.uint8(4))) - _QOFF
+                        out[b, base + k] = np.float32(dl * np.float32(q))
 
 
 # ---- quantize (ggml quantize_row_q6_K_ref) --------------------------------------------------
