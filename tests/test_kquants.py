@@ -130,7 +130,7 @@ def test_encoder_matches_ggml_golden(f, group):
 @pytest.mark.parametrize("f", FORMATS, ids=IDS)
 def test_golden_files_cover_the_recipe(f):
     g = golden(f)
-    assert sum(INPUTS[f"x_{k}"].shape[0] for k in GROUPS) == 180
+    assert sum(INPUTS[f"x_{k}"].shape[0] for k in GROUPS) == 200
     assert str(g["ggml_version"]).startswith("libggml-python")
     assert all(g[f"q_{k}"].shape == (INPUTS[f"x_{k}"].shape[0], f.nbytes) for k in GROUPS)
 

@@ -18,6 +18,11 @@ shared by every format (kquant_inputs.npz):
   sparse       8 blocks  normal with ~90% exact zeros                        (seed 18)
   equal        6 blocks  every value 0.3, -2.0, 1e-3, 7.0, 1e-20, -6e4
   zero         2 blocks  +0.0, -0.0
+  structured  20 blocks  (seed 19) single spikes (+-1, -1e-3, 1e20, 3e38), half the sub-blocks
+                         zero, sub-blocks below GROUP_MAX_EPS (1e-16) beside normal ones,
+                         half-integers (rounding ties), exact +-1 alternation, a ramp,
+                         f32 subnormals, max-f32 values (x*x overflows), one nonzero per
+                         sub-block, a constant block with one outlier
 and per format 32 records of random bytes (seed 20 + type id) with ggml's dequantization
 (``r_random``, ``y_random``).
 """
@@ -29,6 +34,39 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 TYPES = {"q2_k": (10, 84), "q3_k": (11, 110), "q5_k": (13, 176), "q6_k": (14, 210)}
+
+
+def structured(r) -> np.ndarray:
+    rows = []
+    for i, v in enumerate((1.0, -1.0, -1e-3, 1e20, 3e38)):
+        x = np.zeros(256)
+        x[(37 * i + 5) % 256] = v
+        rows.append(x)
+    for _ in range(2):
+        x = r.standard_normal(256)
+        x[np.repeat(r.random(16) < 0.5, 16)] = 0.0
+        rows.append(x)
+    for _ in range(2):
+        x = r.standard_normal(256)
+        x[np.repeat(r.random(16) < 0.5, 16)] *= 1e-16
+        rows.append(x)
+    for _ in range(3):
+        rows.append(r.integers(-8, 8, 256) * 0.5)
+    rows.append(np.where(np.arange(256) % 2, 1.0, -1.0))
+    rows.append(np.linspace(-1.0, 1.0, 256))
+    rows.append(r.standard_normal(256) * 1e-45)  # f32 subnormals (and zeros)
+    rows.append(r.choice([-3.4e38, 3.4e38, 0.0, 1.0], 256))
+    rows.append(r.standard_normal(256) * 3e38 / 5)
+    x = np.zeros(256)
+    x[np.arange(16) * 16 + r.integers(0, 16, 16)] = r.standard_normal(16)
+    rows.append(x)
+    x = np.full(256, 0.25)
+    x[100] = -40.0
+    rows.append(x)
+    x = r.standard_normal(256)
+    x[::16] = 1e-30
+    rows.append(x)
+    return np.array(rows)
 
 
 def inputs() -> dict:
@@ -46,6 +84,7 @@ def inputs() -> dict:
         "sparse": sparse,
         "equal": np.repeat(np.array([[0.3], [-2.0], [1e-3], [7.0], [1e-20], [-6e4]]), 256, axis=1),
         "zero": np.stack([np.zeros(256), -np.zeros(256)]),
+        "structured": structured(rng(19)),
     }
     return {k: np.asarray(v, np.float32) for k, v in groups.items()}
 
