@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from numba_qk import _ggml_ctypes  # noqa: E402
-from numba_qk import formats_kquants as fk  # noqa: E402
+from numba_qk.formats import kquants as fk  # noqa: E402
 
 NAMES = ("q6_k", "q5_k", "q3_k", "q2_k")
 

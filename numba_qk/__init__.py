@@ -9,12 +9,17 @@
 0.0
 """
 
+from ._registry import Capabilities, capabilities
 from .errors import NumbaQKError, QuantizationDomainError
 from .formats import (Field, Format, ScalarType, activation_format, bf16, f16, f32, from_ggml_type,
                       i8, i32, quant)
 from .ops import (
     BlockFields,
+    Q2KFields,
+    Q3KFields,
     Q4KFields,
+    Q5KFields,
+    Q6KFields,
     Q8KFields,
     decode,
     dequantize,
@@ -33,4 +38,5 @@ __all__ = [
     "from_ggml_type", "activation_format", "BlockFields",
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
     "gemv", "gemm", "matmul", "Q4KFields", "Q8KFields", "NumbaQKError", "QuantizationDomainError", "__version__",
+    "capabilities", "Capabilities", "Q2KFields", "Q3KFields", "Q5KFields", "Q6KFields",
 ]

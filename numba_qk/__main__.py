@@ -116,6 +116,23 @@ def _human(n: int) -> str:
     return str(n)
 
 
+def _quantizable_weights() -> list:
+    """CLI names of the weight formats numba_qk can quantize to (from the registry)."""
+    from numba_qk import _registry
+
+    return [f._attr for f in _registry.WEIGHTS if f in _registry.QUANTIZABLE]
+
+
+def _summary(caps) -> str:
+    """One line of what numba_qk does with a format (numba_qk.capabilities)."""
+    parts = [name for name in ("quantize", "dequantize", "decode") if getattr(caps, name)]
+    if caps.dot_partner is not None:
+        parts.append(f"dot with {caps.dot_partner.name}, gemv/gemm/matmul")
+    if caps.activation_of:
+        parts.append("activations of " + "/".join(f.name for f in caps.activation_of))
+    return ", ".join(parts) if parts else "no kernels (stored values only)"
+
+
 def cmd_inspect(path: str) -> int:
     from numba_qk import gguf
 
@@ -131,6 +148,15 @@ def cmd_inspect(path: str) -> int:
         total = sum(t.nbytes for t in f.tensors)
         acc = sum(t.nbytes for t in f.tensors if t.accelerated)
         print(f"total {_human(total)}; accelerated by numba_qk: {_human(acc)}")
+        import numba_qk as qk
+
+        seen = {}
+        for t in f.tensors:
+            seen.setdefault(t.type_name, t.format)
+        print("formats (numba_qk.capabilities):")
+        for name, fmt in seen.items():
+            print(f"  {name}: " + (_summary(qk.capabilities(fmt)) if fmt is not None
+                                   else "not modelled by numba_qk"))
     return 0
 
 
@@ -199,7 +225,7 @@ def main(argv=None) -> int:
     p_quant.add_argument("src", nargs="?", help="input GGUF (default: the embedded demo model)")
     p_quant.add_argument("dst", nargs="?", help="output GGUF (default: next to the input)")
     p_quant.add_argument("--to", default="q4_k",
-                         choices=["q4_k", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"],
+                         choices=_quantizable_weights(),
                          help="target format (default q4_k, bit-identical to ggml's quantizer)")
     p_bench = sub.add_parser("bench", help="matvec speed per accelerated tensor")
     p_bench.add_argument("file", nargs="?", help="GGUF file (default: the embedded demo model)")
@@ -228,8 +254,6 @@ def main(argv=None) -> int:
                 dst = args.dst or (os.path.splitext(src)[0] + f"-{args.to}.gguf")
                 if args.dst is None and args.src is None:
                     dst = os.path.join(os.getcwd(), f"numba_qk-demo-{args.to}.gguf")
-                if os.path.abspath(dst) == os.path.abspath(src):
-                    raise GGUFError("output and input are the same file")
                 return cmd_quantize(src, dst, args.to)
             if args.repeat < 1:
                 parser.error("--repeat must be >= 1")

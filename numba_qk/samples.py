@@ -1,7 +1,8 @@
 """Deterministic, model-shaped sample data (the CLI's embedded default, benchmarks, examples).
 
-Q4_K weights are random record bytes with weight-like f16 ``d``/``dmin`` (a Q4_K quantizer
-is not part of numba_qk yet); activations are standard normal float32.
+Q4_K weights are random record bytes with weight-like f16 ``d``/``dmin`` (every quant and
+6-bit scale pattern occurs, which ``quantize(..., format=quant.q4_k)`` output would not);
+activations are standard normal float32.
 """
 
 import numpy as np

@@ -5,6 +5,7 @@ import pytest
 
 import numba_qk as qk
 from numba_qk.kernels import dot as dot_mod
+from numba_qk._registry import WEIGHTS
 from numba_qk.kernels._simd import HAVE_AVX2
 
 from conftest import assert_same_f32
@@ -66,6 +67,7 @@ def test_simd_f16_load_equals_exact_decoder():
     assert same.all()
 
 
+@needs_simd  # without AVX2 both sides are the portable loop: skip, not pass
 def test_records_with_strided_bytes_take_the_loop_and_agree(rng):
     g = 12
     w = random_q4_k(rng, g)
@@ -93,9 +95,11 @@ def test_gemv_kernel_rows_equal_dot(rng):
                                                      rhs_format=qk.quant.q8_k), f"row {r}")
 
 
-@pytest.mark.parametrize("name", ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"])
+@needs_simd  # without AVX2 both sides are the portable loop: skip, not pass
+@pytest.mark.parametrize("name", [f.name.lower() for f in WEIGHTS])
 def test_legacy_fast_paths_equal_loops_on_any_bytes(name, rng):
-    """SIMD (unit-stride records) vs portable loops (strided record bytes), dot/gemv/gemm."""
+    """SIMD (unit-stride records) vs portable loops (strided record bytes), dot/gemv/gemm, for
+    every weight format of the registry (the name is historical: Q4_K runs it too)."""
     f = getattr(qk.quant, name)
     act = qk.activation_format(f)
     rows, g = 13, 5

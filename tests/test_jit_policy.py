@@ -17,22 +17,48 @@ def test_no_fastmath_literal_anywhere():
         assert not pattern.search(path.read_text()), f"fast-math enabled in {path}"
 
 
+def _package_modules():
+    """Every module of the package, imported (the lint walks all of them, not a list)."""
+    import importlib
+    import pkgutil
+
+    mods = [numba_qk]
+    for info in pkgutil.walk_packages(numba_qk.__path__, "numba_qk."):
+        if info.name.endswith("__main__"):
+            continue
+        mods.append(importlib.import_module(info.name))
+    return mods
+
+
+def _bound_kernels():
+    """The @njit kernels reachable only through the registry (closures per format)."""
+    from numba_qk import _registry
+
+    for b in _registry.BINDINGS:
+        for slot in ("dequantize", "quantize", "find_invalid", "dot", "gemv", "gemm"):
+            k = getattr(b, slot)
+            if k is not None:
+                yield f"{b.format.name}.{slot}", k
+
+
 def test_every_kernel_uses_the_policy():
     from numba.core.registry import CPUDispatcher
 
     seen = 0
-    for module in (_bits, q4_k, q8_k, dot, legacy, kernels):
-        for name in dir(module):
-            obj = getattr(module, name)
-            if isinstance(obj, CPUDispatcher):
-                seen += 1
-                opts = obj.targetoptions
-                assert opts.get("fastmath") is False, name
-                assert opts.get("nogil") is True, name
-                assert opts.get("error_model") == "numpy", name
-                assert obj._cache.__class__.__name__ != "NullCache", f"{name} is not cached"
+    found = [(f"{m.__name__}.{name}", getattr(m, name)) for m in _package_modules()
+             for name in dir(m)] + list(_bound_kernels())
+    for name, obj in found:
+        if isinstance(obj, CPUDispatcher) and not obj.targetoptions.get("parallel"):
+            seen += 1
+            opts = obj.targetoptions
+            assert opts.get("fastmath") is False, name
+            assert opts.get("nogil") is True, name
+            assert opts.get("error_model") == "numpy", name
+            assert obj._cache.__class__.__name__ != "NullCache", f"{name} is not cached"
     assert seen >= 20
     assert JIT_OPTIONS["fastmath"] is False and JIT_OPTIONS["parallel"] is False
+    for module in (_bits, q4_k, q8_k, dot, legacy, kernels):  # the original list is covered
+        assert module in _package_modules()
 
 
 def test_no_njit_outside_the_policy():
@@ -45,11 +71,19 @@ def test_no_njit_outside_the_policy():
 
 
 def test_parallel_drivers_only_split_rows():
-    """parallel.py is the one place with parallel=True: same policy otherwise."""
+    """parallel.py is the one place with parallel=True: one factory, same policy otherwise,
+    one cached driver per weight format of the registry."""
+    from numba_qk import _registry
     from numba_qk.kernels import parallel
 
     text = (ROOT / "kernels" / "parallel.py").read_text()
-    assert text.count("@njit(**PARALLEL_OPTIONS)") == 4
-    for name in ("gemv_parallel", "gemm_parallel", "gemv_legacy_parallel", "gemm_legacy_parallel"):
-        opts = getattr(parallel, name).targetoptions
+    assert text.count("@njit(**PARALLEL_OPTIONS)") == 1
+    drivers = [b.parallel for b in _registry.BINDINGS if b.dot is not None]
+    assert len(drivers) == len(_registry.WEIGHTS) >= 6 and len(set(map(id, drivers))) == len(drivers)
+    for driver in drivers:
+        opts = driver.targetoptions
         assert opts["parallel"] is True and opts["fastmath"] is False and opts["nogil"] is True
+        assert driver._cache.__class__.__name__ != "NullCache"
+    for b in _registry.BINDINGS:
+        assert (b.parallel is None) == (b.dot is None)
+    assert parallel.row_parallel(_registry.WEIGHTS[0].ggml_type) is drivers[0]

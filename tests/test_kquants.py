@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from numba_qk import _ggml_ctypes
-from numba_qk import formats_kquants as fk
+from numba_qk.formats import kquants as fk
 from numba_qk import reference_kquants as ref
 from numba_qk.kernels.q8_k import quantize_q8_k
 

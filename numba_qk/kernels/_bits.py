@@ -4,17 +4,16 @@ Loads are little-endian, byte by byte, so they work on any 1-D ``uint8`` view of
 read-only, unaligned or strided.  Integer widths are explicit: numba widens small integers to
 64 bits by default, so every helper casts its result to the width it documents.
 
-Rounding helpers are named after the spec's steps:
-
-* ``f16_to_f32``     -- exact widening of an IEEE binary16 bit pattern (every f16 is an f32;
-  subnormals are normalised, inf stays inf, NaN keeps sign and payload, no flush-to-zero).
-* ``round_half_even`` -- round an f32 to the nearest integer, ties to even (``rint``).
-* ``saturate_i8``    -- clamp an integral f32 to [-128, 127] and convert to int8.
+``f16_to_f32`` widens an IEEE binary16 bit pattern exactly (every f16 is an f32; subnormals
+are normalised, inf stays inf, NaN keeps sign and payload, no flush-to-zero).  The rounding
+helpers (``round_half_even``, ``saturate_i8``, ``f32_to_f16_bits``, ...) live in ``_round.py``
+and are re-exported here.
 """
 
 import numpy as np
 
 from .._jit import kernel
+from ._round import f32_to_f16_bits, round_half_even, saturate_i8  # noqa: F401 (re-exported)
 
 # IEEE binary16: 1 sign bit | 5 exponent bits | 10 mantissa bits.
 _F16_SIGN = np.uint32(0b1000_0000_0000_0000)
@@ -93,49 +92,3 @@ def f16_to_f32(h):
 def load_f16(rec, off):
     """Little-endian IEEE binary16 at byte ``off``, widened exactly to float32."""
     return f16_to_f32(load_u16(rec, off))
-
-
-@kernel
-def round_half_even(x):
-    """Nearest integer to float32 ``x``, ties to even, as float32 (``-0.5 -> -0.0``)."""
-    return np.float32(np.rint(np.float32(x)))
-
-
-@kernel
-def saturate_i8(r):
-    """Clamp an integral float32 to [-128, 127] and convert to int8 (input must not be NaN)."""
-    return np.int8(np.int32(min(max(np.float32(r), np.float32(-128.0)), np.float32(127.0))))
-
-
-@kernel
-def f32_to_f16_bits(x):
-    """IEEE binary16 bits of float32 ``x``, rounded to nearest, ties to even (overflow -> inf,
-    gradual underflow to subnormals, NaN -> a quiet NaN with the sign kept) -- the conversion of
-    ggml's ``GGML_FP32_TO_FP16`` and numpy's ``astype(float16)`` for every non-NaN value."""
-    bits = np.float32(x).view(np.uint32)
-    sign = np.uint32((bits >> np.uint32(16)) & np.uint32(0x8000))
-    exp = np.int32((bits >> np.uint32(23)) & np.uint32(0xFF))
-    mant = np.uint32(bits & np.uint32(0x7FFFFF))
-    if exp == 0xFF:  # inf or NaN
-        if mant == 0:
-            return np.uint16(sign | np.uint32(0x7C00))
-        return np.uint16(sign | np.uint32(0x7E00) | (mant >> np.uint32(13)))
-    e = np.int32(exp - 127 + 15)  # f16 biased exponent
-    if e <= 0:  # f16 subnormal (or zero): value = m * 2**-24, rounded
-        if e < -10:  # below half the smallest subnormal: rounds to zero
-            return np.uint16(sign)
-        m = np.uint32(mant | np.uint32(0x800000))  # implicit bit (f32 subnormals land above)
-        shift = np.uint32(14 - e)
-        r = np.uint32(m >> shift)
-        rem = np.uint32(m & ((np.uint32(1) << shift) - np.uint32(1)))
-        half = np.uint32(np.uint32(1) << (shift - np.uint32(1)))
-        if rem > half or (rem == half and (r & np.uint32(1)) != 0):
-            r += np.uint32(1)  # may become 0x400: the smallest normal, correctly encoded
-        return np.uint16(sign | r)
-    if e >= 31:
-        return np.uint16(sign | np.uint32(0x7C00))
-    val = np.uint32((np.uint32(e) << np.uint32(10)) | (mant >> np.uint32(13)))
-    rem = np.uint32(mant & np.uint32(0x1FFF))
-    if rem > np.uint32(0x1000) or (rem == np.uint32(0x1000) and (val & np.uint32(1)) != 0):
-        val += np.uint32(1)  # a carry into the exponent is right; 0x7C00 is inf
-    return np.uint16(sign | val)

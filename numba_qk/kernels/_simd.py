@@ -1,32 +1,17 @@
-"""Explicit-SIMD building blocks, written as LLVM IR through numba intrinsics.
+"""Explicit-SIMD plumbing shared by the per-format decoders (LLVM IR through numba intrinsics).
 
-Only *exact integer* work is done here (plus two exact loads): the record statistics
-``S_b`` and ``T_b`` of the Q4_K x Q8_K dot.  Integer sums are exact in any order, so the
-vector organisation below gives the same integers as the readable loop in ``dot.py``; every
-float rounding step stays in plain numba code, in spec order.
-
-Per record pair (256-bit AVX2 form shown; with AVX-512BW the same steps run on 512-bit vectors,
-two 32-byte chunks at a time, low and high nibbles shuffled into element order)::
-
-    sc, m      <- 6-bit fields, unpacked from the 12 scale bytes with 32-bit SWAR masks
-    for chunk j in 0..3 (32 bytes of Q4_K quants = sub-blocks 2j and 2j+1):
-        lo, hi  = qs & 0x0F, qs >> 4                         (u8 x 32 each)
-        plo     = pmaddubsw(lo, xq[64j : 64j+32])           (i16 x 16, |.| <= 3840: no saturation)
-        phi     = pmaddubsw(hi, xq[64j+32 : 64j+64])
-        acc    += pmaddwd(plo, splat(sc[2j])) + pmaddwd(phi, splat(sc[2j+1]))   (i32 x 8)
-    S_b = reduce_add(acc)
-    T_b = reduce_add(pmaddwd(bsum[0:16], [m0, m0, m1, m1, ..., m7, m7]))
-
-Bounds: a pmaddubsw lane is the sum of two products u4 * i8, at most 2 * 15 * 128 = 3840 in
-magnitude (the instruction saturates only beyond 32767); pmaddwd lanes stay below 2**19; all
-i32 sums stay within the spec's bounds (|S_b| <= 30,965,760).  ``T_b`` uses the stored int16
-``bsum`` exactly (|T_b| <= 33,030,144 for any bytes).
+This module holds what every explicit-SIMD fast path needs: the target's features
+(``HAVE_AVX2``, ``HAVE_AVX512``, the ``NUMBA_QK_PORTABLE`` / ``NUMBA_QK_NO_AVX512`` switches),
+unaligned loads from a record's byte offset, the vector-instruction declarations (``_Ops``),
+horizontal sums of many vectors (``_reduce_many``), lane gathers of f16/f32 fields, the lane-wise
+in-order fold (``_fold_into``), the tile pointer helper and two exact scalar loads.  The
+per-format decoders live beside it: ``_simd_q4_k.py`` (Q4_K x Q8_K) and ``_simd_legacy.py``
+(ggml's legacy formats).  Only exact integer work and exact loads are done in IR; the float steps
+are one IEEE instruction each, with no fast-math flags, so nothing is fused.
 
 The intrinsics read a record's bytes from an array's data pointer plus a byte offset computed
 by the caller from the array's strides; the record's own bytes must be contiguous (unit stride
-along the byte axis).  ``dot.py`` checks that and falls back to the portable loop otherwise.
-Working from offsets (not sub-array views) also keeps numba's reference counting out of the
-hot loop.
+along the byte axis); the kernels check that and fall back to the portable loops otherwise.
 ``HAVE_AVX2`` says whether the compilation target has AVX2 and F16C; without them the
 portable loops are used.
 """
@@ -40,7 +25,6 @@ from llvmlite import ir
 from numba import config
 from numba.core import cgutils, types
 from numba.extending import intrinsic
-
 
 def _target_features() -> set[str]:
     """Features of the CPU numba compiles for (host unless NUMBA_CPU_NAME says otherwise)."""
@@ -85,40 +69,6 @@ def _splat_lanes(builder, v, lanes):
                                   ir.Constant(_vec(_i32, len(lanes)), list(lanes)))
 
 
-def _unpack_scales(builder, wbase):
-    """sc[0..7] and m[0..7] of a Q4_K record as two <8 x i16> vectors.
-
-    Bytes 4..15 as little-endian words u0, u1, u2:
-      sc[0..3] = u0 & 0x3f3f3f3f               m[0..3] = u1 & 0x3f3f3f3f
-      sc[4..7] = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4)
-      m[4..7]  = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4)
-    """
-    u0 = _load(builder, wbase, 4, _i32)
-    u1 = _load(builder, wbase, 8, _i32)
-    u2 = _load(builder, wbase, 12, _i32)
-    low6 = ir.Constant(_i32, 0x3F3F3F3F)
-    nib = ir.Constant(_i32, 0x0F0F0F0F)
-    top2 = ir.Constant(_i32, 0x03030303)
-
-    def shr(v, n):
-        return builder.lshr(v, ir.Constant(_i32, n))
-
-    def shl(v, n):
-        return builder.shl(v, ir.Constant(_i32, n))
-
-    sc_lo = builder.and_(u0, low6)
-    m_lo = builder.and_(u1, low6)
-    sc_hi = builder.or_(builder.and_(u2, nib), shl(builder.and_(shr(u0, 6), top2), 4))
-    m_hi = builder.or_(builder.and_(shr(u2, 4), nib), shl(builder.and_(shr(u1, 6), top2), 4))
-
-    def bytes8(lo, hi):
-        word = builder.or_(builder.zext(lo, _i64),
-                           builder.shl(builder.zext(hi, _i64), ir.Constant(_i64, 32)))
-        return builder.zext(builder.bitcast(word, _vec(_i8, 8)), _vec(_i16, 8))
-
-    return bytes8(sc_lo, sc_hi), bytes8(m_lo, m_hi)
-
-
 def _byte_ptr(context, builder, arrty, arr, offset):
     """data pointer of a uint8 array plus a byte offset (the caller computed it from strides)."""
     return builder.gep(context.make_array(arrty)(context, builder, arr).data, [offset])
@@ -141,46 +91,6 @@ class _Ops:
             self.maddubs = _decl(builder, "llvm.x86.avx2.pmadd.ub.sw", _vec(_i16, 16),
                                  [_vec(_i8, 32), _vec(_i8, 32)])
             self.maddwd = self.maddwd8
-
-
-def _decode_weights(builder, ops: _Ops, wbase):
-    """Weight side of one Q4_K record: quants in element order (one vector per ``lanes``
-    elements), the matching vectors of sub-block scales (each scale repeated over its 16
-    pmaddubsw lanes) and the [m0, m0, m1, m1, ...] vector for T_b."""
-    lanes = ops.lanes
-    sc16, m16 = _unpack_scales(builder, wbase)
-    low4 = ir.Constant(_vec(_i8, lanes), [0x0F] * lanes)
-    four = ir.Constant(_vec(_i8, lanes), [4] * lanes)
-    quants, scales = [], []
-    for h in range(0, 128, lanes):  # `lanes` bytes of packed nibbles at a time
-        qs = _load(builder, wbase, 16 + h, _vec(_i8, lanes))
-        lo = builder.and_(qs, low4)
-        hi = builder.lshr(qs, four)
-        for c in range(lanes // 32):  # each 32-byte chunk: low nibbles, then high nibbles
-            j = h // 32 + c
-            if ops.wide:
-                order = [32 * c + k for k in range(32)] + [64 + 32 * c + k for k in range(32)]
-                quants.append(builder.shuffle_vector(lo, hi, ir.Constant(_vec(_i32, 64), order)))
-                scales.append(_splat_lanes(builder, sc16, [2 * j] * 16 + [2 * j + 1] * 16))
-            else:
-                quants += [lo, hi]
-                scales += [_splat_lanes(builder, sc16, [2 * j] * 16),
-                           _splat_lanes(builder, sc16, [2 * j + 1] * 16)]
-    m_pairs = _splat_lanes(builder, m16, [k // 2 for k in range(16)])
-    return quants, scales, m_pairs
-
-
-def _pair_vectors(builder, ops: _Ops, weights, xbase):
-    """Unreduced S and T vectors of one decoded weight record against the Q8_K record at
-    ``xbase``.  Element e of a Q8_K record lives at byte 4 + e, so activation vector v covers
-    elements [lanes*v, lanes*v + lanes) -- the order of the decoded quants."""
-    quants, scales, m_pairs = weights
-    acc = ir.Constant(ops.maddwd.function_type.return_type, None)
-    for v, (q, sc) in enumerate(zip(quants, scales)):
-        xv = _load(builder, xbase, 4 + ops.lanes * v, _vec(_i8, ops.lanes))
-        acc = builder.add(acc, builder.call(ops.maddwd, [builder.call(ops.maddubs, [q, xv]), sc]))
-    bsum = _load(builder, xbase, 260, _vec(_i16, 16))
-    return acc, builder.call(ops.maddwd8, [bsum, m_pairs])
 
 
 def _reduce_many(builder, vecs):
@@ -208,20 +118,6 @@ def _reduce_many(builder, vecs):
     return v
 
 
-def _gen_sums(builder, ops: _Ops, wbases, xbases):
-    """(S, T) as two <n x i32> vectors for the record pairs zip(wbases, xbases).  A weight
-    record listed several times (same IR value) is decoded once."""
-    decoded = {}
-    s_vecs, t_vecs = [], []
-    for wb, xb in zip(wbases, xbases):
-        if id(wb) not in decoded:
-            decoded[id(wb)] = _decode_weights(builder, ops, wb)
-        s_acc, t_vec = _pair_vectors(builder, ops, decoded[id(wb)], xb)
-        s_vecs.append(s_acc)
-        t_vecs.append(t_vec)
-    return _reduce_many(builder, s_vecs), _reduce_many(builder, t_vecs)
-
-
 def _ptr(context, builder, arrty, arr, offset):
     return _byte_ptr(context, builder, arrty, arr, offset)
 
@@ -239,15 +135,6 @@ def _gather_f32(builder, bases, offset):
     for i, b in enumerate(bases):
         v = builder.insert_element(v, _load(builder, b, offset, ir.FloatType()), ir.Constant(_i32, i))
     return v
-
-
-def _record_values(builder, s_vec, t_vec, d, dmin, ds):
-    """The float steps, lane by lane -- each lane is one record pair, each IR instruction one
-    IEEE operation in round-to-nearest-even (no fast-math flags, so nothing is fused)."""
-    f32v = _vec(ir.FloatType(), s_vec.type.count)
-    p = builder.fmul(d, builder.sitofp(s_vec, f32v))       # p_b = R32(d * f32(S_b))
-    n = builder.fmul(dmin, builder.sitofp(t_vec, f32v))    # n_b = R32(dmin * f32(T_b))
-    return builder.fmul(ds, builder.fsub(p, n))            # v_b = R32(ds * R32(p_b - n_b))
 
 
 def _fold_into(builder, acc_ptr, v, first):
@@ -277,99 +164,18 @@ def _float_array_ptr(context, builder, arrty, arr):
     return context.make_array(arrty)(context, builder, arr).data
 
 
-def _make_sums(wide: bool):
-    @intrinsic
-    def q4_k_q8_k_sums(typingctx, w, w_off, x, x_off):
-        """(S_b, T_b) as int32 for the Q4_K record at byte ``w_off`` of uint8 array ``w`` and
-        the Q8_K record at byte ``x_off`` of ``x`` (both records' bytes contiguous)."""
-        if not (isinstance(w, types.Array) and isinstance(x, types.Array)):
-            return None
-        sig = types.UniTuple(types.int32, 2)(w, types.intp, x, types.intp)
-
-        def codegen(context, builder, signature, args):
-            ops = _Ops(builder, wide)
-            wb = _ptr(context, builder, signature.args[0], args[0], args[1])
-            xb = _ptr(context, builder, signature.args[2], args[2], args[3])
-            s_vec, t_vec = _gen_sums(builder, ops, [wb], [xb])
-            zero = ir.Constant(_i32, 0)
-            return context.make_tuple(builder, signature.return_type,
-                                      [builder.extract_element(s_vec, zero),
-                                       builder.extract_element(t_vec, zero)])
-        return sig, codegen
-    return q4_k_q8_k_sums
-
-
-def _make_accumulate(wide: bool, over_rows: bool, n: int = 8):
-    """Intrinsic folding ``n`` record values into ``acc.flat[acc_at : acc_at + n]`` (a
-    contiguous float32 array).
-
-    over_rows=True  (gemv): lane k pairs weight record ``w_off + k*step`` with the one
-                     activation record at ``x_off``.
-    over_rows=False (gemm): lane k pairs the one weight record at ``w_off`` (decoded once)
-                     with activation record ``x_off + k*step``.
-    ``first`` != 0 starts each lane's fold (acc = v), else acc = R32(acc + v).
-    """
-    @intrinsic
-    def accumulate(typingctx, w, w_off, x, x_off, step, acc, acc_at, first):
-        if not (isinstance(w, types.Array) and isinstance(x, types.Array)
-                and isinstance(acc, types.Array) and acc.dtype == types.float32):
-            return None
-        sig = types.none(w, types.intp, x, types.intp, types.intp, acc, types.intp, types.intp)
-
-        def codegen(context, builder, signature, args):
-            ops = _Ops(builder, wide)
-            w_arr, w_off_v, x_arr, x_off_v, step_v, acc_arr, acc_at_v, first_v = args
-            wbs, xbs = _tile_bases(context, builder, signature.args[0], w_arr, w_off_v,
-                                   signature.args[2], x_arr, x_off_v, step_v, over_rows, n)
-            s_vec, t_vec = _gen_sums(builder, ops, wbs, xbs)
-            d = _gather_f16(builder, wbs, 0)
-            dmin = _gather_f16(builder, wbs, 2)
-            ds = _gather_f32(builder, xbs, 0)
-            v = _record_values(builder, s_vec, t_vec, d, dmin, ds)
-            acc_ptr = builder.gep(_float_array_ptr(context, builder, signature.args[5], acc_arr),
-                                  [acc_at_v])
-            _fold_into(builder, acc_ptr, v, first_v)
-            return context.get_dummy_value()
-        return sig, codegen
-    return accumulate
-
-
-# ---------------------------------------------------------------------------------------------
-# ggml's legacy 32-element formats (codes from legacy.py: Q4_0=0, Q4_1=1, Q5_0=2, Q5_1=3,
-# Q8_0=4, Q8_1=5).  Every weight quant becomes a signed i16 lane (q-8, q, q-16, q or the int8),
-# every Q8_0/Q8_1 activation quant a sign-extended i16 lane, and pmaddwd sums lane pairs into
-# i32 (|pair| <= 2 * 128 * 128: exact for any record bytes).  S_b is the sum of those lanes.
-
-_L_Q4_0, _L_Q4_1, _L_Q5_0, _L_Q5_1, _L_Q8_0, _L_Q8_1 = range(6)
-_L_QS_AT = {_L_Q4_0: 2, _L_Q4_1: 4, _L_Q5_0: 6, _L_Q5_1: 8, _L_Q8_0: 2}
-_L_QH_AT = {_L_Q5_0: 2, _L_Q5_1: 4}
-_L_OFFSET = {_L_Q4_0: 8, _L_Q5_0: 16}
-_L_HAS_MIN = (_L_Q4_1, _L_Q5_1)
-
-
-def _legacy_x_qs_at(code):
-    """Quants of the paired activation: Q8_0 at byte 2, Q8_1 at byte 4."""
-    return 4 if code in _L_HAS_MIN else 2
-
-
-def _legacy_weights(builder, code, wbase):
-    """<32 x i16>: the integers a dot multiplies, for one legacy weight record."""
-    v32i16 = _vec(_i16, 32)
-    if code == _L_Q8_0:
-        return builder.sext(_load(builder, wbase, 2, _vec(_i8, 32)), v32i16)
-    qs = _load(builder, wbase, _L_QS_AT[code], _vec(_i8, 16))
-    lo = builder.and_(qs, ir.Constant(_vec(_i8, 16), [0x0F] * 16))
-    hi = builder.lshr(qs, ir.Constant(_vec(_i8, 16), [4] * 16))
-    q = builder.shuffle_vector(lo, hi, ir.Constant(_vec(_i32, 32), list(range(32))))
-    if code in _L_QH_AT:  # fifth bits: bit j of the u32 qh -> 16 in lane j
-        qh = _load(builder, wbase, _L_QH_AT[code], _i32)
-        mask = builder.bitcast(qh, _vec(ir.IntType(1), 32))
-        q = builder.or_(q, builder.select(mask, ir.Constant(_vec(_i8, 32), [16] * 32),
-                                          ir.Constant(_vec(_i8, 32), [0] * 32)))
-    q16 = builder.zext(q, v32i16)
-    if code in _L_OFFSET:
-        q16 = builder.sub(q16, ir.Constant(v32i16, [_L_OFFSET[code]] * 32))
-    return q16
+def _tile_fold(context, builder, signature, args, at, over_rows, n, values):
+    """Codegen shared by the accumulate intrinsics.  ``args[at:at + 8]`` are (w, w_off, x,
+    x_off, step, acc, acc_at, first); ``values(wbs, xbs)`` builds the <n x float> record values
+    of the tile, which are folded into ``acc.flat[acc_at : acc_at + n]`` lane by lane."""
+    w_arr, w_off_v, x_arr, x_off_v, step_v, acc_arr, acc_at_v, first_v = args[at:at + 8]
+    wbs, xbs = _tile_bases(context, builder, signature.args[at], w_arr, w_off_v,
+                           signature.args[at + 2], x_arr, x_off_v, step_v, over_rows, n)
+    v = values(wbs, xbs)
+    acc_ptr = builder.gep(_float_array_ptr(context, builder, signature.args[at + 5], acc_arr),
+                          [acc_at_v])
+    _fold_into(builder, acc_ptr, v, first_v)
+    return context.get_dummy_value()
 
 
 def _pmaddwd32(builder, ops, a, b):
@@ -385,99 +191,8 @@ def _pmaddwd32(builder, ops, a, b):
     return builder.add(halves[0], halves[1])
 
 
-def _legacy_sums(builder, ops, code, wbases, xbases):
-    """S for the record pairs zip(wbases, xbases) as one <n x i32> vector."""
-    decoded, xs, accs = {}, {}, []
-    x_at = _legacy_x_qs_at(code)
-    for wb, xb in zip(wbases, xbases):
-        if id(wb) not in decoded:
-            decoded[id(wb)] = _legacy_weights(builder, code, wb)
-        if id(xb) not in xs:
-            xs[id(xb)] = builder.sext(_load(builder, xb, x_at, _vec(_i8, 32)), _vec(_i16, 32))
-        accs.append(_pmaddwd32(builder, ops, decoded[id(wb)], xs[id(xb)]))
-    return _reduce_many(builder, accs)
-
-
-def _legacy_values(builder, code, s_vec, wbs, xbs):
-    """Lane-wise float steps: v = R32(dx * R32(dw * f32(S))) [+ R32(mw * sx)]."""
-    f32v = _vec(ir.FloatType(), s_vec.type.count)
-    dw = _gather_f16(builder, wbs, 0)
-    dx = _gather_f16(builder, xbs, 0)
-    v = builder.fmul(dx, builder.fmul(dw, builder.sitofp(s_vec, f32v)))
-    if code in _L_HAS_MIN:
-        v = builder.fadd(v, builder.fmul(_gather_f16(builder, wbs, 2), _gather_f16(builder, xbs, 2)))
-    return v
-
-
 def _literal_int(t):
     return t.literal_value if isinstance(t, types.IntegerLiteral) else None
-
-
-def _make_legacy_value(wide: bool):
-    @intrinsic
-    def legacy_block_value(typingctx, code, w, w_off, x, x_off):
-        """v_b of the canonical legacy dot for the weight record at byte ``w_off`` of ``w`` and
-        the activation record at byte ``x_off`` of ``x``; ``code`` must be a literal."""
-        c = _literal_int(code)
-        if c is None or c not in _L_QS_AT or not isinstance(w, types.Array):
-            return None
-        sig = types.float32(code, w, types.intp, x, types.intp)
-
-        def codegen(context, builder, signature, args):
-            ops = _Ops(builder, wide)
-            wb = _ptr(context, builder, signature.args[1], args[1], args[2])
-            xb = _ptr(context, builder, signature.args[3], args[3], args[4])
-            s_vec = _legacy_sums(builder, ops, c, [wb], [xb])
-            v = _legacy_values(builder, c, s_vec, [wb], [xb])
-            return builder.extract_element(v, ir.Constant(_i32, 0))
-        return sig, codegen
-    return legacy_block_value
-
-
-def _make_legacy_accumulate(wide: bool, n: int = 8):
-    @intrinsic
-    def legacy_accumulate(typingctx, code, over_rows, w, w_off, x, x_off, step, acc, acc_at,
-                          first):
-        """As the Q4_K accumulate intrinsics, for legacy format ``code`` (a literal);
-        ``over_rows`` (a literal bool) picks the gemv (8 weight rows) or gemm (8 activations)
-        tiling."""
-        c = _literal_int(code)
-        rows = over_rows.literal_value if isinstance(over_rows, types.BooleanLiteral) else None
-        if c is None or c not in _L_QS_AT or rows is None:
-            return None
-        sig = types.none(code, over_rows, w, types.intp, x, types.intp, types.intp, acc,
-                         types.intp, types.intp)
-
-        def codegen(context, builder, signature, args):
-            ops = _Ops(builder, wide)
-            _, _, w_arr, w_off_v, x_arr, x_off_v, step_v, acc_arr, acc_at_v, first_v = args
-            wbs, xbs = _tile_bases(context, builder, signature.args[2], w_arr, w_off_v,
-                                   signature.args[4], x_arr, x_off_v, step_v, rows, n)
-            s_vec = _legacy_sums(builder, ops, c, wbs, xbs)
-            v = _legacy_values(builder, c, s_vec, wbs, xbs)
-            acc_ptr = builder.gep(_float_array_ptr(context, builder, signature.args[7], acc_arr),
-                                  [acc_at_v])
-            _fold_into(builder, acc_ptr, v, first_v)
-            return context.get_dummy_value()
-        return sig, codegen
-    return legacy_accumulate
-
-
-legacy_block_value = _make_legacy_value(wide=HAVE_AVX512)
-legacy_accumulate_x8 = _make_legacy_accumulate(wide=HAVE_AVX512)
-
-
-q4_k_q8_k_sums_avx2 = _make_sums(wide=False)
-q4_k_q8_k_sums_avx512 = _make_sums(wide=True)
-accumulate_rows_x8_avx2 = _make_accumulate(wide=False, over_rows=True)
-accumulate_rows_x8_avx512 = _make_accumulate(wide=True, over_rows=True)
-accumulate_acts_x8_avx2 = _make_accumulate(wide=False, over_rows=False)
-accumulate_acts_x8_avx512 = _make_accumulate(wide=True, over_rows=False)
-
-# The widest available variants, used by the fast paths.
-q4_k_q8_k_sums = q4_k_q8_k_sums_avx512 if HAVE_AVX512 else q4_k_q8_k_sums_avx2
-accumulate_rows_x8 = accumulate_rows_x8_avx512 if HAVE_AVX512 else accumulate_rows_x8_avx2
-accumulate_acts_x8 = accumulate_acts_x8_avx512 if HAVE_AVX512 else accumulate_acts_x8_avx2
 
 
 @intrinsic
@@ -505,3 +220,13 @@ def load_f32_raw(typingctx, arr, off):
         return builder.load(ptr, align=1)
 
     return sig, codegen
+
+
+def __getattr__(name):
+    """The per-format intrinsics, importable from here as before the split."""
+    from . import _simd_legacy, _simd_q4_k
+
+    for module in (_simd_q4_k, _simd_legacy):
+        if name in module.__all__:
+            return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,15 +24,19 @@ without fast-math, so LLVM may not contract ``d * S - dmin * T`` into an FMA.
 import numpy as np
 
 from .._jit import kernel
+from ..formats import quant
 from ._bits import f16_to_f32, f32_from_bits
-from ._simd import (HAVE_AVX2, accumulate_acts_x8, accumulate_rows_x8, load_f16_fpext,
-                    load_f32_raw, q4_k_q8_k_sums)
+from ._simd import HAVE_AVX2, load_f16_fpext, load_f32_raw
+from ._simd_q4_k import accumulate_acts_x8, accumulate_rows_x8, q4_k_q8_k_sums
 from .q4_k import q4_k_scale_min
 
 _LOW4 = np.uint8(0b0000_1111)
-_W_QS_AT = 16      # Q4_K: 4-bit quants
-_X_Q_AT = 4        # Q8_K: int8 quants
-_X_BSUM_AT = 260   # Q8_K: int16 group sums
+_W_D_AT = quant.q4_k.field("d").start         # byte offsets, from the schemas
+_W_DMIN_AT = quant.q4_k.field("dmin").start
+_W_QS_AT = quant.q4_k.field("q").start        # Q4_K: 4-bit quants
+_X_DS_AT = quant.q8_k.field("ds").start
+_X_Q_AT = quant.q8_k.field("q").start         # Q8_K: int8 quants
+_X_BSUM_AT = quant.q8_k.field("bsum").start   # Q8_K: int16 group sums
 
 # Record-level building blocks take 2-D record arrays and record indices -- w[bw] is the Q4_K
 # record, x[bx] the Q8_K record -- and never build sub-array views in the hot loop (a view costs
@@ -100,8 +104,8 @@ def record_value_from_terms(s_b, t_b, d, dmin, ds):
 def record_value_loop(w, bw, x, bx):
     """``v_b`` for records ``w[bw]`` (Q4_K) and ``x[bx]`` (Q8_K): the portable definition."""
     s_b, t_b = record_sums_loop(w, bw, x, bx)
-    return record_value_from_terms(s_b, t_b, _f16_at(w, bw, 0), _f16_at(w, bw, 2),
-                                   _f32_at(x, bx, 0))
+    return record_value_from_terms(s_b, t_b, _f16_at(w, bw, _W_D_AT), _f16_at(w, bw, _W_DMIN_AT),
+                                   _f32_at(x, bx, _X_DS_AT))
 
 
 @kernel
@@ -125,8 +129,8 @@ def _gemv_loop(w, x, out):
 @kernel
 def _simd_record_value(w, wo, x, xo):
     s_b, t_b = q4_k_q8_k_sums(w, wo, x, xo)
-    return record_value_from_terms(s_b, t_b, load_f16_fpext(w, wo), load_f16_fpext(w, wo + 2),
-                                   load_f32_raw(x, xo))
+    return record_value_from_terms(s_b, t_b, load_f16_fpext(w, wo + _W_D_AT),
+                                   load_f16_fpext(w, wo + _W_DMIN_AT), load_f32_raw(x, xo + _X_DS_AT))
 
 
 @kernel

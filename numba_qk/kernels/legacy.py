@@ -43,11 +43,15 @@ from numba import literally
 
 from .._jit import kernel
 from ._bits import f16_to_f32, f32_to_f16_bits
+from ._round import c_int8, roundf
 from .q8_k import _order_key
-from ._simd import HAVE_AVX2, legacy_accumulate_x8, legacy_block_value
+from ._simd import HAVE_AVX2
+from ._simd_legacy import legacy_accumulate_x8, legacy_block_value
 
-# Format codes (kernels are selected by these small ints; see LEGACY_CODES in ops.py).
-Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 = 0, 1, 2, 3, 4, 5
+from ._legacy_layout import (CODES, FORMATS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,  # noqa: F401
+                             WEIGHT_FORMATS, _D_AT, _M_AT, _QH_AT, _QS_AT, _S_AT, _X_D_AT,
+                             _X_QS_AT, _X_S_AT, _ZERO)
+
 _MAGNITUDE = np.int32(0x7FFFFFFF)  # all bits but the sign
 _EXP_ALL_ONES = np.int32(0x7F800000)  # f32 exponent of inf/NaN
 
@@ -136,25 +140,6 @@ def _inverse(d):
 
 
 @kernel
-def _c_int8(t):
-    """``(int8_t)t`` for float32 ``t`` as C compilers emit it on x86: a 32-bit truncating
-    conversion (``cvttss2si``; NaN and out-of-range give INT_MIN) keeping the low byte.  ggml
-    reaches NaN/inf here when a block's ``d`` is so small that ``id = 1/d`` overflows."""
-    if t >= np.float32(-2147483648.0) and t < np.float32(2147483648.0):
-        i = np.int64(t)
-    else:
-        i = np.int64(-2147483648)
-    return np.int32(np.int8(np.uint8(i & 0xFF)))
-
-
-@kernel
-def _roundf(x):
-    """C roundf: nearest, halves away from zero (exact: computed in float64)."""
-    a = np.floor(abs(np.float64(x)) + 0.5)
-    return -a if x < 0 else a
-
-
-@kernel
 def _pack_nibbles(out, ob, qs_at, qh_at, q):
     """Store quants q[0..31] (4 or 5 bits): low nibbles of j and j+16 share byte qs_at + j; the
     fifth bits go to bit j of the little-endian u32 at qh_at (qh_at < 0: 4-bit format)."""
@@ -178,40 +163,40 @@ def _quantize_block(code, values, b, out, ob, q):
             amax = max(amax, abs(np.float32(values[b, j])))
         d = np.float32(amax / np.float32(127.0))
         inv = _inverse(d)
-        _store_f16(out, ob, 0, d)
-        qs_at = 2 if code == Q8_0 else 4
+        _store_f16(out, ob, _D_AT[code], d)
+        qs_at = _QS_AT[code]
         total = np.int32(0)
         for j in range(32):
-            q[j] = _c_int8(_roundf(np.float32(np.float32(values[b, j]) * inv)))
+            q[j] = c_int8(roundf(np.float32(np.float32(values[b, j]) * inv)))
             total += q[j]
         for j in range(32):
             out[ob, qs_at + j] = np.uint8(q[j] & 0xFF)
         if code == Q8_1:
-            _store_f16(out, ob, 2, np.float32(np.float32(total) * d))
+            _store_f16(out, ob, _S_AT[code], np.float32(np.float32(total) * d))
         return
     if code == Q4_0 or code == Q5_0:
         mx = _signed_absmax(values, b)
         five = code == Q5_0
         d = np.float32(mx / np.float32(-16.0 if five else -8.0))
         inv = _inverse(d)
-        _store_f16(out, ob, 0, d)
+        _store_f16(out, ob, _D_AT[code], d)
         bias = np.float32(16.5 if five else 8.5)
         cap = 31 if five else 15
         for j in range(32):
-            q[j] = min(cap, _c_int8(np.float32(np.float32(np.float32(values[b, j]) * inv) + bias)))
-        _pack_nibbles(out, ob, 6 if five else 2, 2 if five else -1, q)
+            q[j] = min(cap, c_int8(np.float32(np.float32(np.float32(values[b, j]) * inv) + bias)))
+        _pack_nibbles(out, ob, _QS_AT[code], _QH_AT[code], q)
         return
     # Q4_1, Q5_1
     five = code == Q5_1
     mn, mx = _min_max(values, b)
     d = np.float32(np.float32(mx - mn) / np.float32(31.0 if five else 15.0))
     inv = _inverse(d)
-    _store_f16(out, ob, 0, d)
-    _store_f16(out, ob, 2, mn)
+    _store_f16(out, ob, _D_AT[code], d)
+    _store_f16(out, ob, _M_AT[code], mn)
     for j in range(32):
         t = np.float32(np.float32(np.float32(np.float32(values[b, j]) - mn) * inv) + np.float32(0.5))
-        q[j] = _c_int8(t) & 0xFF if five else min(15, _c_int8(t))  # (uint8_t) / MIN(15, (int8_t))
-    _pack_nibbles(out, ob, 8 if five else 4, 4 if five else -1, q)
+        q[j] = c_int8(t) & 0xFF if five else min(15, c_int8(t))  # (uint8_t) / MIN(15, (int8_t))
+    _pack_nibbles(out, ob, _QS_AT[code], _QH_AT[code], q)
 
 
 @kernel
@@ -223,11 +208,8 @@ def _quantize_blocks(code, values, out):
 
 
 @kernel
-def quantize_legacy(code, values, out):
-    """Quantize f32 ``[G, 32]`` into records ``out`` ``[G, bytes]`` of format ``code``.
-
-    Returns -1, or the first block holding a non-finite value (nothing written then).
-    """
+def first_nonfinite_block(values):
+    """-1, or the first block of ``values`` [G, n] holding a non-finite value."""
     nonfinite = np.int32(0)  # one branch-free pass over the exponent bits (vectorizes) ...
     for b in range(values.shape[0]):
         for j in range(values.shape[1]):
@@ -237,68 +219,39 @@ def quantize_legacy(code, values, out):
         for b in range(values.shape[0]):
             if not _all_finite(values, b):
                 return b
-    if code == Q4_0:
-        _quantize_blocks(Q4_0, values, out)
-    elif code == Q4_1:
-        _quantize_blocks(Q4_1, values, out)
-    elif code == Q5_0:
-        _quantize_blocks(Q5_0, values, out)
-    elif code == Q5_1:
-        _quantize_blocks(Q5_1, values, out)
-    elif code == Q8_0:
-        _quantize_blocks(Q8_0, values, out)
-    else:
-        _quantize_blocks(Q8_1, values, out)
     return -1
-
-
-@kernel
-def _q5_bits(a, row, qh_at):
-    return _u32(a, row, qh_at)
 
 
 @kernel
 def weight_quant(code, a, row, j):
     """The integer a dot multiplies for element j of a weight record: q-8 (Q4_0), q (Q4_1),
     q-16 (Q5_0), q (Q5_1), q (Q8_0/Q8_1, int8)."""
-    if code == Q8_0:
-        return np.int32(np.int8(a[row, 2 + j]))
-    if code == Q8_1:
-        return np.int32(np.int8(a[row, 4 + j]))
-    qs_at = 2 if code == Q4_0 else 4 if code == Q4_1 else 6 if code == Q5_0 else 8
-    byte = np.int32(a[row, qs_at + (j % 16)])
+    if code == Q8_0 or code == Q8_1:
+        return np.int32(np.int8(a[row, _QS_AT[code] + j]))
+    byte = np.int32(a[row, _QS_AT[code] + (j % 16)])
     q = (byte & 15) if j < 16 else (byte >> 4)
-    if code == Q5_0 or code == Q5_1:
-        qh = _q5_bits(a, row, 2 if code == Q5_0 else 4)
+    if _QH_AT[code] >= 0:
+        qh = _u32(a, row, _QH_AT[code])
         q |= np.int32((qh >> np.uint32(j)) & np.uint32(1)) << 4
-    if code == Q4_0:
-        return np.int32(q - 8)
-    if code == Q5_0:
-        return np.int32(q - 16)
-    return np.int32(q)
+    return np.int32(q - _ZERO[code])
 
 
 @kernel
-def decode_legacy(code, records, q):
+def _decode(code, records, q):
     """Integer quants of every record into ``q`` ``[G, 32]``: the stored value (0..15, 0..31 or
     int8), without the -8/-16 offsets of Q4_0/Q5_0."""
     for b in range(records.shape[0]):
         for j in range(32):
-            v = weight_quant(code, records, b, j)
-            if code == Q4_0:
-                v += 8
-            elif code == Q5_0:
-                v += 16
-            q[b, j] = v
+            q[b, j] = weight_quant(code, records, b, j) + _ZERO[code]
 
 
 @kernel
-def dequantize_legacy(code, records, out):
+def _dequantize(code, records, out):
     """ggml's dequantize_row_*: R32(f32(q') * d) or R32(R32(q * d) + m)."""
     for b in range(records.shape[0]):
-        d = _f16(records, b, 0)
-        has_min = code == Q4_1 or code == Q5_1
-        m = _f16(records, b, 2) if has_min else np.float32(0.0)
+        d = _f16(records, b, _D_AT[code])
+        has_min = _M_AT[code] >= 0
+        m = _f16(records, b, _M_AT[code]) if has_min else np.float32(0.0)
         for j in range(32):
             y = np.float32(np.float32(weight_quant(code, records, b, j)) * d)
             out[b, j] = np.float32(y + m) if has_min else y
@@ -307,7 +260,7 @@ def dequantize_legacy(code, records, out):
 @kernel
 def block_sum(wcode, w, bw, x, bx):
     """S_b: exact int32 sum of weight quants times Q8_0/Q8_1 activation quants."""
-    x_at = 2 if (wcode == Q4_0 or wcode == Q5_0 or wcode == Q8_0) else 4
+    x_at = _X_QS_AT[wcode]
     s = np.int32(0)
     for j in range(32):
         s += weight_quant(wcode, w, bw, j) * np.int32(np.int8(x[bx, x_at + j]))
@@ -318,11 +271,11 @@ def block_sum(wcode, w, bw, x, bx):
 def block_value(wcode, w, bw, x, bx):
     """v_b of the canonical legacy dot (see the module docstring)."""
     s_b = block_sum(wcode, w, bw, x, bx)
-    dw = _f16(w, bw, 0)
-    dx = _f16(x, bx, 0)
+    dw = _f16(w, bw, _D_AT[wcode])
+    dx = _f16(x, bx, _X_D_AT[wcode])
     v = np.float32(dx * np.float32(dw * np.float32(s_b)))
-    if wcode == Q4_1 or wcode == Q5_1:
-        v = np.float32(v + np.float32(_f16(w, bw, 2) * _f16(x, bx, 2)))
+    if _M_AT[wcode] >= 0:  # the min formats (paired with Q8_1): + R32(mw * sx)
+        v = np.float32(v + np.float32(_f16(w, bw, _M_AT[wcode]) * _f16(x, bx, _X_S_AT[wcode])))
     return v
 
 
@@ -402,80 +355,76 @@ def _simd_gemm(wcode, w, x, out):
         _simd_gemv(wcode, w, x[a], out[a])
 
 
-# Entry points take ``wcode`` as a plain int and branch to the literal specializations (the
-# module constants below type as literals), so a call from Python never goes through numba's
-# literal-dispatch slow path.
+# ---- per-format entry points.  ``bind(fmt)`` builds them as closures over the format's int
+# code: inside, the code is a compile-time constant (a literal), so each entry point is one
+# specialization with the format branches folded away, and a call from Python never goes
+# through numba's literal-dispatch slow path.  Closures over an int stay in numba's on-disk
+# cache (the cache key includes the pickled closure values).
 
-@kernel
-def _simd_dot_any(wcode, w, x):
-    ws, xs, g = w.strides[0], x.strides[0], w.shape[0]
-    if wcode == Q4_0:
-        return _simd_dot_at(Q4_0, w, 0, ws, x, xs, g)
-    if wcode == Q4_1:
-        return _simd_dot_at(Q4_1, w, 0, ws, x, xs, g)
-    if wcode == Q5_0:
-        return _simd_dot_at(Q5_0, w, 0, ws, x, xs, g)
-    if wcode == Q5_1:
-        return _simd_dot_at(Q5_1, w, 0, ws, x, xs, g)
-    return _simd_dot_at(Q8_0, w, 0, ws, x, xs, g)
+class Entry:
+    """The ``@njit`` entry points of one legacy format (weights also get dot/gemv/gemm)."""
+
+    __slots__ = ("format", "code", "quantize", "dequantize", "decode", "dot", "gemv", "gemm")
 
 
-@kernel
-def _simd_gemv_any(wcode, w, x, out):
-    if wcode == Q4_0:
-        _simd_gemv(Q4_0, w, x, out)
-    elif wcode == Q4_1:
-        _simd_gemv(Q4_1, w, x, out)
-    elif wcode == Q5_0:
-        _simd_gemv(Q5_0, w, x, out)
-    elif wcode == Q5_1:
-        _simd_gemv(Q5_1, w, x, out)
-    else:
-        _simd_gemv(Q8_0, w, x, out)
+def bind(fmt) -> Entry:
+    code = CODES[fmt]
+
+    @kernel
+    def quantize(values, out):
+        """Quantize f32 ``[G, 32]`` into records ``out`` ``[G, bytes]``: -1, or the first
+        block holding a non-finite value (nothing written then)."""
+        bad = first_nonfinite_block(values)
+        if bad < 0:
+            _quantize_blocks(code, values, out)
+        return bad
+
+    @kernel
+    def dequantize(records, out):
+        _dequantize(code, records, out)
+
+    @kernel
+    def decode(records, q):
+        _decode(code, records, q)
+
+    @kernel
+    def dot(w, x):
+        """Left fold of v_b over the G blocks of weight records ``w`` and activation records
+        ``x``."""
+        if w.shape[0] == 0:
+            return np.float32(0.0)
+        if HAVE_AVX2 and w.strides[1] == 1 and x.strides[1] == 1:
+            return _simd_dot_at(code, w, 0, w.strides[0], x, x.strides[0], w.shape[0])
+        return _dot_loop(code, w, x)
+
+    @kernel
+    def gemv(w, x, out):
+        """``out[r] = dot(w[r], x)`` for weights ``[rows, G, bytes]``."""
+        if w.shape[1] == 0:
+            out[:] = np.float32(0.0)
+        elif HAVE_AVX2 and w.strides[2] == 1 and x.strides[1] == 1:
+            _simd_gemv(code, w, x, out)
+        else:
+            _gemv_loop(code, w, x, out)
+
+    @kernel
+    def gemm(w, x, out):
+        """``out[a, r] = dot(w[r], x[a])`` for activations ``[batch, G, bytes]``."""
+        if w.shape[1] == 0:
+            out[:, :] = np.float32(0.0)
+        elif HAVE_AVX2 and w.strides[2] == 1 and x.strides[2] == 1:
+            _simd_gemm(code, w, x, out)
+        else:
+            _gemm_loop(code, w, x, out)
+
+    entry = Entry()
+    entry.format, entry.code = fmt, code
+    entry.quantize, entry.dequantize, entry.decode = quantize, dequantize, decode
+    weight = fmt in WEIGHT_FORMATS
+    entry.dot = dot if weight else None
+    entry.gemv = gemv if weight else None
+    entry.gemm = gemm if weight else None
+    return entry
 
 
-@kernel
-def _simd_gemm_any(wcode, w, x, out):
-    if wcode == Q4_0:
-        _simd_gemm(Q4_0, w, x, out)
-    elif wcode == Q4_1:
-        _simd_gemm(Q4_1, w, x, out)
-    elif wcode == Q5_0:
-        _simd_gemm(Q5_0, w, x, out)
-    elif wcode == Q5_1:
-        _simd_gemm(Q5_1, w, x, out)
-    else:
-        _simd_gemm(Q8_0, w, x, out)
-
-
-@kernel
-def dot_legacy(wcode, w, x):
-    """Left fold of v_b over the G blocks of weight records ``w`` and activation records ``x``
-    (``wcode``: Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0)."""
-    if w.shape[0] == 0:
-        return np.float32(0.0)
-    if HAVE_AVX2 and w.strides[1] == 1 and x.strides[1] == 1:
-        return _simd_dot_any(wcode, w, x)
-    return _dot_loop(wcode, w, x)
-
-
-@kernel
-def gemv_legacy(wcode, w, x, out):
-    """``out[r] = dot_legacy(wcode, w[r], x)`` for weights ``[rows, G, bytes]``."""
-    if w.shape[1] == 0:
-        out[:] = np.float32(0.0)
-    elif HAVE_AVX2 and w.strides[2] == 1 and x.strides[1] == 1:
-        _simd_gemv_any(wcode, w, x, out)
-    else:
-        _gemv_loop(wcode, w, x, out)
-
-
-@kernel
-def gemm_legacy(wcode, w, x, out):
-    """``out[a, r] = dot_legacy(wcode, w[r], x[a])`` for activations ``[batch, G, bytes]``."""
-    if w.shape[1] == 0:
-        out[:, :] = np.float32(0.0)
-    elif HAVE_AVX2 and w.strides[2] == 1 and x.strides[2] == 1:
-        _simd_gemm_any(wcode, w, x, out)
-    else:
-        _gemm_loop(wcode, w, x, out)
+ENTRIES = {fmt: bind(fmt) for fmt in FORMATS}

@@ -2,7 +2,7 @@
 record dot against Q8_K (DESIGN.md section 7).  All ``@njit``; callable from user ``@njit`` code.
 
 Byte layout of one 84-byte record ``a`` (256 elements, 16 sub-blocks of 16; offsets from the
-schema ``numba_qk.formats_kquants.q2_k``).  Element ``i = 128c + 32g + l`` (chunk ``c`` 0..1,
+schema ``numba_qk.quant.q2_k``).  Element ``i = 128c + 32g + l`` (chunk ``c`` 0..1,
 group ``g`` 0..3, lane ``l`` 0..31), sub-block ``j = i // 16``::
 
     [0, 16)    sc/m  byte j: sc[j] = low nibble, m[j] = high nibble (both 0..15)
@@ -42,7 +42,7 @@ f32 rounding in C order:
 import numpy as np
 
 from .._jit import kernel
-from ..formats_kquants import q2_k as _FMT
+from ..formats.kquants import q2_k as _FMT
 from ._bits import f16_to_f32, load_u16
 from ._kquant_common import f16_at, first_nonfinite_block, store_f16, x_bsum, x_ds, x_q
 from .q4_k_encode import make_qkx2_quants_mad, nearest_int
@@ -256,3 +256,12 @@ def gemv_q2_k_q8_k(w, x, out):
     activation ``[G, 292]``."""
     for r in range(w.shape[0]):
         out[r] = dot_q2_k_q8_k(w[r], x)
+
+
+@kernel
+def gemm_q2_k_q8_k(w, x, out):
+    """``out[a, r] = dot_q2_k_q8_k(w[r], x[a])`` for Q2_K weights ``[rows, G, B]`` and Q8_K
+    activations ``[batch, G, 292]``."""
+    for a in range(x.shape[0]):
+        for r in range(w.shape[0]):
+            out[a, r] = dot_q2_k_q8_k(w[r], x[a])

@@ -27,26 +27,29 @@ Every bit pattern is a legal Q4_K record: decoding is total.  ``d``/``dmin`` are
 import numpy as np
 
 from .._jit import kernel
+from ..formats import quant
 from ._bits import load_f16
 
-Q4_K_RECORD_BYTES = 144
-Q4_K_BLOCK = 256
+Q4_K_RECORD_BYTES = quant.q4_k.block_bytes
+Q4_K_BLOCK = quant.q4_k.block_size
 _LOW6 = np.uint8(0b0011_1111)   # low 6 bits of a scale byte
 _LOW4 = np.uint8(0b0000_1111)   # one nibble
-_SCALES_AT = 4                  # byte offset of the packed sc/m field
-_QS_AT = 16                     # byte offset of the 4-bit quants
+_D_AT = quant.q4_k.field("d").start          # byte offsets, from the schema
+_DMIN_AT = quant.q4_k.field("dmin").start
+_SCALES_AT = quant.q4_k.field("sc").start    # the packed sc/m field (shared with m)
+_QS_AT = quant.q4_k.field("q").start         # the 4-bit quants
 
 
 @kernel
 def q4_k_d(rec):
     """Field ``d`` of a Q4_K record, as float32 (exact)."""
-    return load_f16(rec, 0)
+    return load_f16(rec, _D_AT)
 
 
 @kernel
 def q4_k_dmin(rec):
     """Field ``dmin`` of a Q4_K record, as float32 (exact)."""
-    return load_f16(rec, 2)
+    return load_f16(rec, _DMIN_AT)
 
 
 @kernel

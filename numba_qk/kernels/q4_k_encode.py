@@ -21,15 +21,15 @@ minus 2**22 -- round half to even for |f| < 2**22, ggml's own garbage beyond (re
 import numpy as np
 
 from .._jit import kernel
-from ._bits import f16_to_f32, f32_to_f16_bits
+from ._bits import f16_to_f32
+from ..formats import quant
+from ._round import f32_to_f16_bits, nearest_int
 
-_MAGIC = np.float32(12582912.0)  # 1.5 * 2**23: adding it rounds to an integer in the mantissa
-
-
-@kernel
-def nearest_int(f):
-    val = np.float32(np.float32(f) + _MAGIC)
-    return np.int32((val.view(np.int32) & np.int32(0x007FFFFF)) - np.int32(0x00400000))
+# Byte offsets of the Q4_K fields, from the schema.
+_D_AT = quant.q4_k.field("d").start
+_DMIN_AT = quant.q4_k.field("dmin").start
+_SC_AT = quant.q4_k.field("sc").start   # 12 bytes of packed 6-bit sc and m
+_QS_AT = quant.q4_k.field("q").start
 
 
 @kernel
@@ -153,33 +153,33 @@ def _quantize_block_q4_k(values, b, out):
             max_min = mn
     inv_scale = np.float32(np.float32(63.0) / max_scale) if max_scale > 0 else np.float32(0.0)
     inv_min = np.float32(np.float32(63.0) / max_min) if max_min > 0 else np.float32(0.0)
-    for k in range(4, 16):
+    for k in range(_SC_AT, _QS_AT):
         out[b, k] = 0
     for j in range(8):
         ls = min(63, nearest_int(np.float32(inv_scale * scales[j])) & 0xFF)  # uint8_t, MIN
         lm = min(63, nearest_int(np.float32(inv_min * mins[j])) & 0xFF)
         if j < 4:
-            out[b, 4 + j] = np.uint8(ls)
-            out[b, 4 + j + 4] = np.uint8(lm)
+            out[b, _SC_AT + j] = np.uint8(ls)
+            out[b, _SC_AT + j + 4] = np.uint8(lm)
         else:
-            out[b, 4 + j + 4] = np.uint8((ls & 0xF) | ((lm & 0xF) << 4))
-            out[b, 4 + j - 4] |= np.uint8((ls >> 4) << 6)
-            out[b, 4 + j] |= np.uint8((lm >> 4) << 6)
+            out[b, _SC_AT + j + 4] = np.uint8((ls & 0xF) | ((lm & 0xF) << 4))
+            out[b, _SC_AT + j - 4] |= np.uint8((ls >> 4) << 6)
+            out[b, _SC_AT + j] |= np.uint8((lm >> 4) << 6)
     hd = f32_to_f16_bits(np.float32(max_scale / np.float32(63.0)))
     hm = f32_to_f16_bits(np.float32(max_min / np.float32(63.0)))
-    out[b, 0] = np.uint8(hd & np.uint16(0xFF))
-    out[b, 1] = np.uint8(hd >> np.uint16(8))
-    out[b, 2] = np.uint8(hm & np.uint16(0xFF))
-    out[b, 3] = np.uint8(hm >> np.uint16(8))
+    out[b, _D_AT] = np.uint8(hd & np.uint16(0xFF))
+    out[b, _D_AT + 1] = np.uint8(hd >> np.uint16(8))
+    out[b, _DMIN_AT] = np.uint8(hm & np.uint16(0xFF))
+    out[b, _DMIN_AT + 1] = np.uint8(hm >> np.uint16(8))
     d_all = f16_to_f32(hd)
     dmin_all = f16_to_f32(hm)
     for j in range(8):
         if j < 4:
-            sc = np.int32(out[b, 4 + j] & 63)
-            m = np.int32(out[b, 8 + j] & 63)
+            sc = np.int32(out[b, _SC_AT + j] & 63)
+            m = np.int32(out[b, _SC_AT + 4 + j] & 63)
         else:
-            sc = np.int32((out[b, 8 + j] & 0xF) | ((out[b, j] >> 6) << 4))
-            m = np.int32((out[b, 8 + j] >> 4) | ((out[b, 4 + j] >> 6) << 4))
+            sc = np.int32((out[b, _SC_AT + 4 + j] & 0xF) | ((out[b, _SC_AT + j - 4] >> 6) << 4))
+            m = np.int32((out[b, _SC_AT + 4 + j] >> 4) | ((out[b, _SC_AT + j] >> 6) << 4))
         d = np.float32(d_all * np.float32(sc))
         if d == np.float32(0.0):
             continue
@@ -189,7 +189,7 @@ def _quantize_block_q4_k(values, b, out):
             L[32 * j + ii] = max(0, min(15, l))
     for j in range(4):
         for l in range(32):
-            out[b, 16 + 32 * j + l] = np.uint8(L[64 * j + l] | (L[64 * j + l + 32] << 4))
+            out[b, _QS_AT + 32 * j + l] = np.uint8(L[64 * j + l] | (L[64 * j + l + 32] << 4))
 
 
 @kernel

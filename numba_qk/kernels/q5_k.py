@@ -2,7 +2,7 @@
 record dot against Q8_K (DESIGN.md section 7).  All ``@njit``; callable from user ``@njit`` code.
 
 Byte layout of one 176-byte record ``a`` (256 elements, 8 sub-blocks of 32; offsets from the
-schema ``numba_qk.formats_kquants.q5_k``)::
+schema ``numba_qk.quant.q5_k``)::
 
     [0, 2)     d      IEEE f16        scale of the sub-block scales
     [2, 4)     dmin   IEEE f16        scale of the sub-block mins
@@ -42,7 +42,7 @@ Quantize (ggml ``quantize_row_q5_K_ref``, no importance matrix): the Q4_K recipe
 import numpy as np
 
 from .._jit import kernel
-from ..formats_kquants import q5_k as _FMT
+from ..formats.kquants import q5_k as _FMT
 from ._bits import f16_to_f32, load_u16
 from ._kquant_common import (f16_at, first_nonfinite_block, k4_pack_scale_min, k4_scale_min,
                              store_f16, x_bsum, x_ds, x_q)
@@ -271,3 +271,12 @@ def gemv_q5_k_q8_k(w, x, out):
     activation ``[G, 292]``."""
     for r in range(w.shape[0]):
         out[r] = dot_q5_k_q8_k(w[r], x)
+
+
+@kernel
+def gemm_q5_k_q8_k(w, x, out):
+    """``out[a, r] = dot_q5_k_q8_k(w[r], x[a])`` for Q5_K weights ``[rows, G, B]`` and Q8_K
+    activations ``[batch, G, 292]``."""
+    for a in range(x.shape[0]):
+        for r in range(w.shape[0]):
+            out[a, r] = dot_q5_k_q8_k(w[r], x[a])

@@ -2,7 +2,7 @@
 record dot against Q8_K (DESIGN.md section 7).  All ``@njit``; callable from user ``@njit`` code.
 
 Byte layout of one 210-byte record ``a`` (256 elements, 16 sub-blocks of 16; offsets come
-from the schema ``numba_qk.formats_kquants.q6_k``).  Element ``i = 128c + 32g + l``
+from the schema ``numba_qk.quant.q6_k``).  Element ``i = 128c + 32g + l``
 (chunk ``c`` 0..1, group ``g`` 0..3, lane ``l`` 0..31)::
 
     [0, 128)    ql   low 4 bits of q[i]: byte 64c + l + 32*(g & 1); low nibble if g < 2
@@ -54,7 +54,7 @@ block and writes nothing.
 import numpy as np
 
 from .._jit import kernel
-from ..formats_kquants import q6_k as _FMT
+from ..formats.kquants import q6_k as _FMT
 from ._bits import f16_to_f32, load_u16
 from ._kquant_common import f16_at, first_nonfinite_block, store_f16, x_ds, x_q
 from .q4_k_encode import nearest_int
@@ -310,3 +310,12 @@ def gemv_q6_k_q8_k(w, x, out):
     activation ``[G, 292]``."""
     for r in range(w.shape[0]):
         out[r] = dot_q6_k_q8_k(w[r], x)
+
+
+@kernel
+def gemm_q6_k_q8_k(w, x, out):
+    """``out[a, r] = dot_q6_k_q8_k(w[r], x[a])`` for Q6_K weights ``[rows, G, B]`` and Q8_K
+    activations ``[batch, G, 292]``."""
+    for a in range(x.shape[0]):
+        for r in range(w.shape[0]):
+            out[a, r] = dot_q6_k_q8_k(w[r], x[a])

@@ -29,18 +29,21 @@ write nothing for it; raising is the public API's job.
 import numpy as np
 
 from .._jit import kernel
-from ._bits import load_f32, load_i16, round_half_even, saturate_i8
+from ..formats import quant
+from ._bits import load_f32, load_i16
+from ._round import round_half_even, saturate_i8
 
-Q8_K_RECORD_BYTES = 292
-Q8_K_BLOCK = 256
-_Q_AT = 4       # byte offset of q
-_BSUM_AT = 260  # byte offset of bsum
+Q8_K_RECORD_BYTES = quant.q8_k.block_bytes
+Q8_K_BLOCK = quant.q8_k.block_size
+_DS_AT = quant.q8_k.field("ds").start      # byte offsets, from the schema
+_Q_AT = quant.q8_k.field("q").start
+_BSUM_AT = quant.q8_k.field("bsum").start
 
 
 @kernel
 def q8_k_ds(rec):
     """Field ``ds`` of a Q8_K record (float32, bits preserved)."""
-    return load_f32(rec, 0)
+    return load_f32(rec, _DS_AT)
 
 
 @kernel
@@ -110,7 +113,7 @@ def q8_k_write_block(values, b, inverse, out, bo):
     ds = np.float32(np.float32(1.0) / inverse)
     bits = ds.view(np.uint32)
     for k in range(4):  # ds, little-endian
-        out[bo, k] = np.uint8((bits >> np.uint32(8 * k)) & np.uint32(0xFF))
+        out[bo, _DS_AT + k] = np.uint8((bits >> np.uint32(8 * k)) & np.uint32(0xFF))
     for i in range(Q8_K_BLOCK):
         r = round_half_even(np.float32(np.float32(values[b, i]) * inverse))
         out[bo, _Q_AT + i] = np.uint8(np.int32(saturate_i8(r)) & np.int32(0xFF))

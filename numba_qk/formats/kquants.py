@@ -1,6 +1,8 @@
-"""Closed schemas of ggml's other K-quant records: Q2_K, Q3_K, Q5_K, Q6_K (``block_q*_K`` in
-ggml's ``ggml-common.h``).  Declarations only (no numba); the kernels in
-``numba_qk/kernels/q{2,3,5,6}_k.py`` read their byte offsets from these fields.
+"""ggml's K-quant super-block formats (256 elements): declarations only (no numba).
+
+``FORMATS`` lists them in numba_qk's order; ``ACTIVATION`` pairs each weight format with the
+activation format its quantized dot takes (ggml's ``vec_dot_type``).  Q4_K and Q8_K are spec 000's;
+the layouts of ggml's other K-quant records (``block_q*_K`` in ``ggml-common.h``) follow.
 
 Every record holds 256 logical elements.  Notation: ``a`` is the record's bytes, element
 ``i`` (0..255) is written ``i = 128*c + 32*g + l`` (chunk ``c`` in 0..1, group ``g`` in 0..3,
@@ -46,11 +48,31 @@ Q2_K (84 B, ggml type 10; ``x = d*sc[j]*q - dmin*m[j]``, 16 sub-blocks ``j = i /
     [82, 84)    dmin  f16     scale of the mins
 """
 
-from __future__ import annotations
+from ._schema import _F, _TOKEN, Format
 
-from .formats import Format, _F, _TOKEN
+q4_k = Format(
+    _TOKEN, "Q4_K", "q4_k", 256, 144,
+    [
+        _F("d", 0, 2, "f16", 1, 16, True),        # super-block scale for the sub-block scales
+        _F("dmin", 2, 4, "f16", 1, 16, True),     # super-block scale for the sub-block mins
+        _F("sc", 4, 16, "u6", 8, 6, False),       # packed with m: 8 x 6-bit scales
+        _F("m", 4, 16, "u6", 8, 6, False),        # packed with sc: 8 x 6-bit mins
+        _F("q", 16, 144, "u4", 256, 4, False),    # 256 x 4-bit quants
+    ],
+    "Q4_K weights: 256 elements in 8 sub-blocks of 32, 4-bit quants, 6-bit scales and mins",
+    12,
+)
 
-__all__ = ["q2_k", "q3_k", "q5_k", "q6_k", "KQUANT_FORMATS"]
+q8_k = Format(
+    _TOKEN, "Q8_K", "q8_k", 256, 292,
+    [
+        _F("ds", 0, 4, "f32", 1, 32, True),       # block scale
+        _F("q", 4, 260, "i8", 256, 8, True),      # 256 x 8-bit quants
+        _F("bsum", 260, 292, "i16", 16, 16, True),  # sums of q over groups of 16
+    ],
+    "Q8_K activations: 256 elements, 8-bit quants, f32 scale, 16 group sums",
+    15,
+)
 
 q6_k = Format(
     _TOKEN, "Q6_K", "q6_k", 256, 210,
@@ -103,4 +125,5 @@ q2_k = Format(
     10,
 )
 
-KQUANT_FORMATS = (q2_k, q3_k, q5_k, q6_k)
+FORMATS = (q4_k, q8_k, q2_k, q3_k, q5_k, q6_k)
+ACTIVATION = {q4_k: q8_k, q2_k: q8_k, q3_k: q8_k, q5_k: q8_k, q6_k: q8_k}

@@ -1,0 +1,136 @@
+"""The argument checks every public operation shares (one copy of each; no numba here).
+
+Everything a user can get wrong is checked before any kernel runs.  Each check raises a
+one-line ``TypeError`` (wrong kind of object, wrong dtype, wrong format) or ``ValueError``
+(wrong shape, overlap, read-only ``out``) naming the argument, what was expected and what was
+given.  Nothing is ever converted silently: a wrong dtype is an error, not a cast.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .formats import Format, ScalarType
+
+__all__ = ["as_array", "describe", "check_slot", "check_slot_in", "check_records",
+           "check_f32", "check_out", "prepare_out", "check_threads"]
+
+
+def as_array(obj, name: str) -> np.ndarray:
+    """View ``obj`` as an ndarray without copying (arrays, memoryviews, any buffer)."""
+    if isinstance(obj, np.ndarray):
+        return obj
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        view = None
+    if view is not None:
+        return np.asarray(view)
+    if hasattr(obj, "__array_interface__") or hasattr(obj, "__array__"):
+        return np.asarray(obj)
+    raise TypeError(f"{name}: expected a numpy array or a buffer-protocol object, "
+                    f"got {type(obj).__name__}")
+
+
+def describe(value) -> str:
+    if isinstance(value, (Format, ScalarType)):
+        return f"{value!r} ({value.name})"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
+        return f"the numpy dtype {np.dtype(value).name}"
+    return f"a {type(value).__name__}"
+
+
+def _hint(value) -> str:
+    if isinstance(value, str) or isinstance(value, np.dtype) or (
+            isinstance(value, type) and issubclass(value, np.generic)):
+        return " (formats are typed schemas, never strings or dtypes)"
+    return ""
+
+
+def check_slot(value, name: str, expected, what: str, context: str = "") -> None:
+    """A format slot takes exactly one closed schema object; anything else is a TypeError."""
+    if value is expected:
+        return
+    raise TypeError(f"{name}: {what} expects {expected!r} ({expected.name}){context}, "
+                    f"got {describe(value)}{_hint(value)}")
+
+
+def check_slot_in(value, name: str, allowed, what: str, note: str = "") -> None:
+    """A format slot that takes one of several closed schema objects."""
+    if any(value is a for a in allowed):
+        return
+    listed = ", ".join(f"{a!r} ({a.name})" for a in allowed)
+    raise TypeError(f"{name}: {what} expects {listed}; got {describe(value)}{_hint(value)}{note}")
+
+
+# Record arrays by layout: (leading axes, what they hold, note after a wrong dtype).
+_NO_CAST = " (records are raw bytes; no cast is made)"
+_LAYOUTS = {
+    "records": ("G", "{f} records of {b} bytes", _NO_CAST),
+    "weights": ("rows, G", "{f} weight rows of G records", _NO_CAST),
+    "batch": ("batch, G", "{f} activations", ""),
+}
+
+
+def check_records(arr: np.ndarray, name: str, fmt: Format, layout: str = "records") -> np.ndarray:
+    """uint8 records of ``fmt``: ``[G, bytes]`` (``records``), ``[rows, G, bytes]``
+    (``weights``) or ``[batch, G, bytes]`` (``batch``).  The passing path is one test (this runs
+    twice per ``quantized_dot``); the messages are built only on failure."""
+    if (arr.dtype != np.uint8 or arr.ndim != (2 if layout == "records" else 3)
+            or arr.shape[-1] != fmt.block_bytes):
+        _records_error(arr, name, fmt, layout)
+    return arr
+
+
+def _records_error(arr, name, fmt, layout):
+    axes, holds, note = _LAYOUTS[layout]
+    if arr.dtype != np.uint8:
+        raise TypeError(f"{name}: expected uint8 {fmt.name} records, got dtype {arr.dtype}{note}")
+    raise ValueError(f"{name}: expected shape [{axes}, {fmt.block_bytes}] "
+                     f"({holds.format(f=fmt.name, b=fmt.block_bytes)}), got {tuple(arr.shape)}")
+
+
+def check_f32(arr: np.ndarray, name: str, noun: str, block=None) -> np.ndarray:
+    """float32 ``arr``; with ``block``, also of shape ``[G, block]`` (blocks of values)."""
+    if arr.dtype != np.float32:
+        raise TypeError(f"{name}: expected float32 {noun}, got dtype {arr.dtype.str} "
+                        f"({arr.dtype.name}); no cast is made")
+    if block is not None and (arr.ndim != 2 or arr.shape[1] != block):
+        raise ValueError(f"{name}: expected shape [G, {block}] (blocks of {block} {noun}), "
+                         f"got {tuple(arr.shape)}")
+    return arr
+
+
+def check_out(out, shape: tuple, dtype, inputs: tuple, what: str) -> np.ndarray:
+    arr = as_array(out, "out")
+    if arr.dtype != dtype:
+        raise TypeError(f"out: expected dtype {np.dtype(dtype).name} for {what}, got {arr.dtype}")
+    if tuple(arr.shape) != tuple(shape):
+        raise ValueError(f"out: expected shape {list(shape)} for {what}, got {list(arr.shape)}")
+    if not arr.flags.writeable:
+        raise ValueError("out: the buffer is read-only")
+    for x in inputs:
+        if np.may_share_memory(arr, x):
+            raise ValueError("out: the buffer overlaps an input")
+    return arr
+
+
+def prepare_out(out, shape, dtype, inputs, what):
+    """(target array, user's ``out`` or None): a new array, or the checked ``out``."""
+    if out is None:
+        return np.empty(shape, dtype=dtype), None
+    return check_out(out, shape, dtype, inputs, what), out
+
+
+def check_threads(threads) -> int:
+    if threads is None:
+        return max(1, os.cpu_count() or 1)
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
+        raise TypeError(f"threads: expected a positive int or None, got {type(threads).__name__}")
+    if threads < 1:
+        raise ValueError(f"threads: expected a positive int or None, got {threads}")
+    return int(threads)

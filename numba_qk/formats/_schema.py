@@ -1,0 +1,181 @@
+"""The schema machinery: ``Field``, ``Format`` and the import-time layout checks (no numba).
+
+Instances are created only inside ``numba_qk.formats`` (they need ``_TOKEN``); the declarations
+live in one module per family (``kquants``, ``legacy``, ``scalars``) and are collected, named and
+looked up in ``numba_qk.formats`` (``__init__``).  See that module's docstring.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+__all__ = ["Field", "Format"]
+
+_TOKEN = object()  # only this module can construct schema objects
+
+
+class _Frozen:
+    """Base for immutable, unsubclassable schema objects."""
+
+    __slots__ = ()
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{type(self).__name__} objects are immutable")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"{type(self).__name__} objects are immutable")
+
+    def _init(self, **attrs):
+        for key, value in attrs.items():
+            object.__setattr__(self, key, value)
+
+
+def _no_subclass(cls):
+    def __init_subclass__(sub, **kwargs):
+        raise TypeError(f"{cls.__name__} is closed: it cannot be subclassed")
+
+    cls.__init_subclass__ = classmethod(__init_subclass__)
+    return cls
+
+
+@_no_subclass
+class Field(_Frozen):
+    """One field of a record: a name, a byte span and how its elements are stored.
+
+    Attributes
+    ----------
+    name : str        -- spec name (``d``, ``dmin``, ``sc``, ``m``, ``q``, ``ds``, ``bsum``)
+    start, stop : int -- byte span ``[start, stop)`` relative to the record
+    element : str     -- element type: ``'f16'``, ``'f32'``, ``'u6'``, ``'u4'``, ``'i8'``, ``'i16'``
+    count : int       -- number of elements
+    bits : int        -- bit width of one element
+    signed : bool     -- two's complement (integers) or IEEE (floats; always signed)
+    """
+
+    __slots__ = ("name", "start", "stop", "element", "count", "bits", "signed")
+
+    def __init__(self, token, name, start, stop, element, count, bits, signed):
+        if token is not _TOKEN:
+            raise TypeError("Field objects are created by numba_qk only")
+        self._init(name=name, start=start, stop=stop, element=element, count=count,
+                   bits=bits, signed=signed)
+
+    @property
+    def span(self) -> tuple[int, int]:
+        return (self.start, self.stop)
+
+    @property
+    def nbytes(self) -> int:
+        return self.stop - self.start
+
+    def __repr__(self):
+        return (f"Field({self.name!r}, bytes [{self.start}, {self.stop}), {self.element} x "
+                f"{self.count}, {self.bits}-bit, {'signed' if self.signed else 'unsigned'})")
+
+    def __reduce__(self):
+        raise TypeError("Field objects are not picklable on their own; pickle the Format")
+
+
+@_no_subclass
+class Format(_Frozen):
+    """A block-quantized record format (closed singleton, compare with ``is``)."""
+
+    __slots__ = ("name", "block_size", "block_bytes", "fields", "ggml_type", "_attr", "_doc")
+
+    is_quantized = True
+    is_float = False
+
+    def __init__(self, token, name, attr, block_size, block_bytes, fields, doc, ggml_type):
+        if token is not _TOKEN:
+            raise TypeError("Format objects are created by numba_qk only; use numba_qk.quant.*")
+        self._init(name=name, _attr=attr, block_size=block_size, block_bytes=block_bytes,
+                   fields=tuple(fields), _doc=doc, ggml_type=ggml_type)
+        _check_tiling(self)
+
+    # Aliases in record vocabulary.
+    @property
+    def elements_per_record(self) -> int:
+        return self.block_size
+
+    @property
+    def record_bytes(self) -> int:
+        return self.block_bytes
+
+    @property
+    def bits_per_element(self) -> float:
+        return self.block_bytes * 8 / self.block_size
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"{self.name} has no field {name!r}; fields: "
+                       f"{', '.join(f.name for f in self.fields)}")
+
+    def storage_bytes(self, n: int) -> Optional[int]:
+        """Bytes needed for ``n`` logical elements, or ``None`` if ``n`` is not whole records."""
+        n = _check_count(n)
+        if n % self.block_size:
+            return None
+        return n // self.block_size * self.block_bytes
+
+    def __repr__(self):
+        return f"numba_qk.quant.{self._attr}"
+
+    def __str__(self):
+        return self.name
+
+    def __reduce__(self):  # pickles as a reference to the singleton
+        from . import _lookup_format
+
+        return (_lookup_format, (self._attr,))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def _check_count(n) -> int:
+    import operator
+
+    if isinstance(n, bool):
+        raise TypeError("storage_bytes(n): n must be an integer element count, got bool")
+    try:
+        n = operator.index(n)
+    except TypeError:
+        raise TypeError(f"storage_bytes(n): n must be an integer element count, "
+                        f"got {type(n).__name__}") from None
+    if n < 0:
+        raise ValueError(f"storage_bytes(n): n must be >= 0, got {n}")
+    return n
+
+
+def _check_tiling(fmt: Format) -> None:
+    """Fields must tile [0, block_bytes) exactly; shared spans must be filled bit for bit."""
+    spans: dict[tuple[int, int], int] = {}
+    for f in fmt.fields:
+        if not (0 <= f.start < f.stop <= fmt.block_bytes):
+            raise AssertionError(f"{fmt.name}.{f.name}: span {f.span} outside the record")
+        spans[f.span] = spans.get(f.span, 0) + f.count * f.bits
+    pos = 0
+    for (start, stop), bits in sorted(spans.items()):
+        if start != pos:
+            raise AssertionError(f"{fmt.name}: bytes [{pos}, {start}) are not covered, or spans overlap")
+        if bits != (stop - start) * 8:
+            raise AssertionError(f"{fmt.name}: span [{start}, {stop}) holds {bits} bits of fields, "
+                                 f"expected {(stop - start) * 8}")
+        pos = stop
+    if pos != fmt.block_bytes:
+        raise AssertionError(f"{fmt.name}: fields end at byte {pos}, record is {fmt.block_bytes} bytes")
+
+
+def _F(*args):
+    return Field(_TOKEN, *args)
+
+
+
+
+for _cls in (Field, Format):
+    _cls.__module__ = "numba_qk.formats"

@@ -1,0 +1,91 @@
+"""Every named rounding helper, in one place (all ``@njit``, callable from user code).
+
+Each kernel spells a rounding step by one of these names, never as an inline expression:
+
+* ``round_half_even(x)`` -- nearest integer to an f32, ties to even (``rint``), as f32.
+* ``saturate_i8(r)``     -- clamp an integral f32 to [-128, 127], convert to int8.
+* ``nearest_int(f)``     -- ggml's magic-number rounding: the low 23 bits of
+  ``R32(f + 12582912)`` minus 2**22 (ties to even for |f| < 2**22, ggml's garbage beyond).
+* ``roundf(x)``          -- C ``roundf``: nearest, halves away from zero.
+* ``c_int8(t)``          -- C's ``(int8_t)t`` of an f32 as x86 compilers emit it.
+* ``f32_to_f16_bits(x)`` -- IEEE binary16 bits of an f32, nearest-even (ggml's
+  ``GGML_FP32_TO_FP16``, numpy's ``astype(float16)``).
+"""
+
+import numpy as np
+
+from .._jit import kernel
+
+_MAGIC = np.float32(12582912.0)  # 1.5 * 2**23: adding it rounds to an integer in the mantissa
+
+
+@kernel
+def round_half_even(x):
+    """Nearest integer to float32 ``x``, ties to even, as float32 (``-0.5 -> -0.0``)."""
+    return np.float32(np.rint(np.float32(x)))
+
+
+@kernel
+def saturate_i8(r):
+    """Clamp an integral float32 to [-128, 127] and convert to int8 (input must not be NaN)."""
+    return np.int8(np.int32(min(max(np.float32(r), np.float32(-128.0)), np.float32(127.0))))
+
+
+@kernel
+def nearest_int(f):
+    """ggml's ``nearest_int``: round f32 ``f`` through the mantissa of ``R32(f + 1.5 * 2**23)``."""
+    val = np.float32(np.float32(f) + _MAGIC)
+    return np.int32((val.view(np.int32) & np.int32(0x007FFFFF)) - np.int32(0x00400000))
+
+
+@kernel
+def roundf(x):
+    """C roundf: nearest, halves away from zero (exact: computed in float64)."""
+    a = np.floor(abs(np.float64(x)) + 0.5)
+    return -a if x < 0 else a
+
+
+@kernel
+def c_int8(t):
+    """``(int8_t)t`` for float32 ``t`` as C compilers emit it on x86: a 32-bit truncating
+    conversion (``cvttss2si``; NaN and out-of-range give INT_MIN) keeping the low byte.  ggml
+    reaches NaN/inf here when a block's ``d`` is so small that ``id = 1/d`` overflows."""
+    if t >= np.float32(-2147483648.0) and t < np.float32(2147483648.0):
+        i = np.int64(t)
+    else:
+        i = np.int64(-2147483648)
+    return np.int32(np.int8(np.uint8(i & 0xFF)))
+
+
+@kernel
+def f32_to_f16_bits(x):
+    """IEEE binary16 bits of float32 ``x``, rounded to nearest, ties to even (overflow -> inf,
+    gradual underflow to subnormals, NaN -> a quiet NaN with the sign kept) -- the conversion of
+    ggml's ``GGML_FP32_TO_FP16`` and numpy's ``astype(float16)`` for every non-NaN value."""
+    bits = np.float32(x).view(np.uint32)
+    sign = np.uint32((bits >> np.uint32(16)) & np.uint32(0x8000))
+    exp = np.int32((bits >> np.uint32(23)) & np.uint32(0xFF))
+    mant = np.uint32(bits & np.uint32(0x7FFFFF))
+    if exp == 0xFF:  # inf or NaN
+        if mant == 0:
+            return np.uint16(sign | np.uint32(0x7C00))
+        return np.uint16(sign | np.uint32(0x7E00) | (mant >> np.uint32(13)))
+    e = np.int32(exp - 127 + 15)  # f16 biased exponent
+    if e <= 0:  # f16 subnormal (or zero): value = m * 2**-24, rounded
+        if e < -10:  # below half the smallest subnormal: rounds to zero
+            return np.uint16(sign)
+        m = np.uint32(mant | np.uint32(0x800000))  # implicit bit (f32 subnormals land above)
+        shift = np.uint32(14 - e)
+        r = np.uint32(m >> shift)
+        rem = np.uint32(m & ((np.uint32(1) << shift) - np.uint32(1)))
+        half = np.uint32(np.uint32(1) << (shift - np.uint32(1)))
+        if rem > half or (rem == half and (r & np.uint32(1)) != 0):
+            r += np.uint32(1)  # may become 0x400: the smallest normal, correctly encoded
+        return np.uint16(sign | r)
+    if e >= 31:
+        return np.uint16(sign | np.uint32(0x7C00))
+    val = np.uint32((np.uint32(e) << np.uint32(10)) | (mant >> np.uint32(13)))
+    rem = np.uint32(mant & np.uint32(0x1FFF))
+    if rem > np.uint32(0x1000) or (rem == np.uint32(0x1000) and (val & np.uint32(1)) != 0):
+        val += np.uint32(1)  # a carry into the exponent is right; 0x7C00 is inf
+    return np.uint16(sign | val)

@@ -1,0 +1,214 @@
+"""Explicit-SIMD decoder of the Q4_K x Q8_K dot (LLVM IR through numba intrinsics).
+
+Only *exact integer* work is done here (plus two exact loads): the record statistics
+``S_b`` and ``T_b`` of the Q4_K x Q8_K dot.  Integer sums are exact in any order, so the
+vector organisation below gives the same integers as the readable loop in ``dot.py``; every
+float rounding step stays in plain numba code, in spec order.
+
+Per record pair (256-bit AVX2 form shown; with AVX-512BW the same steps run on 512-bit vectors,
+two 32-byte chunks at a time, low and high nibbles shuffled into element order)::
+
+    sc, m      <- 6-bit fields, unpacked from the 12 scale bytes with 32-bit SWAR masks
+    for chunk j in 0..3 (32 bytes of Q4_K quants = sub-blocks 2j and 2j+1):
+        lo, hi  = qs & 0x0F, qs >> 4                         (u8 x 32 each)
+        plo     = pmaddubsw(lo, xq[64j : 64j+32])           (i16 x 16, |.| <= 3840: no saturation)
+        phi     = pmaddubsw(hi, xq[64j+32 : 64j+64])
+        acc    += pmaddwd(plo, splat(sc[2j])) + pmaddwd(phi, splat(sc[2j+1]))   (i32 x 8)
+    S_b = reduce_add(acc)
+    T_b = reduce_add(pmaddwd(bsum[0:16], [m0, m0, m1, m1, ..., m7, m7]))
+
+Bounds: a pmaddubsw lane is the sum of two products u4 * i8, at most 2 * 15 * 128 = 3840 in
+magnitude (the instruction saturates only beyond 32767); pmaddwd lanes stay below 2**19; all
+i32 sums stay within the spec's bounds (|S_b| <= 30,965,760).  ``T_b`` uses the stored int16
+``bsum`` exactly (|T_b| <= 33,030,144 for any bytes).
+
+The intrinsics read a record's bytes from an array's data pointer plus a byte offset computed
+by the caller from the array's strides; the record's own bytes must be contiguous (unit stride
+along the byte axis).  ``dot.py`` checks that and falls back to the portable loop otherwise.
+Working from offsets (not sub-array views) also keeps numba's reference counting out of the
+hot loop.
+``HAVE_AVX2`` says whether the compilation target has AVX2 and F16C; without them the
+portable loops are used.
+"""
+
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
+
+from ..formats import quant
+from ._simd import (HAVE_AVX512, _Ops, _gather_f16, _gather_f32, _i8, _i16, _i32, _i64, _load,
+                    _ptr, _reduce_many, _splat_lanes, _tile_fold, _vec)
+
+__all__ = ["q4_k_q8_k_sums", "q4_k_q8_k_sums_avx2", "q4_k_q8_k_sums_avx512",
+           "accumulate_rows_x8", "accumulate_rows_x8_avx2", "accumulate_rows_x8_avx512",
+           "accumulate_acts_x8", "accumulate_acts_x8_avx2", "accumulate_acts_x8_avx512"]
+
+# Byte offsets read from the schemas (never retyped).
+_K_D_AT = quant.q4_k.field("d").start          # f16
+_K_DMIN_AT = quant.q4_k.field("dmin").start    # f16
+_K_SCALES_AT = quant.q4_k.field("sc").start    # 12 bytes of packed 6-bit sc/m
+_K_QS_AT = quant.q4_k.field("q").start         # 128 bytes of nibbles
+_A_DS_AT = quant.q8_k.field("ds").start        # f32
+_A_Q_AT = quant.q8_k.field("q").start          # 256 x int8
+_A_BSUM_AT = quant.q8_k.field("bsum").start    # 16 x int16
+
+
+def _unpack_scales(builder, wbase):
+    """sc[0..7] and m[0..7] of a Q4_K record as two <8 x i16> vectors.
+
+    The 12 scale bytes as little-endian words u0, u1, u2:
+      sc[0..3] = u0 & 0x3f3f3f3f               m[0..3] = u1 & 0x3f3f3f3f
+      sc[4..7] = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4)
+      m[4..7]  = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4)
+    """
+    u0 = _load(builder, wbase, _K_SCALES_AT, _i32)
+    u1 = _load(builder, wbase, _K_SCALES_AT + 4, _i32)
+    u2 = _load(builder, wbase, _K_SCALES_AT + 8, _i32)
+    low6 = ir.Constant(_i32, 0x3F3F3F3F)
+    nib = ir.Constant(_i32, 0x0F0F0F0F)
+    top2 = ir.Constant(_i32, 0x03030303)
+
+    def shr(v, n):
+        return builder.lshr(v, ir.Constant(_i32, n))
+
+    def shl(v, n):
+        return builder.shl(v, ir.Constant(_i32, n))
+
+    sc_lo = builder.and_(u0, low6)
+    m_lo = builder.and_(u1, low6)
+    sc_hi = builder.or_(builder.and_(u2, nib), shl(builder.and_(shr(u0, 6), top2), 4))
+    m_hi = builder.or_(builder.and_(shr(u2, 4), nib), shl(builder.and_(shr(u1, 6), top2), 4))
+
+    def bytes8(lo, hi):
+        word = builder.or_(builder.zext(lo, _i64),
+                           builder.shl(builder.zext(hi, _i64), ir.Constant(_i64, 32)))
+        return builder.zext(builder.bitcast(word, _vec(_i8, 8)), _vec(_i16, 8))
+
+    return bytes8(sc_lo, sc_hi), bytes8(m_lo, m_hi)
+
+
+def _decode_weights(builder, ops: _Ops, wbase):
+    """Weight side of one Q4_K record: quants in element order (one vector per ``lanes``
+    elements), the matching vectors of sub-block scales (each scale repeated over its 16
+    pmaddubsw lanes) and the [m0, m0, m1, m1, ...] vector for T_b."""
+    lanes = ops.lanes
+    sc16, m16 = _unpack_scales(builder, wbase)
+    low4 = ir.Constant(_vec(_i8, lanes), [0x0F] * lanes)
+    four = ir.Constant(_vec(_i8, lanes), [4] * lanes)
+    quants, scales = [], []
+    for h in range(0, 128, lanes):  # `lanes` bytes of packed nibbles at a time
+        qs = _load(builder, wbase, _K_QS_AT + h, _vec(_i8, lanes))
+        lo = builder.and_(qs, low4)
+        hi = builder.lshr(qs, four)
+        for c in range(lanes // 32):  # each 32-byte chunk: low nibbles, then high nibbles
+            j = h // 32 + c
+            if ops.wide:
+                order = [32 * c + k for k in range(32)] + [64 + 32 * c + k for k in range(32)]
+                quants.append(builder.shuffle_vector(lo, hi, ir.Constant(_vec(_i32, 64), order)))
+                scales.append(_splat_lanes(builder, sc16, [2 * j] * 16 + [2 * j + 1] * 16))
+            else:
+                quants += [lo, hi]
+                scales += [_splat_lanes(builder, sc16, [2 * j] * 16),
+                           _splat_lanes(builder, sc16, [2 * j + 1] * 16)]
+    m_pairs = _splat_lanes(builder, m16, [k // 2 for k in range(16)])
+    return quants, scales, m_pairs
+
+
+def _pair_vectors(builder, ops: _Ops, weights, xbase):
+    """Unreduced S and T vectors of one decoded weight record against the Q8_K record at
+    ``xbase``.  Element e of a Q8_K record lives at byte _A_Q_AT + e, so activation vector v covers
+    elements [lanes*v, lanes*v + lanes) -- the order of the decoded quants."""
+    quants, scales, m_pairs = weights
+    acc = ir.Constant(ops.maddwd.function_type.return_type, None)
+    for v, (q, sc) in enumerate(zip(quants, scales)):
+        xv = _load(builder, xbase, _A_Q_AT + ops.lanes * v, _vec(_i8, ops.lanes))
+        acc = builder.add(acc, builder.call(ops.maddwd, [builder.call(ops.maddubs, [q, xv]), sc]))
+    bsum = _load(builder, xbase, _A_BSUM_AT, _vec(_i16, 16))
+    return acc, builder.call(ops.maddwd8, [bsum, m_pairs])
+
+
+def _gen_sums(builder, ops: _Ops, wbases, xbases):
+    """(S, T) as two <n x i32> vectors for the record pairs zip(wbases, xbases).  A weight
+    record listed several times (same IR value) is decoded once."""
+    decoded = {}
+    s_vecs, t_vecs = [], []
+    for wb, xb in zip(wbases, xbases):
+        if id(wb) not in decoded:
+            decoded[id(wb)] = _decode_weights(builder, ops, wb)
+        s_acc, t_vec = _pair_vectors(builder, ops, decoded[id(wb)], xb)
+        s_vecs.append(s_acc)
+        t_vecs.append(t_vec)
+    return _reduce_many(builder, s_vecs), _reduce_many(builder, t_vecs)
+
+
+def _record_values(builder, s_vec, t_vec, d, dmin, ds):
+    """The float steps, lane by lane -- each lane is one record pair, each IR instruction one
+    IEEE operation in round-to-nearest-even (no fast-math flags, so nothing is fused)."""
+    f32v = _vec(ir.FloatType(), s_vec.type.count)
+    p = builder.fmul(d, builder.sitofp(s_vec, f32v))       # p_b = R32(d * f32(S_b))
+    n = builder.fmul(dmin, builder.sitofp(t_vec, f32v))    # n_b = R32(dmin * f32(T_b))
+    return builder.fmul(ds, builder.fsub(p, n))            # v_b = R32(ds * R32(p_b - n_b))
+
+
+def _make_sums(wide: bool):
+    @intrinsic
+    def q4_k_q8_k_sums(typingctx, w, w_off, x, x_off):
+        """(S_b, T_b) as int32 for the Q4_K record at byte ``w_off`` of uint8 array ``w`` and
+        the Q8_K record at byte ``x_off`` of ``x`` (both records' bytes contiguous)."""
+        if not (isinstance(w, types.Array) and isinstance(x, types.Array)):
+            return None
+        sig = types.UniTuple(types.int32, 2)(w, types.intp, x, types.intp)
+
+        def codegen(context, builder, signature, args):
+            ops = _Ops(builder, wide)
+            wb = _ptr(context, builder, signature.args[0], args[0], args[1])
+            xb = _ptr(context, builder, signature.args[2], args[2], args[3])
+            s_vec, t_vec = _gen_sums(builder, ops, [wb], [xb])
+            zero = ir.Constant(_i32, 0)
+            return context.make_tuple(builder, signature.return_type,
+                                      [builder.extract_element(s_vec, zero),
+                                       builder.extract_element(t_vec, zero)])
+        return sig, codegen
+    return q4_k_q8_k_sums
+
+
+def _make_accumulate(wide: bool, over_rows: bool, n: int = 8):
+    """Intrinsic folding ``n`` record values into ``acc.flat[acc_at : acc_at + n]`` (a
+    contiguous float32 array).
+
+    over_rows=True  (gemv): lane k pairs weight record ``w_off + k*step`` with the one
+                     activation record at ``x_off``.
+    over_rows=False (gemm): lane k pairs the one weight record at ``w_off`` (decoded once)
+                     with activation record ``x_off + k*step``.
+    ``first`` != 0 starts each lane's fold (acc = v), else acc = R32(acc + v).
+    """
+    @intrinsic
+    def accumulate(typingctx, w, w_off, x, x_off, step, acc, acc_at, first):
+        if not (isinstance(w, types.Array) and isinstance(x, types.Array)
+                and isinstance(acc, types.Array) and acc.dtype == types.float32):
+            return None
+        sig = types.none(w, types.intp, x, types.intp, types.intp, acc, types.intp, types.intp)
+
+        def codegen(context, builder, signature, args):
+            def values(wbs, xbs):
+                s_vec, t_vec = _gen_sums(builder, _Ops(builder, wide), wbs, xbs)
+                d = _gather_f16(builder, wbs, _K_D_AT)
+                dmin = _gather_f16(builder, wbs, _K_DMIN_AT)
+                ds = _gather_f32(builder, xbs, _A_DS_AT)
+                return _record_values(builder, s_vec, t_vec, d, dmin, ds)
+            return _tile_fold(context, builder, signature, args, 0, over_rows, n, values)
+        return sig, codegen
+    return accumulate
+
+
+q4_k_q8_k_sums_avx2 = _make_sums(wide=False)
+q4_k_q8_k_sums_avx512 = _make_sums(wide=True)
+accumulate_rows_x8_avx2 = _make_accumulate(wide=False, over_rows=True)
+accumulate_rows_x8_avx512 = _make_accumulate(wide=True, over_rows=True)
+accumulate_acts_x8_avx2 = _make_accumulate(wide=False, over_rows=False)
+accumulate_acts_x8_avx512 = _make_accumulate(wide=True, over_rows=False)
+
+# The widest available variants, used by the fast paths.
+q4_k_q8_k_sums = q4_k_q8_k_sums_avx512 if HAVE_AVX512 else q4_k_q8_k_sums_avx2
+accumulate_rows_x8 = accumulate_rows_x8_avx512 if HAVE_AVX512 else accumulate_rows_x8_avx2
+accumulate_acts_x8 = accumulate_acts_x8_avx512 if HAVE_AVX512 else accumulate_acts_x8_avx2

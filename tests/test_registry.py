@@ -1,0 +1,327 @@
+"""Conformance over the format registry: every bound format is tested the moment it is bound.
+
+Each test is parametrised over ``numba_qk._registry.BINDINGS`` (or its weight / quantizable
+subsets), so a new format runs the oracle, products == dot, error, carrier and capability checks
+without a test edit; the oracle tables below must name an oracle for every bound format (a test
+fails otherwise).  Format-specific quirks stay in the per-format test files.
+"""
+
+import numpy as np
+import pytest
+
+import numba_qk as qk
+from numba_qk import _registry, reference as ref, reference_kquants as ref_k
+from numba_qk._registry import BINDINGS, QUANTIZABLE, WEIGHTS, Binding, check_bindings
+
+from conftest import assert_same_f32, assert_same_records
+
+ALL = [b.format for b in BINDINGS]
+ids = [f.name for f in ALL]
+
+
+def _legacy_name(fmt):
+    return fmt.name if fmt.name in ref.LEGACY_LAYOUT else None
+
+
+def dot_oracle(fmt, w, x):
+    """The slow oracle's dot for weight format ``fmt`` (written from the spec, no kernel code)."""
+    if fmt is qk.quant.q4_k:
+        return ref.quantized_dot(w, x)
+    if fmt.name in ref_k.DECODERS:  # Q2_K, Q3_K, Q5_K, Q6_K: DESIGN.md section 7
+        return ref_k.quantized_dot(fmt.name, w, x)
+    return ref.legacy_dot(fmt.name, w, qk.activation_format(fmt).name, x)
+
+
+def dequantize_oracle(fmt, rec: bytes):
+    f32 = np.float32
+    with np.errstate(all="ignore"):  # every step below is one f32 operation (one rounding)
+        if fmt is qk.quant.q8_k:
+            f = ref.decode_q8_k(rec)
+            return [f32(f["ds"]) * f32(q) for q in f["q"]]
+        if fmt is qk.quant.q4_k:  # gguf-py's order: R32(R32(R32(d*sc)*q) - R32(dmin*m))
+            f = ref.decode_q4_k(rec)
+            d, dmin = f32(f["d"]), f32(f["dmin"])
+            return [((d * f32(f["sc"][i // 32])) * f32(f["q"][i]))
+                    - (dmin * f32(f["m"][i // 32])) for i in range(256)]
+    if fmt.name in ref_k.DECODERS:  # ggml's dequantize_row_q{2,3,5,6}_K step order
+        return ref_k.dequantize(fmt.name, rec)
+    return ref.legacy_dequantize(fmt.name, rec)
+
+
+def quantize_oracle(fmt, block):
+    if fmt is qk.quant.q8_k:
+        return ref.quantize_block(block)
+    if _legacy_name(fmt):
+        return ref.legacy_quantize_block(fmt.name, block)
+    # Q4_K and Q2_K..Q6_K: checked against ggml's own bytes (tests/golden, test_q4_k_encode.py,
+    # test_kquants.py)
+    return None
+
+
+def test_registry_is_whole_and_ordered():
+    assert [b.format for b in BINDINGS] == [qk.quant.q8_k, qk.quant.q4_k, qk.quant.q4_0,
+                                             qk.quant.q4_1, qk.quant.q5_0, qk.quant.q5_1,
+                                             qk.quant.q8_0, qk.quant.q8_1, qk.quant.q2_k,
+                                             qk.quant.q3_k, qk.quant.q5_k, qk.quant.q6_k]
+    assert set(ALL) == set(qk.quant)
+    assert WEIGHTS == (qk.quant.q4_k, qk.quant.q4_0, qk.quant.q4_1, qk.quant.q5_0,
+                       qk.quant.q5_1, qk.quant.q8_0, qk.quant.q2_k, qk.quant.q3_k,
+                       qk.quant.q5_k, qk.quant.q6_k)
+    assert QUANTIZABLE == tuple(ALL)
+    from numba_qk import gguf
+
+    assert gguf.ACCELERATED == WEIGHTS
+
+
+@pytest.mark.parametrize("fmt", ALL, ids=ids)
+def test_every_bound_format_has_an_oracle(fmt):
+    rec = bytes(fmt.block_bytes)
+    assert len(dequantize_oracle(fmt, rec)) == fmt.block_size
+    if fmt in WEIGHTS:
+        act = qk.activation_format(fmt)
+        z = np.zeros((1, fmt.block_bytes), np.uint8)
+        assert_same_f32(dot_oracle(fmt, z, np.zeros((1, act.block_bytes), np.uint8)), 0.0)
+
+
+@pytest.mark.parametrize("fmt", ALL, ids=ids)
+def test_dequantize_and_decode_on_any_bytes_match_the_oracle(fmt, rng):
+    raw = rng.integers(0, 256, (24, fmt.block_bytes), dtype=np.uint8)
+    raw[0] = 0
+    raw[1] = 0xFF
+    got = qk.dequantize(raw, fmt)
+    assert got.shape == (24, fmt.block_size) and got.dtype == np.float32
+    for b in range(raw.shape[0]):
+        assert_same_f32(got[b], np.array(dequantize_oracle(fmt, raw[b].tobytes()), np.float32),
+                        f"{fmt.name} record {b}")
+    fields = qk.decode(raw, fmt)
+    for name, value in fields._asdict().items():
+        if value is not None:
+            assert value.shape[0] == 24, name
+    assert qk.find_invalid_records(raw, fmt).dtype == np.int64
+
+
+@pytest.mark.parametrize("fmt", QUANTIZABLE, ids=[f.name for f in QUANTIZABLE])
+def test_quantize_matches_the_oracle_and_rejects_non_finite(fmt, rng):
+    n = fmt.block_size
+    x = (rng.standard_normal((6, n)) * 10.0 ** rng.uniform(-30, 30, (6, 1))).astype(np.float32)
+    x[1] = 0.0
+    x[2, ::3] = -0.0
+    got = qk.quantize(x, format=fmt)
+    assert got.shape == (6, fmt.block_bytes) and got.dtype == np.uint8
+    for b in range(6):
+        want = quantize_oracle(fmt, x[b])
+        if want is not None:
+            assert_same_records(got[b:b + 1], np.frombuffer(want, np.uint8)[None], fmt.name)
+    assert qk.find_invalid_records(got, fmt).size == 0
+    bad = x.copy()
+    bad[4, n - 1] = np.nan
+    out = np.full((6, fmt.block_bytes), 7, np.uint8)
+    with pytest.raises(qk.QuantizationDomainError,
+                       match=rf"^block 4: values\[4, {n - 1}\] is nan; quantize needs finite"):
+        qk.quantize(bad, format=fmt, out=out)
+    assert (out == 7).all()
+    with pytest.raises(ValueError, match=rf"values: expected shape \[G, {n}\]"):
+        qk.quantize(np.zeros((2, n + 1), np.float32), format=fmt)
+
+
+def _pair(rng, fmt, shape_w, shape_x):
+    act = qk.activation_format(fmt)
+    w = qk.quantize(rng.standard_normal((int(np.prod(shape_w)), fmt.block_size))
+                    .astype(np.float32), format=fmt).reshape(*shape_w, -1)
+    x = qk.quantize(rng.standard_normal((int(np.prod(shape_x)), act.block_size))
+                    .astype(np.float32), format=act).reshape(*shape_x, -1)
+    return act, w, x
+
+
+@pytest.mark.parametrize("fmt", WEIGHTS, ids=[f.name for f in WEIGHTS])
+def test_dot_matches_the_oracle(fmt, rng):
+    act = qk.activation_format(fmt)
+    for g in (1, 3):
+        w = rng.integers(0, 256, (g, fmt.block_bytes), dtype=np.uint8)
+        x = rng.integers(0, 256, (g, act.block_bytes), dtype=np.uint8)
+        assert_same_f32(qk.quantized_dot(w, x, lhs_format=fmt, rhs_format=act),
+                        dot_oracle(fmt, w, x), f"{fmt.name} G={g}")
+
+
+@pytest.mark.parametrize("fmt", WEIGHTS, ids=[f.name for f in WEIGHTS])
+def test_gemv_gemm_matmul_equal_dot(fmt, rng):
+    rows, g, batch = 17, 2, 9  # 8-row / 8-activation tiles and remainders
+    act, w, xq = _pair(rng, fmt, (rows, g), (batch, g))
+    want = np.array([[qk.quantized_dot(w[r], xq[a], lhs_format=fmt, rhs_format=act)
+                      for r in range(rows)] for a in range(batch)], np.float32)
+    for threads in (1, 2):
+        assert_same_f32(qk.gemv(w, xq[3], lhs_format=fmt, rhs_format=act, threads=threads),
+                        want[3])
+        assert_same_f32(qk.gemm(w, xq, lhs_format=fmt, rhs_format=act, threads=threads), want)
+    xf = rng.standard_normal((batch, g * fmt.block_size)).astype(np.float32)
+    xfq = qk.quantize(xf.reshape(-1, act.block_size), format=act).reshape(batch, g, -1)
+    assert_same_f32(qk.matmul(w, xf, lhs_format=fmt, threads=2),
+                    qk.gemm(w, xfq, lhs_format=fmt, rhs_format=act))
+
+
+@pytest.mark.parametrize("fmt", ALL, ids=ids)
+def test_unbound_combinations_are_explicit_errors(fmt):
+    """Every combination the registry does not bind raises a TypeError naming the slot."""
+    z = np.zeros((1, fmt.block_bytes), np.uint8)
+    if fmt not in WEIGHTS:
+        with pytest.raises(TypeError, match=r"lhs_format: quantized_dot expects"):
+            qk.quantized_dot(z, z, lhs_format=fmt, rhs_format=fmt)
+        with pytest.raises(TypeError, match=r"lhs_format: gemv expects"):
+            qk.gemv(z[None], z, lhs_format=fmt, rhs_format=fmt)
+        with pytest.raises(TypeError, match=r"lhs_format: gemm expects"):
+            qk.gemm(z[None], z[None], lhs_format=fmt, rhs_format=fmt)
+        with pytest.raises(TypeError, match=r"lhs_format: matmul expects"):
+            qk.matmul(z[None], np.zeros(fmt.block_size, np.float32), lhs_format=fmt)
+        return
+    act = qk.activation_format(fmt)
+    for other in ALL:
+        if other is not act:
+            with pytest.raises(TypeError, match=rf"rhs_format: quantized_dot expects "
+                                                rf"{act!r} \({act.name}\) to pair with {fmt.name}"):
+                qk.quantized_dot(z, np.zeros((1, other.block_bytes), np.uint8),
+                                 lhs_format=fmt, rhs_format=other)
+
+
+@pytest.mark.parametrize("fmt", WEIGHTS, ids=[f.name for f in WEIGHTS])
+def test_carriers(fmt, rng):
+    """Read-only, unaligned, strided and memoryview records give the same bits."""
+    act, w, x = _pair(rng, fmt, (5,), (5,))
+    want = qk.quantized_dot(w, x, lhs_format=fmt, rhs_format=act)
+    want_deq = qk.dequantize(w, fmt)
+    ro = w.copy()
+    ro.flags.writeable = False
+    buf = bytearray(w.nbytes + 1)
+    buf[1:] = w.tobytes()
+    unaligned = np.frombuffer(memoryview(buf)[1:], np.uint8).reshape(w.shape)
+    wide = np.zeros((5, 2 * fmt.block_bytes), np.uint8)
+    wide[:, ::2] = w
+    for carrier in (ro, unaligned, wide[:, ::2], memoryview(w)):
+        assert_same_f32(qk.quantized_dot(carrier, x, lhs_format=fmt, rhs_format=act), want)
+        assert_same_f32(qk.dequantize(carrier, fmt), want_deq)
+
+
+def test_half_bound_formats_fail_the_import_check():
+    b = _registry.binding
+    q8k, q4k = b(qk.quant.q8_k), b(qk.quant.q4_k)
+    check_bindings(BINDINGS, tuple(qk.quant))  # the real table is whole
+    with pytest.raises(AssertionError, match="Q4_0 is declared but has no kernels bound"):
+        check_bindings([x for x in BINDINGS if x.format is not qk.quant.q4_0], tuple(qk.quant))
+    with pytest.raises(AssertionError, match="Q4_K is bound twice"):
+        check_bindings(BINDINGS + (q4k,), tuple(qk.quant))
+    half = Binding(qk.quant.q4_k, dequantize=q4k.dequantize, decode=q4k.decode, dot=q4k.dot)
+    with pytest.raises(AssertionError, match="Q4_K is half-bound: dot, gemv and gemm go together"):
+        check_bindings([half], (qk.quant.q4_k,))
+    no_dot = Binding(qk.quant.q4_k, dequantize=q4k.dequantize, decode=q4k.decode)
+    with pytest.raises(AssertionError, match="Q4_K is half-bound: a declared activation pairing"):
+        check_bindings([no_dot], (qk.quant.q4_k,))
+    no_reason = Binding(qk.quant.q8_k, dequantize=q8k.dequantize, decode=q8k.decode,
+                        quantize=q8k.quantize)
+    with pytest.raises(AssertionError, match="Q8_K is half-bound: quantize and domain_reason"):
+        check_bindings([no_reason], (qk.quant.q8_k,))
+    no_act_quantizer = Binding(qk.quant.q8_k, dequantize=q8k.dequantize, decode=q8k.decode)
+    with pytest.raises(AssertionError, match="activation Q8_K has no quantizer"):
+        check_bindings([q4k, no_act_quantizer], (qk.quant.q4_k, qk.quant.q8_k))
+    with pytest.raises(AssertionError, match="F32 is bound but not a declared format"):
+        check_bindings([Binding(qk.f32, dequantize=q8k.dequantize, decode=q8k.decode)],
+                       tuple(qk.quant))
+
+
+def test_capabilities():
+    caps = qk.capabilities()
+    assert list(caps) == list(qk.quant)
+    for fmt, c in caps.items():
+        assert c == qk.capabilities(fmt) and c.format is fmt
+        assert c.dequantize and c.decode and c.quantize == (fmt in QUANTIZABLE)
+        assert (c.dot_partner is not None) == (fmt in WEIGHTS) == c.gemv == c.gemm == c.matmul
+    q4k = qk.capabilities(qk.quant.q4_k)
+    assert q4k.dot_partner is qk.quant.q8_k and q4k.quantizer == "ggml quantize_row_q4_K_ref"
+    assert qk.capabilities(qk.quant.q8_k).activation_of == (
+        qk.quant.q4_k, qk.quant.q2_k, qk.quant.q3_k, qk.quant.q5_k, qk.quant.q6_k)
+    assert qk.capabilities(qk.quant.q6_k).quantizer == "ggml quantize_row_q6_K_ref"
+    assert qk.capabilities(qk.quant.q8_1).activation_of == (qk.quant.q4_1, qk.quant.q5_1)
+    for scalar in (qk.f32, qk.f16, qk.bf16, qk.i8, qk.i32):
+        c = qk.capabilities(scalar)
+        assert not (c.quantize or c.dequantize or c.decode or c.gemv) and c.dot_partner is None
+    with pytest.raises(TypeError, match="format: capabilities expects a numba_qk Format or "
+                                        "ScalarType, got the string 'q4_k'"):
+        qk.capabilities("q4_k")
+
+
+def test_readme_capability_table_is_generated_from_the_registry():
+    """README's table is ``python tools/capabilities_table.py`` output; regenerate on change."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    assert _registry.markdown_table() in readme, \
+        "README capability table is stale: run python tools/capabilities_table.py --write"
+
+
+def test_declarations_need_no_numba():
+    """numba_qk.formats (schemas) imports without numba: declarations apart from kernels."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(qk.__file__).resolve().parent.parent
+    code = ("import sys, types; pkg = types.ModuleType('numba_qk'); "  # skip numba_qk/__init__
+            "pkg.__path__ = [sys.argv[1] + '/numba_qk']; sys.modules['numba_qk'] = pkg; "
+            "import numba_qk.formats as m; "
+            "assert 'numba' not in sys.modules, 'numba imported'; print(len(list(m.quant)))")
+    r = subprocess.run([sys.executable, "-c", code, str(root)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) == len(ALL)
+
+
+def _format_refs(tree):
+    """(line, kind) of every ``quant.<format>`` attribute, and every ``is`` test against one."""
+    import ast
+    import re
+
+    def is_format(node):
+        return (isinstance(node, ast.Attribute) and re.fullmatch(r"q\d_[k01]", node.attr)
+                and (getattr(node.value, "id", None) == "quant"
+                     or getattr(node.value, "attr", None) == "quant"))
+
+    refs = []
+    for node in ast.walk(tree):
+        if is_format(node):
+            refs.append((node.lineno, "reference"))
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Is, ast.IsNot))
+                                                 for op in node.ops):
+            if any(is_format(c) for c in [node.left, *node.comparators]):
+                refs.append((node.lineno, "is-test"))
+    return refs
+
+
+def test_no_format_ladders_outside_the_registry():
+    """ops, the parallel drivers and validation name no individual format, gguf and the CLI
+    never branch on one (their demo data may use Q4_K/Q8_0): they ask the registry."""
+    import ast
+    from pathlib import Path
+
+    pkg = Path(qk.__file__).resolve().parent
+    for name in ("ops.py", "kernels/parallel.py", "_validate.py"):
+        assert _format_refs(ast.parse((pkg / name).read_text())) == [], name
+    for name in ("gguf.py", "__main__.py"):
+        refs = _format_refs(ast.parse((pkg / name).read_text()))
+        assert [r for r in refs if r[1] == "is-test"] == [], name
+    assert "ACCELERATED = _registry.WEIGHTS" in (pkg / "gguf.py").read_text()
+    # the check itself can fail
+    assert sorted(_format_refs(ast.parse("if f is quant.q4_0: pass"))) == [(1, "is-test"), (1, "reference")]
+
+
+def test_inspect_prints_capabilities(tmp_path, capsys):
+    pytest.importorskip("gguf")
+    from numba_qk import __main__ as cli
+    from numba_qk.gguf import write_demo_model
+
+    path = write_demo_model(tmp_path / "demo.gguf", dim=256)
+    assert cli.cmd_inspect(str(path)) == 0
+    out = capsys.readouterr().out
+    assert "formats (numba_qk.capabilities):" in out
+    assert "  Q4_K: quantize, dequantize, decode, dot with Q8_K, gemv/gemm/matmul" in out
+    assert "  IQ2_XXS: not modelled by numba_qk" in out
+    assert "  F32: no kernels (stored values only)" in out
+    assert cli._quantizable_weights() == ["q4_k", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k",
+                                          "q3_k", "q5_k", "q6_k"]
