@@ -44,7 +44,7 @@ import numpy as np
 from .._jit import kernel
 from ..formats.kquants import q5_k as _FMT
 from ._bits import f16_to_f32, load_u16
-from ._kquant_common import (f16_at, first_nonfinite_block, k4_pack_scale_min, k4_scale_min,
+from ._kquant_common import (X_Q_AT, f16_at, first_nonfinite_block, k4_pack_scale_min, k4_scale_min,
                              store_f16, x_bsum, x_ds, x_q)
 from .q4_k_encode import make_qkx2_quants, nearest_int
 
@@ -253,10 +253,67 @@ def record_value_q5_k_q8_k(w, bw, x, bx):
     return np.float32(x_ds(x, bx) * diff)                        # v = R32(ds * (p - n))
 
 
+# ---- fast path: unpack a record's 256 quants once, then integer dots (as kernels/q6_k.py) ----
+# S and T are exact int32 sums (order-free) and the float steps are record_value_q5_k_q8_k's,
+# so results equal the portable definition bit for bit (tests/test_kquants_fast.py).
+
+@kernel
+def q5_k_unpack(w, bw, qbuf):
+    """``qbuf[i] = q_i`` (0..31, int8) for the 256 elements of record ``w[bw]``."""
+    for p in range(4):
+        for l in range(32):
+            byte = w[bw, _QL_AT + 32 * p + l]
+            h = w[bw, _QH_AT + l]
+            qbuf[64 * p + l] = np.int8((byte & _LOW4)
+                                       | (((h >> np.uint8(2 * p)) & np.uint8(1)) << np.uint8(4)))
+            qbuf[64 * p + 32 + l] = np.int8((byte >> np.uint8(4))
+                                            | (((h >> np.uint8(2 * p + 1)) & np.uint8(1))
+                                               << np.uint8(4)))
+
+
+@kernel
+def q5_k_unpacked_sums(w, bw, qbuf, x, bx):
+    """``(S, T)`` of record ``w[bw]`` (quants unpacked in ``qbuf``) and Q8_K record ``x[bx]``."""
+    s_total = np.int32(0)
+    t_total = np.int32(0)
+    for s in range(8):
+        acc = np.int32(0)
+        for k in range(32):
+            acc += np.int32(qbuf[32 * s + k]) * np.int32(np.int8(x[bx, X_Q_AT + 32 * s + k]))
+        sc, m = k4_scale_min(w, bw, _SC_AT, s)
+        s_total += sc * acc
+        t_total += m * (x_bsum(x, bx, 2 * s) + x_bsum(x, bx, 2 * s + 1))
+    return s_total, t_total
+
+
+@kernel
+def _value(w, bw, s_b, t_b, x, bx):
+    p = np.float32(f16_at(w, bw, _D_AT) * np.float32(s_b))
+    n = np.float32(f16_at(w, bw, _DMIN_AT) * np.float32(t_b))
+    return np.float32(x_ds(x, bx) * np.float32(p - n))
+
+
+@kernel
+def _dot_buf(w, x, qbuf):
+    acc = np.float32(0.0)
+    for b in range(w.shape[0]):
+        q5_k_unpack(w, b, qbuf)
+        s_b, t_b = q5_k_unpacked_sums(w, b, qbuf, x, b)
+        v = _value(w, b, s_b, t_b, x, b)
+        acc = v if b == 0 else np.float32(acc + v)
+    return acc
+
+
 @kernel
 def dot_q5_k_q8_k(w, x):
     """Canonical dot of Q5_K records ``w`` ``[G, 176]`` and Q8_K records ``x`` ``[G, 292]``:
     left fold seeded with ``v_0``; ``G = 0`` gives ``+0.0``.  ``G`` must agree (not checked)."""
+    return _dot_buf(w, x, np.empty(256, np.int8))
+
+
+@kernel
+def dot_q5_k_q8_k_portable(w, x):
+    """``dot_q5_k_q8_k`` through the portable record definition (tests compare the two)."""
     if w.shape[0] == 0:
         return np.float32(0.0)
     acc = record_value_q5_k_q8_k(w, 0, x, 0)
@@ -269,14 +326,24 @@ def dot_q5_k_q8_k(w, x):
 def gemv_q5_k_q8_k(w, x, out):
     """``out[r] = dot_q5_k_q8_k(w[r], x)`` for Q5_K weights ``[rows, G, 176]`` and one Q8_K
     activation ``[G, 292]``."""
+    qbuf = np.empty(256, np.int8)
     for r in range(w.shape[0]):
-        out[r] = dot_q5_k_q8_k(w[r], x)
+        out[r] = _dot_buf(w[r], x, qbuf)
 
 
 @kernel
 def gemm_q5_k_q8_k(w, x, out):
-    """``out[a, r] = dot_q5_k_q8_k(w[r], x[a])`` for Q5_K weights ``[rows, G, B]`` and Q8_K
-    activations ``[batch, G, 292]``."""
-    for a in range(x.shape[0]):
-        for r in range(w.shape[0]):
-            out[a, r] = dot_q5_k_q8_k(w[r], x[a])
+    """``out[a, r] = dot_q5_k_q8_k(w[r], x[a])`` for Q5_K weights ``[rows, G, 176]`` and Q8_K
+    activations ``[batch, G, 292]``; each weight record is unpacked once for all activations."""
+    qbuf = np.empty(256, np.int8)
+    if w.shape[1] == 0:
+        out[:, :] = np.float32(0.0)
+        return
+    for r in range(w.shape[0]):
+        wr = w[r]
+        for b in range(w.shape[1]):
+            q5_k_unpack(wr, b, qbuf)
+            for a in range(x.shape[0]):
+                s_b, t_b = q5_k_unpacked_sums(wr, b, qbuf, x[a], b)
+                v = _value(wr, b, s_b, t_b, x[a], b)
+                out[a, r] = v if b == 0 else np.float32(out[a, r] + v)

@@ -56,7 +56,7 @@ import numpy as np
 from .._jit import kernel
 from ..formats.kquants import q6_k as _FMT
 from ._bits import f16_to_f32, load_u16
-from ._kquant_common import f16_at, first_nonfinite_block, store_f16, x_ds, x_q
+from ._kquant_common import X_Q_AT, f16_at, first_nonfinite_block, store_f16, x_ds, x_q
 from .q4_k_encode import nearest_int
 
 Q6_K_RECORD_BYTES = _FMT.block_bytes
@@ -292,10 +292,69 @@ def record_value_q6_k_q8_k(w, bw, x, bx):
     return np.float32(x_ds(x, bx) * p)                      # v = R32(ds * p)
 
 
+# ---- fast path: unpack a record's 256 signed quants once, then integer dots -----------------
+# The integer sums are exact in int32 (any order gives the same S), and the float steps are the
+# ones of record_value_q6_k_q8_k, so every result equals the portable definition bit for bit
+# (tests/test_kquants_fast.py); the unpack and the 16-lane products are plain loops over
+# contiguous bytes that LLVM vectorises.
+
+@kernel
+def q6_k_unpack_signed(w, bw, qbuf):
+    """``qbuf[i] = q_i - 32`` (int8) for the 256 elements of record ``w[bw]``."""
+    for c in range(2):
+        for l in range(32):
+            b0 = w[bw, _QL_AT + 64 * c + l]
+            b1 = w[bw, _QL_AT + 64 * c + 32 + l]
+            h = w[bw, _QH_AT + 32 * c + l]
+            qbuf[128 * c + l] = np.int8((b0 & _LOW4) | ((h & _LOW2) << np.uint8(4))) - np.int8(32)
+            qbuf[128 * c + 32 + l] = (np.int8((b1 & _LOW4) | (((h >> np.uint8(2)) & _LOW2)
+                                                              << np.uint8(4))) - np.int8(32))
+            qbuf[128 * c + 64 + l] = (np.int8((b0 >> np.uint8(4)) | (((h >> np.uint8(4)) & _LOW2)
+                                                                     << np.uint8(4)))
+                                      - np.int8(32))
+            qbuf[128 * c + 96 + l] = (np.int8((b1 >> np.uint8(4)) | ((h >> np.uint8(6))
+                                                                     << np.uint8(4)))
+                                      - np.int8(32))
+
+
+@kernel
+def q6_k_unpacked_sums(w, bw, qbuf, x, bx):
+    """``S`` of record ``w[bw]`` (its quants unpacked in ``qbuf``) and Q8_K record ``x[bx]``."""
+    s_total = np.int32(0)
+    for j in range(16):
+        acc = np.int32(0)
+        for k in range(16):
+            acc += np.int32(qbuf[16 * j + k]) * np.int32(np.int8(x[bx, X_Q_AT + 16 * j + k]))
+        s_total += np.int32(np.int8(w[bw, _SC_AT + j])) * acc
+    return s_total
+
+
+@kernel
+def _value(w, bw, s, x, bx):
+    p = np.float32(f16_at(w, bw, _D_AT) * np.float32(s))   # R32(f32(d) * f32(S))
+    return np.float32(x_ds(x, bx) * p)                      # v = R32(ds * p)
+
+
+@kernel
+def _dot_buf(w, x, qbuf):
+    acc = np.float32(0.0)
+    for b in range(w.shape[0]):
+        q6_k_unpack_signed(w, b, qbuf)
+        v = _value(w, b, q6_k_unpacked_sums(w, b, qbuf, x, b), x, b)
+        acc = v if b == 0 else np.float32(acc + v)
+    return acc
+
+
 @kernel
 def dot_q6_k_q8_k(w, x):
     """Canonical dot of Q6_K records ``w`` ``[G, 210]`` and Q8_K records ``x`` ``[G, 292]``:
     left fold seeded with ``v_0``; ``G = 0`` gives ``+0.0``.  ``G`` must agree (not checked)."""
+    return _dot_buf(w, x, np.empty(256, np.int8))
+
+
+@kernel
+def dot_q6_k_q8_k_portable(w, x):
+    """``dot_q6_k_q8_k`` through the portable record definition (tests compare the two)."""
     if w.shape[0] == 0:
         return np.float32(0.0)
     acc = record_value_q6_k_q8_k(w, 0, x, 0)
@@ -308,14 +367,23 @@ def dot_q6_k_q8_k(w, x):
 def gemv_q6_k_q8_k(w, x, out):
     """``out[r] = dot_q6_k_q8_k(w[r], x)`` for Q6_K weights ``[rows, G, 210]`` and one Q8_K
     activation ``[G, 292]``."""
+    qbuf = np.empty(256, np.int8)
     for r in range(w.shape[0]):
-        out[r] = dot_q6_k_q8_k(w[r], x)
+        out[r] = _dot_buf(w[r], x, qbuf)
 
 
 @kernel
 def gemm_q6_k_q8_k(w, x, out):
-    """``out[a, r] = dot_q6_k_q8_k(w[r], x[a])`` for Q6_K weights ``[rows, G, B]`` and Q8_K
-    activations ``[batch, G, 292]``."""
-    for a in range(x.shape[0]):
-        for r in range(w.shape[0]):
-            out[a, r] = dot_q6_k_q8_k(w[r], x[a])
+    """``out[a, r] = dot_q6_k_q8_k(w[r], x[a])`` for Q6_K weights ``[rows, G, 210]`` and Q8_K
+    activations ``[batch, G, 292]``; each weight record is unpacked once for all activations."""
+    qbuf = np.empty(256, np.int8)
+    if w.shape[1] == 0:
+        out[:, :] = np.float32(0.0)
+        return
+    for r in range(w.shape[0]):
+        wr = w[r]
+        for b in range(w.shape[1]):
+            q6_k_unpack_signed(wr, b, qbuf)
+            for a in range(x.shape[0]):
+                v = _value(wr, b, q6_k_unpacked_sums(wr, b, qbuf, x[a], b), x[a], b)
+                out[a, r] = v if b == 0 else np.float32(out[a, r] + v)
