@@ -1,4 +1,4 @@
-"""K-quant fast paths (unpack once, integer dots) equal the portable record definitions bit for
+"""K-quant fast paths (SIMD decoders of _simd_kquants, unpack-once loops) equal the portable record definitions bit for
 bit: dot, gemv and gemm against ``dot_<t>_q8_k_portable`` on random bytes (NaN/inf/subnormal
 scales), extreme records (all 0x00 / all 0xFF) and quantized data, G = 0, 1, 3."""
 
@@ -41,6 +41,17 @@ def test_fast_paths_equal_the_portable_definition(name, rng):
             gemv(w, x[a], got_gemv[a])
         got_gemm = np.empty((5, 7), np.float32)
         gemm(w, x, got_gemm)
+        # strided bytes (the fast paths fall back to the unpacking loops) and read-only input
+        ws = np.zeros((7, g, 2 * fmt.block_bytes), np.uint8)
+        ws[:, :, ::2] = w
+        ws = ws[:, :, ::2]
+        xro = x.copy()
+        xro.flags.writeable = False
+        got_s = np.empty((5, 7), np.float32)
+        for a in range(5):
+            gemv(ws, xro[a], got_s[a])
+        got_sm = np.empty((5, 7), np.float32)
+        gemm(ws, xro, got_sm)
         with np.errstate(all="ignore"):
-            for got in (got_dot, got_gemv, got_gemm):
+            for got in (got_dot, got_gemv, got_gemm, got_s, got_sm):
                 assert_same_f32(got, want, f"{name} G={g}")

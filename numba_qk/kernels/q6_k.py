@@ -56,7 +56,9 @@ import numpy as np
 from .._jit import kernel
 from ..formats.kquants import q6_k as _FMT
 from ._bits import f16_to_f32, load_u16
-from ._kquant_common import X_Q_AT, f16_at, first_nonfinite_block, store_f16, x_ds, x_q
+from ._kquant_common import X_DS_AT, X_Q_AT, f16_at, first_nonfinite_block, store_f16, x_ds, x_q
+from ._simd import HAVE_AVX2, load_f16_fpext, load_f32_raw
+from ._simd_kquants import q6_k_q8_k_s
 from .q4_k_encode import nearest_int
 
 Q6_K_RECORD_BYTES = _FMT.block_bytes
@@ -336,11 +338,27 @@ def _value(w, bw, s, x, bx):
 
 
 @kernel
+def _sums_unpacked(w, bw, qbuf, x, bx):
+    q6_k_unpack_signed(w, bw, qbuf)
+    return q6_k_unpacked_sums(w, bw, qbuf, x, bx)
+
+
+@kernel
+def _sums_simd(w, bw, qbuf, x, bx):
+    """S through the SIMD decoder (``_simd_kquants``) when both records' bytes are contiguous."""
+    if w.strides[1] == 1 and x.strides[1] == 1:
+        return q6_k_q8_k_s(w, bw * w.strides[0], x, bx * x.strides[0])
+    return _sums_unpacked(w, bw, qbuf, x, bx)
+
+
+_sums = _sums_simd if HAVE_AVX2 else _sums_unpacked
+
+
+@kernel
 def _dot_buf(w, x, qbuf):
     acc = np.float32(0.0)
     for b in range(w.shape[0]):
-        q6_k_unpack_signed(w, b, qbuf)
-        v = _value(w, b, q6_k_unpacked_sums(w, b, qbuf, x, b), x, b)
+        v = _value(w, b, _sums(w, b, qbuf, x, b), x, b)
         acc = v if b == 0 else np.float32(acc + v)
     return acc
 
@@ -364,26 +382,77 @@ def dot_q6_k_q8_k_portable(w, x):
 
 
 @kernel
-def gemv_q6_k_q8_k(w, x, out):
-    """``out[r] = dot_q6_k_q8_k(w[r], x)`` for Q6_K weights ``[rows, G, 210]`` and one Q8_K
-    activation ``[G, 292]``."""
+def _gemv_loop(w, x, out):
     qbuf = np.empty(256, np.int8)
     for r in range(w.shape[0]):
         out[r] = _dot_buf(w[r], x, qbuf)
 
 
 @kernel
-def gemm_q6_k_q8_k(w, x, out):
-    """``out[a, r] = dot_q6_k_q8_k(w[r], x[a])`` for Q6_K weights ``[rows, G, 210]`` and Q8_K
-    activations ``[batch, G, 292]``; each weight record is unpacked once for all activations."""
-    qbuf = np.empty(256, np.int8)
-    if w.shape[1] == 0:
-        out[:, :] = np.float32(0.0)
+def _gemv_simd(w, x, out):
+    """SIMD S per record pair, float steps in order; byte offsets, no views in the loop."""
+    if w.strides[2] != 1 or x.strides[1] != 1:
+        _gemv_loop(w, x, out)
         return
+    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
+    for r in range(w.shape[0]):
+        acc = np.float32(0.0)
+        for b in range(w.shape[1]):
+            wo = r * ws0 + b * ws1
+            xo = b * xs0
+            s = q6_k_q8_k_s(w, wo, x, xo)
+            p = np.float32(load_f16_fpext(w, wo + _D_AT) * np.float32(s))   # R32(f32(d) * f32(S))
+            v = np.float32(load_f32_raw(x, xo + X_DS_AT) * p)               # R32(ds * p)
+            acc = v if b == 0 else np.float32(acc + v)
+        out[r] = acc
+
+
+_gemv_impl = _gemv_simd if HAVE_AVX2 else _gemv_loop
+
+
+@kernel
+def gemv_q6_k_q8_k(w, x, out):
+    """``out[r] = dot_q6_k_q8_k(w[r], x)`` for Q6_K weights ``[rows, G, 210]`` and one Q8_K
+    activation ``[G, 292]``."""
+    _gemv_impl(w, x, out)
+
+
+@kernel
+def _gemm_loop(w, x, out):
+    qbuf = np.empty(256, np.int8)
     for r in range(w.shape[0]):
         wr = w[r]
         for b in range(w.shape[1]):
-            q6_k_unpack_signed(wr, b, qbuf)
             for a in range(x.shape[0]):
-                v = _value(wr, b, q6_k_unpacked_sums(wr, b, qbuf, x[a], b), x[a], b)
+                v = _value(wr, b, _sums(wr, b, qbuf, x[a], b), x[a], b)
                 out[a, r] = v if b == 0 else np.float32(out[a, r] + v)
+
+
+@kernel
+def _gemm_simd(w, x, out):
+    if w.strides[2] != 1 or x.strides[2] != 1:
+        _gemm_loop(w, x, out)
+        return
+    ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], x.strides[1]
+    for r in range(w.shape[0]):
+        for b in range(w.shape[1]):
+            wo = r * ws0 + b * ws1
+            d = load_f16_fpext(w, wo + _D_AT)
+            for a in range(x.shape[0]):
+                xo = a * xs0 + b * xs1
+                s = q6_k_q8_k_s(w, wo, x, xo)
+                v = np.float32(load_f32_raw(x, xo + X_DS_AT) * np.float32(d * np.float32(s)))
+                out[a, r] = v if b == 0 else np.float32(out[a, r] + v)
+
+
+_gemm_impl = _gemm_simd if HAVE_AVX2 else _gemm_loop
+
+
+@kernel
+def gemm_q6_k_q8_k(w, x, out):
+    """``out[a, r] = dot_q6_k_q8_k(w[r], x[a])`` for Q6_K weights ``[rows, G, 210]`` and Q8_K
+    activations ``[batch, G, 292]``."""
+    if w.shape[1] == 0:
+        out[:, :] = np.float32(0.0)
+        return
+    _gemm_impl(w, x, out)
