@@ -42,6 +42,8 @@ f32 rounding in C order:
 import numpy as np
 
 from .._jit import kernel
+from ._simd import HAVE_AVX2
+from ._simd_kquants import q2_k_q8_k_s
 from ..formats.kquants import q2_k as _FMT
 from ._bits import f16_to_f32, load_u16
 from ._kquant_common import f16_at, first_nonfinite_block, store_f16, x_bsum, x_ds, x_q
@@ -238,10 +240,30 @@ def record_value_q2_k_q8_k(w, bw, x, bx):
     return np.float32(x_ds(x, bx) * diff)                        # v = R32(ds * (p - n))
 
 
+# ---- SIMD fast path (kernels/_simd_kquants.py): S from the vector decoder, T and the float steps
+# as in record_value_q2_k_q8_k, so every result equals the portable definition bit for bit.
+
 @kernel
-def dot_q2_k_q8_k(w, x):
-    """Canonical dot of Q2_K records ``w`` ``[G, 84]`` and Q8_K records ``x`` ``[G, 292]``:
-    left fold seeded with ``v_0``; ``G = 0`` gives ``+0.0``.  ``G`` must agree (not checked)."""
+def _t_only(w, bw, x, bx):
+    """T = sum_j m_j * bsum_j (exact int32; bsum as stored)."""
+    t_total = np.int32(0)
+    for j in range(16):
+        t_total += np.int32(w[bw, _SC_AT + j] >> np.uint8(4)) * x_bsum(x, bx, j)
+    return t_total
+
+
+@kernel
+def _simd_value(w, bw, x, bx):
+    """``v`` of records ``w[bw]`` and ``x[bx]`` (both records' bytes contiguous)."""
+    s = q2_k_q8_k_s(w, bw * w.strides[0], x, bx * x.strides[0])
+    p = np.float32(f16_at(w, bw, _D_AT) * np.float32(s))
+    n = np.float32(f16_at(w, bw, _DMIN_AT) * np.float32(_t_only(w, bw, x, bx)))
+    return np.float32(x_ds(x, bx) * np.float32(p - n))
+
+
+@kernel
+def dot_q2_k_q8_k_portable(w, x):
+    """The dot through the portable record definition (tests compare the fast paths with it)."""
     if w.shape[0] == 0:
         return np.float32(0.0)
     acc = record_value_q2_k_q8_k(w, 0, x, 0)
@@ -251,17 +273,43 @@ def dot_q2_k_q8_k(w, x):
 
 
 @kernel
+def _dot_loop(w, x):
+    return dot_q2_k_q8_k_portable(w, x)
+
+
+@kernel
+def _dot_simd(w, x):
+    if w.strides[1] != 1 or x.strides[1] != 1:
+        return _dot_loop(w, x)
+    acc = np.float32(0.0)
+    for b in range(w.shape[0]):
+        v = _simd_value(w, b, x, b)
+        acc = v if b == 0 else np.float32(acc + v)
+    return acc
+
+
+_dot_impl = _dot_simd if HAVE_AVX2 else _dot_loop
+
+
+@kernel
+def dot_q2_k_q8_k(w, x):
+    """Canonical dot of Q2_K records ``w`` ``[G, B]`` and Q8_K records ``x`` ``[G, 292]``:
+    left fold seeded with ``v_0``; ``G = 0`` gives ``+0.0``.  ``G`` must agree (not checked)."""
+    return _dot_impl(w, x)
+
+
+@kernel
 def gemv_q2_k_q8_k(w, x, out):
-    """``out[r] = dot_q2_k_q8_k(w[r], x)`` for Q2_K weights ``[rows, G, 84]`` and one Q8_K
+    """``out[r] = dot_q2_k_q8_k(w[r], x)`` for Q2_K weights ``[rows, G, B]`` and one Q8_K
     activation ``[G, 292]``."""
     for r in range(w.shape[0]):
-        out[r] = dot_q2_k_q8_k(w[r], x)
+        out[r] = _dot_impl(w[r], x)
 
 
 @kernel
 def gemm_q2_k_q8_k(w, x, out):
     """``out[a, r] = dot_q2_k_q8_k(w[r], x[a])`` for Q2_K weights ``[rows, G, B]`` and Q8_K
     activations ``[batch, G, 292]``."""
-    for a in range(x.shape[0]):
-        for r in range(w.shape[0]):
-            out[a, r] = dot_q2_k_q8_k(w[r], x[a])
+    for r in range(w.shape[0]):
+        for a in range(x.shape[0]):
+            out[a, r] = _dot_impl(w[r], x[a])

@@ -42,6 +42,8 @@ Quantize (ggml ``quantize_row_q5_K_ref``, no importance matrix): the Q4_K recipe
 import numpy as np
 
 from .._jit import kernel
+from ._simd import HAVE_AVX2
+from ._simd_kquants import q5_k_q8_k_s
 from ..formats.kquants import q5_k as _FMT
 from ._bits import f16_to_f32, load_u16
 from ._kquant_common import (X_Q_AT, f16_at, first_nonfinite_block, k4_pack_scale_min, k4_scale_min,
@@ -294,7 +296,7 @@ def _value(w, bw, s_b, t_b, x, bx):
 
 
 @kernel
-def _dot_buf(w, x, qbuf):
+def _dot_buf(w, x, qbuf):  # unpack-once loop
     acc = np.float32(0.0)
     for b in range(w.shape[0]):
         q5_k_unpack(w, b, qbuf)
@@ -304,16 +306,31 @@ def _dot_buf(w, x, qbuf):
     return acc
 
 
+# ---- SIMD fast path (kernels/_simd_kquants.py): S from the vector decoder, T and the float steps
+# as in record_value_q5_k_q8_k, so every result equals the portable definition bit for bit.
+
 @kernel
-def dot_q5_k_q8_k(w, x):
-    """Canonical dot of Q5_K records ``w`` ``[G, 176]`` and Q8_K records ``x`` ``[G, 292]``:
-    left fold seeded with ``v_0``; ``G = 0`` gives ``+0.0``.  ``G`` must agree (not checked)."""
-    return _dot_buf(w, x, np.empty(256, np.int8))
+def _t_only(w, bw, x, bx):
+    """T = sum_s m_s * (bsum_2s + bsum_2s+1) (exact int32; bsum as stored)."""
+    t_total = np.int32(0)
+    for s in range(8):
+        sc, m = k4_scale_min(w, bw, _SC_AT, s)
+        t_total += m * (x_bsum(x, bx, 2 * s) + x_bsum(x, bx, 2 * s + 1))
+    return t_total
+
+
+@kernel
+def _simd_value(w, bw, x, bx):
+    """``v`` of records ``w[bw]`` and ``x[bx]`` (both records' bytes contiguous)."""
+    s = q5_k_q8_k_s(w, bw * w.strides[0], x, bx * x.strides[0])
+    p = np.float32(f16_at(w, bw, _D_AT) * np.float32(s))
+    n = np.float32(f16_at(w, bw, _DMIN_AT) * np.float32(_t_only(w, bw, x, bx)))
+    return np.float32(x_ds(x, bx) * np.float32(p - n))
 
 
 @kernel
 def dot_q5_k_q8_k_portable(w, x):
-    """``dot_q5_k_q8_k`` through the portable record definition (tests compare the two)."""
+    """The dot through the portable record definition (tests compare the fast paths with it)."""
     if w.shape[0] == 0:
         return np.float32(0.0)
     acc = record_value_q5_k_q8_k(w, 0, x, 0)
@@ -323,27 +340,43 @@ def dot_q5_k_q8_k_portable(w, x):
 
 
 @kernel
+def _dot_loop(w, x):
+    return _dot_buf(w, x, np.empty(256, np.int8))
+
+
+@kernel
+def _dot_simd(w, x):
+    if w.strides[1] != 1 or x.strides[1] != 1:
+        return _dot_loop(w, x)
+    acc = np.float32(0.0)
+    for b in range(w.shape[0]):
+        v = _simd_value(w, b, x, b)
+        acc = v if b == 0 else np.float32(acc + v)
+    return acc
+
+
+_dot_impl = _dot_simd if HAVE_AVX2 else _dot_loop
+
+
+@kernel
+def dot_q5_k_q8_k(w, x):
+    """Canonical dot of Q5_K records ``w`` ``[G, B]`` and Q8_K records ``x`` ``[G, 292]``:
+    left fold seeded with ``v_0``; ``G = 0`` gives ``+0.0``.  ``G`` must agree (not checked)."""
+    return _dot_impl(w, x)
+
+
+@kernel
 def gemv_q5_k_q8_k(w, x, out):
-    """``out[r] = dot_q5_k_q8_k(w[r], x)`` for Q5_K weights ``[rows, G, 176]`` and one Q8_K
+    """``out[r] = dot_q5_k_q8_k(w[r], x)`` for Q5_K weights ``[rows, G, B]`` and one Q8_K
     activation ``[G, 292]``."""
-    qbuf = np.empty(256, np.int8)
     for r in range(w.shape[0]):
-        out[r] = _dot_buf(w[r], x, qbuf)
+        out[r] = _dot_impl(w[r], x)
 
 
 @kernel
 def gemm_q5_k_q8_k(w, x, out):
-    """``out[a, r] = dot_q5_k_q8_k(w[r], x[a])`` for Q5_K weights ``[rows, G, 176]`` and Q8_K
-    activations ``[batch, G, 292]``; each weight record is unpacked once for all activations."""
-    qbuf = np.empty(256, np.int8)
-    if w.shape[1] == 0:
-        out[:, :] = np.float32(0.0)
-        return
+    """``out[a, r] = dot_q5_k_q8_k(w[r], x[a])`` for Q5_K weights ``[rows, G, B]`` and Q8_K
+    activations ``[batch, G, 292]``."""
     for r in range(w.shape[0]):
-        wr = w[r]
-        for b in range(w.shape[1]):
-            q5_k_unpack(wr, b, qbuf)
-            for a in range(x.shape[0]):
-                s_b, t_b = q5_k_unpacked_sums(wr, b, qbuf, x[a], b)
-                v = _value(wr, b, s_b, t_b, x[a], b)
-                out[a, r] = v if b == 0 else np.float32(out[a, r] + v)
+        for a in range(x.shape[0]):
+            out[a, r] = _dot_impl(w[r], x[a])
