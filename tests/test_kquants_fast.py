@@ -55,3 +55,38 @@ def test_fast_paths_equal_the_portable_definition(name, rng):
         with np.errstate(all="ignore"):
             for got in (got_dot, got_gemv, got_gemm, got_s, got_sm):
                 assert_same_f32(got, want, f"{name} G={g}")
+
+
+@pytest.mark.parametrize("name", ["q2_k", "q3_k", "q5_k", "q6_k"])
+@pytest.mark.parametrize("width", ["avx2", "avx512"])
+def test_simd_decoders_equal_the_loops_on_any_bytes(name, width, rng):
+    """S of each vector decoder (both widths) == the portable record_sums on random bytes,
+    all-0xFF / all-0x00 weights and extreme activations."""
+    from numba import njit
+
+    from numba_qk.kernels import _simd
+    from numba_qk.kernels import _simd_kquants as sk
+
+    if not _simd.HAVE_AVX2 or (width == "avx512" and not _simd.HAVE_AVX512):
+        pytest.skip(f"no {width} on this machine")
+    mod = importlib.import_module(f"numba_qk.kernels.{name}")
+    fmt = getattr(qk.quant, name)
+    simd = getattr(sk, f"{name}_q8_k_s_{width}")
+    sums = getattr(mod, f"record_sums_{name}_q8_k")
+    with_t = name in ("q2_k", "q5_k")
+
+    @njit(cache=False)
+    def both(w, x, out):
+        for b in range(w.shape[0]):
+            out[b, 0] = simd(w, b * w.strides[0], x, b * x.strides[0])
+            out[b, 1] = sums(w, b, x, b)[0] if with_t else sums(w, b, x, b)
+
+    w = rng.integers(0, 256, (512, fmt.block_bytes), dtype=np.uint8)
+    x = rng.integers(0, 256, (512, 292), dtype=np.uint8)
+    w[:32] = 0xFF
+    w[32:64] = 0
+    x[:16, 4:260] = 0x80
+    x[16:48, 4:260] = 0x7F
+    out = np.zeros((512, 2), np.int64)
+    both(w, x, out)
+    assert (out[:, 0] == out[:, 1]).all(), np.flatnonzero(out[:, 0] != out[:, 1])[:5]

@@ -182,6 +182,12 @@ def _make_s(gen, wide: bool):
 q6_k_q8_k_s_avx2 = _make_s(_q6_k_s, wide=False)
 q6_k_q8_k_s_avx512 = _make_s(_q6_k_s, wide=True)
 q6_k_q8_k_s = q6_k_q8_k_s_avx512 if HAVE_AVX512 else q6_k_q8_k_s_avx2
-q5_k_q8_k_s = _make_s(_q5_k_s, wide=HAVE_AVX512)
-q3_k_q8_k_s = _make_s(_q3_k_s, wide=HAVE_AVX512)
-q2_k_q8_k_s = _make_s(_q2_k_s, wide=HAVE_AVX512)
+q5_k_q8_k_s_avx2 = _make_s(_q5_k_s, wide=False)
+q5_k_q8_k_s_avx512 = _make_s(_q5_k_s, wide=True)
+q5_k_q8_k_s = q5_k_q8_k_s_avx512 if HAVE_AVX512 else q5_k_q8_k_s_avx2
+q3_k_q8_k_s_avx2 = _make_s(_q3_k_s, wide=False)
+q3_k_q8_k_s_avx512 = _make_s(_q3_k_s, wide=True)
+q3_k_q8_k_s = q3_k_q8_k_s_avx512 if HAVE_AVX512 else q3_k_q8_k_s_avx2
+q2_k_q8_k_s_avx2 = _make_s(_q2_k_s, wide=False)
+q2_k_q8_k_s_avx512 = _make_s(_q2_k_s, wide=True)
+q2_k_q8_k_s = q2_k_q8_k_s_avx512 if HAVE_AVX512 else q2_k_q8_k_s_avx2
