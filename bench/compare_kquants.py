@@ -15,7 +15,9 @@ Per format (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K):
   300 MiB L3, called round robin so every call reads its weights from DRAM);
 * encode 4096 blocks of N(0,1): ``numba_qk.quantize`` vs ggml ``quantize_row_<t>_ref``;
 * dequantize 4096x4096: ``numba_qk.dequantize`` vs gguf-py ``gguf.quants.dequantize`` vs ggml
-  ``dequantize_row_<t>``.
+  ``dequantize_row_<t>``;
+* gguf-py's ``quantize``/``dequantize`` before and after ``numba_qk.gguf.accelerate_gguf_py()``
+  for every routed type (and whether the bytes/values are the same).
 Times: best of ``--repeats`` (after a warm-up call) in ms; ratios > 1 mean numba_qk is faster.
 Outputs are compared too (matvec: |ours - ggml| relative; the numerics differ by design: ggml
 quantizes activations with its own Q8_K rounding, numba_qk with spec 000's).
@@ -73,6 +75,45 @@ def round_robin(fns, rounds):
         for f in fns:
             f()
     return (time.perf_counter() - t0) * 1e3 / (rounds * len(fns))
+
+
+def gguf_py_section(args, rng):
+    """gguf-py's own quantize/dequantize, then the same calls after accelerate_gguf_py()."""
+    try:
+        import gguf
+    except ImportError:
+        return
+    from numba_qk import gguf as qg
+
+    n = args.rows * args.cols // 4
+    x = rng.standard_normal((n // 4096, 4096)).astype(np.float32)
+    print(f"\ngguf-py with and without numba_qk.gguf.accelerate_gguf_py() ({n:,} values, ms)")
+    print("| type | dequantize gguf-py | accelerated | speedup | quantize gguf-py | accelerated | "
+          "speedup | same bytes/values |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    reps = max(1, args.repeats // 3)
+    for fmt in qg.GGUF_PY_ROUTED:
+        t = gguf.GGMLQuantizationType[fmt.name]
+        qg.restore_gguf_py()
+        recs = qk.quantize(x.reshape(-1, fmt.block_size), format=fmt).reshape(x.shape[0], -1)
+        d0 = best(lambda: gguf.quants.dequantize(recs, t), reps)
+        want_d = gguf.quants.dequantize(recs, t)
+        try:
+            q0 = best(lambda: gguf.quants.quantize(x, t), reps)
+            want_q = gguf.quants.quantize(x, t)
+        except NotImplementedError:
+            q0, want_q = float("nan"), None
+        qg.accelerate_gguf_py()
+        d1 = best(lambda: gguf.quants.dequantize(recs, t), args.repeats)
+        q1 = best(lambda: gguf.quants.quantize(x, t), args.repeats)
+        same = (np.array_equal(gguf.quants.dequantize(recs, t).view(np.uint32),
+                               want_d.view(np.uint32))
+                and (want_q is None or np.array_equal(gguf.quants.quantize(x, t), want_q)))
+        qg.restore_gguf_py()
+        qtxt = "n/a (gguf-py cannot)" if want_q is None else f"{q0:.1f}"
+        qsp = "-" if want_q is None else f"{q0 / q1:.1f}x"
+        print(f"| {fmt.name} | {d0:.1f} | {d1:.2f} | {d0 / d1:.1f}x | {qtxt} | {q1:.1f} | {qsp} | "
+              f"{'yes' if same else 'NO'} |")
 
 
 def main() -> int:
@@ -150,6 +191,7 @@ def main() -> int:
     for name, eo, eg, same, do, dp, dg in extra:
         print(f"| {name} | {eo:.2f} | {eg:.2f} | {eg / eo:.2f} | {same}/4096 | {do:.2f} | "
               f"{dp:.1f} | {dp / do:.1f} | {dg:.2f} | {dg / do:.2f} |")
+    gguf_py_section(args, rng)
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
     return 0
 
