@@ -123,6 +123,13 @@ def _quantizable_weights() -> list:
     return [f._attr for f in _registry.WEIGHTS if f in _registry.QUANTIZABLE]
 
 
+def _pattern(text: str, parser):
+    pat, sep, typ = text.rpartition("=")
+    if not sep or not pat or not typ:
+        parser.error(f"--tensor-type {text!r}: expected PATTERN=TYPE")
+    return (pat, typ)
+
+
 def _summary(caps) -> str:
     """One line of what numba_qk does with a format (numba_qk.capabilities)."""
     parts = [name for name in ("quantize", "dequantize", "decode") if getattr(caps, name)]
@@ -160,25 +167,35 @@ def cmd_inspect(path: str) -> int:
     return 0
 
 
-def cmd_quantize(src: str, dst: str, to: str) -> int:
+def cmd_quantize(src: str, dst: str, fmt_name, preset, options: dict) -> int:
     import numba_qk as qk
     from numba_qk import gguf
 
-    fmt = getattr(qk.quant, to)
-    results = gguf.quantize_file(src, dst, to=fmt,
-                                 progress=lambda line: print(line, file=sys.stderr, flush=True))
-    conv = [r for r in results if r.rms_error is not None]
-    kept = [r for r in results if r.rms_error is None]
+    progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    if preset is not None:
+        plan = gguf.plan_file(src, preset, **options)
+        print(f"preset {plan.summary()}")
+        for note in plan.notes:
+            print(f"  note: {note}")
+        results = gguf.quantize_file(src, dst, preset=preset, progress=progress, **options)
+        what = f"by llama.cpp's preset {plan.preset.name}"
+    else:
+        fmt = getattr(qk.quant, fmt_name)
+        results = gguf.quantize_file(src, dst, to=fmt, progress=progress)
+        what = f"to {fmt.name}"
+    conv = [r for r in results if r.type_after != r.type_before]
+    kept = [r for r in results if r.type_after == r.type_before]
     before = sum(r.bytes_before for r in results)
     after = sum(r.bytes_after for r in results)
-    print(f"wrote {dst}: {len(conv)} tensors converted to {fmt.name}, {len(kept)} kept as they "
+    print(f"wrote {dst}: {len(conv)} tensors converted {what}, {len(kept)} kept as they "
           f"were; {_human(before)} -> {_human(after)}")
     for r in conv:
-        print(f"  {r.name}: {r.type_before} -> {r.type_after}, relative RMS error {r.rms_error:.4f}")
+        print(f"  {r.name}: {r.type_before} -> {r.type_after}"
+              + (f", relative RMS error {r.rms_error:.4f}" if r.rms_error is not None else ""))
     for r in kept:
         print(f"  {r.name}: kept ({r.type_before}"
-              + (", not 2-D with whole-block rows" if r.type_before in ("F32", "F16", "BF16")
-                 else "") + ")")
+              + (", not 2-D with whole-block rows" if preset is None
+                 and r.type_before in ("F32", "F16", "BF16") else "") + ")")
     return 0
 
 
@@ -224,9 +241,25 @@ def main(argv=None) -> int:
     p_quant = sub.add_parser("quantize", help="convert F32/F16/BF16 matrices of a GGUF file")
     p_quant.add_argument("src", nargs="?", help="input GGUF (default: the embedded demo model)")
     p_quant.add_argument("dst", nargs="?", help="output GGUF (default: next to the input)")
-    p_quant.add_argument("--to", default="q4_k",
-                         choices=_quantizable_weights(),
-                         help="target format (default q4_k, bit-identical to ggml's quantizer)")
+    target = p_quant.add_mutually_exclusive_group()
+    target.add_argument("--to", metavar="PRESET",
+                        help="a llama-quantize preset with llama.cpp's per-tensor rules: "
+                             "q4_k_m, q5_k_m, q3_k_m, q2_k, q4_k_s, q5_k_s, q6_k, q8_0, q4_0, … "
+                             "(its aliases too: q4_k = q4_k_m); see numba_qk.presets")
+    target.add_argument("--type", choices=_quantizable_weights(),
+                        help="one format for every F32/F16/BF16 2-D tensor with whole-block "
+                             "rows (the default, q4_k, when neither --to nor --type is given)")
+    p_quant.add_argument("--pure", action="store_true",
+                         help="with --to: no mixture rules (llama-quantize --pure)")
+    p_quant.add_argument("--leave-output-tensor", action="store_true",
+                         help="with --to: keep output.weight as it is")
+    p_quant.add_argument("--output-tensor-type", metavar="TYPE",
+                         help="with --to: the type of output.weight")
+    p_quant.add_argument("--token-embedding-type", metavar="TYPE",
+                         help="with --to: the type of token_embd.weight")
+    p_quant.add_argument("--tensor-type", metavar="PATTERN=TYPE", action="append", default=[],
+                         help="with --to: tensors whose name matches PATTERN get TYPE "
+                              "(repeatable; the first match wins)")
     p_bench = sub.add_parser("bench", help="matvec speed per accelerated tensor")
     p_bench.add_argument("file", nargs="?", help="GGUF file (default: the embedded demo model)")
     p_bench.add_argument("--repeat", type=int, default=20, help="timed repeats (default 20)")
@@ -251,10 +284,22 @@ def main(argv=None) -> int:
                 return cmd_inspect(args.file or _default_model(tmp, args.demo_dim))
             if args.command == "quantize":
                 src = args.src or _default_model(tmp, args.demo_dim)
-                dst = args.dst or (os.path.splitext(src)[0] + f"-{args.to}.gguf")
+                preset_flags = (args.pure or args.leave_output_tensor or args.output_tensor_type
+                                or args.token_embedding_type or args.tensor_type)
+                if preset_flags and args.to is None:
+                    parser.error("--pure, --leave-output-tensor, --output-tensor-type, "
+                                 "--token-embedding-type and --tensor-type go with --to PRESET")
+                options = {}
+                if args.to is not None:
+                    options = dict(pure=args.pure, leave_output_tensor=args.leave_output_tensor,
+                                   output_tensor_type=args.output_tensor_type,
+                                   token_embedding_type=args.token_embedding_type,
+                                   tensor_types=[_pattern(p, parser) for p in args.tensor_type])
+                label = (args.to or args.type or "q4_k").lower()
+                dst = args.dst or (os.path.splitext(src)[0] + f"-{label}.gguf")
                 if args.dst is None and args.src is None:
-                    dst = os.path.join(os.getcwd(), f"numba_qk-demo-{args.to}.gguf")
-                return cmd_quantize(src, dst, args.to)
+                    dst = os.path.join(os.getcwd(), f"numba_qk-demo-{label}.gguf")
+                return cmd_quantize(src, dst, args.type or "q4_k", args.to, options)
             if args.repeat < 1:
                 parser.error("--repeat must be >= 1")
             return cmd_bench(args.file or _default_model(tmp, args.demo_dim), args.repeat)

@@ -40,8 +40,9 @@ from .ops import dequantize as _dequantize
 from .ops import matmul as _matmul
 from .ops import quantize as _quantize
 
-__all__ = ["GGUFError", "TensorInfo", "GGUFFile", "open", "quantize_file", "write_demo_model",
-           "ACCELERATED", "accelerate_gguf_py", "restore_gguf_py", "GGUF_PY_ROUTED"]
+__all__ = ["GGUFError", "TensorInfo", "GGUFFile", "open", "quantize_file", "plan_file",
+           "write_demo_model", "ACCELERATED", "accelerate_gguf_py", "restore_gguf_py",
+           "GGUF_PY_ROUTED"]
 
 # Weight formats with a composed matmul (the rest of numba_qk's formats are activations).
 ACCELERATED = _registry.WEIGHTS
@@ -756,21 +757,130 @@ def _copy_stream(f, e: _TensorEntry, out_fd: int) -> int:
     return n
 
 
-def quantize_file(src, dst, *, to=quant.q4_k, progress: Optional[Callable[[str], None]] = None):
-    """Convert the F32/F16/BF16 2-D tensors of ``src`` whose rows are whole ``to`` blocks to
-    ``to`` (Q4_K: bit-identical to ggml's reference quantizer), keep every other tensor and all
-    metadata (byte for byte, ``general.alignment`` included and honoured), and write ``dst``.
+def _cast_stream(f, e: _TensorEntry, to, out_fd: int) -> int:
+    """Convert one F32/F16/BF16 tensor to the float type ``to`` (F32, F16 or BF16) in chunks,
+    with ggml's conversions (``ggml_fp32_to_fp16_row`` / ``ggml_fp32_to_bf16_row``): F16 by IEEE
+    round-to-nearest-even (overflow to inf; every NaN becomes sign | 0x7E00),
+    BF16 by ggml's ``ggml_compute_fp32_to_bf16`` (nearest-even on the top 16 bits, NaN kept
+    quiet).  Returns the bytes written."""
+    fmt = e.info.format
+    esize = 4 if fmt is _formats.f32 else 2
+    n = int(np.prod(e.info.shape, dtype=object))
+    step = max(1, CHUNK_BYTES // 4)
+    inbuf = np.empty(min(step, max(n, 1)) * esize, np.uint8)
+    written = 0
+    fd = f._fh.fileno()
+    for i0 in range(0, n, step):
+        k = min(step, n - i0)
+        raw = inbuf[:k * esize]
+        _pread_into(fd, raw, e.start + i0 * esize, str(f.path))
+        values = _f32_chunk(raw, fmt)
+        if to is _formats.f32:
+            out = values
+        elif to is _formats.f16:
+            with np.errstate(over="ignore", invalid="ignore"):
+                out = values.astype("<f2").view("<u2")
+            u = values.view(np.uint32)
+            nan = (u & 0x7FFFFFFF) > 0x7F800000  # ggml: NaN -> sign | 0x7E00, payload dropped
+            out = np.where(nan, ((u >> 16) & 0x8000) | 0x7E00, out).astype("<u2")
+        else:  # bf16
+            u = values.view(np.uint32)
+            nan = (u & 0x7FFFFFFF) > 0x7F800000
+            r = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16)
+            out = np.where(nan, ((u >> 16) | 64).astype(np.uint16), r).astype("<u2")
+        _write_all(out_fd, out)
+        written += out.nbytes
+    return written
 
-    Streaming: each tensor is converted and written in chunks of blocks (``CHUNK_BYTES`` of
-    f32 values at a time), so memory use does not grow with the tensor or file size.  Atomic:
-    the output goes to ``.DST.numba_qk-tmp-PID-XXXX`` beside ``dst`` (mode from the umask),
-    is fsync'ed and renamed over ``dst`` on success; on any error, Ctrl-C, SIGTERM or SIGHUP the
-    temporary file is removed and ``dst`` is untouched.  Temporary files left by a killed run
-    (SIGKILL) are removed by the next run to the same ``dst``.  Refuses (``GGUFError``) when
-    ``dst`` is the input (same inode, through any path or link), a symbolic link, or not a
-    regular file; refuses big-endian input files.  Returns a list of ``ConvertedTensor``."""
-    if to not in ACCELERATED or to not in _registry.QUANTIZABLE:
-        raise TypeError(f"quantize_file: 'to' must be a weight format, got {to!r}")
+
+def _kv_u32(key: str, value: int) -> bytes:
+    k = key.encode("utf-8")
+    return struct.pack("<Q", len(k)) + k + struct.pack("<II", 4, value)
+
+
+def plan_file(src, preset, **options):
+    """llama.cpp's per-tensor choice for a GGUF file under a ``llama-quantize`` preset (see
+    :func:`numba_qk.presets.plan`; ``options`` are its keywords, e.g. ``pure=True``).  Reads
+    only the header.  Returns a :class:`numba_qk.presets.Plan`."""
+    from . import presets
+
+    with GGUFFile(src) as f:
+        tensors = [(e.info.name, e.ne, e.info.ggml_type) for e in f._tensors.values()]
+        return presets.plan(preset, f.metadata, tensors, **options)
+
+
+def _preset_jobs(f, plan):
+    """(entry, target) in the plan's order; target None = copy unchanged."""
+    from .presets import GGML_TYPE_NAMES
+
+    jobs = []
+    for t in plan.tensors:
+        e = f._tensors[t.name]
+        if not t.convert:
+            jobs.append((e, None))
+            continue
+        target = _fmt_for(t.target)
+        name = GGML_TYPE_NAMES.get(t.target, str(t.target))
+        if e.info.format not in (_formats.f32, _formats.f16, _formats.bf16):
+            raise GGUFError(f"{f.path}: tensor {t.name!r} is {e.info.type_name}; numba_qk "
+                            f"converts F32/F16/BF16 tensors only (no requantizing)")
+        if not (target in (_formats.f32, _formats.f16, _formats.bf16)
+                or (target in ACCELERATED and target in _registry.QUANTIZABLE)):
+            raise GGUFError(f"{f.path}: preset {plan.preset.name} gives tensor {t.name!r} type "
+                            f"{name} ({t.reason}), which numba_qk cannot encode yet")
+        jobs.append((e, target))
+    return jobs
+
+
+def _single_format_jobs(f, to):
+    jobs = []
+    for e in f._tensors.values():
+        info = e.info
+        convert = (info.format in (_formats.f32, _formats.f16, _formats.bf16)
+                   and len(info.shape) == 2 and info.shape[-1] % to.block_size == 0)
+        jobs.append((e, to if convert else None))
+    return jobs
+
+
+def _target_nbytes(e: _TensorEntry, target) -> int:
+    if target is None:
+        return e.end - e.start
+    return int(np.prod(e.info.shape, dtype=object)) // target.block_size * target.block_bytes
+
+
+def quantize_file(src, dst, *, to=None, preset=None,
+                  progress: Optional[Callable[[str], None]] = None, **preset_options):
+    """Convert a GGUF file and write ``dst``.  Two modes:
+
+    * ``to=FORMAT`` (default ``quant.q4_k``): every F32/F16/BF16 2-D tensor whose rows are
+      whole ``to`` blocks becomes ``to`` (bit-identical to ggml's reference quantizer); every
+      other tensor and all metadata are kept byte for byte, in file order.
+    * ``preset=NAME`` (``"Q4_K_M"``, ``"q5_k_m"``, ``"Q4_K"`` = Q4_K_M, …): llama.cpp's
+      ``llama-quantize`` preset -- each tensor gets the type llama.cpp's rules give it
+      (:func:`plan_file`; ``preset_options`` are :func:`numba_qk.presets.plan`'s keywords such
+      as ``pure=True``), tensors are written in llama.cpp's order, and ``general.file_type`` /
+      ``general.quantization_version`` are set as llama.cpp sets them.  A preset that needs a
+      type numba_qk cannot encode, or an importance matrix, is refused before anything is
+      written.
+
+    Both modes honour the input's ``general.alignment``.  Streaming: each tensor is converted
+    and written in chunks (``CHUNK_BYTES`` of f32 values at a time), so memory use does not grow
+    with the tensor or file size.  Atomic: the output goes to ``.DST.numba_qk-tmp-PID-XXXX``
+    beside ``dst`` (mode from the umask), is fsync'ed and renamed over ``dst`` on success; on
+    any error, Ctrl-C, SIGTERM or SIGHUP the temporary file is removed and ``dst`` is untouched.
+    Temporary files left by a killed run (SIGKILL) are removed by the next run to the same
+    ``dst``.  Refuses (``GGUFError``) when ``dst`` is the input (same inode, through any path or
+    link), a symbolic link, or not a regular file; refuses big-endian input files.  Returns a
+    list of ``ConvertedTensor`` in the order written."""
+    if preset is not None and to is not None:
+        raise TypeError("quantize_file: give either 'to' (one format) or 'preset', not both")
+    if preset_options and preset is None:
+        raise TypeError(f"quantize_file: {', '.join(sorted(preset_options))} apply to presets "
+                        f"only")
+    if preset is None:
+        to = quant.q4_k if to is None else to
+        if to not in ACCELERATED or to not in _registry.QUANTIZABLE:
+            raise TypeError(f"quantize_file: 'to' must be a weight format, got {to!r}")
     say = progress or (lambda line: None)
     dst = Path(dst)
     results = []
@@ -778,24 +888,32 @@ def quantize_file(src, dst, *, to=quant.q4_k, progress: Optional[Callable[[str],
         if f.big_endian:
             raise GGUFError(f"{f.path}: big-endian GGUF files are not supported by quantize "
                             f"(convert it to little-endian first)")
+        kv_set = {}
+        if preset is not None:
+            from . import presets
+
+            tensors = [(e.info.name, e.ne, e.info.ggml_type) for e in f._tensors.values()]
+            try:
+                the_plan = presets.plan(preset, f.metadata, tensors, **preset_options)
+            except presets.PresetError as err:
+                raise GGUFError(f"{f.path}: {err}") from None
+            jobs = _preset_jobs(f, the_plan)
+            kv_set = dict(the_plan.kv)
+        else:
+            jobs = _single_format_jobs(f, to)
         _check_destination(dst, f._stat)
         _clean_stale_temps(dst, say)
         mm = f._map()
-        plan = []
-        for e in f._tensors.values():
-            info = e.info
-            convert = (info.format in (_formats.f32, _formats.f16, _formats.bf16)
-                       and len(info.shape) == 2 and info.shape[-1] % to.block_size == 0)
-            if convert:
-                nbytes = int(np.prod(info.shape, dtype=object)) // to.block_size * to.block_bytes
-                plan.append((e, True, to.ggml_type, nbytes))
-            else:
-                plan.append((e, False, info.ggml_type, e.end - e.start))
-        # the header: counts, the key-value entries byte for byte, then the tensor infos
+        plan = [(e, target, target.ggml_type if target is not None else e.info.ggml_type,
+                 _target_nbytes(e, target)) for e, target in jobs]
+        # the header: counts, the key-value entries byte for byte (keys a preset sets are
+        # removed and appended anew, as llama.cpp's gguf_set_val does), then the tensor infos
+        kvs = [mm[kv.start:kv.end] for k, kv in f._kvs.items() if k not in kv_set]
+        kvs += [_kv_u32(k, v) for k, v in kv_set.items()]
         head = bytearray(b"GGUF")
-        head += struct.pack("<IQQ", 3, len(plan), len(f._kvs))
-        for kv in f._kvs.values():
-            head += mm[kv.start:kv.end]
+        head += struct.pack("<IQQ", 3, len(plan), len(kvs))
+        for raw in kvs:
+            head += raw
         offset = 0
         for e, _, type_id, nbytes in plan:
             name = e.info.name.encode("utf-8")
@@ -812,23 +930,27 @@ def quantize_file(src, dst, *, to=quant.q4_k, progress: Optional[Callable[[str],
                 flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
                 fd = os.open(tmp, flags, 0o666)  # the umask decides the mode, as for any file
                 _write_all(fd, head)
-                for k, (e, convert, _, nbytes) in enumerate(plan):
+                for k, (e, target, _, nbytes) in enumerate(plan):
                     info = e.info
-                    if convert:
-                        written, rms = _convert_stream(f, e, to, fd)
+                    rms = None
+                    if target is None:
+                        written = _copy_stream(f, e, fd)
+                    elif target.is_quantized:
+                        written, rms = _convert_stream(f, e, target, fd)
                     else:
-                        written, rms = _copy_stream(f, e, fd), None
+                        written = _cast_stream(f, e, target, fd)
                     if written != nbytes:  # pragma: no cover - an internal invariant
                         raise GGUFError(f"{info.name}: wrote {written} bytes, planned {nbytes}")
                     _write_all(fd, bytes(_align(nbytes, f.alignment) - nbytes))
                     item = ConvertedTensor(info.name, info.shape, info.type_name,
-                                           to.name if rms is not None else info.type_name,
+                                           target.name if target is not None else info.type_name,
                                            info.nbytes, nbytes, rms)
                     results.append(item)
                     say(f"[{k + 1}/{len(plan)}] {info.name} {'x'.join(map(str, info.shape))} "
                         f"{item.type_before} -> {item.type_after}"
                         + (f" (relative RMS error {item.rms_error:.4f})"
-                           if item.rms_error is not None else " (kept)"))
+                           if item.rms_error is not None else
+                           " (kept)" if target is None else ""))
                 os.fsync(fd)
                 os.close(fd)
                 fd = -1

@@ -40,3 +40,16 @@ def assert_same_records(got, want, what=""):
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261130)
+
+
+def pytest_collection_modifyitems(config, items):
+    """``@pytest.mark.slow`` sweeps run on purpose only: with ``-m slow`` (any marker expression
+    naming ``slow``) or ``NUMBA_QK_SLOW=1``; the default run skips them with that reason."""
+    import os
+
+    if "slow" in (config.option.markexpr or "") or os.environ.get("NUMBA_QK_SLOW"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with -m slow or NUMBA_QK_SLOW=1")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
