@@ -30,15 +30,17 @@ from numba.extending import intrinsic
 
 from ..formats import quant
 from ._simd import HAVE_AVX512, _Ops, _i8, _i16, _i32, _load, _pmaddwd32, _ptr, _reduce_many, _vec
+from ._simd import _splat_lanes
 from ._simd_q4_k import _unpack_scales
 
 __all__ = ["q6_k_q8_k_s", "q6_k_q8_k_s_avx2", "q6_k_q8_k_s_avx512",
-           "q5_k_q8_k_s", "q3_k_q8_k_s", "q2_k_q8_k_s"]
+           "q5_k_q8_k_s", "q3_k_q8_k_s", "q2_k_q8_k_s", "q5_k_q8_k_st", "q2_k_q8_k_st"]
 
 _Q6_QL_AT = quant.q6_k.field("ql").start
 _Q6_QH_AT = quant.q6_k.field("qh").start
 _Q6_SC_AT = quant.q6_k.field("sc").start
 _A_Q_AT = quant.q8_k.field("q").start
+_A_BSUM_AT = quant.q8_k.field("bsum").start
 _Q5_SC_AT = quant.q5_k.field("sc").start
 _Q5_QH_AT = quant.q5_k.field("qh").start
 _Q5_QL_AT = quant.q5_k.field("ql").start
@@ -179,6 +181,44 @@ def _make_s(gen, wide: bool):
     return record_s
 
 
+def _t_of(builder, ops, xb, mins16):
+    """T = sum_k mins16[k] * bsum[k] (the stored int16 bsum; pmaddwd pairs <= 2 * 32768 * 63)."""
+    bsum = _load(builder, xb, _A_BSUM_AT, _vec(_i16, 16))
+    t = builder.call(ops.maddwd8, [bsum, mins16])
+    return builder.extract_element(_reduce_many(builder, [t]), ir.Constant(_i32, 0))
+
+
+def _q5_k_t(builder, ops, wb, xb):
+    """Q5_K: T = sum_s m_s * (bsum_2s + bsum_2s+1)."""
+    _, m8 = _unpack_scales(builder, wb)
+    return _t_of(builder, ops, xb, _splat_lanes(builder, m8, [k // 2 for k in range(16)]))
+
+
+def _q2_k_t(builder, ops, wb, xb):
+    """Q2_K: T = sum_j m_j * bsum_j, m_j = high nibble of byte j."""
+    m = builder.lshr(_load(builder, wb, _Q2_SC_AT, _vec(_i8, 16)), _splat_i8(16, 4))
+    return _t_of(builder, ops, xb, builder.zext(m, _vec(_i16, 16)))
+
+
+def _make_st(gen_s, gen_t, wide: bool):
+    @intrinsic
+    def record_st(typingctx, w, w_off, x, x_off):
+        """(S, T) (int32) for the weight record at byte ``w_off`` of ``w`` and the Q8_K record
+        at byte ``x_off`` of ``x`` (both records' bytes contiguous)."""
+        if not (isinstance(w, types.Array) and isinstance(x, types.Array)):
+            return None
+        sig = types.UniTuple(types.int32, 2)(w, types.intp, x, types.intp)
+
+        def codegen(context, builder, signature, args):
+            ops = _Ops(builder, wide)
+            wb = _ptr(context, builder, signature.args[0], args[0], args[1])
+            xb = _ptr(context, builder, signature.args[2], args[2], args[3])
+            return context.make_tuple(builder, signature.return_type,
+                                      [gen_s(builder, ops, wb, xb), gen_t(builder, ops, wb, xb)])
+        return sig, codegen
+    return record_st
+
+
 q6_k_q8_k_s_avx2 = _make_s(_q6_k_s, wide=False)
 q6_k_q8_k_s_avx512 = _make_s(_q6_k_s, wide=True)
 q6_k_q8_k_s = q6_k_q8_k_s_avx512 if HAVE_AVX512 else q6_k_q8_k_s_avx2
@@ -191,3 +231,5 @@ q3_k_q8_k_s = q3_k_q8_k_s_avx512 if HAVE_AVX512 else q3_k_q8_k_s_avx2
 q2_k_q8_k_s_avx2 = _make_s(_q2_k_s, wide=False)
 q2_k_q8_k_s_avx512 = _make_s(_q2_k_s, wide=True)
 q2_k_q8_k_s = q2_k_q8_k_s_avx512 if HAVE_AVX512 else q2_k_q8_k_s_avx2
+q5_k_q8_k_st = _make_st(_q5_k_s, _q5_k_t, wide=HAVE_AVX512)
+q2_k_q8_k_st = _make_st(_q2_k_s, _q2_k_t, wide=HAVE_AVX512)
