@@ -15,7 +15,11 @@ from .formats import (Field, Format, ScalarType, activation_format, bf16, f16, f
                       i8, i32, quant)
 from .ops import (
     BlockFields,
+    Q2KFields,
+    Q3KFields,
     Q4KFields,
+    Q5KFields,
+    Q6KFields,
     Q8KFields,
     decode,
     dequantize,
@@ -45,7 +49,7 @@ __all__ = [
     "from_ggml_type", "activation_format", "BlockFields",
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
     "gemv", "gemm", "matmul", "Q4KFields", "Q8KFields", "NumbaQKError", "QuantizationDomainError", "__version__",
-    "capabilities", "Capabilities",
+    "capabilities", "Capabilities", "Q2KFields", "Q3KFields", "Q5KFields", "Q6KFields",
     "e4m3", "e5m2", "e2m3", "e3m2", "e2m1", "e8m0", "u8", "i4", "u4", "u1", "from_name", "Scalar",
     "Tensor", "astype", "dot", "from_dlpack",
     "mx", "ScaledFormat", "ScaledTensor",

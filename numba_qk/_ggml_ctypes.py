@@ -353,3 +353,13 @@ def load(libdir=None):
         return GGML(libdir, ver)
     except (OSError, AttributeError):  # a wheel built for another platform or ggml version
         return None
+
+
+def load_dir(libdir) -> GGML:
+    """ggml from a folder holding ``libggml-base.so`` and ``libggml-cpu.so`` (e.g. a native
+    ``-march=native`` build); raises OSError when they cannot be loaded."""
+    libdir = Path(libdir)
+    ver = "?"
+    for so in sorted(libdir.glob("libggml-base.so.*")):
+        ver = so.name[len("libggml-base.so."):]
+    return GGML(libdir, ver)

@@ -29,9 +29,11 @@ from .kernels.q4_k import q4_k_decode_records, q4_k_dequantize_records
 from .kernels.q4_k_encode import quantize_q4_k
 from .kernels.q8_k import (q8_k_decode_records, q8_k_dequantize_records, q8_k_invalid_records,
                            quantize_q8_k)
+from .kernels import q2_k as _k2, q3_k as _k3, q5_k as _k5, q6_k as _k6
 
 __all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "binding", "capabilities",
-           "Capabilities", "check_bindings", "Q4KFields", "Q8KFields", "BlockFields"]
+           "Capabilities", "check_bindings", "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields",
+           "Q5KFields", "Q6KFields"]
 
 
 # ----------------------------------------------------------------------------- decoded fields
@@ -64,7 +66,43 @@ class BlockFields(NamedTuple):
     s: Optional[np.ndarray] = None  # float16 [G] (Q8_1)
 
 
-for _cls in (Q4KFields, Q8KFields, BlockFields):
+class Q2KFields(NamedTuple):
+    """Decoded Q2_K fields of ``G`` records (``x = d*sc[j]*q - dmin*m[j]``, ``j = i // 16``)."""
+
+    d: np.ndarray     # float16 [G]
+    dmin: np.ndarray  # float16 [G]
+    sc: np.ndarray    # uint8 [G, 16]  (4-bit values)
+    m: np.ndarray     # uint8 [G, 16]  (4-bit values)
+    q: np.ndarray     # uint8 [G, 256] (2-bit values)
+
+
+class Q3KFields(NamedTuple):
+    """Decoded Q3_K fields of ``G`` records (``x = d*(sc[j] - 32)*q``, ``j = i // 16``)."""
+
+    d: np.ndarray     # float16 [G]
+    sc: np.ndarray    # uint8 [G, 16]  (stored 6-bit scales, used as sc - 32)
+    q: np.ndarray     # int8 [G, 256]  (-4..3: low 2 bits, minus 4 where the hmask bit is clear)
+
+
+class Q5KFields(NamedTuple):
+    """Decoded Q5_K fields of ``G`` records (``x = d*sc[s]*q - dmin*m[s]``, ``s = i // 32``)."""
+
+    d: np.ndarray     # float16 [G]
+    dmin: np.ndarray  # float16 [G]
+    sc: np.ndarray    # uint8 [G, 8]   (6-bit values)
+    m: np.ndarray     # uint8 [G, 8]   (6-bit values)
+    q: np.ndarray     # uint8 [G, 256] (5-bit values)
+
+
+class Q6KFields(NamedTuple):
+    """Decoded Q6_K fields of ``G`` records (``x = d*sc[j]*(q - 32)``, ``j = i // 16``)."""
+
+    d: np.ndarray     # float16 [G]
+    sc: np.ndarray    # int8 [G, 16]
+    q: np.ndarray     # uint8 [G, 256] (stored 6-bit values, used as q - 32)
+
+
+for _cls in (Q4KFields, Q8KFields, BlockFields, Q2KFields, Q3KFields, Q5KFields, Q6KFields):
     _cls.__module__ = "numba_qk.ops"
 
 
@@ -95,6 +133,22 @@ def _decode_q8_k(arr):
     if g:
         q8_k_decode_records(arr, ds, q, bsum)
     return Q8KFields(ds, q, bsum)
+
+
+def _kquant_decoder(fmt, kernel, fields, arrays):
+    """decode() of a K-quant: ``arrays`` = (field name, dtype) filled by ``kernel`` in order;
+    ``q`` holds one quant per element; the f16 fields (``d``, ``dmin``) read straight from the
+    records."""
+    def decode(arr):
+        g = arr.shape[0]
+        filled = [np.empty((g, fmt.block_size if name == "q" else fmt.field(name).count), dtype)
+                  for name, dtype in arrays]
+        if g:
+            kernel(arr, *filled)
+        by_name = dict(zip((name for name, _ in arrays), filled))
+        return fields(*(by_name[name] if name in by_name else _f16_field(arr, fmt.field(name))
+                        for name in fields._fields))
+    return decode
 
 
 def _legacy_decoder(entry):
@@ -194,6 +248,18 @@ BINDINGS = (
             quantizer="ggml quantize_row_q4_K_ref", dot=dot_q4_k_q8_k, gemv=gemv_q4_k_q8_k,
             gemm=gemm_q4_k_q8_k),
     *(_legacy_binding(fmt, f"ggml quantize_row_{fmt.name.lower()}_ref") for fmt in legacy.FORMATS),
+    *(Binding(fmt, dequantize=getattr(mod, f"dequantize_{fmt._attr}"),
+              decode=_kquant_decoder(fmt, getattr(mod, f"{fmt._attr}_decode_records"), fields,
+                                     arrays),
+              quantize=getattr(mod, f"quantize_{fmt._attr}"), domain_reason=finite_reason,
+              quantizer=f"ggml quantize_row_{fmt.name[:2].lower()}{fmt.name[2:]}_ref",
+              dot=getattr(mod, f"dot_{fmt._attr}_q8_k"), gemv=getattr(mod, f"gemv_{fmt._attr}_q8_k"),
+              gemm=getattr(mod, f"gemm_{fmt._attr}_q8_k"))
+      for fmt, mod, fields, arrays in (
+          (quant.q2_k, _k2, Q2KFields, (("sc", np.uint8), ("m", np.uint8), ("q", np.uint8))),
+          (quant.q3_k, _k3, Q3KFields, (("sc", np.uint8), ("q", np.int8))),
+          (quant.q5_k, _k5, Q5KFields, (("sc", np.uint8), ("m", np.uint8), ("q", np.uint8))),
+          (quant.q6_k, _k6, Q6KFields, (("sc", np.int8), ("q", np.uint8))))),
 )
 
 BY_FORMAT = {b.format: b for b in BINDINGS}  # ops indexes this directly (no call per op)

@@ -41,7 +41,8 @@ from .ops import matmul as _matmul
 from .ops import quantize as _quantize
 
 __all__ = ["GGUFError", "TensorInfo", "GGUFFile", "open", "quantize_file", "plan_file",
-           "write_demo_model", "ACCELERATED"]
+           "write_demo_model", "ACCELERATED", "accelerate_gguf_py", "restore_gguf_py",
+           "GGUF_PY_ROUTED"]
 
 # Weight formats with a composed matmul (the rest of numba_qk's formats are activations).
 ACCELERATED = _registry.WEIGHTS
@@ -971,6 +972,104 @@ def quantize_file(src, dst, *, to=None, preset=None,
         except OSError:
             pass
     return results
+
+
+# ----------------------------------------------------------------------------- gguf-py backend
+
+# Formats whose gguf-py codecs numba_qk can stand in for, bit for bit (tests/test_gguf_py_accel.py
+# checks each against gguf-py's own output).  Dequantize: every weight format gguf-py decodes.
+# Quantize: the legacy formats (gguf-py's numpy encoders, themselves ggml's _ref except for the
+# sign of a zero extreme, below) and the K-quants, which gguf-py cannot encode
+# (NotImplementedError) and numba_qk encodes as ggml's quantize_row_*_ref.  Not routed: Q8_1
+# (gguf-py sizes it 40 B, ggml 36 B, and has no codec), Q8_K (no gguf-py codec; numba_qk's Q8_K
+# quantizer is spec 000's, not ggml's).
+GGUF_PY_ROUTED = tuple(f for f in _registry.WEIGHTS)
+_GGUF_PY_ORIGINAL: dict = {}   # {"quantize": fn, "dequantize": fn} while accelerated
+_SIGNED_ZERO_FALLBACK = (quant.q4_0, quant.q4_1, quant.q5_0, quant.q5_1)
+
+
+def _gguf_py_routes():
+    g = _gguf()
+    return {int(getattr(g.GGMLQuantizationType, f.name)): f for f in GGUF_PY_ROUTED}
+
+
+def _routed_dequantize(original, routes):
+    def dequantize(data, qtype):
+        fmt = routes.get(_as_int(qtype))
+        if fmt is None or type(data) is not np.ndarray or data.ndim == 0 or data.size == 0:
+            return original(data, qtype)
+        arr = np.ascontiguousarray(data).view(np.uint8)
+        if arr.shape[-1] % fmt.block_bytes:
+            return original(data, qtype)  # gguf-py's own error
+        shape = (*arr.shape[:-1], arr.shape[-1] // fmt.block_bytes * fmt.block_size)
+        return _dequantize(arr.reshape(-1, fmt.block_bytes), fmt).reshape(shape)
+    dequantize.__wrapped__ = original
+    dequantize.__doc__ = "gguf-py's dequantize, routed through numba_qk (accelerate_gguf_py)."
+    return dequantize
+
+
+def _routed_quantize(original, routes):
+    def quantize(data, qtype):
+        fmt = routes.get(_as_int(qtype))
+        if (fmt is None or type(data) is not np.ndarray or data.ndim == 0 or data.size == 0
+                or data.shape[-1] % fmt.block_size):
+            return original(data, qtype)  # other types, lazy tensors, gguf-py's own errors
+        x = np.ascontiguousarray(data.astype(np.float32, copy=False)).reshape(-1, fmt.block_size)
+        try:
+            rec = _quantize(x, format=fmt)
+        except QuantizationDomainError:
+            return original(data, qtype)  # non-finite values: gguf-py's own (non-ggml) bytes
+        if fmt in _SIGNED_ZERO_FALLBACK:
+            # gguf-py takes its extremes with numpy (argmax |x|, min, max), whose choice between
+            # -0.0 and +0.0 is not ggml's C loop's: blocks whose extreme is a zero take gguf-py's
+            # own bytes (blocks are independent).
+            amb = (x.min(axis=1) == 0) | (x.max(axis=1) == 0)
+            if amb.any():
+                rec[amb] = np.asarray(original(x[amb], qtype)).reshape(-1, fmt.block_bytes)
+        return rec.reshape(*data.shape[:-1], data.shape[-1] // fmt.block_size * fmt.block_bytes)
+    quantize.__wrapped__ = original
+    quantize.__doc__ = "gguf-py's quantize, routed through numba_qk (accelerate_gguf_py)."
+    return quantize
+
+
+def _as_int(qtype):
+    try:
+        return int(qtype)
+    except (TypeError, ValueError):
+        return None
+
+
+def accelerate_gguf_py() -> tuple:
+    """Route gguf-py's ``gguf.quants.quantize`` / ``dequantize`` (and the ``gguf.quantize`` /
+    ``gguf.dequantize`` re-exports) through numba_qk for the formats in ``GGUF_PY_ROUTED``:
+    same bytes and values as gguf-py, faster; every other type, lazy tensors and non-finite
+    inputs still go to gguf-py's own code.  Idempotent; ``restore_gguf_py()`` undoes it.  Code
+    that bound the functions before the call (``from gguf.quants import dequantize``) keeps the
+    originals.  Returns the routed formats."""
+    g = _gguf()
+    if not _GGUF_PY_ORIGINAL:
+        routes = _gguf_py_routes()
+        q, dq = g.quants.quantize, g.quants.dequantize
+        _GGUF_PY_ORIGINAL.update(quantize=q, dequantize=dq)
+        new_q, new_dq = _routed_quantize(q, routes), _routed_dequantize(dq, routes)
+        for mod in (g.quants, g):
+            if getattr(mod, "quantize", None) is q:
+                mod.quantize = new_q
+            if getattr(mod, "dequantize", None) is dq:
+                mod.dequantize = new_dq
+    return GGUF_PY_ROUTED
+
+
+def restore_gguf_py() -> None:
+    """Undo ``accelerate_gguf_py`` (a no-op when not accelerated)."""
+    if not _GGUF_PY_ORIGINAL:
+        return
+    g = _gguf()
+    for name, original in _GGUF_PY_ORIGINAL.items():
+        for mod in (g.quants, g):
+            if getattr(getattr(mod, name, None), "__wrapped__", None) is original:
+                setattr(mod, name, original)
+    _GGUF_PY_ORIGINAL.clear()
 
 
 def write_demo_model(path, *, dim: int = 512, seed: int = 0) -> Path:

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _registry as registry
 from . import _threads
-from ._registry import BlockFields, Q4KFields, Q8KFields
+from ._registry import BlockFields, Q2KFields, Q3KFields, Q4KFields, Q5KFields, Q6KFields, Q8KFields  # noqa: F401
 from ._validate import (as_array, check_f32, check_out, check_records, check_slot, check_slot_in,
                         check_threads, describe, prepare_out)
 from .errors import QuantizationDomainError
@@ -21,7 +21,8 @@ from .formats import Format, activation_format, f32, quant
 
 __all__ = [
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
-    "gemv", "gemm", "matmul", "Q4KFields", "Q8KFields", "BlockFields",
+    "gemv", "gemm", "matmul", "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields",
+    "Q5KFields", "Q6KFields",
 ]
 
 
@@ -102,7 +103,10 @@ def decode(records, format):
 
     Q4_K -> ``Q4KFields(d, dmin, sc, m, q)``; Q8_K -> ``Q8KFields(ds, q, bsum)``; the legacy
     formats -> ``BlockFields(d, q, m, s)`` (``m``: Q4_1/Q5_1, ``s``: Q8_1, else None; ``q`` the
-    stored quants: uint8 0..15 / 0..31 without the -8/-16 offset, int8 for Q8_0/Q8_1).
+    stored quants: uint8 0..15 / 0..31 without the -8/-16 offset, int8 for Q8_0/Q8_1);
+    Q2_K -> ``Q2KFields(d, dmin, sc, m, q)``; Q3_K -> ``Q3KFields(d, sc, q)`` (``sc`` stored
+    0..63, used as sc - 32; ``q`` -4..3); Q5_K -> ``Q5KFields(d, dmin, sc, m, q)``; Q6_K ->
+    ``Q6KFields(d, sc, q)`` (``sc`` int8; ``q`` stored 0..63, used as q - 32).
     Float fields keep their stored type (f16 / f32) and bits.
     """
     arr = _records_and_format(records, format, "decode")

@@ -76,13 +76,14 @@ def test_closed_and_frozen():
 
 
 def test_singletons_survive_copy_and_pickle():
-    for fmt in (Q4, Q8, qk.f32):
+    for fmt in (Q4, Q8, qk.f32, qk.quant.q2_k, qk.quant.q3_k, qk.quant.q5_k, qk.quant.q6_k):
         assert pickle.loads(pickle.dumps(fmt)) is fmt
         assert copy.copy(fmt) is fmt and copy.deepcopy(fmt) is fmt
 
 
 def test_namespace():
-    assert list(qk.quant)[:2] == [Q4, Q8] and len(list(qk.quant)) == 8
+    assert list(qk.quant)[:2] == [Q4, Q8] and len(list(qk.quant)) == 12
+    assert [f.name for f in qk.quant][2:6] == ["Q2_K", "Q3_K", "Q5_K", "Q6_K"]
     assert Q4 in qk.quant and qk.f32 not in qk.quant and "q4_k" not in qk.quant
     assert repr(Q4) == "numba_qk.quant.q4_k" and str(Q8) == "Q8_K"
 

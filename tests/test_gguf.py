@@ -185,3 +185,26 @@ def test_cli_errors_are_one_line_and_write_nothing(demo, tmp_path):
     assert not (tmp_path / "out.gguf").exists()
     assert not [p for p in tmp_path.iterdir()
                 if "numba_qk-tmp" in p.name or p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("name", ["q2_k", "q3_k", "q5_k", "q6_k"])
+def test_kquant_files_are_accelerated_end_to_end(demo, tmp_path, name):
+    """quantize_file(to=Q*_K), then inspect / dequantize / matmul accelerate those tensors: the
+    records equal qk.quantize of the source, dequantize equals gguf-py's, matmul equals gemm."""
+    fmt = getattr(qk.quant, name)
+    out = tmp_path / f"{name}.gguf"
+    gguf.quantize_file(demo, out, to=fmt)
+    with gguf.open(demo) as a, gguf.open(out) as b:
+        t = b.tensor("blk.0.attn_q.weight")
+        assert t.format is fmt and t.accelerated
+        want = qk.quantize(a.dequantize(t.name).reshape(-1, 256), format=fmt)
+        assert_same_records(b.records(t.name).reshape(-1, fmt.block_bytes), want, t.name)
+        raw = np.asarray(b.raw(t.name))
+        assert_same_f32(b.dequantize(t.name).reshape(-1),
+                        gguf_py.quants.dequantize(raw, gguf_py.GGMLQuantizationType[fmt.name])
+                        .reshape(-1))
+        x = np.random.default_rng(0).standard_normal((2, t.shape[-1])).astype(np.float32)
+        w = b.records(t.name)
+        xq = qk.quantize(x.reshape(-1, 256), format=qk.quant.q8_k).reshape(2, w.shape[1], -1)
+        assert_same_f32(b.matmul(t.name, x), qk.gemm(w, xq, lhs_format=fmt,
+                                                      rhs_format=qk.quant.q8_k))

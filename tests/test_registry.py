@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
-from numba_qk import _registry, reference as ref
+from numba_qk import _registry, reference as ref, reference_kquants as ref_k
 from numba_qk._registry import BINDINGS, QUANTIZABLE, WEIGHTS, Binding, check_bindings
 
 from conftest import assert_same_f32, assert_same_records
@@ -27,6 +27,8 @@ def dot_oracle(fmt, w, x):
     """The slow oracle's dot for weight format ``fmt`` (written from the spec, no kernel code)."""
     if fmt is qk.quant.q4_k:
         return ref.quantized_dot(w, x)
+    if fmt.name in ref_k.DECODERS:  # Q2_K, Q3_K, Q5_K, Q6_K: DESIGN.md section 7
+        return ref_k.quantized_dot(fmt.name, w, x)
     return ref.legacy_dot(fmt.name, w, qk.activation_format(fmt).name, x)
 
 
@@ -41,6 +43,8 @@ def dequantize_oracle(fmt, rec: bytes):
             d, dmin = f32(f["d"]), f32(f["dmin"])
             return [((d * f32(f["sc"][i // 32])) * f32(f["q"][i]))
                     - (dmin * f32(f["m"][i // 32])) for i in range(256)]
+    if fmt.name in ref_k.DECODERS:  # ggml's dequantize_row_q{2,3,5,6}_K step order
+        return ref_k.dequantize(fmt.name, rec)
     return ref.legacy_dequantize(fmt.name, rec)
 
 
@@ -49,16 +53,20 @@ def quantize_oracle(fmt, block):
         return ref.quantize_block(block)
     if _legacy_name(fmt):
         return ref.legacy_quantize_block(fmt.name, block)
-    return None  # Q4_K: checked against ggml's own bytes (tests/golden, test_q4_k_encode.py)
+    # Q4_K and Q2_K..Q6_K: checked against ggml's own bytes (tests/golden, test_q4_k_encode.py,
+    # test_kquants.py)
+    return None
 
 
 def test_registry_is_whole_and_ordered():
     assert [b.format for b in BINDINGS] == [qk.quant.q8_k, qk.quant.q4_k, qk.quant.q4_0,
                                              qk.quant.q4_1, qk.quant.q5_0, qk.quant.q5_1,
-                                             qk.quant.q8_0, qk.quant.q8_1]
+                                             qk.quant.q8_0, qk.quant.q8_1, qk.quant.q2_k,
+                                             qk.quant.q3_k, qk.quant.q5_k, qk.quant.q6_k]
     assert set(ALL) == set(qk.quant)
     assert WEIGHTS == (qk.quant.q4_k, qk.quant.q4_0, qk.quant.q4_1, qk.quant.q5_0,
-                       qk.quant.q5_1, qk.quant.q8_0)
+                       qk.quant.q5_1, qk.quant.q8_0, qk.quant.q2_k, qk.quant.q3_k,
+                       qk.quant.q5_k, qk.quant.q6_k)
     assert QUANTIZABLE == tuple(ALL)
     from numba_qk import gguf
 
@@ -227,7 +235,9 @@ def test_capabilities():
         assert (c.dot_partner is not None) == (fmt in WEIGHTS) == c.gemv == c.gemm == c.matmul
     q4k = qk.capabilities(qk.quant.q4_k)
     assert q4k.dot_partner is qk.quant.q8_k and q4k.quantizer == "ggml quantize_row_q4_K_ref"
-    assert qk.capabilities(qk.quant.q8_k).activation_of == (qk.quant.q4_k,)
+    assert qk.capabilities(qk.quant.q8_k).activation_of == (
+        qk.quant.q4_k, qk.quant.q2_k, qk.quant.q3_k, qk.quant.q5_k, qk.quant.q6_k)
+    assert qk.capabilities(qk.quant.q6_k).quantizer == "ggml quantize_row_q6_K_ref"
     assert qk.capabilities(qk.quant.q8_1).activation_of == (qk.quant.q4_1, qk.quant.q5_1)
     for scalar in (qk.f32, qk.f16, qk.bf16, qk.i8, qk.i32):
         c = qk.capabilities(scalar)
@@ -313,4 +323,5 @@ def test_inspect_prints_capabilities(tmp_path, capsys):
     assert "  Q4_K: quantize, dequantize, decode, dot with Q8_K, gemv/gemm/matmul" in out
     assert "  IQ2_XXS: not modelled by numba_qk" in out
     assert "  F32: no kernels (stored values only)" in out
-    assert cli._quantizable_weights() == ["q4_k", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0"]
+    assert cli._quantizable_weights() == ["q4_k", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k",
+                                          "q3_k", "q5_k", "q6_k"]

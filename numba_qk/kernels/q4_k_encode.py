@@ -35,6 +35,21 @@ _QS_AT = quant.q4_k.field("q").start
 @kernel
 def make_qkx2_quants(x, off, n, nmax, weights, L, Laux, rmin, rdelta, nstep):
     """ggml's make_qkx2_quants (use_mad = false) on x[off:off+n]; returns (scale, the_min)."""
+    return make_qkx2_quants_mad(x, off, n, nmax, weights, L, Laux, rmin, rdelta, nstep, False)
+
+
+@kernel
+def _qkx2_err(diff, use_mad):
+    """ggml: ``diff = use_mad ? fabsf(diff) : diff * diff``."""
+    if use_mad:
+        return abs(diff)
+    return np.float32(diff * diff)
+
+
+@kernel
+def make_qkx2_quants_mad(x, off, n, nmax, weights, L, Laux, rmin, rdelta, nstep, use_mad):
+    """ggml's make_qkx2_quants on x[off:off+n] with its ``use_mad`` flag (Q2_K passes true:
+    absolute instead of squared errors); returns (scale, the_min)."""
     mn = np.float32(x[off])
     mx = np.float32(x[off])
     sum_w = np.float32(weights[0])
@@ -63,7 +78,7 @@ def make_qkx2_quants(x, off, n, nmax, weights, L, Laux, rmin, rdelta, nstep):
         l = max(0, min(nmax, l))
         L[i] = l
         diff = np.float32(np.float32(np.float32(scale * np.float32(l)) + mn) - xi)
-        diff = np.float32(diff * diff)
+        diff = _qkx2_err(diff, use_mad)
         best_error = np.float32(best_error + np.float32(np.float32(weights[i]) * diff))
     if nstep < 1:
         return scale, np.float32(-mn)
@@ -96,7 +111,7 @@ def make_qkx2_quants(x, off, n, nmax, weights, L, Laux, rmin, rdelta, nstep):
             for i in range(n):
                 diff = np.float32(np.float32(np.float32(this_scale * np.float32(Laux[i]))
                                              + this_min) - np.float32(x[off + i]))
-                diff = np.float32(diff * diff)
+                diff = _qkx2_err(diff, use_mad)
                 cur_error = np.float32(cur_error + np.float32(np.float32(weights[i]) * diff))
             if cur_error < best_error:
                 for i in range(n):

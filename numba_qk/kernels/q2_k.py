@@ -1,0 +1,346 @@
+"""Q2_K records: field decoders, ggml's dequantizer and reference quantizer, and the exact
+record dot against Q8_K (DESIGN.md section 7).  All ``@njit``; callable from user ``@njit`` code.
+
+Byte layout of one 84-byte record ``a`` (256 elements, 16 sub-blocks of 16; offsets from the
+schema ``numba_qk.quant.q2_k``).  Element ``i = 128c + 32g + l`` (chunk ``c`` 0..1,
+group ``g`` 0..3, lane ``l`` 0..31), sub-block ``j = i // 16``::
+
+    [0, 16)    sc/m  byte j: sc[j] = low nibble, m[j] = high nibble (both 0..15)
+    [16, 80)   q     2-bit quants: byte 16 + 32c + l, bits [2g, 2g + 2)   (0..3)
+    [80, 82)   d     IEEE f16   scale of the scales
+    [82, 84)   dmin  IEEE f16   scale of the mins
+
+Dequantize (ggml ``dequantize_row_q2_K``; gguf-py computes the same)::
+
+    dl = R32(f32(d) * sc[j]);  ml = R32(f32(dmin) * m[j]);  y[i] = R32(R32(dl * q[i]) - ml)
+
+Record dot with Q8_K record ``x``::
+
+    S = sum_j sc[j] * sum_{i in j} q[i] * xq[i]           exact int32
+    T = sum_j m[j] * bsum[j]                               exact int32, bsum as stored
+    v = R32(ds * R32(R32(f32(d) * f32(S)) - R32(f32(dmin) * f32(T))))
+    dot = ((v_0 + v_1) + v_2) + ...                        left fold; G = 0 -> +0.0
+
+Integer widths: |S| <= 16 * 15 * 16 * 3 * 128 = 1,474,560 and |T| <= 16 * 15 * 32,768 =
+7,864,320, both below 2**24: ``f32(S)``, ``f32(T)`` are exact for every record.
+
+Quantize (ggml ``quantize_row_q2_K_ref``, no importance matrix), every float step an explicit
+f32 rounding in C order:
+
+1. Per sub-block ``j`` of 16: weights ``w_i = |x_i|``; ``make_qkx2_quants(n=16, nmax=3,
+   rmin=-0.5, rdelta=0.1, nstep=15, use_mad=true)`` -> ``scale_j``, ``min_j`` (imported from
+   ``q4_k_encode``; ``use_mad`` sums weighted absolute instead of squared errors).
+2. ``max_scale > 0``: ``iscale = 15 / max_scale``, scale byte ``j`` = ``(uint8_t)
+   nearest_int(iscale * scale_j)`` (a negative ``scale_j`` wraps, as in C, and spills into
+   the min nibble), ``d = fp16(max_scale / 15)``; else scale bytes 0 and ``d = fp16(0)``.
+   ``max_min > 0``: byte ``j |= nearest_int((15 / max_min) * min_j) << 4``, ``dmin =
+   fp16(max_min / 15)``; else ``dmin = fp16(0)``.  (f16 overflow/underflow kept.)
+3. Requantize: ``dj = f32(d) * sc[j]``; when ``dj != 0``: ``q = clamp(nearest_int((x +
+   f32(dmin) * m[j]) / dj), 0, 3)``; otherwise step 1's quants stay.
+"""
+
+import numpy as np
+
+from .._jit import kernel
+from ._simd import HAVE_AVX2, load_f16_fpext, load_f32_raw
+from ._simd_kquants import q2_k_q8_k_st
+from ..formats.kquants import q2_k as _FMT
+from ._bits import f16_to_f32, load_u16
+from ._kquant_common import X_DS_AT, f16_at, first_nonfinite_block, store_f16, x_bsum, x_ds, x_q
+from .q4_k_encode import make_qkx2_quants_mad, nearest_int
+
+Q2_K_RECORD_BYTES = _FMT.block_bytes
+Q2_K_BLOCK = _FMT.block_size
+_SC_AT = _FMT.field("sc").start     # 16 bytes: scale (low nibble) | min (high nibble)
+_Q_AT = _FMT.field("q").start       # 64 bytes of 2-bit quants
+_D_AT = _FMT.field("d").start
+_DMIN_AT = _FMT.field("dmin").start
+_LOW2 = np.uint8(0b0000_0011)
+_LOW4 = np.uint8(0b0000_1111)
+
+
+@kernel
+def _quant_at(a, row, i):
+    """Quant ``q[i]`` (0..3) of record ``a[row]``."""
+    byte = a[row, _Q_AT + 32 * (i // 128) + i % 32]
+    return np.int32((byte >> np.uint8(2 * ((i % 128) // 32))) & _LOW2)
+
+
+# ---- field decoders (1-D record, like kernels/q4_k.py) ----------------------------------------
+
+@kernel
+def q2_k_d(rec):
+    """Field ``d`` of a Q2_K record, as float32 (exact)."""
+    return f16_to_f32(load_u16(rec, _D_AT))
+
+
+@kernel
+def q2_k_dmin(rec):
+    """Field ``dmin`` of a Q2_K record, as float32 (exact)."""
+    return f16_to_f32(load_u16(rec, _DMIN_AT))
+
+
+@kernel
+def q2_k_scale_min(rec, j):
+    """``(sc[j], m[j])`` (0 <= j < 16) as int32 in [0, 15]."""
+    byte = rec[_SC_AT + j]
+    return np.int32(byte & _LOW4), np.int32(byte >> np.uint8(4))
+
+
+@kernel
+def q2_k_quant(rec, i):
+    """2-bit quant ``q[i]`` (0 <= i < 256) as int32 in [0, 3]."""
+    byte = rec[_Q_AT + 32 * (i // 128) + i % 32]
+    return np.int32((byte >> np.uint8(2 * ((i % 128) // 32))) & _LOW2)
+
+
+@kernel
+def q2_k_decode_into(rec, sc, m, q):
+    """Unpack one record into ``sc`` (16), ``m`` (16) and ``q`` (256)."""
+    for j in range(16):
+        a, c = q2_k_scale_min(rec, j)
+        sc[j] = a
+        m[j] = c
+    for i in range(256):
+        q[i] = q2_k_quant(rec, i)
+
+
+@kernel
+def q2_k_decode_records(records, sc, m, q):
+    """``q2_k_decode_into`` for every record of a ``[G, 84]`` array."""
+    for b in range(records.shape[0]):
+        q2_k_decode_into(records[b], sc[b], m[b], q[b])
+
+
+# ---- dequantize -----------------------------------------------------------------------------
+
+@kernel
+def dequantize_q2_k(records, out):
+    """ggml's ``dequantize_row_q2_K``: ``[G, 84]`` records into f32 ``out`` ``[G, 256]``:
+    ``R32(R32(dl * q) - ml)`` with ``dl = R32(d * sc[j])``, ``ml = R32(dmin * m[j])``."""
+    for b in range(records.shape[0]):
+        d = f16_at(records, b, _D_AT)
+        dmin = f16_at(records, b, _DMIN_AT)
+        for c in range(2):
+            for g in range(4):
+                shift = np.uint8(2 * g)
+                for half in range(2):
+                    j = 8 * c + 2 * g + half
+                    byte = records[b, _SC_AT + j]
+                    dl = np.float32(d * np.float32(byte & _LOW4))
+                    ml = np.float32(dmin * np.float32(byte >> np.uint8(4)))
+                    base = 128 * c + 32 * g + 16 * half
+                    for k in range(16):
+                        q = np.int32((records[b, _Q_AT + 32 * c + 16 * half + k] >> shift) & _LOW2)
+                        out[b, base + k] = np.float32(np.float32(dl * np.float32(q)) - ml)
+
+
+# ---- quantize (ggml quantize_row_q2_K_ref) --------------------------------------------------
+
+@kernel
+def quantize_block_q2_k(values, b, out, L, sub, Laux, weights, scales, mins):
+    """One finite block ``values[b]`` into record ``out[b]``; the rest are scratch arrays:
+    ``L`` int32 [256], ``sub``/``Laux`` int32 [16], ``weights`` f32 [16], ``scales``/``mins``
+    f32 [16]."""
+    x = values[b]
+    q4scale = np.float32(15.0)
+    max_scale = np.float32(0.0)
+    max_min = np.float32(0.0)
+    for j in range(16):
+        for l in range(16):
+            weights[l] = abs(np.float32(x[16 * j + l]))
+        sc, mn = make_qkx2_quants_mad(x, 16 * j, 16, 3, weights, sub, Laux, np.float32(-0.5),
+                                      np.float32(0.1), 15, True)
+        for l in range(16):
+            L[16 * j + l] = sub[l]
+        scales[j] = sc
+        mins[j] = mn
+        if sc > max_scale:
+            max_scale = sc
+        if mn > max_min:
+            max_min = mn
+    if max_scale > np.float32(0.0):
+        iscale = np.float32(q4scale / max_scale)
+        for j in range(16):
+            out[b, _SC_AT + j] = np.uint8(nearest_int(np.float32(iscale * scales[j])) & 0xFF)
+        d_all = store_f16(out, b, _D_AT, np.float32(max_scale / q4scale))
+    else:
+        for j in range(16):
+            out[b, _SC_AT + j] = 0
+        d_all = store_f16(out, b, _D_AT, np.float32(0.0))
+    if max_min > np.float32(0.0):
+        iscale = np.float32(q4scale / max_min)
+        for j in range(16):
+            l = nearest_int(np.float32(iscale * mins[j]))
+            out[b, _SC_AT + j] |= np.uint8((l << 4) & 0xFF)
+        dmin_all = store_f16(out, b, _DMIN_AT, np.float32(max_min / q4scale))
+    else:
+        dmin_all = store_f16(out, b, _DMIN_AT, np.float32(0.0))
+    for j in range(16):
+        byte = out[b, _SC_AT + j]
+        d = np.float32(d_all * np.float32(byte & _LOW4))
+        if d == np.float32(0.0):  # C: if (!d) continue;
+            continue
+        dm = np.float32(dmin_all * np.float32(byte >> np.uint8(4)))
+        for ii in range(16):
+            l = nearest_int(np.float32(np.float32(np.float32(x[16 * j + ii]) + dm) / d))
+            L[16 * j + ii] = max(0, min(3, l))
+    for c in range(2):
+        for l in range(32):
+            i = 128 * c + l
+            out[b, _Q_AT + 32 * c + l] = np.uint8(L[i] | (L[i + 32] << 2) | (L[i + 64] << 4)
+                                                  | (L[i + 96] << 6))
+
+
+@kernel
+def quantize_q2_k(values, out):
+    """ggml's ``quantize_row_q2_K_ref`` for f32 ``[G, 256]`` into ``out`` ``[G, 84]``.
+
+    Returns -1, or the first block holding a non-finite value (nothing written then).
+    """
+    bad = first_nonfinite_block(values)
+    if bad >= 0:
+        return bad
+    L = np.zeros(256, np.int32)
+    sub = np.zeros(16, np.int32)
+    Laux = np.zeros(16, np.int32)
+    weights = np.empty(16, np.float32)
+    scales = np.empty(16, np.float32)
+    mins = np.empty(16, np.float32)
+    for b in range(values.shape[0]):
+        quantize_block_q2_k(values, b, out, L, sub, Laux, weights, scales, mins)
+    return -1
+
+
+# ---- record dot against Q8_K ----------------------------------------------------------------
+
+@kernel
+def record_sums_q2_k_q8_k(w, bw, x, bx):
+    """``(S, T)`` (int32) for records ``w[bw]`` (Q2_K ``[G, 84]``) and ``x[bx]`` (Q8_K)."""
+    s_total = np.int32(0)
+    t_total = np.int32(0)
+    for j in range(16):
+        acc = np.int32(0)
+        for k in range(16):
+            i = 16 * j + k
+            acc += _quant_at(w, bw, i) * x_q(x, bx, i)
+        byte = w[bw, _SC_AT + j]
+        s_total += np.int32(byte & _LOW4) * acc
+        t_total += np.int32(byte >> np.uint8(4)) * x_bsum(x, bx, j)
+    return np.int32(s_total), np.int32(t_total)
+
+
+@kernel
+def record_value_q2_k_q8_k(w, bw, x, bx):
+    """``v`` for records ``w[bw]`` (Q2_K) and ``x[bx]`` (Q8_K): the portable definition."""
+    s_b, t_b = record_sums_q2_k_q8_k(w, bw, x, bx)
+    p = np.float32(f16_at(w, bw, _D_AT) * np.float32(s_b))      # R32(f32(d) * f32(S))
+    n = np.float32(f16_at(w, bw, _DMIN_AT) * np.float32(t_b))   # R32(f32(dmin) * f32(T))
+    diff = np.float32(p - n)                                     # R32(p - n)
+    return np.float32(x_ds(x, bx) * diff)                        # v = R32(ds * (p - n))
+
+
+# ---- SIMD fast path (kernels/_simd_kquants.py): S (and T) from the vector decoder, the float steps
+# as in record_value_q2_k_q8_k, so every result equals the portable definition bit for bit.
+
+@kernel
+def dot_q2_k_q8_k_portable(w, x):
+    """The dot through the portable record definition (tests compare the fast paths with it)."""
+    if w.shape[0] == 0:
+        return np.float32(0.0)
+    acc = record_value_q2_k_q8_k(w, 0, x, 0)
+    for b in range(1, w.shape[0]):
+        acc = np.float32(acc + record_value_q2_k_q8_k(w, b, x, b))
+    return acc
+
+
+@kernel
+def _dot_loop(w, x):
+    return dot_q2_k_q8_k_portable(w, x)
+
+
+@kernel
+def _row_simd(w, w_at, w_step, x, x_at, x_step, g):
+    """Left fold of the ``g`` record values of weight records at bytes ``w_at + b*w_step`` and
+    Q8_K records at ``x_at + b*x_step`` (byte offsets: no views in the loop)."""
+    acc = np.float32(0.0)
+    for b in range(g):
+        wo = w_at + b * w_step
+        xo = x_at + b * x_step
+        s, t = q2_k_q8_k_st(w, wo, x, xo)
+        p = np.float32(load_f16_fpext(w, wo + _D_AT) * np.float32(s))       # R32(d * f32(S))
+        n = np.float32(load_f16_fpext(w, wo + _DMIN_AT) * np.float32(t))    # R32(dmin * f32(T))
+        v = np.float32(load_f32_raw(x, xo + X_DS_AT) * np.float32(p - n))   # R32(ds * R32(p - n))
+        acc = v if b == 0 else np.float32(acc + v)
+    return acc
+
+
+@kernel
+def _dot_simd(w, x):
+    if w.strides[1] != 1 or x.strides[1] != 1:
+        return _dot_loop(w, x)
+    return _row_simd(w, 0, w.strides[0], x, 0, x.strides[0], w.shape[0])
+
+
+_dot_impl = _dot_simd if HAVE_AVX2 else _dot_loop
+
+
+@kernel
+def dot_q2_k_q8_k(w, x):
+    """Canonical dot of Q2_K records ``w`` ``[G, B]`` and Q8_K records ``x`` ``[G, 292]``:
+    left fold seeded with ``v_0``; ``G = 0`` gives ``+0.0``.  ``G`` must agree (not checked)."""
+    return _dot_impl(w, x)
+
+
+@kernel
+def _gemv_simd(w, x, out):
+    if w.strides[2] != 1 or x.strides[1] != 1:
+        for r in range(w.shape[0]):
+            out[r] = _dot_loop(w[r], x)
+        return
+    for r in range(w.shape[0]):
+        out[r] = _row_simd(w, r * w.strides[0], w.strides[1], x, 0, x.strides[0], w.shape[1])
+
+
+@kernel
+def _gemv_loop(w, x, out):
+    for r in range(w.shape[0]):
+        out[r] = _dot_loop(w[r], x)
+
+
+@kernel
+def _gemm_simd(w, x, out):
+    if w.strides[2] != 1 or x.strides[2] != 1:
+        for r in range(w.shape[0]):
+            for a in range(x.shape[0]):
+                out[a, r] = _dot_loop(w[r], x[a])
+        return
+    for r in range(w.shape[0]):
+        for a in range(x.shape[0]):
+            out[a, r] = _row_simd(w, r * w.strides[0], w.strides[1], x, a * x.strides[0],
+                                  x.strides[1], w.shape[1])
+
+
+@kernel
+def _gemm_loop(w, x, out):
+    for r in range(w.shape[0]):
+        for a in range(x.shape[0]):
+            out[a, r] = _dot_loop(w[r], x[a])
+
+
+_gemv_impl = _gemv_simd if HAVE_AVX2 else _gemv_loop
+_gemm_impl = _gemm_simd if HAVE_AVX2 else _gemm_loop
+
+
+@kernel
+def gemv_q2_k_q8_k(w, x, out):
+    """``out[r] = dot_q2_k_q8_k(w[r], x)`` for Q2_K weights ``[rows, G, B]`` and one Q8_K
+    activation ``[G, 292]``."""
+    _gemv_impl(w, x, out)
+
+
+@kernel
+def gemm_q2_k_q8_k(w, x, out):
+    """``out[a, r] = dot_q2_k_q8_k(w[r], x[a])`` for Q2_K weights ``[rows, G, B]`` and Q8_K
+    activations ``[batch, G, 292]``."""
+    _gemm_impl(w, x, out)

@@ -1,0 +1,413 @@
+"""Q5_K records: field decoders, ggml's dequantizer and reference quantizer, and the exact
+record dot against Q8_K (DESIGN.md section 7).  All ``@njit``; callable from user ``@njit`` code.
+
+Byte layout of one 176-byte record ``a`` (256 elements, 8 sub-blocks of 32; offsets from the
+schema ``numba_qk.quant.q5_k``)::
+
+    [0, 2)     d      IEEE f16        scale of the sub-block scales
+    [2, 4)     dmin   IEEE f16        scale of the sub-block mins
+    [4, 16)    sc[8], m[8]  6-bit, packed exactly as Q4_K (``_kquant_common.k4_scale_min``)
+    [16, 48)   qh     bit 4 of q[i]: byte 16 + (i % 32), bit i // 32
+    [48, 176)  ql     low 4 bits of q[i]: byte 48 + 32*(i // 64) + (i % 32), low nibble when
+                      i % 64 < 32, high nibble otherwise
+    q[i] = ql | qh << 4  (0..31), sub-block s = i // 32
+
+Dequantize (ggml ``dequantize_row_q5_K``; gguf-py computes the same)::
+
+    d_s = R32(f32(d) * sc[s]);  m_s = R32(f32(dmin) * m[s]);  y[i] = R32(R32(d_s * q[i]) - m_s)
+
+Record dot with Q8_K record ``x``::
+
+    S = sum_s sc[s] * sum_{i in s} q[i] * xq[i]          exact int32
+    T = sum_s m[s] * (bsum[2s] + bsum[2s+1])              exact int32, bsum as stored
+    v = R32(ds * R32(R32(f32(d) * f32(S)) - R32(f32(dmin) * f32(T))))
+    dot = ((v_0 + v_1) + v_2) + ...                       left fold; G = 0 -> +0.0
+
+Integer widths: |q * xq| <= 31 * 128 = 3968, a sub-block sum <= 126,976, times sc <= 63 ->
+7,999,488, |S| <= 63,995,904; |T| <= 8 * 63 * 65,536 = 33,030,144: exact in int32.
+
+Quantize (ggml ``quantize_row_q5_K_ref``, no importance matrix): the Q4_K recipe
+(``kernels/q4_k_encode.py``) with 31 levels and a different search:
+
+1. Per sub-block ``s`` of 32: ``av_x = sqrtf(sum(x^2) / 32)``, ``w_i = av_x + |x_i|``,
+   ``make_qkx2_quants(n=32, nmax=31, rmin=-0.5, rdelta=0.1, nstep=15)`` -> ``scale_s``,
+   ``min_s`` (imported from ``q4_k_encode``, not copied).
+2. ``inv = 63 / max_scale`` (0 when ``max_scale <= 0``); ``ls = min(63, (uint8)
+   nearest_int(inv * scale_s))``; mins likewise; packed as Q4_K.
+3. ``d = fp16(max_scale / 63)``, ``dmin = fp16(max_min / 63)`` (overflow/underflow kept).
+4. Requantize: ``q = clamp(nearest_int((x + f32(dmin)*m) / (f32(d)*sc)), 0, 31)`` where
+   ``f32(d)*sc != 0``; the quants of step 1 stay otherwise.
+"""
+
+import numpy as np
+
+from .._jit import kernel
+from ._simd import HAVE_AVX2, load_f16_fpext, load_f32_raw
+from ._simd_kquants import q5_k_q8_k_st
+from ..formats.kquants import q5_k as _FMT
+from ._bits import f16_to_f32, load_u16
+from ._kquant_common import (X_DS_AT, X_Q_AT, f16_at, first_nonfinite_block,
+                             k4_pack_scale_min, k4_scale_min,
+                             store_f16, x_bsum, x_ds, x_q)
+from .q4_k_encode import make_qkx2_quants, nearest_int
+
+Q5_K_RECORD_BYTES = _FMT.block_bytes
+Q5_K_BLOCK = _FMT.block_size
+_D_AT = _FMT.field("d").start
+_DMIN_AT = _FMT.field("dmin").start
+_SC_AT = _FMT.field("sc").start   # 12 bytes of packed 6-bit sc/m
+_QH_AT = _FMT.field("qh").start   # 32 bytes: bit 4 of each quant
+_QL_AT = _FMT.field("ql").start   # 128 bytes: low nibbles
+_LOW4 = np.uint8(0b0000_1111)
+
+
+# ---- field decoders (1-D record, like kernels/q4_k.py) ------------------------------------------
+
+@kernel
+def q5_k_d(rec):
+    """Field ``d`` of a Q5_K record, as float32 (exact)."""
+    return f16_to_f32(load_u16(rec, _D_AT))
+
+
+@kernel
+def q5_k_dmin(rec):
+    """Field ``dmin`` of a Q5_K record, as float32 (exact)."""
+    return f16_to_f32(load_u16(rec, _DMIN_AT))
+
+
+@kernel
+def q5_k_scale_min(rec, s):
+    """``(sc[s], m[s])`` of a Q5_K record as int32 (0..63), ``0 <= s < 8``."""
+    if s < 4:
+        sc = rec[_SC_AT + s] & np.uint8(63)
+        m = rec[_SC_AT + s + 4] & np.uint8(63)
+    else:
+        sc = (rec[_SC_AT + s + 4] & _LOW4) | ((rec[_SC_AT + s - 4] >> np.uint8(6)) << np.uint8(4))
+        m = (rec[_SC_AT + s + 4] >> np.uint8(4)) | ((rec[_SC_AT + s] >> np.uint8(6)) << np.uint8(4))
+    return np.int32(sc), np.int32(m)
+
+
+@kernel
+def q5_k_quant(rec, i):
+    """5-bit quant ``q[i]`` (0 <= i < 256) of a Q5_K record as int32 in [0, 31]."""
+    byte = rec[_QL_AT + 32 * (i // 64) + (i % 32)]
+    low = (byte & _LOW4) if i % 64 < 32 else (byte >> np.uint8(4))
+    high = (rec[_QH_AT + i % 32] >> np.uint8(i // 32)) & np.uint8(1)
+    return np.int32(low | (high << np.uint8(4)))
+
+
+@kernel
+def q5_k_decode_into(rec, sc, m, q):
+    """Unpack one record's integer fields into ``sc`` (8), ``m`` (8) and ``q`` (256)."""
+    for s in range(8):
+        a, c = q5_k_scale_min(rec, s)
+        sc[s] = a
+        m[s] = c
+    for i in range(256):
+        q[i] = q5_k_quant(rec, i)
+
+
+@kernel
+def q5_k_decode_records(records, sc, m, q):
+    """``q5_k_decode_into`` for every record of a ``[G, 176]`` array."""
+    for b in range(records.shape[0]):
+        q5_k_decode_into(records[b], sc[b], m[b], q[b])
+
+
+# ---- dequantize -----------------------------------------------------------------------------
+
+@kernel
+def dequantize_q5_k(records, out):
+    """ggml's ``dequantize_row_q5_K``: ``[G, 176]`` records into f32 ``out`` ``[G, 256]``."""
+    for b in range(records.shape[0]):
+        d = f16_at(records, b, _D_AT)
+        dmin = f16_at(records, b, _DMIN_AT)
+        for p in range(4):  # pairs of sub-blocks 2p (low nibbles, qh bit 2p), 2p+1 (high, 2p+1)
+            sc1, m1 = k4_scale_min(records, b, _SC_AT, 2 * p)
+            sc2, m2 = k4_scale_min(records, b, _SC_AT, 2 * p + 1)
+            d1 = np.float32(d * np.float32(sc1))
+            mn1 = np.float32(dmin * np.float32(m1))
+            d2 = np.float32(d * np.float32(sc2))
+            mn2 = np.float32(dmin * np.float32(m2))
+            for l in range(32):
+                byte = records[b, _QL_AT + 32 * p + l]
+                h = records[b, _QH_AT + l]
+                q1 = np.int32(byte & _LOW4) + (16 if (h >> np.uint8(2 * p)) & np.uint8(1) else 0)
+                q2 = np.int32(byte >> np.uint8(4)) + (16 if (h >> np.uint8(2 * p + 1)) & np.uint8(1) else 0)
+                out[b, 64 * p + l] = np.float32(np.float32(d1 * np.float32(q1)) - mn1)
+                out[b, 64 * p + 32 + l] = np.float32(np.float32(d2 * np.float32(q2)) - mn2)
+
+
+# ---- quantize (ggml quantize_row_q5_K_ref) --------------------------------------------------
+
+@kernel
+def quantize_block_q5_k(values, b, out, L, sub, Laux, weights, scales, mins):
+    """One finite block ``values[b]`` into record ``out[b]``; the rest are scratch arrays:
+    ``L`` int32 [256], ``sub``/``Laux`` int32 [32], ``weights`` f32 [32], ``scales``/``mins``
+    f32 [8]."""
+    x = values[b]
+    max_scale = np.float32(0.0)
+    max_min = np.float32(0.0)
+    for j in range(8):
+        sum_x2 = np.float32(0.0)
+        for l in range(32):
+            xv = np.float32(x[32 * j + l])
+            sum_x2 = np.float32(sum_x2 + np.float32(xv * xv))
+        av_x = np.float32(np.sqrt(np.float32(sum_x2 / np.float32(32.0))))
+        for l in range(32):
+            weights[l] = np.float32(av_x + abs(np.float32(x[32 * j + l])))
+        sc, mn = make_qkx2_quants(x, 32 * j, 32, 31, weights, sub, Laux, np.float32(-0.5),
+                                  np.float32(0.1), 15)
+        for l in range(32):
+            L[32 * j + l] = sub[l]
+        scales[j] = sc
+        mins[j] = mn
+        if sc > max_scale:
+            max_scale = sc
+        if mn > max_min:
+            max_min = mn
+    inv_scale = np.float32(np.float32(63.0) / max_scale) if max_scale > 0 else np.float32(0.0)
+    inv_min = np.float32(np.float32(63.0) / max_min) if max_min > 0 else np.float32(0.0)
+    for k in range(12):
+        out[b, _SC_AT + k] = 0
+    for j in range(8):
+        ls = min(63, nearest_int(np.float32(inv_scale * scales[j])) & 0xFF)  # uint8_t, MIN
+        lm = min(63, nearest_int(np.float32(inv_min * mins[j])) & 0xFF)
+        k4_pack_scale_min(out, b, _SC_AT, j, ls, lm)
+    d_all = store_f16(out, b, _D_AT, np.float32(max_scale / np.float32(63.0)))
+    dmin_all = store_f16(out, b, _DMIN_AT, np.float32(max_min / np.float32(63.0)))
+    for j in range(8):
+        sc, m = k4_scale_min(out, b, _SC_AT, j)
+        d = np.float32(d_all * np.float32(sc))
+        if d == np.float32(0.0):  # C: if (!d) continue;
+            continue
+        dm = np.float32(dmin_all * np.float32(m))
+        for ii in range(32):
+            l = nearest_int(np.float32(np.float32(np.float32(x[32 * j + ii]) + dm) / d))
+            L[32 * j + ii] = max(0, min(31, l))
+    for k in range(32):
+        out[b, _QH_AT + k] = 0
+    for p in range(4):
+        for l in range(32):
+            l1 = L[64 * p + l]
+            l2 = L[64 * p + 32 + l]
+            if l1 > 15:
+                l1 -= 16
+                out[b, _QH_AT + l] |= np.uint8(1 << (2 * p))
+            if l2 > 15:
+                l2 -= 16
+                out[b, _QH_AT + l] |= np.uint8(2 << (2 * p))
+            out[b, _QL_AT + 32 * p + l] = np.uint8(l1 | (l2 << 4))
+
+
+@kernel
+def quantize_q5_k(values, out):
+    """ggml's ``quantize_row_q5_K_ref`` for f32 ``[G, 256]`` into ``out`` ``[G, 176]``.
+
+    Returns -1, or the first block holding a non-finite value (nothing written then).
+    """
+    bad = first_nonfinite_block(values)
+    if bad >= 0:
+        return bad
+    L = np.zeros(256, np.int32)
+    sub = np.zeros(32, np.int32)
+    Laux = np.zeros(32, np.int32)
+    weights = np.empty(32, np.float32)
+    scales = np.empty(8, np.float32)
+    mins = np.empty(8, np.float32)
+    for b in range(values.shape[0]):
+        quantize_block_q5_k(values, b, out, L, sub, Laux, weights, scales, mins)
+    return -1
+
+
+# ---- record dot against Q8_K ----------------------------------------------------------------
+
+@kernel
+def record_sums_q5_k_q8_k(w, bw, x, bx):
+    """``(S, T)`` (int32) for records ``w[bw]`` (Q5_K ``[G, 176]``) and ``x[bx]`` (Q8_K)."""
+    s_total = np.int32(0)
+    t_total = np.int32(0)
+    for p in range(4):  # 32-byte chunk p of ql holds sub-blocks 2p (low) and 2p+1 (high)
+        lo = np.int32(0)
+        hi = np.int32(0)
+        for l in range(32):
+            byte = w[bw, _QL_AT + 32 * p + l]
+            h = w[bw, _QH_AT + l]
+            q1 = np.int32((byte & _LOW4) | (((h >> np.uint8(2 * p)) & np.uint8(1)) << np.uint8(4)))
+            q2 = np.int32((byte >> np.uint8(4)) | (((h >> np.uint8(2 * p + 1)) & np.uint8(1)) << np.uint8(4)))
+            lo += q1 * x_q(x, bx, 64 * p + l)
+            hi += q2 * x_q(x, bx, 64 * p + 32 + l)
+        sc1, m1 = k4_scale_min(w, bw, _SC_AT, 2 * p)
+        sc2, m2 = k4_scale_min(w, bw, _SC_AT, 2 * p + 1)
+        s_total += sc1 * lo + sc2 * hi
+        # bsum[4p .. 4p+3] cover sub-blocks 2p and 2p+1
+        t_total += m1 * (x_bsum(x, bx, 4 * p) + x_bsum(x, bx, 4 * p + 1))
+        t_total += m2 * (x_bsum(x, bx, 4 * p + 2) + x_bsum(x, bx, 4 * p + 3))
+    return np.int32(s_total), np.int32(t_total)
+
+
+@kernel
+def record_value_q5_k_q8_k(w, bw, x, bx):
+    """``v`` for records ``w[bw]`` (Q5_K) and ``x[bx]`` (Q8_K): the portable definition."""
+    s_b, t_b = record_sums_q5_k_q8_k(w, bw, x, bx)
+    p = np.float32(f16_at(w, bw, _D_AT) * np.float32(s_b))      # R32(f32(d) * f32(S))
+    n = np.float32(f16_at(w, bw, _DMIN_AT) * np.float32(t_b))   # R32(f32(dmin) * f32(T))
+    diff = np.float32(p - n)                                     # R32(p - n)
+    return np.float32(x_ds(x, bx) * diff)                        # v = R32(ds * (p - n))
+
+
+# ---- fast path: unpack a record's 256 quants once, then integer dots (as kernels/q6_k.py) ----
+# S and T are exact int32 sums (order-free) and the float steps are record_value_q5_k_q8_k's,
+# so results equal the portable definition bit for bit (tests/test_kquants_fast.py).
+
+@kernel
+def q5_k_unpack(w, bw, qbuf):
+    """``qbuf[i] = q_i`` (0..31, int8) for the 256 elements of record ``w[bw]``."""
+    for p in range(4):
+        for l in range(32):
+            byte = w[bw, _QL_AT + 32 * p + l]
+            h = w[bw, _QH_AT + l]
+            qbuf[64 * p + l] = np.int8((byte & _LOW4)
+                                       | (((h >> np.uint8(2 * p)) & np.uint8(1)) << np.uint8(4)))
+            qbuf[64 * p + 32 + l] = np.int8((byte >> np.uint8(4))
+                                            | (((h >> np.uint8(2 * p + 1)) & np.uint8(1))
+                                               << np.uint8(4)))
+
+
+@kernel
+def q5_k_unpacked_sums(w, bw, qbuf, x, bx):
+    """``(S, T)`` of record ``w[bw]`` (quants unpacked in ``qbuf``) and Q8_K record ``x[bx]``."""
+    s_total = np.int32(0)
+    t_total = np.int32(0)
+    for s in range(8):
+        acc = np.int32(0)
+        for k in range(32):
+            acc += np.int32(qbuf[32 * s + k]) * np.int32(np.int8(x[bx, X_Q_AT + 32 * s + k]))
+        sc, m = k4_scale_min(w, bw, _SC_AT, s)
+        s_total += sc * acc
+        t_total += m * (x_bsum(x, bx, 2 * s) + x_bsum(x, bx, 2 * s + 1))
+    return s_total, t_total
+
+
+@kernel
+def _value(w, bw, s_b, t_b, x, bx):
+    p = np.float32(f16_at(w, bw, _D_AT) * np.float32(s_b))
+    n = np.float32(f16_at(w, bw, _DMIN_AT) * np.float32(t_b))
+    return np.float32(x_ds(x, bx) * np.float32(p - n))
+
+
+@kernel
+def _dot_buf(w, x, qbuf):  # unpack-once loop
+    acc = np.float32(0.0)
+    for b in range(w.shape[0]):
+        q5_k_unpack(w, b, qbuf)
+        s_b, t_b = q5_k_unpacked_sums(w, b, qbuf, x, b)
+        v = _value(w, b, s_b, t_b, x, b)
+        acc = v if b == 0 else np.float32(acc + v)
+    return acc
+
+
+# ---- SIMD fast path (kernels/_simd_kquants.py): S (and T) from the vector decoder, the float steps
+# as in record_value_q5_k_q8_k, so every result equals the portable definition bit for bit.
+
+@kernel
+def dot_q5_k_q8_k_portable(w, x):
+    """The dot through the portable record definition (tests compare the fast paths with it)."""
+    if w.shape[0] == 0:
+        return np.float32(0.0)
+    acc = record_value_q5_k_q8_k(w, 0, x, 0)
+    for b in range(1, w.shape[0]):
+        acc = np.float32(acc + record_value_q5_k_q8_k(w, b, x, b))
+    return acc
+
+
+@kernel
+def _dot_loop(w, x):
+    return _dot_buf(w, x, np.empty(256, np.int8))
+
+
+@kernel
+def _row_simd(w, w_at, w_step, x, x_at, x_step, g):
+    """Left fold of the ``g`` record values of weight records at bytes ``w_at + b*w_step`` and
+    Q8_K records at ``x_at + b*x_step`` (byte offsets: no views in the loop)."""
+    acc = np.float32(0.0)
+    for b in range(g):
+        wo = w_at + b * w_step
+        xo = x_at + b * x_step
+        s, t = q5_k_q8_k_st(w, wo, x, xo)
+        p = np.float32(load_f16_fpext(w, wo + _D_AT) * np.float32(s))       # R32(d * f32(S))
+        n = np.float32(load_f16_fpext(w, wo + _DMIN_AT) * np.float32(t))    # R32(dmin * f32(T))
+        v = np.float32(load_f32_raw(x, xo + X_DS_AT) * np.float32(p - n))   # R32(ds * R32(p - n))
+        acc = v if b == 0 else np.float32(acc + v)
+    return acc
+
+
+@kernel
+def _dot_simd(w, x):
+    if w.strides[1] != 1 or x.strides[1] != 1:
+        return _dot_loop(w, x)
+    return _row_simd(w, 0, w.strides[0], x, 0, x.strides[0], w.shape[0])
+
+
+_dot_impl = _dot_simd if HAVE_AVX2 else _dot_loop
+
+
+@kernel
+def dot_q5_k_q8_k(w, x):
+    """Canonical dot of Q5_K records ``w`` ``[G, B]`` and Q8_K records ``x`` ``[G, 292]``:
+    left fold seeded with ``v_0``; ``G = 0`` gives ``+0.0``.  ``G`` must agree (not checked)."""
+    return _dot_impl(w, x)
+
+
+@kernel
+def _gemv_simd(w, x, out):
+    if w.strides[2] != 1 or x.strides[1] != 1:
+        for r in range(w.shape[0]):
+            out[r] = _dot_loop(w[r], x)
+        return
+    for r in range(w.shape[0]):
+        out[r] = _row_simd(w, r * w.strides[0], w.strides[1], x, 0, x.strides[0], w.shape[1])
+
+
+@kernel
+def _gemv_loop(w, x, out):
+    for r in range(w.shape[0]):
+        out[r] = _dot_loop(w[r], x)
+
+
+@kernel
+def _gemm_simd(w, x, out):
+    if w.strides[2] != 1 or x.strides[2] != 1:
+        for r in range(w.shape[0]):
+            for a in range(x.shape[0]):
+                out[a, r] = _dot_loop(w[r], x[a])
+        return
+    for r in range(w.shape[0]):
+        for a in range(x.shape[0]):
+            out[a, r] = _row_simd(w, r * w.strides[0], w.strides[1], x, a * x.strides[0],
+                                  x.strides[1], w.shape[1])
+
+
+@kernel
+def _gemm_loop(w, x, out):
+    for r in range(w.shape[0]):
+        for a in range(x.shape[0]):
+            out[a, r] = _dot_loop(w[r], x[a])
+
+
+_gemv_impl = _gemv_simd if HAVE_AVX2 else _gemv_loop
+_gemm_impl = _gemm_simd if HAVE_AVX2 else _gemm_loop
+
+
+@kernel
+def gemv_q5_k_q8_k(w, x, out):
+    """``out[r] = dot_q5_k_q8_k(w[r], x)`` for Q5_K weights ``[rows, G, B]`` and one Q8_K
+    activation ``[G, 292]``."""
+    _gemv_impl(w, x, out)
+
+
+@kernel
+def gemm_q5_k_q8_k(w, x, out):
+    """``out[a, r] = dot_q5_k_q8_k(w[r], x[a])`` for Q5_K weights ``[rows, G, B]`` and Q8_K
+    activations ``[batch, G, 292]``."""
+    _gemm_impl(w, x, out)

@@ -1,0 +1,458 @@
+"""Q6_K records: field decoders, ggml's dequantizer and reference quantizer, and the exact
+record dot against Q8_K (DESIGN.md section 7).  All ``@njit``; callable from user ``@njit`` code.
+
+Byte layout of one 210-byte record ``a`` (256 elements, 16 sub-blocks of 16; offsets come
+from the schema ``numba_qk.quant.q6_k``).  Element ``i = 128c + 32g + l``
+(chunk ``c`` 0..1, group ``g`` 0..3, lane ``l`` 0..31)::
+
+    [0, 128)    ql   low 4 bits of q[i]: byte 64c + l + 32*(g & 1); low nibble if g < 2
+    [128, 192)  qh   high 2 bits of q[i]: byte 128 + 32c + l, bits [2g, 2g + 2)
+    [192, 208)  sc   16 x int8, sub-block j = i // 16
+    [208, 210)  d    IEEE f16
+    q[i] = ql | qh << 4   (0..63), used as q[i] - 32 (-32..31)
+
+Dequantize (ggml ``dequantize_row_q6_K``; gguf-py computes the same)::
+
+    y[i] = R32(R32(f32(d) * f32(sc[j])) * f32(q[i] - 32))
+
+Record dot with Q8_K record ``x`` (``ds``, ``q``; ``bsum`` is not read)::
+
+    S = sum_j sc[j] * sum_{i in j} (q[i] - 32) * xq[i]       exact int32
+    v = R32(ds * R32(f32(d) * f32(S)))                        two separate f32 roundings
+    dot = ((v_0 + v_1) + v_2) + ...                           spec 000's left fold; G = 0 -> +0.0
+
+Integer widths: |(q - 32) * xq| <= 32 * 128 = 4096, a sub-block sum <= 65,536, times
+|sc| <= 128 -> 8,388,608, and |S| <= 16 * 8,388,608 = 134,217,728 < 2**31: exact in int32.
+``|S|`` may exceed 2**24, so ``f32(S)`` is a real round-to-nearest-even step.
+
+Quantize (ggml ``quantize_row_q6_K_ref``, no importance matrix), per block, every float step
+an explicit f32 rounding in C evaluation order:
+
+1. Per sub-block ``j``: ``scale_j = make_qx_quants(n=16, nmax=32, rmse_type=1)`` (below),
+   which also leaves ``L`` = ``l + 32``.
+2. ``max_scale`` = the ``scale_j`` of largest ``|scale_j|`` (first one on ties).  If that
+   magnitude is below ``GROUP_MAX_EPS = 1e-15f``: the record is all zero bytes.
+3. ``iscale = -128f / max_scale``; ``d = fp16(1f / iscale)`` (may overflow to inf or
+   underflow to a subnormal / zero -- reproduced); ``sc_j = min(127, nearest_int(iscale *
+   scale_j))`` stored as int8.
+4. Requantize with the stored values: ``dj = f32(d) * sc_j``; when ``dj != 0`` (NaN counts as
+   non-zero, as C's ``!d``) ``q = clamp(nearest_int(x / dj), -32, 31) + 32``; otherwise the
+   quants of step 1 stay.
+
+``make_qx_quants`` (rmse_type = 1, weights ``w = x*x``): ``max`` = the value of largest
+magnitude (first on ties); ``iscale = -nmax / max``; ``l = clamp(nearest_int(iscale*x),
+-nmax, nmax-1)``; ``sumlx += (w*x)*l``, ``suml2 += (w*l)*l``; ``scale = sumlx/suml2`` (0 when
+``suml2 == 0``), ``best = scale*sumlx``; then for ``is`` in -9..9 (not 0) the same with
+``iscale = -(nmax + 0.1f*is) / max``, taking a candidate when ``suml2 > 0`` and
+``sumlx*sumlx > best*suml2``.  ``nearest_int`` is ggml's magic-number rounding
+(``kernels/q4_k_encode.py``).
+
+Non-finite inputs are outside the quantizer's domain: ``quantize_q6_k`` reports the first such
+block and writes nothing.
+"""
+
+import numpy as np
+
+from .._jit import kernel
+from ..formats.kquants import q6_k as _FMT
+from ._bits import f16_to_f32, load_u16
+from ._kquant_common import X_DS_AT, X_Q_AT, f16_at, first_nonfinite_block, store_f16, x_ds, x_q
+from ._simd import HAVE_AVX2, load_f16_fpext, load_f32_raw
+from ._simd_kquants import q6_k_q8_k_s
+from .q4_k_encode import nearest_int
+
+Q6_K_RECORD_BYTES = _FMT.block_bytes
+Q6_K_BLOCK = _FMT.block_size
+_QL_AT = _FMT.field("ql").start   # 128 bytes of low nibbles
+_QH_AT = _FMT.field("qh").start   # 64 bytes of 2-bit high parts
+_SC_AT = _FMT.field("sc").start   # 16 int8 scales
+_D_AT = _FMT.field("d").start     # f16 super-block scale
+_LOW4 = np.uint8(0b0000_1111)
+_LOW2 = np.uint8(0b0000_0011)
+_GROUP_MAX_EPS = np.float32(1e-15)  # ggml's GROUP_MAX_EPS: a smaller max |x| is "all zero"
+_QOFF = 32                          # stored q is q_signed + 32
+
+
+# ---- field decoders (1-D record) -------------------------------------------------------------
+
+@kernel
+def q6_k_d(rec):
+    """Field ``d`` of a Q6_K record, as float32 (exact)."""
+    return f16_to_f32(load_u16(rec, _D_AT))
+
+
+@kernel
+def q6_k_scale(rec, j):
+    """Sub-block scale ``sc[j]`` (0 <= j < 16) as int32 in [-128, 127]."""
+    return np.int32(np.int8(rec[_SC_AT + j]))
+
+
+@kernel
+def q6_k_quant(rec, i):
+    """Stored 6-bit quant ``q[i]`` (0 <= i < 256) as int32 in [0, 63] (the value is q - 32)."""
+    c = i // 128
+    g = (i % 128) // 32
+    l = i % 32
+    byte = rec[_QL_AT + 64 * c + l + 32 * (g & 1)]
+    low = (byte & _LOW4) if g < 2 else (byte >> np.uint8(4))
+    high = (rec[_QH_AT + 32 * c + l] >> np.uint8(2 * g)) & _LOW2
+    return np.int32(low | (high << np.uint8(4)))
+
+
+@kernel
+def q6_k_decode_into(rec, sc, q):
+    """Unpack one record's integer fields into ``sc`` (16) and stored quants ``q`` (256)."""
+    for j in range(16):
+        sc[j] = np.int8(rec[_SC_AT + j])
+    for c in range(2):
+        for l in range(32):
+            b0 = rec[_QL_AT + 64 * c + l]
+            b1 = rec[_QL_AT + 64 * c + 32 + l]
+            h = rec[_QH_AT + 32 * c + l]
+            base = 128 * c + l
+            q[base] = (b0 & _LOW4) | ((h & _LOW2) << np.uint8(4))
+            q[base + 32] = (b1 & _LOW4) | (((h >> np.uint8(2)) & _LOW2) << np.uint8(4))
+            q[base + 64] = (b0 >> np.uint8(4)) | (((h >> np.uint8(4)) & _LOW2) << np.uint8(4))
+            q[base + 96] = (b1 >> np.uint8(4)) | ((h >> np.uint8(6)) << np.uint8(4))
+
+
+@kernel
+def q6_k_decode_records(records, sc, q):
+    """``q6_k_decode_into`` for every record of a ``[G, 210]`` array."""
+    for b in range(records.shape[0]):
+        q6_k_decode_into(records[b], sc[b], q[b])
+
+
+# ---- dequantize -----------------------------------------------------------------------------
+
+@kernel
+def dequantize_q6_k(records, out):
+    """ggml's ``dequantize_row_q6_K``: ``[G, 210]`` records into f32 ``out`` ``[G, 256]``.
+
+    Walks each group of 32 outputs contiguously (ggml interleaves four groups per lane); the
+    values are the same: ``R32(R32(d * sc[j]) * (q - 32))`` per element."""
+    for b in range(records.shape[0]):
+        d = f16_at(records, b, _D_AT)
+        for c in range(2):
+            for g in range(4):
+                ql_at = _QL_AT + 64 * c + 32 * (g & 1)
+                ql_shift = np.uint8(0 if g < 2 else 4)
+                qh_at = _QH_AT + 32 * c
+                qh_shift = np.uint8(2 * g)
+                for half in range(2):
+                    j = 8 * c + 2 * g + half
+                    dl = np.float32(d * np.float32(np.int8(records[b, _SC_AT + j])))
+                    base = 128 * c + 32 * g + 16 * half
+                    for k in range(16):
+                        l = 16 * half + k
+                        low = (records[b, ql_at + l] >> ql_shift) & _LOW4
+                        high = (records[b, qh_at + l] >> qh_shift) & _LOW2
+                        q = np.int32(low | (high << np.uint8(4))) - _QOFF
+                        out[b, base + k] = np.float32(dl * np.float32(q))
+
+
+# ---- quantize (ggml quantize_row_q6_K_ref) --------------------------------------------------
+
+@kernel
+def make_qx_quants_rmse1(x, off, n, nmax, L, loff):
+    """ggml's ``make_qx_quants(n, nmax, x + off, L + loff, rmse_type=1, qw=NULL)``: writes
+    ``l + nmax`` into ``L[loff:loff+n]`` and returns the scale (f32)."""
+    mx = np.float32(0.0)
+    amax = np.float32(0.0)
+    for i in range(n):
+        xi = np.float32(x[off + i])
+        ax = abs(xi)
+        if ax > amax:
+            amax = ax
+            mx = xi
+    if amax < _GROUP_MAX_EPS:  # all zero
+        for i in range(n):
+            L[loff + i] = 0
+        return np.float32(0.0)
+    fnmax = np.float32(nmax)
+    iscale = np.float32(np.float32(-fnmax) / mx)           # -nmax / max
+    sumlx = np.float32(0.0)
+    suml2 = np.float32(0.0)
+    for i in range(n):
+        xi = np.float32(x[off + i])
+        l = nearest_int(np.float32(iscale * xi))
+        l = max(-nmax, min(nmax - 1, l))
+        L[loff + i] = l + nmax
+        w = np.float32(xi * xi)                             # rmse_type 1: w = x*x
+        fl = np.float32(l)
+        sumlx = np.float32(sumlx + np.float32(np.float32(w * xi) * fl))   # w*x[i]*l
+        suml2 = np.float32(suml2 + np.float32(np.float32(w * fl) * fl))   # w*l*l
+    scale = np.float32(sumlx / suml2) if suml2 != np.float32(0.0) else np.float32(0.0)
+    best = np.float32(scale * sumlx)
+    for is_ in range(-9, 10):
+        if is_ == 0:
+            continue
+        iscale = np.float32(np.float32(-np.float32(
+            fnmax + np.float32(np.float32(0.1) * np.float32(is_)))) / mx)  # -(nmax + 0.1f*is)/max
+        sumlx = np.float32(0.0)
+        suml2 = np.float32(0.0)
+        for i in range(n):
+            xi = np.float32(x[off + i])
+            l = nearest_int(np.float32(iscale * xi))
+            l = max(-nmax, min(nmax - 1, l))
+            w = np.float32(xi * xi)
+            fl = np.float32(l)
+            sumlx = np.float32(sumlx + np.float32(np.float32(w * xi) * fl))
+            suml2 = np.float32(suml2 + np.float32(np.float32(w * fl) * fl))
+        if suml2 > np.float32(0.0) and np.float32(sumlx * sumlx) > np.float32(best * suml2):
+            for i in range(n):
+                l = nearest_int(np.float32(iscale * np.float32(x[off + i])))
+                L[loff + i] = nmax + max(-nmax, min(nmax - 1, l))
+            scale = np.float32(sumlx / suml2)
+            best = np.float32(scale * sumlx)
+    return scale
+
+
+@kernel
+def quantize_block_q6_k(values, b, out, L, scales):
+    """One block ``values[b]`` into record ``out[b]``; ``L`` (int32 [256]) and ``scales``
+    (f32 [16]) are scratch.  The block must be finite."""
+    x = values[b]
+    max_scale = np.float32(0.0)
+    max_abs_scale = np.float32(0.0)
+    for ib in range(16):
+        scale = make_qx_quants_rmse1(x, 16 * ib, 16, 32, L, 16 * ib)
+        scales[ib] = scale
+        abs_scale = abs(scale)
+        if abs_scale > max_abs_scale:
+            max_abs_scale = abs_scale
+            max_scale = scale
+    if max_abs_scale < _GROUP_MAX_EPS:  # memset(0) and d = fp16(0.0f): all zero bytes
+        for k in range(Q6_K_RECORD_BYTES):
+            out[b, k] = 0
+        return
+    iscale = np.float32(np.float32(-128.0) / max_scale)
+    d_all = store_f16(out, b, _D_AT, np.float32(np.float32(1.0) / iscale))
+    for ib in range(16):
+        sc = min(127, nearest_int(np.float32(iscale * scales[ib])))
+        out[b, _SC_AT + ib] = np.uint8(sc & 0xFF)  # int8_t store
+    for j in range(16):
+        d = np.float32(d_all * np.float32(np.int8(out[b, _SC_AT + j])))
+        if d == np.float32(0.0):  # C: if (!d) continue;  (NaN is not zero)
+            continue
+        for ii in range(16):
+            l = nearest_int(np.float32(np.float32(x[16 * j + ii]) / d))
+            L[16 * j + ii] = max(-32, min(31, l)) + 32
+    for c in range(2):
+        for l in range(32):
+            i = 128 * c + l
+            out[b, _QL_AT + 64 * c + l] = np.uint8((L[i] & 0xF) | ((L[i + 64] & 0xF) << 4))
+            out[b, _QL_AT + 64 * c + 32 + l] = np.uint8((L[i + 32] & 0xF) | ((L[i + 96] & 0xF) << 4))
+            out[b, _QH_AT + 32 * c + l] = np.uint8(((L[i] >> 4) & 3) | (((L[i + 32] >> 4) & 3) << 2)
+                                                   | (((L[i + 64] >> 4) & 3) << 4)
+                                                   | (((L[i + 96] >> 4) & 3) << 6))
+
+
+@kernel
+def quantize_q6_k(values, out):
+    """ggml's ``quantize_row_q6_K_ref`` for f32 ``[G, 256]`` into ``out`` ``[G, 210]``.
+
+    Returns -1, or the first block holding a non-finite value (nothing written then).
+    """
+    bad = first_nonfinite_block(values)
+    if bad >= 0:
+        return bad
+    L = np.zeros(256, np.int32)
+    scales = np.empty(16, np.float32)
+    for b in range(values.shape[0]):
+        quantize_block_q6_k(values, b, out, L, scales)
+    return -1
+
+
+# ---- record dot against Q8_K ----------------------------------------------------------------
+
+@kernel
+def record_sums_q6_k_q8_k(w, bw, x, bx):
+    """``S`` (int32) for records ``w[bw]`` (Q6_K ``[G, 210]``) and ``x[bx]`` (Q8_K)."""
+    s_total = np.int32(0)
+    for c in range(2):
+        for g in range(4):
+            for half in range(2):  # sub-block j = 8c + 2g + half: lanes 16*half .. +16
+                j = 8 * c + 2 * g + half
+                acc = np.int32(0)
+                for k in range(16):
+                    l = 16 * half + k
+                    byte = w[bw, _QL_AT + 64 * c + l + 32 * (g & 1)]
+                    low = (byte & _LOW4) if g < 2 else (byte >> np.uint8(4))
+                    high = (w[bw, _QH_AT + 32 * c + l] >> np.uint8(2 * g)) & _LOW2
+                    q = np.int32(low | (high << np.uint8(4))) - _QOFF
+                    acc += q * x_q(x, bx, 128 * c + 32 * g + l)
+                s_total += np.int32(np.int8(w[bw, _SC_AT + j])) * acc
+    return np.int32(s_total)
+
+
+@kernel
+def record_value_q6_k_q8_k(w, bw, x, bx):
+    """``v`` for records ``w[bw]`` (Q6_K) and ``x[bx]`` (Q8_K): the portable definition."""
+    s = record_sums_q6_k_q8_k(w, bw, x, bx)
+    p = np.float32(f16_at(w, bw, _D_AT) * np.float32(s))   # R32(f32(d) * f32(S))
+    return np.float32(x_ds(x, bx) * p)                      # v = R32(ds * p)
+
+
+# ---- fast path: unpack a record's 256 signed quants once, then integer dots -----------------
+# The integer sums are exact in int32 (any order gives the same S), and the float steps are the
+# ones of record_value_q6_k_q8_k, so every result equals the portable definition bit for bit
+# (tests/test_kquants_fast.py); the unpack and the 16-lane products are plain loops over
+# contiguous bytes that LLVM vectorises.
+
+@kernel
+def q6_k_unpack_signed(w, bw, qbuf):
+    """``qbuf[i] = q_i - 32`` (int8) for the 256 elements of record ``w[bw]``."""
+    for c in range(2):
+        for l in range(32):
+            b0 = w[bw, _QL_AT + 64 * c + l]
+            b1 = w[bw, _QL_AT + 64 * c + 32 + l]
+            h = w[bw, _QH_AT + 32 * c + l]
+            qbuf[128 * c + l] = np.int8((b0 & _LOW4) | ((h & _LOW2) << np.uint8(4))) - np.int8(32)
+            qbuf[128 * c + 32 + l] = (np.int8((b1 & _LOW4) | (((h >> np.uint8(2)) & _LOW2)
+                                                              << np.uint8(4))) - np.int8(32))
+            qbuf[128 * c + 64 + l] = (np.int8((b0 >> np.uint8(4)) | (((h >> np.uint8(4)) & _LOW2)
+                                                                     << np.uint8(4)))
+                                      - np.int8(32))
+            qbuf[128 * c + 96 + l] = (np.int8((b1 >> np.uint8(4)) | ((h >> np.uint8(6))
+                                                                     << np.uint8(4)))
+                                      - np.int8(32))
+
+
+@kernel
+def q6_k_unpacked_sums(w, bw, qbuf, x, bx):
+    """``S`` of record ``w[bw]`` (its quants unpacked in ``qbuf``) and Q8_K record ``x[bx]``."""
+    s_total = np.int32(0)
+    for j in range(16):
+        acc = np.int32(0)
+        for k in range(16):
+            acc += np.int32(qbuf[16 * j + k]) * np.int32(np.int8(x[bx, X_Q_AT + 16 * j + k]))
+        s_total += np.int32(np.int8(w[bw, _SC_AT + j])) * acc
+    return s_total
+
+
+@kernel
+def _value(w, bw, s, x, bx):
+    p = np.float32(f16_at(w, bw, _D_AT) * np.float32(s))   # R32(f32(d) * f32(S))
+    return np.float32(x_ds(x, bx) * p)                      # v = R32(ds * p)
+
+
+@kernel
+def _sums_unpacked(w, bw, qbuf, x, bx):
+    q6_k_unpack_signed(w, bw, qbuf)
+    return q6_k_unpacked_sums(w, bw, qbuf, x, bx)
+
+
+@kernel
+def _sums_simd(w, bw, qbuf, x, bx):
+    """S through the SIMD decoder (``_simd_kquants``) when both records' bytes are contiguous."""
+    if w.strides[1] == 1 and x.strides[1] == 1:
+        return q6_k_q8_k_s(w, bw * w.strides[0], x, bx * x.strides[0])
+    return _sums_unpacked(w, bw, qbuf, x, bx)
+
+
+_sums = _sums_simd if HAVE_AVX2 else _sums_unpacked
+
+
+@kernel
+def _dot_buf(w, x, qbuf):
+    acc = np.float32(0.0)
+    for b in range(w.shape[0]):
+        v = _value(w, b, _sums(w, b, qbuf, x, b), x, b)
+        acc = v if b == 0 else np.float32(acc + v)
+    return acc
+
+
+@kernel
+def dot_q6_k_q8_k(w, x):
+    """Canonical dot of Q6_K records ``w`` ``[G, 210]`` and Q8_K records ``x`` ``[G, 292]``:
+    left fold seeded with ``v_0``; ``G = 0`` gives ``+0.0``.  ``G`` must agree (not checked)."""
+    return _dot_buf(w, x, np.empty(256, np.int8))
+
+
+@kernel
+def dot_q6_k_q8_k_portable(w, x):
+    """``dot_q6_k_q8_k`` through the portable record definition (tests compare the two)."""
+    if w.shape[0] == 0:
+        return np.float32(0.0)
+    acc = record_value_q6_k_q8_k(w, 0, x, 0)
+    for b in range(1, w.shape[0]):
+        acc = np.float32(acc + record_value_q6_k_q8_k(w, b, x, b))
+    return acc
+
+
+@kernel
+def _gemv_loop(w, x, out):
+    qbuf = np.empty(256, np.int8)
+    for r in range(w.shape[0]):
+        out[r] = _dot_buf(w[r], x, qbuf)
+
+
+@kernel
+def _gemv_simd(w, x, out):
+    """SIMD S per record pair, float steps in order; byte offsets, no views in the loop."""
+    if w.strides[2] != 1 or x.strides[1] != 1:
+        _gemv_loop(w, x, out)
+        return
+    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
+    for r in range(w.shape[0]):
+        acc = np.float32(0.0)
+        for b in range(w.shape[1]):
+            wo = r * ws0 + b * ws1
+            xo = b * xs0
+            s = q6_k_q8_k_s(w, wo, x, xo)
+            p = np.float32(load_f16_fpext(w, wo + _D_AT) * np.float32(s))   # R32(f32(d) * f32(S))
+            v = np.float32(load_f32_raw(x, xo + X_DS_AT) * p)               # R32(ds * p)
+            acc = v if b == 0 else np.float32(acc + v)
+        out[r] = acc
+
+
+_gemv_impl = _gemv_simd if HAVE_AVX2 else _gemv_loop
+
+
+@kernel
+def gemv_q6_k_q8_k(w, x, out):
+    """``out[r] = dot_q6_k_q8_k(w[r], x)`` for Q6_K weights ``[rows, G, 210]`` and one Q8_K
+    activation ``[G, 292]``."""
+    _gemv_impl(w, x, out)
+
+
+@kernel
+def _gemm_loop(w, x, out):
+    qbuf = np.empty(256, np.int8)
+    for r in range(w.shape[0]):
+        wr = w[r]
+        for b in range(w.shape[1]):
+            for a in range(x.shape[0]):
+                v = _value(wr, b, _sums(wr, b, qbuf, x[a], b), x[a], b)
+                out[a, r] = v if b == 0 else np.float32(out[a, r] + v)
+
+
+@kernel
+def _gemm_simd(w, x, out):
+    if w.strides[2] != 1 or x.strides[2] != 1:
+        _gemm_loop(w, x, out)
+        return
+    ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], x.strides[1]
+    for r in range(w.shape[0]):
+        for b in range(w.shape[1]):
+            wo = r * ws0 + b * ws1
+            d = load_f16_fpext(w, wo + _D_AT)
+            for a in range(x.shape[0]):
+                xo = a * xs0 + b * xs1
+                s = q6_k_q8_k_s(w, wo, x, xo)
+                v = np.float32(load_f32_raw(x, xo + X_DS_AT) * np.float32(d * np.float32(s)))
+                out[a, r] = v if b == 0 else np.float32(out[a, r] + v)
+
+
+_gemm_impl = _gemm_simd if HAVE_AVX2 else _gemm_loop
+
+
+@kernel
+def gemm_q6_k_q8_k(w, x, out):
+    """``out[a, r] = dot_q6_k_q8_k(w[r], x[a])`` for Q6_K weights ``[rows, G, 210]`` and Q8_K
+    activations ``[batch, G, 292]``."""
+    if w.shape[1] == 0:
+        out[:, :] = np.float32(0.0)
+        return
+    _gemm_impl(w, x, out)
