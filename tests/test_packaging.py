@@ -10,7 +10,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.slow
 def test_wheel_contains_every_module(tmp_path):
     pytest.importorskip("setuptools")
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
