@@ -30,10 +30,11 @@ from .kernels.q4_k_encode import quantize_q4_k
 from .kernels.q8_k import (q8_k_decode_records, q8_k_dequantize_records, q8_k_invalid_records,
                            quantize_q8_k)
 from .kernels import q2_k as _k2, q3_k as _k3, q5_k as _k5, q6_k as _k6
+from .kernels import mxrec as _kfp4
 
 __all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "binding", "capabilities",
            "Capabilities", "check_bindings", "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields",
-           "Q5KFields", "Q6KFields"]
+           "Q5KFields", "Q6KFields", "MXFP4Fields", "NVFP4Fields"]
 
 
 # ----------------------------------------------------------------------------- decoded fields
@@ -102,7 +103,22 @@ class Q6KFields(NamedTuple):
     q: np.ndarray     # uint8 [G, 256] (stored 6-bit values, used as q - 32)
 
 
-for _cls in (Q4KFields, Q8KFields, BlockFields, Q2KFields, Q3KFields, Q5KFields, Q6KFields):
+class MXFP4Fields(NamedTuple):
+    """Decoded fields of ``G`` ggml MXFP4 records (``x = kvalues_fp4[q] * 2^(e - 128)``)."""
+
+    e: np.ndarray     # uint8 [G]      (e8m0 scale bytes)
+    q: np.ndarray     # uint8 [G, 32]  (e2m1 codes 0..15, in element order)
+
+
+class NVFP4Fields(NamedTuple):
+    """Decoded fields of ``G`` ggml NVFP4 records (``x = kvalues_fp4[q] * ue4m3(d[i // 16]) / 2``)."""
+
+    d: np.ndarray     # uint8 [G, 4]   (ue4m3 sub-block scale bytes)
+    q: np.ndarray     # uint8 [G, 64]  (e2m1 codes 0..15, in element order)
+
+
+for _cls in (Q4KFields, Q8KFields, BlockFields, Q2KFields, Q3KFields, Q5KFields, Q6KFields,
+             MXFP4Fields, NVFP4Fields):
     _cls.__module__ = "numba_qk.ops"
 
 
@@ -149,6 +165,24 @@ def _kquant_decoder(fmt, kernel, fields, arrays):
         return fields(*(by_name[name] if name in by_name else _f16_field(arr, fmt.field(name))
                         for name in fields._fields))
     return decode
+
+
+def _decode_mxfp4(arr):
+    g = arr.shape[0]
+    e = np.empty(g, np.uint8)
+    q = np.empty((g, quant.mxfp4.block_size), np.uint8)
+    if g:
+        _kfp4.mxfp4_decode_records(arr, e, q)
+    return MXFP4Fields(e, q)
+
+
+def _decode_nvfp4(arr):
+    g = arr.shape[0]
+    d = np.empty((g, quant.nvfp4.field("d").count), np.uint8)
+    q = np.empty((g, quant.nvfp4.block_size), np.uint8)
+    if g:
+        _kfp4.nvfp4_decode_records(arr, d, q)
+    return NVFP4Fields(d, q)
 
 
 def _legacy_decoder(entry):
@@ -260,6 +294,13 @@ BINDINGS = (
           (quant.q3_k, _k3, Q3KFields, (("sc", np.uint8), ("q", np.int8))),
           (quant.q5_k, _k5, Q5KFields, (("sc", np.uint8), ("m", np.uint8), ("q", np.uint8))),
           (quant.q6_k, _k6, Q6KFields, (("sc", np.int8), ("q", np.uint8))))),
+    *(Binding(fmt, dequantize=getattr(_kfp4, f"dequantize_{fmt._attr}"), decode=decode,
+              quantize=getattr(_kfp4, f"quantize_{fmt._attr}"), domain_reason=finite_reason,
+              quantizer=f"ggml quantize_row_{fmt._attr}_ref",
+              dot=getattr(_kfp4, f"dot_{fmt._attr}_q8_0"),
+              gemv=getattr(_kfp4, f"gemv_{fmt._attr}_q8_0"),
+              gemm=getattr(_kfp4, f"gemm_{fmt._attr}_q8_0"))
+      for fmt, decode in ((quant.mxfp4, _decode_mxfp4), (quant.nvfp4, _decode_nvfp4))),
 )
 
 BY_FORMAT = {b.format: b for b in BINDINGS}  # ops indexes this directly (no call per op)

@@ -13,7 +13,8 @@ import numpy as np
 
 from . import _registry as registry
 from . import _threads
-from ._registry import BlockFields, Q2KFields, Q3KFields, Q4KFields, Q5KFields, Q6KFields, Q8KFields  # noqa: F401
+from ._registry import (BlockFields, MXFP4Fields, NVFP4Fields, Q2KFields, Q3KFields,  # noqa: F401
+                        Q4KFields, Q5KFields, Q6KFields, Q8KFields)
 from ._validate import (as_array, check_f32, check_out, check_records, check_slot, check_slot_in,
                         check_threads, describe, prepare_out)
 from .errors import QuantizationDomainError
@@ -22,8 +23,29 @@ from .formats import Format, activation_format, f32, quant
 __all__ = [
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
     "gemv", "gemm", "matmul", "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields",
-    "Q5KFields", "Q6KFields",
+    "Q5KFields", "Q6KFields", "MXFP4Fields", "NVFP4Fields",
 ]
+
+
+def _span(lhs_format) -> int:
+    """Activation records per weight record: 1, except NVFP4 (64 values) x Q8_0 (32): 2."""
+    return lhs_format.block_size // activation_format(lhs_format).block_size
+
+
+def _g_mismatch(wg: int, xg: int, span: int) -> str:
+    if span == 1:
+        return (f"lhs and rhs must hold the same number of records G: "
+                f"lhs has {wg}, rhs has {xg}")
+    return (f"rhs must hold {span} records per lhs record: lhs has {wg}, so rhs "
+            f"needs {span * wg}, has {xg}")
+
+
+def _per_row_mismatch(wg: int, xg: int, span: int) -> str:
+    if span == 1:
+        return (f"w and xq must hold the same number of records G per row: "
+                f"w has {wg}, xq has {xg}")
+    return (f"xq must hold {span} records per weight record: w has G={wg} per row, so xq "
+            f"needs {span * wg}, has {xg}")
 
 
 def _check_pair(lhs_format, rhs_format, what: str) -> None:
@@ -80,9 +102,9 @@ def quantized_dot(lhs, rhs, *, lhs_format, rhs_format, acc_dtype=f32, out=None):
     check_slot(acc_dtype, "acc_dtype", f32, "quantized_dot")
     w = check_records(as_array(lhs, "lhs"), "lhs", lhs_format)
     x = check_records(as_array(rhs, "rhs"), "rhs", rhs_format)
-    if w.shape[0] != x.shape[0]:
-        raise ValueError(f"lhs and rhs must hold the same number of records G: "
-                         f"lhs has {w.shape[0]}, rhs has {x.shape[0]}")
+    span = _span(lhs_format)
+    if span * w.shape[0] != x.shape[0]:
+        raise ValueError(_g_mismatch(w.shape[0], x.shape[0], span))
     target = None if out is None else check_out(out, (), np.float32, (), "the result")
     value = np.float32(0.0) if w.shape[0] == 0 else registry.BY_FORMAT[lhs_format].dot(w, x)
     if target is None:
@@ -175,9 +197,9 @@ def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     nthreads = check_threads(threads)
     wa = check_records(as_array(w, "w"), "w", lhs_format, "weights")
     xa = check_records(as_array(xq, "xq"), "xq", rhs_format)
-    if xa.shape[0] != wa.shape[1]:
-        raise ValueError(f"w and xq must hold the same number of records G per row: "
-                         f"w has {wa.shape[1]}, xq has {xa.shape[0]}")
+    span = _span(lhs_format)
+    if xa.shape[0] != span * wa.shape[1]:
+        raise ValueError(_per_row_mismatch(wa.shape[1], xa.shape[0], span))
     target, user_out = prepare_out(out, (wa.shape[0],), np.float32, (wa, xa), "gemv's result")
     _product(lhs_format, "gemv", wa, xa, target, nthreads)
     return target if user_out is None else user_out
@@ -194,9 +216,9 @@ def gemm(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     nthreads = check_threads(threads)
     wa = check_records(as_array(w, "w"), "w", lhs_format, "weights")
     xa = check_records(as_array(xq, "xq"), "xq", rhs_format, "batch")
-    if xa.shape[1] != wa.shape[1]:
-        raise ValueError(f"w and xq must hold the same number of records G per row: "
-                         f"w has {wa.shape[1]}, xq has {xa.shape[1]}")
+    span = _span(lhs_format)
+    if xa.shape[1] != span * wa.shape[1]:
+        raise ValueError(_per_row_mismatch(wa.shape[1], xa.shape[1], span))
     target, user_out = prepare_out(out, (xa.shape[0], wa.shape[0]), np.float32, (wa, xa),
                                    "gemm's result")
     if xa.shape[0]:
@@ -227,12 +249,13 @@ def matmul(w, x, *, lhs_format, out=None, threads=1):
     out_shape = (wa.shape[0],) if xa.ndim == 1 else (batch, wa.shape[0])
     target, user_out = prepare_out(out, out_shape, np.float32, (wa, xa), "matmul's result")
     n, nbytes = act.format.block_size, act.format.block_bytes
-    blocks = xa.reshape(batch * wa.shape[1], n)
-    xq = np.empty((batch * wa.shape[1], nbytes), np.uint8)
+    gx = wa.shape[1] * _span(lhs_format)  # activation records per row
+    blocks = xa.reshape(batch * gx, n)
+    xq = np.empty((batch * gx, nbytes), np.uint8)
     if blocks.shape[0]:
         bad = act.quantize(blocks, xq)
         if bad >= 0:
-            row, blk = divmod(int(bad), wa.shape[1])
+            row, blk = divmod(int(bad), gx)
             name = ((lambda i: f"x[{blk * n + i}]") if xa.ndim == 1
                     else (lambda i: f"x[{row}, {blk * n + i}]"))
             raise QuantizationDomainError(blk, act.domain_reason(blocks, int(bad), name),
@@ -240,5 +263,5 @@ def matmul(w, x, *, lhs_format, out=None, threads=1):
     if xa.ndim == 1:
         _product(lhs_format, "gemv", wa, xq, target, nthreads)
     else:
-        _product(lhs_format, "gemm", wa, xq.reshape(batch, wa.shape[1], nbytes), target, nthreads)
+        _product(lhs_format, "gemm", wa, xq.reshape(batch, gx, nbytes), target, nthreads)
     return target if user_out is None else user_out

@@ -28,19 +28,20 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from . import kquants, legacy
+from . import kquants, legacy, mxrec
 from ._schema import _F, _TOKEN, Field, Format, _check_tiling, _Frozen, _no_subclass  # noqa: F401
 from .scalars import SCALARS, ScalarType, bf16, f16, f32, i8, i32
 from .mx import ScaledFormat  # noqa: F401  (singletons: numba_qk.mx, after the element types)
 from .kquants import q2_k, q3_k, q4_k, q5_k, q6_k, q8_k  # noqa: F401
 from .legacy import q4_0, q4_1, q5_0, q5_1, q8_0, q8_1  # noqa: F401
+from .mxrec import mxfp4, nvfp4  # noqa: F401
 
 __all__ = ["Field", "Format", "ScalarType", "ScaledFormat", "QuantNamespace", "quant", "f32", "f16", "bf16", "i8",
            "i32", "from_ggml_type", "activation_format"]
 
 # The families, in listing order; a new family module is added here, a new format only in its
 # family's FORMATS.
-_FAMILIES = (kquants, legacy)
+_FAMILIES = (kquants, legacy, mxrec)
 _FORMATS = {f._attr: f for family in _FAMILIES for f in family.FORMATS}
 _SCALARS = {t._attr: t for t in SCALARS}
 _BY_GGML_TYPE = {t.ggml_type: t for t in (*_FORMATS.values(), *_SCALARS.values())}

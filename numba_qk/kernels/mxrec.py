@@ -1,0 +1,438 @@
+"""ggml's FP4 record formats MXFP4 (type 39) and NVFP4 (type 40): decoders, ggml's dequantizers
+and reference quantizers bit for bit, and exact dots against Q8_0 activations.  All ``@njit``;
+callable from user ``@njit`` code.  Layouts: ``numba_qk.formats.mxrec`` (offsets read from the
+schemas here).
+
+Element codes ``c`` (0..15) are read through ggml's doubled-e2m1 table
+``k(c) = 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12``; the scales are *half* scales:
+
+* MXFP4 ``e`` (any byte): ``h(e) = 2^(e - 128)`` (ggml's ``GGML_E8M0_TO_FP32_HALF``: 0x00 is
+  2^-128, 0xFF is 2^127).
+* NVFP4 ``d[s]`` (any byte): ``u(b) = 0`` for b = 0x00, 0x7F; otherwise with ``E = (b >> 3) & 15``
+  and ``M = b & 7``, ``u(b) = M * 2^-10`` (E = 0) or ``(8 + M) * 2^(E - 11)`` (ggml's
+  ``ggml_ue4m3_to_fp32``, bit 7 ignored; 0xFF decodes to 240).
+
+Dequantize (ggml ``dequantize_row_mxfp4`` / ``_nvfp4``, gguf-py computes the same):
+``y = R32(f32(k(c)) * h)`` -- exact except where ``|k| * h`` overflows to inf (e >= 253).
+
+Quantize (ggml ``quantize_row_mxfp4_ref`` / ``quantize_row_nvfp4_ref``, bit for bit):
+
+* ``amax``: the largest ``|x|`` of the block (MXFP4) or sub-block of 16 (NVFP4).
+* MXFP4 scale: ``e = (uint8_t)(floorf(log2f(amax)) - 2 + 127)`` for ``amax > 0``, else 0.
+  ``floorf(log2f(amax))`` is the exponent of ``amax`` (from its bits; f32 subnormals counted
+  exactly), plus one where ``log2f`` -- correctly rounded to f32 -- rounds up to the next
+  integer: just below a power of two, e.g. ``log2f(8 - 2^-21) = 3``.  The amaxes where that
+  happens are the table ``LOG2F_UP`` (built at import from exact arithmetic, tested against
+  glibc's ``log2f`` and ggml).  The conversion to ``uint8_t`` wraps modulo 256 as x86's
+  ``cvttss2si`` does in ggml's build: ``amax < 2^-125`` gives bytes 232..255, whose huge
+  scales make every element code 0.
+* NVFP4 scale: ``ue = ggml_fp32_to_ue4m3(R32(amax / 6))``: 0 for ``<= 0``; clamp to 448; below
+  2^-6 ``(int)R32(R32(v * 512) + 0.5)`` clamped to 1..7 (0 below 1); else the top 3 mantissa
+  bits plus the 4th bit (round half up), carrying into the exponent; exponent >= 15 gives 0x7E
+  (never 0x78..0x7D).  ``d = u(ue)``.
+* Elements: ggml's ``best_index_mxfp4(x, d)``: the code ``i`` with the smallest
+  ``R32(|R32(k(i) * d) - x|)``, scanning i = 0..15 with a strict ``<`` (ties keep the smaller
+  index: the smaller magnitude, and +0 (code 0) for negatives that round to zero, -0.0
+  included).  The errors are f32-rounded as in C, so where ``x`` dwarfs every ``k * d`` (e.g.
+  an NVFP4 value above ~2^24 * 2688) all errors round to ``|x|`` and the code is 0; where
+  ``k * d`` overflows (MXFP4 e = 253) that candidate's error is inf.  Equivalently (used here,
+  tested equal): scan the 8 magnitudes ``i = 0..7`` against ``|x|`` and add 8 for a negative
+  ``x`` when ``i > 0`` -- every positive candidate's error is ``>= |x|``, code 0's error.
+* Non-finite input is outside the domain (``QuantizationDomainError`` naming the first such
+  block; nothing written).  ggml would quantize it: NaN is skipped by its amax, inf gives
+  ``e = 255`` (MXFP4) / ``d = 0x7E`` (NVFP4) and garbage codes.
+
+Dots against Q8_0 (numba_qk's canonical numerics, in the spirit of spec 000 / DESIGN section 7;
+Q8_0 record ``y``: f16 ``d_y``, int8 ``q``)::
+
+    MXFP4, record b (y record b):
+        S_b = sum_{j<16} k(lo(qs_j)) * q_j + k(hi(qs_j)) * q_{j+16}      exact int32 (|S| <= 49,152)
+        t_b = R32(f32(d_y) * h(e_b))                                     one rounding
+        v_b = R32(t_b * f32(S_b))                                        one rounding
+        dot = ((v_0 + v_1) + v_2) + ...                                  left fold seeded with v_0
+
+    NVFP4, record b, sub-block s = 0..3 (y record 2b + s // 2, lanes o = 16 * (s % 2)):
+        S_bs = sum_{j<8} k(lo(qs_{8s+j})) * q_{o+j} + k(hi(qs_{8s+j})) * q_{o+j+8}   (|S| <= 24,576)
+        t_bs = R32(f32(d_y) * u(d_s));  v_bs = R32(t_bs * f32(S_bs))
+        dot = left fold over all 4G sub-block terms in order (b, then s), seeded with v_00
+
+``f32(S)`` is exact (|S| < 2^24).  No FMA, no reassociation.  ``G = 0`` gives ``+0.0``.  f16
+inf/NaN/subnormal ``d_y`` follow IEEE.  This is ggml's generic ``ggml_vec_dot_*_q8_0`` order
+except for its ``+0.0`` seed (which turns an all ``-0.0`` result into ``+0.0``); ggml's x86
+MXFP4 SIMD kernel sums differently (FMA, lane partial sums).
+"""
+
+import math
+
+import numpy as np
+
+from .._jit import kernel
+from ..formats.legacy import q8_0 as _Q8
+from ..formats.mxrec import mxfp4 as _MX, nvfp4 as _NV
+from ._bits import f16_to_f32, load_u16
+from ._kquant_common import first_nonfinite_block
+
+MX_E_AT = _MX.field("e").start       # the e8m0 scale byte
+MX_QS_AT = _MX.field("qs").start     # 16 bytes of codes
+NV_D_AT = _NV.field("d").start       # 4 ue4m3 sub-block scales
+NV_QS_AT = _NV.field("qs").start     # 32 bytes of codes
+Y_D_AT = _Q8.field("d").start        # Q8_0 f16 scale
+Y_QS_AT = _Q8.field("qs").start      # Q8_0 int8 quants
+MX_BLOCK = _MX.block_size            # 32
+NV_BLOCK = _NV.block_size            # 64
+NV_SUB = 16                          # NVFP4 sub-block (ggml's QK_NVFP4_SUB)
+NV_NSUB = NV_BLOCK // NV_SUB         # 4
+Y_BLOCK = _Q8.block_size             # 32: one NVFP4 record spans two Q8_0 records
+_LOW4 = np.uint8(0b0000_1111)
+
+# ggml's kvalues_fp4: e2m1 values doubled (codes 8..15 are the negatives; code 8 is +0)
+KVALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
+KVALUES_F32 = KVALUES.astype(np.float32)
+
+
+def _e8m0_half_table():
+    """h(e) = 2^(e - 128) for every byte (ggml_e8m0_to_fp32_half: 0x00200000 << e for e < 2)."""
+    bits = np.array([(0x00200000 << e) if e < 2 else (e - 1) << 23 for e in range(256)],
+                    np.uint32)
+    return bits.view(np.float32)
+
+
+def _ue4m3_half_table():
+    """u(b) for every byte (ggml_ue4m3_to_fp32): exact dyadic values."""
+    out = np.zeros(256, np.float32)
+    for b in range(256):
+        if b in (0x00, 0x7F):
+            continue
+        exp, man = (b >> 3) & 0xF, b & 0x7
+        out[b] = math.ldexp(man, -10) if exp == 0 else math.ldexp(8 + man, exp - 11)
+    return out
+
+
+def _log2f_up_table():
+    """``LOG2F_UP[n + 149]``: the f32 bits of the smallest ``x`` in ``[2^n, 2^(n+1))`` whose
+    correctly rounded ``log2f`` is ``n + 1`` (0xFFFFFFFF where there is none).
+
+    ``RN(log2 x) = n + 1`` iff ``log2 x > (n + 1) - g/2``, ``g`` the gap from ``n + 1`` to the
+    next f32 below it (no ties: ``log2 x`` is irrational for non-powers of two), i.e.
+    ``x >= 2^(n+1) * 2^(-g/2)``.  On the f32 grid of the binade (spacing ``2^(n+1) / M``) the
+    first such ``x`` is ``ceil(M * 2^(-g/2))`` grid steps; ``M * expm1(...)`` is accurate to
+    ~1e-13 and every ``q`` stays > 1e-9 from an integer (asserted)."""
+    out = np.full(277, 0xFFFFFFFF, np.uint32)
+    for n in range(-149, 128):
+        top = n + 1
+        if top == 0:
+            continue  # log2 of x in [1/2, 1) is representable next to 0: never rounds to 0
+        t = np.float32(top)
+        g = float(t) - float(np.nextafter(t, np.float32(-np.inf)))
+        m = 2 ** 24 if n >= -126 else 2 ** (n + 150)  # grid points in [2^n, 2^(n+1))
+        q = m + m * math.expm1(-(g / 2) * math.log(2.0))
+        assert abs(q - round(q)) > 1e-9, (n, q)
+        steps = math.ceil(q)
+        if steps >= m:
+            continue
+        # x = steps * spacing, spacing = 2^(n+1) / m
+        x = np.float32(math.ldexp(steps, top) / m)
+        out[n + 149] = np.float32(x).view(np.uint32)
+    return out
+
+
+E8M0_HALF = _e8m0_half_table()
+UE4M3_HALF = _ue4m3_half_table()
+LOG2F_UP = _log2f_up_table()
+_F32_MIN_NORMAL_BITS = np.uint32(0x00800000)
+
+
+# ---- scale rules ------------------------------------------------------------------------------
+
+@kernel
+def floor_log2f(amax):
+    """``floorf(log2f(amax))`` for a positive finite f32 ``amax`` (glibc's correctly rounded
+    ``log2f``), as int32, from the bits: the binade, plus one above ``LOG2F_UP``."""
+    u = np.float32(amax).view(np.uint32)
+    if u >= _F32_MIN_NORMAL_BITS:
+        n = np.int32(u >> np.uint32(23)) - np.int32(127)
+    else:  # subnormal: the highest set bit p, value in [2^(p-149), 2^(p-148))
+        p = np.int32(0)
+        v = u
+        while v > np.uint32(1):
+            v >>= np.uint32(1)
+            p += np.int32(1)
+        n = p - np.int32(149)
+    if u >= LOG2F_UP[n + 149]:
+        n += np.int32(1)
+    return n
+
+
+@kernel
+def mxfp4_scale_code(amax):
+    """ggml's MXFP4 scale byte ``(uint8_t)(floorf(log2f(amax)) - 2 + 127)`` (0 for amax == 0);
+    the conversion wraps modulo 256 (x86), e.g. -1 -> 255."""
+    if not (amax > np.float32(0.0)):
+        return np.uint8(0)
+    return np.uint8((floor_log2f(amax) + np.int32(125)) & np.int32(0xFF))
+
+
+@kernel
+def fp32_to_ue4m3(value):
+    """ggml's ``ggml_fp32_to_ue4m3``: round half up on the 4th mantissa bit, saturate to 0x7E."""
+    v = np.float32(value)
+    if not (v > np.float32(0.0)):
+        return np.uint8(0)
+    x = np.float32(min(v, np.float32(448.0)))             # clamp (v > 448 -> 448)
+    bits = np.float32(x).view(np.uint32)
+    fp32_exp = np.int32((bits >> np.uint32(23)) & np.uint32(0xFF)) - np.int32(127)
+    fp32_man = np.int32((bits >> np.uint32(20)) & np.uint32(0x7))
+    exp = fp32_exp + np.int32(7)
+    if exp <= 0:
+        # (int)(x * 512.0f + 0.5f): two f32 roundings, then truncation toward zero
+        man = np.int32(np.float32(np.float32(x * np.float32(512.0)) + np.float32(0.5)))
+        if man > 7:
+            man = np.int32(7)
+        if man < 1:
+            return np.uint8(0)
+        return np.uint8(man)
+    if exp >= 15:
+        return np.uint8(0x7E)
+    man = fp32_man + np.int32((bits >> np.uint32(19)) & np.uint32(1))
+    if man > 7:
+        man = np.int32(0)
+        exp += np.int32(1)
+        if exp >= 15:
+            return np.uint8(0x7E)
+    return np.uint8((exp << 3) | man)
+
+
+@kernel
+def fp4_code(value, d):
+    """ggml's ``best_index_mxfp4(x, d)``: nearest ``k(i) * d`` by f32-rounded error, ties to
+    the smaller index (see the module docstring for the 8-magnitude equivalence)."""
+    x = np.float32(value)
+    m = abs(x)
+    best = 0
+    best_err = m                                   # code 0: R32(|0 * d - x|) = |x|
+    for i in range(1, 8):
+        err = abs(np.float32(KVALUES_F32[i] * d) - m)  # R32(|R32(k * d) - |x||)
+        if err < best_err:
+            best = i
+            best_err = err
+    if best > 0 and x < np.float32(0.0):
+        best += 8
+    return np.uint8(best)
+
+
+# ---- quantizers -------------------------------------------------------------------------------
+
+@kernel
+def quantize_block_mxfp4(values, b, out, bo):
+    """One 32-value block ``values[b]`` into record ``out[bo]`` (ggml quantize_row_mxfp4_ref)."""
+    amax = np.float32(0.0)
+    for j in range(MX_BLOCK):
+        a = abs(np.float32(values[b, j]))
+        if amax < a:
+            amax = a
+    e = mxfp4_scale_code(amax)
+    d = E8M0_HALF[e]
+    out[bo, MX_E_AT] = e
+    half = MX_BLOCK // 2
+    for j in range(half):
+        lo = fp4_code(values[b, j], d)
+        hi = fp4_code(values[b, j + half], d)
+        out[bo, MX_QS_AT + j] = lo | (hi << np.uint8(4))
+
+
+@kernel
+def quantize_mxfp4(values, out):
+    """f32 ``values`` ``[G, 32]`` -> MXFP4 records ``[G, 17]``; returns -1, or the first block
+    holding a non-finite value (then nothing is written)."""
+    bad = first_nonfinite_block(values)
+    if bad >= 0:
+        return bad
+    for b in range(values.shape[0]):
+        quantize_block_mxfp4(values, b, out, b)
+    return -1
+
+
+@kernel
+def quantize_block_nvfp4(values, b, out, bo):
+    """One 64-value block ``values[b]`` into record ``out[bo]`` (ggml quantize_row_nvfp4_ref)."""
+    half = NV_SUB // 2
+    for s in range(NV_NSUB):
+        base = s * NV_SUB
+        amax = np.float32(0.0)
+        for j in range(NV_SUB):
+            a = abs(np.float32(values[b, base + j]))
+            if amax < a:
+                amax = a
+        ue = fp32_to_ue4m3(np.float32(amax / np.float32(6.0)))   # R32(amax / 6)
+        out[bo, NV_D_AT + s] = ue
+        d = UE4M3_HALF[ue]
+        for j in range(half):
+            lo = fp4_code(values[b, base + j], d)
+            hi = fp4_code(values[b, base + half + j], d)
+            out[bo, NV_QS_AT + s * half + j] = lo | (hi << np.uint8(4))
+
+
+@kernel
+def quantize_nvfp4(values, out):
+    """f32 ``values`` ``[G, 64]`` -> NVFP4 records ``[G, 36]``; returns -1 or the first block
+    holding a non-finite value (nothing written)."""
+    bad = first_nonfinite_block(values)
+    if bad >= 0:
+        return bad
+    for b in range(values.shape[0]):
+        quantize_block_nvfp4(values, b, out, b)
+    return -1
+
+
+# ---- decoders and dequantizers ---------------------------------------------------------------
+
+@kernel
+def mxfp4_decode_records(records, e, q):
+    """Scale bytes ``e`` [G] and element codes ``q`` [G, 32] (0..15, element order)."""
+    half = MX_BLOCK // 2
+    for b in range(records.shape[0]):
+        e[b] = records[b, MX_E_AT]
+        for j in range(half):
+            byte = records[b, MX_QS_AT + j]
+            q[b, j] = byte & _LOW4
+            q[b, j + half] = byte >> np.uint8(4)
+
+
+@kernel
+def nvfp4_decode_records(records, d, q):
+    """Sub-block scale bytes ``d`` [G, 4] and element codes ``q`` [G, 64] (element order)."""
+    half = NV_SUB // 2
+    for b in range(records.shape[0]):
+        for s in range(NV_NSUB):
+            d[b, s] = records[b, NV_D_AT + s]
+            for j in range(half):
+                byte = records[b, NV_QS_AT + s * half + j]
+                q[b, s * NV_SUB + j] = byte & _LOW4
+                q[b, s * NV_SUB + half + j] = byte >> np.uint8(4)
+
+
+@kernel
+def dequantize_mxfp4(records, out):
+    """ggml's ``dequantize_row_mxfp4``: ``y = R32(f32(k(c)) * h(e))``."""
+    half = MX_BLOCK // 2
+    for b in range(records.shape[0]):
+        d = E8M0_HALF[records[b, MX_E_AT]]
+        for j in range(half):
+            byte = records[b, MX_QS_AT + j]
+            out[b, j] = np.float32(KVALUES_F32[byte & _LOW4] * d)
+            out[b, j + half] = np.float32(KVALUES_F32[byte >> np.uint8(4)] * d)
+
+
+@kernel
+def dequantize_nvfp4(records, out):
+    """ggml's ``dequantize_row_nvfp4``: ``y = R32(f32(k(c)) * u(d[s]))`` (exact)."""
+    half = NV_SUB // 2
+    for b in range(records.shape[0]):
+        for s in range(NV_NSUB):
+            d = UE4M3_HALF[records[b, NV_D_AT + s]]
+            for j in range(half):
+                byte = records[b, NV_QS_AT + s * half + j]
+                out[b, s * NV_SUB + j] = np.float32(KVALUES_F32[byte & _LOW4] * d)
+                out[b, s * NV_SUB + half + j] = np.float32(KVALUES_F32[byte >> np.uint8(4)] * d)
+
+
+# ---- dots against Q8_0 ------------------------------------------------------------------------
+
+@kernel
+def record_sums_mxfp4_q8_0(w, bw, x, bx):
+    """``S`` of MXFP4 record ``w[bw]`` and Q8_0 record ``x[bx]`` (exact int32)."""
+    half = MX_BLOCK // 2
+    s = np.int32(0)
+    for j in range(half):
+        byte = w[bw, MX_QS_AT + j]
+        s += np.int32(KVALUES[byte & _LOW4]) * np.int32(np.int8(x[bx, Y_QS_AT + j]))
+        s += np.int32(KVALUES[byte >> np.uint8(4)]) * np.int32(np.int8(x[bx, Y_QS_AT + half + j]))
+    return s
+
+
+@kernel
+def record_value_mxfp4_q8_0(w, bw, x, bx):
+    """``v_b = R32(R32(f32(d_y) * h(e)) * f32(S))``."""
+    s = record_sums_mxfp4_q8_0(w, bw, x, bx)
+    dy = f16_to_f32(np.uint16(x[bx, Y_D_AT]) | (np.uint16(x[bx, Y_D_AT + 1]) << np.uint16(8)))
+    t = np.float32(dy * E8M0_HALF[w[bw, MX_E_AT]])       # t = R32(f32(d_y) * h(e))
+    return np.float32(t * np.float32(s))                  # v = R32(t * f32(S))
+
+
+@kernel
+def record_sums_nvfp4_q8_0(w, bw, s_idx, x, bx):
+    """``S`` of sub-block ``s_idx`` of NVFP4 record ``w[bw]`` and the Q8_0 record ``x[bx]``
+    (= y record 2*bw + s_idx // 2 of the row), lanes ``16 * (s_idx % 2)`` on (exact int32)."""
+    half = NV_SUB // 2
+    o = Y_QS_AT + NV_SUB * (s_idx % 2)
+    s = np.int32(0)
+    for j in range(half):
+        byte = w[bw, NV_QS_AT + s_idx * half + j]
+        s += np.int32(KVALUES[byte & _LOW4]) * np.int32(np.int8(x[bx, o + j]))
+        s += np.int32(KVALUES[byte >> np.uint8(4)]) * np.int32(np.int8(x[bx, o + half + j]))
+    return s
+
+
+@kernel
+def subblock_value_nvfp4_q8_0(w, bw, s_idx, x, bx):
+    """``v_bs = R32(R32(f32(d_y) * u(d_s)) * f32(S_bs))`` with ``x[bx]`` the Q8_0 record
+    ``2*bw + s_idx // 2``."""
+    s = record_sums_nvfp4_q8_0(w, bw, s_idx, x, bx)
+    dy = f16_to_f32(np.uint16(x[bx, Y_D_AT]) | (np.uint16(x[bx, Y_D_AT + 1]) << np.uint16(8)))
+    t = np.float32(dy * UE4M3_HALF[w[bw, NV_D_AT + s_idx]])  # t = R32(f32(d_y) * u(d_s))
+    return np.float32(t * np.float32(s))                       # v = R32(t * f32(S))
+
+
+@kernel
+def dot_mxfp4_q8_0(w, x):
+    """Canonical dot of MXFP4 records ``w`` ``[G, 17]`` and Q8_0 records ``x`` ``[G, 34]``:
+    left fold seeded with ``v_0``; ``G = 0`` gives ``+0.0``."""
+    acc = np.float32(0.0)
+    for b in range(w.shape[0]):
+        v = record_value_mxfp4_q8_0(w, b, x, b)
+        acc = v if b == 0 else np.float32(acc + v)
+    return acc
+
+
+@kernel
+def dot_nvfp4_q8_0(w, x):
+    """Canonical dot of NVFP4 records ``w`` ``[G, 36]`` and Q8_0 records ``x`` ``[2G, 34]``:
+    left fold over the 4G sub-block terms seeded with the first; ``G = 0`` gives ``+0.0``."""
+    acc = np.float32(0.0)
+    for b in range(w.shape[0]):
+        for s in range(NV_NSUB):
+            v = subblock_value_nvfp4_q8_0(w, b, s, x, 2 * b + s // 2)
+            acc = v if (b == 0 and s == 0) else np.float32(acc + v)
+    return acc
+
+
+@kernel
+def gemv_mxfp4_q8_0(w, x, out):
+    """``out[r] = dot_mxfp4_q8_0(w[r], x)``: weights ``[rows, G, 17]``, x ``[G, 34]``."""
+    for r in range(w.shape[0]):
+        out[r] = dot_mxfp4_q8_0(w[r], x)
+
+
+@kernel
+def gemm_mxfp4_q8_0(w, x, out):
+    """``out[a, r] = dot_mxfp4_q8_0(w[r], x[a])``: x ``[batch, G, 34]``."""
+    for r in range(w.shape[0]):
+        wr = w[r]
+        for a in range(x.shape[0]):
+            out[a, r] = dot_mxfp4_q8_0(wr, x[a])
+
+
+@kernel
+def gemv_nvfp4_q8_0(w, x, out):
+    """``out[r] = dot_nvfp4_q8_0(w[r], x)``: weights ``[rows, G, 36]``, x ``[2G, 34]``."""
+    for r in range(w.shape[0]):
+        out[r] = dot_nvfp4_q8_0(w[r], x)
+
+
+@kernel
+def gemm_nvfp4_q8_0(w, x, out):
+    """``out[a, r] = dot_nvfp4_q8_0(w[r], x[a])``: x ``[batch, 2G, 34]``."""
+    for r in range(w.shape[0]):
+        wr = w[r]
+        for a in range(x.shape[0]):
+            out[a, r] = dot_nvfp4_q8_0(wr, x[a])
