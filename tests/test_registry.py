@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
-from numba_qk import _registry, reference as ref, reference_kquants as ref_k
+from numba_qk import _registry, reference as ref, reference_kquants as ref_k, reference_mxrec as ref_fp4
 from numba_qk._registry import BINDINGS, QUANTIZABLE, WEIGHTS, Binding, check_bindings
 
 from conftest import assert_same_f32, assert_same_records
@@ -23,8 +23,19 @@ def _legacy_name(fmt):
     return fmt.name if fmt.name in ref.LEGACY_LAYOUT else None
 
 
+def span(fmt):
+    """Activation records per weight record (NVFP4 x Q8_0: 2, else 1)."""
+    return fmt.block_size // qk.activation_format(fmt).block_size
+
+
+_FP4 = {qk.quant.mxfp4: (ref_fp4.dot_mxfp4_q8_0, ref_fp4.dequantize_mxfp4, ref_fp4.quantize_mxfp4),
+        qk.quant.nvfp4: (ref_fp4.dot_nvfp4_q8_0, ref_fp4.dequantize_nvfp4, ref_fp4.quantize_nvfp4)}
+
+
 def dot_oracle(fmt, w, x):
     """The slow oracle's dot for weight format ``fmt`` (written from the spec, no kernel code)."""
+    if fmt in _FP4:  # ggml MXFP4 / NVFP4 x Q8_0 (numba_qk.kernels.mxrec numerics)
+        return _FP4[fmt][0](w, x)
     if fmt is qk.quant.q4_k:
         return ref.quantized_dot(w, x)
     if fmt.name in ref_k.DECODERS:  # Q2_K, Q3_K, Q5_K, Q6_K: DESIGN.md section 7
@@ -45,6 +56,8 @@ def dequantize_oracle(fmt, rec: bytes):
                     - (dmin * f32(f["m"][i // 32])) for i in range(256)]
     if fmt.name in ref_k.DECODERS:  # ggml's dequantize_row_q{2,3,5,6}_K step order
         return ref_k.dequantize(fmt.name, rec)
+    if fmt in _FP4:  # ggml's dequantize_row_mxfp4 / _nvfp4
+        return _FP4[fmt][1](rec)
     return ref.legacy_dequantize(fmt.name, rec)
 
 
@@ -53,6 +66,8 @@ def quantize_oracle(fmt, block):
         return ref.quantize_block(block)
     if _legacy_name(fmt):
         return ref.legacy_quantize_block(fmt.name, block)
+    if fmt in _FP4:  # ggml's quantize_row_mxfp4_ref / _nvfp4_ref, transcribed
+        return _FP4[fmt][2](block)
     # Q4_K and Q2_K..Q6_K: checked against ggml's own bytes (tests/golden, test_q4_k_encode.py,
     # test_kquants.py)
     return None
@@ -62,11 +77,12 @@ def test_registry_is_whole_and_ordered():
     assert [b.format for b in BINDINGS] == [qk.quant.q8_k, qk.quant.q4_k, qk.quant.q4_0,
                                              qk.quant.q4_1, qk.quant.q5_0, qk.quant.q5_1,
                                              qk.quant.q8_0, qk.quant.q8_1, qk.quant.q2_k,
-                                             qk.quant.q3_k, qk.quant.q5_k, qk.quant.q6_k]
+                                             qk.quant.q3_k, qk.quant.q5_k, qk.quant.q6_k,
+                                             qk.quant.mxfp4, qk.quant.nvfp4]
     assert set(ALL) == set(qk.quant)
     assert WEIGHTS == (qk.quant.q4_k, qk.quant.q4_0, qk.quant.q4_1, qk.quant.q5_0,
                        qk.quant.q5_1, qk.quant.q8_0, qk.quant.q2_k, qk.quant.q3_k,
-                       qk.quant.q5_k, qk.quant.q6_k)
+                       qk.quant.q5_k, qk.quant.q6_k, qk.quant.mxfp4, qk.quant.nvfp4)
     assert QUANTIZABLE == tuple(ALL)
     from numba_qk import gguf
 
@@ -80,7 +96,7 @@ def test_every_bound_format_has_an_oracle(fmt):
     if fmt in WEIGHTS:
         act = qk.activation_format(fmt)
         z = np.zeros((1, fmt.block_bytes), np.uint8)
-        assert_same_f32(dot_oracle(fmt, z, np.zeros((1, act.block_bytes), np.uint8)), 0.0)
+        assert_same_f32(dot_oracle(fmt, z, np.zeros((span(fmt), act.block_bytes), np.uint8)), 0.0)
 
 
 @pytest.mark.parametrize("fmt", ALL, ids=ids)
@@ -128,6 +144,7 @@ def _pair(rng, fmt, shape_w, shape_x):
     act = qk.activation_format(fmt)
     w = qk.quantize(rng.standard_normal((int(np.prod(shape_w)), fmt.block_size))
                     .astype(np.float32), format=fmt).reshape(*shape_w, -1)
+    shape_x = (*shape_x[:-1], shape_x[-1] * span(fmt))
     x = qk.quantize(rng.standard_normal((int(np.prod(shape_x)), act.block_size))
                     .astype(np.float32), format=act).reshape(*shape_x, -1)
     return act, w, x
@@ -138,7 +155,7 @@ def test_dot_matches_the_oracle(fmt, rng):
     act = qk.activation_format(fmt)
     for g in (1, 3):
         w = rng.integers(0, 256, (g, fmt.block_bytes), dtype=np.uint8)
-        x = rng.integers(0, 256, (g, act.block_bytes), dtype=np.uint8)
+        x = rng.integers(0, 256, (g * span(fmt), act.block_bytes), dtype=np.uint8)
         assert_same_f32(qk.quantized_dot(w, x, lhs_format=fmt, rhs_format=act),
                         dot_oracle(fmt, w, x), f"{fmt.name} G={g}")
 
@@ -154,7 +171,7 @@ def test_gemv_gemm_matmul_equal_dot(fmt, rng):
                         want[3])
         assert_same_f32(qk.gemm(w, xq, lhs_format=fmt, rhs_format=act, threads=threads), want)
     xf = rng.standard_normal((batch, g * fmt.block_size)).astype(np.float32)
-    xfq = qk.quantize(xf.reshape(-1, act.block_size), format=act).reshape(batch, g, -1)
+    xfq = qk.quantize(xf.reshape(-1, act.block_size), format=act).reshape(batch, g * span(fmt), -1)
     assert_same_f32(qk.matmul(w, xf, lhs_format=fmt, threads=2),
                     qk.gemm(w, xfq, lhs_format=fmt, rhs_format=act))
 
@@ -324,4 +341,4 @@ def test_inspect_prints_capabilities(tmp_path, capsys):
     assert "  IQ2_XXS: not modelled by numba_qk" in out
     assert "  F32: no kernels (stored values only)" in out
     assert cli._quantizable_weights() == ["q4_k", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k",
-                                          "q3_k", "q5_k", "q6_k"]
+                                          "q3_k", "q5_k", "q6_k", "mxfp4", "nvfp4"]

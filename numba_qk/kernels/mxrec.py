@@ -57,9 +57,11 @@ Q8_0 record ``y``: f16 ``d_y``, int8 ``q``)::
         dot = left fold over all 4G sub-block terms in order (b, then s), seeded with v_00
 
 ``f32(S)`` is exact (|S| < 2^24).  No FMA, no reassociation.  ``G = 0`` gives ``+0.0``.  f16
-inf/NaN/subnormal ``d_y`` follow IEEE.  This is ggml's generic ``ggml_vec_dot_*_q8_0`` order
-except for its ``+0.0`` seed (which turns an all ``-0.0`` result into ``+0.0``); ggml's x86
-MXFP4 SIMD kernel sums differently (FMA, lane partial sums).
+inf/NaN/subnormal ``d_y`` follow IEEE.  This is the order of ggml's generic
+``ggml_vec_dot_*_q8_0`` source except for its ``+0.0`` seed (which turns an all ``-0.0`` result
+into ``+0.0``), but ggml's builds differ by ulps: the compiler contracts its
+``sumf += dy * d * sumi`` into an FMA (one rounding for the product and the add; seen on the
+AVX2 libggml-python build for NVFP4), and its x86 MXFP4 SIMD kernel sums lane-wise with FMA.
 """
 
 import math
