@@ -980,7 +980,9 @@ def quantize_file(src, dst, *, to=None, preset=None,
 # checks each against gguf-py's own output).  Dequantize: every weight format gguf-py decodes.
 # Quantize: the legacy formats (gguf-py's numpy encoders, themselves ggml's _ref except for the
 # sign of a zero extreme, below) and the K-quants, which gguf-py cannot encode
-# (NotImplementedError) and numba_qk encodes as ggml's quantize_row_*_ref.  Not routed: Q8_1
+# (NotImplementedError) and numba_qk encodes as ggml's quantize_row_*_ref; MXFP4 (gguf-py's
+# numpy encoder gives ggml's bytes, tested) and NVFP4 (gguf-py decodes only; its decoder equals
+# ggml's, tested).  Not routed: Q8_1
 # (gguf-py sizes it 40 B, ggml 36 B, and has no codec), Q8_K (no gguf-py codec; numba_qk's Q8_K
 # quantizer is spec 000's, not ggml's).
 GGUF_PY_ROUTED = tuple(f for f in _registry.WEIGHTS)

@@ -93,7 +93,9 @@ def quantized_dot(lhs, rhs, *, lhs_format, rhs_format, acc_dtype=f32, out=None):
 
     Pairs: Q4_K x Q8_K (``[G, 144]`` x ``[G, 292]``, spec 000 section 3, bit for bit), and
     ggml's legacy pairs Q4_0/Q5_0/Q8_0 x Q8_0 and Q4_1/Q5_1 x Q8_1 (``[G, bytes]`` records of 32
-    elements; numba_qk's canonical numerics, see the README).  Returns a 0-d float32 ndarray (or
+    elements; numba_qk's canonical numerics, see the README), the K-quants x Q8_K, and ggml's
+    MXFP4 x Q8_0 (``[G, 17]`` x ``[G, 34]``) and NVFP4 x Q8_0 (``[G, 36]`` x ``[2G, 34]``: one
+    NVFP4 record of 64 values spans two Q8_0 records).  Returns a 0-d float32 ndarray (or
     writes into ``out``, a writable 0-d float32 array, and returns it); ``acc_dtype`` must be
     ``numba_qk.f32``.  ``G = 0`` gives ``+0.0``.  Stored sums (Q8_K ``bsum``, Q8_1 ``s``) are
     used as stored.
@@ -126,6 +128,8 @@ def decode(records, format):
     Q4_K -> ``Q4KFields(d, dmin, sc, m, q)``; Q8_K -> ``Q8KFields(ds, q, bsum)``; the legacy
     formats -> ``BlockFields(d, q, m, s)`` (``m``: Q4_1/Q5_1, ``s``: Q8_1, else None; ``q`` the
     stored quants: uint8 0..15 / 0..31 without the -8/-16 offset, int8 for Q8_0/Q8_1);
+    MXFP4 -> ``MXFP4Fields(e, q)``, NVFP4 -> ``NVFP4Fields(d, q)`` (scale bytes as stored, ``q``
+    the e2m1 codes 0..15 in element order);
     Q2_K -> ``Q2KFields(d, dmin, sc, m, q)``; Q3_K -> ``Q3KFields(d, sc, q)`` (``sc`` stored
     0..63, used as sc - 32; ``q`` -4..3); Q5_K -> ``Q5KFields(d, dmin, sc, m, q)``; Q6_K ->
     ``Q6KFields(d, sc, q)`` (``sc`` int8; ``q`` stored 0..63, used as q - 32).
@@ -188,7 +192,8 @@ def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     """Matrix-vector product of quantized weight rows and one quantized activation.
 
     ``w``: uint8 ``[rows, G, bytes]`` weight records; ``xq``: uint8 ``[G, bytes]`` activation
-    records of the paired format (Q4_K -> Q8_K, Q4_0/Q5_0/Q8_0 -> Q8_0, Q4_1/Q5_1 -> Q8_1) ->
+    records of the paired format (Q4_K -> Q8_K, Q4_0/Q5_0/Q8_0 -> Q8_0, Q4_1/Q5_1 -> Q8_1;
+    MXFP4 -> Q8_0; NVFP4 -> Q8_0 with ``2G`` records) ->
     float32 ``[rows]``, where element ``r`` equals ``quantized_dot(w[r], xq, ...)`` bit for bit.
     ``threads`` splits the rows over numba's thread pool (``None``: all cores); results do not
     depend on it.

@@ -39,7 +39,7 @@ def _values(rng, n, block):
 
 
 def test_routes_cover_what_the_registry_binds():
-    assert ROUTED == ["Q4_K", *LEGACY, "Q2_K", "Q3_K", "Q5_K", "Q6_K"]
+    assert ROUTED == ["Q4_K", *LEGACY, "Q2_K", "Q3_K", "Q5_K", "Q6_K", "MXFP4", "NVFP4"]
     assert "Q8_1" not in ROUTED and "Q8_K" not in ROUTED
     assert gguf.GGML_QUANT_SIZES[T.Q8_1] == (32, 40)  # gguf-py's Q8_1 size is not ggml's 36 B
     assert qk.quant.q8_1.block_bytes == 36
@@ -80,7 +80,23 @@ def test_legacy_quantize_is_gguf_py_bit_for_bit(name, rng, original):
     np.testing.assert_array_equal(gguf.quants.quantize(x.astype(np.float64), T[name]), want)
 
 
-@pytest.mark.parametrize("name", ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"])
+def test_mxfp4_quantize_is_gguf_py_bit_for_bit(rng, original):
+    """gguf-py's MXFP4 encoder (numpy log2, argmin) gives ggml's bytes; so does the routed one."""
+    fmt = qk.quant.mxfp4
+    x = _values(rng, 64, 32)
+    x[8:40, 0] = (np.ldexp(np.float32(1), rng.integers(-140, 127, 32)).astype(np.float32)
+                  .view(np.uint32) - rng.integers(0, 3, 32).astype(np.uint32)).view(np.float32)
+    x = x.reshape(8, 8 * 32)
+    with np.errstate(all="ignore"):
+        want = original[0](x, T.MXFP4)
+    qg.accelerate_gguf_py()
+    got = gguf.quants.quantize(x, T.MXFP4)
+    assert got.dtype == np.uint8 and got.shape == want.shape
+    bad = np.flatnonzero((got != want).reshape(64, -1).any(axis=1))
+    assert bad.size == 0, f"MXFP4: blocks {bad} differ from gguf-py"
+
+
+@pytest.mark.parametrize("name", ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "NVFP4"])
 def test_kquant_quantize_is_numba_qk_where_gguf_py_cannot(name, rng, original):
     fmt = getattr(qk.quant, name.lower())
     x = rng.standard_normal((2, 3, 512)).astype(np.float32)
@@ -88,9 +104,9 @@ def test_kquant_quantize_is_numba_qk_where_gguf_py_cannot(name, rng, original):
         original[0](x, T[name])
     qg.accelerate_gguf_py()
     got = gguf.quants.quantize(x, T[name])
-    assert got.shape == (2, 3, 2 * fmt.block_bytes)
+    assert got.shape == (2, 3, 512 // fmt.block_size * fmt.block_bytes)
     np.testing.assert_array_equal(got.reshape(-1, fmt.block_bytes),
-                                  qk.quantize(x.reshape(-1, 256), format=fmt))
+                                  qk.quantize(x.reshape(-1, fmt.block_size), format=fmt))
     # and gguf-py's own decoder reads it back as numba_qk does
     assert_same_f32(original[1](got, T[name]), qk.dequantize(got.reshape(-1, fmt.block_bytes),
                                                              fmt).reshape(2, 3, 512))
