@@ -40,6 +40,7 @@ from numba_qk import _ggml_ctypes  # noqa: E402
 from numba_qk.kernels import _simd  # noqa: E402
 
 NAMES = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
+FP4_NAMES = ("mxfp4", "nvfp4")  # ggml's FP4 records (activations Q8_0): bench/compare_mxrec.py
 
 
 def load_ggml():
@@ -77,7 +78,7 @@ def round_robin(fns, rounds):
     return (time.perf_counter() - t0) * 1e3 / (rounds * len(fns))
 
 
-def gguf_py_section(args, rng):
+def gguf_py_section(args, rng, names=None):
     """gguf-py's own quantize/dequantize, then the same calls after accelerate_gguf_py()."""
     try:
         import gguf
@@ -93,6 +94,8 @@ def gguf_py_section(args, rng):
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     reps = max(1, args.repeats // 3)
     for fmt in qg.GGUF_PY_ROUTED:
+        if names is not None and fmt._attr not in names:
+            continue
         t = gguf.GGMLQuantizationType[fmt.name]
         qg.restore_gguf_py()
         recs = qk.quantize(x.reshape(-1, fmt.block_size), format=fmt).reshape(x.shape[0], -1)
@@ -124,7 +127,10 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="1024x1024, 64 MB streamed, 3 repeats")
-    ap.add_argument("--formats", default=",".join(NAMES))
+    ap.add_argument("--formats", default=",".join(NAMES),
+                    help=f"comma-separated, from {', '.join(NAMES + FP4_NAMES)}")
+    ap.add_argument("--gguf-py-formats", default="",
+                    help="comma-separated types for the gguf-py section (default: every routed type)")
     args = ap.parse_args()
     if args.quick:
         args.rows = args.cols = 1024
@@ -143,8 +149,9 @@ def main() -> int:
     extra = []
     for name in args.formats.split(","):
         fmt = getattr(qk.quant, name)
-        vals = rng.standard_normal((rows * cols // 256, 256)).astype(np.float32)
-        w = qk.quantize(vals, format=fmt).reshape(rows, cols // 256, fmt.block_bytes)
+        n = fmt.block_size
+        vals = rng.standard_normal((rows * cols // n, n)).astype(np.float32)
+        w = qk.quantize(vals, format=fmt).reshape(rows, cols // n, fmt.block_bytes)
         n_stream = max(2, int(np.ceil(args.stream_mb * 1e6 / w.nbytes)))
         ours = lambda w=w: qk.matmul(w, x, lhs_format=fmt, threads=1)  # noqa: E731
         mv = g.matvec(w, threads=1, type_id=fmt.ggml_type)
@@ -166,7 +173,7 @@ def main() -> int:
               f"{st_g:.2f} | {st_g / st_o:.2f} | {n_stream} x {w.nbytes / 1e6:.1f} MB | "
               f"{rel:.1e} |")
         # encoders and decoders on the same data
-        blocks = vals[:4096]
+        blocks = vals[:4096 * 256 // n]  # 1 M values
         enc_o = best(lambda: qk.quantize(blocks, format=fmt), args.repeats)
         enc_g = best(lambda: g.quantize_ref(fmt.ggml_type, blocks), args.repeats)
         same = int((qk.quantize(blocks, format=fmt)
@@ -182,16 +189,16 @@ def main() -> int:
             deq_p = best(lambda: gguf.quants.dequantize(recs, gt), max(1, args.repeats // 3))
         except ImportError:
             pass
-        extra.append((fmt.name, enc_o, enc_g, same, deq_o, deq_p, deq_g))
+        extra.append((fmt.name, enc_o, enc_g, same, len(blocks), deq_o, deq_p, deq_g))
         del w, vals
-    print("\nencode 4096 blocks (ms) and dequantize the whole matrix (ms)")
+    print("\nencode 1 M values (ms) and dequantize the whole matrix (ms)")
     print("| format | encode ours | ggml _ref | ggml/ours | equal blocks | dequantize ours | "
           "gguf-py | gguf-py/ours | ggml | ggml/ours |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name, eo, eg, same, do, dp, dg in extra:
-        print(f"| {name} | {eo:.2f} | {eg:.2f} | {eg / eo:.2f} | {same}/4096 | {do:.2f} | "
+    for name, eo, eg, same, nb, do, dp, dg in extra:
+        print(f"| {name} | {eo:.2f} | {eg:.2f} | {eg / eo:.2f} | {same}/{nb} | {do:.2f} | "
               f"{dp:.1f} | {dp / do:.1f} | {dg:.2f} | {dg / do:.2f} |")
-    gguf_py_section(args, rng)
+    gguf_py_section(args, rng, args.gguf_py_formats.split(",") if args.gguf_py_formats else None)
     print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
     return 0
 
