@@ -297,7 +297,8 @@ BINDINGS = (
     *(Binding(fmt, dequantize=getattr(_kfp4, f"dequantize_{fmt._attr}"), decode=decode,
               quantize=getattr(_kfp4, f"quantize_{fmt._attr}"), domain_reason=finite_reason,
               quantizer=f"ggml quantize_row_{fmt._attr}_ref",
-              dot=getattr(_kfp4, f"dot_{fmt._attr}_q8_0"),
+              dot=getattr(_kfp4, f"dot_{fmt._attr}_q8_0_fast", None)
+              or getattr(_kfp4, f"dot_{fmt._attr}_q8_0"),
               gemv=getattr(_kfp4, f"gemv_{fmt._attr}_q8_0"),
               gemm=getattr(_kfp4, f"gemm_{fmt._attr}_q8_0"))
       for fmt, decode in ((quant.mxfp4, _decode_mxfp4), (quant.nvfp4, _decode_nvfp4))),

@@ -370,3 +370,35 @@ def test_dot_matches_the_oracle_sweep(name, rng):
         w = _weights(rng, fmt, g, True)
         x = _q8(rng, g * span, True)
         assert_same_f32(qk.quantized_dot(w, x, lhs_format=fmt, rhs_format=Q8), dot_oracle(w, x))
+
+
+# ---- SIMD paths == portable loops ----------------------------------------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fast_products_equal_the_portable_loops(name, rng):
+    """The registry's dot/gemv/gemm (SIMD tiles where AVX2 is there) == the portable loops, on
+    random and adversarial record bytes, tiles and remainders, strided records, G = 0."""
+    fmt = FORMATS[name][0]
+    span = fmt.block_size // 32
+    b = qk._registry.BY_FORMAT[fmt]
+    gemv_p = getattr(K, f"gemv_{name}_q8_0_portable")
+    gemm_p = getattr(K, f"gemm_{name}_q8_0_portable")
+    for rows, g, batch, special in ((19, 5, 11, False), (16, 3, 8, True), (9, 1, 17, True),
+                                    (8, 0, 9, False)):
+        w = np.stack([_weights(rng, fmt, g, special) for _ in range(rows)])
+        x = np.stack([_q8(rng, g * span, special) for _ in range(batch)])
+        want_v, got_v = np.empty(rows, np.float32), np.full(rows, 7, np.float32)
+        gemv_p(w, x[1], want_v)
+        b.gemv(w, x[1], got_v)
+        assert_same_f32(got_v, want_v, f"gemv {rows}x{g}")
+        want_m, got_m = np.empty((batch, rows), np.float32), np.full((batch, rows), 7, np.float32)
+        gemm_p(w, x, want_m)
+        b.gemm(w, x, got_m)
+        assert_same_f32(got_m, want_m, f"gemm {rows}x{g}x{batch}")
+        for r in range(min(rows, 3)):
+            assert_same_f32(b.dot(w[r], x[2]), want_m[2, r], f"dot row {r}")
+        # strided records (every other byte) take the portable path: same bits
+        wide = np.zeros(w.shape[:2] + (2 * fmt.block_bytes,), np.uint8)
+        wide[..., ::2] = w
+        b.gemv(wide[..., ::2], x[1], got_v)
+        assert_same_f32(got_v, want_v, "strided gemv")

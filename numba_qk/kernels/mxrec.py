@@ -408,15 +408,17 @@ def dot_nvfp4_q8_0(w, x):
     return acc
 
 
+# ---- products: portable loops (the definition) and the SIMD tiles (_simd_mxrec.py) -----------
+
 @kernel
-def gemv_mxfp4_q8_0(w, x, out):
+def gemv_mxfp4_q8_0_portable(w, x, out):
     """``out[r] = dot_mxfp4_q8_0(w[r], x)``: weights ``[rows, G, 17]``, x ``[G, 34]``."""
     for r in range(w.shape[0]):
         out[r] = dot_mxfp4_q8_0(w[r], x)
 
 
 @kernel
-def gemm_mxfp4_q8_0(w, x, out):
+def gemm_mxfp4_q8_0_portable(w, x, out):
     """``out[a, r] = dot_mxfp4_q8_0(w[r], x[a])``: x ``[batch, G, 34]``."""
     for r in range(w.shape[0]):
         wr = w[r]
@@ -425,16 +427,170 @@ def gemm_mxfp4_q8_0(w, x, out):
 
 
 @kernel
-def gemv_nvfp4_q8_0(w, x, out):
+def gemv_nvfp4_q8_0_portable(w, x, out):
     """``out[r] = dot_nvfp4_q8_0(w[r], x)``: weights ``[rows, G, 36]``, x ``[2G, 34]``."""
     for r in range(w.shape[0]):
         out[r] = dot_nvfp4_q8_0(w[r], x)
 
 
 @kernel
-def gemm_nvfp4_q8_0(w, x, out):
+def gemm_nvfp4_q8_0_portable(w, x, out):
     """``out[a, r] = dot_nvfp4_q8_0(w[r], x[a])``: x ``[batch, 2G, 34]``."""
     for r in range(w.shape[0]):
         wr = w[r]
         for a in range(x.shape[0]):
             out[a, r] = dot_nvfp4_q8_0(wr, x[a])
+
+
+from ._simd import HAVE_AVX2, load_f16_fpext  # noqa: E402  (after the tables _simd_mxrec reads)
+
+if HAVE_AVX2:
+    from ._simd_mxrec import mxfp4_accumulate_x8, mxfp4_q8_0_s, nvfp4_accumulate_x8  # noqa: E402
+
+
+@kernel
+def _dot_mxfp4_simd(w, x):
+    """dot_mxfp4_q8_0 with S from the SIMD decoder (contiguous record bytes)."""
+    if w.strides[1] != 1 or x.strides[1] != 1:
+        return dot_mxfp4_q8_0(w, x)
+    acc = np.float32(0.0)
+    for b in range(w.shape[0]):
+        xo = b * x.strides[0]
+        s = mxfp4_q8_0_s(w, b * w.strides[0], x, xo)
+        t = np.float32(load_f16_fpext(x, xo + Y_D_AT) * E8M0_HALF[w[b, MX_E_AT]])  # R32(d_y*h)
+        v = np.float32(t * np.float32(s))                                          # R32(t*f32(S))
+        acc = v if b == 0 else np.float32(acc + v)
+    return acc
+
+
+@kernel
+def _gemv_mxfp4_simd(w, x, out):
+    """8-row tiles: the Q8_0 record is loaded once per tile, each lane one row's in-order fold."""
+    if w.strides[2] != 1 or x.strides[1] != 1:
+        gemv_mxfp4_q8_0_portable(w, x, out)
+        return
+    rows, g = w.shape[0], w.shape[1]
+    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
+    acc = np.zeros(8, np.float32)
+    r = 0
+    while rows - r >= 8 and g > 0:
+        for b in range(g):
+            mxfp4_accumulate_x8(True, w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
+        for k in range(8):
+            out[r + k] = acc[k]
+        r += 8
+    for rr in range(r, rows):
+        out[rr] = _dot_mxfp4_simd(w[rr], x)
+
+
+@kernel
+def _gemm_mxfp4_simd(w, x, out):
+    """Per weight row, tiles of 8 activations (the weight record decoded once per tile)."""
+    if w.strides[2] != 1 or x.strides[2] != 1:
+        gemm_mxfp4_q8_0_portable(w, x, out)
+        return
+    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
+    ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], x.strides[1]
+    acc = np.zeros(8, np.float32)
+    for r in range(rows):
+        a0 = 0
+        while batch - a0 >= 8 and g > 0:
+            for b in range(g):
+                mxfp4_accumulate_x8(False, w, r * ws0 + b * ws1, x, a0 * xs0 + b * xs1, xs0,
+                                    acc, 0, b == 0)
+            for k in range(8):
+                out[a0 + k, r] = acc[k]
+            a0 += 8
+        for a in range(a0, batch):
+            out[a, r] = _dot_mxfp4_simd(w[r], x[a])
+
+
+@kernel
+def _gemv_nvfp4_simd(w, x, out):
+    if w.strides[2] != 1 or x.strides[1] != 1:
+        gemv_nvfp4_q8_0_portable(w, x, out)
+        return
+    rows, g = w.shape[0], w.shape[1]
+    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
+    acc = np.zeros(8, np.float32)
+    r = 0
+    while rows - r >= 8 and g > 0:
+        for b in range(g):
+            nvfp4_accumulate_x8(True, w, r * ws0 + b * ws1, x, 2 * b * xs0, xs0, ws0, acc, 0,
+                                b == 0)
+        for k in range(8):
+            out[r + k] = acc[k]
+        r += 8
+    for rr in range(r, rows):
+        out[rr] = dot_nvfp4_q8_0(w[rr], x)
+
+
+@kernel
+def _gemm_nvfp4_simd(w, x, out):
+    if w.strides[2] != 1 or x.strides[2] != 1:
+        gemm_nvfp4_q8_0_portable(w, x, out)
+        return
+    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
+    ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], x.strides[1]
+    acc = np.zeros(8, np.float32)
+    for r in range(rows):
+        a0 = 0
+        while batch - a0 >= 8 and g > 0:
+            for b in range(g):
+                nvfp4_accumulate_x8(False, w, r * ws0 + b * ws1, x, a0 * xs0 + 2 * b * xs1, xs1,
+                                    xs0, acc, 0, b == 0)
+            for k in range(8):
+                out[a0 + k, r] = acc[k]
+            a0 += 8
+        for a in range(a0, batch):
+            out[a, r] = dot_nvfp4_q8_0(w[r], x[a])
+
+
+if HAVE_AVX2:
+    _dot_mx, _gemv_mx, _gemm_mx = _dot_mxfp4_simd, _gemv_mxfp4_simd, _gemm_mxfp4_simd
+    _gemv_nv, _gemm_nv = _gemv_nvfp4_simd, _gemm_nvfp4_simd
+else:
+    _dot_mx, _gemv_mx, _gemm_mx = dot_mxfp4_q8_0, gemv_mxfp4_q8_0_portable, gemm_mxfp4_q8_0_portable
+    _gemv_nv, _gemm_nv = gemv_nvfp4_q8_0_portable, gemm_nvfp4_q8_0_portable
+
+
+@kernel
+def dot_mxfp4_q8_0_fast(w, x):
+    """``dot_mxfp4_q8_0`` through the SIMD decoder where available (bit-identical)."""
+    return _dot_mx(w, x)
+
+
+@kernel
+def gemv_mxfp4_q8_0(w, x, out):
+    """``out[r] = dot_mxfp4_q8_0(w[r], x)``: weights ``[rows, G, 17]``, x ``[G, 34]``."""
+    if w.shape[1] == 0:
+        out[:] = np.float32(0.0)
+        return
+    _gemv_mx(w, x, out)
+
+
+@kernel
+def gemm_mxfp4_q8_0(w, x, out):
+    """``out[a, r] = dot_mxfp4_q8_0(w[r], x[a])``: x ``[batch, G, 34]``."""
+    if w.shape[1] == 0:
+        out[:, :] = np.float32(0.0)
+        return
+    _gemm_mx(w, x, out)
+
+
+@kernel
+def gemv_nvfp4_q8_0(w, x, out):
+    """``out[r] = dot_nvfp4_q8_0(w[r], x)``: weights ``[rows, G, 36]``, x ``[2G, 34]``."""
+    if w.shape[1] == 0:
+        out[:] = np.float32(0.0)
+        return
+    _gemv_nv(w, x, out)
+
+
+@kernel
+def gemm_nvfp4_q8_0(w, x, out):
+    """``out[a, r] = dot_nvfp4_q8_0(w[r], x[a])``: x ``[batch, 2G, 34]``."""
+    if w.shape[1] == 0:
+        out[:, :] = np.float32(0.0)
+        return
+    _gemm_nv(w, x, out)
