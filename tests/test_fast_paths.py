@@ -104,10 +104,11 @@ def test_legacy_fast_paths_equal_loops_on_any_bytes(name, rng):
     act = qk.activation_format(f)
     rows, g = 13, 5
     w = rng.integers(0, 256, (rows, g, f.block_bytes), dtype=np.uint8)
-    x = rng.integers(0, 256, (9, g, act.block_bytes), dtype=np.uint8)
+    gx = g * (f.block_size // act.block_size)  # NVFP4: two Q8_0 records per weight record
+    x = rng.integers(0, 256, (9, gx, act.block_bytes), dtype=np.uint8)
     w_s = np.zeros((rows, g, 2 * f.block_bytes), np.uint8)
     w_s[:, :, ::2] = w
-    x_s = np.zeros((9, g, 2 * act.block_bytes), np.uint8)
+    x_s = np.zeros((9, gx, 2 * act.block_bytes), np.uint8)
     x_s[:, :, 1::2] = x
     w2, x2 = w_s[:, :, ::2], x_s[:, :, 1::2]
     for r in range(rows):

@@ -151,10 +151,12 @@ def registry_results(d):
             if b.dot is not None:
                 act = qk.activation_format(f)
                 w = qk.quantize(d["wv"].reshape(-1, f.block_size), format=f).reshape(9, -1, f.block_bytes)
-                g = w.shape[1]
+                span = f.block_size // act.block_size  # NVFP4: 2 Q8_0 records per record
+                g = w.shape[1] * span
                 x = qk.quantize(d["xv"][:, :g * act.block_size].reshape(-1, act.block_size),
                                 format=act).reshape(9, g, act.block_bytes)
-                wild = d["raw"][:3, :f.block_bytes], d["raw"][3:6, :act.block_bytes]
+                wild = (d["raw"][:3, :f.block_bytes],
+                        np.concatenate([d["raw"][3:6, :act.block_bytes]] * span))
                 out[f"{n}.dot"] = qk.quantized_dot(*wild, lhs_format=f, rhs_format=act)
                 out[f"{n}.gemv"] = qk.gemv(w, x[0], lhs_format=f, rhs_format=act)
                 out[f"{n}.gemm"] = qk.gemm(w, x, lhs_format=f, rhs_format=act)
