@@ -65,7 +65,9 @@ def quantize(values, format, *, out=None):
     section 4), ``numba_qk.quant.q4_k`` (blocks of 256, bit-identical to ggml's
     ``quantize_row_q4_K_ref``, no importance matrix) or one of ggml's legacy formats ``q4_0``,
     ``q4_1``, ``q5_0``, ``q5_1``, ``q8_0``, ``q8_1`` (blocks of 32, bit-identical to ggml's
-    reference quantizers); ``numba_qk.capabilities()`` lists them.  Returns a new
+    reference quantizers), the other K-quants, or ggml's FP4 records ``mxfp4`` / ``nvfp4``
+    (blocks of 32 / 64, bit-identical to ``quantize_row_mxfp4_ref`` / ``_nvfp4_ref``);
+    ``numba_qk.capabilities()`` lists them.  Returns a new
     C-contiguous array, or ``out`` (any writable uint8 buffer of that shape) filled in place.
 
     Raises ``QuantizationDomainError`` (a ``ValueError``) naming the first block that holds a
