@@ -205,9 +205,16 @@ def nvfp4_accumulate_x8(typingctx, over_rows, w, w_off, x, x_off, x_next, step, 
                               [acc_at_v])
         sums = [*_nvfp4_pair_sums(builder, wbs, xbs0, NV_QS_AT),
                 *_nvfp4_pair_sums(builder, wbs, xbs1, NV_QS_AT + 16)]
+        vi = _vec(_i32, 8)
+        scales = ir.Constant(vi, None)  # the 4 scale bytes of each record, one i32 per lane
+        for k, wb in enumerate(wbs):
+            scales = builder.insert_element(scales, _load(builder, wb, NV_D_AT, _i32),
+                                            ir.Constant(_i32, k))
         for s_idx in range(4):
             xbs = xbs0 if s_idx < 2 else xbs1
-            u = _ue4m3_half(builder, _gather_u8(builder, wbs, NV_D_AT + s_idx))
+            d_s = builder.and_(builder.lshr(scales, ir.Constant(vi, [8 * s_idx] * 8)),
+                               ir.Constant(vi, [0xFF] * 8))                # byte s (little-endian)
+            u = _ue4m3_half(builder, d_s)
             t = builder.fmul(_gather_f16(builder, xbs, Y_D_AT), u)       # R32(d_y * u(d_s))
             v = builder.fmul(t, builder.sitofp(sums[s_idx], _vec(_F32, 8)))  # R32(t * f32(S_s))
             _fold_into(builder, acc_ptr, v,

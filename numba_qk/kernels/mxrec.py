@@ -443,7 +443,7 @@ def gemm_nvfp4_q8_0_portable(w, x, out):
 
 
 from ._simd import HAVE_AVX2, load_f16_fpext  # noqa: E402  (after the tables _simd_mxrec reads)
-# (numba's cache keys on this file: edit it when _simd_mxrec.py's IR changes)
+# (numba's cache keys on this file, not on _simd_mxrec.py: edit this line when that IR changes)
 
 if HAVE_AVX2:
     from ._simd_mxrec import mxfp4_accumulate_x8, mxfp4_q8_0_s, nvfp4_accumulate_x8  # noqa: E402
