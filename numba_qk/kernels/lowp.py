@@ -97,36 +97,11 @@ def _encode_float(v, EBITS, MBITS, BIAS, MAXMAG, OVF, NAN, NAN_SIGNED):
 
 
 @kernel
-def _encode_float_f32(raw, EBITS, MBITS, BIAS, MAXMAG, OVF, NAN, NAN_SIGNED):
-    """:func:`_encode_float` for a float32 source given as its bits ``raw``: the same single
-    RNE, written branch-free in 32-bit lanes so loops over it vectorize.  Identical results
-    (tested): widening f32 -> f64 is exact, so both round the same exact value."""
-    u = np.uint32(raw)
-    sign = np.int32(u >> np.uint32(31))
-    a = u & np.uint32(0x7FFFFFFF)
-    es = np.int32(a >> np.uint32(23))                         # biased f32 exponent field
-    e = np.int32(max(es, np.int32(1)) - np.int32(127))        # exponent of the f32 grid
-    m = np.int32((a & np.uint32(0x7FFFFF)) | (np.uint32(1 << 23) if es != 0 else np.uint32(0)))
-    eq = np.int32(max(e, np.int32(1 - BIAS)))                 # target exponent
-    shift = np.int32(min(np.int32(23 - MBITS) + (eq - e), np.int32(31)))  # dropped bits
-    q = np.int32(m >> shift)
-    rem = np.int32(m & ((np.int32(1) << shift) - np.int32(1)))
-    half = np.int32(np.int32(1) << (shift - np.int32(1)))
-    q = np.int32(q + np.int32((rem > half) | ((rem == half) & ((q & np.int32(1)) != 0))))  # RNE
-    mag = np.int32(((eq + np.int32(BIAS - 1)) << np.int32(MBITS)) + q)
-    mag = np.int32(OVF) if mag > np.int32(MAXMAG) else mag   # overflow; +-inf lands here too
-    code = np.int32((sign << np.int32(EBITS + MBITS)) | mag)
-    if NAN_SIGNED:
-        nan_code = np.int32((sign << np.int32(EBITS + MBITS)) | np.int32(NAN))
-    else:
-        nan_code = np.int32(NAN)
-    return nan_code if a > np.uint32(0x7F800000) else code
-
-
-@kernel
 def _encode_narrow_f32(raw, EBITS, MBITS, BIAS, MAXMAG, OVF, NAN, NAN_SIGNED):
-    """Same result as :func:`_encode_float_f32` for targets whose smallest normal 2^(1-BIAS) is
-    above f32's (fp8/fp6/fp4/f16), with fewer operations, both paths computed and one selected:
+    """:func:`_encode_float` for a float32 source given as its bits ``raw`` (the same single RNE:
+    widening f32 -> f64 is exact, so both round the same exact value), for targets whose
+    smallest normal 2^(1-BIAS) is above f32's (fp8/fp6/fp4/f16), written branch-free in 32-bit
+    lanes so loops over it vectorize -- both paths computed and one selected:
 
     * target-normal range: RNE on the f32 bit pattern -- add half an ulp minus one plus the kept
       LSB (ties to even), shift, and rebias the exponent field (a carry into it is right);
@@ -330,6 +305,21 @@ def _bf16_from_f32_bits(raw):
     return np.int32(nan if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else r)
 
 
+def _vec_load(context, builder, signature, args, vt):
+    """Codegen of the run intrinsics ``f(src, si, dst, di)``: the vector ``vt`` at element
+    ``si`` of contiguous ``src`` (an unaligned load)."""
+    sp = context.make_array(signature.args[0])(context, builder, args[0]).data
+    return builder.load(builder.bitcast(builder.gep(sp, [args[1]]), vt.as_pointer()), align=1)
+
+
+def _vec_store(context, builder, signature, args, value):
+    """... and the store of ``value`` at element ``di`` of contiguous ``dst`` (unaligned)."""
+    dp = context.make_array(signature.args[2])(context, builder, args[2]).data
+    builder.store(value, builder.bitcast(builder.gep(dp, [args[3]]), value.type.as_pointer()),
+                  align=1)
+    return context.get_dummy_value()
+
+
 _VLANES = 16   # lanes of the explicit-vector f32 -> bf16/f16 encoders (one zmm with AVX-512)
 
 
@@ -356,10 +346,7 @@ def _make_vec_encode(half):
             def splat(c):
                 return ir.Constant(i32v, [c] * _VLANES)
 
-            sp = context.make_array(signature.args[0])(context, builder, args[0]).data
-            dp = context.make_array(signature.args[2])(context, builder, args[2]).data
-            u = builder.load(builder.bitcast(builder.gep(sp, [args[1]]), i32v.as_pointer()),
-                             align=1)
+            u = _vec_load(context, builder, signature, args, i32v)
             hi = builder.lshr(u, splat(16))
             if half:
                 f = builder.bitcast(u, ir.VectorType(ir.FloatType(), _VLANES))
@@ -373,10 +360,8 @@ def _make_vec_encode(half):
             isnan = builder.icmp_unsigned(">", builder.and_(u, splat(0x7FFFFFFF)),
                                           splat(0x7F800000))
             nan = builder.or_(builder.and_(hi, splat(0x8000)), splat(qnan))
-            code = builder.trunc(builder.select(isnan, nan, r), i16v)
-            builder.store(code, builder.bitcast(builder.gep(dp, [args[3]]), i16v.as_pointer()),
-                          align=1)
-            return context.get_dummy_value()
+            return _vec_store(context, builder, signature, args,
+                              builder.trunc(builder.select(isnan, nan, r), i16v))
 
         return sig, codegen
 
@@ -547,10 +532,7 @@ def _make_perm_decode(bits):
 
             perm = cgutils.get_or_insert_function(
                 builder.module, ir.FunctionType(v, [v, v, v]), "llvm.x86.avx512.vpermi2var.d.512")
-            sp = context.make_array(signature.args[0])(context, builder, args[0]).data
-            dp = context.make_array(signature.args[2])(context, builder, args[2]).data
-            b = builder.load(builder.bitcast(builder.gep(sp, [args[1]]),
-                                             ir.VectorType(ir.IntType(8), 16).as_pointer()), align=1)
+            b = _vec_load(context, builder, signature, args, ir.VectorType(ir.IntType(8), 16))
             c = builder.and_(builder.zext(b, v), splat(MASK))
             idx = builder.and_(c, splat(NMAG - 1))
             pairs = [builder.call(perm, [ir.Constant(v, ROWS[2 * p]), idx,
@@ -565,10 +547,8 @@ def _make_perm_decode(bits):
             sign = builder.shl(builder.and_(builder.lshr(c, splat(SBIT)), splat(1)), splat(31))
             isnan = builder.icmp_unsigned(">", builder.and_(mag, splat(0x7FFFFFFF)),
                                           splat(0x7F800000))
-            res = builder.select(isnan, mag, builder.or_(mag, sign))
-            builder.store(res, builder.bitcast(builder.gep(dp, [args[3]]), v.as_pointer()),
-                          align=1)
-            return context.get_dummy_value()
+            return _vec_store(context, builder, signature, args,
+                              builder.select(isnan, mag, builder.or_(mag, sign)))
 
         return sig, codegen
 
