@@ -20,7 +20,11 @@ e2m1                                        the HIGH nibble / MSB (numba_qk's or
 Packed types are exported as their whole bytes (spec 004: "DLPack exposes the whole bytes")
 rather than as DLPack's packed sub-byte types, whose order is the opposite (element 0 in the low
 bits) and whose shape counts elements: a zero-copy export cannot be both.  Consumers therefore
-get uint8 bytes in numba_qk's nibble order.  Import accepts DLPack's own packed layout
+get uint8 bytes in numba_qk's nibble order from ``__dlpack__``.  ``Tensor.dlpack_packed()``
+(:class:`PackedExport`) is the other choice: a copy in DLPack's packed layout --
+kDLFloat4_e2m1fn bits=4 for e2m1 (e.g. a ScaledTensor's ``.elements``), kDLInt/kDLUInt bits=4
+for i4/u4, kDLUInt bits=1 for u1 -- with the shape in elements and element 0 in the LOW nibble
+/ bit (PyTorch's float4_e2m1fn_x2 and ONNX's int4 order).  Import accepts DLPack's own packed layout
 (kDLFloat4_e2m1fn bits=4, or kDLInt/kDLUInt bits=4/1, packed low-bits-first or padded one per
 byte) and converts it, by a copy, to numba_qk's order.
 """
@@ -141,12 +145,63 @@ def to_dlpack(t: Tensor, *, stream=None, max_version=None, dl_device=None, copy=
         flags |= FLAG_READ_ONLY
     if copy is True:
         flags |= FLAG_IS_COPIED
-    ndim = store.ndim
-    shape = (ctypes.c_int64 * max(ndim, 1))(*store.shape)
     isz = store.dtype.itemsize
     if any(s % isz for s in store.strides):
         raise BufferError("cannot export a Tensor whose strides are not whole elements")
-    strides = (ctypes.c_int64 * max(ndim, 1))(*[s // isz for s in store.strides])
+    return _capsule(store, code, bits, store.shape, [s // isz for s in store.strides], flags,
+                    versioned)
+
+
+# numba_qk packed type -> DLPack's packed sub-byte dtype (element 0 in the LOW bits)
+_EXPORT_PACKED = {_d.e2m1: (kDLFloat4_e2m1fn, 4), _d.i4: (kDLInt, 4), _d.u4: (kDLUInt, 4),
+                  _d.u1: (kDLUInt, 1)}
+
+
+class PackedExport:
+    """What :meth:`numba_qk.Tensor.dlpack_packed` returns: a DLPack producer of the Tensor's
+    codes in DLPack's own packed sub-byte layout -- dtype kDLFloat4_e2m1fn / kDLInt / kDLUInt
+    with bits 4 (or 1 for u1), shape counting *elements*, C-contiguous, element 0 in the LOW
+    nibble / least significant bit (the order PyTorch's float4_e2m1fn_x2 and ONNX int4 use;
+    numba_qk's own storage has it in the high nibble).  The data is a fresh copy (DLPack flag
+    IS_COPIED on versioned capsules): the two orders cannot share bytes."""
+
+    def __init__(self, t: Tensor):
+        if t.dtype not in _EXPORT_PACKED:
+            raise TypeError(f"dlpack_packed: {t.dtype.name} is not a packed sub-byte type "
+                            f"(i4, u4, e2m1, u1); use __dlpack__")
+        self.dtype, self.shape = t.dtype, tuple(t.shape)
+        code_bits = _EXPORT_PACKED[t.dtype][1]
+        per = 8 // code_bits
+        codes = np.asarray(t.codes(), np.uint8).reshape(-1)       # logical order, any view
+        grid = codes.reshape(-1, per) if codes.size else np.zeros((0, per), np.uint8)
+        raw = np.zeros(grid.shape[0], np.uint8)
+        for k in range(per):                                      # element 0 in the low bits
+            raw |= grid[:, k] << np.uint8(code_bits * k)
+        self.data = raw
+
+    def __dlpack_device__(self):
+        return (kDLCPU, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if stream is not None:
+            raise BufferError("numba_qk Tensors live on the CPU: stream must be None")
+        if dl_device is not None and tuple(dl_device) != (kDLCPU, 0):
+            raise BufferError(f"numba_qk Tensors live on the CPU; cannot export to {dl_device}")
+        if copy is False:
+            raise BufferError("dlpack_packed: DLPack's packed order is always a copy of "
+                              "numba_qk's bytes; use __dlpack__ for the zero-copy bytes")
+        versioned = max_version is not None and tuple(max_version)[0] >= 1
+        code, bits = _EXPORT_PACKED[self.dtype]
+        return _capsule(self.data, code, bits, self.shape, _c_strides(self.shape),
+                        FLAG_IS_COPIED, versioned)
+
+
+def _capsule(store, code, bits, shape, strides, flags, versioned):
+    """A DLPack capsule for ``store``'s memory (kept alive until the consumer's deleter runs)
+    with the given dtype, shape and strides (in elements of the DLPack dtype)."""
+    ndim = len(shape)
+    shape = (ctypes.c_int64 * max(ndim, 1))(*shape)
+    strides = (ctypes.c_int64 * max(ndim, 1))(*strides)
     if versioned:
         m = DLManagedTensorVersioned()
         m.version = DLPackVersion(1, 1)

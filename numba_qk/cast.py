@@ -21,6 +21,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from . import dtypes as _d
 from .formats import ScalarType
+from .kernels import _stream
 from .kernels import lowp as _k
 from .tensor import Tensor, as_element_type, storage_dtype, storage_shape
 
@@ -251,14 +252,19 @@ def astype(a, dtype, *, out=None, threads=1, tensor_scale=None):
         np.copyto(store.view(_UNSIGNED[store.dtype.itemsize]).reshape(src.store.shape), src.store)
         return result
     kernel = _k.converter(src.kind, _KIND[t.name], src.spb, t.block_size)
+    # Large widening casts (f32 from bf16/f16/fp8/fp6) bypass the caches with non-temporal
+    # stores (the same bits; kernels/_stream.py): there the output is most of the memory
+    # traffic.  Narrowing casts measured slower streamed (NOTES.md, "lowp speed").
+    stream = (_stream.HAVE_STREAM and src.spb == 1 and t.block_size == 1
+              and dst.itemsize > src.store.itemsize and dst.nbytes >= _stream.STREAM_MIN_BYTES)
     jobs = []
     for view, idx0 in _blocks(src.store, src.spb):
         jobs.extend(_split(view, idx0, src.spb, threads))
     if threads == 1 or len(jobs) == 1:
         for view, idx0 in jobs:
-            kernel(view, dst, src.table, idx0)
+            kernel(view, dst, src.table, idx0, stream)
     else:
-        futures = [_pool().submit(kernel, view, dst, src.table, idx0) for view, idx0 in jobs]
+        futures = [_pool().submit(kernel, view, dst, src.table, idx0, stream) for view, idx0 in jobs]
         for f in futures:
             f.result()
     return result

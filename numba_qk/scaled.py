@@ -25,6 +25,7 @@ import numpy as np
 from . import mx as _mx
 from .errors import QuantizationDomainError
 from .formats.mx import ScaledFormat
+from .kernels import _stream
 from .kernels import mx as _k
 from .tensor import Tensor
 
@@ -292,15 +293,16 @@ def encode(a, fmt: ScaledFormat, *, out=None, threads=1, tensor_scale=None) -> S
         raise ValueError(f"{fmt.name}: the last axis must be a whole number of blocks of {B} "
                          f"elements, got shape {shape}")
     flat = x.reshape(-1)
-    bad = int(_k.first_nonfinite(flat))
-    if bad >= 0:
+    amax_bits = int(_k.amax_bits(flat))       # one vectorized pass: also finds inf / NaN
+    if amax_bits >= 0x7F800000:
+        bad = int(_k.first_nonfinite(flat))
         block = bad // B
         raise QuantizationDomainError(block, f"non-finite value {float(flat[bad])!r} at "
                                       f"element {bad % shape[-1]} ({_block_where(shape, B, block)}"
                                       f" of {fmt.name}; blocks run along the last axis); "
                                       f"nothing written")
     if fmt.has_tensor_scale and ts is None:
-        amax = np.uint32(_k.amax_bits(flat)).view(np.float32)
+        amax = np.uint32(amax_bits).view(np.float32)
         ts = np.float32(amax / np.float32(2688.0))           # R32(amax_tensor / (6 * 448))
         if ts == 0:
             ts = np.float32(1.0)
@@ -354,11 +356,13 @@ def decode(st: ScaledTensor, dtype, *, out=None, threads=1):
     dst = store.reshape(-1)
     B = fmt.block_size
     jobs = _jobs(scales.size, threads)
+    # large outputs bypass the caches (non-temporal stores; the same values): kernels/_stream.py
+    stream = _stream.HAVE_STREAM and dst.nbytes >= _stream.STREAM_MIN_BYTES
     if fmt.has_tensor_scale:
-        _run(_k.nvfp4_decode, lambda b0, b1: (codes, scales, st._ts, dst, b0, b1), jobs)
+        _run(_k.nvfp4_decode, lambda b0, b1: (codes, scales, st._ts, dst, b0, b1, stream), jobs)
     else:
         kern = _k.mx_decoder(_KIND[fmt.element.name], B)
-        _run(kern, lambda b0, b1: (codes, scales, dst, b0, b1), jobs)
+        _run(kern, lambda b0, b1: (codes, scales, dst, b0, b1, stream), jobs)
     if direct:
         return result
     return astype(store, t, out=out, threads=threads)

@@ -273,6 +273,16 @@ class Tensor:
     def __dlpack_device__(self):
         return (1, 0)  # kDLCPU
 
+    def dlpack_packed(self):
+        """A DLPack producer of this packed Tensor (i4, u4, e2m1, u1) in DLPack's own sub-byte
+        layout: kDLFloat4_e2m1fn / kDLInt / kDLUInt with bits 4 (u1: 1), shape in elements,
+        element 0 in the LOW bits -- a copy.  ``__dlpack__`` itself exports the storage bytes
+        zero-copy (kDLUInt 8, element 0 in the high nibble).  E.g.
+        ``consumer.from_dlpack(st.elements.dlpack_packed())`` for an nvfp4/mxfp4 ScaledTensor."""
+        from ._dlpack import PackedExport
+
+        return PackedExport(self)
+
 
 def _numpy_element_type(arr):
     """The numba_qk element type whose values a numpy/ml_dtypes dtype holds, else None."""

@@ -119,3 +119,51 @@ def test_import_dlpack_packed_order(padded):
     bits = np.array([1, 0, 0, 1, 1, 1, 0, 1] * 2)
     u = qk.from_dlpack(_PackedProducer(bits, D.kDLUInt, 1, padded))
     assert u.dtype is qk.u1 and np.array_equal(u.storage, np.packbits(bits))
+
+
+@pytest.mark.parametrize("t, code, bits", [(qk.e2m1, D.kDLFloat4_e2m1fn, 4), (qk.i4, D.kDLInt, 4),
+                                           (qk.u4, D.kDLUInt, 4), (qk.u1, D.kDLUInt, 1)], ids=str)
+@pytest.mark.parametrize("versioned", [True, False])
+def test_dlpack_packed_export_low_bits_first(t, code, bits, versioned):
+    """Tensor.dlpack_packed(): DLPack's packed sub-byte dtype, shape in elements, element 0 in
+    the low bits, a copy; numba_qk's importer reads it back to the same codes."""
+    per = 8 // bits
+    codes = np.random.default_rng(bits).integers(0, 1 << bits, (3, 8 * per))
+    a = qk.Tensor(np.packbits(codes.astype(np.uint8), axis=-1) if t is qk.u1 else
+                  ((codes[..., 0::2] << 4) | codes[..., 1::2]).astype(np.uint8), dtype=t)
+    assert a.codes().tolist() == codes.tolist()
+    view = a[1:]                                                # a view: export its codes
+    exp = view.dlpack_packed()
+    assert exp.__dlpack_device__() == (1, 0)
+    cap = exp.__dlpack__(max_version=(1, 1)) if versioned else exp.__dlpack__()
+    info = capsule_info(cap, versioned)
+    assert info[0] == (code, bits, 1)
+    assert info[1] == (2, codes.shape[1])                       # elements, not bytes
+    if versioned:
+        assert info[2] == D.FLAG_IS_COPIED
+    raw = np.ctypeslib.as_array((ctypes.c_uint8 * (codes[1:].size // per)).from_address(info[3]))
+    flat = codes[1:].reshape(-1)
+    expect = [sum(int(flat[i * per + k]) << (bits * k) for k in range(per))
+              for i in range(flat.size // per)]
+    assert raw.tolist() == expect                               # element 0 in the low bits
+    back = qk.from_dlpack(view.dlpack_packed())
+    assert back.dtype is t and back.codes().tolist() == codes[1:].tolist()
+    assert not np.shares_memory(back.storage, a.storage)
+    with pytest.raises(BufferError, match="always a copy"):
+        exp.__dlpack__(copy=False)
+    with pytest.raises(TypeError, match="not a packed sub-byte type"):
+        qk.Tensor(np.zeros(4, np.uint8), dtype=qk.e4m3).dlpack_packed()
+
+
+def test_scaled_elements_export_as_float4():
+    x = np.linspace(-6, 6, 64, dtype=np.float32).reshape(2, 32)
+    for fmt in (qk.mx.mxfp4, qk.mx.nvfp4):
+        st = qk.astype(x, fmt)
+        cap = st.elements.dlpack_packed().__dlpack__(max_version=(1, 1))
+        info = capsule_info(cap, True)
+        assert info[0] == (D.kDLFloat4_e2m1fn, 4, 1) and info[1] == (2, 32)
+        back = qk.from_dlpack(st.elements.dlpack_packed())
+        assert back.dtype is qk.e2m1
+        assert back.codes().tolist() == st.elements.codes().tolist()
+        dec = qk.astype(qk.ScaledTensor(back, st.block_scales, fmt, st.tensor_scale), qk.f32)
+        assert np.array_equal(dec.view(np.uint32), qk.astype(st, qk.f32).view(np.uint32))

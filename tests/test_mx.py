@@ -491,3 +491,49 @@ def test_ggml_bridge_errors():
     nan_scale = qk.ScaledTensor(np.zeros(16, np.uint8), np.full(1, 0xFF, np.uint8), "mxfp4")
     with pytest.raises(qk.QuantizationDomainError, match="block 0"):
         qk.mx.to_ggml(nan_scale)
+
+
+def test_streamed_decode_equals_plain(monkeypatch):
+    """Large decodes stream their output with non-temporal stores (kernels/_stream.py) in
+    chunks that keep back a partial cache line: the same bits for every format, whatever the
+    output's alignment, chunk count and thread split."""
+    from numba_qk import scaled as S
+    from numba_qk.kernels import _stream
+    from numba_qk.kernels import mx as K
+
+    x = (np.random.default_rng(5).standard_normal((3, 8192 + 160)) * 20).astype(np.float32)
+    x[0, :64] = 0.0                                           # a zero block
+    plain = {f: qk.astype(x, f) for f in ALL}
+    expect = {f: qk.astype(st, qk.f32) for f, st in plain.items()}
+    flags = []
+
+    def spy(fn):
+        def wrapped(*args):
+            flags.append(args[-1])
+            return fn(*args)
+        return wrapped
+
+    real_mx = K.mx_decoder
+    monkeypatch.setattr(S._k, "mx_decoder", lambda *key: spy(real_mx(*key)))
+    monkeypatch.setattr(S._k, "nvfp4_decode", spy(K.nvfp4_decode))
+    monkeypatch.setattr(_stream, "STREAM_MIN_BYTES", 0)
+    for f, st in plain.items():
+        scales = st.block_scales.storage.reshape(-1)
+        saved = int(scales[7])
+        scales[7] = 0x7F if f is qk.mx.nvfp4 else 0xFF        # a NaN block scale
+        for pad in (0, 1, 5, 15):
+            for threads in (1, 3):
+                flags.clear()
+                buf = np.full(x.size + 20, 7.0, np.float32)
+                out = buf[pad:pad + x.size].reshape(x.shape)
+                assert qk.astype(st, qk.f32, out=out, threads=threads) is out
+                assert flags and all(flags) == _stream.HAVE_STREAM
+                assert (buf[:pad] == 7.0).all() and (buf[pad + x.size:] == 7.0).all()
+                monkeypatch.setattr(_stream, "STREAM_MIN_BYTES", 1 << 62)
+                ref = qk.astype(st, qk.f32)
+                monkeypatch.setattr(_stream, "STREAM_MIN_BYTES", 0)
+                assert (out.view(np.uint32) == ref.view(np.uint32)).all(), (f.name, pad, threads)
+        assert np.isnan(ref.reshape(-1)[7 * f.block_size])
+        scales[7] = saved
+        got = qk.astype(st, qk.f32)                           # and as the oracle-checked path
+        assert (got.view(np.uint32) == expect[f].view(np.uint32)).all(), f.name

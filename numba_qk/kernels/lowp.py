@@ -34,13 +34,16 @@ per byte, element 0 in the most significant bit (``numpy.packbits``).  i4 codes 
 two's-complement nibbles.  fp6 codes sit in the low 6 bits of their byte.
 """
 
+import os
+
 import numba
 import numpy as np
 from llvmlite import ir
-from numba.core import types
+from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from .._jit import kernel
+from . import _simd, _stream
 from ._bits import f16_to_f32
 
 
@@ -94,36 +97,11 @@ def _encode_float(v, EBITS, MBITS, BIAS, MAXMAG, OVF, NAN, NAN_SIGNED):
 
 
 @kernel
-def _encode_float_f32(raw, EBITS, MBITS, BIAS, MAXMAG, OVF, NAN, NAN_SIGNED):
-    """:func:`_encode_float` for a float32 source given as its bits ``raw``: the same single
-    RNE, written branch-free in 32-bit lanes so loops over it vectorize.  Identical results
-    (tested): widening f32 -> f64 is exact, so both round the same exact value."""
-    u = np.uint32(raw)
-    sign = np.int32(u >> np.uint32(31))
-    a = u & np.uint32(0x7FFFFFFF)
-    es = np.int32(a >> np.uint32(23))                         # biased f32 exponent field
-    e = np.int32(max(es, np.int32(1)) - np.int32(127))        # exponent of the f32 grid
-    m = np.int32((a & np.uint32(0x7FFFFF)) | (np.uint32(1 << 23) if es != 0 else np.uint32(0)))
-    eq = np.int32(max(e, np.int32(1 - BIAS)))                 # target exponent
-    shift = np.int32(min(np.int32(23 - MBITS) + (eq - e), np.int32(31)))  # dropped bits
-    q = np.int32(m >> shift)
-    rem = np.int32(m & ((np.int32(1) << shift) - np.int32(1)))
-    half = np.int32(np.int32(1) << (shift - np.int32(1)))
-    q = np.int32(q + np.int32((rem > half) | ((rem == half) & ((q & np.int32(1)) != 0))))  # RNE
-    mag = np.int32(((eq + np.int32(BIAS - 1)) << np.int32(MBITS)) + q)
-    mag = np.int32(OVF) if mag > np.int32(MAXMAG) else mag   # overflow; +-inf lands here too
-    code = np.int32((sign << np.int32(EBITS + MBITS)) | mag)
-    if NAN_SIGNED:
-        nan_code = np.int32((sign << np.int32(EBITS + MBITS)) | np.int32(NAN))
-    else:
-        nan_code = np.int32(NAN)
-    return nan_code if a > np.uint32(0x7F800000) else code
-
-
-@kernel
 def _encode_narrow_f32(raw, EBITS, MBITS, BIAS, MAXMAG, OVF, NAN, NAN_SIGNED):
-    """Same result as :func:`_encode_float_f32` for targets whose smallest normal 2^(1-BIAS) is
-    above f32's (fp8/fp6/fp4/f16), with fewer operations, both paths computed and one selected:
+    """:func:`_encode_float` for a float32 source given as its bits ``raw`` (the same single RNE:
+    widening f32 -> f64 is exact, so both round the same exact value), for targets whose
+    smallest normal 2^(1-BIAS) is above f32's (fp8/fp6/fp4/f16), written branch-free in 32-bit
+    lanes so loops over it vectorize -- both paths computed and one selected:
 
     * target-normal range: RNE on the f32 bit pattern -- add half an ulp minus one plus the kept
       LSB (ties to even), shift, and rebias the exponent field (a carry into it is right);
@@ -327,6 +305,89 @@ def _bf16_from_f32_bits(raw):
     return np.int32(nan if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else r)
 
 
+def _vec_load(context, builder, signature, args, vt):
+    """Codegen of the run intrinsics ``f(src, si, dst, di)``: the vector ``vt`` at element
+    ``si`` of contiguous ``src`` (an unaligned load)."""
+    sp = context.make_array(signature.args[0])(context, builder, args[0]).data
+    return builder.load(builder.bitcast(builder.gep(sp, [args[1]]), vt.as_pointer()), align=1)
+
+
+def _vec_store(context, builder, signature, args, value):
+    """... and the store of ``value`` at element ``di`` of contiguous ``dst`` (unaligned)."""
+    dp = context.make_array(signature.args[2])(context, builder, args[2]).data
+    builder.store(value, builder.bitcast(builder.gep(dp, [args[3]]), value.type.as_pointer()),
+                  align=1)
+    return context.get_dummy_value()
+
+
+_VLANES = 16   # lanes of the explicit-vector f32 -> bf16/f16 encoders (one zmm with AVX-512)
+
+
+def _make_vec_encode(half):
+    """Intrinsic ``enc16(src, si, dst, di)``: the 16 float32 bit patterns ``src[si:si + 16]``
+    (uint32) to codes in ``dst[di:di + 16]`` (uint16), in explicit 16-lane vectors, with the
+    scalar rule's steps lane by lane:
+
+    * bf16 (:func:`_bf16_from_f32_bits`): add 0x7FFF plus the kept LSB, truncate;
+    * f16 (:func:`_f16_from_f32_bits`): LLVM ``fptrunc`` to half (one RNE; F16C ``vcvtps2ph``);
+
+    then NaN -> the canonical quiet NaN with the sign (0x7FC0 / 0x7E00)."""
+    @intrinsic
+    def enc16(typingctx, src, si, dst, di):
+        if not (isinstance(src, types.Array) and src.dtype == types.uint32
+                and isinstance(dst, types.Array) and dst.dtype == types.uint16):
+            return None
+        sig = types.none(src, types.intp, dst, types.intp)
+
+        def codegen(context, builder, signature, args):
+            i32v = ir.VectorType(ir.IntType(32), _VLANES)
+            i16v = ir.VectorType(ir.IntType(16), _VLANES)
+
+            def splat(c):
+                return ir.Constant(i32v, [c] * _VLANES)
+
+            u = _vec_load(context, builder, signature, args, i32v)
+            hi = builder.lshr(u, splat(16))
+            if half:
+                f = builder.bitcast(u, ir.VectorType(ir.FloatType(), _VLANES))
+                h = builder.fptrunc(f, ir.VectorType(ir.HalfType(), _VLANES))
+                r = builder.zext(builder.bitcast(h, i16v), i32v)
+                qnan = 0x7E00
+            else:
+                lsb = builder.and_(hi, splat(1))
+                r = builder.lshr(builder.add(builder.add(u, splat(0x7FFF)), lsb), splat(16))
+                qnan = 0x7FC0
+            isnan = builder.icmp_unsigned(">", builder.and_(u, splat(0x7FFFFFFF)),
+                                          splat(0x7F800000))
+            nan = builder.or_(builder.and_(hi, splat(0x8000)), splat(qnan))
+            return _vec_store(context, builder, signature, args,
+                              builder.trunc(builder.select(isnan, nan, r), i16v))
+
+        return sig, codegen
+
+    return enc16
+
+
+_bf16_encode_vec = _make_vec_encode(False)
+_f16_encode_vec = _make_vec_encode(True)
+
+
+@kernel
+def _encode_run(D, src, dst):
+    """``dst[k] = code of the float32 bits src[k]`` in D (K_BF16 or K_F16, the latter only
+    with hardware f16) for contiguous 1-d ``src`` (uint32) and ``dst`` (uint16) of one length:
+    16-lane vectors, then the scalar rule for the tail."""
+    n = src.shape[0]
+    nv = n // _VLANES * _VLANES
+    for k in range(0, nv, _VLANES):
+        if D == K_BF16:
+            _bf16_encode_vec(src, k, dst, k)
+        else:
+            _f16_encode_vec(src, k, dst, k)
+    for k in range(nv, n):
+        dst[k] = _encode_from_f32(D, np.int64(src[k]))
+
+
 def _host_has_f16c() -> bool:
     try:
         import llvmlite.binding as llvm
@@ -338,6 +399,9 @@ def _host_has_f16c() -> bool:
 # The hardware f32 -> f16 conversion (x86 F16C ``vcvtps2ph``, round to nearest even) where the
 # host has it and the kernels are compiled; the integer encoder otherwise (and when interpreted).
 _HW_F16 = (not numba.config.DISABLE_JIT) and _host_has_f16c()
+# The explicit-vector f32 -> bf16/f16 loops (portable LLVM vectors; same bits as the scalar rule) when
+# compiled, unless NUMBA_QK_PORTABLE=1 asks for the plain loops.
+_VEC_ENC = (not numba.config.DISABLE_JIT) and os.environ.get("NUMBA_QK_PORTABLE", "") in ("", "0")
 
 
 @intrinsic
@@ -429,6 +493,95 @@ def _decode_to_f32_bits(S, raw):
     return np.int64(-1)
 
 
+# ---- explicit-vector decode of fp8/fp6 codes to float32: a register table lookup -----------
+#
+# The portable loop reads ``_B_<t>[code]`` per element, which compiles to a memory gather.
+# With AVX-512 the magnitudes (32 for fp6, 128 for fp8) sit in 2 or 8 zmm registers and one
+# ``vpermi2d`` per register pair looks 16 codes up at once; the sign is OR-ed back except on NaN
+# (the tables hold the one positive quiet NaN for every NaN code).  Identical bits to the
+# tables (checked at import below, tested on every code).
+
+def _perm_spec(bits):
+    """(magnitude count, sign bit, code mask, magnitude bits as 16-lane rows) of a table."""
+    n = bits.size
+    nmag, sbit, mask = (32, 5, 0x3F) if n == 64 else (128, 7, 0xFF)
+    mags = [int(v) for v in bits[:nmag]]
+    for c in range(n):                      # the rule below reproduces the table exactly
+        m = mags[c & (nmag - 1)]
+        expect = m if (m & 0x7FFFFFFF) > 0x7F800000 else m | (((c >> sbit) & 1) << 31)
+        assert int(bits[c]) == expect, (c, hex(int(bits[c])), hex(expect))
+    return nmag, sbit, mask, [mags[i:i + 16] for i in range(0, nmag, 16)]
+
+
+def _make_perm_decode(bits):
+    NMAG, SBIT, MASK, ROWS = _perm_spec(bits)
+
+    @intrinsic
+    def decode16(typingctx, src, si, dst, di):
+        if not (isinstance(src, types.Array) and src.dtype == types.uint8
+                and isinstance(dst, types.Array) and dst.dtype == types.uint32):
+            return None
+        sig = types.none(src, types.intp, dst, types.intp)
+
+        def codegen(context, builder, signature, args):
+            i32 = ir.IntType(32)
+            v = ir.VectorType(i32, 16)
+
+            def splat(c):
+                return ir.Constant(v, [c] * 16)
+
+            perm = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(v, [v, v, v]), "llvm.x86.avx512.vpermi2var.d.512")
+            b = _vec_load(context, builder, signature, args, ir.VectorType(ir.IntType(8), 16))
+            c = builder.and_(builder.zext(b, v), splat(MASK))
+            idx = builder.and_(c, splat(NMAG - 1))
+            pairs = [builder.call(perm, [ir.Constant(v, ROWS[2 * p]), idx,
+                                         ir.Constant(v, ROWS[2 * p + 1])])
+                     for p in range(NMAG // 32)]
+            sel_bit = 32
+            while len(pairs) > 1:                # pick the pair by index bit 5, then bit 6
+                on = builder.icmp_unsigned("!=", builder.and_(idx, splat(sel_bit)), splat(0))
+                pairs = [builder.select(on, hi, lo) for lo, hi in zip(pairs[0::2], pairs[1::2])]
+                sel_bit *= 2
+            mag = pairs[0]
+            sign = builder.shl(builder.and_(builder.lshr(c, splat(SBIT)), splat(1)), splat(31))
+            isnan = builder.icmp_unsigned(">", builder.and_(mag, splat(0x7FFFFFFF)),
+                                          splat(0x7F800000))
+            return _vec_store(context, builder, signature, args,
+                              builder.select(isnan, mag, builder.or_(mag, sign)))
+
+        return sig, codegen
+
+    return decode16
+
+
+_perm_e4m3 = _make_perm_decode(_B_E4M3)
+_perm_e5m2 = _make_perm_decode(_B_E5M2)
+_perm_e2m3 = _make_perm_decode(_B_E2M3)
+_perm_e3m2 = _make_perm_decode(_B_E3M2)
+# compiled with AVX-512 (and not NUMBA_QK_PORTABLE / NUMBA_QK_NO_AVX512): kinds using it
+_PERM_KINDS = (K_E4M3, K_E5M2, K_E2M3, K_E3M2) if _simd.HAVE_AVX512 else ()
+
+
+@kernel
+def _decode_run(S, src, dst):
+    """``dst[k] = float32 bits of code src[k]`` (uint8 codes of kind S in _PERM_KINDS; contiguous
+    1-d arrays of one length): 16 codes per register table lookup, the table for the tail."""
+    n = src.shape[0]
+    nv = n // 16 * 16
+    for k in range(0, nv, 16):
+        if S == K_E4M3:
+            _perm_e4m3(src, k, dst, k)
+        elif S == K_E5M2:
+            _perm_e5m2(src, k, dst, k)
+        elif S == K_E2M3:
+            _perm_e2m3(src, k, dst, k)
+        else:
+            _perm_e3m2(src, k, dst, k)
+    for k in range(nv, n):
+        dst[k] = _decode_to_f32_bits(S, np.int64(src[k]))
+
+
 @kernel
 def _convert_one(S, D, raw, table):
     if S == K_F32:
@@ -443,16 +596,19 @@ def _convert_one(S, D, raw, table):
 
 _CONVERTERS = {}
 _BLOCK = 1024   # elements of a strided row gathered at a time into a contiguous scratch row
+_SBLOCK = 4096  # elements converted into L1 at a time before they are streamed out
 
 
 def converter(S, D, SPB, DPB):
     """The compiled one-pass kernel for source kind S (SPB codes per storage unit) to element
-    type D (DPB codes per byte): ``convert(src3d, dst, table, idx0)``.
+    type D (DPB codes per byte): ``convert(src3d, dst, table, idx0, stream)``.
 
     ``src3d``: a 3-d view (any strides) of the source *storage* as unsigned ints;
     ``dst``: the C-contiguous destination storage, 1-d unsigned; ``idx0``: the logical flat index
     of ``src3d[0, 0, 0]``'s first code in the destination.  Packed destinations are written
     byte-wise (first code of a byte assigns it), so chunks must start on a byte boundary.
+    ``stream``: write unpacked-to-unpacked rows of at least ``_BLOCK`` elements through a scratch
+    row and non-temporal stores (:mod:`._stream`; the same codes, fewer memory transfers).
     """
     key = (S, D, SPB, DPB)
     fn = _CONVERTERS.get(key)
@@ -462,27 +618,69 @@ def converter(S, D, SPB, DPB):
 
 
 def _make_converter(S, D, SPB, DPB):
+    # explicit-vector runs for contiguous unpacked rows (same bits as the portable loops):
+    # 1 = f32 -> bf16/f16 (_encode_run), 2 = fp8/fp6 -> f32 (_decode_run), 0 = none
+    VEC = (1 if S == K_F32 and (D == K_BF16 or (D == K_F16 and _HW_F16)) and _VEC_ENC else
+           2 if D == K_F32 and S in _PERM_KINDS else 0) if SPB == 1 and DPB == 1 else 0
+
     @kernel
-    def convert(src, dst, table, idx0):
+    def convert(src, dst, table, idx0, stream):
         n0, n1, n2 = src.shape
         idx = np.int64(idx0)
-        scratch = np.empty(_BLOCK, src.dtype)
+        scratch = np.empty(_SBLOCK, src.dtype)
+        sout = np.empty(_SBLOCK, dst.dtype)         # codes of one block, before streaming
+        sbytes = sout.view(np.uint8)
+        dbytes = dst.view(np.uint8)
+        isz = np.int64(dst.itemsize)
+        streamed = False
         for i in range(n0):
             for j in range(n1):
                 row = src[i, j]
                 if SPB == 1 and DPB == 1:
                     out = dst[idx:idx + n2]
-                    if row.strides[0] == row.itemsize:
-                        for k in range(n2):
+                    cont = row.strides[0] == row.itemsize
+                    h = np.int64(n2)                  # elements written by ordinary stores
+                    if stream:
+                        h = _stream.line_head(out, isz)   # up to the first aligned line
+                        if h < 0 or h + _SBLOCK > n2:
+                            h = np.int64(n2)
+                    if cont and VEC == 1:
+                        _encode_run(D, row[:h], out[:h])
+                    elif cont and VEC == 2:
+                        _decode_run(S, row[:h], out[:h])
+                    elif cont:
+                        for k in range(h):
                             out[k] = _convert_one(S, D, np.int64(row[k]), table)
                     else:   # strided row: gather blocks into a scratch row, convert vectorized
-                        for k0 in range(0, n2, _BLOCK):
-                            m = min(_BLOCK, n2 - k0)
+                        for k0 in range(0, h, _BLOCK):
+                            m = min(_BLOCK, h - k0)
                             for k in range(m):
                                 scratch[k] = row[k0 + k]
                             o = out[k0:k0 + m]
+                            if VEC == 1:
+                                _encode_run(D, scratch[:m], o)
+                            elif VEC == 2:
+                                _decode_run(S, scratch[:m], o)
+                            else:
+                                for k in range(m):
+                                    o[k] = _convert_one(S, D, np.int64(scratch[k]), table)
+                    for k0 in range(h, n2, _SBLOCK):   # the rest: whole lines streamed
+                        m = min(_SBLOCK, n2 - k0)
+                        if cont:
+                            r = row[k0:k0 + m]     # (k0 + k would defeat vectorization)
+                        else:
                             for k in range(m):
-                                o[k] = _convert_one(S, D, np.int64(scratch[k]), table)
+                                scratch[k] = row[k0 + k]
+                            r = scratch[:m]
+                        if VEC == 1:
+                            _encode_run(D, r, sout[:m])
+                        elif VEC == 2:
+                            _decode_run(S, r, sout[:m])
+                        else:
+                            for k in range(m):
+                                sout[k] = _convert_one(S, D, np.int64(r[k]), table)
+                        _stream.stream_bytes(dbytes, (idx + k0) * isz, sbytes, m * isz)
+                        streamed = True
                     idx += n2
                 elif SPB == 1:
                     # packed destination: a row holds whole bytes (its length includes the last
@@ -529,6 +727,8 @@ def _make_converter(S, D, SPB, DPB):
                                 else:
                                     dst[idx >> 3] |= c << sh
                             idx += 1
+        if streamed:
+            _stream.store_fence()   # order the non-temporal stores before returning
     return convert
 
 

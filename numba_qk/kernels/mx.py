@@ -31,6 +31,8 @@ NVFP4 ``R32(R32(value(P_i) * f32(scale)) * ts)``.
 import numpy as np
 
 from .._jit import kernel
+from . import _stream
+from . import lowp as _lowp
 from .lowp import (_T_E2M1, _T_E2M3, _T_E3M2, _T_E4M3, _T_E5M2, _encode_narrow_f32)
 
 # element kinds (closure constants)
@@ -45,6 +47,8 @@ _F32 = {E2M1: _T_E2M1.astype(np.float32), E2M3: _T_E2M3.astype(np.float32),
         E5M2: _T_E5M2.astype(np.float32),
         INT8: np.arange(-128, 128, dtype=np.float32)[np.arange(256) ^ 0x80]}
 _E4M3_F32 = _T_E4M3.astype(np.float32)
+_LOWP_KIND = {E4M3: _lowp.K_E4M3, E5M2: _lowp.K_E5M2, E2M3: _lowp.K_E2M3, E3M2: _lowp.K_E3M2}
+_STREAM_VALUES = 4096   # float32 values decoded into L1 before they are streamed out
 
 
 @kernel
@@ -69,23 +73,47 @@ def floor_log2_bits(a):
 
 @kernel
 def first_nonfinite(x):
-    """Index of the first non-finite value of a flat float32 array, or -1."""
+    """Index of the first non-finite value of a flat float32 array, or -1 (chunks are tested
+    with a vectorizable OR first; only a chunk that holds one is scanned for its index)."""
     xb = x.view(np.uint32)
-    for i in range(xb.size):
-        if (xb[i] & np.uint32(0x7F800000)) == np.uint32(0x7F800000):
-            return i
+    n = xb.size
+    for c0 in range(0, n, 4096):
+        c1 = min(c0 + 4096, n)
+        hit = np.uint32(0)
+        for i in range(c0, c1):
+            e = xb[np.uint64(i)] & np.uint32(0x7F800000)
+            hit |= np.uint32(e == np.uint32(0x7F800000))
+        if hit:
+            for i in range(c0, c1):
+                if (xb[i] & np.uint32(0x7F800000)) == np.uint32(0x7F800000):
+                    return i
     return -1
 
 
 @kernel
 def amax_bits(x):
-    """Bits of max |x| over a flat float32 array (finite input)."""
+    """Bits of max |x| over a flat float32 array: at least 0x7F800000 exactly when ``x`` holds
+    an inf or a NaN (their magnitude bits are the largest)."""
     xb = x.view(np.uint32)
     m = np.uint32(0)
     for i in range(xb.size):
         a = np.uint32(xb[i] & np.uint32(0x7FFFFFFF))
         m = a if a > m else m
     return m
+
+
+@kernel
+def _stream_chunk(out, w0, buf, n, last):
+    """Write the decoded values ``buf[:n]`` to ``out[w0:w0 + n]`` by non-temporal stores, except
+    (unless ``last``) the values after the last 64-byte line boundary of ``out``: those move to
+    the front of ``buf`` and go out with the next chunk, so no cache line is written partly by
+    one chunk and partly by the next.  Returns how many values were kept back."""
+    a = _stream.address_of(out) + w0 * 4
+    wn = n if last else max((((a + n * 4) & np.int64(-64)) - a) // 4, np.int64(0))
+    _stream.stream_bytes(out.view(np.uint8), w0 * 4, buf.view(np.uint8), wn * 4)
+    for i in range(n - wn):
+        buf[i] = buf[wn + i]
+    return n - wn
 
 
 _MX_ENCODERS = {}
@@ -106,14 +134,18 @@ def _make_mx_encoder(K, EMAX, B):
     PACK = K == E2M1
     IS_INT = K == INT8
 
+    # Indices are unsigned (``u0 + j``): with a signed ``base + j`` numba tests every index for
+    # wraparound and the loops stay scalar (slices would cost a reference count per block).
     @kernel
     def enc(x, codes, scales, b0, b1):
         xb = x.view(np.uint32)
+        tmp = np.empty(B, np.int32)                                  # one block's codes
         for b in range(b0, b1):
             base = b * B
+            u0 = np.uint64(base)
             amax = np.uint32(0)
             for j in range(B):
-                a = np.uint32(xb[base + j] & np.uint32(0x7FFFFFFF))
+                a = np.uint32(xb[u0 + np.uint64(j)] & np.uint32(0x7FFFFFFF))
                 amax = a if a > amax else amax
             if amax == np.uint32(0):
                 X = np.int64(-127)                                   # zero block: code 0x00
@@ -125,25 +157,22 @@ def _make_mx_encoder(K, EMAX, B):
                 # 2^(6 - X) as a float64 (exponent field 1023 + 6 - X, always normal)
                 f = np.int64((np.int64(1023 + 6) - X) << np.int64(52)).view(np.float64)
                 for j in range(B):
-                    q = np.rint(np.float64(x[base + j]) * f)         # P = RNE(v * 2^-X * 64)
+                    q = np.rint(np.float64(x[u0 + np.uint64(j)]) * f)  # P = RNE(v * 2^-X * 64)
                     q = min(max(q, -127.0), 127.0)                   # saturate to +-127
-                    codes[base + j] = np.uint8(np.int64(q) & np.int64(0xFF))
+                    codes[u0 + np.uint64(j)] = np.uint8(np.int64(q) & np.int64(0xFF))
+                continue
+            inv = pow2_f32(-X)                                       # 2^-X
+            for j in range(B):
+                y = np.float32(x[u0 + np.uint64(j)] * inv)           # exact where it matters
+                tmp[j] = _encode_narrow_f32(y.view(np.uint32), EBITS, MBITS, BIAS, MAXMAG,
+                                            MAXMAG, 0, False)        # RNE, saturating
+            if PACK:                                                 # element 0: high nibble
+                h0 = np.uint64(base >> 1)
+                for j in range(B // 2):
+                    codes[h0 + np.uint64(j)] = np.uint8((tmp[2 * j] << 4) | tmp[2 * j + 1])
             else:
-                inv = pow2_f32(-X)                                   # 2^-X
-                if PACK:
-                    for j in range(0, B, 2):
-                        y0 = np.float32(x[base + j] * inv)           # exact where it matters
-                        y1 = np.float32(x[base + j + 1] * inv)
-                        c0 = _encode_narrow_f32(y0.view(np.uint32), EBITS, MBITS, BIAS, MAXMAG,
-                                                MAXMAG, 0, False)    # RNE, saturating
-                        c1 = _encode_narrow_f32(y1.view(np.uint32), EBITS, MBITS, BIAS, MAXMAG,
-                                                MAXMAG, 0, False)
-                        codes[(base + j) >> 1] = np.uint8((c0 << 4) | c1)
-                else:
-                    for j in range(B):
-                        y = np.float32(x[base + j] * inv)
-                        codes[base + j] = np.uint8(_encode_narrow_f32(
-                            y.view(np.uint32), EBITS, MBITS, BIAS, MAXMAG, MAXMAG, 0, False))
+                for j in range(B):
+                    codes[u0 + np.uint64(j)] = np.uint8(tmp[j])
 
     return enc
 
@@ -160,27 +189,61 @@ def mx_decoder(K, B):
 def _make_mx_decoder(K, B):
     TABLE = _F32[K]
     PACK = K == E2M1
+    IS_INT = K == INT8
     MASK = 0x3F if K in (E2M3, E3M2) else 0xFF
     SHIFT = 6 if K == INT8 else 0
+    CHB = _STREAM_VALUES // B                                        # blocks per streamed chunk
+    # fp8/fp6 element values by lowp's register-table lookup (AVX-512) instead of a gather
+    LK = _LOWP_KIND.get(K, -1)
+    PERM = LK in _lowp._PERM_KINDS
 
     @kernel
-    def dec(codes, scales, out, b0, b1):
-        for b in range(b0, b1):
-            base = b * B
-            sc = np.int64(scales[b])
-            if sc == 0xFF:                                           # e8m0 NaN
-                for j in range(B):
-                    out[base + j] = np.float32(np.nan)
-                continue
-            s = pow2_f32(sc - np.int64(127 + SHIFT))                 # 2^X (MXINT8: 2^(X-6))
-            if PACK:
-                for j in range(0, B, 2):
-                    byte = np.int64(codes[(base + j) >> 1])
-                    out[base + j] = np.float32(TABLE[byte >> 4] * s)
-                    out[base + j + 1] = np.float32(TABLE[byte & 0xF] * s)
-            else:
-                for j in range(B):
-                    out[base + j] = np.float32(TABLE[np.int64(codes[base + j]) & MASK] * s)
+    def dec(codes, scales, out, b0, b1, stream):
+        # ``stream``: decode CHB blocks at a time into an L1 row and copy it out with
+        # non-temporal stores (kernels/_stream.py; the same values, fewer memory transfers)
+        buf = np.empty(CHB * B + 16 if stream else 0, np.float32)
+        tmp = np.empty(CHB * B if PERM else 0, np.uint32)            # a chunk's element bits
+        tv = tmp.view(np.float32)
+        pending = np.int64(0)                                        # see _stream_chunk
+        for c0 in range(b0, b1, CHB):
+            c1 = min(c0 + CHB, b1)
+            dst = buf if stream else out
+            off = c0 * B - pending if stream else 0                  # out index of dst[0]
+            if PERM:
+                _lowp._decode_run(LK, codes[c0 * B:c1 * B], tmp[:(c1 - c0) * B])
+            for b in range(c0, c1):
+                base = b * B
+                # unsigned indices: numba then skips its wraparound test and the loops
+                # vectorize (slices would cost a reference count per block)
+                d0 = np.uint64(base - off)
+                sc = np.int64(scales[b])
+                if sc == 0xFF:                                       # e8m0 NaN
+                    for j in range(B):
+                        dst[d0 + np.uint64(j)] = np.float32(np.nan)
+                    continue
+                s = pow2_f32(sc - np.int64(127 + SHIFT))             # 2^X (MXINT8: 2^(X-6))
+                if PACK:
+                    c0b = np.uint64(base >> 1)
+                    for j in range(B // 2):
+                        byte = np.int64(codes[c0b + np.uint64(j)])
+                        dst[d0 + np.uint64(2 * j)] = np.float32(TABLE[byte >> 4] * s)
+                        dst[d0 + np.uint64(2 * j + 1)] = np.float32(TABLE[byte & 0xF] * s)
+                elif IS_INT:                                         # value(P) = int8 code
+                    for j in range(B):
+                        q = np.int8(codes[np.uint64(base) + np.uint64(j)])
+                        dst[d0 + np.uint64(j)] = np.float32(np.float32(q) * s)
+                elif PERM:
+                    t0 = np.uint64((b - c0) * B)
+                    for j in range(B):
+                        dst[d0 + np.uint64(j)] = np.float32(tv[t0 + np.uint64(j)] * s)
+                else:
+                    for j in range(B):
+                        code = np.int64(codes[np.uint64(base) + np.uint64(j)]) & MASK
+                        dst[d0 + np.uint64(j)] = np.float32(TABLE[code] * s)
+            if stream:
+                pending = _stream_chunk(out, off, buf, pending + (c1 - c0) * B, c1 == b1)
+        if stream:
+            _stream.store_fence()
 
     return dec
 
@@ -190,42 +253,55 @@ def nvfp4_encode(x, ts, codes, scales, b0, b1):
     """NVFP4 blocks [b0, b1) of flat float32 ``x`` with tensor scale ``ts`` (float32 > 0)."""
     xb = x.view(np.uint32)
     ts = np.float32(ts)
+    tmp = np.empty(16, np.int32)                                     # one block's codes
     for b in range(b0, b1):
-        base = b * 16
+        u0 = np.uint64(b * 16)                                       # unsigned: see mx_encoder
         amax = np.uint32(0)
         for j in range(16):
-            a = np.uint32(xb[base + j] & np.uint32(0x7FFFFFFF))
+            a = np.uint32(xb[u0 + np.uint64(j)] & np.uint32(0x7FFFFFFF))
             amax = a if a > amax else amax
         s = np.float32(np.uint32(amax).view(np.float32) / np.float32(6.0))     # R32(amax_b / 6)
         s = np.float32(s / ts)                                       # R32(... / ts)
         sc = _encode_narrow_f32(s.view(np.uint32), 4, 3, 7, 0x7E, 0x7E, 0x7F, True)  # ue4m3
         scales[b] = np.uint8(sc)
         d = np.float32(_E4M3_F32[sc] * ts)                           # R32(f32(s_b) * ts)
-        for j in range(0, 16, 2):
-            v0 = x[base + j]
-            v1 = x[base + j + 1]
-            if d == np.float32(0.0):                                 # signed zeros
-                c0 = np.int32(8) if xb[base + j] >> np.uint32(31) else np.int32(0)
-                c1 = np.int32(8) if xb[base + j + 1] >> np.uint32(31) else np.int32(0)
-            else:
-                y0 = np.float32(v0 / d)                              # R32(v / d)
-                y1 = np.float32(v1 / d)
-                c0 = _encode_narrow_f32(y0.view(np.uint32), 2, 1, 1, 0x7, 0x7, 0, False)
-                c1 = _encode_narrow_f32(y1.view(np.uint32), 2, 1, 1, 0x7, 0x7, 0, False)
-            codes[(base + j) >> 1] = np.uint8((c0 << 4) | c1)
+        if d == np.float32(0.0):                                     # signed zeros
+            for j in range(16):
+                tmp[j] = np.int32(8) if xb[u0 + np.uint64(j)] >> np.uint32(31) else np.int32(0)
+        else:
+            for j in range(16):
+                y = np.float32(x[u0 + np.uint64(j)] / d)             # R32(v / d)
+                tmp[j] = _encode_narrow_f32(y.view(np.uint32), 2, 1, 1, 0x7, 0x7, 0, False)
+        h0 = np.uint64(b * 8)
+        for j in range(8):
+            codes[h0 + np.uint64(j)] = np.uint8((tmp[2 * j] << 4) | tmp[2 * j + 1])
 
 
 _E2M1_F32 = _F32[E2M1]
 
 
 @kernel
-def nvfp4_decode(codes, scales, ts, out, b0, b1):
-    """float32 values of NVFP4 blocks [b0, b1): R32(R32(e * s_b) * ts)."""
+def nvfp4_decode(codes, scales, ts, out, b0, b1, stream):
+    """float32 values of NVFP4 blocks [b0, b1): R32(R32(e * s_b) * ts); ``stream`` as in
+    :func:`mx_decoder` (unsigned indices for the same reason)."""
     ts = np.float32(ts)
-    for b in range(b0, b1):
-        base = b * 16
-        s = _E4M3_F32[np.int64(scales[b])]
-        for j in range(0, 16, 2):
-            byte = np.int64(codes[(base + j) >> 1])
-            out[base + j] = np.float32(np.float32(_E2M1_F32[byte >> 4] * s) * ts)
-            out[base + j + 1] = np.float32(np.float32(_E2M1_F32[byte & 0xF] * s) * ts)
+    CHB = _STREAM_VALUES // 16
+    buf = np.empty(CHB * 16 + 16 if stream else 0, np.float32)
+    pending = np.int64(0)
+    for c0 in range(b0, b1, CHB):
+        c1 = min(c0 + CHB, b1)
+        dst = buf if stream else out
+        off = c0 * 16 - pending if stream else 0
+        for b in range(c0, c1):
+            d0 = np.uint64(b * 16 - off)
+            cb = np.uint64(b * 8)
+            s = _E4M3_F32[np.int64(scales[b])]
+            for j in range(8):
+                byte = np.int64(codes[cb + np.uint64(j)])
+                dst[d0 + np.uint64(2 * j)] = np.float32(np.float32(_E2M1_F32[byte >> 4] * s) * ts)
+                dst[d0 + np.uint64(2 * j + 1)] = np.float32(
+                    np.float32(_E2M1_F32[byte & 0xF] * s) * ts)
+        if stream:
+            pending = _stream_chunk(out, off, buf, pending + (c1 - c0) * 16, c1 == b1)
+    if stream:
+        _stream.store_fence()

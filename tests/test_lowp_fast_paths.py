@@ -1,0 +1,145 @@
+"""The lowp conversion kernels' fast paths give the portable loops' bits.
+
+* explicit-vector f32 -> bf16/f16 encoders (``kernels/lowp._encode_run``);
+* AVX-512 register-table decode of fp8/fp6 codes (``kernels/lowp._decode_run``);
+* non-temporal streaming of large outputs (``kernels/_stream.py``), whatever the destination's
+  alignment, the row lengths and the source strides, and through ``astype`` (threads too).
+
+The reference is the same converter compiled with the fast paths switched off (the portable
+loops, themselves checked against ml_dtypes and the Fraction oracle in test_lowp_codecs.py).
+"""
+
+import numpy as np
+import pytest
+
+import numba_qk as qk
+from numba_qk import cast as _cast
+from numba_qk.kernels import _stream
+from numba_qk.kernels import lowp as L
+
+T = L._T_E8M0
+DECODE_KINDS = {"e4m3": L.K_E4M3, "e5m2": L.K_E5M2, "e2m3": L.K_E2M3, "e3m2": L.K_E3M2}
+TABLES = {L.K_E4M3: L._B_E4M3, L.K_E5M2: L._B_E5M2, L.K_E2M3: L._B_E2M3, L.K_E3M2: L._B_E3M2}
+_PORTABLE = {}
+
+
+def portable(S, D):
+    """The converter S -> D compiled with the vector paths off."""
+    if (S, D) not in _PORTABLE:
+        saved = L._PERM_KINDS, L._VEC_ENC
+        L._PERM_KINDS, L._VEC_ENC = (), False
+        try:
+            _PORTABLE[S, D] = L._make_converter(S, D, 1, 1)
+        finally:
+            L._PERM_KINDS, L._VEC_ENC = saved
+    return _PORTABLE[S, D]
+
+
+def run(conv, src, dst_dtype, stream=False, pad=0):
+    """Convert 1-d ``src`` into a fresh buffer starting ``pad`` elements into a larger one (so
+    the destination's alignment varies); check the padding stays untouched."""
+    buf = np.full(src.size + pad + 5, 0xA5, dst_dtype)
+    dst = buf[pad:pad + src.size]
+    conv(src.reshape(1, 1, -1), dst, T, 0, stream)
+    assert (buf[:pad] == 0xA5).all() and (buf[pad + src.size:] == 0xA5).all()
+    return dst.copy()
+
+
+def f32_patterns():
+    """Every high half of a float32 with low halves at and around the bf16 and f16 rounding
+    boundaries (ties, +-1 ulp): every exponent, sign, subnormal, inf and NaN class."""
+    hi = np.arange(1 << 16, dtype=np.uint32) << 16
+    lows = np.array([0, 1, 0x0FFF, 0x1000, 0x1001, 0x1FFF, 0x2000, 0x3000, 0x7FFF, 0x8000, 0x8001,
+                     0xFFFF], np.uint32)
+    return (hi[:, None] | lows[None, :]).reshape(-1)
+
+
+@pytest.mark.parametrize("name", ["bf16", "f16"])
+def test_vector_encode_equals_portable(name):
+    D = L.K_BF16 if name == "bf16" else L.K_F16
+    x = f32_patterns()
+    fast, slow = L.converter(L.K_F32, D, 1, 1), portable(L.K_F32, D)
+    ref = run(slow, x, np.uint16)
+    assert (run(fast, x, np.uint16) == ref).all()
+    for n in list(range(0, 40)) + [1000, 4099]:             # tails of every length
+        part = x[12345:12345 + n]
+        assert (run(fast, part, np.uint16, pad=n % 3) == ref[12345:12345 + n]).all()
+    wide = np.repeat(x[:200_000], 2)                          # strided rows: the gather path
+    got = np.empty(100_000, np.uint16)
+    fast(wide.reshape(1, 1, -1)[:, :, ::4], got, T, 0, False)
+    assert (got == ref[:200_000:2]).all()
+
+
+@pytest.mark.parametrize("name", list(DECODE_KINDS))
+def test_vector_decode_every_code(name):
+    S = DECODE_KINDS[name]
+    if S not in L._PERM_KINDS:
+        pytest.skip("the register-table decode is compiled only with AVX-512")
+    codes = np.tile(np.arange(256, dtype=np.uint8), 9)
+    mask = 0x3F if TABLES[S].size == 64 else 0xFF
+    expect = TABLES[S][codes & mask]
+    fast, slow = L.converter(S, L.K_F32, 1, 1), portable(S, L.K_F32)
+    assert (run(fast, codes, np.uint32) == expect).all()
+    assert (run(slow, codes, np.uint32) == expect).all()
+    for start in range(0, 20):                                # every phase, every tail
+        for n in (0, 1, 15, 16, 17, 33, 100):
+            part = codes[start:start + n]
+            assert (run(fast, part, np.uint32, pad=start % 3) == expect[start:start + n]).all()
+
+
+CASES = [(L.K_BF16, L.K_F32, np.uint16, np.uint32), (L.K_F16, L.K_F32, np.uint16, np.uint32),
+         (L.K_E4M3, L.K_F32, np.uint8, np.uint32), (L.K_E2M3, L.K_F32, np.uint8, np.uint32),
+         (L.K_F32, L.K_BF16, np.uint32, np.uint16), (L.K_F32, L.K_E5M2, np.uint32, np.uint8)]
+
+
+@pytest.mark.parametrize("S,D,sdt,ddt", CASES,
+                         ids=["bf16-f32", "f16-f32", "e4m3-f32", "e2m3-f32", "f32-bf16", "f32-e5m2"])
+def test_streamed_equals_unstreamed(S, D, sdt, ddt):
+    if not _stream.HAVE_STREAM:
+        pytest.skip("non-temporal stores are used only on x86-64 with the JIT")
+    rng = np.random.default_rng(S * 16 + D)
+    n = 3 * 2 * 6000 + 37
+    src = rng.integers(0, np.iinfo(sdt).max, n, dtype=np.uint64).astype(sdt)
+    conv = L.converter(S, D, 1, 1)
+    ref = run(conv, src, ddt)
+    for pad in range(0, 70, 7):                               # destination alignments
+        assert (run(conv, src, ddt, stream=True, pad=pad) == ref).all(), pad
+    short = src[:L._SBLOCK - 3]                               # too short to stream: plain path
+    assert (run(conv, short, ddt, stream=True, pad=1) == ref[:short.size]).all()
+    # a 3-d source with strided rows (gather path) and several rows, streamed
+    grid = np.repeat(src[:3 * 2 * 6000], 2).reshape(3, 2, 12000)[:, :, ::2]
+    out_s = np.empty(grid.size, ddt)
+    out_p = np.empty(grid.size, ddt)
+    conv(grid, out_s, T, 0, True)
+    conv(grid, out_p, T, 0, False)
+    assert (out_s == out_p).all() and (out_p == ref[:grid.size]).all()
+
+
+def test_astype_streams_large_widening_casts(monkeypatch):
+    calls = []
+    real = L.converter
+
+    def spy(*key):
+        fn = real(*key)
+
+        def wrapped(*args):
+            calls.append(args[-1])
+            return fn(*args)
+        return wrapped
+
+    x = (np.random.default_rng(3).standard_normal((3, 5, 7000)) * 50).astype(np.float32)
+    cases = [(qk.e4m3, x), (qk.bf16, x), (qk.f16, x[:, ::-1, ::3]), (qk.e3m2, x[1:, :, 1:])]
+    expect = [qk.astype(qk.astype(v, t), qk.f32) for t, v in cases]
+    monkeypatch.setattr(_stream, "STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(_cast._k, "converter", spy)
+    for (t, v), e in zip(cases, expect):
+        codes = qk.astype(v, t)
+        for threads in (1, 2, 3):
+            calls.clear()
+            out = np.full(v.shape, 7.0, np.float32)
+            assert qk.astype(codes, qk.f32, out=out, threads=threads) is out
+            assert (out.view(np.uint32) == e.view(np.uint32)).all()
+            assert calls and all(calls) == _stream.HAVE_STREAM
+        calls.clear()
+        qk.astype(v, t)                                       # narrowing: never streamed
+        assert calls and not any(calls)
