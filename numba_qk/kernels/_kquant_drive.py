@@ -51,21 +51,26 @@ def _lookup(code):
     return _IMPL[code.literal_value]
 
 
-# Placeholders resolved by the overloads below (never called from Python).
+# Placeholders resolved by the overloads below.  Called as plain Python (only under
+# NUMBA_DISABLE_JIT=1, where HAVE_AVX2 is False) they run the portable loops, as the overloads do.
 def _fold(code, w, w_at, w_step, x, x_at, x_step, g):
-    raise NotImplementedError
+    raise NotImplementedError  # only reached through the SIMD drivers
 
 
 def _dot(code, w, x):
-    raise NotImplementedError
+    if w.shape[0] == 0:
+        return np.float32(0.0)
+    return _IMPL[code]["loop_dot"](w, x)
 
 
 def _gemv(code, w, x, out):
-    raise NotImplementedError
+    for r in range(w.shape[0]):
+        out[r] = _dot(code, w[r], x)
 
 
 def _gemm(code, w, x, out):
-    raise NotImplementedError
+    for a in range(x.shape[0]):
+        _gemv(code, w, x[a], out[a])
 
 
 @overload(_fold, jit_options=JIT_OPTIONS)

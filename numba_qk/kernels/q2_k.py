@@ -118,21 +118,27 @@ def q2_k_decode_records(records, sc, m, q):
 def dequantize_q2_k(records, out):
     """ggml's ``dequantize_row_q2_K``: ``[G, 84]`` records into f32 ``out`` ``[G, 256]``:
     ``R32(R32(dl * q) - ml)`` with ``dl = R32(d * sc[j])``, ``ml = R32(dmin * m[j])``."""
+    # One loop of 32 lanes per (c, g) with the two sub-blocks' scales selected per lane: LLVM
+    # vectorises it (16-lane loops per sub-block stayed scalar); same values per element.
     for b in range(records.shape[0]):
         d = f16_at(records, b, _D_AT)
         dmin = f16_at(records, b, _DMIN_AT)
         for c in range(2):
             for g in range(4):
                 shift = np.uint8(2 * g)
-                for half in range(2):
-                    j = 8 * c + 2 * g + half
-                    byte = records[b, _SC_AT + j]
-                    dl = np.float32(d * np.float32(byte & _LOW4))
-                    ml = np.float32(dmin * np.float32(byte >> np.uint8(4)))
-                    base = 128 * c + 32 * g + 16 * half
-                    for k in range(16):
-                        q = np.int32((records[b, _Q_AT + 32 * c + 16 * half + k] >> shift) & _LOW2)
-                        out[b, base + k] = np.float32(np.float32(dl * np.float32(q)) - ml)
+                j = 8 * c + 2 * g
+                s0 = records[b, _SC_AT + j]
+                s1 = records[b, _SC_AT + j + 1]
+                dl0 = np.float32(d * np.float32(s0 & _LOW4))
+                ml0 = np.float32(dmin * np.float32(s0 >> np.uint8(4)))
+                dl1 = np.float32(d * np.float32(s1 & _LOW4))
+                ml1 = np.float32(dmin * np.float32(s1 >> np.uint8(4)))
+                base = 128 * c + 32 * g
+                for l in range(32):
+                    q = np.float32(np.int32((records[b, _Q_AT + 32 * c + l] >> shift) & _LOW2))
+                    dl = dl1 if l >= 16 else dl0
+                    ml = ml1 if l >= 16 else ml0
+                    out[b, base + l] = np.float32(np.float32(dl * q) - ml)
 
 
 # ---- quantize (ggml quantize_row_q2_K_ref) --------------------------------------------------

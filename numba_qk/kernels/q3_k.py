@@ -138,21 +138,22 @@ def q3_k_decode_records(records, sc, q):
 def dequantize_q3_k(records, out):
     """ggml's ``dequantize_row_q3_K``: ``[G, 110]`` records into f32 ``out`` ``[G, 256]``:
     ``R32(R32(d * (sc[j] - 32)) * q)`` per element, in ggml's element order."""
+    # One loop of 32 lanes per (c, g), the two sub-blocks' scales selected per lane (vectorised).
     for b in range(records.shape[0]):
         d_all = f16_at(records, b, _D_AT)
         for c in range(2):
             for g in range(4):
                 shift = np.uint8(2 * g)
                 hbit = np.uint8(4 * c + g)  # hmask bit of elements 128c + 32g + l
-                for half in range(2):
-                    j = 8 * c + 2 * g + half
-                    dl = np.float32(d_all * np.float32(_scale_at(records, b, j) - _SC_OFF))
-                    base = 128 * c + 32 * g + 16 * half
-                    for k in range(16):
-                        l = 16 * half + k
-                        low = np.int32((records[b, _QL_AT + 32 * c + l] >> shift) & _LOW2)
-                        hi = np.int32((records[b, _HM_AT + l] >> hbit) & np.uint8(1))
-                        out[b, base + k] = np.float32(dl * np.float32(low - 4 + 4 * hi))
+                j = 8 * c + 2 * g
+                dl0 = np.float32(d_all * np.float32(_scale_at(records, b, j) - _SC_OFF))
+                dl1 = np.float32(d_all * np.float32(_scale_at(records, b, j + 1) - _SC_OFF))
+                base = 128 * c + 32 * g
+                for l in range(32):
+                    low = np.int32((records[b, _QL_AT + 32 * c + l] >> shift) & _LOW2)
+                    hi = np.int32((records[b, _HM_AT + l] >> hbit) & np.uint8(1))
+                    dl = dl1 if l >= 16 else dl0
+                    out[b, base + l] = np.float32(dl * np.float32(low - 4 + 4 * hi))
 
 
 # ---- quantize (ggml quantize_row_q3_K_ref) --------------------------------------------------

@@ -139,16 +139,18 @@ def dequantize_q6_k(records, out):
                 ql_shift = np.uint8(0 if g < 2 else 4)
                 qh_at = _QH_AT + 32 * c
                 qh_shift = np.uint8(2 * g)
-                for half in range(2):
-                    j = 8 * c + 2 * g + half
-                    dl = np.float32(d * np.float32(np.int8(records[b, _SC_AT + j])))
-                    base = 128 * c + 32 * g + 16 * half
-                    for k in range(16):
-                        l = 16 * half + k
-                        low = (records[b, ql_at + l] >> ql_shift) & _LOW4
-                        high = (records[b, qh_at + l] >> qh_shift) & _LOW2
-                        q = np.int32(low | (high << np.uint8(4))) - _QOFF
-                        out[b, base + k] = np.float32(dl * np.float32(q))
+                j = 8 * c + 2 * g
+                dl0 = np.float32(d * np.float32(np.int8(records[b, _SC_AT + j])))
+                dl1 = np.float32(d * np.float32(np.int8(records[b, _SC_AT + j + 1])))
+                base = 128 * c + 32 * g
+                # 32 lanes, the two sub-blocks' scales selected per lane: LLVM vectorises this
+                # loop (16-lane loops per sub-block stayed scalar); same value per element.
+                for l in range(32):
+                    low = (records[b, ql_at + l] >> ql_shift) & _LOW4
+                    high = (records[b, qh_at + l] >> qh_shift) & _LOW2
+                    q = np.int32(low | (high << np.uint8(4))) - _QOFF
+                    dl = dl1 if l >= 16 else dl0
+                    out[b, base + l] = np.float32(dl * np.float32(q))
 
 
 # ---- quantize (ggml quantize_row_q6_K_ref) --------------------------------------------------
