@@ -21,7 +21,9 @@ and i32 adds are modular, so the final S is exact.)  The float steps are the lan
 operations of ``_simd._record_values`` / ``_s_values`` (one instruction per rounding, no fast-math),
 in DESIGN §7's order, so every result equals the portable definition bit for bit.
 
-Wide (AVX-512BW) variants glue two 32-element units into one 64-byte vector.  Tiles: 8 weight
+Wide (AVX-512BW) variants decode 64-lane units straight from 64-byte loads (each format's
+``wide_weights``: two 32-element groups whose bits sit in the same bytes, e.g. Q2_K's groups
+(0, g) and (1, g)); the activation side gathers the matching two element ranges once per tile.  Tiles: 8 weight
 records against one activation record (gemv) or one weight record against 8 activation records
 (gemm), the shared record decoded once, the 8 values folded lane by lane (``_simd._fold_into``).
 
@@ -70,6 +72,18 @@ def _pairs(b, sc16, j):
     return _splat_lanes(b, sc16, [j] * 8 + [j + 1] * 8)
 
 
+def _quad(b, sc16, g):
+    """<32 x i16> for the 64-lane unit of groups (0, g) and (1, g): sub-blocks 2g, 2g + 1,
+    8 + 2g, 9 + 2g, each over 8 pmaddubsw lanes."""
+    return _splat_lanes(b, sc16, [j for j in (2 * g, 2 * g + 1, 8 + 2 * g, 9 + 2 * g)
+                                  for _ in range(8)])
+
+
+def _cat(b, u, v):
+    n = u.type.count
+    return b.shuffle_vector(u, v, ir.Constant(_vec(_i32, 2 * n), list(range(2 * n))))
+
+
 class _Q6:
     """Q6_K: u = ql nibble | qh bits << 4 (0..63), q = u - 32, int8 scales per 16 elements."""
     name, offset, has_t = "q6_k", 32, False
@@ -87,6 +101,25 @@ class _Q6:
                 nib = b.and_(ql, _c8(0x0F)) if g < 2 else _shr(b, ql, 4)
                 high = _bit_to(b, qh, 2 * g, 4, 0x30)         # bits 2g, 2g+1 -> 4, 5
                 units.append((b.or_(nib, high), _pairs(b, sc16, 8 * c + 2 * g)))
+        return units, None
+
+    # 64-lane units: per chunk c the 64 ql bytes' low nibbles (elements 128c + [0, 64)), then
+    # their high nibbles (128c + [64, 128)); qh as [qh_c | qh_c >> 2] puts the second group's
+    # high bits where the first group's are.
+    XR_WIDE = [(0, 32), (64, 96), (128, 160), (192, 224)]
+
+    @classmethod
+    def wide_weights(cls, b, wb):
+        sc16 = b.sext(_load(b, wb, cls.SC, _vec(_i8, 16)), _vec(_i16, 16))
+        units = []
+        for c in range(2):
+            ql = _load(b, wb, cls.QL + 64 * c, _vec(_i8, 64))
+            qh = _load(b, wb, cls.QH + 32 * c, _V32)
+            qhh = _cat(b, qh, _shr(b, qh, 2))
+            units.append((b.or_(b.and_(ql, _c8(0x0F, 64)), _bit_to(b, qhh, 0, 4, 0x30)),
+                          _splat_lanes(b, sc16, [8 * c + k // 8 for k in range(32)])))
+            units.append((b.or_(_shr(b, ql, 4), b.and_(qhh, _c8(0x30, 64))),
+                          _splat_lanes(b, sc16, [8 * c + 4 + k // 8 for k in range(32)])))
         return units, None
 
 
@@ -108,6 +141,25 @@ class _Q5:
                 nib = _shr(b, ql, 4) if half else b.and_(ql, _c8(0x0F))
                 units.append((b.or_(nib, _bit_to(b, qh, k, 4, 0x10)),
                               _splat_lanes(b, sc8, [k] * 16)))
+        return units, _splat_lanes(b, m8, [k // 2 for k in range(16)])
+
+    # 64-lane units: 64 ql bytes (chunks p = 2h, 2h + 1) give units 4h + n and 4h + 2 + n
+    # (n = 0: low nibbles, 1: high); qh as [qh | qh >> 2] aligns the second unit's bit.
+    XR_WIDE = [(32 * k, 32 * (k + 2)) for k in (0, 1, 4, 5)]
+
+    @classmethod
+    def wide_weights(cls, b, wb):
+        sc8, m8 = _unpack_scales(b, wb)
+        qh = _load(b, wb, cls.QH, _V32)
+        qhh = _cat(b, qh, _shr(b, qh, 2))
+        units = []
+        for h in range(2):
+            ql = _load(b, wb, cls.QL + 64 * h, _vec(_i8, 64))
+            for n in range(2):
+                k = 4 * h + n
+                nib = _shr(b, ql, 4) if n else b.and_(ql, _c8(0x0F, 64))
+                units.append((b.or_(nib, _bit_to(b, qhh, k, 4, 0x10)),
+                              _splat_lanes(b, sc8, [k] * 16 + [k + 2] * 16)))
         return units, _splat_lanes(b, m8, [k // 2 for k in range(16)])
 
 
@@ -151,6 +203,22 @@ class _Q3:
                 units.append((u, _pairs(b, sc16, 8 * c + 2 * g)))
         return units, None
 
+    # 64-lane units: the 64 ql bytes (chunks c = 0, 1) shifted by 2g give groups (0, g) and
+    # (1, g); hmask as [hm | hm >> 4] aligns chunk 1's bits (4 + g) with chunk 0's (g).
+    XR_WIDE = [(32 * g, 128 + 32 * g) for g in range(4)]
+
+    @classmethod
+    def wide_weights(cls, b, wb):
+        sc16 = cls.scales(b, wb)
+        hm = _load(b, wb, cls.HM, _V32)
+        hmm = _cat(b, hm, _shr(b, hm, 4))
+        ql = _load(b, wb, cls.QL, _vec(_i8, 64))
+        units = []
+        for g in range(4):
+            u = b.or_(b.and_(_shr(b, ql, 2 * g), _c8(3, 64)), _bit_to(b, hmm, g, 2, 0x04))
+            units.append((u, _quad(b, sc16, g)))
+        return units, None
+
 
 class _Q2:
     """Q2_K: u = 2-bit quant (0..3), scale = low nibble, min = high nibble of byte j."""
@@ -169,31 +237,37 @@ class _Q2:
                 units.append((b.and_(_shr(b, qs, 2 * g), _c8(3)), _pairs(b, sc16, 8 * c + 2 * g)))
         return units, b.zext(_shr(b, scm, 4), _vec(_i16, 16))
 
+    # 64-lane units: the 64 quant bytes (chunks c = 0, 1) shifted by 2g: groups (0, g), (1, g).
+    XR_WIDE = [(32 * g, 128 + 32 * g) for g in range(4)]
+
+    @classmethod
+    def wide_weights(cls, b, wb):
+        scm = _load(b, wb, cls.SC, _vec(_i8, 16))
+        sc16 = b.zext(b.and_(scm, _c8(0x0F, 16)), _vec(_i16, 16))
+        qs = _load(b, wb, cls.Q, _vec(_i8, 64))
+        units = [(b.and_(_shr(b, qs, 2 * g), _c8(3, 64)), _quad(b, sc16, g)) for g in range(4)]
+        return units, b.zext(_shr(b, scm, 4), _vec(_i16, 16))
+
 
 KQUANTS = {k.name: k for k in (_Q6, _Q5, _Q3, _Q2)}
 
 
-def _cat(b, u, v):
-    n = u.type.count
-    return b.shuffle_vector(u, v, ir.Constant(_vec(_i32, 2 * n), list(range(2 * n))))
-
-
-def _wide_units(b, ops, units):
-    """Units of ``ops.lanes`` elements: the 32-element units, or pairs of them glued."""
-    if not ops.wide:
-        return units
-    return [(_cat(b, units[k][0], units[k + 1][0]), _cat(b, units[k][1], units[k + 1][1]))
-            for k in range(0, len(units), 2)]
-
-
 def _x_side(b, ops, kq, xb):
-    """Activation vectors of one Q8_K record (and their offset terms), shared by a tile."""
+    """Activation vectors of one Q8_K record matching the weight units (and their offset
+    terms), built once per tile: 32-element units in element order, or the two element ranges
+    ``kq.XR_WIDE`` of each 64-lane unit."""
     xs, offs = [], []
-    for v in range(256 // ops.lanes):
-        xv = _load(b, xb, _A_Q_AT + ops.lanes * v, _vec(_i8, ops.lanes))
-        xs.append(xv)
-        if kq.offset:
-            offs.append(b.call(ops.maddubs, [_c8(kq.offset, ops.lanes), xv]))
+    if ops.wide:
+        for r0, r1 in kq.XR_WIDE:
+            if r1 == r0 + 32:
+                xv = _load(b, xb, _A_Q_AT + r0, _vec(_i8, 64))
+            else:
+                xv = _cat(b, _load(b, xb, _A_Q_AT + r0, _V32), _load(b, xb, _A_Q_AT + r1, _V32))
+            xs.append(xv)
+    else:
+        xs = [_load(b, xb, _A_Q_AT + 32 * v, _V32) for v in range(8)]
+    if kq.offset:
+        offs = [b.call(ops.maddubs, [_c8(kq.offset, ops.lanes), xv]) for xv in xs]
     return xs, offs
 
 
@@ -223,8 +297,7 @@ def _gen_sums(b, ops, kq, wbases, xbases):
     s_vecs, t_vecs = [], []
     for wb, xb in zip(wbases, xbases):
         if id(wb) not in wdec:
-            units, mins = kq.weights(b, wb)
-            wdec[id(wb)] = (_wide_units(b, ops, units), mins)
+            wdec[id(wb)] = kq.wide_weights(b, wb) if ops.wide else kq.weights(b, wb)
         if id(xb) not in xdec:
             xdec[id(xb)] = _x_side(b, ops, kq, xb)
         s, t = _pair(b, ops, kq, wdec[id(wb)], xdec[id(xb)], xb)
