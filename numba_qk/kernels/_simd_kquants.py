@@ -16,6 +16,12 @@ loops ``record_sums_<t>_q8_k``), per record pair, in units of 32 elements in ele
     S      = reduce_add(acc)                     |S| < 2**31 (bounds in each module's docstring)
     T      = reduce_add(pmaddwd(bsum, mins16))   Q2_K, Q5_K: the stored int16 bsum, as DESIGN §7
 
+Q2_K with AVX-512 VBMI + VNNI instead: the products q * sc (u8, <= 45) come from a 64-byte
+table tt[4j + q] = q * sc_j (vpermb), and one vpdpbusd per 64 elements adds four u8 x i8
+products per i32 lane (exact), replacing pmaddubsw + pmaddwd.  (vpdpbusd does not fit the
+others: their per-element weight q * sc does not fit a byte, and scaling i32 lanes afterwards
+costs a vpmulld per vector.)
+
 (i16 lane sums of the subtraction may wrap only if the true value does not fit; it always fits,
 and i32 adds are modular, so the final S is exact.)  The float steps are the lane-wise IEEE
 operations of ``_simd._record_values`` / ``_s_values`` (one instruction per rounding, no fast-math),
@@ -36,8 +42,8 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from ..formats import quant
-from ._simd import (HAVE_AVX512, HAVE_VNNI, _Ops, _gather_f16, _gather_f32, _i8, _i16, _i32,
-                    _i64, _load, _ptr, _reduce_many, _splat_lanes, _tile_fold, _vec)
+from ._simd import (_FEATURES, HAVE_AVX512, HAVE_VNNI, _Ops, _decl, _gather_f16, _gather_f32,
+                    _i8, _i16, _i32, _load, _ptr, _reduce_many, _splat_lanes, _tile_fold, _vec)
 from ._simd_q4_k import _record_values, _unpack_scales
 
 _A_DS_AT = quant.q8_k.field("ds").start
@@ -248,6 +254,27 @@ class _Q2:
         units = [(b.and_(_shr(b, qs, 2 * g), _c8(3, 64)), _quad(b, sc16, g)) for g in range(4)]
         return units, b.zext(_shr(b, scm, 4), _vec(_i16, 16))
 
+    @classmethod
+    def wide_products(cls, b, wb):
+        """With AVX-512 VBMI + VNNI: the u8 products q * sc (<= 3 * 15) of the four 64-lane
+        units, looked up in a 64-byte table tt[4j + q] = q * sc_j (vpermb), for vpdpbusd
+        against the activation quants (lane sums of four u8 x i8 products: exact)."""
+        scm = _load(b, wb, cls.SC, _vec(_i8, 16))
+        s4 = _splat_lanes(b, b.and_(scm, _c8(0x0F, 16)), [k // 4 for k in range(64)])
+        odd = ir.Constant(_vec(_i8, 64), [0xFF if k % 4 in (1, 3) else 0 for k in range(64)])
+        two = ir.Constant(_vec(_i8, 64), [0xFF if k % 4 in (2, 3) else 0 for k in range(64)])
+        tt = b.add(b.and_(s4, odd), b.and_(b.add(s4, s4), two))   # q * sc, q = k % 4
+        perm = _decl(b, "llvm.x86.avx512.permvar.qi.512", _vec(_i8, 64),
+                     [_vec(_i8, 64), _vec(_i8, 64)])
+        qs = _load(b, wb, cls.Q, _vec(_i8, 64))
+        units = []
+        for g in range(4):
+            js = (2 * g, 2 * g + 1, 8 + 2 * g, 9 + 2 * g)
+            idx = b.or_(b.and_(_shr(b, qs, 2 * g), _c8(3, 64)),
+                        ir.Constant(_vec(_i8, 64), [4 * js[k // 16] for k in range(64)]))
+            units.append(b.call(perm, [tt, idx]))
+        return units, b.zext(_shr(b, scm, 4), _vec(_i16, 16))
+
 
 KQUANTS = {k.name: k for k in (_Q6, _Q5, _Q3, _Q2)}
 
@@ -271,11 +298,23 @@ def _x_side(b, ops, kq, xb):
     return xs, offs
 
 
+# Q2_K's table-lookup products need AVX-512 VBMI (vpermb) besides VNNI.
+HAVE_VBMI = "avx512vbmi" in _FEATURES
+
+
+def _products(ops, kq):
+    return ops.wide and ops.dpbusd is not None and HAVE_VBMI and hasattr(kq, "wide_products")
+
+
 def _pair(b, ops, kq, wdec, xdec, xb):
     """Unreduced S (and T) vectors of one decoded weight record against one Q8_K record."""
     units, mins = wdec
     xs, offs = xdec
     acc = ir.Constant(ops.maddwd.function_type.return_type, None)
+    if _products(ops, kq):  # units are u8 products q * sc: one vpdpbusd each
+        for v, w8 in enumerate(units):
+            acc = b.call(ops.dpbusd, [acc, w8, xs[v]])
+        units = []
     for v, (u, sc) in enumerate(units):
         p = b.call(ops.maddubs, [u, xs[v]])
         if kq.offset:
@@ -297,7 +336,8 @@ def _gen_sums(b, ops, kq, wbases, xbases):
     s_vecs, t_vecs = [], []
     for wb, xb in zip(wbases, xbases):
         if id(wb) not in wdec:
-            wdec[id(wb)] = kq.wide_weights(b, wb) if ops.wide else kq.weights(b, wb)
+            wdec[id(wb)] = (kq.wide_products(b, wb) if _products(ops, kq)
+                            else kq.wide_weights(b, wb) if ops.wide else kq.weights(b, wb))
         if id(xb) not in xdec:
             xdec[id(xb)] = _x_side(b, ops, kq, xb)
         s, t = _pair(b, ops, kq, wdec[id(wb)], xdec[id(xb)], xb)
