@@ -14,7 +14,9 @@ outputs are compared bit for bit first.  Ratios > 1 mean the working tree is fas
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -32,6 +34,7 @@ import numba_qk as qk  # noqa: E402
 
 def extract_old(rev: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix="numba_qk_old_"))
+    atexit.register(shutil.rmtree, tmp, True)
     archive = tmp / "old.tar"
     subprocess.run(["git", "-C", str(ROOT), "archive", "-o", str(archive), rev, "numba_qk"],
                    check=True)
