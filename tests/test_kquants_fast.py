@@ -58,16 +58,17 @@ def test_fast_paths_equal_the_portable_definition(name, rng):
 
 
 @pytest.mark.parametrize("name", ["q2_k", "q3_k", "q5_k", "q6_k"])
-@pytest.mark.parametrize("width", ["avx2", "avx512"])
+@pytest.mark.parametrize("width", ["avx2", "avx2vnni", "avx512", "avx512vnni"])
 def test_simd_decoders_equal_the_loops_on_any_bytes(name, width, rng):
-    """S of each vector decoder (both widths) == the portable record_sums on random bytes,
-    all-0xFF / all-0x00 weights and extreme activations."""
+    """S of each vector decoder (both widths, with and without VNNI) == the portable
+    record_sums on random bytes, all-0xFF / all-0x00 weights and extreme activations."""
     from numba import njit
 
     from numba_qk.kernels import _simd
     from numba_qk.kernels import _simd_kquants as sk
 
-    if not _simd.HAVE_AVX2 or (width == "avx512" and not _simd.HAVE_AVX512):
+    if (not _simd.HAVE_AVX2 or (width.startswith("avx512") and not _simd.HAVE_AVX512)
+            or (width.endswith("vnni") and not _simd.HAVE_VNNI)):
         pytest.skip(f"no {width} on this machine")
     mod = importlib.import_module(f"numba_qk.kernels.{name}")
     fmt = getattr(qk.quant, name)
@@ -90,3 +91,34 @@ def test_simd_decoders_equal_the_loops_on_any_bytes(name, width, rng):
     out = np.zeros((512, 2), np.int64)
     both(w, x, out)
     assert (out[:, 0] == out[:, 1]).all(), np.flatnonzero(out[:, 0] != out[:, 1])[:5]
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_tiles_equal_the_portable_definition(name, rng):
+    """gemv over 8-row tiles (prefetching the next tile: 2 full tiles + 3 leftover rows) and
+    gemm over 8-activation tiles (+ 3 leftover activations, 2 record blocks) equal the
+    portable dot of every (row, activation) pair bit for bit, on random bytes with finite and
+    arbitrary ds, quantized records and extreme records at tile edges."""
+    mod = importlib.import_module(f"numba_qk.kernels.{name}")
+    fmt = getattr(qk.quant, name)
+    port = getattr(mod, f"dot_{name}_q8_k_portable")
+    gemv, gemm = getattr(mod, f"gemv_{name}_q8_k"), getattr(mod, f"gemm_{name}_q8_k")
+    rows, batch, g = 19, 11, 10
+    w = rng.integers(0, 256, (rows, g, fmt.block_bytes), dtype=np.uint8)
+    x = rng.integers(0, 256, (batch, g, 292), dtype=np.uint8)
+    w[7] = 0xFF
+    w[8] = 0
+    w[16] = qk.quantize(rng.standard_normal((g, 256)).astype(np.float32), format=fmt)
+    x[0, :, 4:260] = 0x80
+    x[7, :, 4:260] = 0x7F
+    x[8] = qk.quantize(rng.standard_normal((g, 256)).astype(np.float32), format=qk.quant.q8_k)
+    x[1:6, :, 0:4] = np.frombuffer(np.float32(0.25).tobytes(), np.uint8)
+    want = np.array([[port(w[r], x[a]) for r in range(rows)] for a in range(batch)], np.float32)
+    got_gemv = np.empty((batch, rows), np.float32)
+    for a in range(batch):
+        gemv(w, x[a], got_gemv[a])
+    got_gemm = np.empty((batch, rows), np.float32)
+    gemm(w, x, got_gemm)
+    with np.errstate(all="ignore"):
+        assert_same_f32(got_gemv, want, f"{name} gemv tiles")
+        assert_same_f32(got_gemm, want, f"{name} gemm tiles")

@@ -46,6 +46,11 @@ HAVE_AVX2 = ({"avx2", "f16c"} <= _FEATURES and not config.DISABLE_JIT
 # 512-bit vectors: AVX-512BW (byte/word ops); NUMBA_QK_NO_AVX512=1 keeps the 256-bit code.
 HAVE_AVX512 = (HAVE_AVX2 and {"avx512f", "avx512bw"} <= _FEATURES
                and os.environ.get("NUMBA_QK_NO_AVX512", "") in ("", "0"))
+# AVX-512 VNNI (with VL for the 256-bit forms): vpdpwssd / vpdpbusd fuse a multiply-add with the
+# i32 accumulation (exact integer sums, so they change no value); NUMBA_QK_NO_VNNI=1 keeps
+# pmaddwd + add.
+HAVE_VNNI = (HAVE_AVX2 and {"avx512f", "avx512bw", "avx512vl", "avx512vnni"} <= _FEATURES
+             and os.environ.get("NUMBA_QK_NO_VNNI", "") in ("", "0"))
 
 _i8, _i16, _i32, _i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 
@@ -75,10 +80,21 @@ def _byte_ptr(context, builder, arrty, arr, offset):
 
 
 class _Ops:
-    """Declarations of the vector instructions used, for one vector width."""
+    """Declarations of the vector instructions used, for one vector width.  With ``vnni``
+    (callers check ``HAVE_VNNI``) the AVX-512 VNNI forms are declared too: ``dpwssd``
+    (acc + pmaddwd(a, b)) and ``dpbusd`` (acc + sums of four u8 x i8 products), at the width of
+    ``maddwd``; otherwise they are None."""
 
-    def __init__(self, builder, wide: bool):
+    def __init__(self, builder, wide: bool, vnni: bool = False):
         self.wide = wide
+        self.dpwssd = self.dpbusd = None
+        if vnni:
+            n = 16 if wide else 8
+            w = 512 if wide else 256
+            self.dpwssd = _decl(builder, f"llvm.x86.avx512.vpdpwssd.{w}", _vec(_i32, n),
+                                [_vec(_i32, n), _vec(_i16, 2 * n), _vec(_i16, 2 * n)])
+            self.dpbusd = _decl(builder, f"llvm.x86.avx512.vpdpbusd.{w}", _vec(_i32, n),
+                                [_vec(_i32, n), _vec(_i8, 4 * n), _vec(_i8, 4 * n)])
         self.lanes = 64 if wide else 32  # int8 lanes per vector
         self.maddwd8 = _decl(builder, "llvm.x86.avx2.pmadd.wd", _vec(_i32, 8),
                              [_vec(_i16, 16), _vec(_i16, 16)])

@@ -1,24 +1,37 @@
 """Explicit-SIMD decoders of the other K-quants' dots against Q8_K (LLVM IR through numba
-intrinsics, with the plumbing of ``_simd.py``).
+intrinsics, with the plumbing of ``_simd.py``): Q2_K, Q3_K, Q5_K, Q6_K.
 
-Only exact integer work is done here: the record statistic ``S`` of DESIGN.md section 7.  Integer
-sums are exact in any order, so the vector organisation gives the integers of the readable loops
-(``record_sums_<t>_q8_k``); every float step stays in plain numba code, in the table's order.
+Integer work (exact in any order, so the vector organisation gives the integers of the readable
+loops ``record_sums_<t>_q8_k``), per record pair, in units of 32 elements in element order::
 
-Q6_K, per group of 32 elements ``e = 128c + 32g + l`` (``l`` = lane)::
+    u      = the record's quants as u8 (Q6_K: q + 32 in 0..63; Q3_K: q + 4 in 0..7 -- the hmask
+             bit as bit 2; Q5_K: 0..31; Q2_K: 0..3), decoded with byte masks and shifts
+    p      = pmaddubsw(u, xq)                    i16 lane = u0*x0 + u1*x1: |.| <= 2*63*128
+    p     -= pmaddubsw(splat(off), xq)           Q6_K off = 32, Q3_K off = 4: lane = sum (u-off)*x,
+                                                 |.| <= 8192; the xq-only term is computed from
+                                                 the quants (never the stored bsum, DESIGN §7)
+                                                 and once per activation record in a tile
+    acc   += pmaddwd(p, sc16)                    sc16: each i16 lane's sub-block scale (signed);
+                                                 vpdpwssd (AVX-512 VNNI) does both in one step
+    S      = reduce_add(acc)                     |S| < 2**31 (bounds in each module's docstring)
+    T      = reduce_add(pmaddwd(bsum, mins16))   Q2_K, Q5_K: the stored int16 bsum, as DESIGN §7
 
-    ql  = bytes [64c + 32(g & 1), +32)  -> low nibble (g < 2) or high nibble (g >= 2)
-    qh  = bytes [128 + 32c, +32)        -> (qh >> 2g) & 3, shifted left 4
-    q'  = (nibble | high) - 32           (i8, -32..31)
-    w16 = sext(q') * sext(sc[j])         (i16, |.| <= 32 * 128 = 4096: exact; lanes 0..15 use
-                                          sub-block j = 8c + 2g, lanes 16..31 sub-block j + 1)
-    acc += pmaddwd(w16, sext(xq[e]))     (i32 pairs, |.| <= 2 * 4096 * 128: exact)
-    S = reduce_add(acc)                  (|S| <= 2**27: exact in int32)
+Q2_K with AVX-512 VBMI + VNNI instead: the products q * sc (u8, <= 45) come from a 64-byte
+table tt[4j + q] = q * sc_j (vpermb), and one vpdpbusd per 64 elements adds four u8 x i8
+products per i32 lane (exact), replacing pmaddubsw + pmaddwd.  (vpdpbusd does not fit the
+others: their per-element weight q * sc does not fit a byte, and scaling i32 lanes afterwards
+costs a vpmulld per vector.)
 
-Q5_K, Q3_K and Q2_K the same way, eight vectors of 32 elements in element order, the (signed)
-sub-block scale multiplied into each i16 lane first (|q * sc| <= 31 * 63, 4 * 32, 3 * 15: exact),
-then pmaddwd against the sign-extended Q8_K quants.  Their T (Q5_K, Q2_K: mins times the stored
-bsum) stays in the numba code.
+(i16 lane sums of the subtraction may wrap only if the true value does not fit; it always fits,
+and i32 adds are modular, so the final S is exact.)  The float steps are the lane-wise IEEE
+operations of ``_simd._record_values`` / ``_s_values`` (one instruction per rounding, no fast-math),
+in DESIGN §7's order, so every result equals the portable definition bit for bit.
+
+Wide (AVX-512BW) variants decode 64-lane units straight from 64-byte loads (each format's
+``wide_weights``: two 32-element groups whose bits sit in the same bytes, e.g. Q2_K's groups
+(0, g) and (1, g)); the activation side gathers the matching two element ranges once per tile.  Tiles: 8 weight
+records against one activation record (gemv) or one weight record against 8 activation records
+(gemm), the shared record decoded once, the 8 values folded lane by lane (``_simd._fold_into``).
 
 The record's bytes must be contiguous (unit stride along the byte axis); the callers check it
 and use the portable loops otherwise.
@@ -29,141 +42,322 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from ..formats import quant
-from ._simd import HAVE_AVX512, _Ops, _i8, _i16, _i32, _load, _pmaddwd32, _ptr, _reduce_many, _vec
-from ._simd import _splat_lanes
-from ._simd_q4_k import _unpack_scales
+from ._simd import (_FEATURES, HAVE_AVX512, HAVE_VNNI, _Ops, _decl, _gather_f16, _gather_f32,
+                    _i8, _i16, _i32, _load, _ptr, _reduce_many, _splat_lanes, _tile_fold, _vec)
+from ._simd_q4_k import _record_values, _unpack_scales
 
-__all__ = ["q6_k_q8_k_s", "q6_k_q8_k_s_avx2", "q6_k_q8_k_s_avx512",
-           "q5_k_q8_k_s", "q3_k_q8_k_s", "q2_k_q8_k_s", "q5_k_q8_k_st", "q2_k_q8_k_st"]
-
-_Q6_QL_AT = quant.q6_k.field("ql").start
-_Q6_QH_AT = quant.q6_k.field("qh").start
-_Q6_SC_AT = quant.q6_k.field("sc").start
+_A_DS_AT = quant.q8_k.field("ds").start
 _A_Q_AT = quant.q8_k.field("q").start
 _A_BSUM_AT = quant.q8_k.field("bsum").start
-_Q5_SC_AT = quant.q5_k.field("sc").start
-_Q5_QH_AT = quant.q5_k.field("qh").start
-_Q5_QL_AT = quant.q5_k.field("ql").start
-_Q3_HM_AT = quant.q3_k.field("hmask").start
-_Q3_QL_AT = quant.q3_k.field("ql").start
-_Q3_SC_AT = quant.q3_k.field("sc").start
-_Q2_SC_AT = quant.q2_k.field("sc").start
-_Q2_Q_AT = quant.q2_k.field("q").start
 # Q5_K packs sc/m exactly as Q4_K (spec 000), at the same offset: _unpack_scales reads both.
-assert _Q5_SC_AT == quant.q4_k.field("sc").start
+assert quant.q5_k.field("sc").start == quant.q4_k.field("sc").start
+
+_V32 = _vec(_i8, 32)
 
 
-def _splat_i8(n, value):
+def _c8(value, n=32):
     return ir.Constant(_vec(_i8, n), [value] * n)
 
 
-def _q6_k_s(builder, ops, wb, xb):
-    """S of one Q6_K record at ``wb`` against the Q8_K record at ``xb``, as an i32."""
-    v32i8, v32i16 = _vec(_i8, 32), _vec(_i16, 32)
-    sc = builder.sext(_load(builder, wb, _Q6_SC_AT, _vec(_i8, 16)), _vec(_i16, 16))
-    acc = None
-    for c in range(2):
-        qh = _load(builder, wb, _Q6_QH_AT + 32 * c, v32i8)
+def _shl(b, v, n):
+    return b.shl(v, _c8(n, v.type.count)) if n else v
+
+
+def _shr(b, v, n):
+    return b.lshr(v, _c8(n, v.type.count)) if n else v
+
+
+def _bit_to(b, v, src, dst, mask):
+    """(v >> src) << dst, masked to bit ``dst`` (one shift and one and)."""
+    t = _shl(b, v, dst - src) if dst >= src else _shr(b, v, src - dst)
+    return b.and_(t, _c8(mask, v.type.count))
+
+
+def _pairs(b, sc16, j):
+    """<16 x i16>: lanes 0..7 sc16[j], lanes 8..15 sc16[j + 1] (pmaddubsw lanes of 2x16 elements)."""
+    return _splat_lanes(b, sc16, [j] * 8 + [j + 1] * 8)
+
+
+def _quad(b, sc16, g):
+    """<32 x i16> for the 64-lane unit of groups (0, g) and (1, g): sub-blocks 2g, 2g + 1,
+    8 + 2g, 9 + 2g, each over 8 pmaddubsw lanes."""
+    return _splat_lanes(b, sc16, [j for j in (2 * g, 2 * g + 1, 8 + 2 * g, 9 + 2 * g)
+                                  for _ in range(8)])
+
+
+def _cat(b, u, v):
+    n = u.type.count
+    return b.shuffle_vector(u, v, ir.Constant(_vec(_i32, 2 * n), list(range(2 * n))))
+
+
+class _Q6:
+    """Q6_K: u = ql nibble | qh bits << 4 (0..63), q = u - 32, int8 scales per 16 elements."""
+    name, offset, has_t = "q6_k", 32, False
+    D = quant.q6_k.field("d").start
+    QL, QH, SC = (quant.q6_k.field(n).start for n in ("ql", "qh", "sc"))
+
+    @classmethod
+    def weights(cls, b, wb):
+        sc16 = b.sext(_load(b, wb, cls.SC, _vec(_i8, 16)), _vec(_i16, 16))
+        units = []
+        for c in range(2):
+            qh = _load(b, wb, cls.QH + 32 * c, _V32)
+            for g in range(4):
+                ql = _load(b, wb, cls.QL + 64 * c + 32 * (g & 1), _V32)
+                nib = b.and_(ql, _c8(0x0F)) if g < 2 else _shr(b, ql, 4)
+                high = _bit_to(b, qh, 2 * g, 4, 0x30)         # bits 2g, 2g+1 -> 4, 5
+                units.append((b.or_(nib, high), _pairs(b, sc16, 8 * c + 2 * g)))
+        return units, None
+
+    # 64-lane units: per chunk c the 64 ql bytes' low nibbles (elements 128c + [0, 64)), then
+    # their high nibbles (128c + [64, 128)); qh as [qh_c | qh_c >> 2] puts the second group's
+    # high bits where the first group's are.
+    XR_WIDE = [(0, 32), (64, 96), (128, 160), (192, 224)]
+
+    @classmethod
+    def wide_weights(cls, b, wb):
+        sc16 = b.sext(_load(b, wb, cls.SC, _vec(_i8, 16)), _vec(_i16, 16))
+        units = []
+        for c in range(2):
+            ql = _load(b, wb, cls.QL + 64 * c, _vec(_i8, 64))
+            qh = _load(b, wb, cls.QH + 32 * c, _V32)
+            qhh = _cat(b, qh, _shr(b, qh, 2))
+            units.append((b.or_(b.and_(ql, _c8(0x0F, 64)), _bit_to(b, qhh, 0, 4, 0x30)),
+                          _splat_lanes(b, sc16, [8 * c + k // 8 for k in range(32)])))
+            units.append((b.or_(_shr(b, ql, 4), b.and_(qhh, _c8(0x30, 64))),
+                          _splat_lanes(b, sc16, [8 * c + 4 + k // 8 for k in range(32)])))
+        return units, None
+
+
+class _Q5:
+    """Q5_K: u = ql nibble | qh bit << 4 (0..31), 6-bit scales per 32 elements, T from mins."""
+    name, offset, has_t = "q5_k", 0, True
+    D, DMIN = quant.q5_k.field("d").start, quant.q5_k.field("dmin").start
+    QL, QH = quant.q5_k.field("ql").start, quant.q5_k.field("qh").start
+
+    @classmethod
+    def weights(cls, b, wb):
+        sc8, m8 = _unpack_scales(b, wb)                    # <8 x i16> each
+        qh = _load(b, wb, cls.QH, _V32)
+        units = []
+        for p in range(4):
+            ql = _load(b, wb, cls.QL + 32 * p, _V32)
+            for half in range(2):
+                k = 2 * p + half
+                nib = _shr(b, ql, 4) if half else b.and_(ql, _c8(0x0F))
+                units.append((b.or_(nib, _bit_to(b, qh, k, 4, 0x10)),
+                              _splat_lanes(b, sc8, [k] * 16)))
+        return units, _splat_lanes(b, m8, [k // 2 for k in range(16)])
+
+    # 64-lane units: 64 ql bytes (chunks p = 2h, 2h + 1) give units 4h + n and 4h + 2 + n
+    # (n = 0: low nibbles, 1: high); qh as [qh | qh >> 2] aligns the second unit's bit.
+    XR_WIDE = [(32 * k, 32 * (k + 2)) for k in (0, 1, 4, 5)]
+
+    @classmethod
+    def wide_weights(cls, b, wb):
+        sc8, m8 = _unpack_scales(b, wb)
+        qh = _load(b, wb, cls.QH, _V32)
+        qhh = _cat(b, qh, _shr(b, qh, 2))
+        units = []
+        for h in range(2):
+            ql = _load(b, wb, cls.QL + 64 * h, _vec(_i8, 64))
+            for n in range(2):
+                k = 4 * h + n
+                nib = _shr(b, ql, 4) if n else b.and_(ql, _c8(0x0F, 64))
+                units.append((b.or_(nib, _bit_to(b, qhh, k, 4, 0x10)),
+                              _splat_lanes(b, sc8, [k] * 16 + [k + 2] * 16)))
+        return units, _splat_lanes(b, m8, [k // 2 for k in range(16)])
+
+
+class _Q3:
+    """Q3_K: u = low 2 bits | hmask bit << 2 (0..7), q = u - 4, 6-bit scales - 32 per 16."""
+    name, offset, has_t = "q3_k", 4, False
+    D = quant.q3_k.field("d").start
+    HM, QL, SC = (quant.q3_k.field(n).start for n in ("hmask", "ql", "sc"))
+
+    @classmethod
+    def scales(cls, b, wb):
+        """<16 x i16>: sc_j - 32.  With the 12 scale bytes as words a0, a1, a2 (4 scales per
+        word): low nibbles from a0, a1 (j < 8) and a0 >> 4, a1 >> 4 (j >= 8); the top 2 bits
+        from byte j % 4 of a2, bits 2 * (j // 4)."""
+        a0, a1, a2 = (_load(b, wb, cls.SC + 4 * k, _i32) for k in range(3))
+        k2, k1 = ir.Constant(_i32, 0x0F0F0F0F), ir.Constant(_i32, 0x03030303)
+
+        def sh(v, n):
+            return b.lshr(v, ir.Constant(_i32, n)) if n else v
+
+        words = []
+        for k, (lo, s) in enumerate(((a0, 0), (a1, 0), (a0, 4), (a1, 4))):
+            hi = b.shl(b.and_(sh(a2, 2 * k), k1), ir.Constant(_i32, 4))
+            words.append(b.or_(b.and_(sh(lo, s), k2), hi))
+        v = ir.Constant(_vec(_i32, 4), None)
+        for k, wd in enumerate(words):
+            v = b.insert_element(v, wd, ir.Constant(_i32, k))
+        sc = b.zext(b.bitcast(v, _vec(_i8, 16)), _vec(_i16, 16))
+        return b.sub(sc, ir.Constant(_vec(_i16, 16), [32] * 16))
+
+    @classmethod
+    def weights(cls, b, wb):
+        sc16 = cls.scales(b, wb)
+        hm = _load(b, wb, cls.HM, _V32)
+        units = []
+        for c in range(2):
+            ql = _load(b, wb, cls.QL + 32 * c, _V32)
+            for g in range(4):
+                low = b.and_(_shr(b, ql, 2 * g), _c8(3))
+                u = b.or_(low, _bit_to(b, hm, 4 * c + g, 2, 0x04))
+                units.append((u, _pairs(b, sc16, 8 * c + 2 * g)))
+        return units, None
+
+    # 64-lane units: the 64 ql bytes (chunks c = 0, 1) shifted by 2g give groups (0, g) and
+    # (1, g); hmask as [hm | hm >> 4] aligns chunk 1's bits (4 + g) with chunk 0's (g).
+    XR_WIDE = [(32 * g, 128 + 32 * g) for g in range(4)]
+
+    @classmethod
+    def wide_weights(cls, b, wb):
+        sc16 = cls.scales(b, wb)
+        hm = _load(b, wb, cls.HM, _V32)
+        hmm = _cat(b, hm, _shr(b, hm, 4))
+        ql = _load(b, wb, cls.QL, _vec(_i8, 64))
+        units = []
         for g in range(4):
-            ql = _load(builder, wb, _Q6_QL_AT + 64 * c + 32 * (g & 1), v32i8)
-            nib = (builder.and_(ql, _splat_i8(32, 0x0F)) if g < 2
-                   else builder.lshr(ql, _splat_i8(32, 4)))
-            high = builder.shl(builder.and_(builder.lshr(qh, _splat_i8(32, 2 * g)),
-                                            _splat_i8(32, 3)), _splat_i8(32, 4))
-            q = builder.sub(builder.or_(nib, high), _splat_i8(32, 32))
-            j = 8 * c + 2 * g
-            scales = builder.shuffle_vector(sc, ir.Constant(sc.type, ir.Undefined),
-                                            ir.Constant(_vec(_i32, 32), [j] * 16 + [j + 1] * 16))
-            w16 = builder.mul(builder.sext(q, v32i16), scales)
-            x16 = builder.sext(_load(builder, xb, _A_Q_AT + 128 * c + 32 * g, v32i8), v32i16)
-            p = _pmaddwd32(builder, ops, w16, x16)
-            acc = p if acc is None else builder.add(acc, p)
-    return builder.extract_element(_reduce_many(builder, [acc]), ir.Constant(_i32, 0))
+            u = b.or_(b.and_(_shr(b, ql, 2 * g), _c8(3, 64)), _bit_to(b, hmm, g, 2, 0x04))
+            units.append((u, _quad(b, sc16, g)))
+        return units, None
 
 
-def _dot_groups(builder, ops, xb, weights):
-    """S from 8 weight vectors <32 x i16> (element order, scales applied, each lane's
-    |w| <= 4096) against the 256 Q8_K quants at ``xb``."""
-    acc = None
-    for v, w16 in enumerate(weights):
-        x16 = builder.sext(_load(builder, xb, _A_Q_AT + 32 * v, _vec(_i8, 32)), _vec(_i16, 32))
-        p = _pmaddwd32(builder, ops, w16, x16)
-        acc = p if acc is None else builder.add(acc, p)
-    return builder.extract_element(_reduce_many(builder, [acc]), ir.Constant(_i32, 0))
+class _Q2:
+    """Q2_K: u = 2-bit quant (0..3), scale = low nibble, min = high nibble of byte j."""
+    name, offset, has_t = "q2_k", 0, True
+    D, DMIN = quant.q2_k.field("d").start, quant.q2_k.field("dmin").start
+    SC, Q = quant.q2_k.field("sc").start, quant.q2_k.field("q").start
 
+    @classmethod
+    def weights(cls, b, wb):
+        scm = _load(b, wb, cls.SC, _vec(_i8, 16))
+        sc16 = b.zext(b.and_(scm, _c8(0x0F, 16)), _vec(_i16, 16))
+        units = []
+        for c in range(2):
+            qs = _load(b, wb, cls.Q + 32 * c, _V32)
+            for g in range(4):
+                units.append((b.and_(_shr(b, qs, 2 * g), _c8(3)), _pairs(b, sc16, 8 * c + 2 * g)))
+        return units, b.zext(_shr(b, scm, 4), _vec(_i16, 16))
 
-def _two_scales(builder, sc16, j):
-    """<32 x i16>: lanes 0..15 sc16[j], lanes 16..31 sc16[j + 1]."""
-    return builder.shuffle_vector(sc16, ir.Constant(sc16.type, ir.Undefined),
-                                  ir.Constant(_vec(_i32, 32), [j] * 16 + [j + 1] * 16))
+    # 64-lane units: the 64 quant bytes (chunks c = 0, 1) shifted by 2g: groups (0, g), (1, g).
+    XR_WIDE = [(32 * g, 128 + 32 * g) for g in range(4)]
 
+    @classmethod
+    def wide_weights(cls, b, wb):
+        scm = _load(b, wb, cls.SC, _vec(_i8, 16))
+        sc16 = b.zext(b.and_(scm, _c8(0x0F, 16)), _vec(_i16, 16))
+        qs = _load(b, wb, cls.Q, _vec(_i8, 64))
+        units = [(b.and_(_shr(b, qs, 2 * g), _c8(3, 64)), _quad(b, sc16, g)) for g in range(4)]
+        return units, b.zext(_shr(b, scm, 4), _vec(_i16, 16))
 
-def _q5_k_s(builder, ops, wb, xb):
-    """Q5_K: S = sum_s sc_s * sum q x, q = ql nibble | qh bit << 4 (0..31), sc 0..63."""
-    v32i8, v32i16 = _vec(_i8, 32), _vec(_i16, 32)
-    sc8, _ = _unpack_scales(builder, wb)                   # <8 x i16>
-    qh = _load(builder, wb, _Q5_QH_AT, v32i8)
-    weights = []
-    for p in range(4):
-        ql = _load(builder, wb, _Q5_QL_AT + 32 * p, v32i8)
-        for half, nib in ((0, builder.and_(ql, _splat_i8(32, 0x0F))),
-                          (1, builder.lshr(ql, _splat_i8(32, 4)))):
-            bit = builder.and_(builder.lshr(qh, _splat_i8(32, 2 * p + half)), _splat_i8(32, 1))
-            q = builder.or_(nib, builder.shl(bit, _splat_i8(32, 4)))
-            sc = builder.shuffle_vector(sc8, ir.Constant(sc8.type, ir.Undefined),
-                                        ir.Constant(_vec(_i32, 32), [2 * p + half] * 32))
-            weights.append(builder.mul(builder.zext(q, v32i16), sc))
-    return _dot_groups(builder, ops, xb, weights)
-
-
-def _q2_k_s(builder, ops, wb, xb):
-    """Q2_K: S = sum_j sc_j * sum q x, q = (byte >> 2g) & 3, sc_j = low nibble of byte j."""
-    v32i8, v32i16 = _vec(_i8, 32), _vec(_i16, 32)
-    sc16 = builder.zext(builder.and_(_load(builder, wb, _Q2_SC_AT, _vec(_i8, 16)),
-                                     _splat_i8(16, 0x0F)), _vec(_i16, 16))
-    weights = []
-    for c in range(2):
-        qs = _load(builder, wb, _Q2_Q_AT + 32 * c, v32i8)
+    @classmethod
+    def wide_products(cls, b, wb):
+        """With AVX-512 VBMI + VNNI: the u8 products q * sc (<= 3 * 15) of the four 64-lane
+        units, looked up in a 64-byte table tt[4j + q] = q * sc_j (vpermb), for vpdpbusd
+        against the activation quants (lane sums of four u8 x i8 products: exact)."""
+        scm = _load(b, wb, cls.SC, _vec(_i8, 16))
+        s4 = _splat_lanes(b, b.and_(scm, _c8(0x0F, 16)), [k // 4 for k in range(64)])
+        odd = ir.Constant(_vec(_i8, 64), [0xFF if k % 4 in (1, 3) else 0 for k in range(64)])
+        two = ir.Constant(_vec(_i8, 64), [0xFF if k % 4 in (2, 3) else 0 for k in range(64)])
+        tt = b.add(b.and_(s4, odd), b.and_(b.add(s4, s4), two))   # q * sc, q = k % 4
+        perm = _decl(b, "llvm.x86.avx512.permvar.qi.512", _vec(_i8, 64),
+                     [_vec(_i8, 64), _vec(_i8, 64)])
+        qs = _load(b, wb, cls.Q, _vec(_i8, 64))
+        units = []
         for g in range(4):
-            q = builder.and_(builder.lshr(qs, _splat_i8(32, 2 * g)), _splat_i8(32, 3))
-            weights.append(builder.mul(builder.zext(q, v32i16), _two_scales(builder, sc16,
-                                                                              8 * c + 2 * g)))
-    return _dot_groups(builder, ops, xb, weights)
+            js = (2 * g, 2 * g + 1, 8 + 2 * g, 9 + 2 * g)
+            idx = b.or_(b.and_(_shr(b, qs, 2 * g), _c8(3, 64)),
+                        ir.Constant(_vec(_i8, 64), [4 * js[k // 16] for k in range(64)]))
+            units.append(b.call(perm, [tt, idx]))
+        return units, b.zext(_shr(b, scm, 4), _vec(_i16, 16))
 
 
-def _q3_k_scales(builder, wb):
-    """<16 x i16>: Q3_K's signed scales sc_j - 32 (6-bit fields, see formats/kquants.py)."""
-    v = ir.Constant(_vec(_i16, 16), None)
-    for j in range(16):
-        lo = _load(builder, wb, _Q3_SC_AT + j % 8, _i8)
-        lo = builder.and_(builder.lshr(lo, ir.Constant(_i8, 4 * (j // 8))), ir.Constant(_i8, 0x0F))
-        hi = _load(builder, wb, _Q3_SC_AT + 8 + j % 4, _i8)
-        hi = builder.and_(builder.lshr(hi, ir.Constant(_i8, 2 * (j // 4))), ir.Constant(_i8, 3))
-        sc = builder.or_(lo, builder.shl(hi, ir.Constant(_i8, 4)))
-        v = builder.insert_element(v, builder.sub(builder.zext(sc, _i16), ir.Constant(_i16, 32)),
-                                   ir.Constant(_i32, j))
-    return v
+KQUANTS = {k.name: k for k in (_Q6, _Q5, _Q3, _Q2)}
 
 
-def _q3_k_s(builder, ops, wb, xb):
-    """Q3_K: S = sum_j (sc_j - 32) * sum q x, q = low 2 bits - (4 where the hmask bit is clear)."""
-    v32i8, v32i16 = _vec(_i8, 32), _vec(_i16, 32)
-    sc16 = _q3_k_scales(builder, wb)
-    hm = _load(builder, wb, _Q3_HM_AT, v32i8)
-    weights = []
-    for c in range(2):
-        qs = _load(builder, wb, _Q3_QL_AT + 32 * c, v32i8)
-        for g in range(4):
-            low = builder.and_(builder.lshr(qs, _splat_i8(32, 2 * g)), _splat_i8(32, 3))
-            bit = builder.and_(builder.lshr(hm, _splat_i8(32, 4 * c + g)), _splat_i8(32, 1))
-            # bit set: q = low; clear: q = low - 4  ->  q = low - 4 + 4 * bit
-            q = builder.add(builder.sub(low, _splat_i8(32, 4)), builder.shl(bit, _splat_i8(32, 2)))
-            weights.append(builder.mul(builder.sext(q, v32i16), _two_scales(builder, sc16,
-                                                                              8 * c + 2 * g)))
-    return _dot_groups(builder, ops, xb, weights)
+def _x_side(b, ops, kq, xb):
+    """Activation vectors of one Q8_K record matching the weight units (and their offset
+    terms), built once per tile: 32-element units in element order, or the two element ranges
+    ``kq.XR_WIDE`` of each 64-lane unit."""
+    xs, offs = [], []
+    if ops.wide:
+        for r0, r1 in kq.XR_WIDE:
+            if r1 == r0 + 32:
+                xv = _load(b, xb, _A_Q_AT + r0, _vec(_i8, 64))
+            else:
+                xv = _cat(b, _load(b, xb, _A_Q_AT + r0, _V32), _load(b, xb, _A_Q_AT + r1, _V32))
+            xs.append(xv)
+    else:
+        xs = [_load(b, xb, _A_Q_AT + 32 * v, _V32) for v in range(8)]
+    if kq.offset:
+        offs = [b.call(ops.maddubs, [_c8(kq.offset, ops.lanes), xv]) for xv in xs]
+    return xs, offs
 
 
-def _make_s(gen, wide: bool):
+# Q2_K's table-lookup products need AVX-512 VBMI (vpermb) besides VNNI.
+HAVE_VBMI = "avx512vbmi" in _FEATURES
+
+
+def _products(ops, kq):
+    return ops.wide and ops.dpbusd is not None and HAVE_VBMI and hasattr(kq, "wide_products")
+
+
+def _pair(b, ops, kq, wdec, xdec, xb):
+    """Unreduced S (and T) vectors of one decoded weight record against one Q8_K record."""
+    units, mins = wdec
+    xs, offs = xdec
+    acc = ir.Constant(ops.maddwd.function_type.return_type, None)
+    if _products(ops, kq):  # units are u8 products q * sc: one vpdpbusd each
+        for v, w8 in enumerate(units):
+            acc = b.call(ops.dpbusd, [acc, w8, xs[v]])
+        units = []
+    for v, (u, sc) in enumerate(units):
+        p = b.call(ops.maddubs, [u, xs[v]])
+        if kq.offset:
+            p = b.sub(p, offs[v])
+        if ops.dpwssd is not None:
+            acc = b.call(ops.dpwssd, [acc, p, sc])
+        else:
+            acc = b.add(acc, b.call(ops.maddwd, [p, sc]))
+    t = None
+    if kq.has_t:
+        t = b.call(ops.maddwd8, [_load(b, xb, _A_BSUM_AT, _vec(_i16, 16)), mins])
+    return acc, t
+
+
+def _gen_sums(b, ops, kq, wbases, xbases):
+    """(S, T or None) as <n x i32> for the record pairs zip(wbases, xbases); a record listed
+    several times (the same IR value) is decoded once."""
+    wdec, xdec = {}, {}
+    s_vecs, t_vecs = [], []
+    for wb, xb in zip(wbases, xbases):
+        if id(wb) not in wdec:
+            wdec[id(wb)] = (kq.wide_products(b, wb) if _products(ops, kq)
+                            else kq.wide_weights(b, wb) if ops.wide else kq.weights(b, wb))
+        if id(xb) not in xdec:
+            xdec[id(xb)] = _x_side(b, ops, kq, xb)
+        s, t = _pair(b, ops, kq, wdec[id(wb)], xdec[id(xb)], xb)
+        s_vecs.append(s)
+        t_vecs.append(t)
+    return _reduce_many(b, s_vecs), (_reduce_many(b, t_vecs) if kq.has_t else None)
+
+
+def _values(b, ops, kq, wbs, xbs):
+    """<n x float> record values, DESIGN §7's float steps lane by lane."""
+    s, t = _gen_sums(b, ops, kq, wbs, xbs)
+    d = _gather_f16(b, wbs, kq.D)
+    ds = _gather_f32(b, xbs, _A_DS_AT)
+    if kq.has_t:
+        return _record_values(b, s, t, d, _gather_f16(b, wbs, kq.DMIN), ds)
+    f32v = _vec(ir.FloatType(), len(wbs))
+    return b.fmul(ds, b.fmul(d, b.sitofp(s, f32v)))     # v = R32(ds * R32(d * f32(S)))
+
+
+def _make_s(kq, wide, vnni):
     @intrinsic
     def record_s(typingctx, w, w_off, x, x_off):
         """S (int32) for the weight record at byte ``w_off`` of uint8 array ``w`` and the Q8_K
@@ -173,63 +367,67 @@ def _make_s(gen, wide: bool):
         sig = types.int32(w, types.intp, x, types.intp)
 
         def codegen(context, builder, signature, args):
-            ops = _Ops(builder, wide)
+            ops = _Ops(builder, wide, vnni)
             wb = _ptr(context, builder, signature.args[0], args[0], args[1])
             xb = _ptr(context, builder, signature.args[2], args[2], args[3])
-            return gen(builder, ops, wb, xb)
+            s, _ = _gen_sums(builder, ops, kq, [wb], [xb])
+            return builder.extract_element(s, ir.Constant(_i32, 0))
         return sig, codegen
     return record_s
 
 
-def _t_of(builder, ops, xb, mins16):
-    """T = sum_k mins16[k] * bsum[k] (the stored int16 bsum; pmaddwd pairs <= 2 * 32768 * 63)."""
-    bsum = _load(builder, xb, _A_BSUM_AT, _vec(_i16, 16))
-    t = builder.call(ops.maddwd8, [bsum, mins16])
-    return builder.extract_element(_reduce_many(builder, [t]), ir.Constant(_i32, 0))
-
-
-def _q5_k_t(builder, ops, wb, xb):
-    """Q5_K: T = sum_s m_s * (bsum_2s + bsum_2s+1)."""
-    _, m8 = _unpack_scales(builder, wb)
-    return _t_of(builder, ops, xb, _splat_lanes(builder, m8, [k // 2 for k in range(16)]))
-
-
-def _q2_k_t(builder, ops, wb, xb):
-    """Q2_K: T = sum_j m_j * bsum_j, m_j = high nibble of byte j."""
-    m = builder.lshr(_load(builder, wb, _Q2_SC_AT, _vec(_i8, 16)), _splat_i8(16, 4))
-    return _t_of(builder, ops, xb, builder.zext(m, _vec(_i16, 16)))
-
-
-def _make_st(gen_s, gen_t, wide: bool):
+def _make_value(kq, wide, vnni):
     @intrinsic
-    def record_st(typingctx, w, w_off, x, x_off):
-        """(S, T) (int32) for the weight record at byte ``w_off`` of ``w`` and the Q8_K record
-        at byte ``x_off`` of ``x`` (both records' bytes contiguous)."""
+    def record_value(typingctx, w, w_off, x, x_off):
+        """The record value v (float32, DESIGN §7) of the weight record at byte ``w_off`` of
+        ``w`` and the Q8_K record at byte ``x_off`` of ``x`` (bytes contiguous)."""
         if not (isinstance(w, types.Array) and isinstance(x, types.Array)):
             return None
-        sig = types.UniTuple(types.int32, 2)(w, types.intp, x, types.intp)
+        sig = types.float32(w, types.intp, x, types.intp)
 
         def codegen(context, builder, signature, args):
-            ops = _Ops(builder, wide)
+            ops = _Ops(builder, wide, vnni)
             wb = _ptr(context, builder, signature.args[0], args[0], args[1])
             xb = _ptr(context, builder, signature.args[2], args[2], args[3])
-            return context.make_tuple(builder, signature.return_type,
-                                      [gen_s(builder, ops, wb, xb), gen_t(builder, ops, wb, xb)])
+            return builder.extract_element(_values(builder, ops, kq, [wb], [xb]),
+                                           ir.Constant(_i32, 0))
         return sig, codegen
-    return record_st
+    return record_value
 
 
-q6_k_q8_k_s_avx2 = _make_s(_q6_k_s, wide=False)
-q6_k_q8_k_s_avx512 = _make_s(_q6_k_s, wide=True)
-q6_k_q8_k_s = q6_k_q8_k_s_avx512 if HAVE_AVX512 else q6_k_q8_k_s_avx2
-q5_k_q8_k_s_avx2 = _make_s(_q5_k_s, wide=False)
-q5_k_q8_k_s_avx512 = _make_s(_q5_k_s, wide=True)
-q5_k_q8_k_s = q5_k_q8_k_s_avx512 if HAVE_AVX512 else q5_k_q8_k_s_avx2
-q3_k_q8_k_s_avx2 = _make_s(_q3_k_s, wide=False)
-q3_k_q8_k_s_avx512 = _make_s(_q3_k_s, wide=True)
-q3_k_q8_k_s = q3_k_q8_k_s_avx512 if HAVE_AVX512 else q3_k_q8_k_s_avx2
-q2_k_q8_k_s_avx2 = _make_s(_q2_k_s, wide=False)
-q2_k_q8_k_s_avx512 = _make_s(_q2_k_s, wide=True)
-q2_k_q8_k_s = q2_k_q8_k_s_avx512 if HAVE_AVX512 else q2_k_q8_k_s_avx2
-q5_k_q8_k_st = _make_st(_q5_k_s, _q5_k_t, wide=HAVE_AVX512)
-q2_k_q8_k_st = _make_st(_q2_k_s, _q2_k_t, wide=HAVE_AVX512)
+def _make_accumulate(kq, wide, vnni, over_rows, n=8):
+    """Intrinsic folding ``n`` record values into ``acc.flat[acc_at : acc_at + n]`` (float32,
+    contiguous): over_rows (gemv) pairs weight records ``w_off + k*step`` with the activation
+    record at ``x_off``; otherwise (gemm) the weight record at ``w_off`` with activation records
+    ``x_off + k*step``.  ``first`` != 0 starts each lane's fold (acc = v), else acc = R32(acc + v)."""
+    @intrinsic
+    def accumulate(typingctx, w, w_off, x, x_off, step, acc, acc_at, first):
+        if not (isinstance(w, types.Array) and isinstance(x, types.Array)
+                and isinstance(acc, types.Array) and acc.dtype == types.float32):
+            return None
+        sig = types.none(w, types.intp, x, types.intp, types.intp, acc, types.intp, types.intp)
+
+        def codegen(context, builder, signature, args):
+            ops = _Ops(builder, wide, vnni)
+            return _tile_fold(context, builder, signature, args, 0, over_rows, n,
+                              lambda wbs, xbs: _values(builder, ops, kq, wbs, xbs))
+        return sig, codegen
+    return accumulate
+
+
+# Variants: {t}_q8_k_s_{avx2, avx2vnni, avx512, avx512vnni} (the tests check each against the
+# loops); the widest available ones are used by the kernels.
+VARIANTS = {"avx2": (False, False), "avx2vnni": (False, True),
+            "avx512": (True, False), "avx512vnni": (True, True)}
+WIDE, VNNI = HAVE_AVX512, HAVE_VNNI
+
+__all__ = []
+for _name, _kq in KQUANTS.items():
+    for _var, (_w, _v) in VARIANTS.items():
+        globals()[f"{_name}_q8_k_s_{_var}"] = _make_s(_kq, _w, _v)
+        __all__.append(f"{_name}_q8_k_s_{_var}")
+    globals()[f"{_name}_q8_k_value"] = _make_value(_kq, WIDE, VNNI)
+    globals()[f"{_name}_rows_x8"] = _make_accumulate(_kq, WIDE, VNNI, over_rows=True)
+    globals()[f"{_name}_acts_x8"] = _make_accumulate(_kq, WIDE, VNNI, over_rows=False)
+    __all__ += [f"{_name}_q8_k_value", f"{_name}_rows_x8", f"{_name}_acts_x8"]
+del _name, _kq, _var, _w, _v

@@ -42,8 +42,8 @@ Quantize (ggml ``quantize_row_q5_K_ref``, no importance matrix): the Q4_K recipe
 import numpy as np
 
 from .._jit import kernel
-from ._simd import HAVE_AVX2, load_f16_fpext, load_f32_raw
-from ._simd_kquants import q5_k_q8_k_st
+from ._kquant_drive import kernels_for, register
+from ._simd_kquants import q5_k_acts_x8, q5_k_q8_k_value, q5_k_rows_x8
 from ..formats.kquants import q5_k as _FMT
 from ._bits import f16_to_f32, load_u16
 from ._kquant_common import (X_DS_AT, X_Q_AT, f16_at, first_nonfinite_block,
@@ -307,9 +307,6 @@ def _dot_buf(w, x, qbuf):  # unpack-once loop
     return acc
 
 
-# ---- SIMD fast path (kernels/_simd_kquants.py): S (and T) from the vector decoder, the float steps
-# as in record_value_q5_k_q8_k, so every result equals the portable definition bit for bit.
-
 @kernel
 def dot_q5_k_q8_k_portable(w, x):
     """The dot through the portable record definition (tests compare the fast paths with it)."""
@@ -326,88 +323,11 @@ def _dot_loop(w, x):
     return _dot_buf(w, x, np.empty(256, np.int8))
 
 
-@kernel
-def _row_simd(w, w_at, w_step, x, x_at, x_step, g):
-    """Left fold of the ``g`` record values of weight records at bytes ``w_at + b*w_step`` and
-    Q8_K records at ``x_at + b*x_step`` (byte offsets: no views in the loop)."""
-    acc = np.float32(0.0)
-    for b in range(g):
-        wo = w_at + b * w_step
-        xo = x_at + b * x_step
-        s, t = q5_k_q8_k_st(w, wo, x, xo)
-        p = np.float32(load_f16_fpext(w, wo + _D_AT) * np.float32(s))       # R32(d * f32(S))
-        n = np.float32(load_f16_fpext(w, wo + _DMIN_AT) * np.float32(t))    # R32(dmin * f32(T))
-        v = np.float32(load_f32_raw(x, xo + X_DS_AT) * np.float32(p - n))   # R32(ds * R32(p - n))
-        acc = v if b == 0 else np.float32(acc + v)
-    return acc
+# ---- dot / gemv / gemm: the shared K-quant driver (kernels/_kquant_drive.py) over the SIMD
+# record values and 8-lane tiles of kernels/_simd_kquants.py; results equal
+# dot_q5_k_q8_k_portable bit for bit (tests/test_kquants_fast.py).  _dot_loop is the fallback
+# for strided records.
 
-
-@kernel
-def _dot_simd(w, x):
-    if w.strides[1] != 1 or x.strides[1] != 1:
-        return _dot_loop(w, x)
-    return _row_simd(w, 0, w.strides[0], x, 0, x.strides[0], w.shape[0])
-
-
-_dot_impl = _dot_simd if HAVE_AVX2 else _dot_loop
-
-
-@kernel
-def dot_q5_k_q8_k(w, x):
-    """Canonical dot of Q5_K records ``w`` ``[G, B]`` and Q8_K records ``x`` ``[G, 292]``:
-    left fold seeded with ``v_0``; ``G = 0`` gives ``+0.0``.  ``G`` must agree (not checked)."""
-    return _dot_impl(w, x)
-
-
-@kernel
-def _gemv_simd(w, x, out):
-    if w.strides[2] != 1 or x.strides[1] != 1:
-        for r in range(w.shape[0]):
-            out[r] = _dot_loop(w[r], x)
-        return
-    for r in range(w.shape[0]):
-        out[r] = _row_simd(w, r * w.strides[0], w.strides[1], x, 0, x.strides[0], w.shape[1])
-
-
-@kernel
-def _gemv_loop(w, x, out):
-    for r in range(w.shape[0]):
-        out[r] = _dot_loop(w[r], x)
-
-
-@kernel
-def _gemm_simd(w, x, out):
-    if w.strides[2] != 1 or x.strides[2] != 1:
-        for r in range(w.shape[0]):
-            for a in range(x.shape[0]):
-                out[a, r] = _dot_loop(w[r], x[a])
-        return
-    for r in range(w.shape[0]):
-        for a in range(x.shape[0]):
-            out[a, r] = _row_simd(w, r * w.strides[0], w.strides[1], x, a * x.strides[0],
-                                  x.strides[1], w.shape[1])
-
-
-@kernel
-def _gemm_loop(w, x, out):
-    for r in range(w.shape[0]):
-        for a in range(x.shape[0]):
-            out[a, r] = _dot_loop(w[r], x[a])
-
-
-_gemv_impl = _gemv_simd if HAVE_AVX2 else _gemv_loop
-_gemm_impl = _gemm_simd if HAVE_AVX2 else _gemm_loop
-
-
-@kernel
-def gemv_q5_k_q8_k(w, x, out):
-    """``out[r] = dot_q5_k_q8_k(w[r], x)`` for Q5_K weights ``[rows, G, B]`` and one Q8_K
-    activation ``[G, 292]``."""
-    _gemv_impl(w, x, out)
-
-
-@kernel
-def gemm_q5_k_q8_k(w, x, out):
-    """``out[a, r] = dot_q5_k_q8_k(w[r], x[a])`` for Q5_K weights ``[rows, G, B]`` and Q8_K
-    activations ``[batch, G, 292]``."""
-    _gemm_impl(w, x, out)
+register(_FMT.ggml_type, value=q5_k_q8_k_value, rows_x8=q5_k_rows_x8, acts_x8=q5_k_acts_x8,
+         loop_dot=_dot_loop)
+dot_q5_k_q8_k, gemv_q5_k_q8_k, gemm_q5_k_q8_k = kernels_for(_FMT.ggml_type)

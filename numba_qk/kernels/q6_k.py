@@ -57,8 +57,8 @@ from .._jit import kernel
 from ..formats.kquants import q6_k as _FMT
 from ._bits import f16_to_f32, load_u16
 from ._kquant_common import X_DS_AT, X_Q_AT, f16_at, first_nonfinite_block, store_f16, x_ds, x_q
-from ._simd import HAVE_AVX2, load_f16_fpext, load_f32_raw
-from ._simd_kquants import q6_k_q8_k_s
+from ._kquant_drive import kernels_for, register
+from ._simd_kquants import q6_k_acts_x8, q6_k_q8_k_value, q6_k_rows_x8
 from .q4_k_encode import nearest_int
 
 Q6_K_RECORD_BYTES = _FMT.block_bytes
@@ -139,16 +139,18 @@ def dequantize_q6_k(records, out):
                 ql_shift = np.uint8(0 if g < 2 else 4)
                 qh_at = _QH_AT + 32 * c
                 qh_shift = np.uint8(2 * g)
-                for half in range(2):
-                    j = 8 * c + 2 * g + half
-                    dl = np.float32(d * np.float32(np.int8(records[b, _SC_AT + j])))
-                    base = 128 * c + 32 * g + 16 * half
-                    for k in range(16):
-                        l = 16 * half + k
-                        low = (records[b, ql_at + l] >> ql_shift) & _LOW4
-                        high = (records[b, qh_at + l] >> qh_shift) & _LOW2
-                        q = np.int32(low | (high << np.uint8(4))) - _QOFF
-                        out[b, base + k] = np.float32(dl * np.float32(q))
+                j = 8 * c + 2 * g
+                dl0 = np.float32(d * np.float32(np.int8(records[b, _SC_AT + j])))
+                dl1 = np.float32(d * np.float32(np.int8(records[b, _SC_AT + j + 1])))
+                base = 128 * c + 32 * g
+                # 32 lanes, the two sub-blocks' scales selected per lane: LLVM vectorises this
+                # loop (16-lane loops per sub-block stayed scalar); same value per element.
+                for l in range(32):
+                    low = (records[b, ql_at + l] >> ql_shift) & _LOW4
+                    high = (records[b, qh_at + l] >> qh_shift) & _LOW2
+                    q = np.int32(low | (high << np.uint8(4))) - _QOFF
+                    dl = dl1 if l >= 16 else dl0
+                    out[b, base + l] = np.float32(dl * np.float32(q))
 
 
 # ---- quantize (ggml quantize_row_q6_K_ref) --------------------------------------------------
@@ -344,30 +346,12 @@ def _sums_unpacked(w, bw, qbuf, x, bx):
 
 
 @kernel
-def _sums_simd(w, bw, qbuf, x, bx):
-    """S through the SIMD decoder (``_simd_kquants``) when both records' bytes are contiguous."""
-    if w.strides[1] == 1 and x.strides[1] == 1:
-        return q6_k_q8_k_s(w, bw * w.strides[0], x, bx * x.strides[0])
-    return _sums_unpacked(w, bw, qbuf, x, bx)
-
-
-_sums = _sums_simd if HAVE_AVX2 else _sums_unpacked
-
-
-@kernel
 def _dot_buf(w, x, qbuf):
     acc = np.float32(0.0)
     for b in range(w.shape[0]):
-        v = _value(w, b, _sums(w, b, qbuf, x, b), x, b)
+        v = _value(w, b, _sums_unpacked(w, b, qbuf, x, b), x, b)
         acc = v if b == 0 else np.float32(acc + v)
     return acc
-
-
-@kernel
-def dot_q6_k_q8_k(w, x):
-    """Canonical dot of Q6_K records ``w`` ``[G, 210]`` and Q8_K records ``x`` ``[G, 292]``:
-    left fold seeded with ``v_0``; ``G = 0`` gives ``+0.0``.  ``G`` must agree (not checked)."""
-    return _dot_buf(w, x, np.empty(256, np.int8))
 
 
 @kernel
@@ -382,77 +366,15 @@ def dot_q6_k_q8_k_portable(w, x):
 
 
 @kernel
-def _gemv_loop(w, x, out):
-    qbuf = np.empty(256, np.int8)
-    for r in range(w.shape[0]):
-        out[r] = _dot_buf(w[r], x, qbuf)
+def _dot_loop(w, x):
+    """The unpack-once dot of one row (any strides): the drivers' fallback."""
+    return _dot_buf(w, x, np.empty(256, np.int8))
 
 
-@kernel
-def _gemv_simd(w, x, out):
-    """SIMD S per record pair, float steps in order; byte offsets, no views in the loop."""
-    if w.strides[2] != 1 or x.strides[1] != 1:
-        _gemv_loop(w, x, out)
-        return
-    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
-    for r in range(w.shape[0]):
-        acc = np.float32(0.0)
-        for b in range(w.shape[1]):
-            wo = r * ws0 + b * ws1
-            xo = b * xs0
-            s = q6_k_q8_k_s(w, wo, x, xo)
-            p = np.float32(load_f16_fpext(w, wo + _D_AT) * np.float32(s))   # R32(f32(d) * f32(S))
-            v = np.float32(load_f32_raw(x, xo + X_DS_AT) * p)               # R32(ds * p)
-            acc = v if b == 0 else np.float32(acc + v)
-        out[r] = acc
+# ---- dot / gemv / gemm: the shared K-quant driver (kernels/_kquant_drive.py) over the SIMD
+# record values and 8-lane tiles of kernels/_simd_kquants.py; results equal
+# dot_q6_k_q8_k_portable bit for bit (tests/test_kquants_fast.py).
 
-
-_gemv_impl = _gemv_simd if HAVE_AVX2 else _gemv_loop
-
-
-@kernel
-def gemv_q6_k_q8_k(w, x, out):
-    """``out[r] = dot_q6_k_q8_k(w[r], x)`` for Q6_K weights ``[rows, G, 210]`` and one Q8_K
-    activation ``[G, 292]``."""
-    _gemv_impl(w, x, out)
-
-
-@kernel
-def _gemm_loop(w, x, out):
-    qbuf = np.empty(256, np.int8)
-    for r in range(w.shape[0]):
-        wr = w[r]
-        for b in range(w.shape[1]):
-            for a in range(x.shape[0]):
-                v = _value(wr, b, _sums(wr, b, qbuf, x[a], b), x[a], b)
-                out[a, r] = v if b == 0 else np.float32(out[a, r] + v)
-
-
-@kernel
-def _gemm_simd(w, x, out):
-    if w.strides[2] != 1 or x.strides[2] != 1:
-        _gemm_loop(w, x, out)
-        return
-    ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], x.strides[1]
-    for r in range(w.shape[0]):
-        for b in range(w.shape[1]):
-            wo = r * ws0 + b * ws1
-            d = load_f16_fpext(w, wo + _D_AT)
-            for a in range(x.shape[0]):
-                xo = a * xs0 + b * xs1
-                s = q6_k_q8_k_s(w, wo, x, xo)
-                v = np.float32(load_f32_raw(x, xo + X_DS_AT) * np.float32(d * np.float32(s)))
-                out[a, r] = v if b == 0 else np.float32(out[a, r] + v)
-
-
-_gemm_impl = _gemm_simd if HAVE_AVX2 else _gemm_loop
-
-
-@kernel
-def gemm_q6_k_q8_k(w, x, out):
-    """``out[a, r] = dot_q6_k_q8_k(w[r], x[a])`` for Q6_K weights ``[rows, G, 210]`` and Q8_K
-    activations ``[batch, G, 292]``."""
-    if w.shape[1] == 0:
-        out[:, :] = np.float32(0.0)
-        return
-    _gemm_impl(w, x, out)
+register(_FMT.ggml_type, value=q6_k_q8_k_value, rows_x8=q6_k_rows_x8, acts_x8=q6_k_acts_x8,
+         loop_dot=_dot_loop)
+dot_q6_k_q8_k, gemv_q6_k_q8_k, gemm_q6_k_q8_k = kernels_for(_FMT.ggml_type)
