@@ -46,6 +46,10 @@ HAVE_AVX2 = ({"avx2", "f16c"} <= _FEATURES and not config.DISABLE_JIT
 # 512-bit vectors: AVX-512BW (byte/word ops); NUMBA_QK_NO_AVX512=1 keeps the 256-bit code.
 HAVE_AVX512 = (HAVE_AVX2 and {"avx512f", "avx512bw"} <= _FEATURES
                and os.environ.get("NUMBA_QK_NO_AVX512", "") in ("", "0"))
+# AVX-512 VNNI (vpdpbusd: u8 x s8 products summed in fours into i32 lanes); NUMBA_QK_NO_VNNI=1
+# keeps the pmaddubsw/pmaddwd code.
+HAVE_VNNI = (HAVE_AVX512 and "avx512vnni" in _FEATURES
+             and os.environ.get("NUMBA_QK_NO_VNNI", "") in ("", "0"))
 
 _i8, _i16, _i32, _i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 
@@ -91,6 +95,12 @@ class _Ops:
             self.maddubs = _decl(builder, "llvm.x86.avx2.pmadd.ub.sw", _vec(_i16, 16),
                                  [_vec(_i8, 32), _vec(_i8, 32)])
             self.maddwd = self.maddwd8
+        if wide and HAVE_VNNI:
+            # dpbusd(acc, u, s): acc + the sum of four u8 x s8 products in each i32 lane (exact, no
+            # saturation).  Byte operands in the classic <16 x i32> form, which newer LLVMs
+            # (<64 x i8> operands) auto-upgrade; bitcast the byte vectors before the call.
+            self.dpbusd = _decl(builder, "llvm.x86.avx512.vpdpbusd.512", _vec(_i32, 16),
+                                [_vec(_i32, 16), _vec(_i32, 16), _vec(_i32, 16)])
 
 
 def _reduce_many(builder, vecs):

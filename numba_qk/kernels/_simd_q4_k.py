@@ -36,8 +36,9 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from ..formats import quant
-from ._simd import (HAVE_AVX512, _Ops, _gather_f16, _gather_f32, _i8, _i16, _i32, _i64, _load,
-                    _ptr, _reduce_many, _splat_lanes, _tile_fold, _vec)
+from ._simd import (HAVE_AVX512, HAVE_VNNI, _Ops, _decl, _float_array_ptr, _fold_into,
+                    _gather_f16, _gather_f32, _i8, _i16, _i32, _i64, _load, _ptr, _reduce_many,
+                    _splat_lanes, _tile_fold, _vec)
 
 __all__ = ["q4_k_q8_k_sums", "q4_k_q8_k_sums_avx2", "q4_k_q8_k_sums_avx512",
            "accumulate_rows_x8", "accumulate_rows_x8_avx2", "accumulate_rows_x8_avx512",
@@ -212,3 +213,179 @@ accumulate_acts_x8_avx512 = _make_accumulate(wide=True, over_rows=False)
 q4_k_q8_k_sums = q4_k_q8_k_sums_avx512 if HAVE_AVX512 else q4_k_q8_k_sums_avx2
 accumulate_rows_x8 = accumulate_rows_x8_avx512 if HAVE_AVX512 else accumulate_rows_x8_avx2
 accumulate_acts_x8 = accumulate_acts_x8_avx512 if HAVE_AVX512 else accumulate_acts_x8_avx2
+
+
+# ---- GEMM micro-kernel with AVX-512 VNNI (vpdpbusd) over a repacked activation tile ----------
+#
+# The activations of a gemm are repacked once per call (``dot.py``: ``_repack_acts``) into tiles
+# of 8 Q8_K records per record index b, TILE_BYTES bytes each:
+#
+#     [0, 2048)      quants of activation k at 256*k, dword-permuted (below)
+#     [2048, 2304)   bsum[16] of activation k at 2048 + 32*k (int16, as stored)
+#     [2304, 2336)   ds of activation k at 2304 + 4*k (f32, bits kept)
+#
+# Dword permutation: repacked vector v (bytes 64v..64v+63 of an activation's 256) holds in its
+# i32 lane k the four quants of sub-block s = k // 2 at natural elements 32*s + 4*(2v + k%2) ..
+# + 3.  So lane k of all four vectors belongs to one sub-block, and four chained vpdpbusd leave
+# in lane k the exact sum of 16 products q*x of that sub-block, |.| <= 16*15*128 = 30720, which
+# fits an int16.  The weight record is decoded once per tile into the same order: packed dword
+# 8*(s//2) + dw holds the quants of sub-block s (low nibbles for even s, high for odd s) at
+# elements 32*s + 4*dw .. + 3, so vector v = vpermt2d of the two 64-byte halves of the packed
+# quants, shifted right by 0 or 4 per lane and masked to nibbles.
+#
+# Scales: two pairs' lane sums are packed to int16 (vpackssdw, exact since |.| <= 30720) and one
+# vpmaddwd with the repeated sub-block scales gives sc[s] * (lane + lane') for both pairs.  T: one
+# vpmaddwd of two activations' bsum (32 x i16) against [m0, m0, m1, m1, ..., m7, m7] twice.
+# Every integer step is exact, so S and T equal the portable loop's; the float steps are then
+# done lane-wise across the 8 activations (one IEEE instruction per spec step), and folded
+# into acc lane by lane.
+
+TILE_ACTS = 8
+TILE_Q_AT = 0
+TILE_BSUM_AT = 256 * TILE_ACTS
+TILE_DS_AT = TILE_BSUM_AT + 32 * TILE_ACTS
+TILE_BYTES = 37 * 64      # 2336 bytes used, padded to a multiple of 64 (keeps tiles aligned)
+
+
+def vnni_lane_source(v: int, k: int) -> int:
+    """Natural element index of the first of the four quants in i32 lane ``k`` of repacked
+    vector ``v`` (shared by the activation repack and the weight decode)."""
+    s = k // 2
+    return 32 * s + 4 * (2 * v + k % 2)
+
+
+def _vnni_decode_weights(builder, wbase):
+    """Decoded Q4_K record for the VNNI kernel: four <16 x i32> quant vectors (repacked order),
+    the <32 x i16> scale pattern for packed pairs, the <32 x i16> m pattern, and <16 x float>
+    [d]*8 + [dmin]*8."""
+    p0 = _load(builder, wbase, _K_QS_AT, _vec(_i32, 16))
+    p1 = _load(builder, wbase, _K_QS_AT + 64, _vec(_i32, 16))
+    shifts = ir.Constant(_vec(_i32, 16), [4 * ((k // 2) % 2) for k in range(16)])
+    nib = ir.Constant(_vec(_i32, 16), [0x0F0F0F0F] * 16)
+    quants = []
+    for v in range(4):
+        # packed dword of lane k: 8*(s//2) + dw with s = k//2, dw = 2v + k%2
+        idx = [8 * (k // 4) + 2 * v + k % 2 for k in range(16)]
+        r = builder.shuffle_vector(p0, p1, ir.Constant(_vec(_i32, 16), idx))
+        quants.append(builder.and_(builder.lshr(r, shifts), nib))
+    sc16, m16 = _unpack_scales(builder, wbase)
+    sc_pattern = []
+    for blk in range(4):            # vpackssdw(A, B) per 128-bit block: A[4L..4L+3], B[4L..4L+3]
+        one = [2 * blk, 2 * blk, 2 * blk + 1, 2 * blk + 1]
+        sc_pattern += one + one
+    scales = _splat_lanes(builder, sc16, sc_pattern)
+    mins = _splat_lanes(builder, m16, [k // 2 for k in range(16)] * 2)
+    dd = builder.fpext(_load(builder, wbase, _K_D_AT, _vec(ir.HalfType(), 2)),
+                       _vec(ir.FloatType(), 2))
+    dd = _splat_lanes(builder, dd, [0] * 8 + [1] * 8)
+    return quants, scales, mins, dd
+
+
+def _merge_labeled(builder, a, la, b, lb):
+    """One reduction step: lanes of ``a`` (labels ``la``) paired with a lane of the same label
+    and summed into the first half, likewise ``b`` into the second half (pairs in label order).
+    Integer adds of exact values: exact."""
+    def pairs(labels):
+        by = {}
+        for i, lab in enumerate(labels):
+            by.setdefault(lab, []).append(i)
+        out = []
+        for lab in sorted(by):
+            idx = by[lab]
+            assert len(idx) % 2 == 0, "every label must occupy an even number of lanes"
+            out += [(lab, idx[j], idx[j + 1]) for j in range(0, len(idx), 2)]
+        return out
+    pa, pb = pairs(la), pairs(lb)
+    width = a.type.count
+    assert len(pa) == len(pb) == width // 2
+    first = [i for _, i, _ in pa] + [width + i for _, i, _ in pb]
+    second = [j for _, _, j in pa] + [width + j for _, _, j in pb]
+    v = builder.add(builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, width), first)),
+                    builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, width), second)))
+    return v, [lab for lab, _, _ in pa] + [lab for lab, _, _ in pb]
+
+
+def _reduce_labeled(builder, items):
+    """Pairwise-merge (vector, labels) items until one remains (len(items) a power of two)."""
+    while len(items) > 1:
+        items = [_merge_labeled(builder, *items[i], *items[i + 1]) for i in range(0, len(items), 2)]
+    return items[0]
+
+
+def _vnni_tile_st(builder, ops, weights, tbase):
+    """<16 x i32> [S_0..S_7, T_0..T_7] of one decoded weight record against the 8 activations of
+    the repacked tile at ``tbase``."""
+    quants, scales, mins, _ = weights
+    zero = ir.Constant(_vec(_i32, 16), [0] * 16)
+    lane_acc = []
+    for k in range(TILE_ACTS):
+        acc = zero
+        for v in range(4):
+            xv = _load(builder, tbase, TILE_Q_AT + 256 * k + 64 * v, _vec(_i32, 16))
+            acc = builder.call(ops.dpbusd, [acc, quants[v], xv])
+        lane_acc.append(acc)
+    s_items = []
+    for k in range(0, TILE_ACTS, 2):
+        packed = builder.call(ops.packssdw, [lane_acc[k], lane_acc[k + 1]])
+        labels = []
+        for _blk in range(4):
+            labels += [("S", k), ("S", k), ("S", k + 1), ("S", k + 1)]
+        s_items.append((builder.call(ops.maddwd, [packed, scales]), labels))
+    t_items = []
+    for k in range(0, TILE_ACTS, 2):
+        bs = _load(builder, tbase, TILE_BSUM_AT + 32 * k, _vec(_i16, 32))
+        t_items.append((builder.call(ops.maddwd, [bs, mins]), [("T", k)] * 8 + [("T", k + 1)] * 8))
+    s_vec, s_lab = _reduce_labeled(builder, s_items)
+    t_vec, t_lab = _reduce_labeled(builder, t_items)
+    st, labels = _merge_labeled(builder, s_vec, s_lab, t_vec, t_lab)
+    assert labels == [("S", k) for k in range(8)] + [("T", k) for k in range(8)], labels
+    return st
+
+
+def _make_vnni_tile():
+    @intrinsic
+    def accumulate_tile_vnni(typingctx, w, w_off, t, t_off, acc, acc_at, first):
+        """Fold the record values of the Q4_K record at byte ``w_off`` of ``w`` against the 8
+        repacked activations at byte ``t_off`` of ``t`` into ``acc.flat[acc_at:acc_at+8]``
+        (acc = v if ``first`` else R32(acc + v), lane by lane)."""
+        if not (isinstance(w, types.Array) and isinstance(t, types.Array)
+                and isinstance(acc, types.Array) and acc.dtype == types.float32):
+            return None
+        sig = types.none(w, types.intp, t, types.intp, acc, types.intp, types.intp)
+
+        def codegen(context, builder, signature, args):
+            w_arr, w_off_v, t_arr, t_off_v, acc_arr, acc_at_v, first_v = args
+            ops = _Ops(builder, True)
+            ops.packssdw = _decl(builder, "llvm.x86.avx512.packssdw.512", _vec(_i16, 32),
+                                 [_vec(_i32, 16), _vec(_i32, 16)])
+            wb = _ptr(context, builder, signature.args[0], w_arr, w_off_v)
+            tb = _ptr(context, builder, signature.args[2], t_arr, t_off_v)
+            weights = _vnni_decode_weights(builder, wb)
+            st = builder.sitofp(_vnni_tile_st(builder, ops, weights, tb), _vec(ir.FloatType(), 16))
+            prod = builder.fmul(weights[3], st)          # [p_0..p_7, n_0..n_7], one rounding each
+            lo = _splat_lanes(builder, prod, range(8))
+            hi = _splat_lanes(builder, prod, range(8, 16))
+            ds = _load(builder, tb, TILE_DS_AT, _vec(ir.FloatType(), 8))
+            v = builder.fmul(ds, builder.fsub(lo, hi))  # v = R32(ds * R32(p - n))
+            acc_ptr = builder.gep(_float_array_ptr(context, builder, signature.args[4], acc_arr),
+                                  [acc_at_v])
+            _fold_into(builder, acc_ptr, v, first_v)
+            return context.get_dummy_value()
+        return sig, codegen
+    return accumulate_tile_vnni
+
+
+@intrinsic
+def array_address(typingctx, arr):
+    """The data pointer of ``arr`` as an integer (to align scratch buffers)."""
+    if not isinstance(arr, types.Array):
+        return None
+    sig = types.intp(arr)
+
+    def codegen(context, builder, signature, args):
+        data = _float_array_ptr(context, builder, signature.args[0], args[0])
+        return builder.ptrtoint(data, _i64)
+    return sig, codegen
+
+
+accumulate_tile_vnni = _make_vnni_tile()   # used only where HAVE_VNNI

@@ -1,0 +1,150 @@
+"""The Q4_K x Q8_K gemm with AVX-512 VNNI (``dot._vnni_gemm``): activations repacked once per
+call into dword-permuted tiles of 8, vpdpbusd for the exact integer work, the float steps lane-wise
+across activations.  Every output must equal the portable loops bit for bit (NaN == NaN) on any
+bytes, adversarial fields and odd shapes / strides / alignments."""
+
+import numpy as np
+import pytest
+
+from conftest import assert_same_f32
+from records import F16_SPECIALS, F32_SPECIALS, random_q4_k, random_q8_k
+
+from numba_qk.kernels import _simd, _simd_q4_k, dot
+
+needs_vnni = pytest.mark.skipif(not _simd.HAVE_VNNI, reason="no AVX-512 VNNI on this machine")
+
+
+def _portable(w, x):
+    out = np.empty((x.shape[0], w.shape[0]), np.float32)
+    dot._gemm_loop(w, x, out)
+    return out
+
+
+def _vnni(w, x, row_bytes=None, record_block=None):
+    out = np.full((x.shape[0], w.shape[0]), np.float32(12345.0))
+    if row_bytes is None:
+        dot._vnni_gemm(w, x, out)
+    else:
+        dot._vnni_gemm_blocked(w, x, out, row_bytes, record_block)
+    return out
+
+
+def test_lane_permutation_is_a_sub_block_preserving_bijection():
+    """Repacked vector v, lane k <- natural dword vnni_lane_source(v, k) // 4: every dword of
+    the 256 quants exactly once, and lane k of the four vectors always one sub-block (so the
+    chained vpdpbusd sum of a lane never mixes sub-blocks)."""
+    src = [_simd_q4_k.vnni_lane_source(v, k) for v in range(4) for k in range(16)]
+    assert sorted(src) == list(range(0, 256, 4))
+    for k in range(16):
+        assert len({_simd_q4_k.vnni_lane_source(v, k) // 32 for v in range(4)}) == 1
+    # 16 products of a 4-bit quant and an int8 per lane: the pack to int16 cannot saturate
+    assert 16 * 15 * 128 <= 32767
+
+
+def _wild(rng, rows, g):
+    """Any bytes: NaN/inf/subnormal/±0 d and dmin, every scale pattern, max codes."""
+    w = rng.integers(0, 256, size=(rows, g, 144), dtype=np.uint8)
+    specials = list(F16_SPECIALS.values())
+    for r in range(rows):
+        for b in range(g):
+            if rng.random() < 0.5:
+                d = specials[rng.integers(len(specials))]
+                w[r, b, 0:2] = [d & 0xFF, d >> 8]
+            if rng.random() < 0.5:
+                d = specials[rng.integers(len(specials))]
+                w[r, b, 2:4] = [d & 0xFF, d >> 8]
+    return w
+
+
+def _wild_acts(rng, batch, g):
+    x = rng.integers(0, 256, size=(batch, g, 292), dtype=np.uint8)
+    specials = list(F32_SPECIALS.values())
+    for a in range(batch):
+        for b in range(g):
+            if rng.random() < 0.5:
+                x[a, b, 0:4] = np.frombuffer(
+                    np.uint32(specials[rng.integers(len(specials))]).tobytes(), np.uint8)
+    return x
+
+
+@needs_vnni
+@pytest.mark.parametrize("batch", [1, 7, 8, 9, 17])
+@pytest.mark.parametrize("rows, g", [(1, 1), (7, 3), (9, 9), (16, 17)])
+def test_vnni_gemm_equals_the_loops_on_any_bytes(rng, batch, rows, g):
+    w = _wild(rng, rows, g)
+    x = _wild_acts(rng, batch, g)
+    assert_same_f32(_vnni(w, x), _portable(w, x))
+
+
+@needs_vnni
+def test_vnni_gemm_extreme_codes_and_scales(rng):
+    """All-0xFF weights (q = 15, sc = m = 63) against q = -128 / 127 activations: the largest
+    lane sums (|.| = 30720 before the int16 pack) and bsum at both int16 extremes."""
+    g = 3
+    w = np.zeros((10, g, 144), np.uint8)
+    w[0:4] = 0xFF
+    w[4:8] = random_q4_k(rng, 4 * g).reshape(4, g, 144)
+    w[6:8, :, 4:144] = 0xFF            # max scales and codes with finite d
+    w[8:10, :, 16:] = 0xFF             # max codes, zero scales
+    x = np.zeros((11, g, 292), np.uint8)
+    x[:] = random_q8_k(rng, g)[None]
+    x[0:3, :, 4:260] = 0x80            # q = -128
+    x[3:6, :, 4:260] = 0x7F            # q = 127
+    x[6:8, :, 260:292:2] = 0x00
+    x[6:8, :, 261:292:2] = 0x80        # bsum = -32768 (illegal but used as stored)
+    x[8:10, :, 260:292:2] = 0xFF
+    x[8:10, :, 261:292:2] = 0x7F       # bsum = 32767
+    for a, bits in enumerate([0x80000000, 0x7F800000, 0x7FC00001, 0x00000001, 0x3F800000]):
+        x[a, 0, 0:4] = np.frombuffer(np.uint32(bits).tobytes(), np.uint8)
+    for r, bits in enumerate([0x8000, 0x0000, 0x7C00, 0xFC00, 0x7E00, 0x0001]):
+        w[r + 4, 1, 0:2] = [bits & 0xFF, bits >> 8]
+    assert_same_f32(_vnni(w, x), _portable(w, x))
+
+
+@needs_vnni
+@pytest.mark.parametrize("row_bytes, record_block", [(1, 1), (144 * 3 * 8, 2), (144 * 3 * 16, 3)])
+def test_vnni_gemm_row_and_record_blocks(rng, row_bytes, record_block):
+    """Row blocks smaller than the matrix (accumulators reused per block) and record blocks
+    that do not divide G: the same bits as one block."""
+    w = _wild(rng, 29, 7)
+    x = _wild_acts(rng, 13, 7)
+    assert_same_f32(_vnni(w, x, row_bytes, record_block), _portable(w, x))
+
+
+@needs_vnni
+def test_vnni_gemm_strided_readonly_unaligned_inputs(rng):
+    """Activations with byte stride 2, a non-contiguous batch axis, read-only and at an odd
+    address; weights read-only at an odd address.  Weights whose record bytes are strided go
+    to the portable loops."""
+    g = 5
+    w = random_q4_k(rng, 9 * g).reshape(9, g, 144)
+    x = np.stack([random_q8_k(rng, g) for _ in range(11)])
+    want = _portable(w, x)
+    wide = np.zeros((11, g, 584), np.uint8)
+    wide[:, :, ::2] = x
+    assert_same_f32(_vnni(w, wide[:, :, ::2]), want)
+    every_other = np.zeros((22, g, 292), np.uint8)
+    every_other[::2] = x
+    assert_same_f32(_vnni(w, every_other[::2]), want)
+    buf = np.zeros(x.size + 1, np.uint8)
+    odd = buf[1:].reshape(x.shape)
+    odd[:] = x
+    odd.flags.writeable = False
+    wbuf = np.zeros(w.size + 3, np.uint8)
+    wodd = wbuf[3:].reshape(w.shape)
+    wodd[:] = w
+    wodd.flags.writeable = False
+    assert_same_f32(_vnni(wodd, odd), want)
+    wwide = np.zeros((9, g, 288), np.uint8)
+    wwide[:, :, ::2] = w
+    assert_same_f32(_vnni(wwide[:, :, ::2], x), want)
+
+
+@needs_vnni
+def test_vnni_gemm_equals_the_previous_simd_gemm(rng):
+    """The pmaddubsw tile kernel (kept for CPUs without VNNI) and the VNNI one agree."""
+    w = _wild(rng, 24, 4)
+    x = _wild_acts(rng, 19, 4)
+    old = np.empty((19, 24), np.float32)
+    dot._simd_gemm(w, x, old)
+    assert_same_f32(_vnni(w, x), old)
