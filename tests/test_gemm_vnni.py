@@ -1,7 +1,13 @@
-"""The Q4_K x Q8_K gemm with AVX-512 VNNI (``dot._vnni_gemm``): activations repacked once per
-call into dword-permuted tiles of 8, vpdpbusd for the exact integer work, the float steps lane-wise
-across activations.  Every output must equal the portable loops bit for bit (NaN == NaN) on any
-bytes, adversarial fields and odd shapes / strides / alignments."""
+"""The Q4_K x Q8_K gemm with AVX-512 VNNI (``dot._vnni_gemm``), both of its kernels:
+
+* ``pairs`` (``_vnni_gemm_blocked``, batch < 32): activations repacked once per call into
+  dword-permuted tiles of 8, each weight record decoded per tile, horizontal sums per pair;
+* ``lanes`` (``_lanes_gemm_blocked``, batch >= 32): weights decoded once per call, one i32 lane
+  per (activation, half sub-block), broadcast weight operands, vpdpwssd for the scales.
+
+vpdpbusd does the exact integer work, the float steps run lane-wise across activations.  Every
+output must equal the portable loops bit for bit (NaN == NaN) on any bytes, adversarial fields
+and odd shapes / strides / alignments."""
 
 import numpy as np
 import pytest
@@ -20,12 +26,13 @@ def _portable(w, x):
     return out
 
 
-def _vnni(w, x, row_bytes=None, record_block=None):
+KERNELS = ["pairs", "lanes"]
+
+
+def _vnni(w, x, kernel="pairs", row_bytes=1 << 20, record_block=8):
     out = np.full((x.shape[0], w.shape[0]), np.float32(12345.0))
-    if row_bytes is None:
-        dot._vnni_gemm(w, x, out)
-    else:
-        dot._vnni_gemm_blocked(w, x, out, row_bytes, record_block)
+    fn = dot._vnni_gemm_blocked if kernel == "pairs" else dot._lanes_gemm_blocked
+    fn(w, x, out, row_bytes, record_block)
     return out
 
 
@@ -68,16 +75,30 @@ def _wild_acts(rng, batch, g):
 
 
 @needs_vnni
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("batch", [1, 7, 8, 9, 17])
 @pytest.mark.parametrize("rows, g", [(1, 1), (7, 3), (9, 9), (16, 17)])
-def test_vnni_gemm_equals_the_loops_on_any_bytes(rng, batch, rows, g):
+def test_vnni_gemm_equals_the_loops_on_any_bytes(rng, kernel, batch, rows, g):
     w = _wild(rng, rows, g)
     x = _wild_acts(rng, batch, g)
-    assert_same_f32(_vnni(w, x), _portable(w, x))
+    assert_same_f32(_vnni(w, x, kernel), _portable(w, x))
 
 
 @needs_vnni
-def test_vnni_gemm_extreme_codes_and_scales(rng):
+@pytest.mark.parametrize("batch", [31, 32, 33])
+def test_vnni_gemm_dispatch_both_sides_of_the_threshold(rng, batch):
+    """The public kernel (``gemm_q4_k_q8_k``) around the pairs/lanes threshold."""
+    assert dot._LANES_MIN_BATCH == 32
+    w = _wild(rng, 9, 2)
+    x = _wild_acts(rng, batch, 2)
+    out = np.empty((batch, 9), np.float32)
+    dot.gemm_q4_k_q8_k(w, x, out)
+    assert_same_f32(out, _portable(w, x))
+
+
+@needs_vnni
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_vnni_gemm_extreme_codes_and_scales(rng, kernel):
     """All-0xFF weights (q = 15, sc = m = 63) against q = -128 / 127 activations: the largest
     lane sums (|.| = 30720 before the int16 pack) and bsum at both int16 extremes."""
     g = 3
@@ -98,21 +119,24 @@ def test_vnni_gemm_extreme_codes_and_scales(rng):
         x[a, 0, 0:4] = np.frombuffer(np.uint32(bits).tobytes(), np.uint8)
     for r, bits in enumerate([0x8000, 0x0000, 0x7C00, 0xFC00, 0x7E00, 0x0001]):
         w[r + 4, 1, 0:2] = [bits & 0xFF, bits >> 8]
-    assert_same_f32(_vnni(w, x), _portable(w, x))
+        w[r + 4, 2, 2:4] = [bits & 0xFF, bits >> 8]
+    assert_same_f32(_vnni(w, x, kernel), _portable(w, x))
 
 
 @needs_vnni
-@pytest.mark.parametrize("row_bytes, record_block", [(1, 1), (144 * 3 * 8, 2), (144 * 3 * 16, 3)])
-def test_vnni_gemm_row_and_record_blocks(rng, row_bytes, record_block):
-    """Row blocks smaller than the matrix (accumulators reused per block) and record blocks
-    that do not divide G: the same bits as one block."""
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("row_bytes, record_block", [(1, 1), (384 * 7 * 8, 2), (384 * 7 * 16, 3)])
+def test_vnni_gemm_row_and_record_blocks(rng, kernel, row_bytes, record_block):
+    """Row blocks smaller than the matrix (accumulators and decoded weights reused per block)
+    and record blocks that do not divide G: the same bits as one block."""
     w = _wild(rng, 29, 7)
     x = _wild_acts(rng, 13, 7)
-    assert_same_f32(_vnni(w, x, row_bytes, record_block), _portable(w, x))
+    assert_same_f32(_vnni(w, x, kernel, row_bytes, record_block), _portable(w, x))
 
 
 @needs_vnni
-def test_vnni_gemm_strided_readonly_unaligned_inputs(rng):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_vnni_gemm_strided_readonly_unaligned_inputs(rng, kernel):
     """Activations with byte stride 2, a non-contiguous batch axis, read-only and at an odd
     address; weights read-only at an odd address.  Weights whose record bytes are strided go
     to the portable loops."""
@@ -122,10 +146,10 @@ def test_vnni_gemm_strided_readonly_unaligned_inputs(rng):
     want = _portable(w, x)
     wide = np.zeros((11, g, 584), np.uint8)
     wide[:, :, ::2] = x
-    assert_same_f32(_vnni(w, wide[:, :, ::2]), want)
+    assert_same_f32(_vnni(w, wide[:, :, ::2], kernel), want)
     every_other = np.zeros((22, g, 292), np.uint8)
     every_other[::2] = x
-    assert_same_f32(_vnni(w, every_other[::2]), want)
+    assert_same_f32(_vnni(w, every_other[::2], kernel), want)
     buf = np.zeros(x.size + 1, np.uint8)
     odd = buf[1:].reshape(x.shape)
     odd[:] = x
@@ -134,17 +158,29 @@ def test_vnni_gemm_strided_readonly_unaligned_inputs(rng):
     wodd = wbuf[3:].reshape(w.shape)
     wodd[:] = w
     wodd.flags.writeable = False
-    assert_same_f32(_vnni(wodd, odd), want)
+    assert_same_f32(_vnni(wodd, odd, kernel), want)
     wwide = np.zeros((9, g, 288), np.uint8)
     wwide[:, :, ::2] = w
-    assert_same_f32(_vnni(wwide[:, :, ::2], x), want)
+    assert_same_f32(_vnni(wwide[:, :, ::2], x, kernel), want)
 
 
 @needs_vnni
-def test_vnni_gemm_equals_the_previous_simd_gemm(rng):
-    """The pmaddubsw tile kernel (kept for CPUs without VNNI) and the VNNI one agree."""
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_vnni_gemm_equals_the_previous_simd_gemm(rng, kernel):
+    """The pmaddubsw tile kernel (kept for CPUs without VNNI) and the VNNI ones agree."""
     w = _wild(rng, 24, 4)
     x = _wild_acts(rng, 19, 4)
     old = np.empty((19, 24), np.float32)
     dot._simd_gemm(w, x, old)
-    assert_same_f32(_vnni(w, x), old)
+    assert_same_f32(_vnni(w, x, kernel), old)
+
+
+def test_lane_tile_layout_covers_every_quant_once():
+    """The lanes kernel's activation layout: 32 (sub-block, step) blocks of 8 quants per
+    activation cover the 256 elements once, each block within one sub-block; four steps cover
+    a sub-block's 32 elements (so four chained vpdpbusd sum 16 products of one sub-block per
+    i32 lane: (activation, half))."""
+    elems = [32 * s + 8 * i + e for s in range(8) for i in range(4) for e in range(8)]
+    assert sorted(elems) == list(range(256))
+    assert _simd_q4_k.LANE_BSUM_AT == 2048 and _simd_q4_k.LANE_DS_AT == 2304
+    assert _simd_q4_k.LANE_DS_AT + 32 <= _simd_q4_k.LANE_TILE_BYTES

@@ -375,6 +375,150 @@ def _make_vnni_tile():
     return accumulate_tile_vnni
 
 
+# ---- Lane-per-activation GEMM micro-kernel (AVX-512 VNNI) ------------------------------------
+#
+# Weights are decoded once per gemm call (per row block) into DEC_BYTES per record:
+#
+#     [0, 256)     the 256 quants, one byte each, in element order
+#     [256, 320)   four 16-byte scale patterns: p -> int16 [sc[2p]] * 4 + [sc[2p+1]] * 4
+#     [320, 352)   four 8-byte min patterns: p -> int16 [m[2p], m[2p], m[2p+1], m[2p+1]]
+#     [352, 360)   d, dmin as f32 (exact widening)
+#
+# Activations are repacked once per call into tiles of 8 (LANE_TILE_BYTES per record index b):
+#
+#     [0, 2048)      for sub-block s, step i: 64 bytes at 64*(4s+i); activation a's 8 quants of
+#                    elements 32s + 8i .. + 7 at + 8a
+#     [2048, 2304)   for p in 0..3: 64 bytes at 2048 + 64p; activation a's bsum[4p .. 4p+3] at + 8a
+#     [2304, 2336)   ds of activation a at 2304 + 4a
+#
+# An i32 lane l of a 64-byte vector is (activation l // 2, half l % 2), so the weight operand of
+# vpdpbusd is one broadcast qword of decoded quants (a load, no shuffle) and four chained
+# vpdpbusd leave in each lane the exact sum of 16 products of one sub-block (|.| <= 30720).  Two
+# sub-blocks' lanes are packed to int16 (exact) and vpdpwssd multiplies them by the scale
+# pattern and accumulates: S lanes stay per activation, no horizontal reduction but the last.
+# T: vpdpwssd of each activation's bsum pairs against the min patterns.  Integer steps exact;
+# the float steps lane-wise across the 8 activations, one IEEE instruction per spec step.
+
+DEC_BYTES = 6 * 64
+DEC_SC_AT, DEC_M_AT, DEC_D_AT = 256, 320, 352
+LANE_TILE_BYTES = TILE_BYTES
+LANE_Q_AT, LANE_BSUM_AT, LANE_DS_AT = 0, 2048, 2304
+
+
+@intrinsic
+def q4_k_decode_for_lanes(typingctx, w, w_off, dec, dec_off):
+    """Decode the Q4_K record at byte ``w_off`` of ``w`` into DEC_BYTES at ``dec_off`` of
+    ``dec`` (layout above)."""
+    if not (isinstance(w, types.Array) and isinstance(dec, types.Array)):
+        return None
+    sig = types.none(w, types.intp, dec, types.intp)
+
+    def codegen(context, builder, signature, args):
+        wb = _ptr(context, builder, signature.args[0], args[0], args[1])
+        db = _ptr(context, builder, signature.args[2], args[2], args[3])
+
+        def store(offset, v):
+            ptr = builder.gep(db, [ir.Constant(_i64, offset)])
+            builder.store(v, builder.bitcast(ptr, v.type.as_pointer()), align=1)
+
+        low4 = ir.Constant(_vec(_i8, 64), [0x0F] * 64)
+        four = ir.Constant(_vec(_i8, 64), [4] * 64)
+        for h in range(2):
+            qs = _load(builder, wb, _K_QS_AT + 64 * h, _vec(_i8, 64))
+            lo = builder.and_(qs, low4)
+            hi = builder.lshr(qs, four)
+            for c in range(2):  # packed chunk j = 2h + c: sub-blocks 2j (low), 2j + 1 (high)
+                order = [32 * c + k for k in range(32)] + [64 + 32 * c + k for k in range(32)]
+                store(64 * (2 * h + c),
+                      builder.shuffle_vector(lo, hi, ir.Constant(_vec(_i32, 64), order)))
+        sc16, m16 = _unpack_scales(builder, wb)
+        sc_idx = []
+        for p in range(4):
+            sc_idx += [2 * p] * 4 + [2 * p + 1] * 4
+        store(DEC_SC_AT, _splat_lanes(builder, sc16, sc_idx))
+        m_idx = []
+        for p in range(4):
+            m_idx += [2 * p, 2 * p, 2 * p + 1, 2 * p + 1]
+        store(DEC_M_AT, _splat_lanes(builder, m16, m_idx))
+        store(DEC_D_AT, builder.fpext(_load(builder, wb, _K_D_AT, _vec(ir.HalfType(), 2)),
+                                      _vec(ir.FloatType(), 2)))
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+def _bcast(builder, base, offset, elem_ty, n_elems, lanes):
+    """<lanes x i32> of the ``n_elems`` ``elem_ty`` values at ``offset`` repeated (a broadcast
+    load)."""
+    v = _load(builder, base, offset, _vec(elem_ty, n_elems))
+    v = _splat_lanes(builder, v, list(range(n_elems)) * (lanes * 32 // (elem_ty.width * n_elems)))
+    return builder.bitcast(v, _vec(_i32, lanes))
+
+
+def _lanes_st(builder, ops, db, tb):
+    """<16 x i32> [S_0..S_7, T_0..T_7] of the decoded weight record at ``db`` against the 8
+    activations of the lane tile at ``tb``."""
+    zero = ir.Constant(_vec(_i32, 16), [0] * 16)
+    xs = []
+    for s in range(8):   # lane (a, h): 16 products of sub-block s, |.| <= 30720
+        acc = zero
+        for i in range(4):
+            wq = _bcast(builder, db, 32 * s + 8 * i, _i64, 1, 16)
+            xv = _load(builder, tb, LANE_Q_AT + 64 * (4 * s + i), _vec(_i32, 16))
+            acc = builder.call(ops.dpbusd, [acc, wq, xv])
+        xs.append(acc)
+    s_acc = zero
+    for p in range(4):   # packssdw(X_2p, X_2p+1): 128-bit chunk c = [X_2p lanes 4c..4c+3, X_2p+1 ...]
+        packed = builder.bitcast(builder.call(ops.packssdw, [xs[2 * p], xs[2 * p + 1]]),
+                                 _vec(_i32, 16))
+        pat = _bcast(builder, db, DEC_SC_AT + 16 * p, _i32, 4, 16)
+        s_acc = builder.call(ops.dpwssd, [s_acc, packed, pat])
+    t_acc = zero
+    for p in range(4):   # lane (a, parity): bsum pair of sub-block 2p + parity times its min
+        bs = _load(builder, tb, LANE_BSUM_AT + 64 * p, _vec(_i32, 16))
+        mp = _bcast(builder, db, DEC_M_AT + 8 * p, _i64, 1, 16)
+        t_acc = builder.call(ops.dpwssd, [t_acc, bs, mp])
+    s_lab = [("S", 2 * (l // 4) + (l % 4) % 2) for l in range(16)]
+    t_lab = [("T", l // 2) for l in range(16)]
+    st, labels = _merge_labeled(builder, s_acc, s_lab, t_acc, t_lab)
+    assert labels == [("S", k) for k in range(8)] + [("T", k) for k in range(8)], labels
+    return st
+
+
+@intrinsic
+def accumulate_lanes_vnni(typingctx, dec, dec_off, t, t_off, acc, acc_at, first):
+    """Fold the record values of the decoded weight record at byte ``dec_off`` of ``dec``
+    against the 8 activations of the lane tile at byte ``t_off`` of ``t`` into
+    ``acc.flat[acc_at:acc_at+8]`` (acc = v if ``first`` else R32(acc + v), lane by lane)."""
+    if not (isinstance(dec, types.Array) and isinstance(t, types.Array)
+            and isinstance(acc, types.Array) and acc.dtype == types.float32):
+        return None
+    sig = types.none(dec, types.intp, t, types.intp, acc, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        d_arr, d_off_v, t_arr, t_off_v, acc_arr, acc_at_v, first_v = args
+        ops = _Ops(builder, True)
+        ops.packssdw = _decl(builder, "llvm.x86.avx512.packssdw.512", _vec(_i16, 32),
+                             [_vec(_i32, 16), _vec(_i32, 16)])
+        # dpwssd(acc, a, b): acc + the two int16 x int16 products of each i32 lane (exact)
+        ops.dpwssd = _decl(builder, "llvm.x86.avx512.vpdpwssd.512", _vec(_i32, 16),
+                           [_vec(_i32, 16), _vec(_i32, 16), _vec(_i32, 16)])
+        db = _ptr(context, builder, signature.args[0], d_arr, d_off_v)
+        tb = _ptr(context, builder, signature.args[2], t_arr, t_off_v)
+        st = builder.sitofp(_lanes_st(builder, ops, db, tb), _vec(ir.FloatType(), 16))
+        dd = _load(builder, db, DEC_D_AT, _vec(ir.FloatType(), 2))
+        dd = _splat_lanes(builder, dd, [0] * 8 + [1] * 8)
+        prod = builder.fmul(dd, st)                  # [p_0..p_7, n_0..n_7], one rounding each
+        lo = _splat_lanes(builder, prod, range(8))
+        hi = _splat_lanes(builder, prod, range(8, 16))
+        ds = _load(builder, tb, LANE_DS_AT, _vec(ir.FloatType(), 8))
+        v = builder.fmul(ds, builder.fsub(lo, hi))   # v = R32(ds * R32(p - n))
+        acc_ptr = builder.gep(_float_array_ptr(context, builder, signature.args[4], acc_arr),
+                              [acc_at_v])
+        _fold_into(builder, acc_ptr, v, first_v)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
 @intrinsic
 def array_address(typingctx, arr):
     """The data pointer of ``arr`` as an integer (to align scratch buffers)."""
