@@ -184,3 +184,23 @@ def test_lane_tile_layout_covers_every_quant_once():
     assert sorted(elems) == list(range(256))
     assert _simd_q4_k.LANE_BSUM_AT == 2048 and _simd_q4_k.LANE_DS_AT == 2304
     assert _simd_q4_k.LANE_DS_AT + 32 <= _simd_q4_k.LANE_TILE_BYTES
+
+
+@pytest.mark.parametrize("batch", [8, 33])
+def test_public_gemm_and_matmul_any_threads(rng, batch):
+    """qk.gemm / qk.matmul through the row-parallel driver (each chunk repacks the activations;
+    rows not a multiple of 8 per chunk) equal the portable loops for every thread count."""
+    import numba_qk as qk
+
+    w = _wild(rng, 21, 3)
+    x = _wild_acts(rng, batch, 3)
+    want = _portable(w, x)
+    for threads in (1, 2, 3):
+        got = qk.gemm(w, x, lhs_format=qk.quant.q4_k, rhs_format=qk.quant.q8_k, threads=threads)
+        assert_same_f32(got, want, f"threads={threads}")
+    wl = random_q4_k(rng, 21 * 3).reshape(21, 3, 144)
+    xf = rng.standard_normal((batch, 3 * 256)).astype(np.float32)
+    xq = qk.quantize(xf.reshape(-1, 256), format=qk.quant.q8_k).reshape(batch, 3, 292)
+    for threads in (1, 2):
+        assert_same_f32(qk.matmul(wl, xf, lhs_format=qk.quant.q4_k, threads=threads),
+                        _portable(wl, xq), f"matmul threads={threads}")
