@@ -109,6 +109,15 @@ class _Ops:
             self.maddwd = self.maddwd8
 
 
+def _vcall(builder, fn, args):
+    """Call ``fn`` with each vector argument bitcast to the parameter type it declares (same
+    bit width): the VNNI intrinsics take <64 x i8> / <32 x i16> operands, callers often hold
+    the same bits as <16 x i32>."""
+    params = fn.function_type.args
+    return builder.call(fn, [x if x.type == t else builder.bitcast(x, t)
+                             for x, t in zip(args, params)])
+
+
 def _reduce_many(builder, vecs):
     """Horizontal sums of n equal-length i32 vectors as one <n x i32> vector (n a power of
     two, at most the lane count): pairwise lane sums that keep each vector's lanes together,

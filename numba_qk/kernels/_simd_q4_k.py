@@ -36,8 +36,9 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from ..formats import quant
-from ._simd import (HAVE_AVX512, _Ops, _gather_f16, _gather_f32, _i8, _i16, _i32, _i64, _load,
-                    _ptr, _reduce_many, _splat_lanes, _tile_fold, _vec)
+from ._simd import (HAVE_AVX512, HAVE_VNNI, _Ops, _decl, _vcall, _float_array_ptr, _fold_into,
+                    _gather_f16, _gather_f32, _i8, _i16, _i32, _i64, _load, _ptr, _reduce_many,
+                    _splat_lanes, _tile_fold, _vec)
 
 __all__ = ["q4_k_q8_k_sums", "q4_k_q8_k_sums_avx2", "q4_k_q8_k_sums_avx512",
            "accumulate_rows_x8", "accumulate_rows_x8_avx2", "accumulate_rows_x8_avx512",
@@ -212,3 +213,320 @@ accumulate_acts_x8_avx512 = _make_accumulate(wide=True, over_rows=False)
 q4_k_q8_k_sums = q4_k_q8_k_sums_avx512 if HAVE_AVX512 else q4_k_q8_k_sums_avx2
 accumulate_rows_x8 = accumulate_rows_x8_avx512 if HAVE_AVX512 else accumulate_rows_x8_avx2
 accumulate_acts_x8 = accumulate_acts_x8_avx512 if HAVE_AVX512 else accumulate_acts_x8_avx2
+
+
+# ---- GEMM micro-kernel with AVX-512 VNNI (vpdpbusd) over a repacked activation tile ----------
+#
+# The activations of a gemm are repacked once per call (``dot.py``: ``_repack_acts``) into tiles
+# of 8 Q8_K records per record index b, TILE_BYTES bytes each:
+#
+#     [0, 2048)      quants of activation k at 256*k, dword-permuted (below)
+#     [2048, 2304)   bsum[16] of activation k at 2048 + 32*k (int16, as stored)
+#     [2304, 2336)   ds of activation k at 2304 + 4*k (f32, bits kept)
+#
+# Dword permutation: repacked vector v (bytes 64v..64v+63 of an activation's 256) holds in its
+# i32 lane k the four quants of sub-block s = k // 2 at natural elements 32*s + 4*(2v + k%2) ..
+# + 3.  So lane k of all four vectors belongs to one sub-block, and four chained vpdpbusd leave
+# in lane k the exact sum of 16 products q*x of that sub-block, |.| <= 16*15*128 = 30720, which
+# fits an int16.  The weight record is decoded once per tile into the same order: packed dword
+# 8*(s//2) + dw holds the quants of sub-block s (low nibbles for even s, high for odd s) at
+# elements 32*s + 4*dw .. + 3, so vector v = vpermt2d of the two 64-byte halves of the packed
+# quants, shifted right by 0 or 4 per lane and masked to nibbles.
+#
+# Scales: two pairs' lane sums are packed to int16 (vpackssdw, exact since |.| <= 30720) and one
+# vpmaddwd with the repeated sub-block scales gives sc[s] * (lane + lane') for both pairs.  T: one
+# vpmaddwd of two activations' bsum (32 x i16) against [m0, m0, m1, m1, ..., m7, m7] twice.
+# Every integer step is exact, so S and T equal the portable loop's; the float steps are then
+# done lane-wise across the 8 activations (one IEEE instruction per spec step), and folded
+# into acc lane by lane.
+
+TILE_ACTS = 8
+TILE_Q_AT = 0
+TILE_BSUM_AT = 256 * TILE_ACTS
+TILE_DS_AT = TILE_BSUM_AT + 32 * TILE_ACTS
+TILE_BYTES = 37 * 64      # 2336 bytes used, padded to a multiple of 64 (keeps tiles aligned)
+
+
+def vnni_lane_source(v: int, k: int) -> int:
+    """Natural element index of the first of the four quants in i32 lane ``k`` of repacked
+    vector ``v`` (shared by the activation repack and the weight decode)."""
+    s = k // 2
+    return 32 * s + 4 * (2 * v + k % 2)
+
+
+def _vnni_decode_weights(builder, wbase):
+    """Decoded Q4_K record for the VNNI kernel: four <16 x i32> quant vectors (repacked order),
+    the <32 x i16> scale pattern for packed pairs, the <32 x i16> m pattern, and <16 x float>
+    [d]*8 + [dmin]*8."""
+    p0 = _load(builder, wbase, _K_QS_AT, _vec(_i32, 16))
+    p1 = _load(builder, wbase, _K_QS_AT + 64, _vec(_i32, 16))
+    shifts = ir.Constant(_vec(_i32, 16), [4 * ((k // 2) % 2) for k in range(16)])
+    nib = ir.Constant(_vec(_i32, 16), [0x0F0F0F0F] * 16)
+    quants = []
+    for v in range(4):
+        # packed dword of lane k: 8*(s//2) + dw with s = k//2, dw = 2v + k%2
+        idx = [8 * (k // 4) + 2 * v + k % 2 for k in range(16)]
+        r = builder.shuffle_vector(p0, p1, ir.Constant(_vec(_i32, 16), idx))
+        quants.append(builder.and_(builder.lshr(r, shifts), nib))
+    sc16, m16 = _unpack_scales(builder, wbase)
+    sc_pattern = []
+    for blk in range(4):            # vpackssdw(A, B) per 128-bit block: A[4L..4L+3], B[4L..4L+3]
+        one = [2 * blk, 2 * blk, 2 * blk + 1, 2 * blk + 1]
+        sc_pattern += one + one
+    scales = _splat_lanes(builder, sc16, sc_pattern)
+    mins = _splat_lanes(builder, m16, [k // 2 for k in range(16)] * 2)
+    dd = builder.fpext(_load(builder, wbase, _K_D_AT, _vec(ir.HalfType(), 2)),
+                       _vec(ir.FloatType(), 2))
+    dd = _splat_lanes(builder, dd, [0] * 8 + [1] * 8)
+    return quants, scales, mins, dd
+
+
+def _merge_labeled(builder, a, la, b, lb):
+    """One reduction step: lanes of ``a`` (labels ``la``) paired with a lane of the same label
+    and summed into the first half, likewise ``b`` into the second half (pairs in label order).
+    Integer adds of exact values: exact."""
+    def pairs(labels):
+        by = {}
+        for i, lab in enumerate(labels):
+            by.setdefault(lab, []).append(i)
+        out = []
+        for lab in sorted(by):
+            idx = by[lab]
+            assert len(idx) % 2 == 0, "every label must occupy an even number of lanes"
+            out += [(lab, idx[j], idx[j + 1]) for j in range(0, len(idx), 2)]
+        return out
+    pa, pb = pairs(la), pairs(lb)
+    width = a.type.count
+    assert len(pa) == len(pb) == width // 2
+    first = [i for _, i, _ in pa] + [width + i for _, i, _ in pb]
+    second = [j for _, _, j in pa] + [width + j for _, _, j in pb]
+    v = builder.add(builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, width), first)),
+                    builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, width), second)))
+    return v, [lab for lab, _, _ in pa] + [lab for lab, _, _ in pb]
+
+
+def _reduce_labeled(builder, items):
+    """Pairwise-merge (vector, labels) items until one remains (len(items) a power of two)."""
+    while len(items) > 1:
+        items = [_merge_labeled(builder, *items[i], *items[i + 1]) for i in range(0, len(items), 2)]
+    return items[0]
+
+
+def _vnni_tile_st(builder, ops, weights, tbase):
+    """<16 x i32> [S_0..S_7, T_0..T_7] of one decoded weight record against the 8 activations of
+    the repacked tile at ``tbase``."""
+    quants, scales, mins, _ = weights
+    zero = ir.Constant(_vec(_i32, 16), [0] * 16)
+    lane_acc = []
+    for k in range(TILE_ACTS):
+        acc = zero
+        for v in range(4):
+            xv = _load(builder, tbase, TILE_Q_AT + 256 * k + 64 * v, _vec(_i32, 16))
+            acc = _vcall(builder, ops.dpbusd, [acc, quants[v], xv])
+        lane_acc.append(acc)
+    s_items = []
+    for k in range(0, TILE_ACTS, 2):
+        packed = builder.call(ops.packssdw, [lane_acc[k], lane_acc[k + 1]])
+        labels = []
+        for _blk in range(4):
+            labels += [("S", k), ("S", k), ("S", k + 1), ("S", k + 1)]
+        s_items.append((builder.call(ops.maddwd, [packed, scales]), labels))
+    t_items = []
+    for k in range(0, TILE_ACTS, 2):
+        bs = _load(builder, tbase, TILE_BSUM_AT + 32 * k, _vec(_i16, 32))
+        t_items.append((builder.call(ops.maddwd, [bs, mins]), [("T", k)] * 8 + [("T", k + 1)] * 8))
+    s_vec, s_lab = _reduce_labeled(builder, s_items)
+    t_vec, t_lab = _reduce_labeled(builder, t_items)
+    st, labels = _merge_labeled(builder, s_vec, s_lab, t_vec, t_lab)
+    assert labels == [("S", k) for k in range(8)] + [("T", k) for k in range(8)], labels
+    return st
+
+
+def _make_vnni_tile():
+    @intrinsic
+    def accumulate_tile_vnni(typingctx, w, w_off, t, t_off, acc, acc_at, first):
+        """Fold the record values of the Q4_K record at byte ``w_off`` of ``w`` against the 8
+        repacked activations at byte ``t_off`` of ``t`` into ``acc.flat[acc_at:acc_at+8]``
+        (acc = v if ``first`` else R32(acc + v), lane by lane)."""
+        if not (isinstance(w, types.Array) and isinstance(t, types.Array)
+                and isinstance(acc, types.Array) and acc.dtype == types.float32):
+            return None
+        sig = types.none(w, types.intp, t, types.intp, acc, types.intp, types.intp)
+
+        def codegen(context, builder, signature, args):
+            w_arr, w_off_v, t_arr, t_off_v, acc_arr, acc_at_v, first_v = args
+            ops = _Ops(builder, True, vnni=True)
+            ops.packssdw = _decl(builder, "llvm.x86.avx512.packssdw.512", _vec(_i16, 32),
+                                 [_vec(_i32, 16), _vec(_i32, 16)])
+            wb = _ptr(context, builder, signature.args[0], w_arr, w_off_v)
+            tb = _ptr(context, builder, signature.args[2], t_arr, t_off_v)
+            weights = _vnni_decode_weights(builder, wb)
+            st = builder.sitofp(_vnni_tile_st(builder, ops, weights, tb), _vec(ir.FloatType(), 16))
+            prod = builder.fmul(weights[3], st)          # [p_0..p_7, n_0..n_7], one rounding each
+            lo = _splat_lanes(builder, prod, range(8))
+            hi = _splat_lanes(builder, prod, range(8, 16))
+            ds = _load(builder, tb, TILE_DS_AT, _vec(ir.FloatType(), 8))
+            v = builder.fmul(ds, builder.fsub(lo, hi))  # v = R32(ds * R32(p - n))
+            acc_ptr = builder.gep(_float_array_ptr(context, builder, signature.args[4], acc_arr),
+                                  [acc_at_v])
+            _fold_into(builder, acc_ptr, v, first_v)
+            return context.get_dummy_value()
+        return sig, codegen
+    return accumulate_tile_vnni
+
+
+# ---- Lane-per-activation GEMM micro-kernel (AVX-512 VNNI) ------------------------------------
+#
+# Weights are decoded once per gemm call (per row block) into DEC_BYTES per record:
+#
+#     [0, 256)     the 256 quants, one byte each, in element order
+#     [256, 320)   four 16-byte scale patterns: p -> int16 [sc[2p]] * 4 + [sc[2p+1]] * 4
+#     [320, 352)   four 8-byte min patterns: p -> int16 [m[2p], m[2p], m[2p+1], m[2p+1]]
+#     [352, 360)   d, dmin as f32 (exact widening)
+#
+# Activations are repacked once per call into tiles of 8 (LANE_TILE_BYTES per record index b):
+#
+#     [0, 2048)      for sub-block s, step i: 64 bytes at 64*(4s+i); activation a's 8 quants of
+#                    elements 32s + 8i .. + 7 at + 8a
+#     [2048, 2304)   for p in 0..3: 64 bytes at 2048 + 64p; activation a's bsum[4p .. 4p+3] at + 8a
+#     [2304, 2336)   ds of activation a at 2304 + 4a
+#
+# An i32 lane l of a 64-byte vector is (activation l // 2, half l % 2), so the weight operand of
+# vpdpbusd is one broadcast qword of decoded quants (a load, no shuffle) and four chained
+# vpdpbusd leave in each lane the exact sum of 16 products of one sub-block (|.| <= 30720).  Two
+# sub-blocks' lanes are packed to int16 (exact) and vpdpwssd multiplies them by the scale
+# pattern and accumulates: S lanes stay per activation, no horizontal reduction but the last.
+# T: vpdpwssd of each activation's bsum pairs against the min patterns.  Integer steps exact;
+# the float steps lane-wise across the 8 activations, one IEEE instruction per spec step.
+
+DEC_BYTES = 6 * 64
+DEC_SC_AT, DEC_M_AT, DEC_D_AT = 256, 320, 352
+LANE_TILE_BYTES = TILE_BYTES
+LANE_Q_AT, LANE_BSUM_AT, LANE_DS_AT = 0, 2048, 2304
+
+
+@intrinsic
+def q4_k_decode_for_lanes(typingctx, w, w_off, dec, dec_off):
+    """Decode the Q4_K record at byte ``w_off`` of ``w`` into DEC_BYTES at ``dec_off`` of
+    ``dec`` (layout above)."""
+    if not (isinstance(w, types.Array) and isinstance(dec, types.Array)):
+        return None
+    sig = types.none(w, types.intp, dec, types.intp)
+
+    def codegen(context, builder, signature, args):
+        wb = _ptr(context, builder, signature.args[0], args[0], args[1])
+        db = _ptr(context, builder, signature.args[2], args[2], args[3])
+
+        def store(offset, v):
+            ptr = builder.gep(db, [ir.Constant(_i64, offset)])
+            builder.store(v, builder.bitcast(ptr, v.type.as_pointer()), align=1)
+
+        low4 = ir.Constant(_vec(_i8, 64), [0x0F] * 64)
+        four = ir.Constant(_vec(_i8, 64), [4] * 64)
+        for h in range(2):
+            qs = _load(builder, wb, _K_QS_AT + 64 * h, _vec(_i8, 64))
+            lo = builder.and_(qs, low4)
+            hi = builder.lshr(qs, four)
+            for c in range(2):  # packed chunk j = 2h + c: sub-blocks 2j (low), 2j + 1 (high)
+                order = [32 * c + k for k in range(32)] + [64 + 32 * c + k for k in range(32)]
+                store(64 * (2 * h + c),
+                      builder.shuffle_vector(lo, hi, ir.Constant(_vec(_i32, 64), order)))
+        sc16, m16 = _unpack_scales(builder, wb)
+        sc_idx = []
+        for p in range(4):
+            sc_idx += [2 * p] * 4 + [2 * p + 1] * 4
+        store(DEC_SC_AT, _splat_lanes(builder, sc16, sc_idx))
+        m_idx = []
+        for p in range(4):
+            m_idx += [2 * p, 2 * p, 2 * p + 1, 2 * p + 1]
+        store(DEC_M_AT, _splat_lanes(builder, m16, m_idx))
+        store(DEC_D_AT, builder.fpext(_load(builder, wb, _K_D_AT, _vec(ir.HalfType(), 2)),
+                                      _vec(ir.FloatType(), 2)))
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+def _bcast(builder, base, offset, elem_ty, n_elems, lanes):
+    """<lanes x i32> of the ``n_elems`` ``elem_ty`` values at ``offset`` repeated (a broadcast
+    load)."""
+    v = _load(builder, base, offset, _vec(elem_ty, n_elems))
+    v = _splat_lanes(builder, v, list(range(n_elems)) * (lanes * 32 // (elem_ty.width * n_elems)))
+    return builder.bitcast(v, _vec(_i32, lanes))
+
+
+def _lanes_st(builder, ops, db, tb):
+    """<16 x i32> [S_0..S_7, T_0..T_7] of the decoded weight record at ``db`` against the 8
+    activations of the lane tile at ``tb``."""
+    zero = ir.Constant(_vec(_i32, 16), [0] * 16)
+    xs = []
+    for s in range(8):   # lane (a, h): 16 products of sub-block s, |.| <= 30720
+        acc = zero
+        for i in range(4):
+            wq = _bcast(builder, db, 32 * s + 8 * i, _i64, 1, 16)
+            xv = _load(builder, tb, LANE_Q_AT + 64 * (4 * s + i), _vec(_i32, 16))
+            acc = _vcall(builder, ops.dpbusd, [acc, wq, xv])
+        xs.append(acc)
+    s_acc = zero
+    for p in range(4):   # packssdw(X_2p, X_2p+1): 128-bit chunk c = [X_2p lanes 4c..4c+3, X_2p+1 ...]
+        packed = builder.bitcast(builder.call(ops.packssdw, [xs[2 * p], xs[2 * p + 1]]),
+                                 _vec(_i32, 16))
+        pat = _bcast(builder, db, DEC_SC_AT + 16 * p, _i32, 4, 16)
+        s_acc = _vcall(builder, ops.dpwssd, [s_acc, packed, pat])
+    t_acc = zero
+    for p in range(4):   # lane (a, parity): bsum pair of sub-block 2p + parity times its min
+        bs = _load(builder, tb, LANE_BSUM_AT + 64 * p, _vec(_i32, 16))
+        mp = _bcast(builder, db, DEC_M_AT + 8 * p, _i64, 1, 16)
+        t_acc = _vcall(builder, ops.dpwssd, [t_acc, bs, mp])
+    s_lab = [("S", 2 * (l // 4) + (l % 4) % 2) for l in range(16)]
+    t_lab = [("T", l // 2) for l in range(16)]
+    st, labels = _merge_labeled(builder, s_acc, s_lab, t_acc, t_lab)
+    assert labels == [("S", k) for k in range(8)] + [("T", k) for k in range(8)], labels
+    return st
+
+
+@intrinsic
+def accumulate_lanes_vnni(typingctx, dec, dec_off, t, t_off, acc, acc_at, first):
+    """Fold the record values of the decoded weight record at byte ``dec_off`` of ``dec``
+    against the 8 activations of the lane tile at byte ``t_off`` of ``t`` into
+    ``acc.flat[acc_at:acc_at+8]`` (acc = v if ``first`` else R32(acc + v), lane by lane)."""
+    if not (isinstance(dec, types.Array) and isinstance(t, types.Array)
+            and isinstance(acc, types.Array) and acc.dtype == types.float32):
+        return None
+    sig = types.none(dec, types.intp, t, types.intp, acc, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        d_arr, d_off_v, t_arr, t_off_v, acc_arr, acc_at_v, first_v = args
+        ops = _Ops(builder, True, vnni=True)   # dpwssd: acc + two i16 x i16 products per lane
+        ops.packssdw = _decl(builder, "llvm.x86.avx512.packssdw.512", _vec(_i16, 32),
+                             [_vec(_i32, 16), _vec(_i32, 16)])
+        db = _ptr(context, builder, signature.args[0], d_arr, d_off_v)
+        tb = _ptr(context, builder, signature.args[2], t_arr, t_off_v)
+        st = builder.sitofp(_lanes_st(builder, ops, db, tb), _vec(ir.FloatType(), 16))
+        dd = _load(builder, db, DEC_D_AT, _vec(ir.FloatType(), 2))
+        dd = _splat_lanes(builder, dd, [0] * 8 + [1] * 8)
+        prod = builder.fmul(dd, st)                  # [p_0..p_7, n_0..n_7], one rounding each
+        lo = _splat_lanes(builder, prod, range(8))
+        hi = _splat_lanes(builder, prod, range(8, 16))
+        ds = _load(builder, tb, LANE_DS_AT, _vec(ir.FloatType(), 8))
+        v = builder.fmul(ds, builder.fsub(lo, hi))   # v = R32(ds * R32(p - n))
+        acc_ptr = builder.gep(_float_array_ptr(context, builder, signature.args[4], acc_arr),
+                              [acc_at_v])
+        _fold_into(builder, acc_ptr, v, first_v)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def array_address(typingctx, arr):
+    """The data pointer of ``arr`` as an integer (to align scratch buffers)."""
+    if not isinstance(arr, types.Array):
+        return None
+    sig = types.intp(arr)
+
+    def codegen(context, builder, signature, args):
+        data = _float_array_ptr(context, builder, signature.args[0], args[0])
+        return builder.ptrtoint(data, _i64)
+    return sig, codegen
+
+
+accumulate_tile_vnni = _make_vnni_tile()   # used only where HAVE_VNNI

@@ -1,0 +1,207 @@
+"""The Q4_K x Q8_K gemm with AVX-512 VNNI (``dot._vnni_gemm``), both of its kernels:
+
+* ``pairs`` (``_vnni_gemm_blocked``, batch < 32): activations repacked once per call into
+  dword-permuted tiles of 8, each weight record decoded per tile, horizontal sums per pair;
+* ``lanes`` (``_lanes_gemm_blocked``, batch >= 32): weights decoded once per call, one i32 lane
+  per (activation, half sub-block), broadcast weight operands, vpdpwssd for the scales.
+
+vpdpbusd does the exact integer work, the float steps run lane-wise across activations.  Every
+output must equal the portable loops bit for bit (NaN == NaN) on any bytes, adversarial fields
+and odd shapes / strides / alignments."""
+
+import numpy as np
+import pytest
+
+from conftest import assert_same_f32
+from records import F16_SPECIALS, F32_SPECIALS, random_q4_k, random_q8_k
+
+from numba_qk.kernels import _simd, _simd_q4_k, dot
+
+needs_vnni = pytest.mark.skipif(not (_simd.HAVE_VNNI and _simd.HAVE_AVX512),
+                                reason="no AVX-512 VNNI on this machine")
+
+
+def _portable(w, x):
+    out = np.empty((x.shape[0], w.shape[0]), np.float32)
+    dot._gemm_loop(w, x, out)
+    return out
+
+
+KERNELS = ["pairs", "lanes"]
+
+
+def _vnni(w, x, kernel="pairs", row_bytes=1 << 20, record_block=8):
+    out = np.full((x.shape[0], w.shape[0]), np.float32(12345.0))
+    fn = dot._vnni_gemm_blocked if kernel == "pairs" else dot._lanes_gemm_blocked
+    fn(w, x, out, row_bytes, record_block)
+    return out
+
+
+def test_lane_permutation_is_a_sub_block_preserving_bijection():
+    """Repacked vector v, lane k <- natural dword vnni_lane_source(v, k) // 4: every dword of
+    the 256 quants exactly once, and lane k of the four vectors always one sub-block (so the
+    chained vpdpbusd sum of a lane never mixes sub-blocks)."""
+    src = [_simd_q4_k.vnni_lane_source(v, k) for v in range(4) for k in range(16)]
+    assert sorted(src) == list(range(0, 256, 4))
+    for k in range(16):
+        assert len({_simd_q4_k.vnni_lane_source(v, k) // 32 for v in range(4)}) == 1
+    # 16 products of a 4-bit quant and an int8 per lane: the pack to int16 cannot saturate
+    assert 16 * 15 * 128 <= 32767
+
+
+def _wild(rng, rows, g):
+    """Any bytes: NaN/inf/subnormal/±0 d and dmin, every scale pattern, max codes."""
+    w = rng.integers(0, 256, size=(rows, g, 144), dtype=np.uint8)
+    specials = list(F16_SPECIALS.values())
+    for r in range(rows):
+        for b in range(g):
+            if rng.random() < 0.5:
+                d = specials[rng.integers(len(specials))]
+                w[r, b, 0:2] = [d & 0xFF, d >> 8]
+            if rng.random() < 0.5:
+                d = specials[rng.integers(len(specials))]
+                w[r, b, 2:4] = [d & 0xFF, d >> 8]
+    return w
+
+
+def _wild_acts(rng, batch, g):
+    x = rng.integers(0, 256, size=(batch, g, 292), dtype=np.uint8)
+    specials = list(F32_SPECIALS.values())
+    for a in range(batch):
+        for b in range(g):
+            if rng.random() < 0.5:
+                x[a, b, 0:4] = np.frombuffer(
+                    np.uint32(specials[rng.integers(len(specials))]).tobytes(), np.uint8)
+    return x
+
+
+@needs_vnni
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("batch", [1, 7, 8, 9, 17])
+@pytest.mark.parametrize("rows, g", [(1, 1), (7, 3), (9, 9), (16, 17)])
+def test_vnni_gemm_equals_the_loops_on_any_bytes(rng, kernel, batch, rows, g):
+    w = _wild(rng, rows, g)
+    x = _wild_acts(rng, batch, g)
+    assert_same_f32(_vnni(w, x, kernel), _portable(w, x))
+
+
+@needs_vnni
+@pytest.mark.parametrize("batch", [31, 32, 33])
+def test_vnni_gemm_dispatch_both_sides_of_the_threshold(rng, batch):
+    """The public kernel (``gemm_q4_k_q8_k``) around the pairs/lanes threshold."""
+    assert dot._LANES_MIN_BATCH == 32
+    w = _wild(rng, 9, 2)
+    x = _wild_acts(rng, batch, 2)
+    out = np.empty((batch, 9), np.float32)
+    dot.gemm_q4_k_q8_k(w, x, out)
+    assert_same_f32(out, _portable(w, x))
+
+
+@needs_vnni
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_vnni_gemm_extreme_codes_and_scales(rng, kernel):
+    """All-0xFF weights (q = 15, sc = m = 63) against q = -128 / 127 activations: the largest
+    lane sums (|.| = 30720 before the int16 pack) and bsum at both int16 extremes."""
+    g = 3
+    w = np.zeros((10, g, 144), np.uint8)
+    w[0:4] = 0xFF
+    w[4:8] = random_q4_k(rng, 4 * g).reshape(4, g, 144)
+    w[6:8, :, 4:144] = 0xFF            # max scales and codes with finite d
+    w[8:10, :, 16:] = 0xFF             # max codes, zero scales
+    x = np.zeros((11, g, 292), np.uint8)
+    x[:] = random_q8_k(rng, g)[None]
+    x[0:3, :, 4:260] = 0x80            # q = -128
+    x[3:6, :, 4:260] = 0x7F            # q = 127
+    x[6:8, :, 260:292:2] = 0x00
+    x[6:8, :, 261:292:2] = 0x80        # bsum = -32768 (illegal but used as stored)
+    x[8:10, :, 260:292:2] = 0xFF
+    x[8:10, :, 261:292:2] = 0x7F       # bsum = 32767
+    for a, bits in enumerate([0x80000000, 0x7F800000, 0x7FC00001, 0x00000001, 0x3F800000]):
+        x[a, 0, 0:4] = np.frombuffer(np.uint32(bits).tobytes(), np.uint8)
+    for r, bits in enumerate([0x8000, 0x0000, 0x7C00, 0xFC00, 0x7E00, 0x0001]):
+        w[r + 4, 1, 0:2] = [bits & 0xFF, bits >> 8]
+        w[r + 4, 2, 2:4] = [bits & 0xFF, bits >> 8]
+    assert_same_f32(_vnni(w, x, kernel), _portable(w, x))
+
+
+@needs_vnni
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("row_bytes, record_block", [(1, 1), (384 * 7 * 8, 2), (384 * 7 * 16, 3)])
+def test_vnni_gemm_row_and_record_blocks(rng, kernel, row_bytes, record_block):
+    """Row blocks smaller than the matrix (accumulators and decoded weights reused per block)
+    and record blocks that do not divide G: the same bits as one block."""
+    w = _wild(rng, 29, 7)
+    x = _wild_acts(rng, 13, 7)
+    assert_same_f32(_vnni(w, x, kernel, row_bytes, record_block), _portable(w, x))
+
+
+@needs_vnni
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_vnni_gemm_strided_readonly_unaligned_inputs(rng, kernel):
+    """Activations with byte stride 2, a non-contiguous batch axis, read-only and at an odd
+    address; weights read-only at an odd address.  Weights whose record bytes are strided go
+    to the portable loops."""
+    g = 5
+    w = random_q4_k(rng, 9 * g).reshape(9, g, 144)
+    x = np.stack([random_q8_k(rng, g) for _ in range(11)])
+    want = _portable(w, x)
+    wide = np.zeros((11, g, 584), np.uint8)
+    wide[:, :, ::2] = x
+    assert_same_f32(_vnni(w, wide[:, :, ::2], kernel), want)
+    every_other = np.zeros((22, g, 292), np.uint8)
+    every_other[::2] = x
+    assert_same_f32(_vnni(w, every_other[::2], kernel), want)
+    buf = np.zeros(x.size + 1, np.uint8)
+    odd = buf[1:].reshape(x.shape)
+    odd[:] = x
+    odd.flags.writeable = False
+    wbuf = np.zeros(w.size + 3, np.uint8)
+    wodd = wbuf[3:].reshape(w.shape)
+    wodd[:] = w
+    wodd.flags.writeable = False
+    assert_same_f32(_vnni(wodd, odd, kernel), want)
+    wwide = np.zeros((9, g, 288), np.uint8)
+    wwide[:, :, ::2] = w
+    assert_same_f32(_vnni(wwide[:, :, ::2], x, kernel), want)
+
+
+@needs_vnni
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_vnni_gemm_equals_the_previous_simd_gemm(rng, kernel):
+    """The pmaddubsw tile kernel (kept for CPUs without VNNI) and the VNNI ones agree."""
+    w = _wild(rng, 24, 4)
+    x = _wild_acts(rng, 19, 4)
+    old = np.empty((19, 24), np.float32)
+    dot._simd_gemm(w, x, old)
+    assert_same_f32(_vnni(w, x, kernel), old)
+
+
+def test_lane_tile_layout_covers_every_quant_once():
+    """The lanes kernel's activation layout: 32 (sub-block, step) blocks of 8 quants per
+    activation cover the 256 elements once, each block within one sub-block; four steps cover
+    a sub-block's 32 elements (so four chained vpdpbusd sum 16 products of one sub-block per
+    i32 lane: (activation, half))."""
+    elems = [32 * s + 8 * i + e for s in range(8) for i in range(4) for e in range(8)]
+    assert sorted(elems) == list(range(256))
+    assert _simd_q4_k.LANE_BSUM_AT == 2048 and _simd_q4_k.LANE_DS_AT == 2304
+    assert _simd_q4_k.LANE_DS_AT + 32 <= _simd_q4_k.LANE_TILE_BYTES
+
+
+@pytest.mark.parametrize("batch", [8, 33])
+def test_public_gemm_and_matmul_any_threads(rng, batch):
+    """qk.gemm / qk.matmul through the row-parallel driver (each chunk repacks the activations;
+    rows not a multiple of 8 per chunk) equal the portable loops for every thread count."""
+    import numba_qk as qk
+
+    w = _wild(rng, 21, 3)
+    x = _wild_acts(rng, batch, 3)
+    want = _portable(w, x)
+    for threads in (1, 2, 3):
+        got = qk.gemm(w, x, lhs_format=qk.quant.q4_k, rhs_format=qk.quant.q8_k, threads=threads)
+        assert_same_f32(got, want, f"threads={threads}")
+    wl = random_q4_k(rng, 21 * 3).reshape(21, 3, 144)
+    xf = rng.standard_normal((batch, 3 * 256)).astype(np.float32)
+    xq = qk.quantize(xf.reshape(-1, 256), format=qk.quant.q8_k).reshape(batch, 3, 292)
+    for threads in (1, 2):
+        assert_same_f32(qk.matmul(wl, xf, lhs_format=qk.quant.q4_k, threads=threads),
+                        _portable(wl, xq), f"matmul threads={threads}")
