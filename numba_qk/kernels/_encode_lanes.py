@@ -1,0 +1,249 @@
+"""Sub-block lanes for the K-quant encoders: ggml's per-sub-block searches run side by side.
+
+ggml's ``make_qkx2_quants`` (Q2_K, Q4_K, Q5_K) is called once per sub-block, and each call is
+one long chain of dependent f32 additions (three running sums per candidate scale, then a
+running error) -- latency-bound, one element at a time.  The sub-blocks of a block are
+independent, so here lane ``j`` of an 8-wide vector runs sub-block ``j``'s call: every lane
+performs exactly the f32 operations of the scalar transcription, in the same order (IEEE
+vector instructions without fast-math flags, one rounding each, no FMA), and each lane keeps
+its own state (current min, best error, chosen scale), so the bits are those of the scalar
+code (``q4_k_encode.make_qkx2_quants_mad``), which stays as the portable definition.
+
+Data are transposed: ``xt[i, j]`` is element ``i`` of sub-block ``j`` (C-contiguous scratch
+arrays ``[n, nl]``, ``nl`` a multiple of 8); the two intrinsics walk ``i`` and handle the 8 lanes
+starting at column ``c0``:
+
+* ``lanes_quant_sums``: ``l = clamp(nearest_int(isc * (x - mn)), 0, nmax)`` stored as int32,
+  and the running sums ``sum_l += w*l``, ``sum_l2 += (w*l)*l``, ``sum_xl += (w*l)*x``.
+* ``lanes_error``: ``err += w * e(((a*l) + b) - x)`` with ``e`` = square or ``fabs``.
+
+``ENCODE_LANES`` is False under ``NUMBA_DISABLE_JIT`` (intrinsics cannot run there) or
+``NUMBA_QK_PORTABLE=1``; the encoders then call the scalar transcription (same bits).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from llvmlite import ir
+from numba import config
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+from .._jit import kernel
+
+ENCODE_LANES = (not config.DISABLE_JIT
+                and os.environ.get("NUMBA_QK_PORTABLE", "") in ("", "0"))
+
+_W = 8  # lanes per vector
+_f32 = ir.FloatType()
+_i32 = ir.IntType(32)
+_i64 = ir.IntType(64)
+_VF = ir.VectorType(_f32, _W)
+_VI = ir.VectorType(_i32, _W)
+
+
+def _data(context, builder, arrty, arr):
+    return context.make_array(arrty)(context, builder, arr).data
+
+
+def _vptr(builder, base, idx, vty):
+    return builder.bitcast(builder.gep(base, [idx]), vty.as_pointer())
+
+
+def _splat(builder, v, vty):
+    undef = ir.Constant(vty, ir.Undefined)
+    v1 = builder.insert_element(undef, v, ir.Constant(_i32, 0))
+    return builder.shuffle_vector(v1, undef, ir.Constant(ir.VectorType(_i32, _W), [0] * _W))
+
+
+def _cint(v):
+    return ir.Constant(_VI, [v] * _W)
+
+
+def _i64_of(builder, v):
+    return builder.sext(v, _i64) if v.type.width < 64 else v
+
+
+@intrinsic
+def lanes_quant_sums(typingctx, xt, wt, mn, isc, nmax, laux, sums, n, c0, ld):
+    """Lanes ``c0..c0+7``: ``laux[i, j] = clamp(nearest_int(isc[j]*(xt[i, j] - mn[j])), 0,
+    nmax)`` for ``i < n`` and the sums ``sums[0, j] = sum w*l``, ``sums[1, j] = sum (w*l)*l``,
+    ``sums[2, j] = sum (w*l)*x`` (f32, in order of ``i``).  Arrays C-contiguous, row length ``ld``."""
+    sig = types.void(xt, wt, mn, isc, nmax, laux, sums, n, c0, ld)
+
+    def codegen(context, builder, signature, args):
+        px, pw, pmn, pisc, _, pl, ps = (
+            _data(context, builder, signature.args[k], args[k]) if k != 4 else None
+            for k in range(7))
+        nmax_v = builder.trunc(args[4], _i32) if args[4].type.width > 32 else args[4]
+        n_v, c0_v, ld_v = (_i64_of(builder, args[k]) for k in (7, 8, 9))
+        mnv = builder.load(_vptr(builder, pmn, c0_v, _VF), align=4)
+        iscv = builder.load(_vptr(builder, pisc, c0_v, _VF), align=4)
+        nmaxv = _splat(builder, nmax_v, _VI)
+        zero_f = ir.Constant(_VF, [0.0] * _W)
+        accs = [cgutils.alloca_once_value(builder, zero_f) for _ in range(3)]
+        magic = ir.Constant(_VF, [12582912.0] * _W)
+        with cgutils.for_range(builder, n_v) as loop:
+            off = builder.add(builder.mul(loop.index, ld_v), c0_v)
+            xv = builder.load(_vptr(builder, px, off, _VF), align=4)
+            wv = builder.load(_vptr(builder, pw, off, _VF), align=4)
+            t = builder.fmul(iscv, builder.fsub(xv, mnv))
+            bits = builder.bitcast(builder.fadd(t, magic), _VI)
+            l = builder.sub(builder.and_(bits, _cint(0x007FFFFF)), _cint(0x00400000))
+            l = builder.select(builder.icmp_signed("<", nmaxv, l), nmaxv, l)   # MIN(nmax, l)
+            l = builder.select(builder.icmp_signed("<", l, _cint(0)), _cint(0), l)  # MAX(0, .)
+            builder.store(l, _vptr(builder, pl, off, _VI), align=4)
+            fl = builder.sitofp(l, _VF)
+            wl = builder.fmul(wv, fl)
+            for acc, term in zip(accs, (wl, builder.fmul(wl, fl), builder.fmul(wl, xv))):
+                builder.store(builder.fadd(builder.load(acc), term), acc)
+        for k, acc in enumerate(accs):
+            at = builder.add(builder.mul(ir.Constant(_i64, k), ld_v), c0_v)
+            builder.store(builder.load(acc), _vptr(builder, ps, at, _VF), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def lanes_error(typingctx, xt, wt, laux, a, b, use_mad, err, n, c0, ld):
+    """Lanes ``c0..c0+7``: ``err[j] = sum_i w * e(R32(R32(a[j]*laux[i, j]) + b[j]) - x)`` in
+    order of ``i``, ``e(d) = |d|`` if ``use_mad`` else ``d*d``."""
+    sig = types.void(xt, wt, laux, a, b, use_mad, err, n, c0, ld)
+
+    def codegen(context, builder, signature, args):
+        px, pw, pl, pa, pb = (_data(context, builder, signature.args[k], args[k])
+                              for k in range(5))
+        pe = _data(context, builder, signature.args[6], args[6])
+        mad = builder.icmp_unsigned("!=", args[5], ir.Constant(args[5].type, 0))
+        n_v, c0_v, ld_v = (_i64_of(builder, args[k]) for k in (7, 8, 9))
+        av = builder.load(_vptr(builder, pa, c0_v, _VF), align=4)
+        bv = builder.load(_vptr(builder, pb, c0_v, _VF), align=4)
+        acc = cgutils.alloca_once_value(builder, ir.Constant(_VF, [0.0] * _W))
+        fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VF, [_VF]),
+                                              "llvm.fabs.v8f32")
+        with cgutils.for_range(builder, n_v) as loop:
+            off = builder.add(builder.mul(loop.index, ld_v), c0_v)
+            xv = builder.load(_vptr(builder, px, off, _VF), align=4)
+            wv = builder.load(_vptr(builder, pw, off, _VF), align=4)
+            fl = builder.sitofp(builder.load(_vptr(builder, pl, off, _VI), align=4), _VF)
+            diff = builder.fsub(builder.fadd(builder.fmul(av, fl), bv), xv)
+            e = builder.select(mad, builder.call(fabs, [diff]), builder.fmul(diff, diff))
+            builder.store(builder.fadd(builder.load(acc), builder.fmul(wv, e)), acc)
+        builder.store(builder.load(acc), _vptr(builder, pe, c0_v, _VF), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+# Rows of the f32 lane scratch ``scr`` [_SCR_ROWS, nl].
+_MN, _MX, _SW, _SX, _BEST, _SCALE, _ISC, _A, _B, _D, _ERR, _LISC, _LMN, _ACT, _S0 = range(15)
+SCR_ROWS = _S0 + 3
+
+
+@kernel
+def lane_scratch(n, nl):
+    """(scr f32 [SCR_ROWS, nl], laux int32 [n, nl]): the scratch of ``qkx2_lanes``."""
+    return np.zeros((SCR_ROWS, nl), np.float32), np.zeros((n, nl), np.int32)
+
+
+@kernel
+def _pass(xt, wt, scr, mn_row, isc_row, nmax, laux, n, nl):
+    for c0 in range(0, nl, _W):
+        lanes_quant_sums(xt, wt, scr[mn_row], scr[isc_row], nmax, laux, scr[_S0:], n, c0, nl)
+
+
+@kernel
+def _errors(xt, wt, laux, scr, a_row, b_row, use_mad, n, nl):
+    for c0 in range(0, nl, _W):
+        lanes_error(xt, wt, laux, scr[a_row], scr[b_row], use_mad, scr[_ERR], n, c0, nl)
+
+
+@kernel
+def qkx2_lanes(xt, wt, n, nl, nmax, rmin, rdelta, nstep, use_mad, Lt, scales, mins, scr, laux):
+    """ggml's ``make_qkx2_quants(n, nmax, x_j, w_j, L_j, &min_j, Laux, rmin, rdelta, nstep,
+    use_mad)`` for the ``nl`` sub-blocks ``x_j = xt[:, j]`` with weights ``wt[:, j]`` at once:
+    ``Lt[i, j]`` (int32) gets ``L_j[i]``, ``scales[j]`` the returned scale and ``mins[j]`` the
+    ``the_min`` output.  ``scr``/``laux`` from ``lane_scratch(n, nl)``."""
+    nmax = np.int32(nmax)
+    fnmax = np.float32(nmax)
+    for j in range(nl):
+        mn = np.float32(xt[0, j])
+        mx = np.float32(xt[0, j])
+        sum_w = np.float32(wt[0, j])
+        sum_x = np.float32(sum_w * np.float32(xt[0, j]))
+        for i in range(1, n):
+            xi = np.float32(xt[i, j])
+            if xi < mn:
+                mn = xi
+            if xi > mx:
+                mx = xi
+            w = np.float32(wt[i, j])
+            sum_w = np.float32(sum_w + w)
+            sum_x = np.float32(sum_x + np.float32(w * xi))
+        if mn > np.float32(0.0):
+            mn = np.float32(0.0)
+        scr[_MN, j] = mn
+        scr[_MX, j] = mx
+        scr[_SW, j] = sum_w
+        scr[_SX, j] = sum_x
+        if mx == mn:  # constant sub-block: L = 0, scale 0 (lane inactive from here)
+            scr[_ACT, j] = np.float32(0.0)
+            scr[_ISC, j] = np.float32(0.0)
+            scr[_SCALE, j] = np.float32(0.0)
+        else:
+            scr[_ACT, j] = np.float32(1.0)
+            iscale = np.float32(fnmax / np.float32(mx - mn))
+            scr[_ISC, j] = iscale
+            scr[_SCALE, j] = np.float32(np.float32(1.0) / iscale)
+        scr[_LISC, j] = scr[_ISC, j]
+        scr[_LMN, j] = mn
+    _pass(xt, wt, scr, _MN, _ISC, nmax, laux, n, nl)
+    _errors(xt, wt, laux, scr, _SCALE, _MN, use_mad, n, nl)
+    for j in range(nl):
+        scr[_BEST, j] = scr[_ERR, j]
+    if nstep >= 1:
+        for step in range(nstep + 1):
+            num = np.float32(np.float32(rmin + np.float32(rdelta * np.float32(step))) + fnmax)
+            for j in range(nl):
+                scr[_ISC, j] = np.float32(num / np.float32(scr[_MX, j] - scr[_MN, j]))
+            _pass(xt, wt, scr, _MN, _ISC, nmax, laux, n, nl)
+            for j in range(nl):
+                sum_w = scr[_SW, j]
+                sum_x = scr[_SX, j]
+                sum_l = scr[_S0, j]
+                sum_l2 = scr[_S0 + 1, j]
+                sum_xl = scr[_S0 + 2, j]
+                D = np.float32(np.float32(sum_w * sum_l2) - np.float32(sum_l * sum_l))
+                this_scale = np.float32(0.0)
+                this_min = np.float32(0.0)
+                if D > np.float32(0.0):
+                    this_scale = np.float32(np.float32(np.float32(sum_w * sum_xl)
+                                                       - np.float32(sum_x * sum_l)) / D)
+                    this_min = np.float32(np.float32(np.float32(sum_l2 * sum_x)
+                                                     - np.float32(sum_l * sum_xl)) / D)
+                    if this_min > np.float32(0.0):
+                        this_min = np.float32(0.0)
+                        this_scale = np.float32(sum_xl / sum_l2)
+                scr[_D, j] = D
+                scr[_A, j] = this_scale
+                scr[_B, j] = this_min
+            _errors(xt, wt, laux, scr, _A, _B, use_mad, n, nl)
+            for j in range(nl):
+                if scr[_ACT, j] != np.float32(0.0) and scr[_D, j] > np.float32(0.0) \
+                        and scr[_ERR, j] < scr[_BEST, j]:
+                    scr[_BEST, j] = scr[_ERR, j]
+                    scr[_SCALE, j] = scr[_A, j]
+                    scr[_LISC, j] = scr[_ISC, j]
+                    scr[_LMN, j] = scr[_MN, j]
+                    scr[_MN, j] = scr[_B, j]
+    # L of each lane: the quants of its winning candidate, recomputed (same f32 operations)
+    _pass(xt, wt, scr, _LMN, _LISC, nmax, Lt, n, nl)
+    for j in range(nl):
+        if scr[_ACT, j] == np.float32(0.0):
+            for i in range(n):
+                Lt[i, j] = 0
+        scales[j] = scr[_SCALE, j]
+        mins[j] = np.float32(-scr[_MN, j])

@@ -1,0 +1,104 @@
+"""The sub-block lanes of the K-quant encoders (``kernels/_encode_lanes.py``) against the scalar
+transcriptions of ggml's searches, bit for bit, on adversarial sub-blocks: ties of the rounding
+grid, +-0, constant and all-zero sub-blocks beside live ones, subnormal and overflowing scales,
+spikes.  (The whole encoders are checked against ggml's bytes in test_kquants.py /
+test_q4_k_encode.py, and lanes vs NUMBA_QK_PORTABLE in test_parity.py.)"""
+
+import numpy as np
+import pytest
+from numba import njit
+
+from numba_qk.kernels._encode_lanes import ENCODE_LANES, SCR_ROWS, qkx2_lanes
+from numba_qk.kernels.q4_k_encode import make_qkx2_quants_mad
+
+pytestmark = pytest.mark.skipif(not ENCODE_LANES, reason="lanes disabled (portable or no JIT)")
+
+# (n, lanes, nmax, rmin, rdelta, nstep, use_mad, weights) of Q4_K, Q5_K, Q2_K
+CASES = {"q4_k": (32, 8, 15, -1.0, 0.1, 20, False, "avx"),
+         "q5_k": (32, 8, 31, -0.5, 0.1, 15, False, "avx"),
+         "q2_k": (16, 16, 3, -0.5, 0.1, 15, True, "abs")}
+
+
+@njit
+def _weights(X, W, avx):
+    for r in range(X.shape[0]):
+        for j in range(X.shape[2]):
+            s = np.float32(0.0)
+            for i in range(X.shape[1]):
+                s = np.float32(s + np.float32(X[r, i, j] * X[r, i, j]))
+            av = np.float32(np.sqrt(np.float32(s / np.float32(X.shape[1])))) if avx else np.float32(0)
+            for i in range(X.shape[1]):
+                W[r, i, j] = np.float32(av + abs(X[r, i, j]))
+
+
+@njit
+def _scalar(X, W, nmax, rmin, rdelta, nstep, mad, S, M, Ls):
+    n, nl = X.shape[1], X.shape[2]
+    Laux = np.zeros(n, np.int32)
+    L = np.zeros(n, np.int32)
+    x = np.empty(n, np.float32)
+    w = np.empty(n, np.float32)
+    for r in range(X.shape[0]):
+        for j in range(nl):
+            for i in range(n):
+                x[i] = X[r, i, j]
+                w[i] = W[r, i, j]
+            S[r, j], M[r, j] = make_qkx2_quants_mad(x, 0, n, nmax, w, L, Laux, rmin, rdelta,
+                                                    nstep, mad)
+            for i in range(n):
+                Ls[r, i, j] = L[i]
+
+
+@njit
+def _lanes(X, W, nmax, rmin, rdelta, nstep, mad, S, M, Ls):
+    n, nl = X.shape[1], X.shape[2]
+    scr = np.zeros((SCR_ROWS, nl), np.float32)
+    laux = np.zeros((n, nl), np.int32)
+    for r in range(X.shape[0]):
+        qkx2_lanes(np.ascontiguousarray(X[r]), np.ascontiguousarray(W[r]), n, nl, nmax, rmin,
+                   rdelta, nstep, mad, Ls[r], S[r], M[r], scr, laux)
+
+
+def adversarial(n, nl, rng):
+    """[R, n, nl] f32 sub-blocks (lane j = sub-block j), each row mixing lane kinds."""
+    rows = []
+    kinds = [
+        lambda: rng.standard_normal(n),
+        lambda: np.round(rng.standard_normal(n) * 8) / 8,           # grid: rounding ties
+        lambda: np.round(rng.uniform(-4, 4, n)) / 2,
+        lambda: np.full(n, rng.choice([0.0, -0.0, 1.5, -2.25, 7.0])),  # constant / zero
+        lambda: np.where(rng.random(n) < 0.5, 0.0, -0.0),            # signed zeros only
+        lambda: np.where(rng.random(n) < 0.8, -0.0, rng.standard_normal(n)),
+        lambda: rng.standard_normal(n) * 10.0 ** rng.uniform(-38, -33),  # subnormal-ish
+        lambda: rng.standard_normal(n) * 10.0 ** rng.uniform(33, 38),   # sums overflow
+        lambda: np.abs(rng.standard_normal(n)) + rng.uniform(0, 3),      # all positive
+        lambda: -np.abs(rng.standard_normal(n)) - rng.uniform(0, 3),     # all negative
+        lambda: np.eye(n)[rng.integers(n)] * rng.choice([1.0, -1.0, 3e38, 1e-40]),  # spike
+        lambda: np.full(n, 3.0e38) * np.sign(rng.standard_normal(n)),  # +-max, overflowing range
+    ]
+    for _ in range(150):
+        rows.append(np.stack([kinds[rng.integers(len(kinds))]() for _ in range(nl)], axis=1))
+    for k in kinds:  # every kind in every lane position at least once
+        rows.append(np.stack([k() for _ in range(nl)], axis=1))
+    with np.errstate(over="ignore"):
+        return np.asarray(rows).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_lanes_equal_scalar_search(name, rng):
+    n, nl, nmax, rmin, rdelta, nstep, mad, wkind = CASES[name]
+    X = adversarial(n, nl, rng)
+    W = np.empty_like(X)
+    with np.errstate(all="ignore"):
+        _weights(X, W, wkind == "avx")
+    res = []
+    for f in (_scalar, _lanes):
+        S = np.full((len(X), nl), np.nan, np.float32)
+        M = np.full((len(X), nl), np.nan, np.float32)
+        Ls = np.full((len(X), n, nl), -99, np.int32)
+        f(X, W, nmax, np.float32(rmin), np.float32(rdelta), nstep, mad, S, M, Ls)
+        res.append((S.view(np.uint32), M.view(np.uint32), Ls))
+    (s0, m0, l0), (s1, m1, l1) = res
+    bad = np.nonzero(~((s0 == s1).all(1) & (m0 == m1).all(1) & (l0 == l1).all((1, 2))))[0]
+    assert bad.size == 0, f"{name}: rows {bad[:10]} differ"
+    assert (l0 >= 0).all() and (l0 <= nmax).all()
