@@ -247,3 +247,109 @@ def qkx2_lanes(xt, wt, n, nl, nmax, rmin, rdelta, nstep, use_mad, Lt, scales, mi
                 Lt[i, j] = 0
         scales[j] = scr[_SCALE, j]
         mins[j] = np.float32(-scr[_MN, j])
+
+
+# ---- make_qx_quants (rmse_type 1, no importance weights): Q6_K -------------------------------
+
+@intrinsic
+def lanes_qx_sums(typingctx, xt, isc, lo, hi, lq, sums, n, c0, ld):
+    """Lanes ``c0..c0+7``: ``lq[i, j] = clamp(nearest_int(isc[j]*xt[i, j]), lo, hi)`` and, with
+    ``w = x*x``, ``sums[0, j] = sum (w*x)*l``, ``sums[1, j] = sum (w*l)*l`` (f32, in order)."""
+    sig = types.void(xt, isc, lo, hi, lq, sums, n, c0, ld)
+
+    def codegen(context, builder, signature, args):
+        px, pisc = (_data(context, builder, signature.args[k], args[k]) for k in (0, 1))
+        pl, ps = (_data(context, builder, signature.args[k], args[k]) for k in (4, 5))
+        lo_v, hi_v = (builder.trunc(args[k], _i32) if args[k].type.width > 32 else args[k]
+                      for k in (2, 3))
+        n_v, c0_v, ld_v = (_i64_of(builder, args[k]) for k in (6, 7, 8))
+        iscv = builder.load(_vptr(builder, pisc, c0_v, _VF), align=4)
+        lov, hiv = _splat(builder, lo_v, _VI), _splat(builder, hi_v, _VI)
+        accs = [cgutils.alloca_once_value(builder, ir.Constant(_VF, [0.0] * _W)) for _ in range(2)]
+        magic = ir.Constant(_VF, [12582912.0] * _W)
+        with cgutils.for_range(builder, n_v) as loop:
+            off = builder.add(builder.mul(loop.index, ld_v), c0_v)
+            xv = builder.load(_vptr(builder, px, off, _VF), align=4)
+            bits = builder.bitcast(builder.fadd(builder.fmul(iscv, xv), magic), _VI)
+            l = builder.sub(builder.and_(bits, _cint(0x007FFFFF)), _cint(0x00400000))
+            l = builder.select(builder.icmp_signed("<", hiv, l), hiv, l)   # MIN(hi, l)
+            l = builder.select(builder.icmp_signed("<", l, lov), lov, l)   # MAX(lo, .)
+            builder.store(l, _vptr(builder, pl, off, _VI), align=4)
+            fl = builder.sitofp(l, _VF)
+            w = builder.fmul(xv, xv)
+            terms = (builder.fmul(builder.fmul(w, xv), fl), builder.fmul(builder.fmul(w, fl), fl))
+            for acc, term in zip(accs, terms):
+                builder.store(builder.fadd(builder.load(acc), term), acc)
+        for k, acc in enumerate(accs):
+            at = builder.add(builder.mul(ir.Constant(_i64, k), ld_v), c0_v)
+            builder.store(builder.load(acc), _vptr(builder, ps, at, _VF), align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+_QMX, _QACT, _QISC, _QBISC, _QSCALE, _QBEST, _QS0 = range(7)
+QX_SCR_ROWS = _QS0 + 2
+_EPS = np.float32(1e-15)  # ggml's GROUP_MAX_EPS
+
+
+@kernel
+def _qx_pass(xt, scr, isc_row, nmax, lq, n, nl):
+    for c0 in range(0, nl, _W):
+        lanes_qx_sums(xt, scr[isc_row], np.int32(-nmax), np.int32(nmax - 1), lq, scr[_QS0:], n,
+                      c0, nl)
+
+
+@kernel
+def qx_lanes(xt, n, nl, nmax, Lt, scales, scr):
+    """ggml's ``make_qx_quants(n, nmax, x_j, L_j, rmse_type=1, NULL)`` for the ``nl``
+    sub-blocks ``x_j = xt[:, j]`` at once: ``Lt[i, j]`` (int32) gets ``L_j[i]`` (``l + nmax``),
+    ``scales[j]`` the returned scale.  ``scr`` f32 [QX_SCR_ROWS, nl], ``xt``/``Lt`` [n, nl]."""
+    nmax = np.int32(nmax)
+    fnmax = np.float32(nmax)
+    for j in range(nl):
+        mx = np.float32(0.0)
+        amax = np.float32(0.0)
+        for i in range(n):
+            xi = np.float32(xt[i, j])
+            ax = abs(xi)
+            if ax > amax:
+                amax = ax
+                mx = xi
+        scr[_QMX, j] = mx
+        scr[_QACT, j] = np.float32(0.0) if amax < _EPS else np.float32(1.0)
+        scr[_QISC, j] = np.float32(np.float32(-fnmax) / mx)   # -nmax / max
+        scr[_QBISC, j] = scr[_QISC, j]
+    _qx_pass(xt, scr, _QISC, nmax, Lt, n, nl)
+    for j in range(nl):
+        sumlx = scr[_QS0, j]
+        suml2 = scr[_QS0 + 1, j]
+        scale = np.float32(sumlx / suml2) if suml2 != np.float32(0.0) else np.float32(0.0)
+        scr[_QSCALE, j] = scale
+        scr[_QBEST, j] = np.float32(scale * sumlx)
+    for is_ in range(-9, 10):
+        if is_ == 0:
+            continue
+        num = np.float32(-np.float32(fnmax + np.float32(np.float32(0.1) * np.float32(is_))))
+        for j in range(nl):
+            scr[_QISC, j] = np.float32(num / scr[_QMX, j])   # -(nmax + 0.1f*is) / max
+        _qx_pass(xt, scr, _QISC, nmax, Lt, n, nl)
+        for j in range(nl):
+            sumlx = scr[_QS0, j]
+            suml2 = scr[_QS0 + 1, j]
+            if scr[_QACT, j] != np.float32(0.0) and suml2 > np.float32(0.0) and \
+                    np.float32(sumlx * sumlx) > np.float32(scr[_QBEST, j] * suml2):
+                scr[_QBISC, j] = scr[_QISC, j]
+                scale = np.float32(sumlx / suml2)
+                scr[_QSCALE, j] = scale
+                scr[_QBEST, j] = np.float32(scale * sumlx)
+    _qx_pass(xt, scr, _QBISC, nmax, Lt, n, nl)  # L of the chosen candidate, recomputed
+    for j in range(nl):
+        if scr[_QACT, j] == np.float32(0.0):  # all zero: L = 0, scale 0
+            for i in range(n):
+                Lt[i, j] = 0
+            scales[j] = np.float32(0.0)
+        else:
+            for i in range(n):
+                Lt[i, j] += nmax
+            scales[j] = scr[_QSCALE, j]

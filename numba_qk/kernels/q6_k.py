@@ -60,6 +60,7 @@ from ._kquant_common import X_DS_AT, X_Q_AT, f16_at, first_nonfinite_block, stor
 from ._simd import HAVE_AVX2, load_f16_fpext, load_f32_raw
 from ._simd_kquants import q6_k_q8_k_s
 from .q4_k_encode import nearest_int
+from ._encode_lanes import ENCODE_LANES, QX_SCR_ROWS, qx_lanes
 
 Q6_K_RECORD_BYTES = _FMT.block_bytes
 Q6_K_BLOCK = _FMT.block_size
@@ -209,15 +210,26 @@ def make_qx_quants_rmse1(x, off, n, nmax, L, loff):
 
 
 @kernel
-def quantize_block_q6_k(values, b, out, L, scales):
-    """One block ``values[b]`` into record ``out[b]``; ``L`` (int32 [256]) and ``scales``
-    (f32 [16]) are scratch.  The block must be finite."""
+def quantize_block_q6_k(values, b, out, L, scales, lanes):
+    """One block ``values[b]`` into record ``out[b]``; ``L`` (int32 [256]), ``scales``
+    (f32 [16]) and ``lanes`` (``(xt, Lt, scr)``) are scratch.  The block must be finite."""
     x = values[b]
+    xt, Lt, scr = lanes
+    if ENCODE_LANES:  # the 16 sub-blocks' searches side by side (same bits)
+        for ib in range(16):
+            for i in range(16):
+                xt[i, ib] = x[16 * ib + i]
+        qx_lanes(xt, 16, 16, 32, Lt, scales, scr)
+        for ib in range(16):
+            for i in range(16):
+                L[16 * ib + i] = Lt[i, ib]
+    else:
+        for ib in range(16):
+            scales[ib] = make_qx_quants_rmse1(x, 16 * ib, 16, 32, L, 16 * ib)
     max_scale = np.float32(0.0)
     max_abs_scale = np.float32(0.0)
     for ib in range(16):
-        scale = make_qx_quants_rmse1(x, 16 * ib, 16, 32, L, 16 * ib)
-        scales[ib] = scale
+        scale = scales[ib]
         abs_scale = abs(scale)
         if abs_scale > max_abs_scale:
             max_abs_scale = abs_scale
@@ -259,8 +271,10 @@ def quantize_q6_k(values, out):
         return bad
     L = np.zeros(256, np.int32)
     scales = np.empty(16, np.float32)
+    lanes = (np.zeros((16, 16), np.float32), np.zeros((16, 16), np.int32),
+             np.zeros((QX_SCR_ROWS, 16), np.float32))
     for b in range(values.shape[0]):
-        quantize_block_q6_k(values, b, out, L, scales)
+        quantize_block_q6_k(values, b, out, L, scales, lanes)
     return -1
 
 
