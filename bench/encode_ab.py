@@ -3,6 +3,9 @@
 The baseline revision's ``numba_qk`` is exported (``git archive``) into a temporary folder as the
 package ``numba_qk_base`` and imported beside the working tree's ``numba_qk``; the candidates are
 called in alternation (round robin), best of ``--rounds``, so a loaded machine slows them alike.
+Times are the calling thread's CPU time (``time.thread_time``: every candidate, ggml through ctypes
+included, runs single-threaded in this thread), which time slices lost to other processes do not
+inflate; on a quiet machine it equals the wall time.
 Every candidate's bytes are compared with the working tree's (and ggml's, when loaded).
 
     python bench/encode_ab.py --base main --formats q4_k,q6_k --rounds 7
@@ -77,9 +80,9 @@ def main(argv=None):
         best = {k: float("inf") for k in cands}
         for _ in range(a.rounds):
             for k, f in cands.items():
-                t = time.perf_counter()
+                t = time.thread_time()
                 f()
-                best[k] = min(best[k], time.perf_counter() - t)
+                best[k] = min(best[k], time.thread_time() - t)
         same = all(np.array_equal(outs["ours"], v) for v in outs.values())
         ms = {k: v * 1e3 for k, v in best.items()}
         cell = lambda k: f"{ms[k]:.2f}" if k in ms else "-"

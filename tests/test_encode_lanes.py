@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 from numba import njit
 
-from numba_qk.kernels._encode_lanes import ENCODE_LANES, QX_SCR_ROWS, SCR_ROWS, qkx2_lanes, qx_lanes
+from numba_qk.kernels._encode_lanes import (ENCODE_LANES, Q3_SCR_ROWS, QX_SCR_ROWS, SCR_ROWS,
+                                           q3_lanes, qkx2_lanes, qx_lanes)
 from numba_qk.kernels.q4_k_encode import make_qkx2_quants_mad
+from numba_qk.kernels.q3_k import make_q3_quants_rmse
 from numba_qk.kernels.q6_k import make_qx_quants_rmse1
 
 pytestmark = pytest.mark.skipif(not ENCODE_LANES, reason="lanes disabled (portable or no JIT)")
@@ -144,3 +146,45 @@ def test_qx_lanes_equal_scalar_search(rng):
     bad = np.nonzero(~((s0 == s1).all(1) & (l0 == l1).all((1, 2))))[0]
     assert bad.size == 0, f"rows {bad[:10]} differ"
     assert (l0 >= 0).all() and (l0 <= 63).all()
+
+
+@njit
+def _q3_scalar(X, nmax, S, Ls):
+    n, nl = X.shape[1], X.shape[2]
+    x = np.empty(n, np.float32)
+    L = np.zeros(n, np.int32)
+    for r in range(X.shape[0]):
+        for j in range(nl):
+            for i in range(n):
+                x[i] = X[r, i, j]
+            S[r, j] = make_q3_quants_rmse(x, 0, n, nmax, L, 0)
+            for i in range(n):
+                Ls[r, i, j] = L[i]
+
+
+@njit
+def _q3_lanes(X, nmax, S, Ls):
+    nl = X.shape[2]
+    scr = np.zeros((Q3_SCR_ROWS, nl), np.float32)
+    sums = np.zeros((2, nl), np.float32)
+    for r in range(X.shape[0]):
+        q3_lanes(np.ascontiguousarray(X[r]), X.shape[1], nl, nmax, Ls[r], S[r], scr, sums)
+
+
+def test_q3_lanes_equal_scalar_search(rng):
+    """Q3_K's make_q3_quants (nmax 4, 16 sub-blocks of 16): lanes stop their refinement rounds
+    independently, as each scalar call breaks out of its own loop."""
+    X = adversarial(16, 16, rng)
+    X[:20] *= np.float32(1e-15) / np.abs(X[:20]).max(axis=1, keepdims=True).clip(1e-38)
+    X[:10] *= np.float32(0.999)
+    res = []
+    for f in (_q3_scalar, _q3_lanes):
+        S = np.full((len(X), 16), np.nan, np.float32)
+        Ls = np.full((len(X), 16, 16), -99, np.int32)
+        with np.errstate(all="ignore"):
+            f(X, 4, S, Ls)
+        res.append((S.view(np.uint32), Ls))
+    (s0, l0), (s1, l1) = res
+    bad = np.nonzero(~((s0 == s1).all(1) & (l0 == l1).all((1, 2))))[0]
+    assert bad.size == 0, f"rows {bad[:10]} differ"
+    assert (l0 >= 0).all() and (l0 <= 7).all()

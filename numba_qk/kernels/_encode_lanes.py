@@ -3,7 +3,7 @@
 ggml's ``make_qkx2_quants`` (Q2_K, Q4_K, Q5_K) is called once per sub-block, and each call is
 one long chain of dependent f32 additions (three running sums per candidate scale, then a
 running error) -- latency-bound, one element at a time.  The sub-blocks of a block are
-independent, so here lane ``j`` of an 8-wide vector runs sub-block ``j``'s call: every lane
+independent, so here lane ``j`` of an 8- or 16-wide vector runs sub-block ``j``'s call: every lane
 performs exactly the f32 operations of the scalar transcription, in the same order (IEEE
 vector instructions without fast-math flags, one rounding each, no FMA), and each lane keeps
 its own state (current min, best error, chosen scale), so the bits are those of the scalar
@@ -32,16 +32,14 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from .._jit import kernel
+from ._round import nearest_int
 
 ENCODE_LANES = (not config.DISABLE_JIT
                 and os.environ.get("NUMBA_QK_PORTABLE", "") in ("", "0"))
 
-_W = 8  # lanes per vector
 _f32 = ir.FloatType()
 _i32 = ir.IntType(32)
 _i64 = ir.IntType(64)
-_VF = ir.VectorType(_f32, _W)
-_VI = ir.VectorType(_i32, _W)
 
 
 def _data(context, builder, arrty, arr):
@@ -55,87 +53,104 @@ def _vptr(builder, base, idx, vty):
 def _splat(builder, v, vty):
     undef = ir.Constant(vty, ir.Undefined)
     v1 = builder.insert_element(undef, v, ir.Constant(_i32, 0))
-    return builder.shuffle_vector(v1, undef, ir.Constant(ir.VectorType(_i32, _W), [0] * _W))
+    return builder.shuffle_vector(v1, undef, ir.Constant(ir.VectorType(_i32, vty.count),
+                                                         [0] * vty.count))
 
 
-def _cint(v):
-    return ir.Constant(_VI, [v] * _W)
+def _cint(v, W):
+    return ir.Constant(ir.VectorType(_i32, W), [v] * W)
 
 
 def _i64_of(builder, v):
     return builder.sext(v, _i64) if v.type.width < 64 else v
 
 
-@intrinsic
-def lanes_quant_sums(typingctx, xt, wt, mn, isc, nmax, laux, sums, n, c0, ld):
-    """Lanes ``c0..c0+7``: ``laux[i, j] = clamp(nearest_int(isc[j]*(xt[i, j] - mn[j])), 0,
-    nmax)`` for ``i < n`` and the sums ``sums[0, j] = sum w*l``, ``sums[1, j] = sum (w*l)*l``,
-    ``sums[2, j] = sum (w*l)*x`` (f32, in order of ``i``).  Arrays C-contiguous, row length ``ld``."""
-    sig = types.void(xt, wt, mn, isc, nmax, laux, sums, n, c0, ld)
+def _lanes_quant_sums(W):
+    VF, VI = ir.VectorType(_f32, W), ir.VectorType(_i32, W)
 
-    def codegen(context, builder, signature, args):
-        px, pw, pmn, pisc, _, pl, ps = (
-            _data(context, builder, signature.args[k], args[k]) if k != 4 else None
-            for k in range(7))
-        nmax_v = builder.trunc(args[4], _i32) if args[4].type.width > 32 else args[4]
-        n_v, c0_v, ld_v = (_i64_of(builder, args[k]) for k in (7, 8, 9))
-        mnv = builder.load(_vptr(builder, pmn, c0_v, _VF), align=4)
-        iscv = builder.load(_vptr(builder, pisc, c0_v, _VF), align=4)
-        nmaxv = _splat(builder, nmax_v, _VI)
-        zero_f = ir.Constant(_VF, [0.0] * _W)
-        accs = [cgutils.alloca_once_value(builder, zero_f) for _ in range(3)]
-        magic = ir.Constant(_VF, [12582912.0] * _W)
-        with cgutils.for_range(builder, n_v) as loop:
-            off = builder.add(builder.mul(loop.index, ld_v), c0_v)
-            xv = builder.load(_vptr(builder, px, off, _VF), align=4)
-            wv = builder.load(_vptr(builder, pw, off, _VF), align=4)
-            t = builder.fmul(iscv, builder.fsub(xv, mnv))
-            bits = builder.bitcast(builder.fadd(t, magic), _VI)
-            l = builder.sub(builder.and_(bits, _cint(0x007FFFFF)), _cint(0x00400000))
-            l = builder.select(builder.icmp_signed("<", nmaxv, l), nmaxv, l)   # MIN(nmax, l)
-            l = builder.select(builder.icmp_signed("<", l, _cint(0)), _cint(0), l)  # MAX(0, .)
-            builder.store(l, _vptr(builder, pl, off, _VI), align=4)
-            fl = builder.sitofp(l, _VF)
-            wl = builder.fmul(wv, fl)
-            for acc, term in zip(accs, (wl, builder.fmul(wl, fl), builder.fmul(wl, xv))):
-                builder.store(builder.fadd(builder.load(acc), term), acc)
-        for k, acc in enumerate(accs):
-            at = builder.add(builder.mul(ir.Constant(_i64, k), ld_v), c0_v)
-            builder.store(builder.load(acc), _vptr(builder, ps, at, _VF), align=4)
-        return context.get_dummy_value()
+    @intrinsic
+    def lanes_quant_sums(typingctx, xt, wt, mn, isc, nmax, laux, sums, n, c0, ld):
+        """Lanes ``c0..c0+W-1``: ``laux[i, j] = clamp(nearest_int(isc[j]*(xt[i, j] - mn[j])), 0,
+        nmax)`` for ``i < n`` and the sums ``sums[0, j] = sum w*l``, ``sums[1, j] = sum (w*l)*l``,
+        ``sums[2, j] = sum (w*l)*x`` (f32, in order of ``i``).  Arrays C-contiguous, row length ``ld``."""
+        sig = types.void(xt, wt, mn, isc, nmax, laux, sums, n, c0, ld)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            px, pw, pmn, pisc, _, pl, ps = (
+                _data(context, builder, signature.args[k], args[k]) if k != 4 else None
+                for k in range(7))
+            nmax_v = builder.trunc(args[4], _i32) if args[4].type.width > 32 else args[4]
+            n_v, c0_v, ld_v = (_i64_of(builder, args[k]) for k in (7, 8, 9))
+            mnv = builder.load(_vptr(builder, pmn, c0_v, VF), align=4)
+            iscv = builder.load(_vptr(builder, pisc, c0_v, VF), align=4)
+            nmaxv = _splat(builder, nmax_v, VI)
+            zero_f = ir.Constant(VF, [0.0] * W)
+            accs = [cgutils.alloca_once_value(builder, zero_f) for _ in range(3)]
+            magic = ir.Constant(VF, [12582912.0] * W)
+            with cgutils.for_range(builder, n_v) as loop:
+                off = builder.add(builder.mul(loop.index, ld_v), c0_v)
+                xv = builder.load(_vptr(builder, px, off, VF), align=4)
+                wv = builder.load(_vptr(builder, pw, off, VF), align=4)
+                t = builder.fmul(iscv, builder.fsub(xv, mnv))
+                bits = builder.bitcast(builder.fadd(t, magic), VI)
+                l = builder.sub(builder.and_(bits, _cint(0x007FFFFF, W)), _cint(0x00400000, W))
+                l = builder.select(builder.icmp_signed("<", nmaxv, l), nmaxv, l)   # MIN(nmax, l)
+                l = builder.select(builder.icmp_signed("<", l, _cint(0, W)), _cint(0, W), l)  # MAX(0, .)
+                builder.store(l, _vptr(builder, pl, off, VI), align=4)
+                fl = builder.sitofp(l, VF)
+                wl = builder.fmul(wv, fl)
+                for acc, term in zip(accs, (wl, builder.fmul(wl, fl), builder.fmul(wl, xv))):
+                    builder.store(builder.fadd(builder.load(acc), term), acc)
+            for k, acc in enumerate(accs):
+                at = builder.add(builder.mul(ir.Constant(_i64, k), ld_v), c0_v)
+                builder.store(builder.load(acc), _vptr(builder, ps, at, VF), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return lanes_quant_sums
 
 
-@intrinsic
-def lanes_error(typingctx, xt, wt, laux, a, b, use_mad, err, n, c0, ld):
-    """Lanes ``c0..c0+7``: ``err[j] = sum_i w * e(R32(R32(a[j]*laux[i, j]) + b[j]) - x)`` in
-    order of ``i``, ``e(d) = |d|`` if ``use_mad`` else ``d*d``."""
-    sig = types.void(xt, wt, laux, a, b, use_mad, err, n, c0, ld)
+lanes_quant_sums8, lanes_quant_sums16 = _lanes_quant_sums(8), _lanes_quant_sums(16)
 
-    def codegen(context, builder, signature, args):
-        px, pw, pl, pa, pb = (_data(context, builder, signature.args[k], args[k])
-                              for k in range(5))
-        pe = _data(context, builder, signature.args[6], args[6])
-        mad = builder.icmp_unsigned("!=", args[5], ir.Constant(args[5].type, 0))
-        n_v, c0_v, ld_v = (_i64_of(builder, args[k]) for k in (7, 8, 9))
-        av = builder.load(_vptr(builder, pa, c0_v, _VF), align=4)
-        bv = builder.load(_vptr(builder, pb, c0_v, _VF), align=4)
-        acc = cgutils.alloca_once_value(builder, ir.Constant(_VF, [0.0] * _W))
-        fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_VF, [_VF]),
-                                              "llvm.fabs.v8f32")
-        with cgutils.for_range(builder, n_v) as loop:
-            off = builder.add(builder.mul(loop.index, ld_v), c0_v)
-            xv = builder.load(_vptr(builder, px, off, _VF), align=4)
-            wv = builder.load(_vptr(builder, pw, off, _VF), align=4)
-            fl = builder.sitofp(builder.load(_vptr(builder, pl, off, _VI), align=4), _VF)
-            diff = builder.fsub(builder.fadd(builder.fmul(av, fl), bv), xv)
-            e = builder.select(mad, builder.call(fabs, [diff]), builder.fmul(diff, diff))
-            builder.store(builder.fadd(builder.load(acc), builder.fmul(wv, e)), acc)
-        builder.store(builder.load(acc), _vptr(builder, pe, c0_v, _VF), align=4)
-        return context.get_dummy_value()
 
-    return sig, codegen
+def _lanes_error(W):
+    VF, VI = ir.VectorType(_f32, W), ir.VectorType(_i32, W)
+
+    @intrinsic
+    def lanes_error(typingctx, xt, wt, laux, a, b, use_mad, err, n, c0, ld):
+        """Lanes ``c0..c0+W-1``: ``err[j] = sum_i w * e(R32(R32(a[j]*laux[i, j]) + b[j]) - x)`` in
+        order of ``i``, ``e(d) = |d|`` if ``use_mad`` else ``d*d``."""
+        sig = types.void(xt, wt, laux, a, b, use_mad, err, n, c0, ld)
+
+        def codegen(context, builder, signature, args):
+            px, pw, pl, pa, pb = (_data(context, builder, signature.args[k], args[k])
+                                  for k in range(5))
+            pe = _data(context, builder, signature.args[6], args[6])
+            mad = builder.icmp_unsigned("!=", args[5], ir.Constant(args[5].type, 0))
+            n_v, c0_v, ld_v = (_i64_of(builder, args[k]) for k in (7, 8, 9))
+            av = builder.load(_vptr(builder, pa, c0_v, VF), align=4)
+            bv = builder.load(_vptr(builder, pb, c0_v, VF), align=4)
+            acc = cgutils.alloca_once_value(builder, ir.Constant(VF, [0.0] * W))
+            fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VF, [VF]),
+                                                  f"llvm.fabs.v{W}f32")
+            with cgutils.for_range(builder, n_v) as loop:
+                off = builder.add(builder.mul(loop.index, ld_v), c0_v)
+                xv = builder.load(_vptr(builder, px, off, VF), align=4)
+                wv = builder.load(_vptr(builder, pw, off, VF), align=4)
+                fl = builder.sitofp(builder.load(_vptr(builder, pl, off, VI), align=4), VF)
+                diff = builder.fsub(builder.fadd(builder.fmul(av, fl), bv), xv)
+                e = builder.select(mad, builder.call(fabs, [diff]), builder.fmul(diff, diff))
+                builder.store(builder.fadd(builder.load(acc), builder.fmul(wv, e)), acc)
+            builder.store(builder.load(acc), _vptr(builder, pe, c0_v, VF), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return lanes_error
+
+
+lanes_error8, lanes_error16 = _lanes_error(8), _lanes_error(16)
 
 
 # Rows of the f32 lane scratch ``scr`` [_SCR_ROWS, nl].
@@ -151,14 +166,20 @@ def lane_scratch(n, nl):
 
 @kernel
 def _pass(xt, wt, scr, mn_row, isc_row, nmax, laux, n, nl):
-    for c0 in range(0, nl, _W):
-        lanes_quant_sums(xt, wt, scr[mn_row], scr[isc_row], nmax, laux, scr[_S0:], n, c0, nl)
+    if nl == 16:
+        lanes_quant_sums16(xt, wt, scr[mn_row], scr[isc_row], nmax, laux, scr[_S0:], n, 0, nl)
+        return
+    for c0 in range(0, nl, 8):
+        lanes_quant_sums8(xt, wt, scr[mn_row], scr[isc_row], nmax, laux, scr[_S0:], n, c0, nl)
 
 
 @kernel
 def _errors(xt, wt, laux, scr, a_row, b_row, use_mad, n, nl):
-    for c0 in range(0, nl, _W):
-        lanes_error(xt, wt, laux, scr[a_row], scr[b_row], use_mad, scr[_ERR], n, c0, nl)
+    if nl == 16:
+        lanes_error16(xt, wt, laux, scr[a_row], scr[b_row], use_mad, scr[_ERR], n, 0, nl)
+        return
+    for c0 in range(0, nl, 8):
+        lanes_error8(xt, wt, laux, scr[a_row], scr[b_row], use_mad, scr[_ERR], n, c0, nl)
 
 
 @kernel
@@ -251,41 +272,49 @@ def qkx2_lanes(xt, wt, n, nl, nmax, rmin, rdelta, nstep, use_mad, Lt, scales, mi
 
 # ---- make_qx_quants (rmse_type 1, no importance weights): Q6_K -------------------------------
 
-@intrinsic
-def lanes_qx_sums(typingctx, xt, isc, lo, hi, lq, sums, n, c0, ld):
-    """Lanes ``c0..c0+7``: ``lq[i, j] = clamp(nearest_int(isc[j]*xt[i, j]), lo, hi)`` and, with
-    ``w = x*x``, ``sums[0, j] = sum (w*x)*l``, ``sums[1, j] = sum (w*l)*l`` (f32, in order)."""
-    sig = types.void(xt, isc, lo, hi, lq, sums, n, c0, ld)
+def _lanes_qx_sums(W):
+    VF, VI = ir.VectorType(_f32, W), ir.VectorType(_i32, W)
 
-    def codegen(context, builder, signature, args):
-        px, pisc = (_data(context, builder, signature.args[k], args[k]) for k in (0, 1))
-        pl, ps = (_data(context, builder, signature.args[k], args[k]) for k in (4, 5))
-        lo_v, hi_v = (builder.trunc(args[k], _i32) if args[k].type.width > 32 else args[k]
-                      for k in (2, 3))
-        n_v, c0_v, ld_v = (_i64_of(builder, args[k]) for k in (6, 7, 8))
-        iscv = builder.load(_vptr(builder, pisc, c0_v, _VF), align=4)
-        lov, hiv = _splat(builder, lo_v, _VI), _splat(builder, hi_v, _VI)
-        accs = [cgutils.alloca_once_value(builder, ir.Constant(_VF, [0.0] * _W)) for _ in range(2)]
-        magic = ir.Constant(_VF, [12582912.0] * _W)
-        with cgutils.for_range(builder, n_v) as loop:
-            off = builder.add(builder.mul(loop.index, ld_v), c0_v)
-            xv = builder.load(_vptr(builder, px, off, _VF), align=4)
-            bits = builder.bitcast(builder.fadd(builder.fmul(iscv, xv), magic), _VI)
-            l = builder.sub(builder.and_(bits, _cint(0x007FFFFF)), _cint(0x00400000))
-            l = builder.select(builder.icmp_signed("<", hiv, l), hiv, l)   # MIN(hi, l)
-            l = builder.select(builder.icmp_signed("<", l, lov), lov, l)   # MAX(lo, .)
-            builder.store(l, _vptr(builder, pl, off, _VI), align=4)
-            fl = builder.sitofp(l, _VF)
-            w = builder.fmul(xv, xv)
-            terms = (builder.fmul(builder.fmul(w, xv), fl), builder.fmul(builder.fmul(w, fl), fl))
-            for acc, term in zip(accs, terms):
-                builder.store(builder.fadd(builder.load(acc), term), acc)
-        for k, acc in enumerate(accs):
-            at = builder.add(builder.mul(ir.Constant(_i64, k), ld_v), c0_v)
-            builder.store(builder.load(acc), _vptr(builder, ps, at, _VF), align=4)
-        return context.get_dummy_value()
+    @intrinsic
+    def lanes_qx_sums(typingctx, xt, isc, lo, hi, lq, sums, n, c0, ld):
+        """Lanes ``c0..c0+W-1``: ``lq[i, j] = clamp(nearest_int(isc[j]*xt[i, j]), lo, hi)`` and, with
+        ``w = x*x``, ``sums[0, j] = sum (w*x)*l``, ``sums[1, j] = sum (w*l)*l`` (f32, in order)."""
+        sig = types.void(xt, isc, lo, hi, lq, sums, n, c0, ld)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            px, pisc = (_data(context, builder, signature.args[k], args[k]) for k in (0, 1))
+            pl, ps = (_data(context, builder, signature.args[k], args[k]) for k in (4, 5))
+            lo_v, hi_v = (builder.trunc(args[k], _i32) if args[k].type.width > 32 else args[k]
+                          for k in (2, 3))
+            n_v, c0_v, ld_v = (_i64_of(builder, args[k]) for k in (6, 7, 8))
+            iscv = builder.load(_vptr(builder, pisc, c0_v, VF), align=4)
+            lov, hiv = _splat(builder, lo_v, VI), _splat(builder, hi_v, VI)
+            accs = [cgutils.alloca_once_value(builder, ir.Constant(VF, [0.0] * W)) for _ in range(2)]
+            magic = ir.Constant(VF, [12582912.0] * W)
+            with cgutils.for_range(builder, n_v) as loop:
+                off = builder.add(builder.mul(loop.index, ld_v), c0_v)
+                xv = builder.load(_vptr(builder, px, off, VF), align=4)
+                bits = builder.bitcast(builder.fadd(builder.fmul(iscv, xv), magic), VI)
+                l = builder.sub(builder.and_(bits, _cint(0x007FFFFF, W)), _cint(0x00400000, W))
+                l = builder.select(builder.icmp_signed("<", hiv, l), hiv, l)   # MIN(hi, l)
+                l = builder.select(builder.icmp_signed("<", l, lov), lov, l)   # MAX(lo, .)
+                builder.store(l, _vptr(builder, pl, off, VI), align=4)
+                fl = builder.sitofp(l, VF)
+                w = builder.fmul(xv, xv)
+                terms = (builder.fmul(builder.fmul(w, xv), fl), builder.fmul(builder.fmul(w, fl), fl))
+                for acc, term in zip(accs, terms):
+                    builder.store(builder.fadd(builder.load(acc), term), acc)
+            for k, acc in enumerate(accs):
+                at = builder.add(builder.mul(ir.Constant(_i64, k), ld_v), c0_v)
+                builder.store(builder.load(acc), _vptr(builder, ps, at, VF), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return lanes_qx_sums
+
+
+lanes_qx_sums8, lanes_qx_sums16 = _lanes_qx_sums(8), _lanes_qx_sums(16)
 
 
 _QMX, _QACT, _QISC, _QBISC, _QSCALE, _QBEST, _QS0 = range(7)
@@ -295,9 +324,16 @@ _EPS = np.float32(1e-15)  # ggml's GROUP_MAX_EPS
 
 @kernel
 def _qx_pass(xt, scr, isc_row, nmax, lq, n, nl):
-    for c0 in range(0, nl, _W):
-        lanes_qx_sums(xt, scr[isc_row], np.int32(-nmax), np.int32(nmax - 1), lq, scr[_QS0:], n,
-                      c0, nl)
+    _qx_sums(xt, scr[isc_row], nmax, lq, scr[_QS0:], n, nl)
+
+
+@kernel
+def _qx_sums(xt, isc, nmax, lq, sums, n, nl):
+    if nl == 16:
+        lanes_qx_sums16(xt, isc, np.int32(-nmax), np.int32(nmax - 1), lq, sums, n, 0, nl)
+        return
+    for c0 in range(0, nl, 8):
+        lanes_qx_sums8(xt, isc, np.int32(-nmax), np.int32(nmax - 1), lq, sums, n, c0, nl)
 
 
 @kernel
@@ -353,3 +389,202 @@ def qx_lanes(xt, n, nl, nmax, Lt, scales, scr):
             for i in range(n):
                 Lt[i, j] += nmax
             scales[j] = scr[_QSCALE, j]
+
+
+# ---- make_q3_quants (do_rmse): Q3_K ---------------------------------------------------------
+
+def _lanes_q3_try(W):
+    VF, VI = ir.VectorType(_f32, W), ir.VectorType(_i32, W)
+
+    @intrinsic
+    def lanes_q3_try(typingctx, xt, lq, st, nmax, n, c0, ld):
+        """One ``itry`` round of ggml's make_q3_quants refinement for lanes ``c0..c0+W-1``, in order
+        of ``i``; lane state in ``st`` rows: 0 ``sumlx``, 1 ``suml2``, 2 active (non-zero: the lane
+        still iterates), 3 set to 1.0 where the round changed a quant, else 0.0.  Per element, with
+        ``w = x*x`` and ``L = lq[i, j]``: ``slx = sumlx - (w*x)*L``; if ``slx > 0``: ``sl2 = suml2 -
+        (w*L)*L``, ``new = clamp(nearest_int((x*sl2)/slx), -nmax, nmax-1)``; if ``new != L``:
+        ``slx += (w*x)*new``, ``sl2 += (w*new)*new``; if ``sl2 > 0`` and ``(slx*slx)*suml2 >
+        (sumlx*sumlx)*sl2``: take ``new``, ``sumlx = slx``, ``suml2 = sl2``.  (Lanes compute every
+        branch; selects keep only what the scalar code would.)"""
+        sig = types.void(xt, lq, st, nmax, n, c0, ld)
+
+        def codegen(context, builder, signature, args):
+            px, pl, ps = (_data(context, builder, signature.args[k], args[k]) for k in range(3))
+            nmax_v = builder.trunc(args[3], _i32) if args[3].type.width > 32 else args[3]
+            n_v, c0_v, ld_v = (_i64_of(builder, args[k]) for k in (4, 5, 6))
+            row = [builder.add(builder.mul(ir.Constant(_i64, k), ld_v), c0_v) for k in range(4)]
+            slx_p, sl2_p = (cgutils.alloca_once_value(
+                builder, builder.load(_vptr(builder, ps, row[k], VF), align=4)) for k in range(2))
+            zero_f = ir.Constant(VF, [0.0] * W)
+            active = builder.fcmp_unordered("!=", builder.load(_vptr(builder, ps, row[2], VF),
+                                                               align=4), zero_f)
+            changed_p = cgutils.alloca_once_value(builder, ir.Constant(ir.VectorType(ir.IntType(1), W),
+                                                                       [0] * W))
+            hiv = _splat(builder, builder.sub(nmax_v, ir.Constant(_i32, 1)), VI)
+            lov = _splat(builder, builder.neg(nmax_v), VI)
+            magic = ir.Constant(VF, [12582912.0] * W)
+            with cgutils.for_range(builder, n_v) as loop:
+                off = builder.add(builder.mul(loop.index, ld_v), c0_v)
+                xv = builder.load(_vptr(builder, px, off, VF), align=4)
+                lp = _vptr(builder, pl, off, VI)
+                li = builder.load(lp, align=4)
+                fli = builder.sitofp(li, VF)
+                sumlx = builder.load(slx_p)
+                suml2 = builder.load(sl2_p)
+                w = builder.fmul(xv, xv)
+                wx = builder.fmul(w, xv)
+                slx = builder.fsub(sumlx, builder.fmul(wx, fli))
+                c1 = builder.fcmp_ordered(">", slx, zero_f)
+                sl2 = builder.fsub(suml2, builder.fmul(builder.fmul(w, fli), fli))
+                q = builder.fdiv(builder.fmul(xv, sl2), slx)
+                bits = builder.bitcast(builder.fadd(q, magic), VI)
+                nl = builder.sub(builder.and_(bits, _cint(0x007FFFFF, W)), _cint(0x00400000, W))
+                nl = builder.select(builder.icmp_signed("<", hiv, nl), hiv, nl)
+                nl = builder.select(builder.icmp_signed("<", nl, lov), lov, nl)
+                c2 = builder.icmp_signed("!=", nl, li)
+                fn = builder.sitofp(nl, VF)
+                slx2 = builder.fadd(slx, builder.fmul(wx, fn))
+                sl2b = builder.fadd(sl2, builder.fmul(builder.fmul(w, fn), fn))
+                c3 = builder.and_(
+                    builder.fcmp_ordered(">", sl2b, zero_f),
+                    builder.fcmp_ordered(">", builder.fmul(builder.fmul(slx2, slx2), suml2),
+                                         builder.fmul(builder.fmul(sumlx, sumlx), sl2b)))
+                take = builder.and_(builder.and_(active, c1), builder.and_(c2, c3))
+                builder.store(builder.select(take, nl, li), lp, align=4)
+                builder.store(builder.select(take, slx2, sumlx), slx_p)
+                builder.store(builder.select(take, sl2b, suml2), sl2_p)
+                builder.store(builder.or_(builder.load(changed_p), take), changed_p)
+            for k, p in ((0, slx_p), (1, sl2_p)):
+                builder.store(builder.load(p), _vptr(builder, ps, row[k], VF), align=4)
+            one_f = ir.Constant(VF, [1.0] * W)
+            builder.store(builder.select(builder.load(changed_p), one_f, zero_f),
+                          _vptr(builder, ps, row[3], VF), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return lanes_q3_try
+
+
+lanes_q3_try8, lanes_q3_try16 = _lanes_q3_try(8), _lanes_q3_try(16)
+
+
+_3SLX, _3SL2, _3ACT, _3CHG, _3ISC, _3NZ = range(6)
+Q3_SCR_ROWS = _3NZ + 1
+
+
+@kernel
+def q3_lanes(xt, n, nl, nmax, Lt, scales, scr, sums):
+    """ggml's ``make_q3_quants(n, nmax, x_j, L_j, do_rmse=true)`` for the ``nl`` sub-blocks
+    ``x_j = xt[:, j]`` at once: ``Lt[i, j]`` (int32) gets ``L_j[i]`` (``l + nmax``, or 0 for an
+    all-zero group), ``scales[j]`` the returned scale.  ``scr`` f32 [Q3_SCR_ROWS, nl], ``sums``
+    f32 [2, nl]."""
+    nmax = np.int32(nmax)
+    for j in range(nl):
+        mx = np.float32(0.0)
+        amax = np.float32(0.0)
+        for i in range(n):
+            xi = np.float32(xt[i, j])
+            ax = abs(xi)
+            if ax > amax:
+                amax = ax
+                mx = xi
+        scr[_3NZ, j] = np.float32(0.0) if amax < _EPS else np.float32(1.0)
+        scr[_3ISC, j] = np.float32(np.float32(-np.float32(nmax)) / mx)   # -nmax / max
+    _qx_sums(xt, scr[_3ISC], nmax, Lt, sums, n, nl)
+    for j in range(nl):
+        scr[_3SLX, j] = sums[0, j]
+        scr[_3SL2, j] = sums[1, j]
+        scr[_3ACT, j] = scr[_3NZ, j]
+    for itry in range(5):
+        if nl == 16:
+            lanes_q3_try16(xt, Lt, scr, nmax, n, 0, nl)
+        else:
+            for c0 in range(0, nl, 8):
+                lanes_q3_try8(xt, Lt, scr, nmax, n, c0, nl)
+        more = False
+        for j in range(nl):  # a lane whose round changed nothing stops (C: break)
+            if scr[_3CHG, j] == np.float32(0.0):
+                scr[_3ACT, j] = np.float32(0.0)
+            else:
+                more = True
+        if not more:
+            break
+    for j in range(nl):
+        if scr[_3NZ, j] == np.float32(0.0):  # all zero: L = 0, scale 0
+            for i in range(n):
+                Lt[i, j] = 0
+            scales[j] = np.float32(0.0)
+        else:
+            for i in range(n):
+                Lt[i, j] += nmax
+            sumlx = scr[_3SLX, j]
+            suml2 = scr[_3SL2, j]
+            scales[j] = np.float32(sumlx / suml2) if suml2 > np.float32(0.0) else np.float32(0.0)
+
+
+# ---- requantization with the stored scales (every K-quant encoder's last step) --------------
+
+def _lanes_requant(W):
+    VF, VI = ir.VectorType(_f32, W), ir.VectorType(_i32, W)
+
+    @intrinsic
+    def lanes_requant(typingctx, xt, dm, d, lo, hi, off, lq, n, c0, ld):
+        """Lanes ``c0..c0+W-1``: where ``d[j] != 0`` (NaN counts as non-zero, like C's
+        ``if (!d) continue``), ``lq[i, j] = clamp(nearest_int(R32(xt[i, j] + dm[j]) / d[j]),
+        lo, hi) + off``; other lanes keep ``lq``."""
+        sig = types.void(xt, dm, d, lo, hi, off, lq, n, c0, ld)
+
+        def codegen(context, builder, signature, args):
+            px, pdm, pd = (_data(context, builder, signature.args[k], args[k]) for k in range(3))
+            pl = _data(context, builder, signature.args[6], args[6])
+            lo_v, hi_v, off_v = (builder.trunc(args[k], _i32) if args[k].type.width > 32
+                                 else args[k] for k in (3, 4, 5))
+            n_v, c0_v, ld_v = (_i64_of(builder, args[k]) for k in (7, 8, 9))
+            dmv = builder.load(_vptr(builder, pdm, c0_v, VF), align=4)
+            dv = builder.load(_vptr(builder, pd, c0_v, VF), align=4)
+            take = builder.fcmp_unordered("!=", dv, ir.Constant(VF, [0.0] * W))
+            lov, hiv, offv = (_splat(builder, v, VI) for v in (lo_v, hi_v, off_v))
+            magic = ir.Constant(VF, [12582912.0] * W)
+            with cgutils.for_range(builder, n_v) as loop:
+                at = builder.add(builder.mul(loop.index, ld_v), c0_v)
+                xv = builder.load(_vptr(builder, px, at, VF), align=4)
+                q = builder.fdiv(builder.fadd(xv, dmv), dv)
+                bits = builder.bitcast(builder.fadd(q, magic), VI)
+                l = builder.sub(builder.and_(bits, _cint(0x007FFFFF, W)), _cint(0x00400000, W))
+                l = builder.select(builder.icmp_signed("<", hiv, l), hiv, l)
+                l = builder.select(builder.icmp_signed("<", l, lov), lov, l)
+                lp = _vptr(builder, pl, at, VI)
+                builder.store(builder.select(take, builder.add(l, offv),
+                                             builder.load(lp, align=4)), lp, align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return lanes_requant
+
+
+lanes_requant8, lanes_requant16 = _lanes_requant(8), _lanes_requant(16)
+
+
+@kernel
+def requant_lanes(xt, dm, d, lo, hi, off, lq, n, nl):
+    """ggml's final pass for the ``nl`` sub-blocks ``xt[:, j]``: for each ``j`` with ``d[j] !=
+    0``, ``lq[i, j] = clamp(nearest_int(R32(xt[i, j] + dm[j]) / d[j]), lo, hi) + off`` (pass
+    ``dm[j] = -0.0`` for ggml's plain ``x / d``: ``x + -0.0`` is ``x`` for every ``x``)."""
+    lo = np.int32(lo)
+    hi = np.int32(hi)
+    off = np.int32(off)
+    if ENCODE_LANES:
+        if nl == 16:
+            lanes_requant16(xt, dm, d, lo, hi, off, lq, n, 0, nl)
+        else:
+            for c0 in range(0, nl, 8):
+                lanes_requant8(xt, dm, d, lo, hi, off, lq, n, c0, nl)
+        return
+    for j in range(nl):
+        if d[j] == np.float32(0.0):  # C: if (!d) continue;
+            continue
+        for i in range(n):
+            l = nearest_int(np.float32(np.float32(np.float32(xt[i, j]) + dm[j]) / d[j]))
+            lq[i, j] = max(lo, min(hi, l)) + off
