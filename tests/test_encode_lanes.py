@@ -9,7 +9,8 @@ import pytest
 from numba import njit
 
 from numba_qk.kernels._encode_lanes import (ENCODE_LANES, Q3_SCR_ROWS, QX_SCR_ROWS, SCR_ROWS,
-                                           q3_lanes, qkx2_lanes, qx_lanes)
+                                           q3_lanes, qkx2_lanes, qx_lanes, requant_lanes)
+from numba_qk.kernels._round import nearest_int
 from numba_qk.kernels.q4_k_encode import make_qkx2_quants_mad
 from numba_qk.kernels.q3_k import make_q3_quants_rmse
 from numba_qk.kernels.q6_k import make_qx_quants_rmse1
@@ -188,3 +189,47 @@ def test_q3_lanes_equal_scalar_search(rng):
     bad = np.nonzero(~((s0 == s1).all(1) & (l0 == l1).all((1, 2))))[0]
     assert bad.size == 0, f"rows {bad[:10]} differ"
     assert (l0 >= 0).all() and (l0 <= 7).all()
+
+
+@njit
+def _requant_scalar(X, dm, d, lo, hi, off, Ls):
+    for r in range(X.shape[0]):
+        for j in range(X.shape[2]):
+            if d[r, j] == np.float32(0.0):  # C: if (!d) continue;
+                continue
+            for i in range(X.shape[1]):
+                t = np.float32(np.float32(np.float32(X[r, i, j]) + dm[r, j]) / d[r, j])
+                Ls[r, i, j] = max(lo, min(hi, nearest_int(t))) + off
+
+
+@njit
+def _requant_lanes(X, dm, d, lo, hi, off, Ls):
+    for r in range(X.shape[0]):
+        requant_lanes(np.ascontiguousarray(X[r]), dm[r], d[r], lo, hi, off, Ls[r], X.shape[1],
+                      X.shape[2])
+
+
+@pytest.mark.parametrize("n, nl, lo, hi, off", [(32, 8, 0, 15, 0), (32, 8, 0, 31, 0),
+                                                (16, 16, 0, 3, 0), (16, 16, -4, 3, 4),
+                                                (16, 16, -32, 31, 32)])
+def test_requant_lanes_equal_scalar(n, nl, lo, hi, off, rng):
+    """The final pass: d = +-0 keeps the lane's quants, NaN d does not (C's ``if (!d)``), tiny
+    d overflows the quotient, dm = -0.0 is the plain ``x / d``, ties of the grid round to even."""
+    X = adversarial(n, nl, rng)
+    R = len(X)
+    d = (rng.choice([0.5, 0.25, 1.0, 3.0, 1e-38, 1e30], (R, nl))
+         * rng.choice([1.0, -1.0], (R, nl))).astype(np.float32)
+    d[rng.random((R, nl)) < 0.1] = 0.0
+    d[rng.random((R, nl)) < 0.05] = -0.0
+    d[rng.random((R, nl)) < 0.03] = np.nan
+    dm = rng.choice([-0.0, 0.0, 0.25, 1.5, -3.0], (R, nl)).astype(np.float32)
+    start = rng.integers(lo + off, hi + off + 1, (R, n, nl)).astype(np.int32)
+    res = []
+    for f in (_requant_scalar, _requant_lanes):
+        Ls = start.copy()
+        with np.errstate(all="ignore"):
+            f(X, dm, d, np.int32(lo), np.int32(hi), np.int32(off), Ls)
+        res.append(Ls)
+    assert (res[0] == res[1]).all()
+    keep = np.broadcast_to((d == 0)[:, None, :], start.shape)
+    assert (res[1][keep] == start[keep]).all() and (res[1] != start).any()

@@ -48,7 +48,7 @@ from ..formats.kquants import q2_k as _FMT
 from ._bits import f16_to_f32, load_u16
 from ._kquant_common import X_DS_AT, f16_at, first_nonfinite_block, store_f16, x_bsum, x_ds, x_q
 from .q4_k_encode import make_qkx2_quants_mad, nearest_int
-from .q4_k_encode import ENCODE_LANES, lanes_scratch, qkx2_lanes
+from .q4_k_encode import ENCODE_LANES, lanes_scratch, qkx2_lanes, requant_lanes
 
 Q2_K_RECORD_BYTES = _FMT.block_bytes
 Q2_K_BLOCK = _FMT.block_size
@@ -143,7 +143,7 @@ def quantize_block_q2_k(values, b, out, L, scales, mins, lanes):
     """One finite block ``values[b]`` into record ``out[b]``; the rest are scratch arrays:
     ``L`` int32 [256], ``scales``/``mins`` f32 [16], ``lanes = lanes_scratch(16, 16)``."""
     x = values[b]
-    xt, wt, Lt, scr, laux, weights, sub, Laux = lanes
+    xt, wt, Lt, scr, laux, weights, sub, Laux, dd = lanes
     q4scale = np.float32(15.0)
     for j in range(16):  # weights |x_i|
         for l in range(16):
@@ -166,8 +166,6 @@ def quantize_block_q2_k(values, b, out, L, scales, mins, lanes):
     max_scale = np.float32(0.0)
     max_min = np.float32(0.0)
     for j in range(16):
-        for l in range(16):
-            L[16 * j + l] = Lt[l, j]
         if scales[j] > max_scale:
             max_scale = scales[j]
         if mins[j] > max_min:
@@ -191,13 +189,12 @@ def quantize_block_q2_k(values, b, out, L, scales, mins, lanes):
         dmin_all = store_f16(out, b, _DMIN_AT, np.float32(0.0))
     for j in range(16):
         byte = out[b, _SC_AT + j]
-        d = np.float32(d_all * np.float32(byte & _LOW4))
-        if d == np.float32(0.0):  # C: if (!d) continue;
-            continue
-        dm = np.float32(dmin_all * np.float32(byte >> np.uint8(4)))
-        for ii in range(16):
-            l = nearest_int(np.float32(np.float32(np.float32(x[16 * j + ii]) + dm) / d))
-            L[16 * j + ii] = max(0, min(3, l))
+        dd[1, j] = np.float32(d_all * np.float32(byte & _LOW4))  # C: if (!d) continue;
+        dd[0, j] = np.float32(dmin_all * np.float32(byte >> np.uint8(4)))
+    requant_lanes(xt, dd[0], dd[1], 0, 3, 0, Lt, 16, 16)  # nearest_int((x + dm)/d), 0..3
+    for j in range(16):
+        for l in range(16):
+            L[16 * j + l] = Lt[l, j]
     for c in range(2):
         for l in range(32):
             i = 128 * c + l

@@ -23,7 +23,7 @@ import numpy as np
 from .._jit import kernel
 from ._bits import f16_to_f32
 from ..formats import quant
-from ._encode_lanes import ENCODE_LANES, lane_scratch, qkx2_lanes
+from ._encode_lanes import ENCODE_LANES, lane_scratch, qkx2_lanes, requant_lanes
 from ._round import f32_to_f16_bits, nearest_int
 
 # Byte offsets of the Q4_K fields, from the schema.
@@ -126,7 +126,7 @@ def make_qkx2_quants_mad(x, off, n, nmax, weights, L, Laux, rmin, rdelta, nstep,
 @kernel
 def _quantize_block_q4_k(values, b, out, L, scales, mins, lanes):
     x = values[b]
-    xt, wt, Lt, scr, laux, weights, sub, Laux = lanes
+    xt, wt, Lt, scr, laux, weights, sub, Laux, dd = lanes
     for j in range(8):  # ggml's weights: av_x + |x_i|, av_x = sqrtf(sum x^2 / 32) per sub-block
         sum_x2 = np.float32(0.0)
         for l in range(32):
@@ -153,8 +153,6 @@ def _quantize_block_q4_k(values, b, out, L, scales, mins, lanes):
     max_scale = np.float32(0.0)
     max_min = np.float32(0.0)
     for j in range(8):
-        for l in range(32):
-            L[32 * j + l] = Lt[l, j]
         if scales[j] > max_scale:
             max_scale = scales[j]
         if mins[j] > max_min:
@@ -188,13 +186,12 @@ def _quantize_block_q4_k(values, b, out, L, scales, mins, lanes):
         else:
             sc = np.int32((out[b, _SC_AT + 4 + j] & 0xF) | ((out[b, _SC_AT + j - 4] >> 6) << 4))
             m = np.int32((out[b, _SC_AT + 4 + j] >> 4) | ((out[b, _SC_AT + j] >> 6) << 4))
-        d = np.float32(d_all * np.float32(sc))
-        if d == np.float32(0.0):
-            continue
-        dm = np.float32(dmin_all * np.float32(m))
-        for ii in range(32):
-            l = nearest_int(np.float32(np.float32(np.float32(x[32 * j + ii]) + dm) / d))
-            L[32 * j + ii] = max(0, min(15, l))
+        dd[1, j] = np.float32(d_all * np.float32(sc))     # C: if (!d) continue; (lanes keep L)
+        dd[0, j] = np.float32(dmin_all * np.float32(m))
+    requant_lanes(xt, dd[0], dd[1], 0, 15, 0, Lt, 32, 8)  # nearest_int((x + dm)/d), 0..15
+    for j in range(8):
+        for l in range(32):
+            L[32 * j + l] = Lt[l, j]
     for j in range(4):
         for l in range(32):
             out[b, _QS_AT + 32 * j + l] = np.uint8(L[64 * j + l] | (L[64 * j + l + 32] << 4))
@@ -222,10 +219,10 @@ def quantize_q4_k(values, out):
 
 @kernel
 def lanes_scratch(n, nl):
-    """Scratch of the sub-block searches: ``(xt, wt, Lt, scr, laux, weights, sub, Laux)``, the
-    transposed sub-blocks and weights ``[n, nl]``, their quants, ``qkx2_lanes``' scratch and the
-    scalar path's per-sub-block arrays."""
+    """Scratch of the sub-block searches: ``(xt, wt, Lt, scr, laux, weights, sub, Laux, dd)``,
+    the transposed sub-blocks and weights ``[n, nl]``, their quants, ``qkx2_lanes``' scratch,
+    the scalar path's per-sub-block arrays and the per-sub-block ``(dm, d)`` of the final pass."""
     scr, laux = lane_scratch(n, nl)
     return (np.zeros((n, nl), np.float32), np.zeros((n, nl), np.float32),
             np.zeros((n, nl), np.int32), scr, laux, np.zeros(n, np.float32),
-            np.zeros(n, np.int32), np.zeros(n, np.int32))
+            np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros((2, nl), np.float32))

@@ -50,7 +50,7 @@ from ._kquant_common import (X_DS_AT, X_Q_AT, f16_at, first_nonfinite_block,
                              k4_pack_scale_min, k4_scale_min,
                              store_f16, x_bsum, x_ds, x_q)
 from .q4_k_encode import make_qkx2_quants, nearest_int
-from .q4_k_encode import ENCODE_LANES, lanes_scratch, qkx2_lanes
+from .q4_k_encode import ENCODE_LANES, lanes_scratch, qkx2_lanes, requant_lanes
 
 Q5_K_RECORD_BYTES = _FMT.block_bytes
 Q5_K_BLOCK = _FMT.block_size
@@ -146,7 +146,7 @@ def quantize_block_q5_k(values, b, out, L, scales, mins, lanes):
     """One finite block ``values[b]`` into record ``out[b]``; the rest are scratch arrays:
     ``L`` int32 [256], ``scales``/``mins`` f32 [8], ``lanes = lanes_scratch(32, 8)``."""
     x = values[b]
-    xt, wt, Lt, scr, laux, weights, sub, Laux = lanes
+    xt, wt, Lt, scr, laux, weights, sub, Laux, dd = lanes
     for j in range(8):  # weights av_x + |x_i|, av_x = sqrtf(sum x^2 / 32) per sub-block
         sum_x2 = np.float32(0.0)
         for l in range(32):
@@ -173,8 +173,6 @@ def quantize_block_q5_k(values, b, out, L, scales, mins, lanes):
     max_scale = np.float32(0.0)
     max_min = np.float32(0.0)
     for j in range(8):
-        for l in range(32):
-            L[32 * j + l] = Lt[l, j]
         if scales[j] > max_scale:
             max_scale = scales[j]
         if mins[j] > max_min:
@@ -191,26 +189,20 @@ def quantize_block_q5_k(values, b, out, L, scales, mins, lanes):
     dmin_all = store_f16(out, b, _DMIN_AT, np.float32(max_min / np.float32(63.0)))
     for j in range(8):
         sc, m = k4_scale_min(out, b, _SC_AT, j)
-        d = np.float32(d_all * np.float32(sc))
-        if d == np.float32(0.0):  # C: if (!d) continue;
-            continue
-        dm = np.float32(dmin_all * np.float32(m))
-        for ii in range(32):
-            l = nearest_int(np.float32(np.float32(np.float32(x[32 * j + ii]) + dm) / d))
-            L[32 * j + ii] = max(0, min(31, l))
-    for k in range(32):
-        out[b, _QH_AT + k] = 0
-    for p in range(4):
+        dd[1, j] = np.float32(d_all * np.float32(sc))     # C: if (!d) continue; (lanes keep L)
+        dd[0, j] = np.float32(dmin_all * np.float32(m))
+    requant_lanes(xt, dd[0], dd[1], 0, 31, 0, Lt, 32, 8)  # nearest_int((x + dm)/d), 0..31
+    for j in range(8):
         for l in range(32):
+            L[32 * j + l] = Lt[l, j]
+    for l in range(32):  # bit 4 of L[64p + l] -> qh bit 2p, of L[64p + 32 + l] -> bit 2p + 1
+        qh = np.int32(0)
+        for p in range(4):
             l1 = L[64 * p + l]
             l2 = L[64 * p + 32 + l]
-            if l1 > 15:
-                l1 -= 16
-                out[b, _QH_AT + l] |= np.uint8(1 << (2 * p))
-            if l2 > 15:
-                l2 -= 16
-                out[b, _QH_AT + l] |= np.uint8(2 << (2 * p))
-            out[b, _QL_AT + 32 * p + l] = np.uint8(l1 | (l2 << 4))
+            qh |= ((l1 >> 4) << (2 * p)) | ((l2 >> 4) << (2 * p + 1))
+            out[b, _QL_AT + 32 * p + l] = np.uint8((l1 & 15) | ((l2 & 15) << 4))
+        out[b, _QH_AT + l] = np.uint8(qh)
 
 
 @kernel
