@@ -32,10 +32,12 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from .._jit import kernel
-from ._round import nearest_int
+from ._round import f32_to_f16_bits, nearest_int
+from ._simd import HAVE_AVX2
 
 ENCODE_LANES = (not config.DISABLE_JIT
                 and os.environ.get("NUMBA_QK_PORTABLE", "") in ("", "0"))
+HAVE_F16C = HAVE_AVX2  # _simd's flag: AVX2 and F16C, JIT on, NUMBA_QK_PORTABLE unset
 
 _f32 = ir.FloatType()
 _i32 = ir.IntType(32)
@@ -588,3 +590,26 @@ def requant_lanes(xt, dm, d, lo, hi, off, lq, n, nl):
         for i in range(n):
             l = nearest_int(np.float32(np.float32(np.float32(xt[i, j]) + dm[j]) / d[j]))
             lq[i, j] = max(lo, min(hi, l)) + off
+
+
+# ---- f32 -> f16 bits with the F16C instruction -----------------------------------------------
+
+@intrinsic
+def _f16_bits_hw(typingctx, x):
+    """``fptrunc float -> half`` (``vcvtps2ph`` with F16C): IEEE round to nearest even,
+    overflow to inf, gradual underflow; a NaN keeps its sign and top payload bits, quietened."""
+    sig = types.uint16(types.float32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
+
+    return sig, codegen
+
+
+@kernel
+def f16_bits(x):
+    """IEEE binary16 bits of f32 ``x`` -- the same bits as ``_round.f32_to_f16_bits`` (ggml's
+    ``GGML_FP32_TO_FP16``), by the F16C instruction where the target has it."""
+    if HAVE_F16C:
+        return _f16_bits_hw(np.float32(x))
+    return f32_to_f16_bits(np.float32(x))

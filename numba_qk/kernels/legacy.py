@@ -42,8 +42,9 @@ import numpy as np
 from numba import literally
 
 from .._jit import kernel
-from ._bits import f16_to_f32, f32_to_f16_bits
+from ._bits import f16_to_f32
 from ._round import c_int8, roundf
+from ._encode_lanes import f16_bits
 from .q8_k import _order_key
 from ._simd import HAVE_AVX2, prefetch
 from ._simd_legacy import legacy_accumulate_x8, legacy_block_value
@@ -64,7 +65,7 @@ def _f16(a, row, off):
 
 @kernel
 def _store_f16(out, row, off, x):
-    h = f32_to_f16_bits(np.float32(x))
+    h = f16_bits(np.float32(x))  # ggml's GGML_FP32_TO_FP16 (F16C where available)
     out[row, off] = np.uint8(h & np.uint16(0xFF))
     out[row, off + 1] = np.uint8(h >> np.uint16(8))
 
