@@ -167,9 +167,8 @@ def _q3_scalar(X, nmax, S, Ls):
 def _q3_lanes(X, nmax, S, Ls):
     nl = X.shape[2]
     scr = np.zeros((Q3_SCR_ROWS, nl), np.float32)
-    sums = np.zeros((2, nl), np.float32)
     for r in range(X.shape[0]):
-        q3_lanes(np.ascontiguousarray(X[r]), X.shape[1], nl, nmax, Ls[r], S[r], scr, sums)
+        q3_lanes(np.ascontiguousarray(X[r]), X.shape[1], nl, nmax, Ls[r], S[r], scr)
 
 
 def test_q3_lanes_equal_scalar_search(rng):

@@ -71,20 +71,23 @@ def _lanes_quant_sums(W):
     VF, VI = ir.VectorType(_f32, W), ir.VectorType(_i32, W)
 
     @intrinsic
-    def lanes_quant_sums(typingctx, xt, wt, mn, isc, nmax, laux, sums, n, c0, ld):
-        """Lanes ``c0..c0+W-1``: ``laux[i, j] = clamp(nearest_int(isc[j]*(xt[i, j] - mn[j])), 0,
-        nmax)`` for ``i < n`` and the sums ``sums[0, j] = sum w*l``, ``sums[1, j] = sum (w*l)*l``,
-        ``sums[2, j] = sum (w*l)*x`` (f32, in order of ``i``).  Arrays C-contiguous, row length ``ld``."""
-        sig = types.void(xt, wt, mn, isc, nmax, laux, sums, n, c0, ld)
+    def lanes_quant_sums(typingctx, xt, wt, scr, mn_row, isc_row, s0_row, nmax, laux, n, c0, ld):
+        """Lanes ``c0..c0+W-1``, with ``mn = scr[mn_row]``, ``isc = scr[isc_row]``: ``laux[i, j]
+        = clamp(nearest_int(isc[j]*(xt[i, j] - mn[j])), 0, nmax)`` for ``i < n`` and the sums
+        ``scr[s0_row, j] = sum w*l``, ``scr[s0_row + 1, j] = sum (w*l)*l``, ``scr[s0_row + 2, j]
+        = sum (w*l)*x`` (f32, in order of ``i``).  Arrays C-contiguous, row length ``ld``.
+        (Rows by index rather than views of ``scr``.)"""
+        sig = types.void(xt, wt, scr, mn_row, isc_row, s0_row, nmax, laux, n, c0, ld)
 
         def codegen(context, builder, signature, args):
-            px, pw, pmn, pisc, _, pl, ps = (
-                _data(context, builder, signature.args[k], args[k]) if k != 4 else None
-                for k in range(7))
-            nmax_v = builder.trunc(args[4], _i32) if args[4].type.width > 32 else args[4]
-            n_v, c0_v, ld_v = (_i64_of(builder, args[k]) for k in (7, 8, 9))
-            mnv = builder.load(_vptr(builder, pmn, c0_v, VF), align=4)
-            iscv = builder.load(_vptr(builder, pisc, c0_v, VF), align=4)
+            px, pw, psc = (_data(context, builder, signature.args[k], args[k]) for k in range(3))
+            pl = _data(context, builder, signature.args[7], args[7])
+            nmax_v = builder.trunc(args[6], _i32) if args[6].type.width > 32 else args[6]
+            mn_r, isc_r, s0_r, n_v, c0_v, ld_v = (_i64_of(builder, args[k])
+                                                  for k in (3, 4, 5, 8, 9, 10))
+            at = lambda r: builder.add(builder.mul(r, ld_v), c0_v)  # noqa: E731
+            mnv = builder.load(_vptr(builder, psc, at(mn_r), VF), align=4)
+            iscv = builder.load(_vptr(builder, psc, at(isc_r), VF), align=4)
             nmaxv = _splat(builder, nmax_v, VI)
             zero_f = ir.Constant(VF, [0.0] * W)
             accs = [cgutils.alloca_once_value(builder, zero_f) for _ in range(3)]
@@ -104,8 +107,8 @@ def _lanes_quant_sums(W):
                 for acc, term in zip(accs, (wl, builder.fmul(wl, fl), builder.fmul(wl, xv))):
                     builder.store(builder.fadd(builder.load(acc), term), acc)
             for k, acc in enumerate(accs):
-                at = builder.add(builder.mul(ir.Constant(_i64, k), ld_v), c0_v)
-                builder.store(builder.load(acc), _vptr(builder, ps, at, VF), align=4)
+                row = builder.add(s0_r, ir.Constant(_i64, k))
+                builder.store(builder.load(acc), _vptr(builder, psc, at(row), VF), align=4)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -120,19 +123,21 @@ def _lanes_error(W):
     VF, VI = ir.VectorType(_f32, W), ir.VectorType(_i32, W)
 
     @intrinsic
-    def lanes_error(typingctx, xt, wt, laux, a, b, use_mad, err, n, c0, ld):
-        """Lanes ``c0..c0+W-1``: ``err[j] = sum_i w * e(R32(R32(a[j]*laux[i, j]) + b[j]) - x)`` in
-        order of ``i``, ``e(d) = |d|`` if ``use_mad`` else ``d*d``."""
-        sig = types.void(xt, wt, laux, a, b, use_mad, err, n, c0, ld)
+    def lanes_error(typingctx, xt, wt, laux, scr, a_row, b_row, err_row, use_mad, n, c0, ld):
+        """Lanes ``c0..c0+W-1``, with ``a = scr[a_row]``, ``b = scr[b_row]``: ``scr[err_row, j] =
+        sum_i w * e(R32(R32(a[j]*laux[i, j]) + b[j]) - x)`` in order of ``i``, ``e(d) = |d|`` if
+        ``use_mad`` else ``d*d``."""
+        sig = types.void(xt, wt, laux, scr, a_row, b_row, err_row, use_mad, n, c0, ld)
 
         def codegen(context, builder, signature, args):
-            px, pw, pl, pa, pb = (_data(context, builder, signature.args[k], args[k])
-                                  for k in range(5))
-            pe = _data(context, builder, signature.args[6], args[6])
-            mad = builder.icmp_unsigned("!=", args[5], ir.Constant(args[5].type, 0))
-            n_v, c0_v, ld_v = (_i64_of(builder, args[k]) for k in (7, 8, 9))
-            av = builder.load(_vptr(builder, pa, c0_v, VF), align=4)
-            bv = builder.load(_vptr(builder, pb, c0_v, VF), align=4)
+            px, pw, pl, psc = (_data(context, builder, signature.args[k], args[k])
+                               for k in range(4))
+            mad = builder.icmp_unsigned("!=", args[7], ir.Constant(args[7].type, 0))
+            a_r, b_r, e_r, n_v, c0_v, ld_v = (_i64_of(builder, args[k])
+                                              for k in (4, 5, 6, 8, 9, 10))
+            at = lambda r: builder.add(builder.mul(r, ld_v), c0_v)  # noqa: E731
+            av = builder.load(_vptr(builder, psc, at(a_r), VF), align=4)
+            bv = builder.load(_vptr(builder, psc, at(b_r), VF), align=4)
             acc = cgutils.alloca_once_value(builder, ir.Constant(VF, [0.0] * W))
             fabs = cgutils.get_or_insert_function(builder.module, ir.FunctionType(VF, [VF]),
                                                   f"llvm.fabs.v{W}f32")
@@ -144,7 +149,7 @@ def _lanes_error(W):
                 diff = builder.fsub(builder.fadd(builder.fmul(av, fl), bv), xv)
                 e = builder.select(mad, builder.call(fabs, [diff]), builder.fmul(diff, diff))
                 builder.store(builder.fadd(builder.load(acc), builder.fmul(wv, e)), acc)
-            builder.store(builder.load(acc), _vptr(builder, pe, c0_v, VF), align=4)
+            builder.store(builder.load(acc), _vptr(builder, psc, at(e_r), VF), align=4)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -169,19 +174,19 @@ def lane_scratch(n, nl):
 @kernel
 def _pass(xt, wt, scr, mn_row, isc_row, nmax, laux, n, nl):
     if nl == 16:
-        lanes_quant_sums16(xt, wt, scr[mn_row], scr[isc_row], nmax, laux, scr[_S0:], n, 0, nl)
+        lanes_quant_sums16(xt, wt, scr, mn_row, isc_row, _S0, nmax, laux, n, 0, nl)
         return
     for c0 in range(0, nl, 8):
-        lanes_quant_sums8(xt, wt, scr[mn_row], scr[isc_row], nmax, laux, scr[_S0:], n, c0, nl)
+        lanes_quant_sums8(xt, wt, scr, mn_row, isc_row, _S0, nmax, laux, n, c0, nl)
 
 
 @kernel
 def _errors(xt, wt, laux, scr, a_row, b_row, use_mad, n, nl):
     if nl == 16:
-        lanes_error16(xt, wt, laux, scr[a_row], scr[b_row], use_mad, scr[_ERR], n, 0, nl)
+        lanes_error16(xt, wt, laux, scr, a_row, b_row, _ERR, use_mad, n, 0, nl)
         return
     for c0 in range(0, nl, 8):
-        lanes_error8(xt, wt, laux, scr[a_row], scr[b_row], use_mad, scr[_ERR], n, c0, nl)
+        lanes_error8(xt, wt, laux, scr, a_row, b_row, _ERR, use_mad, n, c0, nl)
 
 
 @kernel
@@ -278,18 +283,20 @@ def _lanes_qx_sums(W):
     VF, VI = ir.VectorType(_f32, W), ir.VectorType(_i32, W)
 
     @intrinsic
-    def lanes_qx_sums(typingctx, xt, isc, lo, hi, lq, sums, n, c0, ld):
-        """Lanes ``c0..c0+W-1``: ``lq[i, j] = clamp(nearest_int(isc[j]*xt[i, j]), lo, hi)`` and, with
-        ``w = x*x``, ``sums[0, j] = sum (w*x)*l``, ``sums[1, j] = sum (w*l)*l`` (f32, in order)."""
-        sig = types.void(xt, isc, lo, hi, lq, sums, n, c0, ld)
+    def lanes_qx_sums(typingctx, xt, scr, isc_row, s0_row, lo, hi, lq, n, c0, ld):
+        """Lanes ``c0..c0+W-1``, with ``isc = scr[isc_row]``: ``lq[i, j] = clamp(nearest_int(
+        isc[j]*xt[i, j]), lo, hi)`` and, with ``w = x*x``, ``scr[s0_row, j] = sum (w*x)*l``,
+        ``scr[s0_row + 1, j] = sum (w*l)*l`` (f32, in order of ``i``)."""
+        sig = types.void(xt, scr, isc_row, s0_row, lo, hi, lq, n, c0, ld)
 
         def codegen(context, builder, signature, args):
-            px, pisc = (_data(context, builder, signature.args[k], args[k]) for k in (0, 1))
-            pl, ps = (_data(context, builder, signature.args[k], args[k]) for k in (4, 5))
+            px, psc = (_data(context, builder, signature.args[k], args[k]) for k in (0, 1))
+            pl = _data(context, builder, signature.args[6], args[6])
             lo_v, hi_v = (builder.trunc(args[k], _i32) if args[k].type.width > 32 else args[k]
-                          for k in (2, 3))
-            n_v, c0_v, ld_v = (_i64_of(builder, args[k]) for k in (6, 7, 8))
-            iscv = builder.load(_vptr(builder, pisc, c0_v, VF), align=4)
+                          for k in (4, 5))
+            isc_r, s0_r, n_v, c0_v, ld_v = (_i64_of(builder, args[k]) for k in (2, 3, 7, 8, 9))
+            at = lambda r: builder.add(builder.mul(r, ld_v), c0_v)  # noqa: E731
+            iscv = builder.load(_vptr(builder, psc, at(isc_r), VF), align=4)
             lov, hiv = _splat(builder, lo_v, VI), _splat(builder, hi_v, VI)
             accs = [cgutils.alloca_once_value(builder, ir.Constant(VF, [0.0] * W)) for _ in range(2)]
             magic = ir.Constant(VF, [12582912.0] * W)
@@ -307,8 +314,8 @@ def _lanes_qx_sums(W):
                 for acc, term in zip(accs, terms):
                     builder.store(builder.fadd(builder.load(acc), term), acc)
             for k, acc in enumerate(accs):
-                at = builder.add(builder.mul(ir.Constant(_i64, k), ld_v), c0_v)
-                builder.store(builder.load(acc), _vptr(builder, ps, at, VF), align=4)
+                row = builder.add(s0_r, ir.Constant(_i64, k))
+                builder.store(builder.load(acc), _vptr(builder, psc, at(row), VF), align=4)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -326,16 +333,18 @@ _EPS = np.float32(1e-15)  # ggml's GROUP_MAX_EPS
 
 @kernel
 def _qx_pass(xt, scr, isc_row, nmax, lq, n, nl):
-    _qx_sums(xt, scr[isc_row], nmax, lq, scr[_QS0:], n, nl)
+    _qx_sums(xt, scr, isc_row, _QS0, nmax, lq, n, nl)
 
 
 @kernel
-def _qx_sums(xt, isc, nmax, lq, sums, n, nl):
+def _qx_sums(xt, scr, isc_row, s0_row, nmax, lq, n, nl):
     if nl == 16:
-        lanes_qx_sums16(xt, isc, np.int32(-nmax), np.int32(nmax - 1), lq, sums, n, 0, nl)
+        lanes_qx_sums16(xt, scr, isc_row, s0_row, np.int32(-nmax), np.int32(nmax - 1), lq, n, 0,
+                        nl)
         return
     for c0 in range(0, nl, 8):
-        lanes_qx_sums8(xt, isc, np.int32(-nmax), np.int32(nmax - 1), lq, sums, n, c0, nl)
+        lanes_qx_sums8(xt, scr, isc_row, s0_row, np.int32(-nmax), np.int32(nmax - 1), lq, n, c0,
+                       nl)
 
 
 @kernel
@@ -476,11 +485,10 @@ Q3_SCR_ROWS = _3NZ + 1
 
 
 @kernel
-def q3_lanes(xt, n, nl, nmax, Lt, scales, scr, sums):
+def q3_lanes(xt, n, nl, nmax, Lt, scales, scr):
     """ggml's ``make_q3_quants(n, nmax, x_j, L_j, do_rmse=true)`` for the ``nl`` sub-blocks
     ``x_j = xt[:, j]`` at once: ``Lt[i, j]`` (int32) gets ``L_j[i]`` (``l + nmax``, or 0 for an
-    all-zero group), ``scales[j]`` the returned scale.  ``scr`` f32 [Q3_SCR_ROWS, nl], ``sums``
-    f32 [2, nl]."""
+    all-zero group), ``scales[j]`` the returned scale.  ``scr`` f32 [Q3_SCR_ROWS, nl]."""
     nmax = np.int32(nmax)
     for j in range(nl):
         mx = np.float32(0.0)
@@ -493,10 +501,8 @@ def q3_lanes(xt, n, nl, nmax, Lt, scales, scr, sums):
                 mx = xi
         scr[_3NZ, j] = np.float32(0.0) if amax < _EPS else np.float32(1.0)
         scr[_3ISC, j] = np.float32(np.float32(-np.float32(nmax)) / mx)   # -nmax / max
-    _qx_sums(xt, scr[_3ISC], nmax, Lt, sums, n, nl)
+    _qx_sums(xt, scr, _3ISC, _3SLX, nmax, Lt, n, nl)  # sumlx, suml2 into rows _3SLX, _3SL2
     for j in range(nl):
-        scr[_3SLX, j] = sums[0, j]
-        scr[_3SL2, j] = sums[1, j]
         scr[_3ACT, j] = scr[_3NZ, j]
     for itry in range(5):
         if nl == 16:

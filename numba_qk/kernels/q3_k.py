@@ -218,14 +218,14 @@ def make_q3_quants_rmse(x, off, n, nmax, L, loff):
 @kernel
 def quantize_block_q3_k(values, b, out, L, scales, lanes):
     """One finite block ``values[b]`` into record ``out[b]``; ``L`` (int32 [256]), ``scales``
-    (f32 [16]) and ``lanes`` (``(xt, Lt, scr, sums, dd)``) are scratch."""
+    (f32 [16]) and ``lanes`` (``(xt, Lt, scr, dd)``) are scratch."""
     x = values[b]
-    xt, Lt, scr, sums, dd = lanes
+    xt, Lt, scr, dd = lanes
     for j in range(16):
         for i in range(16):
             xt[i, j] = x[16 * j + i]
     if ENCODE_LANES:  # the 16 sub-blocks' searches side by side (same bits)
-        q3_lanes(xt, 16, 16, 4, Lt, scales, scr, sums)
+        q3_lanes(xt, 16, 16, 4, Lt, scales, scr)
     else:
         for j in range(16):
             scales[j] = make_q3_quants_rmse(x, 16 * j, 16, 4, L, 16 * j)
@@ -287,8 +287,7 @@ def quantize_q3_k(values, out):
     L = np.zeros(256, np.int32)
     scales = np.empty(16, np.float32)
     lanes = (np.zeros((16, 16), np.float32), np.zeros((16, 16), np.int32),
-             np.zeros((Q3_SCR_ROWS, 16), np.float32), np.zeros((2, 16), np.float32),
-             np.zeros((2, 16), np.float32))
+             np.zeros((Q3_SCR_ROWS, 16), np.float32), np.zeros((2, 16), np.float32))
     for b in range(values.shape[0]):
         quantize_block_q3_k(values, b, out, L, scales, lanes)
     return -1
