@@ -1,24 +1,37 @@
 """Sub-block lanes for the K-quant encoders: ggml's per-sub-block searches run side by side.
 
-ggml's ``make_qkx2_quants`` (Q2_K, Q4_K, Q5_K) is called once per sub-block, and each call is
-one long chain of dependent f32 additions (three running sums per candidate scale, then a
-running error) -- latency-bound, one element at a time.  The sub-blocks of a block are
-independent, so here lane ``j`` of an 8- or 16-wide vector runs sub-block ``j``'s call: every lane
-performs exactly the f32 operations of the scalar transcription, in the same order (IEEE
-vector instructions without fast-math flags, one rounding each, no FMA), and each lane keeps
-its own state (current min, best error, chosen scale), so the bits are those of the scalar
-code (``q4_k_encode.make_qkx2_quants_mad``), which stays as the portable definition.
+ggml's ``make_qkx2_quants`` (Q2_K, Q4_K, Q5_K), ``make_qx_quants`` (Q6_K) and
+``make_q3_quants`` (Q3_K) are called once per sub-block, and each call is one long chain of
+dependent f32 additions (running sums per candidate scale, a running error) -- latency-bound,
+one element at a time.  The sub-blocks of a block are independent, so here lane ``j`` of an 8-
+or 16-wide vector runs sub-block ``j``'s call: every lane performs exactly the f32 operations
+of the scalar transcription, in the same order (IEEE vector instructions without fast-math
+flags, one rounding each, no FMA), and each lane keeps its own state (current min, best error,
+chosen scale, whether its refinement rounds go on), so the bits are those of the scalar code
+(``q4_k_encode.make_qkx2_quants_mad``, ``q6_k.make_qx_quants_rmse1``,
+``q3_k.make_q3_quants_rmse``), which stays as the portable definition.  Branches of the scalar
+code become per-lane selects: every lane computes both sides, keeps what the scalar code would.
 
 Data are transposed: ``xt[i, j]`` is element ``i`` of sub-block ``j`` (C-contiguous scratch
-arrays ``[n, nl]``, ``nl`` a multiple of 8); the two intrinsics walk ``i`` and handle the 8 lanes
-starting at column ``c0``:
+arrays ``[n, nl]``, ``nl`` 16 or a multiple of 8; per-lane values are rows of a scratch ``scr``
+``[rows, nl]``).  The intrinsics walk ``i`` over the lanes ``c0..c0+W-1`` (``W`` = 8 or 16;
+``<W x float>`` LLVM IR, legal on every target):
 
 * ``lanes_quant_sums``: ``l = clamp(nearest_int(isc * (x - mn)), 0, nmax)`` stored as int32,
   and the running sums ``sum_l += w*l``, ``sum_l2 += (w*l)*l``, ``sum_xl += (w*l)*x``.
 * ``lanes_error``: ``err += w * e(((a*l) + b) - x)`` with ``e`` = square or ``fabs``.
+* ``lanes_qx_sums``: ``l = clamp(nearest_int(isc * x), -nmax, nmax-1)``, ``sumlx += (w*x)*l``,
+  ``suml2 += (w*l)*l`` with ``w = x*x``.
+* ``lanes_q3_try``: one refinement round of ``make_q3_quants``.
+* ``lanes_requant``: the encoders' last pass, ``l = clamp(nearest_int((x + dm)/d))`` per lane
+  where ``d != 0``.
+
+``qkx2_lanes``, ``qx_lanes``, ``q3_lanes`` (the searches) and ``requant_lanes`` drive them; the
+candidate bookkeeping between passes is plain numba over the lanes.  ``f16_bits`` is the f32 ->
+f16 conversion by F16C where available (same bits as ``_round.f32_to_f16_bits``).
 
 ``ENCODE_LANES`` is False under ``NUMBA_DISABLE_JIT`` (intrinsics cannot run there) or
-``NUMBA_QK_PORTABLE=1``; the encoders then call the scalar transcription (same bits).
+``NUMBA_QK_PORTABLE=1``; the encoders then call the scalar transcriptions (same bits).
 """
 
 from __future__ import annotations
