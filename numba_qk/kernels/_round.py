@@ -49,11 +49,12 @@ def roundf(x):
 def c_int8(t):
     """``(int8_t)t`` for float32 ``t`` as C compilers emit it on x86: a 32-bit truncating
     conversion (``cvttss2si``; NaN and out-of-range give INT_MIN) keeping the low byte.  ggml
-    reaches NaN/inf here when a block's ``d`` is so small that ``id = 1/d`` overflows."""
-    if t >= np.float32(-2147483648.0) and t < np.float32(2147483648.0):
-        i = np.int64(t)
-    else:
-        i = np.int64(-2147483648)
+    reaches NaN/inf here when a block's ``d`` is so small that ``id = 1/d`` overflows.
+    (Written with selects, not branches, so loops over it vectorize.)"""
+    t = np.float32(t)
+    ok = (t >= np.float32(-2147483648.0)) & (t < np.float32(2147483648.0))  # False for NaN
+    i = np.int32(t if ok else np.float32(0.0))
+    i = i if ok else np.int32(-2147483648)
     return np.int32(np.int8(np.uint8(i & 0xFF)))
 
 

@@ -42,8 +42,9 @@ import numpy as np
 from numba import literally
 
 from .._jit import kernel
-from ._bits import f16_to_f32, f32_to_f16_bits
+from ._bits import f16_to_f32
 from ._round import c_int8, roundf
+from ._encode_lanes import f16_bits
 from .q8_k import _order_key
 from ._simd import HAVE_AVX2, prefetch
 from ._simd_legacy import legacy_accumulate_x8, legacy_block_value
@@ -64,7 +65,7 @@ def _f16(a, row, off):
 
 @kernel
 def _store_f16(out, row, off, x):
-    h = f32_to_f16_bits(np.float32(x))
+    h = f16_bits(np.float32(x))  # ggml's GGML_FP32_TO_FP16 (F16C where available)
     out[row, off] = np.uint8(h & np.uint16(0xFF))
     out[row, off + 1] = np.uint8(h >> np.uint16(8))
 
@@ -154,57 +155,62 @@ def _pack_nibbles(out, ob, qs_at, qh_at, q):
 
 
 @kernel
-def _quantize_block(code, values, b, out, ob, q):
-    """One block of ``values`` (f32 [G, 32]) into record ``out[ob]``, as ggml's _ref does;
-    ``q`` is an int32 scratch array of 32."""
+def _quantize_block(code, values, out, q):
+    """Every block of ``values`` (f32 [G, 32]) into records ``out`` [G, bytes], as ggml's _ref
+    does; ``q`` is an int32 scratch array of 32.  (The loop over blocks sits inside each format's
+    branch: a call per block cost more than a Q4_1 block's arithmetic.)"""
     if code == Q8_0 or code == Q8_1:
-        amax = np.float32(0.0)
-        for j in range(32):
-            amax = max(amax, abs(np.float32(values[b, j])))
-        d = np.float32(amax / np.float32(127.0))
-        inv = _inverse(d)
-        _store_f16(out, ob, _D_AT[code], d)
-        qs_at = _QS_AT[code]
-        total = np.int32(0)
-        for j in range(32):
-            q[j] = c_int8(roundf(np.float32(np.float32(values[b, j]) * inv)))
-            total += q[j]
-        for j in range(32):
-            out[ob, qs_at + j] = np.uint8(q[j] & 0xFF)
-        if code == Q8_1:
-            _store_f16(out, ob, _S_AT[code], np.float32(np.float32(total) * d))
+        for b in range(values.shape[0]):
+            amax = np.float32(0.0)
+            for j in range(32):
+                amax = max(amax, abs(np.float32(values[b, j])))
+            d = np.float32(amax / np.float32(127.0))
+            inv = _inverse(d)
+            _store_f16(out, b, _D_AT[code], d)
+            qs_at = _QS_AT[code]
+            total = np.int32(0)
+            for j in range(32):
+                q[j] = c_int8(roundf(np.float32(np.float32(values[b, j]) * inv)))
+                total += q[j]
+            for j in range(32):
+                out[b, qs_at + j] = np.uint8(q[j] & 0xFF)
+            if code == Q8_1:
+                _store_f16(out, b, _S_AT[code], np.float32(np.float32(total) * d))
         return
     if code == Q4_0 or code == Q5_0:
-        mx = _signed_absmax(values, b)
         five = code == Q5_0
-        d = np.float32(mx / np.float32(-16.0 if five else -8.0))
-        inv = _inverse(d)
-        _store_f16(out, ob, _D_AT[code], d)
         bias = np.float32(16.5 if five else 8.5)
         cap = 31 if five else 15
-        for j in range(32):
-            q[j] = min(cap, c_int8(np.float32(np.float32(np.float32(values[b, j]) * inv) + bias)))
-        _pack_nibbles(out, ob, _QS_AT[code], _QH_AT[code], q)
+        for b in range(values.shape[0]):
+            mx = _signed_absmax(values, b)
+            d = np.float32(mx / np.float32(-16.0 if five else -8.0))
+            inv = _inverse(d)
+            _store_f16(out, b, _D_AT[code], d)
+            for j in range(32):
+                q[j] = min(cap, c_int8(np.float32(np.float32(np.float32(values[b, j]) * inv)
+                                                  + bias)))
+            _pack_nibbles(out, b, _QS_AT[code], _QH_AT[code], q)
         return
     # Q4_1, Q5_1
     five = code == Q5_1
-    mn, mx = _min_max(values, b)
-    d = np.float32(np.float32(mx - mn) / np.float32(31.0 if five else 15.0))
-    inv = _inverse(d)
-    _store_f16(out, ob, _D_AT[code], d)
-    _store_f16(out, ob, _M_AT[code], mn)
-    for j in range(32):
-        t = np.float32(np.float32(np.float32(np.float32(values[b, j]) - mn) * inv) + np.float32(0.5))
-        q[j] = c_int8(t) & 0xFF if five else min(15, c_int8(t))  # (uint8_t) / MIN(15, (int8_t))
-    _pack_nibbles(out, ob, _QS_AT[code], _QH_AT[code], q)
+    for b in range(values.shape[0]):
+        mn, mx = _min_max(values, b)
+        d = np.float32(np.float32(mx - mn) / np.float32(31.0 if five else 15.0))
+        inv = _inverse(d)
+        _store_f16(out, b, _D_AT[code], d)
+        _store_f16(out, b, _M_AT[code], mn)
+        for j in range(32):
+            t = np.float32(np.float32(np.float32(np.float32(values[b, j]) - mn) * inv)
+                           + np.float32(0.5))
+            q[j] = c_int8(t) & 0xFF if five else min(15, c_int8(t))  # (uint8_t) / MIN(15, (int8_t))
+        _pack_nibbles(out, b, _QS_AT[code], _QH_AT[code], q)
 
 
 @kernel
 def _quantize_blocks(code, values, out):
     literally(code)  # one specialization per format: the format branches fold away
     q = np.empty(32, np.int32)
-    for b in range(values.shape[0]):
-        _quantize_block(code, values, b, out, b, q)
+    _quantize_block(code, values, out, q)
 
 
 @kernel

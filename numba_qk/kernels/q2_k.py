@@ -48,6 +48,7 @@ from ..formats.kquants import q2_k as _FMT
 from ._bits import f16_to_f32, load_u16
 from ._kquant_common import X_DS_AT, f16_at, first_nonfinite_block, store_f16, x_bsum, x_ds, x_q
 from .q4_k_encode import make_qkx2_quants_mad, nearest_int
+from .q4_k_encode import ENCODE_LANES, lanes_scratch, qkx2_lanes, requant_lanes
 
 Q2_K_RECORD_BYTES = _FMT.block_bytes
 Q2_K_BLOCK = _FMT.block_size
@@ -144,27 +145,37 @@ def dequantize_q2_k(records, out):
 # ---- quantize (ggml quantize_row_q2_K_ref) --------------------------------------------------
 
 @kernel
-def quantize_block_q2_k(values, b, out, L, sub, Laux, weights, scales, mins):
+def quantize_block_q2_k(values, b, out, L, scales, mins, lanes):
     """One finite block ``values[b]`` into record ``out[b]``; the rest are scratch arrays:
-    ``L`` int32 [256], ``sub``/``Laux`` int32 [16], ``weights`` f32 [16], ``scales``/``mins``
-    f32 [16]."""
+    ``L`` int32 [256], ``scales``/``mins`` f32 [16], ``lanes = lanes_scratch(16, 16)``."""
     x = values[b]
+    xt, wt, Lt, scr, laux, weights, sub, Laux, dd = lanes
     q4scale = np.float32(15.0)
+    for j in range(16):  # weights |x_i|
+        for l in range(16):
+            xv = np.float32(x[16 * j + l])
+            xt[l, j] = xv
+            wt[l, j] = abs(xv)
+    if ENCODE_LANES:  # the 16 sub-blocks' searches side by side (same bits)
+        qkx2_lanes(xt, wt, 16, 16, 3, np.float32(-0.5), np.float32(0.1), 15, True, Lt,
+                   scales, mins, scr, laux)
+    else:
+        for j in range(16):
+            for l in range(16):
+                weights[l] = wt[l, j]
+            sc, mn = make_qkx2_quants_mad(x, 16 * j, 16, 3, weights, sub, Laux, np.float32(-0.5),
+                                          np.float32(0.1), 15, True)
+            for l in range(16):
+                Lt[l, j] = sub[l]
+            scales[j] = sc
+            mins[j] = mn
     max_scale = np.float32(0.0)
     max_min = np.float32(0.0)
     for j in range(16):
-        for l in range(16):
-            weights[l] = abs(np.float32(x[16 * j + l]))
-        sc, mn = make_qkx2_quants_mad(x, 16 * j, 16, 3, weights, sub, Laux, np.float32(-0.5),
-                                      np.float32(0.1), 15, True)
-        for l in range(16):
-            L[16 * j + l] = sub[l]
-        scales[j] = sc
-        mins[j] = mn
-        if sc > max_scale:
-            max_scale = sc
-        if mn > max_min:
-            max_min = mn
+        if scales[j] > max_scale:
+            max_scale = scales[j]
+        if mins[j] > max_min:
+            max_min = mins[j]
     if max_scale > np.float32(0.0):
         iscale = np.float32(q4scale / max_scale)
         for j in range(16):
@@ -184,13 +195,12 @@ def quantize_block_q2_k(values, b, out, L, sub, Laux, weights, scales, mins):
         dmin_all = store_f16(out, b, _DMIN_AT, np.float32(0.0))
     for j in range(16):
         byte = out[b, _SC_AT + j]
-        d = np.float32(d_all * np.float32(byte & _LOW4))
-        if d == np.float32(0.0):  # C: if (!d) continue;
-            continue
-        dm = np.float32(dmin_all * np.float32(byte >> np.uint8(4)))
-        for ii in range(16):
-            l = nearest_int(np.float32(np.float32(np.float32(x[16 * j + ii]) + dm) / d))
-            L[16 * j + ii] = max(0, min(3, l))
+        dd[1, j] = np.float32(d_all * np.float32(byte & _LOW4))  # C: if (!d) continue;
+        dd[0, j] = np.float32(dmin_all * np.float32(byte >> np.uint8(4)))
+    requant_lanes(xt, dd[0], dd[1], 0, 3, 0, Lt, 16, 16)  # nearest_int((x + dm)/d), 0..3
+    for j in range(16):
+        for l in range(16):
+            L[16 * j + l] = Lt[l, j]
     for c in range(2):
         for l in range(32):
             i = 128 * c + l
@@ -208,13 +218,11 @@ def quantize_q2_k(values, out):
     if bad >= 0:
         return bad
     L = np.zeros(256, np.int32)
-    sub = np.zeros(16, np.int32)
-    Laux = np.zeros(16, np.int32)
-    weights = np.empty(16, np.float32)
     scales = np.empty(16, np.float32)
     mins = np.empty(16, np.float32)
+    lanes = lanes_scratch(16, 16)
     for b in range(values.shape[0]):
-        quantize_block_q2_k(values, b, out, L, sub, Laux, weights, scales, mins)
+        quantize_block_q2_k(values, b, out, L, scales, mins, lanes)
     return -1
 
 

@@ -57,6 +57,7 @@ from ..formats.kquants import q3_k as _FMT
 from ._bits import f16_to_f32, load_u16
 from ._kquant_common import X_DS_AT, f16_at, first_nonfinite_block, store_f16, x_ds, x_q
 from .q4_k_encode import nearest_int
+from ._encode_lanes import ENCODE_LANES, Q3_SCR_ROWS, q3_lanes, requant_lanes
 
 Q3_K_RECORD_BYTES = _FMT.block_bytes
 Q3_K_BLOCK = _FMT.block_size
@@ -216,15 +217,25 @@ def make_q3_quants_rmse(x, off, n, nmax, L, loff):
 
 
 @kernel
-def quantize_block_q3_k(values, b, out, L, scales):
-    """One finite block ``values[b]`` into record ``out[b]``; ``L`` (int32 [256]) and
-    ``scales`` (f32 [16]) are scratch."""
+def quantize_block_q3_k(values, b, out, L, scales, lanes):
+    """One finite block ``values[b]`` into record ``out[b]``; ``L`` (int32 [256]), ``scales``
+    (f32 [16]) and ``lanes`` (``(xt, Lt, scr, dd)``) are scratch."""
     x = values[b]
+    xt, Lt, scr, dd = lanes
+    for j in range(16):
+        for i in range(16):
+            xt[i, j] = x[16 * j + i]
+    if ENCODE_LANES:  # the 16 sub-blocks' searches side by side (same bits)
+        q3_lanes(xt, 16, 16, 4, Lt, scales, scr)
+    else:
+        for j in range(16):
+            scales[j] = make_q3_quants_rmse(x, 16 * j, 16, 4, L, 16 * j)
+            for i in range(16):
+                Lt[i, j] = L[16 * j + i]
     max_scale = np.float32(0.0)
     amax = np.float32(0.0)
     for j in range(16):
-        s = make_q3_quants_rmse(x, 16 * j, 16, 4, L, 16 * j)
-        scales[j] = s
+        s = scales[j]
         a = abs(s)
         if a > amax:
             amax = a
@@ -244,19 +255,20 @@ def quantize_block_q3_k(values, b, out, L, scales):
         d_all = store_f16(out, b, _D_AT, np.float32(np.float32(1.0) / iscale))
     else:
         d_all = store_f16(out, b, _D_AT, np.float32(0.0))
+    for j in range(16):  # the stored scales; ggml's `l = nearest_int(x/d)` for d != 0
+        dd[1, j] = np.float32(d_all * np.float32(_scale_at(out, b, j) - _SC_OFF))
+        dd[0, j] = np.float32(-0.0)  # x + -0.0 == x: plain x / d
+    requant_lanes(xt, dd[0], dd[1], -4, 3, 4, Lt, 16, 16)
     for j in range(16):
-        d = np.float32(d_all * np.float32(_scale_at(out, b, j) - _SC_OFF))
-        if d == np.float32(0.0):  # C: if (!d) continue;
-            continue
-        for ii in range(16):
-            l = nearest_int(np.float32(np.float32(x[16 * j + ii]) / d))
-            L[16 * j + ii] = max(-4, min(3, l)) + 4
-    for k in range(32):
-        out[b, _HM_AT + k] = 0
-    for i in range(256):  # high bit of element i -> hmask byte i % 32, bit i // 32
-        if L[i] > 3:
-            out[b, _HM_AT + i % 32] |= np.uint8(1 << (i // 32))
-            L[i] -= 4
+        for i in range(16):
+            L[16 * j + i] = Lt[i, j]
+    for l in range(32):  # high bit of element i = 32k + l -> bit k of hmask byte l
+        m = np.int32(0)
+        for k in range(8):
+            h = np.int32(L[32 * k + l] > 3)
+            m |= h << k
+            L[32 * k + l] -= 4 * h
+        out[b, _HM_AT + l] = np.uint8(m)
     for c in range(2):
         for l in range(32):
             i = 128 * c + l
@@ -275,8 +287,10 @@ def quantize_q3_k(values, out):
         return bad
     L = np.zeros(256, np.int32)
     scales = np.empty(16, np.float32)
+    lanes = (np.zeros((16, 16), np.float32), np.zeros((16, 16), np.int32),
+             np.zeros((Q3_SCR_ROWS, 16), np.float32), np.zeros((2, 16), np.float32))
     for b in range(values.shape[0]):
-        quantize_block_q3_k(values, b, out, L, scales)
+        quantize_block_q3_k(values, b, out, L, scales, lanes)
     return -1
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from .._jit import kernel
 from ._bits import f16_to_f32
 from ..formats import quant
+from ._encode_lanes import ENCODE_LANES, lane_scratch, qkx2_lanes, requant_lanes
 from ._round import f32_to_f16_bits, nearest_int
 
 # Byte offsets of the Q4_K fields, from the schema.
@@ -123,34 +124,39 @@ def make_qkx2_quants_mad(x, off, n, nmax, weights, L, Laux, rmin, rdelta, nstep,
 
 
 @kernel
-def _quantize_block_q4_k(values, b, out):
+def _quantize_block_q4_k(values, b, out, L, scales, mins, lanes):
     x = values[b]
-    L = np.zeros(256, np.int32)
-    Laux = np.zeros(32, np.int32)
-    weights = np.empty(32, np.float32)
-    scales = np.empty(8, np.float32)
-    mins = np.empty(8, np.float32)
-    sub = np.empty(32, np.int32)
-    max_scale = np.float32(0.0)
-    max_min = np.float32(0.0)
-    for j in range(8):
+    xt, wt, Lt, scr, laux, weights, sub, Laux, dd = lanes
+    for j in range(8):  # ggml's weights: av_x + |x_i|, av_x = sqrtf(sum x^2 / 32) per sub-block
         sum_x2 = np.float32(0.0)
         for l in range(32):
             xv = np.float32(x[32 * j + l])
             sum_x2 = np.float32(sum_x2 + np.float32(xv * xv))
         av_x = np.float32(np.sqrt(np.float32(sum_x2 / np.float32(32.0))))
         for l in range(32):
-            weights[l] = np.float32(av_x + abs(np.float32(x[32 * j + l])))
-        sc, mn = make_qkx2_quants(x, 32 * j, 32, 15, weights, sub, Laux, np.float32(-1.0),
-                                  np.float32(0.1), 20)
-        for l in range(32):
-            L[32 * j + l] = sub[l]
-        scales[j] = sc
-        mins[j] = mn
-        if sc > max_scale:
-            max_scale = sc
-        if mn > max_min:
-            max_min = mn
+            xv = np.float32(x[32 * j + l])
+            xt[l, j] = xv
+            wt[l, j] = np.float32(av_x + abs(xv))
+    if ENCODE_LANES:  # the 8 sub-blocks' searches side by side (same bits)
+        qkx2_lanes(xt, wt, 32, 8, 15, np.float32(-1.0), np.float32(0.1), 20, False, Lt,
+                   scales, mins, scr, laux)
+    else:
+        for j in range(8):
+            for l in range(32):
+                weights[l] = wt[l, j]
+            sc, mn = make_qkx2_quants(x, 32 * j, 32, 15, weights, sub, Laux, np.float32(-1.0),
+                                      np.float32(0.1), 20)
+            for l in range(32):
+                Lt[l, j] = sub[l]
+            scales[j] = sc
+            mins[j] = mn
+    max_scale = np.float32(0.0)
+    max_min = np.float32(0.0)
+    for j in range(8):
+        if scales[j] > max_scale:
+            max_scale = scales[j]
+        if mins[j] > max_min:
+            max_min = mins[j]
     inv_scale = np.float32(np.float32(63.0) / max_scale) if max_scale > 0 else np.float32(0.0)
     inv_min = np.float32(np.float32(63.0) / max_min) if max_min > 0 else np.float32(0.0)
     for k in range(_SC_AT, _QS_AT):
@@ -180,13 +186,12 @@ def _quantize_block_q4_k(values, b, out):
         else:
             sc = np.int32((out[b, _SC_AT + 4 + j] & 0xF) | ((out[b, _SC_AT + j - 4] >> 6) << 4))
             m = np.int32((out[b, _SC_AT + 4 + j] >> 4) | ((out[b, _SC_AT + j] >> 6) << 4))
-        d = np.float32(d_all * np.float32(sc))
-        if d == np.float32(0.0):
-            continue
-        dm = np.float32(dmin_all * np.float32(m))
-        for ii in range(32):
-            l = nearest_int(np.float32(np.float32(np.float32(x[32 * j + ii]) + dm) / d))
-            L[32 * j + ii] = max(0, min(15, l))
+        dd[1, j] = np.float32(d_all * np.float32(sc))     # C: if (!d) continue; (lanes keep L)
+        dd[0, j] = np.float32(dmin_all * np.float32(m))
+    requant_lanes(xt, dd[0], dd[1], 0, 15, 0, Lt, 32, 8)  # nearest_int((x + dm)/d), 0..15
+    for j in range(8):
+        for l in range(32):
+            L[32 * j + l] = Lt[l, j]
     for j in range(4):
         for l in range(32):
             out[b, _QS_AT + 32 * j + l] = np.uint8(L[64 * j + l] | (L[64 * j + l + 32] << 4))
@@ -203,6 +208,21 @@ def quantize_q4_k(values, out):
             v = np.float32(values[b, i])
             if (v - v) != np.float32(0.0):
                 return b
+    L = np.zeros(256, np.int32)
+    scales = np.empty(8, np.float32)
+    mins = np.empty(8, np.float32)
+    lanes = lanes_scratch(32, 8)
     for b in range(values.shape[0]):
-        _quantize_block_q4_k(values, b, out)
+        _quantize_block_q4_k(values, b, out, L, scales, mins, lanes)
     return -1
+
+
+@kernel
+def lanes_scratch(n, nl):
+    """Scratch of the sub-block searches: ``(xt, wt, Lt, scr, laux, weights, sub, Laux, dd)``,
+    the transposed sub-blocks and weights ``[n, nl]``, their quants, ``qkx2_lanes``' scratch,
+    the scalar path's per-sub-block arrays and the per-sub-block ``(dm, d)`` of the final pass."""
+    scr, laux = lane_scratch(n, nl)
+    return (np.zeros((n, nl), np.float32), np.zeros((n, nl), np.float32),
+            np.zeros((n, nl), np.int32), scr, laux, np.zeros(n, np.float32),
+            np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros((2, nl), np.float32))

@@ -50,6 +50,7 @@ from ._kquant_common import (X_DS_AT, X_Q_AT, f16_at, first_nonfinite_block,
                              k4_pack_scale_min, k4_scale_min,
                              store_f16, x_bsum, x_ds, x_q)
 from .q4_k_encode import make_qkx2_quants, nearest_int
+from .q4_k_encode import ENCODE_LANES, lanes_scratch, qkx2_lanes, requant_lanes
 
 Q5_K_RECORD_BYTES = _FMT.block_bytes
 Q5_K_BLOCK = _FMT.block_size
@@ -141,31 +142,41 @@ def dequantize_q5_k(records, out):
 # ---- quantize (ggml quantize_row_q5_K_ref) --------------------------------------------------
 
 @kernel
-def quantize_block_q5_k(values, b, out, L, sub, Laux, weights, scales, mins):
+def quantize_block_q5_k(values, b, out, L, scales, mins, lanes):
     """One finite block ``values[b]`` into record ``out[b]``; the rest are scratch arrays:
-    ``L`` int32 [256], ``sub``/``Laux`` int32 [32], ``weights`` f32 [32], ``scales``/``mins``
-    f32 [8]."""
+    ``L`` int32 [256], ``scales``/``mins`` f32 [8], ``lanes = lanes_scratch(32, 8)``."""
     x = values[b]
-    max_scale = np.float32(0.0)
-    max_min = np.float32(0.0)
-    for j in range(8):
+    xt, wt, Lt, scr, laux, weights, sub, Laux, dd = lanes
+    for j in range(8):  # weights av_x + |x_i|, av_x = sqrtf(sum x^2 / 32) per sub-block
         sum_x2 = np.float32(0.0)
         for l in range(32):
             xv = np.float32(x[32 * j + l])
             sum_x2 = np.float32(sum_x2 + np.float32(xv * xv))
         av_x = np.float32(np.sqrt(np.float32(sum_x2 / np.float32(32.0))))
         for l in range(32):
-            weights[l] = np.float32(av_x + abs(np.float32(x[32 * j + l])))
-        sc, mn = make_qkx2_quants(x, 32 * j, 32, 31, weights, sub, Laux, np.float32(-0.5),
-                                  np.float32(0.1), 15)
-        for l in range(32):
-            L[32 * j + l] = sub[l]
-        scales[j] = sc
-        mins[j] = mn
-        if sc > max_scale:
-            max_scale = sc
-        if mn > max_min:
-            max_min = mn
+            xv = np.float32(x[32 * j + l])
+            xt[l, j] = xv
+            wt[l, j] = np.float32(av_x + abs(xv))
+    if ENCODE_LANES:  # the 8 sub-blocks' searches side by side (same bits)
+        qkx2_lanes(xt, wt, 32, 8, 31, np.float32(-0.5), np.float32(0.1), 15, False, Lt,
+                   scales, mins, scr, laux)
+    else:
+        for j in range(8):
+            for l in range(32):
+                weights[l] = wt[l, j]
+            sc, mn = make_qkx2_quants(x, 32 * j, 32, 31, weights, sub, Laux, np.float32(-0.5),
+                                      np.float32(0.1), 15)
+            for l in range(32):
+                Lt[l, j] = sub[l]
+            scales[j] = sc
+            mins[j] = mn
+    max_scale = np.float32(0.0)
+    max_min = np.float32(0.0)
+    for j in range(8):
+        if scales[j] > max_scale:
+            max_scale = scales[j]
+        if mins[j] > max_min:
+            max_min = mins[j]
     inv_scale = np.float32(np.float32(63.0) / max_scale) if max_scale > 0 else np.float32(0.0)
     inv_min = np.float32(np.float32(63.0) / max_min) if max_min > 0 else np.float32(0.0)
     for k in range(12):
@@ -178,26 +189,20 @@ def quantize_block_q5_k(values, b, out, L, sub, Laux, weights, scales, mins):
     dmin_all = store_f16(out, b, _DMIN_AT, np.float32(max_min / np.float32(63.0)))
     for j in range(8):
         sc, m = k4_scale_min(out, b, _SC_AT, j)
-        d = np.float32(d_all * np.float32(sc))
-        if d == np.float32(0.0):  # C: if (!d) continue;
-            continue
-        dm = np.float32(dmin_all * np.float32(m))
-        for ii in range(32):
-            l = nearest_int(np.float32(np.float32(np.float32(x[32 * j + ii]) + dm) / d))
-            L[32 * j + ii] = max(0, min(31, l))
-    for k in range(32):
-        out[b, _QH_AT + k] = 0
-    for p in range(4):
+        dd[1, j] = np.float32(d_all * np.float32(sc))     # C: if (!d) continue; (lanes keep L)
+        dd[0, j] = np.float32(dmin_all * np.float32(m))
+    requant_lanes(xt, dd[0], dd[1], 0, 31, 0, Lt, 32, 8)  # nearest_int((x + dm)/d), 0..31
+    for j in range(8):
         for l in range(32):
+            L[32 * j + l] = Lt[l, j]
+    for l in range(32):  # bit 4 of L[64p + l] -> qh bit 2p, of L[64p + 32 + l] -> bit 2p + 1
+        qh = np.int32(0)
+        for p in range(4):
             l1 = L[64 * p + l]
             l2 = L[64 * p + 32 + l]
-            if l1 > 15:
-                l1 -= 16
-                out[b, _QH_AT + l] |= np.uint8(1 << (2 * p))
-            if l2 > 15:
-                l2 -= 16
-                out[b, _QH_AT + l] |= np.uint8(2 << (2 * p))
-            out[b, _QL_AT + 32 * p + l] = np.uint8(l1 | (l2 << 4))
+            qh |= ((l1 >> 4) << (2 * p)) | ((l2 >> 4) << (2 * p + 1))
+            out[b, _QL_AT + 32 * p + l] = np.uint8((l1 & 15) | ((l2 & 15) << 4))
+        out[b, _QH_AT + l] = np.uint8(qh)
 
 
 @kernel
@@ -210,13 +215,11 @@ def quantize_q5_k(values, out):
     if bad >= 0:
         return bad
     L = np.zeros(256, np.int32)
-    sub = np.zeros(32, np.int32)
-    Laux = np.zeros(32, np.int32)
-    weights = np.empty(32, np.float32)
     scales = np.empty(8, np.float32)
     mins = np.empty(8, np.float32)
+    lanes = lanes_scratch(32, 8)
     for b in range(values.shape[0]):
-        quantize_block_q5_k(values, b, out, L, sub, Laux, weights, scales, mins)
+        quantize_block_q5_k(values, b, out, L, scales, mins, lanes)
     return -1
 
 

@@ -60,6 +60,7 @@ from ._kquant_common import X_DS_AT, X_Q_AT, f16_at, first_nonfinite_block, stor
 from ._kquant_drive import kernels_for, register
 from ._simd_kquants import q6_k_acts_x8, q6_k_q8_k_value, q6_k_rows_x8
 from .q4_k_encode import nearest_int
+from ._encode_lanes import ENCODE_LANES, QX_SCR_ROWS, qx_lanes, requant_lanes
 
 Q6_K_RECORD_BYTES = _FMT.block_bytes
 Q6_K_BLOCK = _FMT.block_size
@@ -211,15 +212,25 @@ def make_qx_quants_rmse1(x, off, n, nmax, L, loff):
 
 
 @kernel
-def quantize_block_q6_k(values, b, out, L, scales):
-    """One block ``values[b]`` into record ``out[b]``; ``L`` (int32 [256]) and ``scales``
-    (f32 [16]) are scratch.  The block must be finite."""
+def quantize_block_q6_k(values, b, out, L, scales, lanes):
+    """One block ``values[b]`` into record ``out[b]``; ``L`` (int32 [256]), ``scales``
+    (f32 [16]) and ``lanes`` (``(xt, Lt, scr, dd)``) are scratch.  The block must be finite."""
     x = values[b]
+    xt, Lt, scr, dd = lanes
+    for ib in range(16):
+        for i in range(16):
+            xt[i, ib] = x[16 * ib + i]
+    if ENCODE_LANES:  # the 16 sub-blocks' searches side by side (same bits)
+        qx_lanes(xt, 16, 16, 32, Lt, scales, scr)
+    else:
+        for ib in range(16):
+            scales[ib] = make_qx_quants_rmse1(x, 16 * ib, 16, 32, L, 16 * ib)
+            for i in range(16):
+                Lt[i, ib] = L[16 * ib + i]
     max_scale = np.float32(0.0)
     max_abs_scale = np.float32(0.0)
     for ib in range(16):
-        scale = make_qx_quants_rmse1(x, 16 * ib, 16, 32, L, 16 * ib)
-        scales[ib] = scale
+        scale = scales[ib]
         abs_scale = abs(scale)
         if abs_scale > max_abs_scale:
             max_abs_scale = abs_scale
@@ -233,13 +244,13 @@ def quantize_block_q6_k(values, b, out, L, scales):
     for ib in range(16):
         sc = min(127, nearest_int(np.float32(iscale * scales[ib])))
         out[b, _SC_AT + ib] = np.uint8(sc & 0xFF)  # int8_t store
+    for j in range(16):  # the stored scales; ggml's `l = nearest_int(x/d)` for d != 0
+        dd[1, j] = np.float32(d_all * np.float32(np.int8(out[b, _SC_AT + j])))
+        dd[0, j] = np.float32(-0.0)  # x + -0.0 == x: plain x / d
+    requant_lanes(xt, dd[0], dd[1], -32, 31, 32, Lt, 16, 16)
     for j in range(16):
-        d = np.float32(d_all * np.float32(np.int8(out[b, _SC_AT + j])))
-        if d == np.float32(0.0):  # C: if (!d) continue;  (NaN is not zero)
-            continue
-        for ii in range(16):
-            l = nearest_int(np.float32(np.float32(x[16 * j + ii]) / d))
-            L[16 * j + ii] = max(-32, min(31, l)) + 32
+        for i in range(16):
+            L[16 * j + i] = Lt[i, j]
     for c in range(2):
         for l in range(32):
             i = 128 * c + l
@@ -261,8 +272,10 @@ def quantize_q6_k(values, out):
         return bad
     L = np.zeros(256, np.int32)
     scales = np.empty(16, np.float32)
+    lanes = (np.zeros((16, 16), np.float32), np.zeros((16, 16), np.int32),
+             np.zeros((QX_SCR_ROWS, 16), np.float32), np.zeros((2, 16), np.float32))
     for b in range(values.shape[0]):
-        quantize_block_q6_k(values, b, out, L, scales)
+        quantize_block_q6_k(values, b, out, L, scales, lanes)
     return -1
 
 
