@@ -5,7 +5,7 @@ import pytest
 
 import numba_qk as qk
 
-from conftest import assert_same_f32, assert_same_records
+from qk_assert import assert_same_f32, assert_same_records
 from records import random_q4_k, random_q8_k
 
 Q4, Q8 = qk.quant.q4_k, qk.quant.q8_k

@@ -6,7 +6,7 @@ import pytest
 import numba_qk as qk
 from numba_qk import reference as ref
 
-from conftest import assert_same_f32
+from qk_assert import assert_same_f32
 from records import random_q4_k, random_q8_k
 
 Q4, Q8 = qk.quant.q4_k, qk.quant.q8_k

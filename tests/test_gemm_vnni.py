@@ -12,7 +12,7 @@ and odd shapes / strides / alignments."""
 import numpy as np
 import pytest
 
-from conftest import assert_same_f32
+from qk_assert import assert_same_f32
 from records import F16_SPECIALS, F32_SPECIALS, random_q4_k, random_q8_k
 
 from numba_qk.kernels import _simd, _simd_q4_k, dot

@@ -28,7 +28,7 @@ from numba_qk import _threads  # noqa: E402
 
 import gguf_build as B  # noqa: E402
 import gguf_fuzz  # noqa: E402
-from conftest import assert_same_f32, assert_same_records  # noqa: E402
+from qk_assert import assert_same_f32, assert_same_records  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 F32, F16, Q4_0, Q8_0, Q8_1, Q4_K, BF16 = 0, 1, 2, 8, 9, 12, 30
@@ -214,8 +214,14 @@ def test_legal_million_element_arrays_open_fast(tmp_path):
 
 def test_fuzz_corpus_opens_or_is_rejected_in_one_line(tmp_path):
     """300 deterministic mutants of a small file: each opens and reads, or raises GGUFError,
-    within 2 s (SIGALRM), never another exception."""
+    within 10 s (SIGALRM: a hang is caught; a mutant that retypes a tensor may still meet a
+    cold JIT compile of another format's kernel on a loaded core), never another exception."""
     data, header_end = gguf_fuzz.make_seed_file(tmp_path / "seed.gguf")
+    # Compile (or load from numba's cache) every kernel the seed's tensors use before any alarm
+    # is set: a cold JIT compile on a loaded CI core can take seconds.
+    with gguf.open(tmp_path / "seed.gguf") as f:
+        for t in f.tensors:
+            f.dequantize(t.name)
 
     class Hang(BaseException):
         pass
@@ -228,7 +234,7 @@ def test_fuzz_corpus_opens_or_is_rejected_in_one_line(tmp_path):
     try:
         for i, m in enumerate(gguf_fuzz.make_mutants(data, header_end, 300, seed=7)):
             p = write(tmp_path, m, f"m{i}.gguf")
-            signal.setitimer(signal.ITIMER_REAL, 2.0)
+            signal.setitimer(signal.ITIMER_REAL, 10.0)
             try:
                 with gguf.open(p) as f:
                     _ = f.metadata

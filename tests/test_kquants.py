@@ -22,7 +22,7 @@ from numba_qk.formats import kquants as fk
 from numba_qk import reference_kquants as ref
 from numba_qk.kernels.q8_k import quantize_q8_k
 
-from conftest import assert_same_f32, assert_same_records
+from qk_assert import assert_same_f32, assert_same_records
 from records import F16_SPECIALS, F32_SPECIALS, pack_q8_k, random_q8_k
 
 GOLDEN_DIR = Path(__file__).parent / "golden"

@@ -10,7 +10,7 @@ from hypothesis.extra.numpy import arrays
 
 from numba_qk import reference_kquants as ref
 
-from conftest import assert_same_f32, assert_same_records
+from qk_assert import assert_same_f32, assert_same_records
 from test_kquants import FORMATS, GGML, IDS
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

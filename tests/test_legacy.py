@@ -12,7 +12,7 @@ import numba_qk as qk
 from numba_qk import _ggml_ctypes, _registry, reference as ref
 from numba_qk.formats import legacy as legacy_family
 
-from conftest import assert_same_f32, assert_same_records
+from qk_assert import assert_same_f32, assert_same_records
 
 FORMATS = [f.name.lower() for f in legacy_family.FORMATS]   # q4_0 ... q8_1, from the declarations
 WEIGHTS = [f.name.lower() for f in legacy_family.FORMATS if f in _registry.WEIGHTS]

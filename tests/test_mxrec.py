@@ -24,7 +24,7 @@ import numba_qk as qk
 from numba_qk import _ggml_ctypes, reference_mxrec as ref
 from numba_qk.kernels import mxrec as K
 
-from conftest import assert_same_f32, assert_same_records
+from qk_assert import assert_same_f32, assert_same_records
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 GGML = _ggml_ctypes.load(os.environ.get("NUMBA_QK_GGML_LIB")) or _ggml_ctypes.load()

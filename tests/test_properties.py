@@ -9,7 +9,7 @@ from hypothesis.extra.numpy import arrays
 import numba_qk as qk
 from numba_qk import reference as ref
 
-from conftest import assert_same_f32, assert_same_records
+from qk_assert import assert_same_f32, assert_same_records
 
 Q4, Q8 = qk.quant.q4_k, qk.quant.q8_k
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

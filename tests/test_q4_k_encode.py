@@ -10,7 +10,7 @@ import numba_qk as qk
 from numba_qk import _ggml_ctypes
 from numba_qk.kernels.q4_k_encode import nearest_int
 
-from conftest import assert_same_records
+from qk_assert import assert_same_records
 
 GOLDEN = np.load(Path(__file__).parent / "golden" / "q4_k_ggml.npz")
 GROUPS = sorted(k[2:] for k in GOLDEN.files if k.startswith("x_"))

@@ -7,7 +7,7 @@ import numba_qk as qk
 from numba_qk import reference as ref
 from numba_qk.kernels import quantize_block_q8_k
 
-from conftest import assert_same_records
+from qk_assert import assert_same_records
 
 Q8 = qk.quant.q8_k
 FMAX = np.finfo(np.float32).max

@@ -13,7 +13,7 @@ import numba_qk as qk
 from numba_qk import _registry, reference as ref, reference_kquants as ref_k, reference_mxrec as ref_fp4
 from numba_qk._registry import BINDINGS, QUANTIZABLE, WEIGHTS, Binding, check_bindings
 
-from conftest import assert_same_f32, assert_same_records
+from qk_assert import assert_same_f32, assert_same_records
 
 ALL = [b.format for b in BINDINGS]
 ids = [f.name for f in ALL]
