@@ -2,12 +2,18 @@
 
 * explicit-vector f32 -> bf16/f16 encoders (``kernels/lowp._encode_run``);
 * AVX-512 register-table decode of fp8/fp6 codes (``kernels/lowp._decode_run``);
+* explicit-vector f16 -> f32 widening (``kernels/lowp._f16_decode_run``, every code, NaN
+  payloads and signalling NaNs kept bit for bit);
 * non-temporal streaming of large outputs (``kernels/_stream.py``), whatever the destination's
   alignment, the row lengths and the source strides, and through ``astype`` (threads too).
 
 The reference is the same converter compiled with the fast paths switched off (the portable
 loops, themselves checked against ml_dtypes and the Fraction oracle in test_lowp_codecs.py).
 """
+
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -16,6 +22,7 @@ import numba_qk as qk
 from numba_qk import cast as _cast
 from numba_qk.kernels import _stream
 from numba_qk.kernels import lowp as L
+from numba_qk.kernels._bits import f16_bits_to_f32_bits
 
 T = L._T_E8M0
 DECODE_KINDS = {"e4m3": L.K_E4M3, "e5m2": L.K_E5M2, "e2m3": L.K_E2M3, "e3m2": L.K_E3M2}
@@ -85,6 +92,89 @@ def test_vector_decode_every_code(name):
         for n in (0, 1, 15, 16, 17, 33, 100):
             part = codes[start:start + n]
             assert (run(fast, part, np.uint32, pad=start % 3) == expect[start:start + n]).all()
+
+
+_ORACLE = {}
+
+
+def f16_oracle(codes):
+    """float32 bits of f16 codes by the readable integer rule (``_bits.f16_bits_to_f32_bits``,
+    interpreted): NaN payloads shifted up, signalling NaNs left signalling."""
+    if "f16" not in _ORACLE:
+        _ORACLE["f16"] = np.array([int(f16_bits_to_f32_bits.py_func(c)) for c in range(1 << 16)],
+                                  np.uint32)
+    return _ORACLE["f16"][codes]
+
+
+def test_vector_f16_decode_every_code():
+    codes = np.arange(1 << 16, dtype=np.uint16)
+    expect = f16_oracle(codes)
+    assert expect[0x7C01] == 0x7F802000 and expect[0xFE00] == 0xFFC00000   # sNaN stays sNaN
+    fast, slow = L.converter(L.K_F16, L.K_F32, 1, 1), portable(L.K_F16, L.K_F32)
+    assert (run(slow, codes, np.uint32) == expect).all()
+    assert (run(fast, codes, np.uint32) == expect).all()
+    if _stream.HAVE_STREAM:
+        assert (run(fast, codes, np.uint32, stream=True, pad=3) == expect).all()
+    nans = codes[(codes & 0x7FFF) > 0x7C00]                   # every NaN code, shuffled
+    nans = np.random.default_rng(5).permutation(nans)
+    assert (run(fast, nans, np.uint32, pad=1) == f16_oracle(nans)).all()
+    for start in range(0, 20):                                # every phase, every tail
+        for n in (0, 1, 15, 16, 17, 33, 63, 64, 65, 100):
+            part = codes[0x7BF0 + 97 * start:][:n]
+            assert (run(fast, part, np.uint32, pad=start % 3) == f16_oracle(part)).all()
+    # a byte-misaligned, read-only source; strided rows (the scratch gather path), 3-d
+    raw = np.zeros(2 * codes.size + 1, np.uint8)
+    odd = raw[1:].view(np.uint16)
+    odd[:] = codes
+    odd.flags.writeable = False
+    assert (run(fast, odd, np.uint32) == expect).all()
+    grid = np.repeat(codes, 2).reshape(4, 2, 16384)[:, :, ::2]
+    got = np.empty(grid.size, np.uint32)
+    fast(grid, got, T, 0, False)
+    assert (got == expect).all()
+    if _stream.HAVE_STREAM:
+        got[:] = 0
+        fast(grid, got, T, 0, True)
+        assert (got == expect).all()
+
+
+def test_astype_f16_to_f32_keeps_nan_bits():
+    codes = np.arange(1 << 16, dtype=np.uint16)
+    out = np.empty((256, 256), np.float32)
+    r = qk.astype(codes.view(np.float16).reshape(256, 256)[:, ::-1], qk.f32, out=out, threads=2)
+    assert r is out
+    assert (out.view(np.uint32) == f16_oracle(codes.reshape(256, 256)[:, ::-1])).all()
+
+
+F16_SCRIPT = r"""
+import sys, numpy as np, numba_qk as qk
+from numba_qk.kernels import lowp as L
+codes = np.arange(1 << 16, dtype=np.uint16)
+a = qk.astype(codes.view(np.float16), qk.f32).view(np.uint32)
+b = qk.astype(codes.view(np.float16)[::-1], qk.f32).view(np.uint32)[::-1]
+c = qk.astype(qk.astype(codes.view(np.float16), qk.f32), qk.f16).view(np.uint16)
+np.savez(sys.argv[1], a=a, b=b, c=c, vec=np.array([L._VEC_ENC, L._HW_F16]))
+"""
+
+
+@pytest.mark.parametrize("env", [{"NUMBA_QK_PORTABLE": "1"}, {"NUMBA_CPU_NAME": "haswell"}],
+                         ids=["portable", "haswell"])
+def test_f16_casts_under_other_targets(tmp_path, env):
+    """The f16 casts compiled with the vector paths off (NUMBA_QK_PORTABLE=1) and for a CPU
+    without AVX-512 (the 16-lane vectors split into 256-bit halves) give the same bits."""
+    if sys.platform != "linux" or os.uname().machine != "x86_64":
+        pytest.skip("x86-64 targets only")
+    path = tmp_path / "r.npz"
+    e = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), PYTHONWARNINGS="ignore", **env)
+    subprocess.run([sys.executable, "-c", F16_SCRIPT, str(path)], check=True, env=e, timeout=600)
+    r = np.load(path)
+    codes = np.arange(1 << 16, dtype=np.uint16)
+    expect = f16_oracle(codes)
+    assert (r["a"] == expect).all() and (r["b"] == expect).all()
+    back = qk.astype(expect.view(np.float32), qk.f16).view(np.uint16)
+    assert (r["c"] == back).all()
+    if "NUMBA_QK_PORTABLE" in env:
+        assert not r["vec"][0]
 
 
 CASES = [(L.K_BF16, L.K_F32, np.uint16, np.uint32), (L.K_F16, L.K_F32, np.uint16, np.uint32),

@@ -493,6 +493,51 @@ def _decode_to_f32_bits(S, raw):
     return np.int64(-1)
 
 
+# ---- explicit-vector f16 -> f32: 16 lanes of the hardware widening ---------------------------
+
+@intrinsic
+def _f16_decode_vec(typingctx, src, si, dst, di):
+    """``dst[di:di + 16] = float32 bits of the f16 codes src[si:si + 16]`` (uint16 -> uint32):
+    one ``fpext <16 x half>`` (F16C ``vcvtph2ps``; exact for every non-NaN code), then a select
+    that gives NaN lanes :func:`_f16_to_f32_bits_hw`'s bits -- sign, all-ones exponent, payload
+    shifted up, *not* quietened (the hardware would set the quiet bit of a signalling NaN)."""
+    if not (isinstance(src, types.Array) and src.dtype == types.uint16
+            and isinstance(dst, types.Array) and dst.dtype == types.uint32):
+        return None
+    sig = types.none(src, types.intp, dst, types.intp)
+
+    def codegen(context, builder, signature, args):
+        i32v = ir.VectorType(ir.IntType(32), _VLANES)
+
+        def splat(c):
+            return ir.Constant(i32v, [c] * _VLANES)
+
+        h = _vec_load(context, builder, signature, args, ir.VectorType(ir.IntType(16), _VLANES))
+        f = builder.fpext(builder.bitcast(h, ir.VectorType(ir.HalfType(), _VLANES)),
+                          ir.VectorType(ir.FloatType(), _VLANES))
+        x = builder.bitcast(f, i32v)
+        c = builder.zext(h, i32v)
+        isnan = builder.icmp_unsigned(">", builder.and_(c, splat(0x7FFF)), splat(0x7C00))
+        nan = builder.or_(builder.or_(builder.shl(builder.and_(c, splat(0x8000)), splat(16)),
+                                      splat(0x7F800000)),
+                          builder.shl(builder.and_(c, splat(0x3FF)), splat(13)))
+        return _vec_store(context, builder, signature, args, builder.select(isnan, nan, x))
+
+    return sig, codegen
+
+
+@kernel
+def _f16_decode_run(src, dst):
+    """``dst[k] = float32 bits of the f16 code src[k]`` (contiguous 1-d uint16 -> uint32 of one
+    length; hardware f16 only): 16-lane vectors, the scalar rule for the tail."""
+    n = src.shape[0]
+    nv = n // _VLANES * _VLANES
+    for k in range(0, nv, _VLANES):
+        _f16_decode_vec(src, k, dst, k)
+    for k in range(nv, n):
+        dst[k] = _f16_to_f32_bits_hw(np.int64(src[k]))
+
+
 # ---- explicit-vector decode of fp8/fp6 codes to float32: a register table lookup -----------
 #
 # The portable loop reads ``_B_<t>[code]`` per element, which compiles to a memory gather.
@@ -619,9 +664,12 @@ def converter(S, D, SPB, DPB):
 
 def _make_converter(S, D, SPB, DPB):
     # explicit-vector runs for contiguous unpacked rows (same bits as the portable loops):
-    # 1 = f32 -> bf16/f16 (_encode_run), 2 = fp8/fp6 -> f32 (_decode_run), 0 = none
+    # 1 = f32 -> bf16/f16 (_encode_run), 2 = fp8/fp6 -> f32 (_decode_run),
+    # 3 = f16 -> f32 (_f16_decode_run), 0 = none
     VEC = (1 if S == K_F32 and (D == K_BF16 or (D == K_F16 and _HW_F16)) and _VEC_ENC else
-           2 if D == K_F32 and S in _PERM_KINDS else 0) if SPB == 1 and DPB == 1 else 0
+           2 if D == K_F32 and S in _PERM_KINDS else
+           3 if D == K_F32 and S == K_F16 and _HW_F16 and _VEC_ENC else 0) \
+        if SPB == 1 and DPB == 1 else 0
 
     @kernel
     def convert(src, dst, table, idx0, stream):
@@ -648,6 +696,8 @@ def _make_converter(S, D, SPB, DPB):
                         _encode_run(D, row[:h], out[:h])
                     elif cont and VEC == 2:
                         _decode_run(S, row[:h], out[:h])
+                    elif cont and VEC == 3:
+                        _f16_decode_run(row[:h], out[:h])
                     elif cont:
                         for k in range(h):
                             out[k] = _convert_one(S, D, np.int64(row[k]), table)
@@ -661,6 +711,8 @@ def _make_converter(S, D, SPB, DPB):
                                 _encode_run(D, scratch[:m], o)
                             elif VEC == 2:
                                 _decode_run(S, scratch[:m], o)
+                            elif VEC == 3:
+                                _f16_decode_run(scratch[:m], o)
                             else:
                                 for k in range(m):
                                     o[k] = _convert_one(S, D, np.int64(scratch[k]), table)
@@ -676,6 +728,8 @@ def _make_converter(S, D, SPB, DPB):
                             _encode_run(D, r, sout[:m])
                         elif VEC == 2:
                             _decode_run(S, r, sout[:m])
+                        elif VEC == 3:
+                            _f16_decode_run(r, sout[:m])
                         else:
                             for k in range(m):
                                 sout[k] = _convert_one(S, D, np.int64(r[k]), table)
