@@ -68,6 +68,9 @@ def test_vector_encode_equals_portable(name):
     fast, slow = L.converter(L.K_F32, D, 1, 1), portable(L.K_F32, D)
     ref = run(slow, x, np.uint16)
     assert (run(fast, x, np.uint16) == ref).all()
+    if _stream.HAVE_STREAM:                                   # non-temporal lines from registers
+        for pad in (0, 1, 31, 33):
+            assert (run(fast, x, np.uint16, stream=True, pad=pad) == ref).all(), pad
     for n in list(range(0, 40)) + [1000, 4099]:             # tails of every length
         part = x[12345:12345 + n]
         assert (run(fast, part, np.uint16, pad=n % 3) == ref[12345:12345 + n]).all()
@@ -179,11 +182,13 @@ def test_f16_casts_under_other_targets(tmp_path, env):
 
 CASES = [(L.K_BF16, L.K_F32, np.uint16, np.uint32), (L.K_F16, L.K_F32, np.uint16, np.uint32),
          (L.K_E4M3, L.K_F32, np.uint8, np.uint32), (L.K_E2M3, L.K_F32, np.uint8, np.uint32),
-         (L.K_F32, L.K_BF16, np.uint32, np.uint16), (L.K_F32, L.K_E5M2, np.uint32, np.uint8)]
+         (L.K_F32, L.K_BF16, np.uint32, np.uint16), (L.K_F32, L.K_E5M2, np.uint32, np.uint8),
+         (L.K_F32, L.K_F16, np.uint32, np.uint16)]
 
 
 @pytest.mark.parametrize("S,D,sdt,ddt", CASES,
-                         ids=["bf16-f32", "f16-f32", "e4m3-f32", "e2m3-f32", "f32-bf16", "f32-e5m2"])
+                         ids=["bf16-f32", "f16-f32", "e4m3-f32", "e2m3-f32", "f32-bf16", "f32-e5m2",
+                              "f32-f16"])
 def test_streamed_equals_unstreamed(S, D, sdt, ddt):
     if not _stream.HAVE_STREAM:
         pytest.skip("non-temporal stores are used only on x86-64 with the JIT")

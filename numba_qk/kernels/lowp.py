@@ -323,15 +323,19 @@ def _vec_store(context, builder, signature, args, value):
 _VLANES = 16   # lanes of the explicit-vector f32 -> bf16/f16 encoders (one zmm with AVX-512)
 
 
-def _make_vec_encode(half):
-    """Intrinsic ``enc16(src, si, dst, di)``: the 16 float32 bit patterns ``src[si:si + 16]``
+def _make_vec_encode(half, lanes=_VLANES, nontemporal=False):
+    """Intrinsic ``enc16(src, si, dst, di)``: the ``lanes`` (16) float32 bit patterns ``src[si:si + 16]``
     (uint32) to codes in ``dst[di:di + 16]`` (uint16), in explicit 16-lane vectors, with the
     scalar rule's steps lane by lane:
 
     * bf16 (:func:`_bf16_from_f32_bits`): add 0x7FFF plus the kept LSB, truncate;
     * f16 (:func:`_f16_from_f32_bits`): LLVM ``fptrunc`` to half (one RNE; F16C ``vcvtps2ph``);
 
-    then NaN -> the canonical quiet NaN with the sign (0x7FC0 / 0x7E00)."""
+    then NaN -> the canonical quiet NaN with the sign (0x7FC0 / 0x7E00).
+
+    ``nontemporal``: the codes go out with one non-temporal store (``vmovntdq``), aligned to
+    ``2 * lanes`` bytes -- the caller makes ``dst``'s element ``di`` start a 64-byte line (32
+    lanes: one whole line per store; the same bits, no read-for-ownership of the line)."""
     @intrinsic
     def enc16(typingctx, src, si, dst, di):
         if not (isinstance(src, types.Array) and src.dtype == types.uint32
@@ -340,17 +344,17 @@ def _make_vec_encode(half):
         sig = types.none(src, types.intp, dst, types.intp)
 
         def codegen(context, builder, signature, args):
-            i32v = ir.VectorType(ir.IntType(32), _VLANES)
-            i16v = ir.VectorType(ir.IntType(16), _VLANES)
+            i32v = ir.VectorType(ir.IntType(32), lanes)
+            i16v = ir.VectorType(ir.IntType(16), lanes)
 
             def splat(c):
-                return ir.Constant(i32v, [c] * _VLANES)
+                return ir.Constant(i32v, [c] * lanes)
 
             u = _vec_load(context, builder, signature, args, i32v)
             hi = builder.lshr(u, splat(16))
             if half:
-                f = builder.bitcast(u, ir.VectorType(ir.FloatType(), _VLANES))
-                h = builder.fptrunc(f, ir.VectorType(ir.HalfType(), _VLANES))
+                f = builder.bitcast(u, ir.VectorType(ir.FloatType(), lanes))
+                h = builder.fptrunc(f, ir.VectorType(ir.HalfType(), lanes))
                 r = builder.zext(builder.bitcast(h, i16v), i32v)
                 qnan = 0x7E00
             else:
@@ -360,8 +364,14 @@ def _make_vec_encode(half):
             isnan = builder.icmp_unsigned(">", builder.and_(u, splat(0x7FFFFFFF)),
                                           splat(0x7F800000))
             nan = builder.or_(builder.and_(hi, splat(0x8000)), splat(qnan))
-            return _vec_store(context, builder, signature, args,
-                              builder.trunc(builder.select(isnan, nan, r), i16v))
+            codes = builder.trunc(builder.select(isnan, nan, r), i16v)
+            if not nontemporal:
+                return _vec_store(context, builder, signature, args, codes)
+            dp = context.make_array(signature.args[2])(context, builder, args[2]).data
+            st = builder.store(codes, builder.bitcast(builder.gep(dp, [args[3]]),
+                                                      i16v.as_pointer()), align=2 * lanes)
+            st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+            return context.get_dummy_value()
 
         return sig, codegen
 
@@ -384,6 +394,33 @@ def _encode_run(D, src, dst):
             _bf16_encode_vec(src, k, dst, k)
         else:
             _f16_encode_vec(src, k, dst, k)
+    for k in range(nv, n):
+        dst[k] = _encode_from_f32(D, np.int64(src[k]))
+
+
+_bf16_encode_nt = _make_vec_encode(False, 32, True)
+_f16_encode_nt = _make_vec_encode(True, 32, True)
+
+
+@kernel
+def _encode_run_nt(D, src, dst):
+    """:func:`_encode_run` writing every whole 64-byte line of ``dst`` with a non-temporal store
+    of 32 codes computed in registers (no L1 scratch pass); the elements before the first
+    aligned line and after the last whole one by the scalar rule with ordinary stores, so no
+    line is written both ways.  ``dst`` is 1-d C-contiguous uint16; callers end with
+    ``_stream.store_fence()``."""
+    n = np.int64(src.shape[0])
+    h = _stream.line_head(dst, np.int64(2))
+    if h < 0 or h > n:
+        h = n
+    for k in range(h):
+        dst[k] = _encode_from_f32(D, np.int64(src[k]))
+    nv = h + (n - h) // 32 * 32
+    for k in range(h, nv, 32):
+        if D == K_BF16:
+            _bf16_encode_nt(src, k, dst, k)
+        else:
+            _f16_encode_nt(src, k, dst, k)
     for k in range(nv, n):
         dst[k] = _encode_from_f32(D, np.int64(src[k]))
 
@@ -724,9 +761,11 @@ def _make_converter(S, D, SPB, DPB):
                             for k in range(m):
                                 scratch[k] = row[k0 + k]
                             r = scratch[:m]
-                        if VEC == 1:
-                            _encode_run(D, r, sout[:m])
-                        elif VEC == 2:
+                        streamed = True
+                        if VEC == 1:               # non-temporal stores from registers
+                            _encode_run_nt(D, r, out[k0:k0 + m])
+                            continue
+                        if VEC == 2:
                             _decode_run(S, r, sout[:m])
                         elif VEC == 3:
                             _f16_decode_run(r, sout[:m])
