@@ -324,9 +324,9 @@ _VLANES = 16   # lanes of the explicit-vector f32 -> bf16/f16 encoders (one zmm 
 
 
 def _make_vec_encode(half, lanes=_VLANES, nontemporal=False):
-    """Intrinsic ``enc16(src, si, dst, di)``: the ``lanes`` (16) float32 bit patterns ``src[si:si + 16]``
-    (uint32) to codes in ``dst[di:di + 16]`` (uint16), in explicit 16-lane vectors, with the
-    scalar rule's steps lane by lane:
+    """Intrinsic ``enc16(src, si, dst, di)``: the ``lanes`` (default 16) float32 bit patterns
+    ``src[si:si + lanes]`` (uint32) to codes in ``dst[di:di + lanes]`` (uint16), in explicit
+    vectors, with the scalar rule's steps lane by lane:
 
     * bf16 (:func:`_bf16_from_f32_bits`): add 0x7FFF plus the kept LSB, truncate;
     * f16 (:func:`_f16_from_f32_bits`): LLVM ``fptrunc`` to half (one RNE; F16C ``vcvtps2ph``);
@@ -370,7 +370,8 @@ def _make_vec_encode(half, lanes=_VLANES, nontemporal=False):
             dp = context.make_array(signature.args[2])(context, builder, args[2]).data
             st = builder.store(codes, builder.bitcast(builder.gep(dp, [args[3]]),
                                                       i16v.as_pointer()), align=2 * lanes)
-            st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+            st.set_metadata("nontemporal",
+                            builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
             return context.get_dummy_value()
 
         return sig, codegen
