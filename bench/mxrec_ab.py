@@ -8,7 +8,7 @@ alike.
 * ``ggml``: ggml's mul_mat, 1 thread (``--ggml-lib`` or NUMBA_QK_GGML_LIB; libggml-python's
   wheel otherwise).
 
-Hot: one 4096x4096 matrix; streamed: ``--stream-mb`` of distinct copies called in turn (DRAM).
+Hot: one 4096x4096 matrix (also ``matmul`` of ``--batch`` vectors: the gemm tiles, ours vs base); streamed: ``--stream-mb`` of distinct copies called in turn (DRAM).
 Times are the calling thread's CPU time (``time.thread_time``; every candidate runs in this
 thread).  The outputs of ours and base are compared bit for bit.
 
@@ -57,6 +57,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=20, help="hot calls per timing")
     ap.add_argument("--stream-mb", type=float, default=400.0)
+    ap.add_argument("--batch", type=int, nargs="*", default=[8, 64],
+                    help="gemm batch sizes (hot, matmul of [batch, cols] f32)")
     ap.add_argument("--ggml-lib", default=os.environ.get("NUMBA_QK_GGML_LIB"))
     a = ap.parse_args(argv)
 
@@ -112,6 +114,19 @@ def main(argv=None) -> int:
                   f"{tb / t['ours']:.2f} | {tg / t['ours']:.2f} | {same} |")
             if g is not None:
                 del mvs
+        for nb in a.batch:
+            xb = rng.standard_normal((nb, a.cols)).astype(np.float32)
+            cands = {"ours": lambda: qk.matmul(w, xb, lhs_format=fmt, threads=1)}
+            same = "-"
+            if base is not None:
+                bfmt = getattr(base.quant, name)
+                cands["base"] = lambda: base.matmul(w, xb, lhs_format=bfmt, threads=1)
+                same = str(np.array_equal(cands["ours"]().view(np.uint32),
+                                          cands["base"]().view(np.uint32)))
+            t = rr(cands, a.rounds, max(1, a.calls // 4))
+            tb = t.get("base", np.nan)
+            print(f"| {name} | gemm batch {nb} | {t['ours']:.3f} | {tb:.3f} | - | "
+                  f"{tb / t['ours']:.2f} | - | {same} |")
     return 0
 
 

@@ -20,7 +20,7 @@ from ._simd import (HAVE_VNNI, _decl, _float_array_ptr, _fold_into, _gather_f16,
 from .mxrec import KVALUES, MX_E_AT, MX_QS_AT, NV_D_AT, NV_QS_AT, Y_D_AT, Y_QS_AT
 
 __all__ = ["mxfp4_q8_0_s", "mxfp4_accumulate_x8", "nvfp4_accumulate_x8", "mxfp4_rows_x8_t",
-           "nvfp4_rows_x8_t"]
+           "nvfp4_rows_x8_t", "mxfp4_acts_x8_t", "nvfp4_acts_x8_t", "XT_ROWS"]
 
 _F32 = ir.FloatType()
 
@@ -306,7 +306,7 @@ class _Dot4:
         b = self.b
         if self.dpbusd is not None:
             return _vcall(b, self.dpbusd, [acc, u, s])
-        p16 = b.call(self.maddubs, [u, s])
+        p16 = _vcall(b, self.maddubs, [u, s])
         return b.add(acc, b.call(self.maddwd, [p16, ir.Constant(_vec(_i16, 16), [1] * 16)]))
 
 
@@ -399,6 +399,104 @@ def nvfp4_rows_x8_t(typingctx, w, w_off, step, x, x_off, x_next, c0, c1, c2, c3,
             u = _ue4m3_half(builder, d_s)
             t = builder.fmul(_splat(builder, dy0 if s_idx < 2 else dy1), u)   # R32(d_y * u)
             v = builder.fmul(t, builder.sitofp(sums[s_idx], _vec(_F32, 8)))   # R32(t * f32(S))
+            _fold_into(builder, acc_ptr, v,
+                       first_v if s_idx == 0 else ir.Constant(first_v.type, 0))
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+# ---- gemm tiles in the transposed ("lane = activation") layout ------------------------------
+#
+# The activations are transposed once per call (``mxrec._q8_0_transpose``) into groups of 8:
+# per group and Q8_0 record j, 11 rows of 8 i32 lanes (lane k = activation 8 * group + k):
+# rows 0..7 the record's quant words (word i = quants 4i .. 4i + 3), rows 8, 9 the seeds
+# ``-12 * sum`` of quants 0..15 and 16..31, row 10 the bits of f32(d_y).  A weight record's
+# code words are broadcast (one load each) and turned into ``k + 12`` as in the gemv tiles, so
+# one vpdpbusd handles 4 elements of 8 (record, activation) pairs and lane k ends at S of
+# activation k, exactly.
+
+XT_ROWS = 11   # i32 rows of 8 lanes per (group, Q8_0 record)
+
+
+def _xt_row(builder, xtb, row):
+    """<8 x i32> row ``row`` of the transposed record at byte pointer ``xtb``."""
+    return _load(builder, xtb, 32 * row, _vec(_i32, 8))
+
+
+def _xt_ptr(context, builder, xty, xt, off):
+    data = context.make_array(xty)(context, builder, xt).data
+    return builder.gep(builder.bitcast(data, _i8.as_pointer()), [off])
+
+
+@intrinsic
+def mxfp4_acts_x8_t(typingctx, w, w_off, xt, xt_off, acc, first):
+    """Fold v = R32(R32(dy_k * 2^(e-128)) * f32(S_k)) of the MXFP4 record at byte ``w_off`` of
+    ``w`` against the 8 activations of the transposed record at byte ``xt_off`` of ``xt`` into
+    ``acc[0:8]`` (lane k: ``acc = v`` if ``first`` else ``R32(acc + v)``)."""
+    if not isinstance(w, types.Array) or not isinstance(xt, types.Array):
+        return None
+    sig = types.none(w, types.intp, xt, types.intp, acc, types.intp)
+
+    def codegen(context, builder, signature, args):
+        w_arr, w_off_v, xt_arr, xt_off_v, acc_arr, first_v = args
+        wb = _ptr(context, builder, signature.args[0], w_arr, w_off_v)
+        xtb = _xt_ptr(context, builder, signature.args[2], xt_arr, xt_off_v)
+        dot4 = _Dot4(builder)
+        acc_lo = builder.add(_xt_row(builder, xtb, 8), _xt_row(builder, xtb, 9))
+        acc_hi = ir.Constant(_vec(_i32, 8), [0] * 8)
+        for c in range(4):
+            lo, hi = _codes_u12(builder, builder.bitcast(_splat_word(builder, wb, MX_QS_AT + 4 * c),
+                                                         _vec(_i32, 8)))
+            acc_lo = dot4(acc_lo, lo, _xt_row(builder, xtb, c))
+            acc_hi = dot4(acc_hi, hi, _xt_row(builder, xtb, 4 + c))
+        s = builder.add(acc_lo, acc_hi)
+        e = builder.zext(_load(builder, wb, MX_E_AT, _i8), _i32)
+        h = _e8m0_half(builder, _splat(builder, e))
+        dy = builder.bitcast(_xt_row(builder, xtb, 10), _vec(_F32, 8))
+        t = builder.fmul(dy, h)                                       # R32(d_y * h(e))
+        v = builder.fmul(t, builder.sitofp(s, _vec(_F32, 8)))         # R32(t * f32(S))
+        _fold_into(builder, _float_array_ptr(context, builder, signature.args[4], acc_arr), v,
+                   first_v)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def nvfp4_acts_x8_t(typingctx, w, w_off, xt, xt_off, xt_next, acc, first):
+    """As ``mxfp4_acts_x8_t`` for NVFP4: the 4 sub-block terms of the record folded in order
+    (``first`` applies to s = 0); sub-blocks 0, 1 against the transposed record at ``xt_off``,
+    2, 3 against the one at ``xt_off + xt_next``."""
+    if not isinstance(w, types.Array) or not isinstance(xt, types.Array):
+        return None
+    sig = types.none(w, types.intp, xt, types.intp, types.intp, acc, types.intp)
+
+    def codegen(context, builder, signature, args):
+        w_arr, w_off_v, xt_arr, xt_off_v, xt_next_v, acc_arr, first_v = args
+        wb = _ptr(context, builder, signature.args[0], w_arr, w_off_v)
+        xtbs = [_xt_ptr(context, builder, signature.args[2], xt_arr, xt_off_v),
+                _xt_ptr(context, builder, signature.args[2], xt_arr,
+                        builder.add(xt_off_v, xt_next_v))]
+        dot4 = _Dot4(builder)
+        vi = _vec(_i32, 8)
+        scales = _splat(builder, _load(builder, wb, NV_D_AT, _i32))
+        acc_ptr = _float_array_ptr(context, builder, signature.args[5], acc_arr)
+        for s_idx in range(4):
+            g, t = divmod(s_idx, 2)
+            xtb = xtbs[g]
+            at = NV_QS_AT + 8 * s_idx
+            lo0, hi0 = _codes_u12(builder, builder.bitcast(_splat_word(builder, wb, at), vi))
+            lo1, hi1 = _codes_u12(builder, builder.bitcast(_splat_word(builder, wb, at + 4), vi))
+            a = dot4(_xt_row(builder, xtb, 8 + t), lo0, _xt_row(builder, xtb, 4 * t))
+            a = dot4(a, hi0, _xt_row(builder, xtb, 4 * t + 2))
+            a2 = dot4(ir.Constant(vi, [0] * 8), lo1, _xt_row(builder, xtb, 4 * t + 1))
+            a2 = dot4(a2, hi1, _xt_row(builder, xtb, 4 * t + 3))
+            s = builder.add(a, a2)
+            d_s = builder.and_(builder.lshr(scales, ir.Constant(vi, [8 * s_idx] * 8)),
+                               ir.Constant(vi, [0xFF] * 8))
+            u = _ue4m3_half(builder, d_s)
+            dy = builder.bitcast(_xt_row(builder, xtb, 10), _vec(_F32, 8))
+            t_v = builder.fmul(dy, u)                                     # R32(d_y * u(d_s))
+            v = builder.fmul(t_v, builder.sitofp(s, _vec(_F32, 8)))      # R32(t * f32(S))
             _fold_into(builder, acc_ptr, v,
                        first_v if s_idx == 0 else ir.Constant(first_v.type, 0))
         return context.get_dummy_value()

@@ -447,8 +447,11 @@ from ._simd import HAVE_AVX2, load_f16_fpext, prefetch  # noqa: E402  (after the
 # IR revision 2: transposed gemv tiles)
 
 if HAVE_AVX2:
-    from ._simd_mxrec import (mxfp4_accumulate_x8, mxfp4_q8_0_s, mxfp4_rows_x8_t,  # noqa: E402
-                              nvfp4_accumulate_x8, nvfp4_rows_x8_t)
+    from ._simd_mxrec import (XT_ROWS, mxfp4_accumulate_x8, mxfp4_acts_x8_t,  # noqa: E402
+                              mxfp4_q8_0_s, mxfp4_rows_x8_t, nvfp4_accumulate_x8,
+                              nvfp4_acts_x8_t, nvfp4_rows_x8_t)
+else:
+    XT_ROWS = 11
 
 
 @kernel
@@ -639,9 +642,85 @@ def _gemv_nvfp4_t(w, x, out):
         out[rr] = dot_nvfp4_q8_0(w[rr], x)
 
 
+@kernel
+def _q8_0_transpose(x, groups, xt):
+    """Activations ``x`` ``[batch, n, 34]`` (contiguous record bytes) in groups of 8 for the
+    transposed gemm tiles: ``xt[grp, j, row, k]`` for activation ``8 * grp + k``, record j --
+    rows 0..7 the little-endian i32 words of its quants, 8 and 9 ``-12 *`` the sums of quants
+    0..15 and 16..31, 10 the bits of f32(d_y) (exact widening)."""
+    xs0, xs1 = x.strides[0], x.strides[1]
+    for grp in range(groups):
+        for j in range(x.shape[1]):
+            for k in range(8):
+                a = 8 * grp + k
+                for c in range(8):
+                    at = Y_QS_AT + 4 * c
+                    word = (np.uint32(x[a, j, at]) | (np.uint32(x[a, j, at + 1]) << np.uint32(8))
+                            | (np.uint32(x[a, j, at + 2]) << np.uint32(16))
+                            | (np.uint32(x[a, j, at + 3]) << np.uint32(24)))
+                    xt[grp, j, c, k] = np.int32(word)
+                for h in range(2):
+                    sm = np.int32(0)
+                    for i in range(NV_SUB):
+                        sm += np.int32(np.int8(x[a, j, Y_QS_AT + NV_SUB * h + i]))
+                    xt[grp, j, 8 + h, k] = np.int32(-12) * sm
+                dy = load_f16_fpext(x, a * xs0 + j * xs1 + Y_D_AT)
+                xt[grp, j, 10, k] = np.float32(dy).view(np.int32)
+
+
+@kernel
+def _gemm_mxfp4_t(w, x, out):
+    """Per weight row, groups of 8 activations in the transposed layout
+    (``_simd_mxrec.mxfp4_acts_x8_t``; lane k = activation a0 + k); remainder activations by the
+    single-record SIMD dot."""
+    if w.strides[2] != 1 or x.strides[2] != 1:
+        gemm_mxfp4_q8_0_portable(w, x, out)
+        return
+    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
+    ws0, ws1 = w.strides[0], w.strides[1]
+    groups = batch // 8
+    xt = np.empty((groups, g, XT_ROWS, 8), np.int32)
+    _q8_0_transpose(x, groups, xt)
+    rec = XT_ROWS * 32                       # bytes per transposed record
+    acc = np.zeros(8, np.float32)
+    for r in range(rows):
+        for grp in range(groups):
+            for b in range(g):
+                mxfp4_acts_x8_t(w, r * ws0 + b * ws1, xt, (grp * g + b) * rec, acc, b == 0)
+            for k in range(8):
+                out[8 * grp + k, r] = acc[k]
+        for a in range(8 * groups, batch):
+            out[a, r] = _dot_mxfp4_simd(w[r], x[a])
+
+
+@kernel
+def _gemm_nvfp4_t(w, x, out):
+    """As ``_gemm_mxfp4_t`` for NVFP4 (``_simd_mxrec.nvfp4_acts_x8_t``)."""
+    if w.strides[2] != 1 or x.strides[2] != 1:
+        gemm_nvfp4_q8_0_portable(w, x, out)
+        return
+    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
+    ws0, ws1 = w.strides[0], w.strides[1]
+    nx = x.shape[1]
+    groups = batch // 8
+    xt = np.empty((groups, nx, XT_ROWS, 8), np.int32)
+    _q8_0_transpose(x, groups, xt)
+    rec = XT_ROWS * 32
+    acc = np.zeros(8, np.float32)
+    for r in range(rows):
+        for grp in range(groups):
+            for b in range(g):
+                nvfp4_acts_x8_t(w, r * ws0 + b * ws1, xt, (grp * nx + 2 * b) * rec, rec, acc,
+                                b == 0)
+            for k in range(8):
+                out[8 * grp + k, r] = acc[k]
+        for a in range(8 * groups, batch):
+            out[a, r] = dot_nvfp4_q8_0(w[r], x[a])
+
+
 if HAVE_AVX2:
-    _dot_mx, _gemv_mx, _gemm_mx = _dot_mxfp4_simd, _gemv_mxfp4_t, _gemm_mxfp4_simd
-    _gemv_nv, _gemm_nv = _gemv_nvfp4_t, _gemm_nvfp4_simd
+    _dot_mx, _gemv_mx, _gemm_mx = _dot_mxfp4_simd, _gemv_mxfp4_t, _gemm_mxfp4_t
+    _gemv_nv, _gemm_nv = _gemv_nvfp4_t, _gemm_nvfp4_t
 else:
     _dot_mx, _gemv_mx, _gemm_mx = dot_mxfp4_q8_0, gemv_mxfp4_q8_0_portable, gemm_mxfp4_q8_0_portable
     _gemv_nv, _gemm_nv = gemv_nvfp4_q8_0_portable, gemm_nvfp4_q8_0_portable
