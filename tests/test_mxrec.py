@@ -402,3 +402,26 @@ def test_fast_products_equal_the_portable_loops(name, rng):
         wide[..., ::2] = w
         b.gemv(wide[..., ::2], x[1], got_v)
         assert_same_f32(got_v, want_v, "strided gemv")
+
+
+def test_fast_products_without_vnni(tmp_path):
+    """NUMBA_QK_NO_VNNI=1 (pmaddubsw + pmaddwd instead of vpdpbusd in the transposed gemv tiles,
+    what AVX2 machines run): ``test_fast_products_equal_the_portable_loops`` again, in a fresh
+    process with its own numba cache."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from numba_qk.kernels._simd import HAVE_VNNI
+
+    if not HAVE_VNNI:
+        pytest.skip("no AVX-512 VNNI: the default run already takes the pmaddubsw path")
+    env = dict(os.environ, NUMBA_QK_NO_VNNI="1", NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    here = Path(__file__).resolve()
+    env["PYTHONPATH"] = str(here.parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-p", "no:xdist", str(here), "-k", "fast_products_equal"],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "2 passed" in r.stdout, r.stdout[-500:]

@@ -442,11 +442,16 @@ def gemm_nvfp4_q8_0_portable(w, x, out):
             out[a, r] = dot_nvfp4_q8_0(wr, x[a])
 
 
-from ._simd import HAVE_AVX2, load_f16_fpext  # noqa: E402  (after the tables _simd_mxrec reads)
-# (numba's cache keys on this file, not on _simd_mxrec.py: edit this line when that IR changes)
+from ._simd import HAVE_AVX2, load_f16_fpext, prefetch  # noqa: E402  (after the tables)
+# (numba's cache keys on this file, not on _simd_mxrec.py: edit this line when that IR changes;
+# IR revision 2: transposed gemv tiles)
 
 if HAVE_AVX2:
-    from ._simd_mxrec import mxfp4_accumulate_x8, mxfp4_q8_0_s, nvfp4_accumulate_x8  # noqa: E402
+    from ._simd_mxrec import (XT_ROWS, mxfp4_accumulate_x8, mxfp4_acts_x8_t,  # noqa: E402
+                              mxfp4_q8_0_s, mxfp4_rows_x8_t, nvfp4_accumulate_x8,
+                              nvfp4_acts_x8_t, nvfp4_rows_x8_t)
+else:
+    XT_ROWS = 11
 
 
 @kernel
@@ -547,9 +552,175 @@ def _gemm_nvfp4_simd(w, x, out):
             out[a, r] = dot_nvfp4_q8_0(w[r], x[a])
 
 
+@kernel
+def _q8_0_prep(x, dyf, half_sums):
+    """Per Q8_0 record i of ``x`` (contiguous bytes): ``dyf[i]`` = f32(d_y) (exact widening) and
+    ``half_sums[i, h]`` = the sum of its quants ``16h .. 16h + 16`` (exact int32), for the
+    transposed gemv tiles (computed once per call, not once per tile)."""
+    xs0 = x.strides[0]
+    for i in range(x.shape[0]):
+        dyf[i] = load_f16_fpext(x, i * xs0 + Y_D_AT)
+        for h in range(2):
+            s = np.int32(0)
+            for j in range(NV_SUB):
+                s += np.int32(np.int8(x[i, Y_QS_AT + NV_SUB * h + j]))
+            half_sums[i, h] = s
+
+
+@kernel
+def _gemv_mxfp4_t(w, x, out):
+    """8-row tiles in the transposed layout (``_simd_mxrec.mxfp4_rows_x8_t``): lane k = row
+    r + k, no horizontal sums.  The next tile's records are prefetched (eight interleaved row
+    streams defeat the hardware prefetcher): each row's first byte, then each record's last."""
+    if w.strides[2] != 1 or x.strides[1] != 1:
+        gemv_mxfp4_q8_0_portable(w, x, out)
+        return
+    rows, g = w.shape[0], w.shape[1]
+    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
+    dyf = np.empty(g, np.float32)
+    hs = np.empty((g, 2), np.int32)
+    _q8_0_prep(x, dyf, hs)
+    corr = np.empty(g, np.int32)
+    for b in range(g):
+        corr[b] = np.int32(-12) * (hs[b, 0] + hs[b, 1])
+    acc = np.zeros(8, np.float32)
+    r = 0
+    while rows - r >= 8:
+        if rows - r >= 16:
+            nxt = (r + 8) * ws0
+            for k in range(8):
+                prefetch(w, nxt + k * ws0)
+            for b in range(g):
+                for k in range(8):   # each record's last byte: with the rows' first bytes
+                    prefetch(w, nxt + k * ws0 + b * ws1 + ws1 - 1)  # this covers every line
+                mxfp4_rows_x8_t(w, r * ws0 + b * ws1, ws0, x, b * xs0, corr[b], dyf[b], acc,
+                                b == 0)
+        else:
+            for b in range(g):
+                mxfp4_rows_x8_t(w, r * ws0 + b * ws1, ws0, x, b * xs0, corr[b], dyf[b], acc,
+                                b == 0)
+        for k in range(8):
+            out[r + k] = acc[k]
+        r += 8
+    for rr in range(r, rows):
+        out[rr] = _dot_mxfp4_simd(w[rr], x)
+
+
+@kernel
+def _gemv_nvfp4_t(w, x, out):
+    """As ``_gemv_mxfp4_t`` for NVFP4 (``_simd_mxrec.nvfp4_rows_x8_t``)."""
+    if w.strides[2] != 1 or x.strides[1] != 1:
+        gemv_nvfp4_q8_0_portable(w, x, out)
+        return
+    rows, g = w.shape[0], w.shape[1]
+    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
+    dyf = np.empty(x.shape[0], np.float32)
+    hs = np.empty((x.shape[0], 2), np.int32)
+    _q8_0_prep(x, dyf, hs)
+    for i in range(x.shape[0]):
+        for h in range(2):
+            hs[i, h] = np.int32(-12) * hs[i, h]
+    acc = np.zeros(8, np.float32)
+    r = 0
+    while rows - r >= 8:
+        pf = rows - r >= 16
+        nxt = (r + 8) * ws0
+        if pf:
+            for k in range(8):
+                prefetch(w, nxt + k * ws0)
+        for b in range(g):
+            if pf:
+                for k in range(8):
+                    prefetch(w, nxt + k * ws0 + b * ws1 + ws1 - 1)
+            i = 2 * b
+            nvfp4_rows_x8_t(w, r * ws0 + b * ws1, ws0, x, i * xs0, xs0, hs[i, 0], hs[i, 1],
+                            hs[i + 1, 0], hs[i + 1, 1], dyf[i], dyf[i + 1], acc, b == 0)
+        for k in range(8):
+            out[r + k] = acc[k]
+        r += 8
+    for rr in range(r, rows):
+        out[rr] = dot_nvfp4_q8_0(w[rr], x)
+
+
+@kernel
+def _q8_0_transpose(x, groups, xt):
+    """Activations ``x`` ``[batch, n, 34]`` (contiguous record bytes) in groups of 8 for the
+    transposed gemm tiles: ``xt[grp, j, row, k]`` for activation ``8 * grp + k``, record j --
+    rows 0..7 the little-endian i32 words of its quants, 8 and 9 ``-12 *`` the sums of quants
+    0..15 and 16..31, 10 the bits of f32(d_y) (exact widening)."""
+    xs0, xs1 = x.strides[0], x.strides[1]
+    for grp in range(groups):
+        for j in range(x.shape[1]):
+            for k in range(8):
+                a = 8 * grp + k
+                for c in range(8):
+                    at = Y_QS_AT + 4 * c
+                    word = (np.uint32(x[a, j, at]) | (np.uint32(x[a, j, at + 1]) << np.uint32(8))
+                            | (np.uint32(x[a, j, at + 2]) << np.uint32(16))
+                            | (np.uint32(x[a, j, at + 3]) << np.uint32(24)))
+                    xt[grp, j, c, k] = np.int32(word)
+                for h in range(2):
+                    sm = np.int32(0)
+                    for i in range(NV_SUB):
+                        sm += np.int32(np.int8(x[a, j, Y_QS_AT + NV_SUB * h + i]))
+                    xt[grp, j, 8 + h, k] = np.int32(-12) * sm
+                dy = load_f16_fpext(x, a * xs0 + j * xs1 + Y_D_AT)
+                xt[grp, j, 10, k] = np.float32(dy).view(np.int32)
+
+
+@kernel
+def _gemm_mxfp4_t(w, x, out):
+    """Per weight row, groups of 8 activations in the transposed layout
+    (``_simd_mxrec.mxfp4_acts_x8_t``; lane k = activation a0 + k); remainder activations by the
+    single-record SIMD dot."""
+    if w.strides[2] != 1 or x.strides[2] != 1:
+        gemm_mxfp4_q8_0_portable(w, x, out)
+        return
+    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
+    ws0, ws1 = w.strides[0], w.strides[1]
+    groups = batch // 8
+    xt = np.empty((groups, g, XT_ROWS, 8), np.int32)
+    _q8_0_transpose(x, groups, xt)
+    rec = XT_ROWS * 32                       # bytes per transposed record
+    acc = np.zeros(8, np.float32)
+    for r in range(rows):
+        for grp in range(groups):
+            for b in range(g):
+                mxfp4_acts_x8_t(w, r * ws0 + b * ws1, xt, (grp * g + b) * rec, acc, b == 0)
+            for k in range(8):
+                out[8 * grp + k, r] = acc[k]
+        for a in range(8 * groups, batch):
+            out[a, r] = _dot_mxfp4_simd(w[r], x[a])
+
+
+@kernel
+def _gemm_nvfp4_t(w, x, out):
+    """As ``_gemm_mxfp4_t`` for NVFP4 (``_simd_mxrec.nvfp4_acts_x8_t``)."""
+    if w.strides[2] != 1 or x.strides[2] != 1:
+        gemm_nvfp4_q8_0_portable(w, x, out)
+        return
+    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
+    ws0, ws1 = w.strides[0], w.strides[1]
+    nx = x.shape[1]
+    groups = batch // 8
+    xt = np.empty((groups, nx, XT_ROWS, 8), np.int32)
+    _q8_0_transpose(x, groups, xt)
+    rec = XT_ROWS * 32
+    acc = np.zeros(8, np.float32)
+    for r in range(rows):
+        for grp in range(groups):
+            for b in range(g):
+                nvfp4_acts_x8_t(w, r * ws0 + b * ws1, xt, (grp * nx + 2 * b) * rec, rec, acc,
+                                b == 0)
+            for k in range(8):
+                out[8 * grp + k, r] = acc[k]
+        for a in range(8 * groups, batch):
+            out[a, r] = dot_nvfp4_q8_0(w[r], x[a])
+
+
 if HAVE_AVX2:
-    _dot_mx, _gemv_mx, _gemm_mx = _dot_mxfp4_simd, _gemv_mxfp4_simd, _gemm_mxfp4_simd
-    _gemv_nv, _gemm_nv = _gemv_nvfp4_simd, _gemm_nvfp4_simd
+    _dot_mx, _gemv_mx, _gemm_mx = _dot_mxfp4_simd, _gemv_mxfp4_t, _gemm_mxfp4_t
+    _gemv_nv, _gemm_nv = _gemv_nvfp4_t, _gemm_nvfp4_t
 else:
     _dot_mx, _gemv_mx, _gemm_mx = dot_mxfp4_q8_0, gemv_mxfp4_q8_0_portable, gemm_mxfp4_q8_0_portable
     _gemv_nv, _gemm_nv = gemv_nvfp4_q8_0_portable, gemm_nvfp4_q8_0_portable
