@@ -168,6 +168,43 @@ class _Q5:
                               _splat_lanes(b, sc8, [k] * 16 + [k + 2] * 16)))
         return units, _splat_lanes(b, m8, [k // 2 for k in range(16)])
 
+    @classmethod
+    def busd_weights(cls, b, wb):
+        """With AVX-512 VNNI + GFNI: the same four 64-lane units as ``wide_weights`` as plain
+        u8 quants for ``vpdpbusd`` (each i32 lane: four q * xq of one sub-block, |.| <= 4 * 31
+        * 128 = 15,872, so a pair of units packs to i16 exactly with ``vpackssdw``), and per
+        unit pair (h, 0), (h, 1) the <32 x i16> scales of the packed lanes: within 128-bit
+        lane m, i16 lanes 0-3 come from unit (h, 0) (sub-block 4h, or 4h + 2 for m >= 2),
+        lanes 4-7 from unit (h, 1) (4h + 1, or 4h + 3).  The 5th bit: qh is loaded once as
+        [qh | qh] and one ``vgf2p8affineqb`` per unit moves bit k (lanes 0-31; bit k + 2 in
+        lanes 32-63: the matrix is per qword) to bit 4 and clears the rest, so the unit is
+        ``nibble | that`` (one vpternlog with the low-nibble mask)."""
+        sc8, m8 = _unpack_scales(b, wb)
+        qh = _load(b, wb, cls.QH, _V32)
+        qq = _cat(b, qh, qh)
+        units = []
+        for h in range(2):
+            ql = _load(b, wb, cls.QL + 64 * h, _vec(_i8, 64))
+            for n in range(2):
+                k = 4 * h + n
+                nib = _shr(b, ql, 4) if n else b.and_(ql, _c8(0x0F, 64))
+                units.append(b.or_(nib, _gf_bit_to_4(b, qq, [k] * 4 + [k + 2] * 4)))
+        scales = [_splat_lanes(b, sc8, [4 * h + (r >= 4) + (2 if m >= 2 else 0)
+                                        for m in range(4) for r in range(8)])
+                  for h in range(2)]
+        return (units, scales), _splat_lanes(b, m8, [k // 2 for k in range(16)])
+
+
+def _gf_bit_to_4(b, v, src_bits):
+    """<64 x i8>: bit ``src_bits[j]`` of each byte of qword j of ``v`` moved to bit 4, the
+    other bits 0 (``vgf2p8affineqb``: result bit i = parity(matrix byte 7 - i & x), so the
+    matrix qword holds 1 << src in its byte 3 only)."""
+    gf = _decl(b, "llvm.x86.vgf2p8affineqb.512", _vec(_i8, 64),
+               [_vec(_i8, 64), _vec(_i8, 64), _i8])
+    mat = ir.Constant(_vec(_i8, 64), [(1 << s) if i == 3 else 0
+                                      for s in src_bits for i in range(8)])
+    return b.call(gf, [v, mat, ir.Constant(_i8, 0)])
+
 
 class _Q3:
     """Q3_K: u = low 2 bits | hmask bit << 2 (0..7), q = u - 4, 6-bit scales - 32 per 16."""
@@ -306,6 +343,22 @@ def _products(ops, kq):
     return ops.wide and ops.dpbusd is not None and HAVE_VBMI and hasattr(kq, "wide_products")
 
 
+# Q5_K's vpdpbusd path moves its 5th bit with GFNI (vgf2p8affineqb).
+HAVE_GFNI = "gfni" in _FEATURES
+
+
+def _busd(ops, kq):
+    return ops.wide and ops.dpbusd is not None and HAVE_GFNI and hasattr(kq, "busd_weights")
+
+
+def _decode(b, ops, kq, wb):
+    if _products(ops, kq):
+        return kq.wide_products(b, wb)
+    if _busd(ops, kq):
+        return kq.busd_weights(b, wb)
+    return kq.wide_weights(b, wb) if ops.wide else kq.weights(b, wb)
+
+
 def _pair(b, ops, kq, wdec, xdec, xb):
     """Unreduced S (and T) vectors of one decoded weight record against one Q8_K record."""
     units, mins = wdec
@@ -314,6 +367,15 @@ def _pair(b, ops, kq, wdec, xdec, xb):
     if _products(ops, kq):  # units are u8 products q * sc: one vpdpbusd each
         for v, w8 in enumerate(units):
             acc = b.call(ops.dpbusd, [acc, w8, xs[v]])
+        units = []
+    elif _busd(ops, kq):  # u8 quants: vpdpbusd per unit, pairs packed to i16, then scaled
+        quants, scales = units
+        pack = _decl(b, "llvm.x86.avx512.packssdw.512", _vec(_i16, 32),
+                     [_vec(_i32, 16), _vec(_i32, 16)])
+        zero = ir.Constant(_vec(_i32, 16), None)
+        for j, scv in enumerate(scales):
+            d = [b.call(ops.dpbusd, [zero, quants[v], xs[v]]) for v in (2 * j, 2 * j + 1)]
+            acc = b.call(ops.dpwssd, [acc, b.call(pack, d), scv])
         units = []
     for v, (u, sc) in enumerate(units):
         p = b.call(ops.maddubs, [u, xs[v]])
@@ -336,8 +398,7 @@ def _gen_sums(b, ops, kq, wbases, xbases):
     s_vecs, t_vecs = [], []
     for wb, xb in zip(wbases, xbases):
         if id(wb) not in wdec:
-            wdec[id(wb)] = (kq.wide_products(b, wb) if _products(ops, kq)
-                            else kq.wide_weights(b, wb) if ops.wide else kq.weights(b, wb))
+            wdec[id(wb)] = _decode(b, ops, kq, wb)
         if id(xb) not in xdec:
             xdec[id(xb)] = _x_side(b, ops, kq, xb)
         s, t = _pair(b, ops, kq, wdec[id(wb)], xdec[id(xb)], xb)
