@@ -128,6 +128,29 @@ class _Q6:
                           _splat_lanes(b, sc16, [8 * c + 4 + k // 8 for k in range(32)])))
         return units, None
 
+    @classmethod
+    def busd_weights(cls, b, wb):
+        """With AVX-512 VNNI + GFNI (as ``_Q5.busd_weights``): the units of ``wide_weights``
+        as u8 (q + 32 <= 63, so a vpdpbusd lane |sum (u - 32) * xq| <= 4 * 32 * 128 and even
+        sum u * xq <= 4 * 63 * 128 = 32,256 fit i16); each 128-bit lane m of unit (c, n) is
+        the 16 elements of scale 8c + 4n + m, so the packed pair's i16 lanes 8m + r take
+        scale 8c + m (r < 4) or 8c + 4 + m.  High bits: qh_c loaded as [qh_c | qh_c]; one
+        vgf2p8affineqb per unit moves bits 0, 1 (lanes 0-31; 2, 3 in lanes 32-63) or 4, 5
+        (6, 7) to bits 4, 5."""
+        sc16 = b.sext(_load(b, wb, cls.SC, _vec(_i8, 16)), _vec(_i16, 16))
+        units, scales = [], []
+        for c in range(2):
+            ql = _load(b, wb, cls.QL + 64 * c, _vec(_i8, 64))
+            qh = _load(b, wb, cls.QH + 32 * c, _V32)
+            qq = _cat(b, qh, qh)
+            units.append(b.or_(b.and_(ql, _c8(0x0F, 64)),
+                               _gf_bits(b, qq, [{0: 4, 1: 5}] * 4 + [{2: 4, 3: 5}] * 4)))
+            units.append(b.or_(_shr(b, ql, 4),
+                               _gf_bits(b, qq, [{4: 4, 5: 5}] * 4 + [{6: 4, 7: 5}] * 4)))
+            scales.append(_splat_lanes(b, sc16, [8 * c + 4 * (r >= 4) + m
+                                                 for m in range(4) for r in range(8)]))
+        return (units, scales), None
+
 
 class _Q5:
     """Q5_K: u = ql nibble | qh bit << 4 (0..31), 6-bit scales per 32 elements, T from mins."""
@@ -188,22 +211,26 @@ class _Q5:
             for n in range(2):
                 k = 4 * h + n
                 nib = _shr(b, ql, 4) if n else b.and_(ql, _c8(0x0F, 64))
-                units.append(b.or_(nib, _gf_bit_to_4(b, qq, [k] * 4 + [k + 2] * 4)))
+                units.append(b.or_(nib, _gf_bits(b, qq, [{k: 4}] * 4 + [{k + 2: 4}] * 4)))
         scales = [_splat_lanes(b, sc8, [4 * h + (r >= 4) + (2 if m >= 2 else 0)
                                         for m in range(4) for r in range(8)])
                   for h in range(2)]
         return (units, scales), _splat_lanes(b, m8, [k // 2 for k in range(16)])
 
 
-def _gf_bit_to_4(b, v, src_bits):
-    """<64 x i8>: bit ``src_bits[j]`` of each byte of qword j of ``v`` moved to bit 4, the
-    other bits 0 (``vgf2p8affineqb``: result bit i = parity(matrix byte 7 - i & x), so the
-    matrix qword holds 1 << src in its byte 3 only)."""
+def _gf_bits(b, v, moves):
+    """<64 x i8>: in each byte of qword j of ``v``, bit ``src`` moved to bit ``dst`` for each
+    ``src: dst`` of ``moves[j]``, every other bit 0 -- one ``vgf2p8affineqb`` (result bit i =
+    parity(matrix byte 7 - i & x), so the matrix qword holds 1 << src in byte 7 - dst)."""
     gf = _decl(b, "llvm.x86.vgf2p8affineqb.512", _vec(_i8, 64),
                [_vec(_i8, 64), _vec(_i8, 64), _i8])
-    mat = ir.Constant(_vec(_i8, 64), [(1 << s) if i == 3 else 0
-                                      for s in src_bits for i in range(8)])
-    return b.call(gf, [v, mat, ir.Constant(_i8, 0)])
+    mat = []
+    for mv in moves:
+        q = [0] * 8
+        for src, dst in mv.items():
+            q[7 - dst] |= 1 << src
+        mat += q
+    return b.call(gf, [v, ir.Constant(_vec(_i8, 64), mat), ir.Constant(_i8, 0)])
 
 
 class _Q3:
@@ -330,7 +357,10 @@ def _x_side(b, ops, kq, xb):
             xs.append(xv)
     else:
         xs = [_load(b, xb, _A_Q_AT + 32 * v, _V32) for v in range(8)]
-    if kq.offset:
+    if kq.offset and _busd(ops, kq):  # i32 lanes -sum(off * xq): each vpdpbusd's start value
+        zero = ir.Constant(_vec(_i32, 16), None)
+        offs = [b.sub(zero, b.call(ops.dpbusd, [zero, _c8(kq.offset, 64), xv])) for xv in xs]
+    elif kq.offset:
         offs = [b.call(ops.maddubs, [_c8(kq.offset, ops.lanes), xv]) for xv in xs]
     return xs, offs
 
@@ -373,8 +403,9 @@ def _pair(b, ops, kq, wdec, xdec, xb):
         pack = _decl(b, "llvm.x86.avx512.packssdw.512", _vec(_i16, 32),
                      [_vec(_i32, 16), _vec(_i32, 16)])
         zero = ir.Constant(_vec(_i32, 16), None)
-        for j, scv in enumerate(scales):
-            d = [b.call(ops.dpbusd, [zero, quants[v], xs[v]]) for v in (2 * j, 2 * j + 1)]
+        for j, scv in enumerate(scales):  # Q6_K: each lane starts at -sum(32 * xq)
+            d = [b.call(ops.dpbusd, [offs[v] if kq.offset else zero, quants[v], xs[v]])
+                 for v in (2 * j, 2 * j + 1)]
             acc = b.call(ops.dpwssd, [acc, b.call(pack, d), scv])
         units = []
     for v, (u, sc) in enumerate(units):
