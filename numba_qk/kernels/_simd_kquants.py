@@ -18,9 +18,16 @@ loops ``record_sums_<t>_q8_k``), per record pair, in units of 32 elements in ele
 
 Q2_K with AVX-512 VBMI + VNNI instead: the products q * sc (u8, <= 45) come from a 64-byte
 table tt[4j + q] = q * sc_j (vpermb), and one vpdpbusd per 64 elements adds four u8 x i8
-products per i32 lane (exact), replacing pmaddubsw + pmaddwd.  (vpdpbusd does not fit the
-others: their per-element weight q * sc does not fit a byte, and scaling i32 lanes afterwards
-costs a vpmulld per vector.)
+products per i32 lane (exact), replacing pmaddubsw + pmaddwd.
+
+Q5_K and Q6_K with AVX-512 VNNI + GFNI (``busd_weights``): the u8 quants themselves go through
+vpdpbusd (Q6_K's lanes start at -sum(32 * xq), computed once per activation record per tile);
+every i32 lane then holds four products of one sub-block (|.| <= 16,384 for Q6_K, 15,872 for
+Q5_K), so two units pack exactly to i16 (vpackssdw, no saturation possible) and one vpdpwssd
+applies the scales to both: 1.5 multiplies per 64 elements instead of 2, half the scale
+splats.  Their high bits come from [qh | qh] through one vgf2p8affineqb per unit (a per-qword
+bit matrix moves the unit's bit(s) to bit 4 (5) and clears the rest).  (Scaling i32 lanes by
+vpmulld instead would cost more than the pack.)
 
 (i16 lane sums of the subtraction may wrap only if the true value does not fit; it always fits,
 and i32 adds are modular, so the final S is exact.)  The float steps are the lane-wise IEEE
