@@ -6,7 +6,13 @@
 
 ggml: the folder in ``NUMBA_QK_GGML_LIB`` (``libggml-base.so`` + ``libggml-cpu.so``, e.g. a
 ``-march=native`` build), else the ``libggml-python`` wheel; the first line printed says which,
-with its version and CPU features.
+with its version and CPU features.  ggml's matvec is measured in every weight layout it offers
+for the type (``GGML.weight_bufts``: its plain CPU buffer and each extra buffer type that converts
+the type, e.g. AMX, CPU_REPACK -- the layouts llama.cpp picks from), as bench/compare.py does; a
+layout counts only if its output is finite and agrees with numba_qk's (relative max error
+< 1e-5; an unsupported layout gives NaN or garbage), and each ggml cell names the fastest valid
+layout, the others in brackets.  Everything printed also goes to ``--out`` (default
+bench/RESULTS_kquants.md) under a machine header (CPU, ISA, ggml build features, date, load).
 
 Per format (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K):
 * matvec 4096x4096, f32 vector in, f32 out (both sides quantize the vector to Q8_K inside the
@@ -33,7 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
 
 import numba_qk as qk  # noqa: E402
 from numba_qk import _ggml_ctypes  # noqa: E402
@@ -41,6 +49,40 @@ from numba_qk.kernels import _simd  # noqa: E402
 
 NAMES = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
 FP4_NAMES = ("mxfp4", "nvfp4")  # ggml's FP4 records (activations Q8_0): bench/compare_mxrec.py
+LAYOUT_RTOL = 1e-5  # a ggml layout whose output is further than this from ours is not counted
+LINES: list[str] = []  # everything printed, for the results file
+
+
+def out(line: str = "") -> None:
+    print(line, flush=True)
+    LINES.append(line)
+
+
+def layouts(g) -> "callable":
+    """``type_id -> [buft, ...]``: ggml's weight layouts for a type (None: the plain graph of
+    a ggml without the backend registry)."""
+    return lambda type_id: (g.weight_bufts(type_id) or [None]) if g.dev is not None else [None]
+
+
+def layout_name(buft) -> str:
+    return {None: "plain", "CPU": "CPU"}.get(buft, buft)
+
+
+def rel_err(y, ref) -> float:
+    y = np.asarray(y, np.float64)
+    if not np.isfinite(y).all():
+        return float("inf")
+    return float(np.max(np.abs(y - ref)) / max(np.max(np.abs(ref)), 1e-30))
+
+
+def ggml_cell(times: dict, rejected: dict) -> str:
+    """'0.72 AMX [CPU 1.29; CPU_REPACK rejected: rel 1e+00]' from layout -> ms."""
+    if not times:
+        return "n/a"
+    win = min(times, key=times.get)
+    others = [f"{layout_name(k)} {v:.2f}" for k, v in times.items() if k != win]
+    others += [f"{layout_name(k)} rejected ({why})" for k, why in rejected.items()]
+    return f"{times[win]:.2f} {layout_name(win)}" + (f" [{'; '.join(others)}]" if others else "")
 
 
 def load_ggml():
@@ -88,10 +130,10 @@ def gguf_py_section(args, rng, names=None):
 
     n = args.rows * args.cols // 4
     x = rng.standard_normal((n // 4096, 4096)).astype(np.float32)
-    print(f"\ngguf-py with and without numba_qk.gguf.accelerate_gguf_py() ({n:,} values, ms)")
-    print("| type | dequantize gguf-py | accelerated | speedup | quantize gguf-py | accelerated | "
+    out(f"\ngguf-py with and without numba_qk.gguf.accelerate_gguf_py() ({n:,} values, ms)")
+    out("| type | dequantize gguf-py | accelerated | speedup | quantize gguf-py | accelerated | "
           "speedup | same bytes/values |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    out("| --- | --- | --- | --- | --- | --- | --- | --- |")
     reps = max(1, args.repeats // 3)
     for fmt in qg.GGUF_PY_ROUTED:
         if names is not None and fmt._attr not in names:
@@ -115,7 +157,7 @@ def gguf_py_section(args, rng, names=None):
         qg.restore_gguf_py()
         qtxt = "n/a (gguf-py cannot)" if want_q is None else f"{q0:.1f}"
         qsp = "-" if want_q is None else f"{q0 / q1:.1f}x"
-        print(f"| {fmt.name} | {d0:.1f} | {d1:.2f} | {d0 / d1:.1f}x | {qtxt} | {q1:.1f} | {qsp} | "
+        out(f"| {fmt.name} | {d0:.1f} | {d1:.2f} | {d0 / d1:.1f}x | {qtxt} | {q1:.1f} | {qsp} | "
               f"{'yes' if same else 'NO'} |")
 
 
@@ -131,21 +173,26 @@ def main() -> int:
                     help=f"comma-separated, from {', '.join(NAMES + FP4_NAMES)}")
     ap.add_argument("--gguf-py-formats", default="",
                     help="comma-separated types for the gguf-py section (default: every routed type)")
+    ap.add_argument("--out", default=str(HERE / "RESULTS_kquants.md"),
+                    help="results file (what is printed, under a machine header)")
     args = ap.parse_args()
     if args.quick:
         args.rows = args.cols = 1024
         args.stream_mb, args.repeats, args.rounds = 64.0, 3, 1
     g, label = load_ggml()
-    print(f"ggml: {label}")
-    print(f"numba_qk: SIMD avx2={_simd.HAVE_AVX2} avx512bw={_simd.HAVE_AVX512}"
-          f"; 1 thread; load average {os.getloadavg()[0]:.2f} at start")
+    load_start = os.getloadavg()[0]
+    out(f"ggml: {label}")
+    out(f"numba_qk: SIMD avx2={_simd.HAVE_AVX2} avx512bw={_simd.HAVE_AVX512}"
+        f"; 1 thread; load average {load_start:.2f} at start")
     rng = np.random.default_rng(0)
     rows, cols = args.rows, args.cols
     x = rng.standard_normal(cols).astype(np.float32)
-    print(f"\nmatvec {rows}x{cols}, ms per call (ratio = ggml / numba_qk; > 1: numba_qk faster)")
-    print("| format | hot ours | hot ggml | ratio | streamed ours | streamed ggml | ratio | "
-          "matrices | rel. diff |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    lay = layouts(g)
+    out(f"\nmatvec {rows}x{cols}, ms per call (ratio = ggml / numba_qk; > 1: numba_qk faster; "
+        f"ggml: its fastest valid weight layout, the others in brackets)")
+    out("| format | hot ours | hot ggml | ratio | streamed ours | streamed ggml | ratio | "
+        "matrices | rel. diff |")
+    out("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     extra = []
     for name in args.formats.split(","):
         fmt = getattr(qk.quant, name)
@@ -154,24 +201,41 @@ def main() -> int:
         w = qk.quantize(vals, format=fmt).reshape(rows, cols // n, fmt.block_bytes)
         n_stream = max(2, int(np.ceil(args.stream_mb * 1e6 / w.nbytes)))
         ours = lambda w=w: qk.matmul(w, x, lhs_format=fmt, threads=1)  # noqa: E731
-        mv = g.matvec(w, threads=1, type_id=fmt.ggml_type)
-        y_ours, y_ggml = ours(), mv(x).copy()
-        rel = float(np.max(np.abs(y_ours - y_ggml)) / np.max(np.abs(y_ggml)))
-        hot_o, hot_g = best(ours, args.repeats), best(lambda: mv(x), args.repeats)
-        del mv
-        # streamed: distinct copies (values do not change the work), ours first, then ggml's
+        y_ours = ours().astype(np.float64)
+        hot_o = best(ours, args.repeats)
+        hot_g, rejected, rels = {}, {}, {}
+        for buft in lay(fmt.ggml_type):
+            try:
+                mv = g.matvec(w, threads=1, type_id=fmt.ggml_type, buft=buft)
+            except (MemoryError, KeyError) as e:
+                rejected[buft] = f"{type(e).__name__}"
+                continue
+            rel = rel_err(mv(x), y_ours)
+            if not rel < LAYOUT_RTOL:
+                rejected[buft] = f"rel. diff {rel:.1e}"
+                continue
+            rels[buft] = rel
+            hot_g[buft] = best(lambda mv=mv: mv(x), args.repeats)
+            del mv
+        # streamed: distinct copies (values do not change the work), ours first, then each
+        # valid ggml layout (ggml copies the weights into its own buffers, so they are built
+        # from w; the ours copies are freed first)
         ws = [w.copy() for _ in range(n_stream)]
         st_o = round_robin([lambda w=wi: qk.matmul(w, x, lhs_format=fmt, threads=1)
                             for wi in ws], args.rounds)
-        mvs = []
-        for wi in ws:
-            mvs.append(g.matvec(wi, threads=1, type_id=fmt.ggml_type))
         del ws
-        st_g = round_robin([lambda m=m: m(x) for m in mvs], args.rounds)
-        del mvs
-        print(f"| {fmt.name} | {hot_o:.2f} | {hot_g:.2f} | {hot_g / hot_o:.2f} | {st_o:.2f} | "
-              f"{st_g:.2f} | {st_g / st_o:.2f} | {n_stream} x {w.nbytes / 1e6:.1f} MB | "
-              f"{rel:.1e} |")
+        st_g = {}
+        for buft in hot_g:
+            mvs = [g.matvec(w, threads=1, type_id=fmt.ggml_type, buft=buft)
+                   for _ in range(n_stream)]
+            st_g[buft] = round_robin([lambda m=m: m(x) for m in mvs], args.rounds)
+            del mvs
+        rel = max(rels.values()) if rels else float("nan")
+        bh = min(hot_g.values()) if hot_g else float("nan")
+        bs = min(st_g.values()) if st_g else float("nan")
+        out(f"| {fmt.name} | {hot_o:.2f} | {ggml_cell(hot_g, rejected)} | {bh / hot_o:.2f} | "
+            f"{st_o:.2f} | {ggml_cell(st_g, rejected)} | {bs / st_o:.2f} | "
+            f"{n_stream} x {w.nbytes / 1e6:.1f} MB | {rel:.1e} |")
         # encoders and decoders on the same data
         blocks = vals[:4096 * 256 // n]  # 1 M values
         enc_o = best(lambda: qk.quantize(blocks, format=fmt), args.repeats)
@@ -191,16 +255,45 @@ def main() -> int:
             pass
         extra.append((fmt.name, enc_o, enc_g, same, len(blocks), deq_o, deq_p, deq_g))
         del w, vals
-    print("\nencode 1 M values (ms) and dequantize the whole matrix (ms)")
-    print("| format | encode ours | ggml _ref | ggml/ours | equal blocks | dequantize ours | "
+    out("\nencode 1 M values (ms) and dequantize the whole matrix (ms)")
+    out("| format | encode ours | ggml _ref | ggml/ours | equal blocks | dequantize ours | "
           "gguf-py | gguf-py/ours | ggml | ggml/ours |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    out("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, eo, eg, same, nb, do, dp, dg in extra:
-        print(f"| {name} | {eo:.2f} | {eg:.2f} | {eg / eo:.2f} | {same}/{nb} | {do:.2f} | "
+        out(f"| {name} | {eo:.2f} | {eg:.2f} | {eg / eo:.2f} | {same}/{nb} | {do:.2f} | "
               f"{dp:.1f} | {dp / do:.1f} | {dg:.2f} | {dg / do:.2f} |")
     gguf_py_section(args, rng, args.gguf_py_formats.split(",") if args.gguf_py_formats else None)
-    print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
+    out(f"\nload average {os.getloadavg()[0]:.2f} at the end")
+    write_results(args, g, label, load_start)
     return 0
+
+
+def write_results(args, g, label, load_start) -> None:
+    """``args.out``: a machine header (as bench/compare.py's) and the tables printed above."""
+    from compare import machine
+
+    info = machine()
+    info["load average (1 min) at start / end"] = (f"{load_start:.2f} / "
+                                                   f"{os.getloadavg()[0]:.2f}")
+    info["ggml"] = label
+    if g.build_features:
+        info["ggml build (ggml_backend_get_features)"] = ", ".join(
+            k if v == "1" else f"{k}={v}" for k, v in g.build_features.items())
+    if g.extra_bufts:
+        info["ggml extra buffer types"] = ", ".join(g.extra_bufts)
+    argv, skip = [], False
+    for a in sys.argv[1:]:  # the command line, without --out and its value
+        if skip or a == "--out" or a.startswith("--out="):
+            skip = a == "--out"
+            continue
+        argv.append(a)
+    cmd = " ".join(["python", "bench/" + Path(sys.argv[0]).name] + argv)
+    text = (f"# numba_qk vs ggml, 1 thread: {args.formats}\n\nGenerated by `{cmd}`"
+            f"{' (NUMBA_QK_GGML_LIB set)' if os.environ.get('NUMBA_QK_GGML_LIB') else ''}.\n\n"
+            "## Machine\n" + "\n".join(f"- {k}: {v}" for k, v in info.items())
+            + "\n\n## Results (1 thread)\n" + "\n".join(LINES) + "\n")
+    Path(args.out).write_text(text)
+    print(f"\nwritten to {args.out}")
 
 
 if __name__ == "__main__":

@@ -18,9 +18,16 @@ loops ``record_sums_<t>_q8_k``), per record pair, in units of 32 elements in ele
 
 Q2_K with AVX-512 VBMI + VNNI instead: the products q * sc (u8, <= 45) come from a 64-byte
 table tt[4j + q] = q * sc_j (vpermb), and one vpdpbusd per 64 elements adds four u8 x i8
-products per i32 lane (exact), replacing pmaddubsw + pmaddwd.  (vpdpbusd does not fit the
-others: their per-element weight q * sc does not fit a byte, and scaling i32 lanes afterwards
-costs a vpmulld per vector.)
+products per i32 lane (exact), replacing pmaddubsw + pmaddwd.
+
+Q5_K and Q6_K with AVX-512 VNNI + GFNI (``busd_weights``): the u8 quants themselves go through
+vpdpbusd (Q6_K's lanes start at -sum(32 * xq), computed once per activation record per tile);
+every i32 lane then holds four products of one sub-block (|.| <= 16,384 for Q6_K, 15,872 for
+Q5_K), so two units pack exactly to i16 (vpackssdw, no saturation possible) and one vpdpwssd
+applies the scales to both: 1.5 multiplies per 64 elements instead of 2, half the scale
+splats.  Their high bits come from [qh | qh] through one vgf2p8affineqb per unit (a per-qword
+bit matrix moves the unit's bit(s) to bit 4 (5) and clears the rest).  (Scaling i32 lanes by
+vpmulld instead would cost more than the pack.)
 
 (i16 lane sums of the subtraction may wrap only if the true value does not fit; it always fits,
 and i32 adds are modular, so the final S is exact.)  The float steps are the lane-wise IEEE
@@ -128,6 +135,29 @@ class _Q6:
                           _splat_lanes(b, sc16, [8 * c + 4 + k // 8 for k in range(32)])))
         return units, None
 
+    @classmethod
+    def busd_weights(cls, b, wb):
+        """With AVX-512 VNNI + GFNI (as ``_Q5.busd_weights``): the units of ``wide_weights``
+        as u8 (q + 32 <= 63, so a vpdpbusd lane |sum (u - 32) * xq| <= 4 * 32 * 128 and even
+        sum u * xq <= 4 * 63 * 128 = 32,256 fit i16); each 128-bit lane m of unit (c, n) is
+        the 16 elements of scale 8c + 4n + m, so the packed pair's i16 lanes 8m + r take
+        scale 8c + m (r < 4) or 8c + 4 + m.  High bits: qh_c loaded as [qh_c | qh_c]; one
+        vgf2p8affineqb per unit moves bits 0, 1 (lanes 0-31; 2, 3 in lanes 32-63) or 4, 5
+        (6, 7) to bits 4, 5."""
+        sc16 = b.sext(_load(b, wb, cls.SC, _vec(_i8, 16)), _vec(_i16, 16))
+        units, scales = [], []
+        for c in range(2):
+            ql = _load(b, wb, cls.QL + 64 * c, _vec(_i8, 64))
+            qh = _load(b, wb, cls.QH + 32 * c, _V32)
+            qq = _cat(b, qh, qh)
+            units.append(b.or_(b.and_(ql, _c8(0x0F, 64)),
+                               _gf_bits(b, qq, [{0: 4, 1: 5}] * 4 + [{2: 4, 3: 5}] * 4)))
+            units.append(b.or_(_shr(b, ql, 4),
+                               _gf_bits(b, qq, [{4: 4, 5: 5}] * 4 + [{6: 4, 7: 5}] * 4)))
+            scales.append(_splat_lanes(b, sc16, [8 * c + 4 * (r >= 4) + m
+                                                 for m in range(4) for r in range(8)]))
+        return (units, scales), None
+
 
 class _Q5:
     """Q5_K: u = ql nibble | qh bit << 4 (0..31), 6-bit scales per 32 elements, T from mins."""
@@ -167,6 +197,47 @@ class _Q5:
                 units.append((b.or_(nib, _bit_to(b, qhh, k, 4, 0x10)),
                               _splat_lanes(b, sc8, [k] * 16 + [k + 2] * 16)))
         return units, _splat_lanes(b, m8, [k // 2 for k in range(16)])
+
+    @classmethod
+    def busd_weights(cls, b, wb):
+        """With AVX-512 VNNI + GFNI: the same four 64-lane units as ``wide_weights`` as plain
+        u8 quants for ``vpdpbusd`` (each i32 lane: four q * xq of one sub-block, |.| <= 4 * 31
+        * 128 = 15,872, so a pair of units packs to i16 exactly with ``vpackssdw``), and per
+        unit pair (h, 0), (h, 1) the <32 x i16> scales of the packed lanes: within 128-bit
+        lane m, i16 lanes 0-3 come from unit (h, 0) (sub-block 4h, or 4h + 2 for m >= 2),
+        lanes 4-7 from unit (h, 1) (4h + 1, or 4h + 3).  The 5th bit: qh is loaded once as
+        [qh | qh] and one ``vgf2p8affineqb`` per unit moves bit k (lanes 0-31; bit k + 2 in
+        lanes 32-63: the matrix is per qword) to bit 4 and clears the rest, so the unit is
+        ``nibble | that`` (one vpternlog with the low-nibble mask)."""
+        sc8, m8 = _unpack_scales(b, wb)
+        qh = _load(b, wb, cls.QH, _V32)
+        qq = _cat(b, qh, qh)
+        units = []
+        for h in range(2):
+            ql = _load(b, wb, cls.QL + 64 * h, _vec(_i8, 64))
+            for n in range(2):
+                k = 4 * h + n
+                nib = _shr(b, ql, 4) if n else b.and_(ql, _c8(0x0F, 64))
+                units.append(b.or_(nib, _gf_bits(b, qq, [{k: 4}] * 4 + [{k + 2: 4}] * 4)))
+        scales = [_splat_lanes(b, sc8, [4 * h + (r >= 4) + (2 if m >= 2 else 0)
+                                        for m in range(4) for r in range(8)])
+                  for h in range(2)]
+        return (units, scales), _splat_lanes(b, m8, [k // 2 for k in range(16)])
+
+
+def _gf_bits(b, v, moves):
+    """<64 x i8>: in each byte of qword j of ``v``, bit ``src`` moved to bit ``dst`` for each
+    ``src: dst`` of ``moves[j]``, every other bit 0 -- one ``vgf2p8affineqb`` (result bit i =
+    parity(matrix byte 7 - i & x), so the matrix qword holds 1 << src in byte 7 - dst)."""
+    gf = _decl(b, "llvm.x86.vgf2p8affineqb.512", _vec(_i8, 64),
+               [_vec(_i8, 64), _vec(_i8, 64), _i8])
+    mat = []
+    for mv in moves:
+        q = [0] * 8
+        for src, dst in mv.items():
+            q[7 - dst] |= 1 << src
+        mat += q
+    return b.call(gf, [v, ir.Constant(_vec(_i8, 64), mat), ir.Constant(_i8, 0)])
 
 
 class _Q3:
@@ -293,7 +364,10 @@ def _x_side(b, ops, kq, xb):
             xs.append(xv)
     else:
         xs = [_load(b, xb, _A_Q_AT + 32 * v, _V32) for v in range(8)]
-    if kq.offset:
+    if kq.offset and _busd(ops, kq):  # i32 lanes -sum(off * xq): each vpdpbusd's start value
+        zero = ir.Constant(_vec(_i32, 16), None)
+        offs = [b.sub(zero, b.call(ops.dpbusd, [zero, _c8(kq.offset, 64), xv])) for xv in xs]
+    elif kq.offset:
         offs = [b.call(ops.maddubs, [_c8(kq.offset, ops.lanes), xv]) for xv in xs]
     return xs, offs
 
@@ -306,6 +380,22 @@ def _products(ops, kq):
     return ops.wide and ops.dpbusd is not None and HAVE_VBMI and hasattr(kq, "wide_products")
 
 
+# Q5_K's vpdpbusd path moves its 5th bit with GFNI (vgf2p8affineqb).
+HAVE_GFNI = "gfni" in _FEATURES
+
+
+def _busd(ops, kq):
+    return ops.wide and ops.dpbusd is not None and HAVE_GFNI and hasattr(kq, "busd_weights")
+
+
+def _decode(b, ops, kq, wb):
+    if _products(ops, kq):
+        return kq.wide_products(b, wb)
+    if _busd(ops, kq):
+        return kq.busd_weights(b, wb)
+    return kq.wide_weights(b, wb) if ops.wide else kq.weights(b, wb)
+
+
 def _pair(b, ops, kq, wdec, xdec, xb):
     """Unreduced S (and T) vectors of one decoded weight record against one Q8_K record."""
     units, mins = wdec
@@ -314,6 +404,16 @@ def _pair(b, ops, kq, wdec, xdec, xb):
     if _products(ops, kq):  # units are u8 products q * sc: one vpdpbusd each
         for v, w8 in enumerate(units):
             acc = b.call(ops.dpbusd, [acc, w8, xs[v]])
+        units = []
+    elif _busd(ops, kq):  # u8 quants: vpdpbusd per unit, pairs packed to i16, then scaled
+        quants, scales = units
+        pack = _decl(b, "llvm.x86.avx512.packssdw.512", _vec(_i16, 32),
+                     [_vec(_i32, 16), _vec(_i32, 16)])
+        zero = ir.Constant(_vec(_i32, 16), None)
+        for j, scv in enumerate(scales):  # Q6_K: each lane starts at -sum(32 * xq)
+            d = [b.call(ops.dpbusd, [offs[v] if kq.offset else zero, quants[v], xs[v]])
+                 for v in (2 * j, 2 * j + 1)]
+            acc = b.call(ops.dpwssd, [acc, b.call(pack, d), scv])
         units = []
     for v, (u, sc) in enumerate(units):
         p = b.call(ops.maddubs, [u, xs[v]])
@@ -336,8 +436,7 @@ def _gen_sums(b, ops, kq, wbases, xbases):
     s_vecs, t_vecs = [], []
     for wb, xb in zip(wbases, xbases):
         if id(wb) not in wdec:
-            wdec[id(wb)] = (kq.wide_products(b, wb) if _products(ops, kq)
-                            else kq.wide_weights(b, wb) if ops.wide else kq.weights(b, wb))
+            wdec[id(wb)] = _decode(b, ops, kq, wb)
         if id(xb) not in xdec:
             xdec[id(xb)] = _x_side(b, ops, kq, xb)
         s, t = _pair(b, ops, kq, wdec[id(wb)], xdec[id(xb)], xb)
