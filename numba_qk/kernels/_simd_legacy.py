@@ -7,12 +7,14 @@ steps are lane-wise IEEE instructions in the order of ``legacy.py``'s docstring.
 offsets come from ``_legacy_layout.py`` (the schemas); ``code`` must be a compile-time literal.
 """
 
+import os
+
 from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
 from . import _legacy_layout as _LL
-from ._simd import (HAVE_AVX512, _Ops, _decl, _float_array_ptr, _gather_f16, _i8, _i16, _i32, _i64,
+from ._simd import (_FEATURES, HAVE_AVX512, _Ops, _decl, _float_array_ptr, _gather_f16, _i8, _i16, _i32, _i64,
                     _literal_int, _load, _pmaddwd32, _ptr, _reduce_many, _splat_lanes,
                     _tile_fold, _vcall, _vec)
 
@@ -128,6 +130,13 @@ legacy_accumulate_x8 = _make_legacy_accumulate(wide=HAVE_AVX512)
 # (_reduce_labelled) and the float steps run lane-wise on <16 x float> in spec order; each row's
 # fold adds the R record values in record order.
 
+# GFNI vgf2p8affineqb: result bit i of a byte = parity(matrix byte 7-i & byte).  _GF_LOW keeps
+# bits 0..3, _GF_HIGH moves bits 4..7 to 0..3 (both clear bits 4..7): the two nibbles, exactly.
+HAVE_GFNI = "gfni" in _FEATURES and os.environ.get("NUMBA_QK_NO_GFNI", "") in ("", "0")
+_GF_LOW = sum((1 << i) << (8 * (7 - i)) for i in range(4))
+_GF_HIGH = sum((1 << (i + 4)) << (8 * (7 - i)) for i in range(4))
+_GF_LOW -= (1 << 64) if _GF_LOW >= 1 << 63 else 0    # as signed i64 constants
+_GF_HIGH -= (1 << 64) if _GF_HIGH >= 1 << 63 else 0
 _U8_BIAS = {c: (128 if _LL.FORMATS[c].field("qs").signed else _LL._ZERO[c]) for c in _L_WEIGHT}
 
 
@@ -143,16 +152,23 @@ def _pair_weights(builder, code, wb0, wb1):
     b = _load(builder, wb1, qs_at, _vec(_i8, 16))
     dup = list(range(16)) * 2 + list(range(16, 32)) * 2   # [qs0, qs0, qs1, qs1]
     y = builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, 64), dup))
-    y = builder.bitcast(y, _vec(_i64, 8))
-    y = builder.lshr(y, ir.Constant(_vec(_i64, 8), [0, 0, 4, 4, 0, 0, 4, 4]))
-    q = builder.and_(builder.bitcast(y, _vec(_i8, 64)), ir.Constant(_vec(_i8, 64), [0x0F] * 64))
-    if _LL._QH_AT[code] >= 0:  # bit j of record r's qh -> 16 in byte 32r + j
+    if HAVE_GFNI:  # one affine bit-matrix per qword: low nibble, or high nibble moved down
+        fn = _decl(builder, "llvm.x86.vgf2p8affineqb.512", _vec(_i8, 64),
+                   [_vec(_i8, 64), _vec(_i8, 64), _i8])
+        mats = builder.bitcast(ir.Constant(_vec(_i64, 8), [_GF_LOW, _GF_LOW, _GF_HIGH, _GF_HIGH] * 2),
+                               _vec(_i8, 64))
+        q = builder.call(fn, [y, mats, ir.Constant(_i8, 0)])
+    else:
+        y = builder.bitcast(y, _vec(_i64, 8))
+        y = builder.lshr(y, ir.Constant(_vec(_i64, 8), [0, 0, 4, 4, 0, 0, 4, 4]))
+        q = builder.and_(builder.bitcast(y, _vec(_i8, 64)),
+                         ir.Constant(_vec(_i8, 64), [0x0F] * 64))
+    if _LL._QH_AT[code] >= 0:  # bit j of record r's qh -> + 16 in byte 32r + j (masked add)
         qh0 = builder.zext(_load(builder, wb0, _LL._QH_AT[code], _i32), _i64)
         qh1 = builder.zext(_load(builder, wb1, _LL._QH_AT[code], _i32), _i64)
         bits = builder.or_(qh0, builder.shl(qh1, ir.Constant(_i64, 32)))
         mask = builder.bitcast(bits, _vec(ir.IntType(1), 64))
-        q = builder.or_(q, builder.select(mask, ir.Constant(_vec(_i8, 64), [16] * 64),
-                                          ir.Constant(_vec(_i8, 64), [0] * 64)))
+        q = builder.select(mask, builder.add(q, ir.Constant(_vec(_i8, 64), [16] * 64)), q)
     return q
 
 
