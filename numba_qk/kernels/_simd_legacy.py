@@ -7,13 +7,16 @@ steps are lane-wise IEEE instructions in the order of ``legacy.py``'s docstring.
 offsets come from ``_legacy_layout.py`` (the schemas); ``code`` must be a compile-time literal.
 """
 
+import os
+
 from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
 from . import _legacy_layout as _LL
-from ._simd import (HAVE_AVX512, _Ops, _gather_f16, _i8, _i16, _i32, _literal_int, _load,
-                    _pmaddwd32, _ptr, _reduce_many, _tile_fold, _vec)
+from ._simd import (_FEATURES, HAVE_AVX512, _Ops, _decl, _float_array_ptr, _gather_f16, _i8, _i16, _i32, _i64,
+                    _literal_int, _load, _pmaddwd32, _ptr, _reduce_many, _splat_lanes,
+                    _tile_fold, _vcall, _vec)
 
 __all__ = ["legacy_block_value", "legacy_accumulate_x8"]
 
@@ -112,3 +115,224 @@ def _make_legacy_accumulate(wide: bool, n: int = 8):
 
 legacy_block_value = _make_legacy_value(wide=HAVE_AVX512)
 legacy_accumulate_x8 = _make_legacy_accumulate(wide=HAVE_AVX512)
+
+
+# ---- gemv with AVX-512 VNNI: 8 rows x R records per call, two records per 512-bit vector ------
+#
+# Per row and record pair (b, b+1) one <64 x u8> weight vector W holds the 64 quants in element
+# order (bytes 0..31 record b, 32..63 record b+1), the activation vector X the 64 int8 quants of
+# the two activation records in the same order (shared by the 8 rows), and one vpdpbusd adds
+# four u8 x i8 products per i32 lane: lanes 0..7 belong to record b, 8..15 to record b+1.
+# Formats whose integer is not the stored u8 (Q4_0: q - 8, Q5_0: q - 16; Q8_0: the int8 q,
+# stored here as the u8 q + 128) start the accumulation at C = -z * (sums of four x), computed
+# once per X: lane = sum (u - z) * x, exactly the integers of the portable loop (|lane| <=
+# 4 * 255 * 128 + 4 * 128 * 128, i32 exact).  Lane sums are then reduced per (row, record)
+# (_reduce_labelled) and the float steps run lane-wise on <16 x float> in spec order; each row's
+# fold adds the R record values in record order.
+
+# GFNI vgf2p8affineqb: result bit i of a byte = parity(matrix byte 7-i & byte).  _GF_LOW keeps
+# bits 0..3, _GF_HIGH moves bits 4..7 to 0..3 (both clear bits 4..7): the two nibbles, exactly.
+HAVE_GFNI = "gfni" in _FEATURES and os.environ.get("NUMBA_QK_NO_GFNI", "") in ("", "0")
+_GF_LOW = sum((1 << i) << (8 * (7 - i)) for i in range(4))
+_GF_HIGH = sum((1 << (i + 4)) << (8 * (7 - i)) for i in range(4))
+_GF_LOW -= (1 << 64) if _GF_LOW >= 1 << 63 else 0    # as signed i64 constants
+_GF_HIGH -= (1 << 64) if _GF_HIGH >= 1 << 63 else 0
+_U8_BIAS = {c: (128 if _LL.FORMATS[c].field("qs").signed else _LL._ZERO[c]) for c in _L_WEIGHT}
+
+
+def _pair_weights(builder, code, wb0, wb1):
+    """<64 x i8>: the u8 quants (stored nibble/5-bit value, or int8 + 128) of two records."""
+    qs_at = _LL._QS_AT[code]
+    if _LL.FORMATS[code].field("qs").signed:
+        q = builder.shuffle_vector(_load(builder, wb0, qs_at, _vec(_i8, 32)),
+                                   _load(builder, wb1, qs_at, _vec(_i8, 32)),
+                                   ir.Constant(_vec(_i32, 64), list(range(64))))
+        return builder.xor(q, ir.Constant(_vec(_i8, 64), [0x80] * 64))
+    a = _load(builder, wb0, qs_at, _vec(_i8, 16))
+    b = _load(builder, wb1, qs_at, _vec(_i8, 16))
+    dup = list(range(16)) * 2 + list(range(16, 32)) * 2   # [qs0, qs0, qs1, qs1]
+    y = builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, 64), dup))
+    if HAVE_GFNI:  # one affine bit-matrix per qword: low nibble, or high nibble moved down
+        fn = _decl(builder, "llvm.x86.vgf2p8affineqb.512", _vec(_i8, 64),
+                   [_vec(_i8, 64), _vec(_i8, 64), _i8])
+        mats = builder.bitcast(ir.Constant(_vec(_i64, 8), [_GF_LOW, _GF_LOW, _GF_HIGH, _GF_HIGH] * 2),
+                               _vec(_i8, 64))
+        q = builder.call(fn, [y, mats, ir.Constant(_i8, 0)])
+    else:
+        y = builder.bitcast(y, _vec(_i64, 8))
+        y = builder.lshr(y, ir.Constant(_vec(_i64, 8), [0, 0, 4, 4, 0, 0, 4, 4]))
+        q = builder.and_(builder.bitcast(y, _vec(_i8, 64)),
+                         ir.Constant(_vec(_i8, 64), [0x0F] * 64))
+    if _LL._QH_AT[code] >= 0:  # bit j of record r's qh -> + 16 in byte 32r + j (masked add)
+        qh0 = builder.zext(_load(builder, wb0, _LL._QH_AT[code], _i32), _i64)
+        qh1 = builder.zext(_load(builder, wb1, _LL._QH_AT[code], _i32), _i64)
+        bits = builder.or_(qh0, builder.shl(qh1, ir.Constant(_i64, 32)))
+        mask = builder.bitcast(bits, _vec(ir.IntType(1), 64))
+        q = builder.select(mask, builder.add(q, ir.Constant(_vec(_i8, 64), [16] * 64)), q)
+    return q
+
+
+def _merge_labelled(builder, a, la, b, lb):
+    """Sum lane pairs of equal label from a (and b): returns (vector, labels)."""
+    src = list(la) + (list(lb) if b is not None else [])
+    groups = {}
+    for i, lab in enumerate(src):
+        groups.setdefault(lab, []).append(i)
+    lo, hi, labels = [], [], []
+    for lab, idx in groups.items():
+        assert len(idx) % 2 == 0
+        for i, j in zip(idx[0::2], idx[1::2]):
+            lo.append(i)
+            hi.append(j)
+            labels.append(lab)
+    other = b if b is not None else ir.Constant(a.type, ir.Undefined)
+    n = len(lo)
+    v = builder.add(builder.shuffle_vector(a, other, ir.Constant(_vec(_i32, n), lo)),
+                    builder.shuffle_vector(a, other, ir.Constant(_vec(_i32, n), hi)))
+    return v, labels
+
+
+def _reduce_labelled(builder, vecs, labels):
+    """Sums of the lanes of equal label over ``vecs`` (each lane's label in ``labels``, the same
+    count of lanes per label in every vector): a list of (vector, labels) with one lane per
+    label (exact i32 adds: any order gives the same integers)."""
+    items = list(zip(vecs, labels))
+    while len(items) > 1 and all(len(set(l)) < len(l) for _, l in items):
+        items = [_merge_labelled(builder, a, la, b, lb)
+                 for (a, la), (b, lb) in zip(items[0::2], items[1::2])]
+    return items
+
+
+def _pick(builder, items, want):
+    """<len(want) x i32> whose lane k is the lane labelled want[k] among ``items``."""
+    where = {}
+    for v_i, (_, labs) in enumerate(items):
+        for lane, lab in enumerate(labs):
+            where[lab] = (v_i, lane)
+    used = sorted({where[w][0] for w in want})
+    assert len(used) <= 2
+    a = items[used[0]][0]
+    b = items[used[1]][0] if len(used) > 1 else ir.Constant(a.type, ir.Undefined)
+    idx = [where[w][1] + (a.type.count if where[w][0] != used[0] else 0) for w in want]
+    return builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, len(want)), idx))
+
+
+def _splat_pair_f16(builder, xb0, xb1, offset, n):
+    """<2n x float>: the f16 at ``offset`` of xb0 in lanes 0..n-1, of xb1 in lanes n..2n-1."""
+    return _gather_f16(builder, [xb0] * n + [xb1] * n, offset)
+
+
+def _gather_tile_f16(builder, base, step, rec, r0, offset, high=False):
+    """<16 x float>: the f16 at ``offset`` of row k's record r0 + h in lane 8h + k, row k at
+    ``base + k*step`` (i32 offsets: the caller bounds 8*|step|), records ``rec`` bytes apart;
+    one vpgatherdd of the dwords there, the low (or ``high``) halves widened exactly."""
+    v16i32 = _vec(_i32, 16)
+    fn = _decl(builder, "llvm.x86.avx512.mask.gather.dpi.512", v16i32,
+               [v16i32, _i8.as_pointer(), v16i32, _vec(ir.IntType(1), 16), _i32])
+    st = builder.trunc(step, _i32)
+    idx = builder.mul(_splat_lanes(builder, builder.insert_element(
+        ir.Constant(v16i32, ir.Undefined), st, ir.Constant(_i32, 0)), [0] * 16),
+        ir.Constant(v16i32, [k for _ in range(2) for k in range(8)]))
+    idx = builder.add(idx, ir.Constant(v16i32, [(r0 + h) * rec + offset
+                                                for h in range(2) for _ in range(8)]))
+    g = builder.call(fn, [ir.Constant(v16i32, [0] * 16), base, idx,
+                          ir.Constant(_vec(ir.IntType(1), 16), [1] * 16), ir.Constant(_i32, 1)])
+    if high:
+        g = builder.lshr(g, ir.Constant(v16i32, [16] * 16))
+    h16 = builder.bitcast(builder.trunc(g, _vec(_i16, 16)), _vec(ir.HalfType(), 16))
+    return builder.fpext(h16, _vec(ir.FloatType(), 16))
+
+
+def _make_legacy_rows_vnni(gather: bool):
+    @intrinsic
+    def legacy_rows_vnni(typingctx, code, nrec, w, w_off, w_rec, x, x_off, x_rec, step, acc,
+                         first):
+        """Fold ``nrec`` (a literal, even) consecutive records of 8 weight rows into
+        ``acc[0:8]`` (float32, contiguous): row k's record r at byte
+        ``w_off + k*step + r*w_rec`` of ``w``, the activation record r at byte
+        ``x_off + r*x_rec`` of ``x``; acc[k] = R32(acc[k] + v) for each record in order, the
+        first record of a fold (``first`` != 0) taking acc[k] = v.  AVX-512 VNNI only."""
+        c = _literal_int(code)
+        nr = _literal_int(nrec)
+        if c is None or c not in _L_WEIGHT or nr is None or nr < 2 or nr % 2:
+            return None
+        # record strides given as literals become constant offsets (no per-record pointers
+        # for LLVM to carry through the loop)
+        w_rec_c, x_rec_c = _literal_int(w_rec), _literal_int(x_rec)
+        sig = types.none(code, nrec, w, types.intp, types.intp, x, types.intp, types.intp,
+                         types.intp, acc, types.intp)
+
+        def codegen(context, builder, signature, args):
+            ops = _Ops(builder, True, vnni=True)
+            (_, _, w_arr, w_off_v, w_rec_v, x_arr, x_off_v, x_rec_v, step_v, acc_arr,
+             first_v) = args
+            wty, xty, accty = signature.args[2], signature.args[5], signature.args[9]
+            it = w_off_v.type
+
+            def k(v):
+                return ir.Constant(it, v)
+
+            def rec(stride_c, stride_v, r):
+                return k(stride_c * r) if stride_c is not None else builder.mul(stride_v, k(r))
+            rows0 = [_ptr(context, builder, wty, w_arr,
+                          builder.add(w_off_v, builder.mul(step_v, k(row)))) for row in range(8)]
+            wb = [[builder.gep(rows0[row], [rec(w_rec_c, w_rec_v, r)]) for r in range(nr)]
+                  for row in range(8)]
+            x0 = _ptr(context, builder, xty, x_arr, x_off_v)
+            xb = [builder.gep(x0, [rec(x_rec_c, x_rec_v, r)]) for r in range(nr)]
+            x_at = _LL._X_QS_AT[c]
+            bias = _U8_BIAS[c]
+            zero16 = ir.Constant(_vec(_i32, 16), [0] * 16)
+            vecs, labels = [], []
+            for p in range(nr // 2):
+                xv = builder.shuffle_vector(_load(builder, xb[2 * p], x_at, _vec(_i8, 32)),
+                                            _load(builder, xb[2 * p + 1], x_at, _vec(_i8, 32)),
+                                            ir.Constant(_vec(_i32, 64), list(range(64))))
+                start = zero16
+                if bias:
+                    zx = _vcall(builder, ops.dpbusd,
+                                [zero16, ir.Constant(_vec(_i8, 64), [bias] * 64), xv])
+                    start = builder.sub(zero16, zx)
+                for row in range(8):
+                    wv = _pair_weights(builder, c, wb[row][2 * p], wb[row][2 * p + 1])
+                    vecs.append(_vcall(builder, ops.dpbusd, [start, wv, xv]))
+                    labels.append([(row, 2 * p + (lane >= 8)) for lane in range(16)])
+            items = _reduce_labelled(builder, vecs, labels)
+            f32v = _vec(ir.FloatType(), 16)
+            acc_ptr = builder.bitcast(
+                _float_array_ptr(context, builder, accty, acc_arr), _vec(ir.FloatType(), 8).as_pointer())
+            a = builder.load(acc_ptr, align=4)
+            is_first = builder.icmp_signed("!=", first_v, ir.Constant(first_v.type, 0))
+            for p in range(nr // 2):
+                r0, r1 = 2 * p, 2 * p + 1
+                s = _pick(builder, items, [(row, r0) for row in range(8)]
+                          + [(row, r1) for row in range(8)])
+                wbs = [wb[row][r0] for row in range(8)] + [wb[row][r1] for row in range(8)]
+                has_m = _LL._M_AT[c] >= 0
+                if gather and w_rec_c is not None:
+                    dw = _gather_tile_f16(builder, rows0[0], step_v, w_rec_c, r0, _LL._D_AT[c])
+                    if has_m:  # m sits in the high half of the dword at d (bytes 0..3)
+                        assert _LL._M_AT[c] == _LL._D_AT[c] + 2
+                        mw = _gather_tile_f16(builder, rows0[0], step_v, w_rec_c, r0,
+                                              _LL._D_AT[c], high=True)
+                else:
+                    dw = _gather_f16(builder, wbs, _LL._D_AT[c])
+                    mw = _gather_f16(builder, wbs, _LL._M_AT[c]) if has_m else None
+                dx = _splat_pair_f16(builder, xb[r0], xb[r1], _LL._X_D_AT[c], 8)
+                v = builder.fmul(dx, builder.fmul(dw, builder.sitofp(s, f32v)))
+                if has_m:
+                    v = builder.fadd(v, builder.fmul(
+                        mw, _splat_pair_f16(builder, xb[r0], xb[r1], _LL._X_S_AT[c], 8)))
+                for h in range(2):
+                    vh = _splat_lanes(builder, v, range(8 * h, 8 * h + 8))
+                    added = builder.fadd(a, vh)
+                    a = builder.select(is_first, vh, added) if p == 0 and h == 0 else added
+            builder.store(a, acc_ptr, align=4)
+            return context.get_dummy_value()
+        return sig, codegen
+    return legacy_rows_vnni
+
+
+legacy_rows_vnni = _make_legacy_rows_vnni(gather=True)
+legacy_rows_vnni_inserts = _make_legacy_rows_vnni(gather=False)
+__all__ += ["legacy_rows_vnni", "legacy_rows_vnni_inserts"]

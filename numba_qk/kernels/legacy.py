@@ -42,12 +42,14 @@ import numpy as np
 from numba import literally
 
 from .._jit import kernel
+from ..formats import activation_format
 from ._bits import f16_to_f32
 from ._round import c_int8, roundf
 from ._encode_lanes import f16_bits
 from .q8_k import _order_key
-from ._simd import HAVE_AVX2, prefetch
-from ._simd_legacy import legacy_accumulate_x8, legacy_block_value
+from ._simd import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch
+from ._simd_legacy import (legacy_accumulate_x8, legacy_block_value, legacy_rows_vnni,
+                           legacy_rows_vnni_inserts)
 
 from ._legacy_layout import (CODES, FORMATS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,  # noqa: F401
                              WEIGHT_FORMATS, _D_AT, _M_AT, _QH_AT, _QS_AT, _S_AT, _X_D_AT,
@@ -348,6 +350,77 @@ def _simd_gemv(wcode, w, x, out):
         out[rr] = _simd_dot_at(wcode, w, rr * ws0, ws1, x, xs0, g)
 
 
+# AVX-512 VNNI gemv: 8 rows x _VNNI_TRIP records per intrinsic call (see _simd_legacy.py);
+# leftover records of a tile go one at a time through the pmaddwd tile, leftover rows through
+# the single-row fold.  Same folds, same bits.
+_VNNI_TRIP = 4
+HAVE_LEGACY_VNNI = HAVE_VNNI and HAVE_AVX512
+# the scale gather addresses a tile's records by i32 offsets from its first row: 8 row strides
+# and a trip of records must stay far below 2**31
+_GATHER_STEP_MAX = 1 << 27
+_W_BYTES = tuple(f.block_bytes for f in FORMATS)   # record strides of contiguous records
+_X_BYTES = tuple(activation_format(f).block_bytes if f in WEIGHT_FORMATS else 0
+                 for f in FORMATS)
+
+
+@kernel
+def _vnni_gemv_trip(wcode, w, x, out, trip, gather):
+    literally(wcode)
+    literally(trip)
+    literally(gather)
+    rows, g = w.shape[0], w.shape[1]
+    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
+    span = trip * ws1
+    acc = np.empty(8, np.float32)
+    r = 0
+    while rows - r >= 8:
+        ahead = rows - r >= 16
+        nxt = (r + 8) * ws0
+        b = 0
+        while g - b >= trip:
+            if ahead:
+                # the next tile's bytes [b*ws1, (b+trip)*ws1) of each row, one prefetch per
+                # 64 bytes of offset (each line about once)
+                o = (b * ws1 + 63) & ~63
+                while o < b * ws1 + span:
+                    for k in range(8):
+                        prefetch(w, nxt + k * ws0 + o)
+                    o += 64
+            if gather:
+                legacy_rows_vnni(wcode, trip, w, r * ws0 + b * ws1, _W_BYTES[wcode], x,
+                                 b * xs0, _X_BYTES[wcode], ws0, acc, b == 0)
+            else:
+                legacy_rows_vnni_inserts(wcode, trip, w, r * ws0 + b * ws1, _W_BYTES[wcode], x,
+                                         b * xs0, _X_BYTES[wcode], ws0, acc, b == 0)
+            b += trip
+        while b < g:
+            if ahead:
+                o = (b * ws1 + 63) & ~63
+                if o < (b + 1) * ws1:
+                    for k in range(8):
+                        prefetch(w, nxt + k * ws0 + o)
+            legacy_accumulate_x8(wcode, True, w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0,
+                                 b == 0)
+            b += 1
+        for k in range(8):
+            out[r + k] = acc[k]
+        r += 8
+    for rr in range(r, rows):
+        out[rr] = _simd_dot_at(wcode, w, rr * ws0, ws1, x, xs0, g)
+
+
+@kernel
+def _vnni_gemv(wcode, w, x, out):
+    """The VNNI gemv for contiguous records (the record strides are compile-time constants in
+    the intrinsic); other layouts take the pmaddwd tile loop."""
+    literally(wcode)
+    if (w.strides[1] == _W_BYTES[wcode] and x.strides[0] == _X_BYTES[wcode]
+            and abs(w.strides[0]) < _GATHER_STEP_MAX):
+        _vnni_gemv_trip(wcode, w, x, out, _VNNI_TRIP, True)
+    else:
+        _simd_gemv(wcode, w, x, out)
+
+
 _RECORD_BLOCK = 32  # blocks per pass in gemm: 8 activations x 32 x <= 36 B stay in L1
 
 
@@ -419,6 +492,8 @@ def bind(fmt) -> Entry:
         """``out[r] = dot(w[r], x)`` for weights ``[rows, G, bytes]``."""
         if w.shape[1] == 0:
             out[:] = np.float32(0.0)
+        elif HAVE_LEGACY_VNNI and w.strides[2] == 1 and x.strides[1] == 1:
+            _vnni_gemv(code, w, x, out)
         elif HAVE_AVX2 and w.strides[2] == 1 and x.strides[1] == 1:
             _simd_gemv(code, w, x, out)
         else:
