@@ -52,6 +52,11 @@ HAVE_AVX512 = (HAVE_AVX2 and {"avx512f", "avx512bw"} <= _FEATURES
 HAVE_VNNI = (HAVE_AVX2 and {"avx512f", "avx512bw", "avx512vl", "avx512vnni"} <= _FEATURES
              and os.environ.get("NUMBA_QK_NO_VNNI", "") in ("", "0"))
 
+# GFNI (vgf2p8affineqb: an 8x8 bit-matrix per qword applied to every byte) moves nibbles and
+# single bits in one op; NUMBA_QK_NO_GFNI=1 keeps the shift/mask/blend code.
+HAVE_GFNI = (HAVE_AVX2 and "gfni" in _FEATURES
+             and os.environ.get("NUMBA_QK_NO_GFNI", "") in ("", "0"))
+
 _i8, _i16, _i32, _i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 
 

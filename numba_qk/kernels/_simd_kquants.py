@@ -49,8 +49,8 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from ..formats import quant
-from ._simd import (_FEATURES, HAVE_AVX512, HAVE_VNNI, _Ops, _decl, _gather_f16, _gather_f32,
-                    _i8, _i16, _i32, _load, _ptr, _reduce_many, _splat_lanes, _tile_fold, _vec)
+from ._simd import (_FEATURES, HAVE_AVX512, HAVE_GFNI, HAVE_VNNI, _Ops, _decl, _gather_f16,
+                    _gather_f32, _i8, _i16, _i32, _load, _ptr, _reduce_many, _splat_lanes, _tile_fold, _vec)
 from ._simd_q4_k import _record_values, _unpack_scales
 
 _A_DS_AT = quant.q8_k.field("ds").start
@@ -380,8 +380,7 @@ def _products(ops, kq):
     return ops.wide and ops.dpbusd is not None and HAVE_VBMI and hasattr(kq, "wide_products")
 
 
-# Q5_K's vpdpbusd path moves its 5th bit with GFNI (vgf2p8affineqb).
-HAVE_GFNI = "gfni" in _FEATURES
+# Q5_K's vpdpbusd path moves its 5th bit with GFNI (vgf2p8affineqb): HAVE_GFNI from _simd.
 
 
 def _busd(ops, kq):

@@ -7,15 +7,14 @@ steps are lane-wise IEEE instructions in the order of ``legacy.py``'s docstring.
 offsets come from ``_legacy_layout.py`` (the schemas); ``code`` must be a compile-time literal.
 """
 
-import os
 
 from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
 from . import _legacy_layout as _LL
-from ._simd import (_FEATURES, HAVE_AVX512, _Ops, _decl, _float_array_ptr, _gather_f16, _i8, _i16, _i32, _i64,
-                    _literal_int, _load, _pmaddwd32, _ptr, _reduce_many, _splat_lanes,
+from ._simd import (HAVE_AVX512, HAVE_GFNI, _Ops, _decl, _float_array_ptr, _gather_f16, _i8,
+                    _i16, _i32, _i64, _literal_int, _load, _pmaddwd32, _ptr, _reduce_many, _splat_lanes,
                     _tile_fold, _vcall, _vec)
 
 __all__ = ["legacy_block_value", "legacy_accumulate_x8"]
@@ -132,7 +131,6 @@ legacy_accumulate_x8 = _make_legacy_accumulate(wide=HAVE_AVX512)
 
 # GFNI vgf2p8affineqb: result bit i of a byte = parity(matrix byte 7-i & byte).  _GF_LOW keeps
 # bits 0..3, _GF_HIGH moves bits 4..7 to 0..3 (both clear bits 4..7): the two nibbles, exactly.
-HAVE_GFNI = "gfni" in _FEATURES and os.environ.get("NUMBA_QK_NO_GFNI", "") in ("", "0")
 _GF_LOW = sum((1 << i) << (8 * (7 - i)) for i in range(4))
 _GF_HIGH = sum((1 << (i + 4)) << (8 * (7 - i)) for i in range(4))
 _GF_LOW -= (1 << 64) if _GF_LOW >= 1 << 63 else 0    # as signed i64 constants
