@@ -530,3 +530,106 @@ def array_address(typingctx, arr):
 
 
 accumulate_tile_vnni = _make_vnni_tile()   # used only where HAVE_VNNI
+
+
+# ---- GEMV tile with AVX-512 VNNI: 8 rows x 1 activation, weights in their stored order --------
+#
+# The packed quants are never shuffled: 64 stored bytes qs[64h .. 64h+63] (h = 0, 1) give
+#     lo = qs & 0x0F   byte k -> element 128h + k (k < 32),  128h + 64 + (k - 32) (k >= 32)
+#     hi = qs >> 4     byte k -> element 128h + 32 + k,      128h + 96 + (k - 32)
+# so the *activation* is put in that order instead, once per tile step (shared by the 8 rows):
+#     XL_h = xq[128h : 128h+32] ++ xq[128h+64 : 128h+96],  XH_h = xq[128h+32 : +64] ++ xq[128h+96 : +128]
+# and vpdpbusd(0, lo_h, XL_h) leaves in i32 lane l (16 lanes) the exact sum of 4 products of
+# sub-block 4h (l < 8) or 4h + 2 (l >= 8); likewise hi_h for 4h + 1 / 4h + 3.  |lane| <= 4*15*128
+# = 7680, so vpackssdw(lo_h, hi_h) is exact; per 128-bit block c it holds [lo lanes 4c..4c+3,
+# hi lanes 4c..4c+3] as i16, and one vpmaddwd / vpdpwssd with the scale pattern
+#     block c: [sc[4h + 2(c >= 2)]] * 4 + [sc[4h + 1 + 2(c >= 2)]] * 4
+# multiplies each pair of equal-sub-block lanes by its scale (|.| <= 2*7680*63, exact).  T keeps
+# pmaddwd(bsum, [m0, m0, m1, m1, ...]).  Every step is exact integer arithmetic, so S_b and T_b
+# equal the portable loop's; the float steps run lane-wise (lane = row, one IEEE instruction per
+# spec step) and each lane is folded in record order, as in the other tiles.
+
+def _gemv_vnni_acts(builder, xbase):
+    """[XL_0, XH_0, XL_1, XH_1] (<64 x i8> each) of the Q8_K record at ``xbase``."""
+    out = []
+    for h in range(2):
+        for off in (0, 32):
+            a = _load(builder, xbase, _A_Q_AT + 128 * h + off, _vec(_i8, 32))
+            b = _load(builder, xbase, _A_Q_AT + 128 * h + 64 + off, _vec(_i8, 32))
+            out.append(builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, 64), list(range(64)))))
+    return out
+
+
+def _gemv_vnni_scale_pattern(h):
+    """Lane indices into sc16 of the <32 x i16> scale pattern for packed pair h (above)."""
+    pat = []
+    for c in range(4):
+        s = 4 * h + 2 * (c >= 2)
+        pat += [s] * 4 + [s + 1] * 4
+    return pat
+
+
+def _gemv_vnni_row(builder, ops, wbase, acts, bsum):
+    """(<16 x i32> S lanes, <8 x i32> T lanes) of the Q4_K record at ``wbase`` against the
+    activation vectors ``acts`` and the <16 x i16> ``bsum``; lane sums are S_b and T_b."""
+    sc16, m16 = _unpack_scales(builder, wbase)
+    low4 = ir.Constant(_vec(_i8, 64), [0x0F] * 64)
+    four = ir.Constant(_vec(_i8, 64), [4] * 64)
+    zero = ir.Constant(_vec(_i32, 16), [0] * 16)
+    s_acc = zero
+    for h in range(2):
+        qs = _load(builder, wbase, _K_QS_AT + 64 * h, _vec(_i8, 64))
+        lo = _vcall(builder, ops.dpbusd, [zero, builder.and_(qs, low4), acts[2 * h]])
+        hi = _vcall(builder, ops.dpbusd, [zero, builder.lshr(qs, four), acts[2 * h + 1]])
+        packed = builder.call(ops.packssdw, [lo, hi])
+        pat = _splat_lanes(builder, sc16, _gemv_vnni_scale_pattern(h))
+        s_acc = _vcall(builder, ops.dpwssd, [s_acc, packed, pat])
+    m_pairs = _splat_lanes(builder, m16, [k // 2 for k in range(16)])
+    return s_acc, builder.call(ops.maddwd8, [bsum, m_pairs])
+
+
+def _gather_d_dmin(builder, bases):
+    """(<n x float> d, <n x float> dmin) of the Q4_K records at ``bases``: one 4-byte load
+    per record, one exact widening of all 2n halves."""
+    n = len(bases)
+    v = ir.Constant(_vec(_i32, n), None)
+    for i, b in enumerate(bases):
+        v = builder.insert_element(v, _load(builder, b, _K_D_AT, _i32), ir.Constant(_i32, i))
+    f = builder.fpext(builder.bitcast(v, _vec(ir.HalfType(), 2 * n)), _vec(ir.FloatType(), 2 * n))
+    return (_splat_lanes(builder, f, range(0, 2 * n, 2)),
+            _splat_lanes(builder, f, range(1, 2 * n, 2)))
+
+
+@intrinsic
+def accumulate_rows_x8_vnni(typingctx, w, w_off, x, x_off, step, acc, acc_at, first):
+    """The gemv tile with AVX-512 VNNI (where ``HAVE_VNNI`` and ``HAVE_AVX512``): lane k folds
+    the record value of the Q4_K record at byte ``w_off + k*step`` of ``w`` against the Q8_K
+    record at byte ``x_off`` of ``x`` into ``acc.flat[acc_at + k]`` (acc = v if ``first`` else
+    R32(acc + v)); same contract and same bits as ``accumulate_rows_x8``."""
+    if not (isinstance(w, types.Array) and isinstance(x, types.Array)
+            and isinstance(acc, types.Array) and acc.dtype == types.float32):
+        return None
+    sig = types.none(w, types.intp, x, types.intp, types.intp, acc, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        def values(wbs, xbs):
+            ops = _Ops(builder, True, vnni=True)
+            ops.packssdw = _decl(builder, "llvm.x86.avx512.packssdw.512", _vec(_i16, 32),
+                                 [_vec(_i32, 16), _vec(_i32, 16)])
+            xb = xbs[0]
+            acts = _gemv_vnni_acts(builder, xb)
+            bsum = _load(builder, xb, _A_BSUM_AT, _vec(_i16, 16))
+            s_vecs, t_vecs = [], []
+            for wb in wbs:
+                s, t = _gemv_vnni_row(builder, ops, wb, acts, bsum)
+                s_vecs.append(s)
+                t_vecs.append(t)
+            s_vec, t_vec = _reduce_many(builder, s_vecs), _reduce_many(builder, t_vecs)
+            d, dmin = _gather_d_dmin(builder, wbs)
+            ds = _load(builder, xb, _A_DS_AT, ir.FloatType())
+            ds = _splat_lanes(builder, builder.insert_element(
+                ir.Constant(_vec(ir.FloatType(), 1), None), ds, ir.Constant(_i32, 0)),
+                [0] * len(wbs))
+            return _record_values(builder, s_vec, t_vec, d, dmin, ds)
+        return _tile_fold(context, builder, signature, args, 0, True, 8, values)
+    return sig, codegen
