@@ -62,12 +62,15 @@ def test_activation_order_matches_the_stored_nibbles():
         for k in range(64):
             j, i = divmod(64 * h + k, 32)   # stored chunk j, byte i: elements 64j + i, 64j + 32 + i
             assert xl[k] == 64 * j + i and xh[k] == 64 * j + 32 + i
-        pat = _simd_q4_k._gemv_vnni_scale_pattern(h)
-        for c in range(4):                  # packssdw block c: lo lanes 4c..4c+3, hi lanes 4c..
-            for e in range(8):
-                src, lane = (xl, 4 * c + e) if e < 4 else (xh, 4 * c + e - 4)
-                assert all(src[4 * lane + t] // 32 == pat[8 * c + e] for t in range(4))
-    assert 2 * 4 * 15 * 128 <= 32767   # a lane sum fits int16: the pack is exact
+        for part, src in ((0, xl), (1, xh)):
+            pat = _simd_q4_k._gemv_vnni_pair_pattern(h, part)
+            for c in range(4):              # packssdw block c: row A lanes 4c..4c+3, row B ..
+                for e in range(8):
+                    row, sb = pat[8 * c + e]
+                    assert row == (e >= 4)
+                    lane = 4 * c + e % 4
+                    assert all(src[4 * lane + t] // 32 == sb for t in range(4))
+    assert 4 * 15 * 128 <= 32767   # a lane sum (4 products) fits int16: the pack is exact
 
 
 @needs_vnni
