@@ -7,7 +7,6 @@ steps are lane-wise IEEE instructions in the order of ``legacy.py``'s docstring.
 offsets come from ``_legacy_layout.py`` (the schemas); ``code`` must be a compile-time literal.
 """
 
-
 from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic

@@ -530,3 +530,177 @@ def array_address(typingctx, arr):
 
 
 accumulate_tile_vnni = _make_vnni_tile()   # used only where HAVE_VNNI
+
+
+# ---- GEMV tile with AVX-512 VNNI: 8 rows x 1 activation, weights in their stored order --------
+#
+# The packed quants are never shuffled: 64 stored bytes qs[64h .. 64h+63] (h = 0, 1) give
+#     lo = qs & 0x0F   byte k -> element 128h + k (k < 32),  128h + 64 + (k - 32) (k >= 32)
+#     hi = qs >> 4     byte k -> element 128h + 32 + k,      128h + 96 + (k - 32)
+# so the *activation* is put in that order instead, once per tile step (shared by the 8 rows):
+#     XL_h = xq[128h : 128h+32] ++ xq[128h+64 : 128h+96],  XH_h = xq[128h+32 : +64] ++ xq[128h+96 : +128]
+# and vpdpbusd(0, lo_h, XL_h) leaves in i32 lane l (16 lanes) the exact sum of 4 products of
+# sub-block 4h (l < 8) or 4h + 2 (l >= 8); likewise hi_h for 4h + 1 / 4h + 3.  |lane| <= 4*15*128
+# = 7680, so vpackssdw of the same part of two rows A, B is exact; per 128-bit block c it holds
+# [A lanes 4c..4c+3, B lanes 4c..4c+3] as i16, and one vpdpwssd with the scale pattern
+#     block c: [sc_A[4h + part + 2(c >= 2)]] * 4 + [sc_B[same]] * 4      (one byte permute)
+# multiplies each pair of equal-row, equal-sub-block lanes by its scale (|.| <= 2*7680*63, exact)
+# and accumulates; one vector per row pair is left for the shuffle tree.  The scales/mins of all
+# 8 rows are decoded once per tile step from their 16-byte heads with byte ops (which also give
+# d and dmin); T: pmaddwd of [bsum, bsum] against the [m0, m0, m1, m1, ...] patterns of two rows.
+# Every step is exact integer arithmetic, so S_b and T_b equal the portable loop's; the float
+# steps run lane-wise (lane = row, one IEEE instruction per
+# spec step) and each lane is folded in record order, as in the other tiles.
+
+def _gemv_vnni_acts(builder, xbase):
+    """[XL_0, XH_0, XL_1, XH_1] (<64 x i8> each) of the Q8_K record at ``xbase``."""
+    out = []
+    for h in range(2):
+        for off in (0, 32):
+            a = _load(builder, xbase, _A_Q_AT + 128 * h + off, _vec(_i8, 32))
+            b = _load(builder, xbase, _A_Q_AT + 128 * h + 64 + off, _vec(_i8, 32))
+            out.append(builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, 64), list(range(64)))))
+    return out
+
+
+def _gemv_vnni_pair_pattern(h, part):
+    """(row, sub-block) of each i16 lane of vpackssdw(X_A, X_B), X = the vpdpbusd lanes of
+    stored half ``h``, ``part`` 0 (low nibbles) or 1 (high), rows A = 0 and B = 1: per
+    128-bit block c, [A lanes 4c..4c+3, B lanes 4c..4c+3], lane l in sub-block
+    4h + part + 2 (l >= 8)."""
+    pat = []
+    for c in range(4):
+        s = 4 * h + part + 2 * (c >= 2)
+        pat += [(0, s)] * 4 + [(1, s)] * 4
+    return pat
+
+
+assert (_K_D_AT, _K_DMIN_AT, _K_SCALES_AT) == (0, 2, 4)   # the record head read below
+
+
+def _gemv_vnni_heads(builder, wbs):
+    """Record heads (bytes 0..15: d, dmin, the 12 scale bytes) of 8 rows as two <64 x i8>,
+    rows 4q .. 4q+3 in the 128-bit lanes of vector q."""
+    heads = [_load(builder, wb, 0, _vec(_i8, 16)) for wb in wbs]
+
+    def cat(a, b):
+        n = a.type.count
+        return builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, 2 * n), list(range(2 * n))))
+    return [cat(cat(heads[4 * q], heads[4 * q + 1]), cat(heads[4 * q + 2], heads[4 * q + 3]))
+            for q in range(len(wbs) // 4)]
+
+
+def _gemv_vnni_decode_scales(builder, raw):
+    """The 6-bit fields of the four records in ``raw`` (<64 x i8> of heads), all at once: in
+    each 128-bit lane bytes [sc0..sc7, m0..m7].  With r = the lane's head bytes (scales at
+    r[4..15]) -- the byte form of ``_unpack_scales``' SWAR:
+        sc[0..3] = r[4..7] & 63                  m[0..3] = r[8..11] & 63
+        sc[4..7] = (r[12..15] & 15) | ((r[4..7] >> 6) << 4)
+        m[4..7]  = (r[12..15] >> 4) | ((r[8..11] >> 6) << 4)"""
+    zero = ir.Constant(_vec(_i8, 64), [0] * 64)
+
+    def in_lane(pattern):   # entries None -> 0
+        idx = [16 * q + p if p is not None else 64 for q in range(4) for p in pattern]
+        return builder.shuffle_vector(raw, zero, ir.Constant(_vec(_i32, 64), idx))
+
+    def const(pattern):
+        return ir.Constant(_vec(_i8, 64), list(pattern) * 4)
+    a = in_lane([4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15])
+    b = in_lane([None] * 4 + [4, 5, 6, 7] + [None] * 4 + [8, 9, 10, 11])
+    low = builder.or_(builder.and_(a, const([63] * 4 + [15] * 4 + [63] * 4 + [0] * 4)),
+                      builder.and_(builder.lshr(a, const([4] * 16)), const([0] * 12 + [15] * 4)))
+    high = builder.shl(builder.lshr(b, const([6] * 16)), const([4] * 16))
+    return builder.or_(low, high)
+
+
+def _zext_pick(builder, dec, picks):
+    """<n x i16> whose lane e is byte ``dec[picks[e]]`` zero-extended (one byte permute)."""
+    zero = ir.Constant(_vec(_i8, 64), [0] * 64)
+    idx = []
+    for p in picks:
+        idx += [p, 64]
+    v = builder.shuffle_vector(dec, zero, ir.Constant(_vec(_i32, len(idx)), idx))
+    return builder.bitcast(v, _vec(_i16, len(picks)))
+
+
+def _gemv_vnni_row_pair(builder, ops, wbases, acts, dec, k):
+    """<16 x i32> S lanes of rows A, B = the Q4_K records at ``wbases`` (lanes 4c, 4c+1: A;
+    4c+2, 4c+3: B; their sums are S_b of each) against the activation vectors ``acts``; the
+    rows' scales are bytes 16k .. 16k+7 and 16(k+1) .. of ``dec``.  Packing the two rows' lanes
+    together (|lane| <= 7680: exact) leaves one vector per row pair for the reduction."""
+    low4 = ir.Constant(_vec(_i8, 64), [0x0F] * 64)
+    four = ir.Constant(_vec(_i8, 64), [4] * 64)
+    zero = ir.Constant(_vec(_i32, 16), [0] * 16)
+    s_acc = zero
+    for h in range(2):
+        lanes = {}
+        for row, wb in enumerate(wbases):
+            qs = _load(builder, wb, _K_QS_AT + 64 * h, _vec(_i8, 64))
+            lanes[row, 0] = _vcall(builder, ops.dpbusd, [zero, builder.and_(qs, low4), acts[2 * h]])
+            lanes[row, 1] = _vcall(builder, ops.dpbusd,
+                                   [zero, builder.lshr(qs, four), acts[2 * h + 1]])
+        for part in range(2):
+            packed = builder.call(ops.packssdw, [lanes[0, part], lanes[1, part]])
+            pat = _zext_pick(builder, dec, [16 * (k + row) + sb
+                                            for row, sb in _gemv_vnni_pair_pattern(h, part)])
+            s_acc = _vcall(builder, ops.dpwssd, [s_acc, packed, pat])
+    return s_acc
+
+
+@intrinsic
+def accumulate_rows_x8_vnni(typingctx, w, w_off, x, x_off, step, acc, acc_at, first):
+    """The gemv tile with AVX-512 VNNI (where ``HAVE_VNNI`` and ``HAVE_AVX512``): lane k folds
+    the record value of the Q4_K record at byte ``w_off + k*step`` of ``w`` against the Q8_K
+    record at byte ``x_off`` of ``x`` into ``acc.flat[acc_at + k]`` (acc = v if ``first`` else
+    R32(acc + v)); same contract and same bits as ``accumulate_rows_x8``.  The 8 records' heads
+    are decoded together (``_gemv_vnni_decode_scales``); T of two rows per vpmaddwd; S and T
+    reduced by one labelled shuffle tree."""
+    if not (isinstance(w, types.Array) and isinstance(x, types.Array)
+            and isinstance(acc, types.Array) and acc.dtype == types.float32):
+        return None
+    sig = types.none(w, types.intp, x, types.intp, types.intp, acc, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        def values(wbs, xbs):
+            ops = _Ops(builder, True, vnni=True)
+            ops.packssdw = _decl(builder, "llvm.x86.avx512.packssdw.512", _vec(_i16, 32),
+                                 [_vec(_i32, 16), _vec(_i32, 16)])
+            xb = xbs[0]
+            acts = _gemv_vnni_acts(builder, xb)
+            raws = _gemv_vnni_heads(builder, wbs)
+            decs = [_gemv_vnni_decode_scales(builder, r) for r in raws]
+            s_items = []
+            for p in range(4):
+                s = _gemv_vnni_row_pair(builder, ops, wbs[2 * p:2 * p + 2], acts, decs[p // 2],
+                                        2 * p % 4)
+                s_items.append((s, [("S", 2 * p), ("S", 2 * p), ("S", 2 * p + 1),
+                                    ("S", 2 * p + 1)] * 4))
+            bsum = _load(builder, xb, _A_BSUM_AT, _vec(_i16, 16))
+            bsum2 = _splat_lanes(builder, bsum, list(range(16)) * 2)
+            t_items = []
+            for p in range(4):   # rows 2p, 2p+1: lanes [m_s * (bsum[2s] + bsum[2s+1])]
+                k = 2 * p % 4
+                picks = [16 * k + 8 + e // 2 for e in range(16)]
+                picks += [16 * (k + 1) + 8 + e // 2 for e in range(16)]
+                mp = _zext_pick(builder, decs[p // 2], picks)
+                t_items.append((builder.call(ops.maddwd, [bsum2, mp]),
+                                [("T", 2 * p)] * 8 + [("T", 2 * p + 1)] * 8))
+            s_vec, s_lab = _reduce_labeled(builder, s_items)
+            t_vec, t_lab = _reduce_labeled(builder, t_items)
+            st, labels = _merge_labeled(builder, s_vec, s_lab, t_vec, t_lab)
+            assert labels == [("S", k) for k in range(8)] + [("T", k) for k in range(8)], labels
+            # [d_0..d_7, dmin_0..dmin_7]: i16 8k (d) and 8k + 1 (dmin) of each head
+            h16 = [builder.bitcast(r, _vec(_i16, 32)) for r in raws]
+            idx = [8 * k for k in range(4)] + [32 + 8 * k for k in range(4)]
+            idx += [i + 1 for i in idx]
+            dd = builder.shuffle_vector(h16[0], h16[1], ir.Constant(_vec(_i32, 16), idx))
+            dd = builder.fpext(builder.bitcast(dd, _vec(ir.HalfType(), 16)),
+                               _vec(ir.FloatType(), 16))
+            prod = builder.fmul(dd, builder.sitofp(st, _vec(ir.FloatType(), 16)))  # [p.., n..]
+            ds = _load(builder, xb, _A_DS_AT, ir.FloatType())
+            ds = _splat_lanes(builder, builder.insert_element(
+                ir.Constant(_vec(ir.FloatType(), 1), None), ds, ir.Constant(_i32, 0)), [0] * 8)
+            return builder.fmul(ds, builder.fsub(_splat_lanes(builder, prod, range(8)),
+                                                 _splat_lanes(builder, prod, range(8, 16))))
+        return _tile_fold(context, builder, signature, args, 0, True, 8, values)
+    return sig, codegen

@@ -30,8 +30,8 @@ from ._simd import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_r
 from ._simd_q4_k import (DEC_BYTES, LANE_BSUM_AT, LANE_DS_AT, LANE_Q_AT, LANE_TILE_BYTES,
                          TILE_ACTS, TILE_BSUM_AT, TILE_BYTES, TILE_DS_AT, TILE_Q_AT,
                          accumulate_acts_x8, accumulate_lanes_vnni, accumulate_rows_x8,
-                         accumulate_tile_vnni, array_address, q4_k_decode_for_lanes,
-                         q4_k_q8_k_sums, vnni_lane_source)
+                         accumulate_rows_x8_vnni, accumulate_tile_vnni, array_address,
+                         q4_k_decode_for_lanes, q4_k_q8_k_sums, vnni_lane_source)
 from .q4_k import q4_k_scale_min
 
 _LOW4 = np.uint8(0b0000_1111)
@@ -179,6 +179,38 @@ def _simd_gemv(w, x, out):
         else:
             for b in range(g):
                 accumulate_rows_x8(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
+        for k in range(8):
+            out[r + k] = acc[k]
+        r += 8
+    for rr in range(r, rows):
+        out[rr] = _simd_dot_at(w, rr * ws0, ws1, x, xs0, g)
+
+
+@kernel
+def _vnni_gemv(w, x, out):
+    """``_simd_gemv`` with the AVX-512 VNNI tile (``accumulate_rows_x8_vnni``: the stored
+    nibbles go straight into vpdpbusd against the activation put in their order); same tiles,
+    prefetch, leftover rows and bits."""
+    if w.strides[2] != 1 or x.strides[1] != 1:
+        _gemv_loop(w, x, out)
+        return
+    rows, g = w.shape[0], w.shape[1]
+    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
+    acc = np.empty(8, np.float32)
+    r = 0
+    while rows - r >= 8:
+        if rows - r >= 16:
+            nxt = (r + 8) * ws0   # prefetch the next tile's records, as in _simd_gemv
+            for b in range(g):
+                for k in range(8):
+                    at = nxt + k * ws0 + b * ws1
+                    prefetch(w, at)
+                    prefetch(w, at + 64)
+                    prefetch(w, at + 128)
+                accumulate_rows_x8_vnni(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
+        else:
+            for b in range(g):
+                accumulate_rows_x8_vnni(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
         for k in range(8):
             out[r + k] = acc[k]
         r += 8
@@ -387,7 +419,8 @@ def _vnni_gemm(w, x, out):
 
 
 _dot_impl = _simd_dot if HAVE_AVX2 else _dot_loop
-_gemv_impl = _simd_gemv if HAVE_AVX2 else _gemv_loop
+_gemv_impl = (_vnni_gemv if HAVE_VNNI and HAVE_AVX512 else _simd_gemv if HAVE_AVX2
+              else _gemv_loop)
 _gemm_impl = _vnni_gemm if HAVE_VNNI and HAVE_AVX512 else _simd_gemm if HAVE_AVX2 else _gemm_loop
 
 
