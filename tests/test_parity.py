@@ -8,9 +8,11 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import numba_qk as qk
 
+from parity_registry import registry_run
 from records import random_q4_k, random_q8_k
 
 SCRIPT = textwrap.dedent("""
@@ -100,8 +102,10 @@ def _needs_simd():
         pytest.skip("no AVX2 on this machine: the default path is the portable one")
 
 
+@pytest.mark.slow
 def test_portable_path_matches_default(tmp_path, rng):
-    """NUMBA_QK_PORTABLE=1: compiled portable loops instead of the SIMD fast path."""
+    """NUMBA_QK_PORTABLE=1: compiled portable loops instead of the SIMD fast path.  Slow (run
+    with -m slow): test_parity_registry_portable.py covers every format under the same mode."""
     _needs_simd()
     cache = tmp_path / "cache"
     _check(*_run_script(tmp_path, rng, {"NUMBA_QK_PORTABLE": "1", "NUMBA_CACHE_DIR": str(cache)}))
@@ -119,83 +123,6 @@ def test_avx2_path_matches_default(tmp_path, rng):
     _check(*_run_script(tmp_path, rng, {"NUMBA_QK_NO_AVX512": "1", "NUMBA_CACHE_DIR": str(cache)}))
 
 
-# Every format of the registry, in one subprocess per mode: quantize, dequantize, decode and
-# (weights) dot / gemv / gemm over 8-row and 8-activation tiles with remainders.
-REGISTRY_SCRIPT = textwrap.dedent("""
-    import sys, numpy as np, warnings
-    warnings.simplefilter("ignore")
-    import numba_qk as qk
-    from numba_qk._registry import BINDINGS
-    sys.path.insert(0, sys.argv[3])
-    from test_parity import registry_results
-    np.savez(sys.argv[2], **registry_results(np.load(sys.argv[1])))
-""")
-
-
-def registry_results(d):
-    import numba_qk as qk
-    from numba_qk._registry import BINDINGS
-
-    out = {}
-    with np.errstate(all="ignore"):
-        for b in BINDINGS:
-            f = b.format
-            n = f.name
-            raw = d["raw"][:, :f.block_bytes]
-            out[f"{n}.deq"] = qk.dequantize(raw, f)
-            for key, value in qk.decode(raw, f)._asdict().items():
-                if value is not None:
-                    out[f"{n}.decode.{key}"] = value
-            if b.quantize is not None:
-                out[f"{n}.quant"] = qk.quantize(d["values"].reshape(-1, f.block_size), format=f)
-            if b.dot is not None:
-                act = qk.activation_format(f)
-                w = qk.quantize(d["wv"].reshape(-1, f.block_size), format=f).reshape(9, -1, f.block_bytes)
-                span = f.block_size // act.block_size  # NVFP4: 2 Q8_0 records per record
-                g = w.shape[1] * span
-                x = qk.quantize(d["xv"][:, :g * act.block_size].reshape(-1, act.block_size),
-                                format=act).reshape(9, g, act.block_bytes)
-                wild = (d["raw"][:3, :f.block_bytes],
-                        np.concatenate([d["raw"][3:6, :act.block_bytes]] * span))
-                out[f"{n}.dot"] = qk.quantized_dot(*wild, lhs_format=f, rhs_format=act)
-                out[f"{n}.gemv"] = qk.gemv(w, x[0], lhs_format=f, rhs_format=act)
-                out[f"{n}.gemm"] = qk.gemm(w, x, lhs_format=f, rhs_format=act)
-    return out
-
-
-def _registry_run(tmp_path, rng, env_extra):
-    raw = rng.integers(0, 256, (6, 292), dtype=np.uint8)
-    values = rng.standard_normal((2, 256)).astype(np.float32)
-    values[1, :32] = 0.0
-    wv = rng.standard_normal((9, 512)).astype(np.float32)
-    xv = rng.standard_normal((9, 512)).astype(np.float32)
-    np.savez(tmp_path / "rin.npz", raw=raw, values=values, wv=wv, xv=xv)
-    env = dict(os.environ, **env_extra)
-    root = Path(qk.__file__).resolve().parent.parent
-    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
-    subprocess.run([sys.executable, "-c", REGISTRY_SCRIPT, str(tmp_path / "rin.npz"),
-                    str(tmp_path / "rout.npz"), str(Path(__file__).resolve().parent)],
-                   check=True, env=env, timeout=300)
-    got = np.load(tmp_path / "rout.npz")
-    want = registry_results(np.load(tmp_path / "rin.npz"))
-    assert sorted(got.files) == sorted(want)
-    for key, value in want.items():
-        a, b = np.asarray(got[key]), np.asarray(value)
-        assert a.dtype == b.dtype and a.shape == b.shape, key
-        if a.dtype.kind == "f":
-            same = (a.view(f"u{a.itemsize}") == b.view(f"u{b.itemsize}")) | (np.isnan(a) & np.isnan(b))
-            assert same.all(), key
-        else:
-            assert (a == b).all(), key
-
-
 def test_registry_disable_jit_matches_compiled(tmp_path, rng):
     """Every bound format under NUMBA_DISABLE_JIT=1 equals the compiled kernels."""
-    _registry_run(tmp_path, rng, {"NUMBA_DISABLE_JIT": "1"})
-
-
-def test_registry_portable_matches_default(tmp_path, rng):
-    """Every bound format: NUMBA_QK_PORTABLE=1 (portable loops) equals the SIMD default."""
-    _needs_simd()
-    _registry_run(tmp_path, rng, {"NUMBA_QK_PORTABLE": "1",
-                                  "NUMBA_CACHE_DIR": str(tmp_path / "cache")})
+    registry_run(tmp_path, rng, {"NUMBA_DISABLE_JIT": "1"})
