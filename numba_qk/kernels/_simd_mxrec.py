@@ -15,11 +15,11 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from ._simd import (HAVE_VNNI, _decl, _float_array_ptr, _fold_into, _gather_f16, _i8, _i16,
-                    _i32, _load, _ptr, _reduce_many, _tile_bases, _vcall, _vec)
-from .mxrec import KVALUES, MX_E_AT, MX_QS_AT, NV_D_AT, NV_QS_AT, Y_D_AT, Y_QS_AT
+from ._simd import (HAVE_VNNI, _decl, _float_array_ptr, _fold_into, _i8, _i16, _i32, _load,
+                    _ptr, _reduce_many, _vcall, _vec)
+from .mxrec import KVALUES, MX_E_AT, MX_QS_AT, NV_D_AT, NV_QS_AT, Y_QS_AT
 
-__all__ = ["mxfp4_q8_0_s", "mxfp4_accumulate_x8", "nvfp4_accumulate_x8", "mxfp4_rows_x8_t",
+__all__ = ["mxfp4_q8_0_s", "mxfp4_rows_x8_t",
            "nvfp4_rows_x8_t", "mxfp4_acts_x8_t", "nvfp4_acts_x8_t", "XT_ROWS"]
 
 _F32 = ir.FloatType()
@@ -63,52 +63,6 @@ def _mxfp4_sums(builder, wbs, xbs):
         accs.append(_maddubs_sum(builder, decoded[id(wb)],
                                  _load(builder, xb, Y_QS_AT, _vec(_i8, 32))))
     return _reduce_many(builder, accs)
-
-
-def _nvfp4_pair_kvalues(builder, packed16):
-    """<32 x i8> k values of two NVFP4 sub-blocks (16 packed bytes ``qs[8s .. 8s+16)``) in the
-    lane order of one Q8_0 record: sub-block s low nibbles, its high nibbles, then s+1's."""
-    pshufb = _decl(builder, "llvm.x86.ssse3.pshuf.b.128", _vec(_i8, 16),
-                   [_vec(_i8, 16), _vec(_i8, 16)])
-    table = ir.Constant(_vec(_i8, 16), [int(v) for v in KVALUES])
-    klo = builder.call(pshufb, [table, builder.and_(packed16, ir.Constant(_vec(_i8, 16), [0x0F] * 16))])
-    khi = builder.call(pshufb, [table, builder.lshr(packed16, ir.Constant(_vec(_i8, 16), [4] * 16))])
-    order = list(range(0, 8)) + list(range(16, 24)) + list(range(8, 16)) + list(range(24, 32))
-    return builder.shuffle_vector(klo, khi, ir.Constant(_vec(_i32, 32), order))
-
-
-def _merge_level(builder, vecs):
-    """One level of pairwise lane sums: (a, b) -> [a0+a1, a2+a3, ..., b0+b1, ...]."""
-    width = vecs[0].type.count
-    even = [2 * i for i in range(width // 2)] + [width + 2 * i for i in range(width // 2)]
-    odd = [e + 1 for e in even]
-    return [builder.add(builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, width), even)),
-                        builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, width), odd)))
-            for a, b in zip(vecs[0::2], vecs[1::2])]
-
-
-def _nvfp4_pair_sums(builder, wbs, xbs, at):
-    """(<8 x i32>, <8 x i32>): S of sub-blocks s and s+1 (bytes ``at`` .. ``at+16`` of each of
-    the 8 weight records) against their Q8_0 records.  Each record's 8 pair-sum lanes hold
-    sub-block s in lanes 0..3 and s+1 in 4..7; two merge levels leave [r0 s, r0 s+1, r1 s, ...]
-    for rows 0..3 and 4..7, and the even / odd lanes are the two sub-blocks' sums."""
-    decoded, accs = {}, []
-    for wb, xb in zip(wbs, xbs):
-        if id(wb) not in decoded:
-            decoded[id(wb)] = _nvfp4_pair_kvalues(builder, _load(builder, wb, at, _vec(_i8, 16)))
-        accs.append(_maddubs_sum(builder, decoded[id(wb)],
-                                 _load(builder, xb, Y_QS_AT, _vec(_i8, 32))))
-    lo, hi = _merge_level(builder, _merge_level(builder, accs))
-    s0 = builder.shuffle_vector(lo, hi, ir.Constant(_vec(_i32, 8), [0, 2, 4, 6, 8, 10, 12, 14]))
-    s1 = builder.shuffle_vector(lo, hi, ir.Constant(_vec(_i32, 8), [1, 3, 5, 7, 9, 11, 13, 15]))
-    return s0, s1
-
-
-def _gather_u8(builder, bases, offset):
-    v = ir.Constant(_vec(_i8, len(bases)), None)
-    for i, b in enumerate(bases):
-        v = builder.insert_element(v, _load(builder, b, offset, _i8), ir.Constant(_i32, i))
-    return builder.zext(v, _vec(_i32, len(bases)))
 
 
 def _e8m0_half(builder, e):
@@ -155,78 +109,9 @@ def mxfp4_q8_0_s(typingctx, w, w_off, x, x_off):
     return sig, codegen
 
 
-@intrinsic
-def mxfp4_accumulate_x8(typingctx, over_rows, w, w_off, x, x_off, step, acc, acc_at, first):
-    """Fold the values v = R32(R32(d_y * 2^(e-128)) * f32(S)) of one tile into
-    ``acc.flat[acc_at : acc_at + 8]`` (lane k: ``acc = v`` if ``first`` else ``R32(acc + v)``).
-    Tile: 8 weight records ``step`` bytes apart against one Q8_0 record (``over_rows``, gemv), or
-    one weight record against 8 Q8_0 records ``step`` bytes apart (gemm)."""
-    rows = over_rows.literal_value if isinstance(over_rows, types.BooleanLiteral) else None
-    if rows is None:
-        return None
-    sig = types.none(over_rows, w, types.intp, x, types.intp, types.intp, acc, types.intp,
-                     types.intp)
-
-    def codegen(context, builder, signature, args):
-        w_arr, w_off_v, x_arr, x_off_v, step_v, acc_arr, acc_at_v, first_v = args[1:9]
-        wbs, xbs = _tile_bases(context, builder, signature.args[1], w_arr, w_off_v,
-                               signature.args[3], x_arr, x_off_v, step_v, rows, 8)
-        s = _mxfp4_sums(builder, wbs, xbs)
-        h = _e8m0_half(builder, _gather_u8(builder, wbs, MX_E_AT))
-        t = builder.fmul(_gather_f16(builder, xbs, Y_D_AT), h)           # R32(d_y * h(e))
-        v = builder.fmul(t, builder.sitofp(s, _vec(_F32, 8)))            # R32(t * f32(S))
-        acc_ptr = builder.gep(_float_array_ptr(context, builder, signature.args[6], acc_arr),
-                              [acc_at_v])
-        _fold_into(builder, acc_ptr, v, first_v)
-        return context.get_dummy_value()
-    return sig, codegen
-
-
-@intrinsic
-def nvfp4_accumulate_x8(typingctx, over_rows, w, w_off, x, x_off, x_next, step, acc, acc_at,
-                        first):
-    """As ``mxfp4_accumulate_x8`` for NVFP4: per weight record, its 4 sub-block terms
-    v_s = R32(R32(d_y * u(d_s)) * f32(S_s)) are folded in order (sub-blocks 0, 1 against the
-    Q8_0 record at ``x_off``, 2, 3 against the one at ``x_off + x_next``); ``first`` applies to
-    sub-block 0 only.  Tiles as ``mxfp4_accumulate_x8`` (``step`` between the 8 records)."""
-    rows = over_rows.literal_value if isinstance(over_rows, types.BooleanLiteral) else None
-    if rows is None:
-        return None
-    sig = types.none(over_rows, w, types.intp, x, types.intp, types.intp, types.intp, acc,
-                     types.intp, types.intp)
-
-    def codegen(context, builder, signature, args):
-        w_arr, w_off_v, x_arr, x_off_v, x_next_v, step_v, acc_arr, acc_at_v, first_v = args[1:10]
-        wty, xty = signature.args[1], signature.args[3]
-        wbs, xbs0 = _tile_bases(context, builder, wty, w_arr, w_off_v, xty, x_arr, x_off_v,
-                                step_v, rows, 8)
-        _, xbs1 = _tile_bases(context, builder, wty, w_arr, w_off_v, xty, x_arr,
-                              builder.add(x_off_v, x_next_v), step_v, rows, 8)
-        acc_ptr = builder.gep(_float_array_ptr(context, builder, signature.args[7], acc_arr),
-                              [acc_at_v])
-        sums = [*_nvfp4_pair_sums(builder, wbs, xbs0, NV_QS_AT),
-                *_nvfp4_pair_sums(builder, wbs, xbs1, NV_QS_AT + 16)]
-        vi = _vec(_i32, 8)
-        scales = ir.Constant(vi, None)  # the 4 scale bytes of each record, one i32 per lane
-        for k, wb in enumerate(wbs):
-            scales = builder.insert_element(scales, _load(builder, wb, NV_D_AT, _i32),
-                                            ir.Constant(_i32, k))
-        for s_idx in range(4):
-            xbs = xbs0 if s_idx < 2 else xbs1
-            d_s = builder.and_(builder.lshr(scales, ir.Constant(vi, [8 * s_idx] * 8)),
-                               ir.Constant(vi, [0xFF] * 8))                # byte s (little-endian)
-            u = _ue4m3_half(builder, d_s)
-            t = builder.fmul(_gather_f16(builder, xbs, Y_D_AT), u)       # R32(d_y * u(d_s))
-            v = builder.fmul(t, builder.sitofp(sums[s_idx], _vec(_F32, 8)))  # R32(t * f32(S_s))
-            _fold_into(builder, acc_ptr, v,
-                       first_v if s_idx == 0 else ir.Constant(first_v.type, 0))
-        return context.get_dummy_value()
-    return sig, codegen
-
-
 # ---- gemv tiles in the transposed ("lane = row") layout --------------------------------------
 #
-# The tiles above compute each record's S in 8 i32 lanes and then reduce them horizontally.
+# The single-record decoder above computes S in i32 lanes and reduces them horizontally.
 # The tiles below never reduce: lane k of every vector belongs to row k of the tile.  The 16
 # code bytes of each of the 8 weight records are read as 4 i32 words and transposed (8 x 4, two
 # 128-bit loads per ymm and 8 in-lane unpacks), so vector U_c holds word c of every row; one

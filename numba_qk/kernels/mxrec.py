@@ -71,7 +71,7 @@ import numpy as np
 from .._jit import kernel
 from ..formats.legacy import q8_0 as _Q8
 from ..formats.mxrec import mxfp4 as _MX, nvfp4 as _NV
-from ._bits import f16_to_f32, load_u16
+from ._bits import f16_to_f32
 from ._kquant_common import first_nonfinite_block
 
 MX_E_AT = _MX.field("e").start       # the e8m0 scale byte
@@ -447,9 +447,8 @@ from ._simd import HAVE_AVX2, load_f16_fpext, prefetch  # noqa: E402  (after the
 # IR revision 2: transposed gemv tiles)
 
 if HAVE_AVX2:
-    from ._simd_mxrec import (XT_ROWS, mxfp4_accumulate_x8, mxfp4_acts_x8_t,  # noqa: E402
-                              mxfp4_q8_0_s, mxfp4_rows_x8_t, nvfp4_accumulate_x8,
-                              nvfp4_acts_x8_t, nvfp4_rows_x8_t)
+    from ._simd_mxrec import (XT_ROWS, mxfp4_acts_x8_t, mxfp4_q8_0_s,  # noqa: E402
+                              mxfp4_rows_x8_t, nvfp4_acts_x8_t, nvfp4_rows_x8_t)
 else:
     XT_ROWS = 11
 
@@ -467,89 +466,6 @@ def _dot_mxfp4_simd(w, x):
         v = np.float32(t * np.float32(s))                                          # R32(t*f32(S))
         acc = v if b == 0 else np.float32(acc + v)
     return acc
-
-
-@kernel
-def _gemv_mxfp4_simd(w, x, out):
-    """8-row tiles: the Q8_0 record is loaded once per tile, each lane one row's in-order fold."""
-    if w.strides[2] != 1 or x.strides[1] != 1:
-        gemv_mxfp4_q8_0_portable(w, x, out)
-        return
-    rows, g = w.shape[0], w.shape[1]
-    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
-    acc = np.zeros(8, np.float32)
-    r = 0
-    while rows - r >= 8 and g > 0:
-        for b in range(g):
-            mxfp4_accumulate_x8(True, w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
-        for k in range(8):
-            out[r + k] = acc[k]
-        r += 8
-    for rr in range(r, rows):
-        out[rr] = _dot_mxfp4_simd(w[rr], x)
-
-
-@kernel
-def _gemm_mxfp4_simd(w, x, out):
-    """Per weight row, tiles of 8 activations (the weight record decoded once per tile)."""
-    if w.strides[2] != 1 or x.strides[2] != 1:
-        gemm_mxfp4_q8_0_portable(w, x, out)
-        return
-    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
-    ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], x.strides[1]
-    acc = np.zeros(8, np.float32)
-    for r in range(rows):
-        a0 = 0
-        while batch - a0 >= 8 and g > 0:
-            for b in range(g):
-                mxfp4_accumulate_x8(False, w, r * ws0 + b * ws1, x, a0 * xs0 + b * xs1, xs0,
-                                    acc, 0, b == 0)
-            for k in range(8):
-                out[a0 + k, r] = acc[k]
-            a0 += 8
-        for a in range(a0, batch):
-            out[a, r] = _dot_mxfp4_simd(w[r], x[a])
-
-
-@kernel
-def _gemv_nvfp4_simd(w, x, out):
-    if w.strides[2] != 1 or x.strides[1] != 1:
-        gemv_nvfp4_q8_0_portable(w, x, out)
-        return
-    rows, g = w.shape[0], w.shape[1]
-    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
-    acc = np.zeros(8, np.float32)
-    r = 0
-    while rows - r >= 8 and g > 0:
-        for b in range(g):
-            nvfp4_accumulate_x8(True, w, r * ws0 + b * ws1, x, 2 * b * xs0, xs0, ws0, acc, 0,
-                                b == 0)
-        for k in range(8):
-            out[r + k] = acc[k]
-        r += 8
-    for rr in range(r, rows):
-        out[rr] = dot_nvfp4_q8_0(w[rr], x)
-
-
-@kernel
-def _gemm_nvfp4_simd(w, x, out):
-    if w.strides[2] != 1 or x.strides[2] != 1:
-        gemm_nvfp4_q8_0_portable(w, x, out)
-        return
-    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
-    ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], x.strides[1]
-    acc = np.zeros(8, np.float32)
-    for r in range(rows):
-        a0 = 0
-        while batch - a0 >= 8 and g > 0:
-            for b in range(g):
-                nvfp4_accumulate_x8(False, w, r * ws0 + b * ws1, x, a0 * xs0 + 2 * b * xs1, xs1,
-                                    xs0, acc, 0, b == 0)
-            for k in range(8):
-                out[a0 + k, r] = acc[k]
-            a0 += 8
-        for a in range(a0, batch):
-            out[a, r] = dot_nvfp4_q8_0(w[r], x[a])
 
 
 @kernel
