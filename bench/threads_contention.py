@@ -1,9 +1,16 @@
-"""matmul latency with threads=1 vs 2, idle and with a competing busy process per core.
+"""matmul with threads=1 vs threads=2 on an idle machine and while other processes keep cores
+busy (issue 13: "threads=2 never slower than threads=1 when another process keeps one core
+busy").
 
-    python bench/threads_contention.py [--rows 1024] [--calls 200]
+    python bench/threads_contention.py [--rows 4096] [--cols 4096] [--calls 300] [--copies 1]
 
-Prints mean / median / p99 / max per setting.  Figures are only meaningful on an otherwise
-quiet machine; the "busy" rows add one spinning process per core to model contention.
+Each setting interleaves the variants call by call (so a change in the machine's load hits them
+alike) and prints mean / median / p99 per call in ms, and the ratio of means threads=2 /
+threads=1 (below 1: two threads are faster).  Variants: ``threads=1``; ``threads=2`` (numba_qk's
+default adaptive count: it uses the free cores it sees in /proc/loadavg); ``threads=2 fixed``
+(adaptive count off: always two threads).  ``--copies N`` cycles N distinct weight matrices
+(N * 9.4 MB for 4096x4096: use >= 4x the L3 for a DRAM-streamed run).  Figures are meaningful
+only on an otherwise quiet machine: the spinner processes model the contention.
 """
 
 import argparse
@@ -14,6 +21,7 @@ import time
 import numpy as np
 
 import numba_qk as qk
+from numba_qk import _threads
 
 
 def spin(stop):
@@ -21,45 +29,59 @@ def spin(stop):
         pass
 
 
-def measure(w, x, threads, calls):
-    qk.matmul(w, x, lhs_format=qk.quant.q4_k, threads=threads)
-    ts = []
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        qk.matmul(w, x, lhs_format=qk.quant.q4_k, threads=threads)
-        ts.append(time.perf_counter() - t0)
-    ts = np.array(ts) * 1e3
-    return ts.mean(), np.median(ts), np.percentile(ts, 99), ts.max()
-
-
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rows", type=int, default=1024)
+    ap.add_argument("--rows", type=int, default=4096)
     ap.add_argument("--cols", type=int, default=4096)
-    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--calls", type=int, default=300)
+    ap.add_argument("--copies", type=int, default=1)
+    ap.add_argument("--busy", default="0,1,2", help="spinner process counts to run")
     a = ap.parse_args()
     rng = np.random.default_rng(0)
-    w = qk.quantize(rng.standard_normal((a.rows * a.cols // 256, 256)).astype(np.float32),
-                    format=qk.quant.q4_k).reshape(a.rows, a.cols // 256, 144)
+    base = [qk.quantize(rng.standard_normal((a.rows * a.cols // 256, 256)).astype(np.float32),
+                        format=qk.quant.q4_k).reshape(a.rows, a.cols // 256, 144)
+            for _ in range(min(a.copies, 4))]
+    ws = [base[i % len(base)] if i < len(base) else base[i % len(base)].copy()
+          for i in range(a.copies)]
     x = rng.standard_normal(a.cols).astype(np.float32)
-    from numba_qk import _threads
-    print(f"Q4_K {a.rows}x{a.cols}, {a.calls} calls, {os.cpu_count()} cores; ms per call")
-    for busy in (False, True):
+    state = {"i": 0}
+
+    def call(threads, adaptive):
+        _threads.ADAPTIVE = adaptive
+        state["i"] = (state["i"] + 1) % len(ws)
+        t0 = time.perf_counter()
+        qk.matmul(ws[state["i"]], x, lhs_format=qk.quant.q4_k, threads=threads)
+        return time.perf_counter() - t0
+
+    variants = {"threads=1": (1, True), "threads=2": (2, True), "threads=2 fixed": (2, False)}
+    for t, ad in variants.values():
+        call(t, ad)
+    mb = sum(w.nbytes for w in ws) / 1e6
+    print(f"Q4_K {a.rows}x{a.cols}, {a.copies} distinct matrices ({mb:.0f} MB), {a.calls} calls "
+          f"per variant, {os.cpu_count()} cores; ms per call")
+    print("| busy cores | variant | mean | median | p99 | mean / threads=1 mean |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for busy in [int(b) for b in a.busy.split(",")]:
         stop = mp.Event()
-        procs = [mp.Process(target=spin, args=(stop,))
-                 for _ in range(os.cpu_count() if busy else 0)]
+        procs = [mp.Process(target=spin, args=(stop,)) for _ in range(busy)]
         for p in procs:
             p.start()
+        time.sleep(0.3)
         try:
-            for threads in (1, 2):
-                m, med, p99, mx = measure(w, x, threads, a.calls)
-                layer = _threads.threading_layer() or "-"
-                print(f"{'busy' if busy else 'idle'} threads={threads} ({layer}): mean {m:.3f} "
-                      f"median {med:.3f} p99 {p99:.3f} max {mx:.3f}")
+            ts = {k: [] for k in variants}
+            for _ in range(a.calls):
+                for k, (t, ad) in variants.items():
+                    ts[k].append(call(t, ad))
         finally:
             stop.set()
             for p in procs:
                 p.join()
+        base_mean = np.mean(ts["threads=1"])
+        for k, v in ts.items():
+            v = np.array(v) * 1e3
+            print(f"| {busy} | {k} | {v.mean():.3f} | {np.median(v):.3f} | "
+                  f"{np.percentile(v, 99):.3f} | {v.mean() / (base_mean * 1e3):.2f} |")
+    _threads.ADAPTIVE = True
 
 
 if __name__ == "__main__":

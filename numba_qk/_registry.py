@@ -7,8 +7,8 @@ One ``Binding`` per format says everything the public operations need to know ab
   (formats numba_qk can produce)
 * ``find_invalid(records, bad) -> count`` (formats with a data contract beyond "any bytes")
 * ``dot(w, x)``, ``gemv(w, x, out)``, ``gemm(w, x, out)`` (weight formats; the activation
-  format is the one the declaration pairs it with, ``formats.activation_format``), and the
-  row-parallel driver made for them by ``kernels.parallel.row_parallel``.
+  format is the one the declaration pairs it with, ``formats.activation_format``); threads
+  split gemv/gemm by rows outside the kernels (``numba_qk._threads``).
 
 ``ops``, ``gguf``, the CLI and the tests iterate over ``BINDINGS``; nothing else lists formats.
 At import ``check_bindings`` fails on a half-bound format (a quantizer without a domain reason,
@@ -23,7 +23,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from .formats import Format, ScalarType, activation_format, quant
-from .kernels import legacy, parallel
+from .kernels import legacy
 from .kernels.dot import dot_q4_k_q8_k, gemm_q4_k_q8_k, gemv_q4_k_q8_k
 from .kernels.q4_k import q4_k_decode_records, q4_k_dequantize_records
 from .kernels.q4_k_encode import quantize_q4_k
@@ -243,7 +243,7 @@ class Binding:
     """One format's kernels and facts (see the module docstring); ``None`` = not supported."""
 
     __slots__ = ("format", "dequantize", "decode", "quantize", "domain_reason", "quantizer",
-                 "find_invalid", "dot", "gemv", "gemm", "parallel")
+                 "find_invalid", "dot", "gemv", "gemm")
 
     def __init__(self, format, *, dequantize, decode, quantize=None, domain_reason=None,
                  quantizer="", find_invalid=None, dot=None, gemv=None, gemm=None):
@@ -252,10 +252,6 @@ class Binding:
         self.quantize, self.domain_reason, self.quantizer = quantize, domain_reason, quantizer
         self.find_invalid = find_invalid
         self.dot, self.gemv, self.gemm = dot, gemv, gemm
-        self.parallel = None
-        if gemv is not None and gemm is not None:
-            parallel.register(format.ggml_type, gemv, gemm)
-            self.parallel = parallel.row_parallel(format.ggml_type)
 
     @property
     def activation(self) -> Optional[Format]:

@@ -1,93 +1,166 @@
-"""numba_qk's threading policy, in one place: the threading layer, fork(), and how a parallel
-product is launched.  ``ops`` calls ``launch``; nothing else in numba_qk starts threads.
+"""numba_qk's threading policy, in one place.  ``ops``, ``cast`` and ``scaled`` call ``run``;
+nothing else in numba_qk starts threads.
 
-* **Layer.** numba chooses the threading layer (``NUMBA_THREADING_LAYER`` is respected; numba's
-  default prefers TBB, then OpenMP, then its own ``workqueue``).  numba_qk does not change it:
-  a library must not switch a process-wide setting under its users' own ``parallel=True`` code.
-* **Threads.** ``workqueue`` must not be entered by two threads at once, so launches on it (or
-  before the layer is known) are serialised by a lock; OpenMP and TBB take concurrent launches.
-* **fork().** GNU OpenMP cannot be used in a child forked from a process that has started it:
-  numba's ``omp`` layer then kills the child ("fork() called from a process already using GNU
-  OpenMP, this is unsafe").  An at-fork handler marks such children, and in them every
-  numba_qk product runs the serial kernels instead -- the result is bit-identical (no result
-  depends on the thread count), only slower.  ``tbb`` and ``workqueue`` are fork-safe and keep
-  their threads in the child.  (Only numba_qk's own calls are covered: a child that calls its
-  own ``parallel=True`` functions after such a fork still dies; set
-  ``NUMBA_THREADING_LAYER=workqueue`` -- or ``forksafe`` -- before the first parallel call, or
-  start workers with the ``spawn``/``forkserver`` methods.)
-* **Defaults.** Every product defaults to ``threads=1``: on a busy machine (more runnable
-  threads than cores) a second thread is descheduled now and then and the product waits for
-  it, which costs more than it gains for matrices that take under a few milliseconds (measured;
-  see the README).  ``threads=None`` uses every core.
+* **Own pool, not numba's.**  Every kernel is an ordinary ``nogil`` function; ``threads=N``
+  runs pieces of the work (row chunks of a product, slices of a cast) on numba_qk's own pool of
+  Python threads, which call those kernels with the GIL released.  numba_qk has no
+  ``parallel=True`` code, so it never starts numba's threading layer: it cannot collide with a
+  user's own ``parallel=True`` code, it is fork-safe on every platform (a forked child gets a
+  fresh, empty pool), and there is no spin-waiting (an idle worker sleeps on a lock).
+* **Dynamic claiming, caller included.**  The pieces are claimed one at a time by the calling
+  thread and the workers alike, so a worker that the OS deschedules only delays the piece it
+  holds, and a call never waits for a worker that has not started: the caller alone finishes
+  every unclaimed piece.  Each output element is still written by exactly one serial kernel
+  call, so no result depends on the thread count.
+* **Adaptive count.**  ``threads=N`` is an upper bound.  Before a call that would use more than
+  one thread, numba_qk reads the number of runnable tasks on the machine (``/proc/loadavg``)
+  and uses at most the cores that are free (the caller counts itself).  A second thread on a
+  core that another process keeps busy costs more than it gains (each descheduling stalls the
+  product), so with one core of two busy, ``threads=2`` runs like ``threads=1``.  Set
+  ``NUMBA_QK_ADAPTIVE_THREADS=0`` (read at import) or ``numba_qk._threads.ADAPTIVE = False`` to
+  always use the requested count.  Where ``/proc/loadavg`` is missing the requested count is
+  used.
+* **Defaults.**  Products and casts default to ``threads=1``; ``threads=None`` means every
+  core this process may run on.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import queue
 import threading
 
-_LAUNCH_LOCK = threading.Lock()
-_serial_only = False  # set in a child forked from a process that started GNU OpenMP
+ADAPTIVE = os.environ.get("NUMBA_QK_ADAPTIVE_THREADS", "1").strip() not in ("0", "false", "no")
 
 
-def threading_layer():
-    """numba's threading layer once started (``'omp'``, ``'tbb'``, ``'workqueue'``), else None."""
-    import numba
-
+def cpu_count() -> int:
+    """Cores this process may run on (its affinity mask where the OS has one)."""
     try:
-        return numba.threading_layer()
-    except ValueError:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # pragma: no cover - platforms without affinity
+        return max(1, os.cpu_count() or 1)
+
+
+_LOADAVG = "/proc/loadavg"
+
+
+def free_cores() -> int | None:
+    """Online cores minus the runnable tasks of other threads (the caller is one of them), or
+    None where the kernel does not say.  A momentary sample (``/proc/loadavg``'s 4th field)."""
+    try:
+        with open(_LOADAVG, "rb") as f:
+            running = int(f.read().split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
         return None
+    return max(1, (os.cpu_count() or 1) - (running - 1))
 
 
-def _fork_unsafe_layer() -> bool:
-    if threading_layer() != "omp":
-        return False
-    try:
-        from numba.np.ufunc import omppool
+def effective_threads(threads: int, pieces: int) -> int:
+    """How many threads ``run`` uses for ``pieces`` pieces when ``threads`` are asked for."""
+    n = min(threads, pieces)
+    if n > 1 and ADAPTIVE:
+        free = free_cores()
+        if free is not None:
+            n = min(n, free)
+    return max(1, n)
 
-        return omppool.openmp_vendor == "GNU"
-    except Exception:  # pragma: no cover - unknown vendor: assume the unsafe one
-        return True
+
+class _Job:
+    __slots__ = ("tasks", "claim", "left", "lock", "done", "error")
+
+    def __init__(self, tasks):
+        self.tasks = tasks
+        self.claim = itertools.count()  # next() is atomic under the GIL
+        self.left = len(tasks)
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.error = None
+
+    def work(self):
+        """Claim and run pieces until none is left unclaimed."""
+        n = len(self.tasks)
+        while True:
+            i = next(self.claim)
+            if i >= n:
+                return
+            fn, args = self.tasks[i]
+            try:
+                fn(*args)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                if self.error is None:
+                    self.error = e
+            with self.lock:
+                self.left -= 1
+                if self.left == 0:
+                    self.done.set()
+
+
+class _Pool:
+    """Worker threads that sleep on their own queue until handed a job."""
+
+    def __init__(self):
+        self.workers = []  # (thread, queue)
+        self.lock = threading.Lock()
+
+    def _loop(self, q):
+        while True:
+            job = q.get()
+            if job is None:  # pragma: no cover - never sent; workers are daemons
+                return
+            job.work()
+
+    def hand(self, job, helpers: int):
+        with self.lock:
+            while len(self.workers) < helpers:
+                q = queue.SimpleQueue()
+                t = threading.Thread(target=self._loop, args=(q,), daemon=True,
+                                     name=f"numba_qk-{len(self.workers)}")
+                t.start()
+                self.workers.append((t, q))
+            chosen = self.workers[:helpers]
+        for _, q in chosen:
+            q.put(job)
+
+
+_POOL = _Pool()
 
 
 def _after_fork_in_child():
-    global _LAUNCH_LOCK, _serial_only
-    _LAUNCH_LOCK = threading.Lock()  # it may have been held by another parent thread
-    if _fork_unsafe_layer():
-        _serial_only = True
+    global _POOL
+    _POOL = _Pool()  # the parent's workers do not exist in the child
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def serial_only() -> bool:
-    """True in a forked child where numba_qk runs serial kernels only (see the module notes)."""
-    return _serial_only
+def run(tasks, threads: int, adapt: bool = True) -> int:
+    """Run every ``fn(*args)`` of ``tasks`` (a list of ``(fn, args)``) once, on up to
+    ``threads`` threads including the caller (``adapt``: fewer when cores are busy, see
+    ``effective_threads``; pass False when ``threads`` came from it already); returns the
+    thread count used.  Re-raises the first exception a piece raised, after every piece has
+    finished."""
+    n = effective_threads(threads, len(tasks)) if adapt else max(1, min(threads, len(tasks)))
+    if n <= 1:
+        for fn, args in tasks:
+            fn(*args)
+        return 1
+    job = _Job(tasks)
+    _POOL.hand(job, n - 1)
+    job.work()
+    job.done.wait()
+    if job.error is not None:
+        raise job.error
+    return n
 
 
-def launch(serial, parallel, args, rows: int, threads: int) -> None:
-    """Run ``serial(*args)``, or ``parallel(*args, nchunks)`` over row chunks of at least 8 rows
-    in numba's thread pool.  The thread count is capped by numba's pool size
-    (``NUMBA_NUM_THREADS``, all cores by default)."""
-    import numba
-
-    n = min(threads, numba.config.NUMBA_NUM_THREADS, max(1, rows // 8))
-    if n <= 1 or _serial_only:
-        serial(*args)
-        return
-    layer = threading_layer()
-    lock = _LAUNCH_LOCK if layer in (None, "workqueue") else None
-    if lock:
-        lock.acquire()
-    try:
-        previous = numba.get_num_threads()
-        numba.set_num_threads(n)  # thread-local setting
-        try:
-            parallel(*args, n)
-        finally:
-            numba.set_num_threads(previous)
-    finally:
-        if lock:
-            lock.release()
+def row_chunks(rows: int, threads: int, per_thread: int = 4, tile: int = 8):
+    """``[(r0, r1), ...]``: contiguous row ranges, multiples of ``tile`` rows except the last,
+    about ``per_thread`` per thread (so a descheduled thread holds little of the work)."""
+    if threads <= 1 or rows <= tile:
+        return [(0, rows)]
+    pieces = min(per_thread * threads, -(-rows // tile))
+    step = -(-rows // pieces)
+    step = -(-step // tile) * tile
+    return [(r, min(rows, r + step)) for r in range(0, rows, step)]

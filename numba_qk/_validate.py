@@ -8,7 +8,6 @@ given.  Nothing is ever converted silently: a wrong dtype is an error, not a cas
 
 from __future__ import annotations
 
-import os
 
 import numpy as np
 
@@ -128,7 +127,8 @@ def prepare_out(out, shape, dtype, inputs, what):
 
 def check_threads(threads) -> int:
     if threads is None:
-        return max(1, os.cpu_count() or 1)
+        from ._threads import cpu_count
+        return cpu_count()
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
         raise TypeError(f"threads: expected a positive int or None, got {type(threads).__name__}")
     if threads < 1:

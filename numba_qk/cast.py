@@ -7,18 +7,17 @@ buffer -- and writes every element once, converted by the kernels of
 The result is C-contiguous with the same logical shape: a numpy array where numpy has the
 target dtype (f32, f16, i8, u8, i32), else a Tensor; or ``out`` when given.
 
-The kernels run without the GIL; ``threads=N`` splits the work over N Python threads.
+The kernels run without the GIL; ``threads=N`` splits the work over up to N threads (fewer when
+other processes keep cores busy: ``numba_qk._threads``).
 """
 
 from __future__ import annotations
 
-import operator
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from . import _threads
 from . import dtypes as _d
 from .formats import ScalarType
 from .kernels import _stream
@@ -142,18 +141,6 @@ def _split(view, idx0, spb, threads):
     return [(view[:, :, a:a + step], idx0 + a * spb) for a in range(0, n2, step)]
 
 
-_POOL = None
-_POOL_LOCK = threading.Lock()
-
-
-def _pool():
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(max_workers=16, thread_name_prefix="numba_qk")
-        return _POOL
-
-
 def _check_threads(threads) -> int:
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
         raise TypeError(f"threads: expected a positive int, got {type(threads).__name__}")
@@ -257,16 +244,12 @@ def astype(a, dtype, *, out=None, threads=1, tensor_scale=None):
     # traffic.  Narrowing casts measured slower streamed (NOTES.md, "lowp speed").
     stream = (_stream.HAVE_STREAM and src.spb == 1 and t.block_size == 1
               and dst.itemsize > src.store.itemsize and dst.nbytes >= _stream.STREAM_MIN_BYTES)
+    n = _threads.effective_threads(threads, dst.size) if threads > 1 else 1
     jobs = []
     for view, idx0 in _blocks(src.store, src.spb):
-        jobs.extend(_split(view, idx0, src.spb, threads))
-    if threads == 1 or len(jobs) == 1:
-        for view, idx0 in jobs:
-            kernel(view, dst, src.table, idx0, stream)
-    else:
-        futures = [_pool().submit(kernel, view, dst, src.table, idx0, stream) for view, idx0 in jobs]
-        for f in futures:
-            f.result()
+        jobs.extend(_split(view, idx0, src.spb, n))
+    _threads.run([(kernel, (view, dst, src.table, idx0, stream)) for view, idx0 in jobs], n,
+                 adapt=False)
     return result
 
 

@@ -178,16 +178,31 @@ def find_invalid_records(records, format) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- composed products
 
-def _run(serial, parallel, args, rows: int, threads: int):
-    """``serial(*args)`` or ``parallel(*args, nchunks)``: the threading policy (layer, locks,
-    fork rules) lives in ``numba_qk._threads``."""
-    _threads.launch(serial, parallel, args, rows, threads)
+def _gemm_rows(gemm, w, x, out, r0, r1):
+    """gemm of weight rows [r0, r1) into a contiguous block, then copied to ``out[:, r0:r1]``
+    (the serial kernels stay compiled for contiguous outputs only)."""
+    block = np.empty((out.shape[0], r1 - r0), np.float32)
+    gemm(w[r0:r1], x, block)
+    out[:, r0:r1] = block
 
 
 def _product(fmt, kind: str, wa, xa, target, nthreads):
-    """gemv (``kind='gemv'``) or gemm of ``fmt``'s bound kernels, serial or row-parallel."""
+    """gemv (``kind='gemv'``) or gemm of ``fmt``'s kernels, on row chunks over up to
+    ``nthreads`` threads (``numba_qk._threads``: dynamic claiming, caller included)."""
     b = registry.BY_FORMAT[fmt]
-    _run(b.gemv if kind == "gemv" else b.gemm, b.parallel, (wa, xa, target), wa.shape[0], nthreads)
+    rows = wa.shape[0]
+    n = _threads.effective_threads(nthreads, -(-rows // 8)) if nthreads > 1 else 1
+    if n == 1:
+        (b.gemv if kind == "gemv" else b.gemm)(wa, xa, target)
+        return
+    if kind == "gemv":
+        tasks = [(b.gemv, (wa[r0:r1], xa, target[r0:r1]))
+                 for r0, r1 in _threads.row_chunks(rows, n, per_thread=4)]
+    else:
+        # A gemm chunk re-tiles the activations, so fewer, larger chunks.
+        tasks = [(_gemm_rows, (b.gemm, wa, xa, target, r0, r1))
+                 for r0, r1 in _threads.row_chunks(rows, n, per_thread=2)]
+    _threads.run(tasks, n, adapt=False)
 
 
 def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
@@ -197,8 +212,8 @@ def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     records of the paired format (Q4_K -> Q8_K, Q4_0/Q5_0/Q8_0 -> Q8_0, Q4_1/Q5_1 -> Q8_1;
     MXFP4 -> Q8_0; NVFP4 -> Q8_0 with ``2G`` records) ->
     float32 ``[rows]``, where element ``r`` equals ``quantized_dot(w[r], xq, ...)`` bit for bit.
-    ``threads`` splits the rows over numba's thread pool (``None``: all cores); results do not
-    depend on it.
+    ``threads`` splits the rows over up to that many threads (``None``: every core; fewer when
+    other processes keep cores busy, see ``numba_qk._threads``); results do not depend on it.
     """
     _check_pair(lhs_format, rhs_format, "gemv")
     nthreads = check_threads(threads)

@@ -210,6 +210,10 @@ class ScaledTensor:
 # --------------------------------------------------------------------------- encode / decode
 
 def _jobs(nblocks, threads):
+    from . import _threads
+
+    if threads > 1:
+        threads = _threads.effective_threads(threads, nblocks)
     if threads <= 1 or nblocks < 2:
         return [(0, nblocks)]
     bounds = np.linspace(0, nblocks, min(threads, nblocks) + 1).astype(np.int64)
@@ -217,14 +221,9 @@ def _jobs(nblocks, threads):
 
 
 def _run(kernel, args_of, jobs):
-    if len(jobs) == 1:
-        kernel(*args_of(*jobs[0]))
-        return
-    from .cast import _pool
+    from . import _threads
 
-    futures = [_pool().submit(kernel, *args_of(b0, b1)) for b0, b1 in jobs]
-    for f in futures:
-        f.result()
+    _threads.run([(kernel, args_of(b0, b1)) for b0, b1 in jobs], len(jobs), adapt=False)
 
 
 def _flat_store(t: Tensor) -> np.ndarray:
@@ -359,7 +358,8 @@ def decode(st: ScaledTensor, dtype, *, out=None, threads=1):
     # large outputs bypass the caches (non-temporal stores; the same values): kernels/_stream.py
     stream = _stream.HAVE_STREAM and dst.nbytes >= _stream.STREAM_MIN_BYTES
     if fmt.has_tensor_scale:
-        _run(_k.nvfp4_decode, lambda b0, b1: (codes, scales, st._ts, dst, b0, b1, stream), jobs)
+        _run(_k.nvfp4_decode, lambda b0, b1: (codes, scales, st._ts, dst, b0, b1, stream),
+             jobs)
     else:
         kern = _k.mx_decoder(_KIND[fmt.element.name], B)
         _run(kern, lambda b0, b1: (codes, scales, dst, b0, b1, stream), jobs)

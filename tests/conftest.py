@@ -4,6 +4,15 @@ import pytest
 from qk_assert import assert_same_f32, assert_same_records, bits_equal  # noqa: F401 (re-export)
 
 
+@pytest.fixture(autouse=True)
+def _fixed_thread_counts(monkeypatch):
+    """Tests ask for ``threads=N`` to exercise N-thread runs: switch off the adaptive thread
+    count (which would run serially on a busy CI machine); tests/test_threads.py tests it."""
+    from numba_qk import _threads
+
+    monkeypatch.setattr(_threads, "ADAPTIVE", False)
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(20261130)

@@ -70,20 +70,9 @@ def test_no_njit_outside_the_policy():
             f"{path} bypasses numba_qk._jit.kernel"
 
 
-def test_parallel_drivers_only_split_rows():
-    """parallel.py is the one place with parallel=True: one factory, same policy otherwise,
-    one cached driver per weight format of the registry."""
-    from numba_qk import _registry
-    from numba_qk.kernels import parallel
-
-    text = (ROOT / "kernels" / "parallel.py").read_text()
-    assert text.count("@njit(**PARALLEL_OPTIONS)") == 1
-    drivers = [b.parallel for b in _registry.BINDINGS if b.dot is not None]
-    assert len(drivers) == len(_registry.WEIGHTS) >= 6 and len(set(map(id, drivers))) == len(drivers)
-    for driver in drivers:
-        opts = driver.targetoptions
-        assert opts["parallel"] is True and opts["fastmath"] is False and opts["nogil"] is True
-        assert driver._cache.__class__.__name__ != "NullCache"
-    for b in _registry.BINDINGS:
-        assert (b.parallel is None) == (b.dot is None)
-    assert parallel.row_parallel(_registry.WEIGHTS[0].ggml_type) is drivers[0]
+def test_no_numba_parallel_code():
+    """numba_qk starts no numba threading layer: threads are its own (numba_qk._threads), so a
+    user's parallel=True code and fork() never meet numba_qk's threads inside numba."""
+    for path in sorted(ROOT.rglob("*.py")):
+        text = path.read_text()
+        assert "prange" not in text and not re.search(r"parallel\s*=\s*True\s*[,)]", text), path

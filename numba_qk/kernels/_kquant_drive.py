@@ -22,8 +22,7 @@ equal ``dot_<t>_q8_k_portable`` bit for bit (tests/test_kquants_fast.py).
 The entry points are closures over the int code only, and the per-format pieces are picked at
 typing time by the ``@overload``s below from the table ``_IMPL``: numba's cache keys a closure by
 its pickled cell values, so an int keeps each entry point cached across processes (a closure
-over a dispatcher would carry a fresh uuid each process and compile again), as in
-``parallel.py``.
+over a dispatcher would carry a fresh uuid each process and compile again).
 """
 
 import numpy as np

@@ -1,0 +1,130 @@
+"""numba_qk._threads: its own pool (dynamic claiming, caller included) and the adaptive count."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import numba_qk as qk
+from numba_qk import _threads
+
+
+def _loadavg(tmp_path, monkeypatch, running, cpus):
+    p = tmp_path / "loadavg"
+    p.write_text(f"1.00 0.50 0.25 {running}/321 4242\n")
+    monkeypatch.setattr(_threads, "_LOADAVG", str(p))
+    monkeypatch.setattr(_threads.os, "cpu_count", lambda: cpus)
+
+
+@pytest.mark.parametrize("running, cpus, asked, want", [
+    (1, 2, 2, 2),     # only the caller runs: both cores are free
+    (2, 2, 2, 1),     # another process keeps one core busy: one thread
+    (3, 2, 2, 1),     # both busy: still one (the caller itself)
+    (1, 8, 4, 4),
+    (4, 8, 8, 5),     # three others: five free
+    (1, 2, 1, 1),
+])
+def test_adaptive_count_uses_only_free_cores(tmp_path, monkeypatch, running, cpus, asked, want):
+    monkeypatch.setattr(_threads, "ADAPTIVE", True)
+    _loadavg(tmp_path, monkeypatch, running, cpus)
+    assert _threads.effective_threads(asked, pieces=64) == want
+    assert _threads.effective_threads(asked, pieces=1) == 1
+    monkeypatch.setattr(_threads, "ADAPTIVE", False)
+    assert _threads.effective_threads(asked, pieces=64) == asked
+
+
+def test_adaptive_count_without_loadavg(tmp_path, monkeypatch):
+    monkeypatch.setattr(_threads, "ADAPTIVE", True)
+    monkeypatch.setattr(_threads, "_LOADAVG", str(tmp_path / "missing"))
+    assert _threads.free_cores() is None
+    assert _threads.effective_threads(3, pieces=64) == 3
+    (tmp_path / "garbled").write_text("no numbers here\n")
+    monkeypatch.setattr(_threads, "_LOADAVG", str(tmp_path / "garbled"))
+    assert _threads.effective_threads(3, pieces=64) == 3
+
+
+@pytest.mark.parametrize("running, want", [(2, []), (1, [2])])
+def test_busy_machine_runs_a_product_serially(tmp_path, monkeypatch, rng, running, want):
+    """With one core of two busy, threads=2 runs the serial kernel on the caller alone (no
+    chunks); with both free it runs two threads.  The bits are the same either way."""
+    monkeypatch.setattr(_threads, "ADAPTIVE", True)
+    _loadavg(tmp_path, monkeypatch, running=running, cpus=2)
+    used = []
+    real_run = _threads.run
+    monkeypatch.setattr(_threads, "run", lambda tasks, n, adapt=True: used.append(
+        real_run(tasks, n, adapt)))
+    w = qk.quantize(rng.standard_normal((64 * 2, 256)).astype(np.float32),
+                    format=qk.quant.q4_k).reshape(64, 2, 144)
+    x = rng.standard_normal((3, 512)).astype(np.float32)
+    want_bits = [qk.matmul(w, x[0], lhs_format=qk.quant.q4_k).view(np.uint32).tolist(),
+                 qk.matmul(w, x, lhs_format=qk.quant.q4_k).view(np.uint32).tolist()]
+    got = [qk.matmul(w, x[0], lhs_format=qk.quant.q4_k, threads=2),
+           qk.matmul(w, x, lhs_format=qk.quant.q4_k, threads=2)]
+    assert used == want * 2
+    assert [g.view(np.uint32).tolist() for g in got] == want_bits
+    cast = qk.astype(x, qk.bf16, threads=2)
+    assert used[-1] == (1 if running == 2 else 2)
+    assert cast.storage.tolist() == qk.astype(x, qk.bf16).storage.tolist()
+
+
+def test_pieces_run_concurrently_on_the_asked_threads():
+    """Each of 3 pieces waits for the other two: it finishes only on 3 concurrent threads."""
+    barrier = threading.Barrier(3, timeout=20)
+    seen = []
+
+    def piece(i):
+        seen.append((i, threading.get_ident()))
+        barrier.wait()
+
+    assert _threads.run([(piece, (i,)) for i in range(3)], 3) == 3
+    assert sorted(i for i, _ in seen) == [0, 1, 2]
+    assert len({t for _, t in seen}) == 3
+    assert threading.get_ident() in {t for _, t in seen}   # the caller works too
+
+
+def test_every_piece_runs_once_and_errors_reach_the_caller():
+    hits = np.zeros(50, np.int64)
+    lock = threading.Lock()
+
+    def piece(i):
+        with lock:
+            hits[i] += 1
+        if i == 17:
+            raise KeyError("piece 17")
+
+    with pytest.raises(KeyError, match="piece 17"):
+        _threads.run([(piece, (i,)) for i in range(50)], 4)
+    assert hits.tolist() == [1] * 50          # the others still ran, each once
+    # the pool is usable afterwards
+    assert _threads.run([(piece, (0,))], 4) == 1
+
+
+def test_concurrent_callers_share_the_pool(rng):
+    """Products from several Python threads at once, each asking for 2 threads: every result
+    equals the serial one (callers never wait on each other's pieces)."""
+    w = qk.quantize(rng.standard_normal((96 * 4, 256)).astype(np.float32),
+                    format=qk.quant.q4_k).reshape(96, 4, 144)
+    xs = rng.standard_normal((6, 1024)).astype(np.float32)
+    want = [qk.matmul(w, x, lhs_format=qk.quant.q4_k) for x in xs]
+    got = [None] * len(xs)
+
+    def call(i):
+        for _ in range(5):
+            got[i] = qk.matmul(w, xs[i], lhs_format=qk.quant.q4_k, threads=2)
+
+    ts = [threading.Thread(target=call, args=(i,)) for i in range(len(xs))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    for g, e in zip(got, want):
+        assert g.view(np.uint32).tolist() == e.view(np.uint32).tolist()
+
+
+@pytest.mark.parametrize("rows, threads", [(1, 2), (8, 2), (9, 2), (64, 3), (4096, 2), (100, 7)])
+def test_row_chunks_cover_rows_in_tiles(rows, threads):
+    chunks = _threads.row_chunks(rows, threads)
+    assert chunks[0][0] == 0 and chunks[-1][1] == rows
+    assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
+    assert all((r1 - r0) % 8 == 0 for r0, r1 in chunks[:-1])
+    assert len(chunks) <= max(1, 4 * threads)
