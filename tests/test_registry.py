@@ -312,13 +312,13 @@ def _format_refs(tree):
 
 
 def test_no_format_ladders_outside_the_registry():
-    """ops, the parallel drivers and validation name no individual format, gguf and the CLI
+    """ops, the thread policy and validation name no individual format, gguf and the CLI
     never branch on one (their demo data may use Q4_K/Q8_0): they ask the registry."""
     import ast
     from pathlib import Path
 
     pkg = Path(qk.__file__).resolve().parent
-    for name in ("ops.py", "kernels/parallel.py", "_validate.py"):
+    for name in ("ops.py", "_threads.py", "_validate.py"):
         assert _format_refs(ast.parse((pkg / name).read_text())) == [], name
     for name in ("gguf.py", "__main__.py"):
         refs = _format_refs(ast.parse((pkg / name).read_text()))
