@@ -182,6 +182,43 @@ def read_bandwidth(arrays, threads):
     return [words[0].nbytes / one / 1e9, words[0].nbytes / many / 1e9]
 
 
+def _spin(stop):
+    while not stop.is_set():
+        pass
+
+
+def contention_means(cands: dict, calls: int = 300) -> dict:
+    """Mean seconds per call of each callable while one other process keeps a core busy (a
+    spinning child process), calls interleaved one by one (means, not minima: a stalled call
+    counts)."""
+    import multiprocessing as mp
+
+    stop = mp.Event()
+    proc = mp.Process(target=_spin, args=(stop,))
+    proc.start()
+    time.sleep(0.3)
+    try:
+        for fn in cands.values():
+            fn()
+        ts = {k: 0.0 for k in cands}
+        for _ in range(calls):
+            for k, fn in cands.items():
+                t0 = time.perf_counter()
+                fn()
+                ts[k] += time.perf_counter() - t0
+    finally:
+        stop.set()
+        proc.join()
+    return {k: v / calls for k, v in ts.items()}
+
+
+def hot_read_ceiling(a) -> float:
+    """GB/s of the fastest plain read of ``a`` while it stays resident in the caches
+    (``np.bitwise_or.reduce`` over its 64-bit words, 1 thread)."""
+    v = a.reshape(-1).view(np.uint64)
+    return a.nbytes / best(lambda: np.bitwise_or.reduce(v), repeat=7) / 1e9
+
+
 def fmt_t(s: float) -> str:
     return f"{s * 1e6:.2f} us" if s < 1e-3 else f"{s * 1e3:.3f} ms"
 
@@ -190,17 +227,19 @@ class Table:
     def __init__(self):
         self.rows = []
 
-    def add(self, work, ours, t_ours, base="", t_base=None, nbytes=None):
-        self.rows.append((work, ours, t_ours, base, t_base, nbytes))
+    def add(self, work, ours, t_ours, base="", t_base=None, nbytes=None, t_plain=None):
+        self.rows.append((work, ours, t_ours, base, t_base, nbytes, t_plain))
 
     def markdown(self) -> str:
-        out = ["| work | numba_qk | time | GB/s | baseline | time | ratio |",
-               "| --- | --- | --- | --- | --- | --- | --- |"]
-        for work, ours, t, base, tb, nbytes in self.rows:
+        out = ["| work | numba_qk | time | GB/s | baseline | time | ratio | ratio vs plain/"
+               "CPU_REPACK |",
+               "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for work, ours, t, base, tb, nbytes, tp in self.rows:
             gbs = f"{nbytes / t / 1e9:.1f}" if nbytes else ""
             ratio = f"**{t / tb:.2f}x**" if tb else ""
+            rp = "" if tp is None else (f"{t / tp:.2f}x" if tp == tb else f"**{t / tp:.2f}x**")
             out.append(f"| {work} | {ours} | {fmt_t(t)} | {gbs} | {base} | "
-                       f"{fmt_t(tb) if tb else ''} | {ratio} |")
+                       f"{fmt_t(tb) if tb else ''} | {ratio} | {rp} |")
         return "\n".join(out)
 
 
@@ -310,7 +349,9 @@ def pair_rows(tab, work, ours_label, ours_fn, gb, make_w, type_id, threads, batc
     buft = min(results, key=results.get)
     others = ", ".join(f"{k or 'plain'} {fmt_t(v)}" for k, v in results.items() if k != buft)
     base = GGMLBase.label(buft, threads) + (f" [{others}]" if others else "")
-    tab.add(work, ours_label, t_ours, base, results[buft], nbytes)
+    plain = [v for k, v in results.items() if k != "AMX"]
+    tab.add(work, ours_label, t_ours, base, results[buft], nbytes,
+            t_plain=min(plain) if plain else None)
     return t_ours
 
 
@@ -414,6 +455,32 @@ def main(argv=None) -> int:
             tab.add(work, f"matmul threads={ncores}", t, "numba_qk matmul, 1 thread", t1,
                     w.nbytes)
         if rows == 4096 and cols == 4096:
+            ceiling = hot_read_ceiling(w)
+            notes.append(f"hot read ceiling: a plain read of the Q4_K 4096x4096 weights "
+                         f"({w.nbytes / 2**20:.1f} MiB, resident in L3; np.bitwise_or.reduce, "
+                         f"1 thread) runs at {ceiling:.1f} GB/s, so no 1-thread hot matvec of "
+                         f"them can take less than {fmt_t(w.nbytes / ceiling / 1e9)} here; "
+                         f"numba_qk's takes {fmt_t(t1)} ({w.nbytes / t1 / 1e9 / ceiling:.0%} "
+                         "of the ceiling).")
+            if ncores > 1:
+                cands = {f"qk{t}": (lambda t=t: qk.matmul(w, xv, lhs_format=Q4, threads=t))
+                         for t in (1, 2)}
+                if gb:
+                    lay = gb.layouts(ggml_ctypes.GGML_TYPE_Q4_K, 0)[0]
+                    mv1 = gb.make(w, ggml_ctypes.GGML_TYPE_Q4_K, 1, 0, lay)
+                    mv2 = gb.make(w, ggml_ctypes.GGML_TYPE_Q4_K, 2, 0, lay)
+                    cands["g1"] = lambda: mv1(xv)
+                    cands["g2"] = lambda: mv2(xv)
+                m = contention_means(cands)
+                cw = work + ", one core kept busy by another process (mean per call)"
+                tab.add(cw, "matmul threads=2", m["qk2"], "numba_qk matmul, 1 thread", m["qk1"],
+                        w.nbytes)
+                if gb:
+                    tab.add(cw, "matmul threads=1", m["qk1"],
+                            GGMLBase.label(lay, 1), m["g1"], w.nbytes)
+                    tab.add(cw, f"ggml {GGMLBase.label(lay, 2)}", m["g2"],
+                            GGMLBase.label(lay, 1), m["g1"], w.nbytes)
+                    mv1 = mv2 = None
             wd = qk.dequantize(w.reshape(-1, 144), Q4).reshape(rows, -1)
             r = race({"ours": lambda: qk.matmul(w, xv, lhs_format=Q4, threads=1),
                       "np": lambda: wd @ xv})

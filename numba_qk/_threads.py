@@ -30,6 +30,7 @@ import itertools
 import os
 import queue
 import threading
+import time
 
 ADAPTIVE = os.environ.get("NUMBA_QK_ADAPTIVE_THREADS", "1").strip() not in ("0", "false", "no")
 
@@ -43,17 +44,25 @@ def cpu_count() -> int:
 
 
 _LOADAVG = "/proc/loadavg"
+_SAMPLE_S = 0.005         # a sample is reused for this long (reading it is a few syscalls)
+_sample = [-1.0, None]    # [monotonic time, free cores]
 
 
 def free_cores() -> int | None:
     """Online cores minus the runnable tasks of other threads (the caller is one of them), or
-    None where the kernel does not say.  A momentary sample (``/proc/loadavg``'s 4th field)."""
+    None where the kernel does not say.  A momentary sample (``/proc/loadavg``'s 4th field),
+    taken at most every 5 ms."""
+    now = time.monotonic()
+    if now - _sample[0] < _SAMPLE_S:
+        return _sample[1]
     try:
         with open(_LOADAVG, "rb") as f:
             running = int(f.read().split()[3].split(b"/")[0])
+        free = max(1, (os.cpu_count() or 1) - (running - 1))
     except (OSError, ValueError, IndexError):
-        return None
-    return max(1, (os.cpu_count() or 1) - (running - 1))
+        free = None
+    _sample[0], _sample[1] = now, free
+    return free
 
 
 def effective_threads(threads: int, pieces: int) -> int:

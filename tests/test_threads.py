@@ -14,6 +14,7 @@ def _loadavg(tmp_path, monkeypatch, running, cpus):
     p.write_text(f"1.00 0.50 0.25 {running}/321 4242\n")
     monkeypatch.setattr(_threads, "_LOADAVG", str(p))
     monkeypatch.setattr(_threads.os, "cpu_count", lambda: cpus)
+    monkeypatch.setattr(_threads, "_SAMPLE_S", 0.0)
 
 
 @pytest.mark.parametrize("running, cpus, asked, want", [
@@ -35,6 +36,7 @@ def test_adaptive_count_uses_only_free_cores(tmp_path, monkeypatch, running, cpu
 
 def test_adaptive_count_without_loadavg(tmp_path, monkeypatch):
     monkeypatch.setattr(_threads, "ADAPTIVE", True)
+    monkeypatch.setattr(_threads, "_SAMPLE_S", 0.0)
     monkeypatch.setattr(_threads, "_LOADAVG", str(tmp_path / "missing"))
     assert _threads.free_cores() is None
     assert _threads.effective_threads(3, pieces=64) == 3
@@ -65,6 +67,19 @@ def test_busy_machine_runs_a_product_serially(tmp_path, monkeypatch, rng, runnin
     cast = qk.astype(x, qk.bf16, threads=2)
     assert used[-1] == (1 if running == 2 else 2)
     assert cast.storage.tolist() == qk.astype(x, qk.bf16).storage.tolist()
+
+
+def test_samples_are_reused_briefly(tmp_path, monkeypatch):
+    monkeypatch.setattr(_threads, "ADAPTIVE", True)
+    _loadavg(tmp_path, monkeypatch, running=1, cpus=2)
+    monkeypatch.setattr(_threads, "_SAMPLE_S", 3600.0)
+    monkeypatch.setattr(_threads, "_sample", [-1e9, None])
+    assert _threads.free_cores() == 2
+    _loadavg(tmp_path, monkeypatch, running=2, cpus=2)
+    monkeypatch.setattr(_threads, "_SAMPLE_S", 3600.0)
+    assert _threads.free_cores() == 2          # within the reuse window
+    monkeypatch.setattr(_threads, "_SAMPLE_S", 0.0)
+    assert _threads.free_cores() == 1
 
 
 def test_pieces_run_concurrently_on_the_asked_threads():
