@@ -21,9 +21,9 @@ from numba_qk.kernels import _amx_q4_k, dot
 needs_amx = pytest.mark.skipif(not dot.HAVE_AMX, reason="no AMX-INT8 (or no tile permission)")
 
 
-def _amx(w, x, row_bytes=dot._AMX_ROW_BYTES):
+def _amx(w, x, row_bytes=dot._AMX_ROW_BYTES, act_bytes=dot._AMX_ACT_BYTES):
     out = np.full((x.shape[0], w.shape[0]), np.float32(12345.0))
-    dot._amx_gemm_blocked(w, x, out, row_bytes)
+    dot._amx_gemm_blocked(w, x, out, row_bytes, act_bytes)
     return out
 
 
@@ -113,13 +113,15 @@ def test_amx_gemm_extreme_codes_and_scales(rng):
 
 
 @needs_amx
-@pytest.mark.parametrize("row_bytes", [1, 2 * 3 * _amx_q4_k.AMX_DEC_BYTES])
-def test_amx_gemm_row_blocks(rng, row_bytes):
+@pytest.mark.parametrize("row_bytes, act_bytes", [
+    (1, 1 << 30), (2 * 3 * _amx_q4_k.AMX_DEC_BYTES, 1), (1 << 30, 2 * 3 * _amx_q4_k.AMX_ACT_BYTES)])
+def test_amx_gemm_row_and_activation_blocks(rng, row_bytes, act_bytes):
     """Row blocks of one and of two 16-row groups (decoded weights reused per block, the last
-    group partial): the same bits as one block."""
+    group partial) and activation chunks of one and of two 16-activation blocks (accumulators
+    reused per chunk, the last chunk partial): the same bits as one block."""
     w = _wild(rng, 50, 3)
-    x = _wild_acts(rng, 21, 3)
-    assert_same_f32(_amx(w, x, row_bytes), _portable(w, x))
+    x = _wild_acts(rng, 53, 3)
+    assert_same_f32(_amx(w, x, row_bytes, act_bytes), _portable(w, x))
 
 
 @needs_amx

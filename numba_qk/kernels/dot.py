@@ -424,6 +424,7 @@ def _vnni_gemm(w, x, out):
 # ---- GEMM on AMX-INT8: 16 rows x 16 activations per tile step (see _amx_q4_k.py) ------------
 
 _AMX_ROW_BYTES = 1 << 20   # decoded weight bytes per row block (kept in L2 while tiles pass)
+_AMX_ACT_BYTES = 1 << 19   # repacked activation bytes per pass over a row block (in L2 too)
 
 
 @kernel
@@ -447,11 +448,14 @@ def _repack_acts_amx(x, t, t_base):
 
 
 @kernel
-def _amx_gemm_blocked(w, x, out, row_bytes):
-    """Q4_K x Q8_K gemm on AMX-INT8: the weights of each row block (about ``row_bytes``
-    decoded bytes) are decoded once per call; for each 16 x 16 block of (rows, activations) the
-    records are taken in order, one ``accumulate_amx`` each, so every pair folds in record
-    order."""
+def _amx_gemm_blocked(w, x, out, row_bytes, act_bytes):
+    """Q4_K x Q8_K gemm on AMX-INT8.  For each 16 x 16 block of (rows, activations) the records
+    are taken in order, one ``accumulate_amx`` each, so every pair folds in record order.
+    The weights of each row block (about ``row_bytes`` decoded bytes) are decoded once per
+    call; activations are taken in chunks of about ``act_bytes`` repacked bytes, so that a
+    chunk and the row block stay in L2 while every 16-row group passes over the chunk.
+    (Tried and dropped, no gain or slower: decoding each 16-row block just before its steps,
+    two row groups sharing each activation tile, a software-pipelined epilogue.)"""
     if w.strides[2] != 1:
         _gemm_loop(w, x, out)
         return
@@ -462,12 +466,13 @@ def _amx_gemm_blocked(w, x, out, row_bytes):
     t_base = (64 - array_address(t) % 64) % 64
     _repack_acts_amx(x, t, t_base)
     ngroups = (rows + AMX_ROWS - 1) // AMX_ROWS
+    ichunk = min(nact, max(1, act_bytes // max(1, g * AMX_ACT_BYTES)))
     block = min(ngroups, max(1, row_bytes // max(1, g * AMX_DEC_BYTES)))
     dec = np.empty(block * g * AMX_DEC_BYTES + 64, np.uint8)
     d_base = (64 - array_address(dec) % 64) % 64
     scr = np.empty(4096 + 64, np.uint8)
     s_base = (64 - array_address(scr) % 64) % 64
-    acc = np.empty(nact * AMX_ROWS * AMX_ACTS, np.float32)
+    acc = np.empty(ichunk * AMX_ROWS * AMX_ACTS, np.float32)
     amx_begin(AMX_CONFIG)
     for g0 in range(0, ngroups, block):
         g1 = min(ngroups, g0 + block)
@@ -477,17 +482,19 @@ def _amx_gemm_blocked(w, x, out, row_bytes):
                 for b in range(g):
                     q4_k_decode_amx(w, r * ws0 + b * ws1, dec,
                                     d_base + ((gi - g0) * g + b) * AMX_DEC_BYTES, m)
-        for gi in range(g0, g1):
-            for b in range(g):   # each decoded block stays in L1 while every activation block passes
-                for i in range(nact):
-                    accumulate_amx(dec, d_base + ((gi - g0) * g + b) * AMX_DEC_BYTES, t,
-                                   t_base + (i * g + b) * AMX_ACT_BYTES, scr, s_base, acc,
-                                   AMX_ROWS * AMX_ACTS * i, b == 0)
-            for i in range(nact):
-                for m in range(min(AMX_ROWS, rows - AMX_ROWS * gi)):
-                    for n in range(min(AMX_ACTS, batch - AMX_ACTS * i)):
-                        out[AMX_ACTS * i + n, AMX_ROWS * gi + m] = acc[AMX_ROWS * AMX_ACTS * i
-                                                                       + AMX_ACTS * m + n]
+        for i0 in range(0, nact, ichunk):
+            i1 = min(nact, i0 + ichunk)
+            for gi in range(g0, g1):
+                for b in range(g):
+                    d_off = d_base + ((gi - g0) * g + b) * AMX_DEC_BYTES
+                    for i in range(i0, i1):
+                        accumulate_amx(dec, d_off, t, t_base + (i * g + b) * AMX_ACT_BYTES, scr,
+                                       s_base, acc, AMX_ROWS * AMX_ACTS * (i - i0), b == 0)
+                for i in range(i0, i1):
+                    for m in range(min(AMX_ROWS, rows - AMX_ROWS * gi)):
+                        for n in range(min(AMX_ACTS, batch - AMX_ACTS * i)):
+                            out[AMX_ACTS * i + n, AMX_ROWS * gi + m] = acc[
+                                AMX_ROWS * AMX_ACTS * (i - i0) + AMX_ACTS * m + n]
     amx_end()
 
 
@@ -503,7 +510,7 @@ _AMX_MIN_BATCH = 16  # one 16-activation tile; below it the per-call weight deco
 def _amx_gemm(w, x, out):
     """AMX-INT8 gemm for batch >= _AMX_MIN_BATCH, the VNNI / AVX kernels below."""
     if x.shape[0] >= _AMX_MIN_BATCH:
-        _amx_gemm_blocked(w, x, out, _AMX_ROW_BYTES)
+        _amx_gemm_blocked(w, x, out, _AMX_ROW_BYTES, _AMX_ACT_BYTES)
     else:
         _gemm_small(w, x, out)
 
