@@ -2,7 +2,7 @@
 batch of each), so machine load affects every candidate alike:
 
 * ``old``: the pmaddubsw/pmaddwd tile kernel (``dot._simd_gemm``, what runs without VNNI),
-* ``new``: the default ``gemm_q4_k_q8_k`` (AMX-INT8 tiles for batch >= 16 where the CPU has
+* ``new``: the default ``gemm_q4_k_q8_k`` (AMX-INT8 tiles for batch >= 9 where the CPU has
   AMX, else the VNNI kernels where it has AVX512-VNNI),
 * ``vnni``: the AVX512-VNNI kernels alone (``dot._vnni_gemm``, the default before AMX),
 * ``matmul``: the public ``qk.matmul`` with f32 activations (quantize + gemm), 1 thread,

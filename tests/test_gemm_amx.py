@@ -1,5 +1,5 @@
 """The Q4_K x Q8_K gemm on AMX-INT8 (``dot._amx_gemm_blocked``, used by ``gemm_q4_k_q8_k`` for
-batch >= 16 where ``HAVE_AMX``): 16 rows x 16 activations per tile step, the scale folded into
+batch >= 9 where ``HAVE_AMX``): 16 rows x 16 activations per tile step, the scale folded into
 the weight bytes (q * sc split into two u8 tiles), bsum split into its two bytes, the float
 steps lane-wise.  Every output must equal the portable loops bit for bit (NaN == NaN) on any
 bytes, adversarial fields, and shapes that are not multiples of the 16 x 16 tile."""
@@ -154,10 +154,10 @@ def test_amx_gemm_strided_readonly_unaligned_inputs(rng):
 
 
 @needs_amx
-@pytest.mark.parametrize("batch", [15, 16])
+@pytest.mark.parametrize("batch", [8, 9])
 def test_amx_gemm_dispatch_both_sides_of_the_threshold(rng, batch):
-    """The public kernel around the AMX threshold (15: the VNNI/AVX kernels, 16: AMX)."""
-    assert dot._AMX_MIN_BATCH == 16
+    """The public kernel around the AMX threshold (8: the VNNI/AVX kernels, 9: AMX)."""
+    assert dot._AMX_MIN_BATCH == 9
     w = _wild(rng, 9, 2)
     x = _wild_acts(rng, batch, 2)
     out = np.empty((batch, 9), np.float32)

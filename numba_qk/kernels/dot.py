@@ -503,7 +503,7 @@ _gemv_impl = (_vnni_gemv if HAVE_VNNI and HAVE_AVX512 else _simd_gemv if HAVE_AV
               else _gemv_loop)
 _gemm_small = (_vnni_gemm if HAVE_VNNI and HAVE_AVX512 else _simd_gemm if HAVE_AVX2
                else _gemm_loop)
-_AMX_MIN_BATCH = 16  # one 16-activation tile; below it the per-call weight decode dominates
+_AMX_MIN_BATCH = 9  # batch <= 8 (one VNNI tile): the VNNI pairs kernel, no per-call decode
 
 
 @kernel
@@ -559,7 +559,7 @@ def gemm_q4_k_q8_k(w, x, out):
     """``out[a, r] = dot_q4_k_q8_k(w[r], x[a])`` for Q4_K weights ``[rows, G, 144]`` and Q8_K
     activations ``[batch, G, 292]``; each weight record is decoded once per tile of activations
     (with AVX-512 VNNI: 8 activations repacked once per call, see ``_vnni_gemm``; with AMX-INT8
-    and batch >= 16: 16 x 16 tiles on the tile unit, see ``_amx_gemm_blocked``)."""
+    and batch >= 9: 16 x 16 tiles on the tile unit, see ``_amx_gemm_blocked``)."""
     if w.shape[1] == 0:
         out[:, :] = np.float32(0.0)
         return
