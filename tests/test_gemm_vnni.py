@@ -88,11 +88,14 @@ def test_vnni_gemm_equals_the_loops_on_any_bytes(rng, kernel, batch, rows, g):
 @needs_vnni
 @pytest.mark.parametrize("batch", [31, 32, 33])
 def test_vnni_gemm_dispatch_both_sides_of_the_threshold(rng, batch):
-    """The public kernel (``gemm_q4_k_q8_k``) around the pairs/lanes threshold."""
+    """The VNNI dispatcher (``_vnni_gemm``: the public kernel where there is no AMX, or with
+    ``NUMBA_QK_NO_AMX=1``) around the pairs/lanes threshold, and the public kernel."""
     assert dot._LANES_MIN_BATCH == 32
     w = _wild(rng, 9, 2)
     x = _wild_acts(rng, batch, 2)
     out = np.empty((batch, 9), np.float32)
+    dot._vnni_gemm(w, x, out)
+    assert_same_f32(out, _portable(w, x))
     dot.gemm_q4_k_q8_k(w, x, out)
     assert_same_f32(out, _portable(w, x))
 

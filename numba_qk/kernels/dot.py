@@ -32,6 +32,9 @@ from ._simd_q4_k import (DEC_BYTES, LANE_BSUM_AT, LANE_DS_AT, LANE_Q_AT, LANE_TI
                          accumulate_acts_x8, accumulate_lanes_vnni, accumulate_rows_x8,
                          accumulate_rows_x8_vnni, accumulate_tile_vnni, array_address,
                          q4_k_decode_for_lanes, q4_k_q8_k_sums, vnni_lane_source)
+from ._amx_q4_k import (ACT_BHI_AT, ACT_BLO_AT, ACT_DS_AT, AMX_ACT_BYTES, AMX_ACTS, AMX_CONFIG,
+                        AMX_DEC_BYTES, AMX_ROWS, HAVE_AMX, accumulate_amx, amx_begin, amx_end,
+                        q4_k_decode_amx)
 from .q4_k import q4_k_scale_min
 
 _LOW4 = np.uint8(0b0000_1111)
@@ -418,10 +421,101 @@ def _vnni_gemm(w, x, out):
         _vnni_gemm_blocked(w, x, out, _VNNI_ROW_BYTES, _VNNI_RECORD_BLOCK)
 
 
+# ---- GEMM on AMX-INT8: 16 rows x 16 activations per tile step (see _amx_q4_k.py) ------------
+
+_AMX_ROW_BYTES = 1 << 20   # decoded weight bytes per row block (kept in L2 while tiles pass)
+_AMX_ACT_BYTES = 1 << 19   # repacked activation bytes per pass over a row block (in L2 too)
+
+
+@kernel
+def _repack_acts_amx(x, t, t_base):
+    """Activations ``x`` [batch, G, 292] (any strides) into AMX activation blocks in ``t``
+    (zero-filled by the caller) at byte ``t_base``: group ``i`` of 16, record ``b`` at
+    ``t_base + (i*G + b) * AMX_ACT_BYTES``."""
+    batch, g = x.shape[0], x.shape[1]
+    for a in range(batch):
+        i, n = a // AMX_ACTS, a % AMX_ACTS
+        for b in range(g):
+            at = t_base + (i * g + b) * AMX_ACT_BYTES + 4 * n
+            for e in range(256):
+                t[at + 64 * (e >> 2) + (e & 3)] = x[a, b, _X_Q_AT + e]
+            for j in range(16):
+                o = at + 64 * (j >> 2) + (j & 3)
+                t[o + ACT_BLO_AT] = x[a, b, _X_BSUM_AT + 2 * j]
+                t[o + ACT_BHI_AT] = x[a, b, _X_BSUM_AT + 2 * j + 1]
+            for e in range(4):
+                t[at + ACT_DS_AT + e] = x[a, b, _X_DS_AT + e]
+
+
+@kernel
+def _amx_gemm_blocked(w, x, out, row_bytes, act_bytes):
+    """Q4_K x Q8_K gemm on AMX-INT8.  For each 16 x 16 block of (rows, activations) the records
+    are taken in order, one ``accumulate_amx`` each, so every pair folds in record order.
+    The weights of each row block (about ``row_bytes`` decoded bytes) are decoded once per
+    call; activations are taken in chunks of about ``act_bytes`` repacked bytes, so that a
+    chunk and the row block stay in L2 while every 16-row group passes over the chunk.
+    (Tried and dropped, no gain or slower: decoding each 16-row block just before its steps,
+    two row groups sharing each activation tile, a software-pipelined epilogue.)"""
+    if w.strides[2] != 1:
+        _gemm_loop(w, x, out)
+        return
+    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
+    ws0, ws1 = w.strides[0], w.strides[1]
+    nact = (batch + AMX_ACTS - 1) // AMX_ACTS
+    t = np.zeros(nact * g * AMX_ACT_BYTES + 64, np.uint8)
+    t_base = (64 - array_address(t) % 64) % 64
+    _repack_acts_amx(x, t, t_base)
+    ngroups = (rows + AMX_ROWS - 1) // AMX_ROWS
+    ichunk = min(nact, max(1, act_bytes // max(1, g * AMX_ACT_BYTES)))
+    block = min(ngroups, max(1, row_bytes // max(1, g * AMX_DEC_BYTES)))
+    dec = np.empty(block * g * AMX_DEC_BYTES + 64, np.uint8)
+    d_base = (64 - array_address(dec) % 64) % 64
+    scr = np.empty(4096 + 64, np.uint8)
+    s_base = (64 - array_address(scr) % 64) % 64
+    acc = np.empty(ichunk * AMX_ROWS * AMX_ACTS, np.float32)
+    amx_begin(AMX_CONFIG)
+    for g0 in range(0, ngroups, block):
+        g1 = min(ngroups, g0 + block)
+        for gi in range(g0, g1):
+            for m in range(min(AMX_ROWS, rows - AMX_ROWS * gi)):
+                r = AMX_ROWS * gi + m
+                for b in range(g):
+                    q4_k_decode_amx(w, r * ws0 + b * ws1, dec,
+                                    d_base + ((gi - g0) * g + b) * AMX_DEC_BYTES, m)
+        for i0 in range(0, nact, ichunk):
+            i1 = min(nact, i0 + ichunk)
+            for gi in range(g0, g1):
+                for b in range(g):
+                    d_off = d_base + ((gi - g0) * g + b) * AMX_DEC_BYTES
+                    for i in range(i0, i1):
+                        accumulate_amx(dec, d_off, t, t_base + (i * g + b) * AMX_ACT_BYTES, scr,
+                                       s_base, acc, AMX_ROWS * AMX_ACTS * (i - i0), b == 0)
+                for i in range(i0, i1):
+                    for m in range(min(AMX_ROWS, rows - AMX_ROWS * gi)):
+                        for n in range(min(AMX_ACTS, batch - AMX_ACTS * i)):
+                            out[AMX_ACTS * i + n, AMX_ROWS * gi + m] = acc[
+                                AMX_ROWS * AMX_ACTS * (i - i0) + AMX_ACTS * m + n]
+    amx_end()
+
+
 _dot_impl = _simd_dot if HAVE_AVX2 else _dot_loop
 _gemv_impl = (_vnni_gemv if HAVE_VNNI and HAVE_AVX512 else _simd_gemv if HAVE_AVX2
               else _gemv_loop)
-_gemm_impl = _vnni_gemm if HAVE_VNNI and HAVE_AVX512 else _simd_gemm if HAVE_AVX2 else _gemm_loop
+_gemm_small = (_vnni_gemm if HAVE_VNNI and HAVE_AVX512 else _simd_gemm if HAVE_AVX2
+               else _gemm_loop)
+_AMX_MIN_BATCH = 9  # batch <= 8 (one VNNI tile): the VNNI pairs kernel, no per-call decode
+
+
+@kernel
+def _amx_gemm(w, x, out):
+    """AMX-INT8 gemm for batch >= _AMX_MIN_BATCH, the VNNI / AVX kernels below."""
+    if x.shape[0] >= _AMX_MIN_BATCH:
+        _amx_gemm_blocked(w, x, out, _AMX_ROW_BYTES, _AMX_ACT_BYTES)
+    else:
+        _gemm_small(w, x, out)
+
+
+_gemm_impl = _amx_gemm if HAVE_AMX else _gemm_small
 
 
 @kernel
@@ -464,7 +558,8 @@ def gemv_q4_k_q8_k(w, x, out):
 def gemm_q4_k_q8_k(w, x, out):
     """``out[a, r] = dot_q4_k_q8_k(w[r], x[a])`` for Q4_K weights ``[rows, G, 144]`` and Q8_K
     activations ``[batch, G, 292]``; each weight record is decoded once per tile of activations
-    (with AVX-512 VNNI: 8 activations repacked once per call, see ``_vnni_gemm``)."""
+    (with AVX-512 VNNI: 8 activations repacked once per call, see ``_vnni_gemm``; with AMX-INT8
+    and batch >= 9: 16 x 16 tiles on the tile unit, see ``_amx_gemm_blocked``)."""
     if w.shape[1] == 0:
         out[:, :] = np.float32(0.0)
         return
