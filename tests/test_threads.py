@@ -119,7 +119,11 @@ def test_concurrent_callers_share_the_pool(rng):
     equals the serial one (callers never wait on each other's pieces)."""
     w = qk.quantize(rng.standard_normal((96 * 4, 256)).astype(np.float32),
                     format=qk.quant.q4_k).reshape(96, 4, 144)
-    xs = rng.standard_normal((6, 1024)).astype(np.float32)
+    # one vector (gemv) and batches of 3 and 17 activations (gemm; AMX tiles where the CPU
+    # has them: every worker thread configures its own tiles)
+    xs = [rng.standard_normal(1024).astype(np.float32) if i % 3 == 0 else
+          rng.standard_normal((3 if i % 3 == 1 else 17, 1024)).astype(np.float32)
+          for i in range(6)]
     want = [qk.matmul(w, x, lhs_format=qk.quant.q4_k) for x in xs]
     got = [None] * len(xs)
 
