@@ -114,3 +114,36 @@ def pair_with_sums(S: int, T: int, d_bits=0x3C00, dmin_bits=0x3C00, ds_bits=0x3F
     w = pack_q4_k(d_bits, dmin_bits, sc, m, wq)
     x = pack_q8_k(ds_bits, xq, bsum)
     return w, x
+
+
+def extreme_q4_k_q8_k(rng):
+    """Q4_K weights [20, 3, 144] and Q8_K activations [18, 3, 292] at the extremes of every
+    field: all-0xFF weights (q = 15, sc = m = 63), max codes with zero scales, q = -128 / 127,
+    bsum = -32768 / 32767 / -1 and random bytes, and ±0, inf, NaN and subnormal d / dmin / ds,
+    mixed with random records (the gemm kernels' shared adversarial case)."""
+    g = 3
+    w = np.zeros((20, g, 144), np.uint8)
+    w[0:4] = 0xFF
+    w[4:8] = random_q4_k(rng, 4 * g).reshape(4, g, 144)
+    w[6:8, :, 4:144] = 0xFF            # max scales and codes with finite d
+    w[8:10, :, 16:] = 0xFF             # max codes, zero scales
+    w[10:20] = random_q4_k(rng, 10 * g).reshape(10, g, 144)
+    x = np.zeros((18, g, 292), np.uint8)
+    x[:] = random_q8_k(rng, g)[None]
+    x[0:3, :, 4:260] = 0x80            # q = -128
+    x[3:6, :, 4:260] = 0x7F            # q = 127
+    x[6:8, :, 260:292:2] = 0x00
+    x[6:8, :, 261:292:2] = 0x80        # bsum = -32768 (illegal but used as stored)
+    x[8:10, :, 260:292:2] = 0xFF
+    x[8:10, :, 261:292:2] = 0x7F       # bsum = 32767
+    x[10:12, :, 260:292:2] = 0xFF
+    x[10:12, :, 261:292:2] = 0xFF      # bsum = -1 (low byte 255, high byte -1)
+    x[12:14, :, 260:292] = rng.integers(0, 256, (2, g, 32), dtype=np.uint8)
+    for a, bits in enumerate([0x80000000, 0x7F800000, 0x7FC00001, 0x00000001, 0x3F800000,
+                              0xFF800000, 0x00000000]):
+        x[a + 11, 0, 0:4] = np.frombuffer(np.uint32(bits).tobytes(), np.uint8)
+    for r, bits in enumerate([0x8000, 0x0000, 0x7C00, 0xFC00, 0x7E00, 0x0001, 0x03FF]):
+        w[r + 4, 1, 0:2] = [bits & 0xFF, bits >> 8]
+        w[r + 4, 2, 2:4] = [bits & 0xFF, bits >> 8]
+        w[r + 12, 0, 0:2] = [bits & 0xFF, bits >> 8]
+    return w, x
