@@ -144,13 +144,12 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def run(tasks, threads: int, adapt: bool = True) -> int:
+def run(tasks, threads: int) -> int:
     """Run every ``fn(*args)`` of ``tasks`` (a list of ``(fn, args)``) once, on up to
-    ``threads`` threads including the caller (``adapt``: fewer when cores are busy, see
-    ``effective_threads``; pass False when ``threads`` came from it already); returns the
-    thread count used.  Re-raises the first exception a piece raised, after every piece has
-    finished."""
-    n = effective_threads(threads, len(tasks)) if adapt else max(1, min(threads, len(tasks)))
+    ``threads`` threads including the caller (callers take ``threads`` from
+    ``effective_threads``); returns the thread count used.  Re-raises the first exception a
+    piece raised, after every piece has finished."""
+    n = max(1, min(threads, len(tasks)))
     if n <= 1:
         for fn, args in tasks:
             fn(*args)

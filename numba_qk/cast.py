@@ -248,8 +248,7 @@ def astype(a, dtype, *, out=None, threads=1, tensor_scale=None):
     jobs = []
     for view, idx0 in _blocks(src.store, src.spb):
         jobs.extend(_split(view, idx0, src.spb, n))
-    _threads.run([(kernel, (view, dst, src.table, idx0, stream)) for view, idx0 in jobs], n,
-                 adapt=False)
+    _threads.run([(kernel, (view, dst, src.table, idx0, stream)) for view, idx0 in jobs], n)
     return result
 
 

@@ -202,7 +202,7 @@ def _product(fmt, kind: str, wa, xa, target, nthreads):
         # A gemm chunk re-tiles the activations, so fewer, larger chunks.
         tasks = [(_gemm_rows, (b.gemm, wa, xa, target, r0, r1))
                  for r0, r1 in _threads.row_chunks(rows, n, per_thread=2)]
-    _threads.run(tasks, n, adapt=False)
+    _threads.run(tasks, n)
 
 
 def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):

@@ -223,7 +223,7 @@ def _jobs(nblocks, threads):
 def _run(kernel, args_of, jobs):
     from . import _threads
 
-    _threads.run([(kernel, args_of(b0, b1)) for b0, b1 in jobs], len(jobs), adapt=False)
+    _threads.run([(kernel, args_of(b0, b1)) for b0, b1 in jobs], len(jobs))
 
 
 def _flat_store(t: Tensor) -> np.ndarray:

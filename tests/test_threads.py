@@ -53,8 +53,7 @@ def test_busy_machine_runs_a_product_serially(tmp_path, monkeypatch, rng, runnin
     _loadavg(tmp_path, monkeypatch, running=running, cpus=2)
     used = []
     real_run = _threads.run
-    monkeypatch.setattr(_threads, "run", lambda tasks, n, adapt=True: used.append(
-        real_run(tasks, n, adapt)))
+    monkeypatch.setattr(_threads, "run", lambda tasks, n: used.append(real_run(tasks, n)))
     w = qk.quantize(rng.standard_normal((64 * 2, 256)).astype(np.float32),
                     format=qk.quant.q4_k).reshape(64, 2, 144)
     x = rng.standard_normal((3, 512)).astype(np.float32)
