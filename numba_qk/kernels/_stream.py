@@ -12,7 +12,8 @@ written are the scratch row's bits, so streaming cannot change a result -- only 
 Non-temporal stores are weakly ordered: a kernel that streamed ends with :func:`store_fence`
 (``sfence``) before it returns, so any thread that later synchronises with the caller (a join,
 a lock) sees the data.  They pay off only when the destination is much larger than the caches;
-callers stream only above ``STREAM_MIN_BYTES`` of output (``numba_qk.cast``).
+callers stream only above ``STREAM_MIN_BYTES`` of output (``numba_qk.cast``), which is 16 MiB
+on Intel CPUs and "never" elsewhere (measured; ``NUMBA_QK_STREAM_MIN_BYTES`` overrides).
 
 ``HAVE_STREAM`` is False (ordinary stores everywhere) off x86-64, under ``NUMBA_DISABLE_JIT``
 and with ``NUMBA_QK_PORTABLE=1`` or ``NUMBA_QK_NO_STREAM=1``.
@@ -38,10 +39,34 @@ HAVE_STREAM = (_X86 and not config.DISABLE_JIT
                and os.environ.get("NUMBA_QK_PORTABLE", "") in ("", "0")
                and os.environ.get("NUMBA_QK_NO_STREAM", "") in ("", "0"))
 
-# Stream only outputs of at least this many bytes (several times a core's L2; below it the
-# destination may well still be in cache when the caller reads it).  numba_qk.cast reads it at
-# every call, so tests may lower it.
-STREAM_MIN_BYTES = 16 << 20
+
+
+def _vendor() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def _default_min_bytes() -> int:
+    """Stream only outputs of at least this many bytes (several times a core's L2; below it
+    the destination may well still be in cache when the caller reads it).  Measured per CPU
+    family (NOTES.md, "lowp speed"): on Intel (Emerald Rapids) the non-temporal path saved
+    the read-for-ownership traffic and won; on AMD Zen 4 the plain stores won for every
+    widening cast and MX decode (bf16 -> f32 3.0 vs 4.0 ms, MX decode 4.8 vs 7.6 ms), so off
+    Intel nothing streams unless ``NUMBA_QK_STREAM_MIN_BYTES`` asks for it."""
+    env = os.environ.get("NUMBA_QK_STREAM_MIN_BYTES", "")
+    if env:
+        return int(env)
+    return 16 << 20 if _vendor() == "GenuineIntel" else 1 << 62
+
+
+# numba_qk.cast and numba_qk.scaled read it at every call, so tests may lower it.
+STREAM_MIN_BYTES = _default_min_bytes()
 
 LINE = 64
 
