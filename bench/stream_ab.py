@@ -134,7 +134,9 @@ VARIANTS = {
     "lin1": _make_linear(1, 3),
     "lin2": _make_linear(2, 3),
     "lin4": _make_linear(4, 3),
+    "lin1t1": _make_linear(1, 2),
     "lin2t1": _make_linear(2, 2),
+    "lin8t1": _make_linear(8, 2),
     "lin4t1": _make_linear(4, 2),
     "lin2nta": _make_linear(2, 0),
 }

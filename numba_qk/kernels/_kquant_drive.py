@@ -30,7 +30,7 @@ from numba.core import types
 from numba.extending import overload
 
 from .._jit import JIT_OPTIONS, kernel
-from ._simd import HAVE_AVX2, prefetch
+from ._simd import HAVE_AVX2, prefetch_share, prefetch_tiles_ahead
 
 _IMPL = {}  # code -> dict(value, rows_x8, acts_x8, loop_dot)
 _GEMM_RECORD_BLOCK = 8  # records per pass: 8 activations x 8 records x 292 B stay in L1
@@ -124,7 +124,7 @@ def _gemv_overload(code, w, x, out):
         return gemv_loop
 
     def gemv(code, w, x, out):
-        rows, g, nbytes = w.shape[0], w.shape[1], w.shape[2]
+        rows, g = w.shape[0], w.shape[1]
         if g == 0:
             out[:] = np.float32(0.0)
             return
@@ -134,22 +134,16 @@ def _gemv_overload(code, w, x, out):
             return
         ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
         acc = np.empty(8, np.float32)
+        tile = 8 * ws0
+        ahead = prefetch_tiles_ahead(tile) * tile
         r = 0
         while rows - r >= 8:
-            if rows - r >= 16:
-                # Eight interleaved short row streams defeat the hardware prefetcher: while
-                # record b of this tile is folded, fetch record b of the next tile's rows.
-                nxt = (r + 8) * ws0
-                for b in range(g):
-                    for k in range(8):
-                        at = nxt + k * ws0 + b * ws1
-                        for o in range(0, nbytes, 64):
-                            prefetch(w, at + o)
-                        prefetch(w, at + nbytes - 1)
-                    rows_x8(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
-            else:
-                for b in range(g):
-                    rows_x8(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
+            for b in range(g):
+                # DRAM-streamed weights: prefetch share b of g of a tile ~64 KiB ahead, one
+                # linear range (_simd.prefetch_share; eight interleaved short row streams
+                # defeat the hardware prefetcher)
+                prefetch_share(w, r * ws0 + ahead, tile, rows * ws0, b, b + 1, g)
+                rows_x8(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
             for k in range(8):
                 out[r + k] = acc[k]
             r += 8

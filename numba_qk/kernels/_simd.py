@@ -21,10 +21,13 @@ from __future__ import annotations
 import os
 
 import llvmlite.binding as llvm_binding
+import numpy as np
 from llvmlite import ir
 from numba import config
 from numba.core import cgutils, types
 from numba.extending import intrinsic
+
+from .._jit import kernel
 
 def _target_features() -> set[str]:
     """Features of the CPU numba compiles for (host unless NUMBA_CPU_NAME says otherwise)."""
@@ -264,16 +267,47 @@ def __getattr__(name):
 
 @intrinsic
 def prefetch(typingctx, arr, off):
-    """Hint the cache to fetch the line holding byte ``off`` of uint8 array ``arr``
-    (``llvm.prefetch``: read, keep in all levels).  Never faults and changes no value, so any
-    offset is allowed -- the streaming kernels prefetch the next tile of rows with it."""
+    """Hint the cache to fetch the line holding byte ``off`` of uint8 array ``arr`` into L2
+    (``llvm.prefetch`` read, locality 2: ``prefetcht1``).  Never faults and changes no value, so
+    any offset is allowed -- the streaming kernels prefetch rows ahead with it.  L2, not L1: on
+    AMD Zen 4 ``prefetcht0`` streams of this kind reached only ~15 GB/s from DRAM (the L1's few
+    miss buffers fill up), ``prefetcht1`` 28 GB/s, the core's plain read rate (bench/stream_ab.py)."""
     sig = types.none(arr, types.intp)
 
     def codegen(context, builder, signature, args):
         ptr = _byte_ptr(context, builder, signature.args[0], args[0], args[1])
         fn = _decl(builder, "llvm.prefetch.p0i8", ir.VoidType(),
                    [_i8.as_pointer(), _i32, _i32, _i32])
-        builder.call(fn, [ptr, ir.Constant(_i32, 0), ir.Constant(_i32, 3), ir.Constant(_i32, 1)])
+        builder.call(fn, [ptr, ir.Constant(_i32, 0), ir.Constant(_i32, 2), ir.Constant(_i32, 1)])
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+# A gemv tile of 8 rows lies in one contiguous block of 8 row strides.  The streaming gemv
+# kernels fetch the tile PREFETCH_AHEAD tiles ahead as one linear byte range, an equal share of
+# its lines per record step: a single forward stream that arrives before it is needed (eight
+# short interleaved row streams, as the tile reads them, defeat the hardware prefetcher).
+_PREFETCH_BYTES = 1 << 16
+
+
+@kernel
+def prefetch_tiles_ahead(tile_bytes):
+    """How many tiles ahead to prefetch: at least 2 and at least 64 KiB (bench/stream_ab.py:
+    1-tile distance lost 5-10 %, 64-128 KiB was best for 4096- and 14336-wide rows)."""
+    t = max(np.int64(tile_bytes), np.int64(1))
+    return max(np.int64(2), (np.int64(_PREFETCH_BYTES) + t - np.int64(1)) // t)
+
+
+@kernel
+def prefetch_share(w, start, nbytes, end, s0, s1, steps):
+    """Prefetch shares ``s0 .. s1-1`` of ``steps`` equal shares of the lines of byte range
+    ``[start, start + nbytes)`` of uint8 array ``w`` (nothing at or beyond ``end``)."""
+    if start >= end:
+        return
+    n = min(np.int64(nbytes), np.int64(end) - np.int64(start))
+    lines = (n + np.int64(63)) // np.int64(64) + np.int64(1)   # an unaligned start spans one more
+    per = (lines + np.int64(steps) - np.int64(1)) // np.int64(steps)
+    hi = min(np.int64(s1) * per, lines)
+    for j in range(np.int64(s0) * per, hi):
+        prefetch(w, start + j * np.int64(64))

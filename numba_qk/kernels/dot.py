@@ -26,7 +26,8 @@ import numpy as np
 from .._jit import kernel
 from ..formats import quant
 from ._bits import f16_to_f32, f32_from_bits
-from ._simd import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_raw, prefetch
+from ._simd import (HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_raw,
+                    prefetch_share, prefetch_tiles_ahead)
 from ._simd_q4_k import (DEC_BYTES, LANE_BSUM_AT, LANE_DS_AT, LANE_Q_AT, LANE_TILE_BYTES,
                          TILE_ACTS, TILE_BSUM_AT, TILE_BYTES, TILE_DS_AT, TILE_Q_AT,
                          accumulate_acts_x8, accumulate_lanes_vnni, accumulate_rows_x8,
@@ -165,23 +166,15 @@ def _simd_gemv(w, x, out):
     rows, g = w.shape[0], w.shape[1]
     ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
     acc = np.empty(8, np.float32)
+    tile = 8 * ws0
+    ahead = prefetch_tiles_ahead(tile) * tile
     r = 0
     while rows - r >= 8:
-        if rows - r >= 16:
-            # Eight interleaved short row streams defeat the hardware prefetcher: while record
-            # b of this tile's rows is folded, fetch record b of the next tile's rows (3 lines
-            # cover the 144 bytes), so DRAM-streamed weights arrive one tile ahead.
-            nxt = (r + 8) * ws0
-            for b in range(g):
-                for k in range(8):
-                    at = nxt + k * ws0 + b * ws1
-                    prefetch(w, at)
-                    prefetch(w, at + 64)
-                    prefetch(w, at + 128)
-                accumulate_rows_x8(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
-        else:
-            for b in range(g):
-                accumulate_rows_x8(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
+        # DRAM-streamed weights: while record b of this tile's rows is folded, prefetch share
+        # b of g of a tile some 64 KiB ahead, as one linear range (_simd.prefetch_share).
+        for b in range(g):
+            prefetch_share(w, r * ws0 + ahead, tile, rows * ws0, b, b + 1, g)
+            accumulate_rows_x8(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
         for k in range(8):
             out[r + k] = acc[k]
         r += 8
@@ -200,20 +193,13 @@ def _vnni_gemv(w, x, out):
     rows, g = w.shape[0], w.shape[1]
     ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
     acc = np.empty(8, np.float32)
+    tile = 8 * ws0
+    ahead = prefetch_tiles_ahead(tile) * tile
     r = 0
     while rows - r >= 8:
-        if rows - r >= 16:
-            nxt = (r + 8) * ws0   # prefetch the next tile's records, as in _simd_gemv
-            for b in range(g):
-                for k in range(8):
-                    at = nxt + k * ws0 + b * ws1
-                    prefetch(w, at)
-                    prefetch(w, at + 64)
-                    prefetch(w, at + 128)
-                accumulate_rows_x8_vnni(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
-        else:
-            for b in range(g):
-                accumulate_rows_x8_vnni(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
+        for b in range(g):   # prefetch as in _simd_gemv
+            prefetch_share(w, r * ws0 + ahead, tile, rows * ws0, b, b + 1, g)
+            accumulate_rows_x8_vnni(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
         for k in range(8):
             out[r + k] = acc[k]
         r += 8

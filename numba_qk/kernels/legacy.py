@@ -47,7 +47,7 @@ from ._bits import f16_to_f32
 from ._round import c_int8, roundf
 from ._encode_lanes import f16_bits
 from .q8_k import _order_key
-from ._simd import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch
+from ._simd import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch_share, prefetch_tiles_ahead
 from ._simd_legacy import (legacy_accumulate_x8, legacy_block_value, legacy_rows_vnni,
                            legacy_rows_vnni_inserts)
 
@@ -327,22 +327,16 @@ def _simd_gemv(wcode, w, x, out):
     rows, g = w.shape[0], w.shape[1]
     ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
     acc = np.empty(8, np.float32)
+    tile = 8 * ws0
+    ahead = prefetch_tiles_ahead(tile) * tile
     r = 0
     while rows - r >= 8:
-        if rows - r >= 16:
-            # Software prefetch of the next tile's rows (see q4_k's gemv): record b of each of
-            # them, once per 64 bytes of offset (records are at most 34 bytes).
-            nxt = (r + 8) * ws0
-            for b in range(g):
-                if (b * ws1) & 63 < ws1:
-                    for k in range(8):
-                        prefetch(w, nxt + k * ws0 + b * ws1)
-                legacy_accumulate_x8(wcode, True, w, r * ws0 + b * ws1, x, b * xs0, ws0, acc,
-                                     0, b == 0)
-        else:
-            for b in range(g):
-                legacy_accumulate_x8(wcode, True, w, r * ws0 + b * ws1, x, b * xs0, ws0, acc,
-                                     0, b == 0)
+        for b in range(g):
+            # software prefetch of a tile ~64 KiB ahead, one linear share per record step
+            # (see q4_k's gemv in dot.py)
+            prefetch_share(w, r * ws0 + ahead, tile, rows * ws0, b, b + 1, g)
+            legacy_accumulate_x8(wcode, True, w, r * ws0 + b * ws1, x, b * xs0, ws0, acc,
+                                 0, b == 0)
         for k in range(8):
             out[r + k] = acc[k]
         r += 8
@@ -370,22 +364,16 @@ def _vnni_gemv_trip(wcode, w, x, out, trip, gather):
     literally(gather)
     rows, g = w.shape[0], w.shape[1]
     ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
-    span = trip * ws1
     acc = np.empty(8, np.float32)
+    tile = 8 * ws0
+    ahead = prefetch_tiles_ahead(tile) * tile
     r = 0
     while rows - r >= 8:
-        ahead = rows - r >= 16
-        nxt = (r + 8) * ws0
+        nxt = r * ws0 + ahead
         b = 0
         while g - b >= trip:
-            if ahead:
-                # the next tile's bytes [b*ws1, (b+trip)*ws1) of each row, one prefetch per
-                # 64 bytes of offset (each line about once)
-                o = (b * ws1 + 63) & ~63
-                while o < b * ws1 + span:
-                    for k in range(8):
-                        prefetch(w, nxt + k * ws0 + o)
-                    o += 64
+            # shares b .. b+trip-1 of a tile ~64 KiB ahead (see _simd_gemv)
+            prefetch_share(w, nxt, tile, rows * ws0, b, b + trip, g)
             if gather:
                 legacy_rows_vnni(wcode, trip, w, r * ws0 + b * ws1, _W_BYTES[wcode], x,
                                  b * xs0, _X_BYTES[wcode], ws0, acc, b == 0)
@@ -394,11 +382,7 @@ def _vnni_gemv_trip(wcode, w, x, out, trip, gather):
                                          b * xs0, _X_BYTES[wcode], ws0, acc, b == 0)
             b += trip
         while b < g:
-            if ahead:
-                o = (b * ws1 + 63) & ~63
-                if o < (b + 1) * ws1:
-                    for k in range(8):
-                        prefetch(w, nxt + k * ws0 + o)
+            prefetch_share(w, nxt, tile, rows * ws0, b, b + 1, g)
             legacy_accumulate_x8(wcode, True, w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0,
                                  b == 0)
             b += 1
