@@ -4,14 +4,13 @@ dequantizers bit-identical to ggml's dequantize_row_<t> and gguf-py; record dots
 bit-identical to the oracle (numba_qk/reference_kquants.py, DESIGN.md section 7) on random,
 random-byte and adversarial records; dot == left fold; gemv == dot per row; any carrier.
 
-Bigger sweeps are marked ``slow`` and run only with NUMBA_QK_SLOW=1.
+Bigger sweeps are marked ``slow`` and run only with ``-m slow`` or NUMBA_QK_SLOW=1.
 """
 
 from __future__ import annotations
 
 import importlib
 import itertools
-import os
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +28,10 @@ GOLDEN_DIR = Path(__file__).parent / "golden"
 INPUTS = np.load(GOLDEN_DIR / "kquant_inputs.npz")
 GROUPS = sorted(k[2:] for k in INPUTS.files if k.startswith("x_"))
 GGML = _ggml_ctypes.load()
-_SLOW_ON = bool(os.environ.get("NUMBA_QK_SLOW"))
 
 
-def slow(fn):
-    """Marked ``slow`` and skipped unless NUMBA_QK_SLOW=1."""
-    return pytest.mark.slow(pytest.mark.skipif(not _SLOW_ON, reason="set NUMBA_QK_SLOW=1")(fn))
+# run on purpose: `pytest -m slow` or NUMBA_QK_SLOW=1 (tests/conftest.py skips them otherwise)
+slow = pytest.mark.slow
 
 
 class K:

@@ -5,7 +5,7 @@ scale byte, ggml's ``log2f`` rounding, and exact dots against Q8_0 equal to the 
 (``numba_qk.reference_mxrec``) on random and adversarial records.
 
 The registry-wide conformance (gemv/gemm/matmul == dot, carriers, errors) runs in
-``test_registry.py``.  Bigger sweeps are marked ``slow`` and run only with NUMBA_QK_SLOW=1;
+``test_registry.py``.  Bigger sweeps are marked ``slow`` and run only with ``-m slow`` or NUMBA_QK_SLOW=1;
 ``bench/agreement_mxrec.py`` counts agreement with ggml on >= 100k blocks.
 """
 
@@ -28,7 +28,6 @@ from qk_assert import assert_same_f32, assert_same_records
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 GGML = _ggml_ctypes.load(os.environ.get("NUMBA_QK_GGML_LIB")) or _ggml_ctypes.load()
-_SLOW_ON = os.environ.get("NUMBA_QK_SLOW") == "1"
 Q8 = qk.quant.q8_0
 MX, NV = qk.quant.mxfp4, qk.quant.nvfp4
 FORMATS = {"mxfp4": (MX, 39, ref.quantize_mxfp4, ref.dequantize_mxfp4, ref.dot_mxfp4_q8_0),
@@ -36,8 +35,8 @@ FORMATS = {"mxfp4": (MX, 39, ref.quantize_mxfp4, ref.dequantize_mxfp4, ref.dot_m
 NAMES = list(FORMATS)
 
 
-def slow(fn):
-    return pytest.mark.slow(pytest.mark.skipif(not _SLOW_ON, reason="set NUMBA_QK_SLOW=1")(fn))
+# run on purpose: `pytest -m slow` or NUMBA_QK_SLOW=1 (tests/conftest.py skips them otherwise)
+slow = pytest.mark.slow
 
 
 def golden(name):

@@ -12,7 +12,7 @@ import pytest
 
 import numba_qk as qk
 
-from parity_registry import registry_run
+from parity_registry import DEFAULT_SUBSET, all_formats, registry_run
 from records import random_q4_k, random_q8_k
 
 SCRIPT = textwrap.dedent("""
@@ -124,5 +124,12 @@ def test_avx2_path_matches_default(tmp_path, rng):
 
 
 def test_registry_disable_jit_matches_compiled(tmp_path, rng):
-    """Every bound format under NUMBA_DISABLE_JIT=1 equals the compiled kernels."""
+    """One format of each kernel family under NUMBA_DISABLE_JIT=1 equals the compiled kernels
+    (``parity_registry.DEFAULT_SUBSET``; the others under ``-m slow``)."""
     registry_run(tmp_path, rng, {"NUMBA_DISABLE_JIT": "1"})
+
+
+@pytest.mark.slow
+def test_registry_disable_jit_matches_compiled_other_formats(tmp_path, rng):
+    rest = tuple(n for n in all_formats() if n not in DEFAULT_SUBSET)
+    registry_run(tmp_path, rng, {"NUMBA_DISABLE_JIT": "1"}, rest)
