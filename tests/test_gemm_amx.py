@@ -141,9 +141,11 @@ def test_amx_gemm_dispatch_both_sides_of_the_threshold(rng, batch):
     assert_same_f32(out, _portable(w, x))
 
 
+@needs_amx
 def test_gemm_without_amx(tmp_path):
     """NUMBA_QK_NO_AMX=1 turns the tile path off (HAVE_AMX False) and the public gemm at a
-    batch that would take it still equals the portable loops; fresh process and numba cache."""
+    batch that would take it still equals the portable loops; fresh process and numba cache.
+    (Without AMX the default run already takes that path: tested in-process.)"""
     env = dict(os.environ, NUMBA_QK_NO_AMX="1", NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     root = Path(__file__).resolve().parent.parent
     env["PYTHONPATH"] = str(root / "tests") + os.pathsep + str(root) + os.pathsep + env.get(
