@@ -27,12 +27,13 @@ def _portable(w, x):
     return out
 
 
-KERNELS = ["pairs", "lanes"]
+KERNELS = ["pairs", "lanes", "rows16"]
 
 
 def _vnni(w, x, kernel="pairs", row_bytes=1 << 20, record_block=8):
     out = np.full((x.shape[0], w.shape[0]), np.float32(12345.0))
-    fn = dot._vnni_gemm_blocked if kernel == "pairs" else dot._lanes_gemm_blocked
+    fn = {"pairs": dot._vnni_gemm_blocked, "lanes": dot._lanes_gemm_blocked,
+          "rows16": dot._rows16_gemm_blocked}[kernel]
     fn(w, x, out, row_bytes, record_block)
     return out
 
@@ -86,11 +87,11 @@ def test_vnni_gemm_equals_the_loops_on_any_bytes(rng, kernel, batch, rows, g):
 
 
 @needs_vnni
-@pytest.mark.parametrize("batch", [31, 32, 33])
-def test_vnni_gemm_dispatch_both_sides_of_the_threshold(rng, batch):
+@pytest.mark.parametrize("batch", [1, 2, 3, 8, 31, 32, 33])
+def test_vnni_gemm_dispatch_every_path(rng, batch):
     """The VNNI dispatcher (``_vnni_gemm``: the public kernel where there is no AMX, or with
-    ``NUMBA_QK_NO_AMX=1``) around the pairs/lanes threshold, and the public kernel."""
-    assert dot._LANES_MIN_BATCH == 32
+    ``NUMBA_QK_NO_AMX=1``): gemv for batch 1, the row-lane kernel with its 8/4/2/1 activation
+    tiles above, and the public kernel."""
     w = _wild(rng, 9, 2)
     x = _wild_acts(rng, batch, 2)
     out = np.empty((batch, 9), np.float32)
@@ -159,6 +160,40 @@ def test_vnni_gemm_equals_the_previous_simd_gemm(rng, kernel):
     old = np.empty((19, 24), np.float32)
     dot._simd_gemm(w, x, old)
     assert_same_f32(_vnni(w, x, kernel), old)
+
+
+@needs_vnni
+@pytest.mark.parametrize("batch", [1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 23])
+@pytest.mark.parametrize("rows, g", [(1, 1), (15, 2), (16, 1), (17, 3), (45, 5)])
+def test_rows16_gemm_tiles_and_partial_groups(rng, batch, rows, g):
+    """The row-lane kernel: every activation-tile decomposition (8, 4, 2, 1), row groups of 16
+    with a zero-padded partial last group, G = 1, any bytes."""
+    w = _wild(rng, rows, g)
+    x = _wild_acts(rng, batch, g)
+    assert_same_f32(_vnni(w, x, "rows16"), _portable(w, x))
+
+
+@needs_vnni
+@pytest.mark.parametrize("row_bytes, record_block", [(1, 1), (5248 * 5 * 2, 2), (5248 * 5 * 3, 4)])
+def test_rows16_gemm_row_and_record_blocks(rng, row_bytes, record_block):
+    """Row blocks of 1, 2, 3 groups of 16 over 45 rows (the last block partial, its last group
+    zero-padded) and record blocks that do not divide G = 5."""
+    w = _wild(rng, 45, 5)
+    x = _wild_acts(rng, 21, 5)
+    assert_same_f32(_vnni(w, x, "rows16", row_bytes, record_block), _portable(w, x))
+
+
+def test_rows16_layout():
+    """The row-lane kernel's decoded record: 64 k-steps of 16 rows' dwords, then 8 scale and
+    8 min lane vectors, then d and dmin, within R16_BYTES (a multiple of 64)."""
+    m = _simd_q4_k
+    assert m.R16_Q_AT + 64 * 64 == m.R16_SC_AT
+    assert m.R16_SC_AT + 8 * 64 == m.R16_M_AT
+    assert m.R16_M_AT + 8 * 64 == m.R16_D_AT
+    assert m.R16_D_AT + 64 == m.R16_DMIN_AT and m.R16_DMIN_AT + 64 == m.R16_BYTES
+    assert m.R16_BYTES % 64 == 0
+    # a sub-block sum of 32 products u4 x i8 and its scaled sum stay exact in int32
+    assert 32 * 15 * 128 * 63 * 8 < 2 ** 31
 
 
 def test_lane_tile_layout_covers_every_quant_once():
