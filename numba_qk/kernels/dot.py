@@ -29,7 +29,8 @@ from ._bits import f16_to_f32, f32_from_bits
 from ._simd import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_raw, prefetch
 from ._simd_q4_k import (DEC_BYTES, LANE_BSUM_AT, LANE_DS_AT, LANE_Q_AT, LANE_TILE_BYTES,
                          R16_BYTES, R16_ROWS, TILE_ACTS, TILE_BSUM_AT, TILE_BYTES, TILE_DS_AT,
-                         TILE_Q_AT, accumulate_acts_x8, accumulate_rows16_vnni, accumulate_lanes_vnni, accumulate_rows_x8,
+                         TILE_Q_AT, accumulate_acts_x8, accumulate_rows16_vnni,
+                         accumulate_rows16_vnni_b2, accumulate_lanes_vnni, accumulate_rows_x8,
                          accumulate_rows_x8_vnni, accumulate_tile_vnni, array_address,
                          q4_k_decode_for_lanes, q4_k_decode_rows16, q4_k_q8_k_sums,
                          vnni_lane_source)
@@ -410,25 +411,69 @@ def _lanes_gemm_blocked(w, x, out, row_bytes, record_block):
 
 
 @kernel
-def _rows16_pass(dec, d_base, g, ng, x, a0, na, xs0, xs1, acc, b0, b1):
+def _bsum2(x, a, b, j):
+    lo = np.int32(x[a, b, _X_BSUM_AT + 2 * j])
+    hi = np.int32(x[a, b, _X_BSUM_AT + 2 * j + 1])
+    return np.int32(np.int16(np.uint16(lo | (hi << np.int32(8)))))
+
+
+@kernel
+def _pair_bsums(x, b2):
+    """bsum[2s] + bsum[2s+1] (s = 0..7) of every activation record, as int16 at byte
+    ``(b*batch + a)*16 + 2s`` of ``b2``; returns whether all of them fit an int16 (they do for
+    any Q8_K record a quantizer writes: |bsum| <= 16 * 128)."""
+    batch, g = x.shape[0], x.shape[1]
+    fits = True
+    for a in range(batch):
+        for b in range(g):
+            at = (b * batch + a) * 16
+            for s in range(8):
+                v = _bsum2(x, a, b, 2 * s) + _bsum2(x, a, b, 2 * s + 1)
+                if v < -32768 or v > 32767:
+                    fits = False
+                u = np.uint16(np.int16(v))   # only used where every sum fits
+                b2[at + 2 * s] = np.uint8(u & np.uint16(0xFF))
+                b2[at + 2 * s + 1] = np.uint8(u >> np.uint16(8))
+    return fits
+
+
+@kernel
+def _rows16_pass(dec, d_base, g, ng, x, a0, na, xs0, xs1, b2, batch, pair_sums, acc, b0, b1):
     """Records b0 .. b1-1 of ``ng`` decoded 16-row groups against activations a0 .. a0+na-1
-    (na in 8, 4, 2, 1): accumulators of group gi at acc[gi * 128 ...]."""
+    (na in 8, 4, 2, 1): accumulators of group gi at acc[gi * 128 ...].  ``pair_sums``: T from
+    the int16 pair sums in ``b2`` (one vpdpwssd per two sub-blocks), else from the stored
+    bsum."""
     for gi in range(ng):
         for b in range(b0, b1):
             d_off = d_base + (gi * g + b) * R16_BYTES
             x_off = a0 * xs0 + b * xs1
-            if na == 8:
-                accumulate_rows16_vnni(dec, d_off, x, x_off, xs0, acc, 128 * gi, b == 0, 8)
+            b_off = (b * batch + a0) * 16
+            at = 128 * gi
+            if pair_sums:
+                if na == 8:
+                    accumulate_rows16_vnni_b2(dec, d_off, x, x_off, xs0, b2, b_off, acc, at,
+                                              b == 0, 8)
+                elif na == 4:
+                    accumulate_rows16_vnni_b2(dec, d_off, x, x_off, xs0, b2, b_off, acc, at,
+                                              b == 0, 4)
+                elif na == 2:
+                    accumulate_rows16_vnni_b2(dec, d_off, x, x_off, xs0, b2, b_off, acc, at,
+                                              b == 0, 2)
+                else:
+                    accumulate_rows16_vnni_b2(dec, d_off, x, x_off, xs0, b2, b_off, acc, at,
+                                              b == 0, 1)
+            elif na == 8:
+                accumulate_rows16_vnni(dec, d_off, x, x_off, xs0, b2, b_off, acc, at, b == 0, 8)
             elif na == 4:
-                accumulate_rows16_vnni(dec, d_off, x, x_off, xs0, acc, 128 * gi, b == 0, 4)
+                accumulate_rows16_vnni(dec, d_off, x, x_off, xs0, b2, b_off, acc, at, b == 0, 4)
             elif na == 2:
-                accumulate_rows16_vnni(dec, d_off, x, x_off, xs0, acc, 128 * gi, b == 0, 2)
+                accumulate_rows16_vnni(dec, d_off, x, x_off, xs0, b2, b_off, acc, at, b == 0, 2)
             else:
-                accumulate_rows16_vnni(dec, d_off, x, x_off, xs0, acc, 128 * gi, b == 0, 1)
+                accumulate_rows16_vnni(dec, d_off, x, x_off, xs0, b2, b_off, acc, at, b == 0, 1)
 
 
 @kernel
-def _rows16_core(w, x, out, row_bytes, record_block):
+def _rows16_core(w, x, out, row_bytes, record_block, pair_sums_ok):
     """``_rows16_gemm_blocked`` once the record bytes of ``w`` and ``x`` are contiguous."""
     batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
     ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], x.strides[1]
@@ -438,6 +483,8 @@ def _rows16_core(w, x, out, row_bytes, record_block):
     d_base = (64 - array_address(dec) % 64) % 64
     acc = np.empty(block * 128, np.float32)
     pad = np.zeros((R16_ROWS, 144), np.uint8)   # the last group's missing rows: zero records
+    b2 = np.empty(batch * g * 16, np.uint8)
+    pair_sums = _pair_bsums(x, b2) and pair_sums_ok
     for g0 in range(0, ngroups, block):
         g1 = min(ngroups, g0 + block)
         for gi in range(g0, g1):
@@ -456,8 +503,8 @@ def _rows16_core(w, x, out, row_bytes, record_block):
             left = batch - a0
             na = 8 if left >= 8 else 4 if left >= 4 else 2 if left >= 2 else 1
             for b0 in range(0, g, record_block):
-                _rows16_pass(dec, d_base, g, g1 - g0, x, a0, na, xs0, xs1, acc, b0,
-                             min(g, b0 + record_block))
+                _rows16_pass(dec, d_base, g, g1 - g0, x, a0, na, xs0, xs1, b2, batch, pair_sums,
+                             acc, b0, min(g, b0 + record_block))
             for gi in range(g0, g1):
                 nr = min(R16_ROWS, rows - R16_ROWS * gi)
                 for k in range(na):
@@ -467,7 +514,7 @@ def _rows16_core(w, x, out, row_bytes, record_block):
 
 
 @kernel
-def _rows16_gemm_blocked(w, x, out, row_bytes, record_block):
+def _rows16_gemm_blocked(w, x, out, row_bytes, record_block, pair_sums_ok=True):
     """Q4_K x Q8_K gemm, row-lane VNNI kernel (``accumulate_rows16_vnni``): weights decoded once
     per call in groups of 16 rows (about ``row_bytes`` decoded bytes per row block, kept in L2
     while every activation tile passes), activations read as stored (copied first if their
@@ -478,9 +525,9 @@ def _rows16_gemm_blocked(w, x, out, row_bytes, record_block):
         _gemm_loop(w, x, out)
         return
     if x.strides[2] != 1:
-        _rows16_core(w, np.ascontiguousarray(x), out, row_bytes, record_block)
+        _rows16_core(w, np.ascontiguousarray(x), out, row_bytes, record_block, pair_sums_ok)
     else:
-        _rows16_core(w, x, out, row_bytes, record_block)
+        _rows16_core(w, x, out, row_bytes, record_block, pair_sums_ok)
 
 
 _R16_ROW_BYTES = 1 << 19   # decoded weight bytes per row block (kept in L2)
