@@ -438,6 +438,21 @@ def _pair_bsums(x, b2):
 
 
 @kernel
+def _rows16_decode(w, gi, b, dec, at, pad):
+    """Decode record ``b`` of the 16-row group ``gi`` of ``w`` into ``dec`` at byte ``at`` (a
+    partial last group through ``pad``: its missing rows stay zero records)."""
+    nr = min(R16_ROWS, w.shape[0] - R16_ROWS * gi)
+    if nr == R16_ROWS:
+        q4_k_decode_rows16(w, R16_ROWS * gi * w.strides[0] + b * w.strides[1], w.strides[0],
+                           dec, at)
+    else:
+        for r in range(nr):
+            for e in range(144):
+                pad[r, e] = w[R16_ROWS * gi + r, b, e]
+        q4_k_decode_rows16(pad, 0, 144, dec, at)
+
+
+@kernel
 def _rows16_pass(dec, d_base, g, ng, x, a0, na, xs0, xs1, b2, batch, pair_sums, acc, b0, b1):
     """Records b0 .. b1-1 of ``ng`` decoded 16-row groups against activations a0 .. a0+na-1
     (na in 8, 4, 2, 1): accumulators of group gi at acc[gi * 128 ...].  ``pair_sums``: T from
@@ -476,7 +491,7 @@ def _rows16_pass(dec, d_base, g, ng, x, a0, na, xs0, xs1, b2, batch, pair_sums, 
 def _rows16_core(w, x, out, row_bytes, record_block, pair_sums_ok):
     """``_rows16_gemm_blocked`` once the record bytes of ``w`` and ``x`` are contiguous."""
     batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
-    ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], x.strides[1]
+    xs0, xs1 = x.strides[0], x.strides[1]
     ngroups = (rows + R16_ROWS - 1) // R16_ROWS
     block = min(ngroups, max(1, row_bytes // max(1, g * R16_BYTES)))
     dec = np.empty(block * g * R16_BYTES + 64, np.uint8)
@@ -487,17 +502,10 @@ def _rows16_core(w, x, out, row_bytes, record_block, pair_sums_ok):
     pair_sums = _pair_bsums(x, b2) and pair_sums_ok
     for g0 in range(0, ngroups, block):
         g1 = min(ngroups, g0 + block)
+        # (Decoding each record just before the first tile uses it measured 1-2% slower.)
         for gi in range(g0, g1):
-            nr = min(R16_ROWS, rows - R16_ROWS * gi)
             for b in range(g):
-                at = d_base + ((gi - g0) * g + b) * R16_BYTES
-                if nr == R16_ROWS:
-                    q4_k_decode_rows16(w, R16_ROWS * gi * ws0 + b * ws1, ws0, dec, at)
-                else:
-                    for r in range(nr):
-                        for e in range(144):
-                            pad[r, e] = w[R16_ROWS * gi + r, b, e]
-                    q4_k_decode_rows16(pad, 0, 144, dec, at)
+                _rows16_decode(w, gi, b, dec, d_base + ((gi - g0) * g + b) * R16_BYTES, pad)
         a0 = 0
         while a0 < batch:
             left = batch - a0
@@ -520,7 +528,9 @@ def _rows16_gemm_blocked(w, x, out, row_bytes, record_block, pair_sums_ok=True):
     while every activation tile passes), activations read as stored (copied first if their
     record bytes are strided) in tiles of 8, then 4, 2, 1 for the rest; records in blocks of
     ``record_block`` (the tile's activation records stay in L1 while the row block passes);
-    one lane per row, each lane its own in-order fold over records."""
+    one lane per row, each lane its own in-order fold over records.  T comes from the int16
+    pair sums of bsum where every one of the call fits (``_pair_bsums``) and
+    ``pair_sums_ok``, else from the stored bsum."""
     if w.strides[2] != 1:
         _gemm_loop(w, x, out)
         return
@@ -530,9 +540,8 @@ def _rows16_gemm_blocked(w, x, out, row_bytes, record_block, pair_sums_ok=True):
         _rows16_core(w, x, out, row_bytes, record_block, pair_sums_ok)
 
 
-_R16_ROW_BYTES = 1 << 19   # decoded weight bytes per row block (kept in L2)
-_R16_RECORD_BLOCK = 8
-
+_R16_ROW_BYTES = 1 << 19   # decoded weight bytes per row block (kept in L2); 256 KiB .. 2 MiB
+_R16_RECORD_BLOCK = 8      # and record blocks 4 .. 16 measured within 2% of it (batch 128)
 
 
 @kernel
