@@ -694,8 +694,9 @@ def gemv_q4_k_q8_k(w, x, out):
 def gemm_q4_k_q8_k(w, x, out):
     """``out[a, r] = dot_q4_k_q8_k(w[r], x[a])`` for Q4_K weights ``[rows, G, 144]`` and Q8_K
     activations ``[batch, G, 292]``; each weight record is decoded once per tile of activations
-    (with AVX-512 VNNI: 8 activations repacked once per call, see ``_vnni_gemm``; with AMX-INT8
-    and batch >= 9: 16 x 16 tiles on the tile unit, see ``_amx_gemm_blocked``)."""
+    (with AVX-512 VNNI: once per call into 16-row groups, 16 rows x 8 activations per tile
+    step, see ``_vnni_gemm``; with AMX-INT8 and batch >= 9: 16 x 16 tiles on the tile unit, see
+    ``_amx_gemm_blocked``)."""
     if w.shape[1] == 0:
         out[:, :] = np.float32(0.0)
         return
