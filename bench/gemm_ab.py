@@ -4,11 +4,14 @@ batch of each), so machine load affects every candidate alike:
 * ``old``: the pmaddubsw/pmaddwd tile kernel (``dot._simd_gemm``, what runs without VNNI),
 * ``new``: the default ``gemm_q4_k_q8_k`` (AMX-INT8 tiles for batch >= 9 where the CPU has
   AMX, else the VNNI kernels where it has AVX512-VNNI),
-* ``vnni``: the AVX512-VNNI kernels alone (``dot._vnni_gemm``, the default before AMX),
+* ``vnni``: the AVX512-VNNI kernels alone (``dot._vnni_gemm``: the row-lane kernel for batch >= 2),
+* ``prev``: the VNNI kernels that were the default before the row-lane kernel (per-pair tiles
+  for batch < 32, lane-per-activation above),
 * ``matmul``: the public ``qk.matmul`` with f32 activations (quantize + gemm), 1 thread,
 * ``quantize``: the Q8_K quantization of the activations alone (its share of ``matmul``),
 * ``ggml``: ggml's mul_mat (plain CPU buffer) when ``--ggml-lib`` (or NUMBA_QK_GGML_LIB) names a
-  native build.
+  native build, and ``ggml_<BUFT>`` with the weights in each extra buffer type that converts
+  Q4_K (CPU_REPACK, AMX); matmul/ggml is against the fastest of them.
 
     python bench/gemm_ab.py [--rows 4096] [--cols 4096] [--batch 8 32 128 512] [--ggml-lib DIR]
 
@@ -56,11 +59,14 @@ def main(argv=None) -> int:
         out_old = np.empty((batch, args.rows), np.float32)
         out_new = np.empty((batch, args.rows), np.float32)
         out_vnni = np.empty((batch, args.rows), np.float32)
+        out_prev = np.empty((batch, args.rows), np.float32)
         blocks = np.empty((batch * g, 292), np.uint8)
         cands = {
             "old": lambda: _simd_gemm(w, xq, out_old),
             "new": lambda: gemm_q4_k_q8_k(w, xq, out_new),
             "vnni": lambda: _vnni_gemm(w, xq, out_vnni),
+            "prev": lambda: (dot._lanes_gemm_blocked if batch >= 32 else dot._vnni_gemm_blocked)(
+                w, xq, out_prev, dot._VNNI_ROW_BYTES, dot._VNNI_RECORD_BLOCK),
             "matmul": lambda: qk.matmul(w, x, lhs_format=qk.quant.q4_k, threads=1),
             "quantize": lambda: qk.quantize(x.reshape(-1, 256), format=qk.quant.q8_k,
                                             out=blocks),
@@ -68,22 +74,30 @@ def main(argv=None) -> int:
         if ggml is not None:
             mv = ggml.matvec(w, 1, batch=batch, type_id=ggml_ctypes.GGML_TYPE_Q4_K, buft="CPU")
             cands["ggml"] = lambda: mv(x)
+            for buft in ggml.weight_bufts(ggml_ctypes.GGML_TYPE_Q4_K):
+                if buft not in ("CPU", "AMX"):   # AMX: batched mul_mat may be refused in a VM
+                    mvb = ggml.matvec(w, 1, batch=batch, type_id=ggml_ctypes.GGML_TYPE_Q4_K,
+                                      buft=buft)
+                    cands[f"ggml_{buft}"] = lambda mvb=mvb: mvb(x)
         cands["old"]()
         cands["new"]()
         assert (out_old.view(np.uint32) == out_new.view(np.uint32)).all(), "old != new"
         if _simd.HAVE_VNNI and _simd.HAVE_AVX512:
             cands["vnni"]()
+            cands["prev"]()
             assert (out_vnni.view(np.uint32) == out_new.view(np.uint32)).all(), "vnni != new"
+            assert (out_prev.view(np.uint32) == out_new.view(np.uint32)).all(), "prev != new"
         else:
-            del cands["vnni"]
+            del cands["vnni"], cands["prev"]
         r = compare.race(cands, min_time=args.min_time, repeat=args.repeat)
         pairs = batch * args.rows * g
         line = " ".join(f"{k} {v * 1e3:8.3f} ms" for k, v in r.items())
         ratio = f"new/old {r['new'] / r['old']:.2f}"
         if "vnni" in r:
-            ratio += f", new/vnni {r['new'] / r['vnni']:.2f}"
+            ratio += f", new/vnni {r['new'] / r['vnni']:.2f}, new/prev {r['new'] / r['prev']:.2f}"
         if "ggml" in r:
-            ratio += f", matmul/ggml {r['matmul'] / r['ggml']:.2f}"
+            best = min((k for k in r if k.startswith("ggml")), key=r.get)
+            ratio += f", matmul/ggml {r['matmul'] / r[best]:.2f} ({best})"
         print(f"batch {batch:4d}: {line}  ({r['new'] / pairs * 1e9:.2f} ns/record pair; {ratio};"
               f" quantize {r['quantize'] / r['matmul'] * 100:.1f}% of matmul)")
     return 0

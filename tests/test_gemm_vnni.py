@@ -27,12 +27,13 @@ def _portable(w, x):
     return out
 
 
-KERNELS = ["pairs", "lanes"]
+KERNELS = ["pairs", "lanes", "rows16"]
 
 
 def _vnni(w, x, kernel="pairs", row_bytes=1 << 20, record_block=8):
     out = np.full((x.shape[0], w.shape[0]), np.float32(12345.0))
-    fn = dot._vnni_gemm_blocked if kernel == "pairs" else dot._lanes_gemm_blocked
+    fn = {"pairs": dot._vnni_gemm_blocked, "lanes": dot._lanes_gemm_blocked,
+          "rows16": dot._rows16_gemm_blocked}[kernel]
     fn(w, x, out, row_bytes, record_block)
     return out
 
@@ -86,11 +87,11 @@ def test_vnni_gemm_equals_the_loops_on_any_bytes(rng, kernel, batch, rows, g):
 
 
 @needs_vnni
-@pytest.mark.parametrize("batch", [31, 32, 33])
-def test_vnni_gemm_dispatch_both_sides_of_the_threshold(rng, batch):
+@pytest.mark.parametrize("batch", [1, 2, 3, 8, 31, 32, 33])
+def test_vnni_gemm_dispatch_every_path(rng, batch):
     """The VNNI dispatcher (``_vnni_gemm``: the public kernel where there is no AMX, or with
-    ``NUMBA_QK_NO_AMX=1``) around the pairs/lanes threshold, and the public kernel."""
-    assert dot._LANES_MIN_BATCH == 32
+    ``NUMBA_QK_NO_AMX=1``): gemv for batch 1, the row-lane kernel with its 8/4/2/1 activation
+    tiles above, and the public kernel."""
     w = _wild(rng, 9, 2)
     x = _wild_acts(rng, batch, 2)
     out = np.empty((batch, 9), np.float32)
@@ -159,6 +160,98 @@ def test_vnni_gemm_equals_the_previous_simd_gemm(rng, kernel):
     old = np.empty((19, 24), np.float32)
     dot._simd_gemm(w, x, old)
     assert_same_f32(_vnni(w, x, kernel), old)
+
+
+@needs_vnni
+@pytest.mark.parametrize("batch", [1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 23])
+@pytest.mark.parametrize("rows, g", [(1, 1), (15, 2), (16, 1), (17, 3), (45, 5)])
+def test_rows16_gemm_tiles_and_partial_groups(rng, batch, rows, g):
+    """The row-lane kernel: every activation-tile decomposition (8, 4, 2, 1), row groups of 16
+    with a zero-padded partial last group, G = 1, any bytes."""
+    w = _wild(rng, rows, g)
+    x = _wild_acts(rng, batch, g)
+    assert_same_f32(_vnni(w, x, "rows16"), _portable(w, x))
+
+
+@needs_vnni
+@pytest.mark.parametrize("row_bytes, record_block", [(1, 1), (5248 * 5 * 2, 2), (5248 * 5 * 3, 4)])
+def test_rows16_gemm_row_and_record_blocks(rng, row_bytes, record_block):
+    """Row blocks of 1, 2, 3 groups of 16 over 45 rows (the last block partial, its last group
+    zero-padded) and record blocks that do not divide G = 5."""
+    w = _wild(rng, 45, 5)
+    x = _wild_acts(rng, 21, 5)
+    assert_same_f32(_vnni(w, x, "rows16", row_bytes, record_block), _portable(w, x))
+
+
+def _small_bsums(rng, batch, g):
+    """Any bytes, but every bsum in [-16384, 16383] (pair sums fit an int16): the row-lane
+    kernel's pair-sum T path; the first records' bsum pairs at the int16 edges of that path."""
+    x = _wild_acts(rng, batch, g)
+    bs = rng.integers(-16384, 16384, size=(batch, g, 16)).astype(np.int16)
+    bs[0, 0, 0:2] = -16384                 # pair sum -32768
+    bs[-1, -1, 14:16] = [16383, 16384 - 1]  # pair sum 32766
+    bs[0, -1, 2:4] = [32767, 0]            # pair sum 32767
+    bs[-1, 0, 4:6] = [-32768, 0]           # pair sum -32768
+    x[:, :, 260:292] = bs.view(np.uint8).reshape(batch, g, 32)
+    return x
+
+
+@needs_vnni
+@pytest.mark.parametrize("batch", [1, 3, 8, 13])
+def test_rows16_gemm_pair_sum_path(rng, batch):
+    """T from the int16 pair sums (every pair sum fits, down to -32768 and up to 32767) and
+    from the stored bsum (forced) give the portable loops' bits; records a quantizer writes
+    take the pair-sum path."""
+    w = _wild(rng, 35, 3)
+    x = _small_bsums(rng, batch, 3)
+    b2 = np.empty(batch * 3 * 16, np.uint8)
+    assert dot._pair_bsums(x, b2)
+    want = _portable(w, x)
+    for ok in (True, False):
+        out = np.full((batch, 35), np.float32(12345.0))
+        dot._rows16_gemm_blocked(w, x, out, 1 << 19, 8, ok)
+        assert_same_f32(out, want, f"pair sums {ok}")
+    we, xe = extreme_q4_k_q8_k(rng)   # extreme weights and quants, pair sums that fit
+    xe[:, :, 260:292] = _small_bsums(rng, xe.shape[0], 3)[:, :, 260:292]
+    assert dot._pair_bsums(xe, np.empty(xe.shape[0] * 3 * 16, np.uint8))
+    out = np.empty((xe.shape[0], we.shape[0]), np.float32)
+    dot._rows16_gemm_blocked(we, xe, out, 1 << 19, 8)
+    assert_same_f32(out, _portable(we, xe), "extreme")
+    import numba_qk as qk
+    xq = qk.quantize(rng.standard_normal((batch * 3, 256)).astype(np.float32) * 50,
+                     format=qk.quant.q8_k).reshape(batch, 3, 292)
+    assert dot._pair_bsums(xq, b2)
+
+
+@pytest.mark.parametrize("bits, fits", [((16384, 16383), True), ((16384, 16384), False),
+                                        ((-16384, -16384), True), ((-16384, -16385), False),
+                                        ((-32768, -1), False), ((32767, 1), False)])
+def test_pair_bsums_decides_at_the_int16_edges(rng, bits, fits):
+    """One pair sum just inside / outside int16 decides the path for the whole call."""
+    x = _small_bsums(rng, 4, 2)
+    bs = x[:, :, 260:292].copy().view(np.int16)
+    bs[2, 1, 6:8] = bits
+    x[:, :, 260:292] = bs.view(np.uint8)
+    b2 = np.empty(4 * 2 * 16, np.uint8)
+    assert dot._pair_bsums(x, b2) == fits
+    if _simd.HAVE_VNNI and _simd.HAVE_AVX512:
+        w = _wild(rng, 17, 2)
+        out = np.empty((4, 17), np.float32)
+        dot._rows16_gemm_blocked(w, x, out, 1 << 19, 8)
+        assert_same_f32(out, _portable(w, x))
+
+
+def test_rows16_layout():
+    """The row-lane kernel's decoded record: 64 k-steps of 16 rows' dwords, then 8 scale and
+    8 min lane vectors, then d and dmin, within R16_BYTES (a multiple of 64)."""
+    m = _simd_q4_k
+    assert m.R16_Q_AT + 64 * 64 == m.R16_SC_AT
+    assert m.R16_SC_AT + 8 * 64 == m.R16_M_AT
+    assert m.R16_M_AT + 8 * 64 == m.R16_D_AT
+    assert m.R16_D_AT + 64 == m.R16_DMIN_AT and m.R16_DMIN_AT + 64 == m.R16_M2_AT
+    assert m.R16_M2_AT + 4 * 64 == m.R16_BYTES and m.R16_BYTES % 64 == 0
+    # a sub-block sum of 32 products u4 x i8 and its scaled sum stay exact in int32
+    assert 32 * 15 * 128 * 63 * 8 < 2 ** 31
 
 
 def test_lane_tile_layout_covers_every_quant_once():

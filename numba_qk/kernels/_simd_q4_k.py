@@ -38,7 +38,7 @@ from numba.extending import intrinsic
 from ..formats import quant
 from ._simd import (HAVE_AVX512, HAVE_VNNI, _Ops, _decl, _vcall, _float_array_ptr, _fold_into,
                     _gather_f16, _gather_f32, _i8, _i16, _i32, _i64, _load, _ptr, _reduce_many,
-                    _splat_lanes, _tile_fold, _vec)
+                    _literal_int, _splat_lanes, _tile_fold, _vec)
 
 __all__ = ["q4_k_q8_k_sums", "q4_k_q8_k_sums_avx2", "q4_k_q8_k_sums_avx512",
            "accumulate_rows_x8", "accumulate_rows_x8_avx2", "accumulate_rows_x8_avx512",
@@ -704,3 +704,269 @@ def accumulate_rows_x8_vnni(typingctx, w, w_off, x, x_off, step, acc, acc_at, fi
                                                  _splat_lanes(builder, prod, range(8, 16))))
         return _tile_fold(context, builder, signature, args, 0, True, 8, values)
     return sig, codegen
+
+
+# ---- Row-lane GEMM micro-kernel (AVX-512 VNNI): 16 rows x n activations -----------------------
+#
+# Weights are decoded once per gemm call (per row block) in groups of 16 rows, R16_BYTES per
+# (group, record index b):
+#
+#     [0, 4096)      k-step kk (elements 4kk .. 4kk+3) at 64*kk: row r's four quants at + 4r
+#     [4096, 4608)   sub-block s at 4096 + 64s: sc[r, s] as int32 at + 4r
+#     [4608, 5120)   sub-block s at 4608 + 64s: m[r, s] twice as int16 (m | m << 16) at + 4r
+#     [5120, 5184)   d of row r as f32 at + 4r (exact widening);  [5184, 5248) dmin likewise
+#     [5248, 5504)   sub-block pair p at 5248 + 64p: m[r, 2p] | m[r, 2p+1] << 16 at + 4r
+#
+# An i32 lane is a weight row, so the activation operand of vpdpbusd is one broadcast dword of
+# the Q8_K record as stored (no repack): for sub-block s, eight chained vpdpbusd (k-steps 8s ..
+# 8s+7) leave in lane r the exact sub-block sum (|.| <= 32*15*128 = 61440), one vpmulld by the
+# scale lane vector and one add accumulate S (|S| <= 30,965,760, exact in int32).  T: vpdpwssd of
+# [m, m] lanes against the broadcast bsum dword (bsum[2s], bsum[2s+1]) (exact); or, where every
+# pair sum bsum[2s] + bsum[2s+1] of the call's activations fits an int16 (always, for records a
+# quantizer writes: |bsum| <= 2048), half as many: [m[2p], m[2p+1]] lanes against the broadcast
+# pair sums of sub-blocks 2p, 2p+1 (the same integer T, exact either way).  A weight vector
+# is loaded once per k-step and used for all n activations.  The float steps run lane-wise
+# across the 16 rows (one IEEE instruction per spec step) and each lane is folded in record
+# order into acc.flat[acc_at + 16a : + 16] for activation a.
+
+R16_ROWS = 16
+R16_Q_AT, R16_SC_AT, R16_M_AT, R16_D_AT, R16_DMIN_AT, R16_M2_AT = 0, 4096, 4608, 5120, 5184, 5248
+R16_BYTES = 5504
+
+
+def _pick_lanes(builder, vecs, sources):
+    """A vector whose lane l is lane sources[l][1] of vecs[sources[l][0]] (all ``vecs`` of one
+    type), built from two-input shuffles (a tournament over the sources)."""
+    n = vecs[0].type.count
+    m = len(sources)
+    und = ir.Constant(vecs[0].type, ir.Undefined)
+    parts = []   # (vector of m lanes, set of defined lanes)
+    for i in range(0, len(vecs), 2):
+        a = vecs[i]
+        b = vecs[i + 1] if i + 1 < len(vecs) else und
+        idx, defined = [], set()
+        for l, (vi, li) in enumerate(sources):
+            if vi == i:
+                idx.append(li)
+                defined.add(l)
+            elif vi == i + 1:
+                idx.append(n + li)
+                defined.add(l)
+            else:
+                idx.append(0)   # don't care (llvmlite takes no undef mask lanes)
+        if defined:
+            parts.append((builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, m), idx)), defined))
+    while len(parts) > 1:
+        nxt = []
+        for i in range(0, len(parts), 2):
+            if i + 1 == len(parts):
+                nxt.append(parts[i])
+                continue
+            (a, da), (b, db) = parts[i], parts[i + 1]
+            idx = [l if l in da else (m + l if l in db else 0) for l in range(m)]
+            nxt.append((builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, m), idx)), da | db))
+        parts = nxt
+    return parts[0][0]
+
+
+def _transpose16(builder, rows):
+    """16 <16 x i32> vectors M[0..15] -> M' with M'[i][j] = M[j][i] (butterfly of shuffles)."""
+    m = list(rows)
+    for bit in range(4):
+        h = 1 << bit
+        for i in range(16):
+            if i & h:
+                continue
+            a, b = m[i], m[i | h]
+            lo = [j if not j & h else 16 + (j ^ h) for j in range(16)]
+            hi = [(j ^ h) if not j & h else 16 + j for j in range(16)]
+            m[i] = builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, 16), lo))
+            m[i | h] = builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, 16), hi))
+    return m
+
+
+@intrinsic
+def q4_k_decode_rows16(typingctx, w, w_off, w_step, dec, dec_off):
+    """Decode the 16 Q4_K records at bytes ``w_off + r*w_step`` (r = 0..15) of ``w`` into
+    R16_BYTES at byte ``dec_off`` of ``dec`` (layout above)."""
+    if not (isinstance(w, types.Array) and isinstance(dec, types.Array)):
+        return None
+    sig = types.none(w, types.intp, types.intp, dec, types.intp)
+
+    def codegen(context, builder, signature, args):
+        w_arr, w_off_v, step_v, d_arr, d_off_v = args
+        db = _ptr(context, builder, signature.args[3], d_arr, d_off_v)
+        wbs = [_ptr(context, builder, signature.args[0], w_arr,
+                    builder.add(w_off_v, builder.mul(step_v, ir.Constant(step_v.type, r))))
+               for r in range(R16_ROWS)]
+
+        def store(offset, v):
+            ptr = builder.gep(db, [ir.Constant(_i64, offset)])
+            builder.store(v, builder.bitcast(ptr, v.type.as_pointer()), align=1)
+
+        # Transpose the packed quants first (16 rows x 32 dwords), then split the nibbles:
+        # packed dword 8j + i of a row holds elements 64j + 4i .. + 3 (low nibbles: k-step
+        # 8(2j) + i) and 64j + 32 + 4i .. + 3 (high nibbles: k-step 8(2j+1) + i).
+        nib = ir.Constant(_vec(_i32, 16), [0x0F0F0F0F] * 16)
+        four = ir.Constant(_vec(_i32, 16), [4] * 16)
+        for h in range(2):
+            t = _transpose16(builder, [_load(builder, wb, _K_QS_AT + 64 * h, _vec(_i32, 16))
+                                       for wb in wbs])
+            for l in range(16):
+                j, i = divmod(16 * h + l, 8)
+                store(R16_Q_AT + 64 * (8 * (2 * j) + i), builder.and_(t[l], nib))
+                store(R16_Q_AT + 64 * (8 * (2 * j + 1) + i),
+                      builder.and_(builder.lshr(t[l], four), nib))
+        heads = [_load(builder, wb, 0, _vec(_i32, 4)) for wb in wbs]   # d|dmin, u0, u1, u2
+        f = [_pick_lanes(builder, heads, [(r, k) for r in range(R16_ROWS)]) for k in range(4)]
+        h0, u0, u1, u2 = f
+
+        def c32(x):
+            return ir.Constant(_vec(_i32, 16), [x] * 16)
+
+        def field(v, shift, mask):
+            return builder.and_(builder.lshr(v, c32(shift)), c32(mask))
+        ms = []
+        for s in range(8):
+            if s < 4:
+                sc = field(u0, 8 * s, 63)
+                m = field(u1, 8 * s, 63)
+            else:
+                q = 8 * (s - 4)
+                sc = builder.or_(field(u2, q, 15), builder.shl(field(u0, q + 6, 3), c32(4)))
+                m = builder.or_(field(u2, q + 4, 15), builder.shl(field(u1, q + 6, 3), c32(4)))
+            store(R16_SC_AT + 64 * s, sc)
+            store(R16_M_AT + 64 * s, builder.or_(m, builder.shl(m, c32(16))))
+            ms.append(m)
+        for p in range(4):
+            store(R16_M2_AT + 64 * p, builder.or_(ms[2 * p], builder.shl(ms[2 * p + 1], c32(16))))
+
+        def half(v):
+            return builder.fpext(builder.bitcast(builder.trunc(v, _vec(_i16, 16)),
+                                                 _vec(ir.HalfType(), 16)),
+                                 _vec(ir.FloatType(), 16))
+        store(R16_D_AT, half(h0))
+        store(R16_DMIN_AT, half(builder.lshr(h0, c32(16))))
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+def _bcast_dword(builder, base, offset):
+    """<16 x i32> of the dword at ``offset`` repeated (a broadcast load)."""
+    v = builder.insert_element(ir.Constant(_vec(_i32, 1), None),
+                               _load(builder, base, offset, _i32), ir.Constant(_i32, 0))
+    return _splat_lanes(builder, v, [0] * 16)
+
+
+def _rows16_st(builder, ops, db, xbs, b2s, per=2):
+    """(S, T) as n <16 x i32> vectors each (lane = row) of the decoded 16-row record at ``db``
+    against the Q8_K records at ``xbs``.  One IR loop iteration per ``per`` sub-blocks (fully
+    unrolled code lets LLVM hoist every broadcast load and spill): per sub-block eight k-steps x
+    n activations and the scale step, and the T steps: with ``b2s`` (pointers to each
+    activation's eight int16 pair sums bsum[2s] + bsum[2s+1]) one vpdpwssd per two sub-blocks
+    against [m[2p], m[2p+1]] lanes, else one per sub-block against [m[s], m[s]] lanes and the
+    stored bsum dword (bsum[2s], bsum[2s+1])."""
+    n = len(xbs)
+    zero = ir.Constant(_vec(_i32, 16), [0] * 16)
+    pre = builder.block
+    loop = builder.append_basic_block("r16.sub_blocks")
+    after = builder.append_basic_block("r16.done")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    p_idx = builder.phi(_i64)
+    p_idx.add_incoming(ir.Constant(_i64, 0), pre)
+    s_phi = [builder.phi(_vec(_i32, 16)) for _ in range(n)]
+    t_phi = [builder.phi(_vec(_i32, 16)) for _ in range(n)]
+    for ph in s_phi + t_phi:
+        ph.add_incoming(zero, pre)
+    wq = builder.gep(db, [builder.mul(p_idx, ir.Constant(_i64, per * 8 * 64))])
+    xq = [builder.gep(xb, [builder.mul(p_idx, ir.Constant(_i64, per * 32))]) for xb in xbs]
+    d128 = builder.gep(db, [builder.mul(p_idx, ir.Constant(_i64, per * 64))])
+    s_new, t_new = list(s_phi), list(t_phi)
+    for h in range(per):   # sub-block s = per*p + h
+        part = [zero] * n
+        for i in range(8):   # |part| <= 32 * 15 * 128 = 61440
+            wv = _load(builder, wq, R16_Q_AT + 64 * (8 * h + i), _vec(_i32, 16))
+            for a in range(n):
+                xv = _bcast_dword(builder, xq[a], _A_Q_AT + 32 * h + 4 * i)
+                part[a] = _vcall(builder, ops.dpbusd, [part[a], wv, xv])
+        sc = _load(builder, d128, R16_SC_AT + 64 * h, _vec(_i32, 16))
+        s_new = [builder.add(s_new[a], builder.mul(part[a], sc)) for a in range(n)]
+        if b2s is None:
+            mv = _load(builder, d128, R16_M_AT + 64 * h, _vec(_i32, 16))
+            for a in range(n):
+                bs = _bcast_dword(builder, builder.gep(xbs[a], [builder.mul(
+                    p_idx, ir.Constant(_i64, 4 * per))]), _A_BSUM_AT + 4 * h)
+                t_new[a] = _vcall(builder, ops.dpwssd, [t_new[a], mv, bs])
+    if b2s is not None:
+        assert per % 2 == 0
+        for q in range(per // 2):   # sub-block pair per//2 * p + q
+            mv = _load(builder, builder.gep(db, [builder.mul(p_idx, ir.Constant(_i64, 32 * per))]),
+                       R16_M2_AT + 64 * q, _vec(_i32, 16))
+            for a in range(n):
+                bs = _bcast_dword(builder, builder.gep(b2s[a], [builder.mul(
+                    p_idx, ir.Constant(_i64, 2 * per))]), 4 * q)
+                t_new[a] = _vcall(builder, ops.dpwssd, [t_new[a], mv, bs])
+    p_next = builder.add(p_idx, ir.Constant(_i64, 1))
+    end = builder.block
+    p_idx.add_incoming(p_next, end)
+    for ph, v in zip(s_phi + t_phi, s_new + t_new):
+        ph.add_incoming(v, end)
+    builder.cbranch(builder.icmp_unsigned("<", p_next, ir.Constant(_i64, 8 // per)), loop,
+                    after)
+    builder.position_at_end(after)
+    return s_new, t_new
+
+
+def _make_rows16(pair_sums: bool, per=2):
+    @intrinsic
+    def accumulate_rows16_vnni(typingctx, dec, dec_off, x, x_off, x_step, b2, b2_off, acc,
+                               acc_at, first, nacts):
+        """Fold the record values of the 16 decoded weight rows at byte ``dec_off`` of ``dec``
+        against the ``nacts`` (a literal int) Q8_K records at bytes ``x_off + a*x_step`` of
+        ``x`` into ``acc.flat[acc_at + 16a : acc_at + 16a + 16]`` (acc = v if ``first`` else
+        R32(acc + v), lane by lane)."""
+        if not (isinstance(dec, types.Array) and isinstance(x, types.Array)
+                and isinstance(b2, types.Array) and isinstance(acc, types.Array)
+                and acc.dtype == types.float32):
+            return None
+        n = _literal_int(nacts)
+        if n is None:
+            return None
+        sig = types.none(dec, types.intp, x, types.intp, types.intp, b2, types.intp, acc,
+                         types.intp, types.intp, nacts)
+
+        def codegen(context, builder, signature, args):
+            (d_arr, d_off_v, x_arr, x_off_v, step_v, b2_arr, b2_off_v, acc_arr, acc_at_v,
+             first_v, _) = args
+            ops = _Ops(builder, True, vnni=True)
+            db = _ptr(context, builder, signature.args[0], d_arr, d_off_v)
+            xbs = [_ptr(context, builder, signature.args[2], x_arr,
+                        builder.add(x_off_v, builder.mul(step_v, ir.Constant(step_v.type, a))))
+                   for a in range(n)]
+            b2s = None
+            if pair_sums:
+                b2s = [_ptr(context, builder, signature.args[5], b2_arr,
+                            builder.add(b2_off_v, ir.Constant(b2_off_v.type, 16 * a)))
+                       for a in range(n)]
+            s_acc, t_acc = _rows16_st(builder, ops, db, xbs, b2s, per)
+            f32v = _vec(ir.FloatType(), 16)
+            d = _load(builder, db, R16_D_AT, f32v)
+            dmin = _load(builder, db, R16_DMIN_AT, f32v)
+            acc_base = _float_array_ptr(context, builder, signature.args[7], acc_arr)
+            for a in range(n):
+                p = builder.fmul(d, builder.sitofp(s_acc[a], f32v))       # p = R32(d * f32(S))
+                q = builder.fmul(dmin, builder.sitofp(t_acc[a], f32v))    # n = R32(dmin * f32(T))
+                ds = builder.bitcast(_bcast_dword(builder, xbs[a], _A_DS_AT), f32v)
+                v = builder.fmul(ds, builder.fsub(p, q))                  # v = R32(ds * R32(p - n))
+                at = builder.add(acc_at_v, ir.Constant(acc_at_v.type, 16 * a))
+                _fold_into(builder, builder.gep(acc_base, [at]), v, first_v)
+            return context.get_dummy_value()
+        return sig, codegen
+    return accumulate_rows16_vnni
+
+
+# T from the stored bsum (any bytes), one sub-block per loop iteration (measured faster than
+# two); T from the int16 pair sums (where every one fits), two sub-blocks per iteration.
+accumulate_rows16_vnni = _make_rows16(False, 1)
+accumulate_rows16_vnni_b2 = _make_rows16(True, 2)
