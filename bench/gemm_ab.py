@@ -5,8 +5,6 @@ batch of each), so machine load affects every candidate alike:
 * ``new``: the default ``gemm_q4_k_q8_k`` (AMX-INT8 tiles for batch >= 9 where the CPU has
   AMX, else the VNNI kernels where it has AVX512-VNNI),
 * ``vnni``: the AVX512-VNNI kernels alone (``dot._vnni_gemm``: the row-lane kernel for batch >= 2),
-* ``prev``: the VNNI kernels that were the default before the row-lane kernel (per-pair tiles
-  for batch < 32, lane-per-activation above),
 * ``matmul``: the public ``qk.matmul`` with f32 activations (quantize + gemm), 1 thread,
 * ``quantize``: the Q8_K quantization of the activations alone (its share of ``matmul``),
 * ``ggml``: ggml's mul_mat (plain CPU buffer) when ``--ggml-lib`` (or NUMBA_QK_GGML_LIB) names a
@@ -59,14 +57,11 @@ def main(argv=None) -> int:
         out_old = np.empty((batch, args.rows), np.float32)
         out_new = np.empty((batch, args.rows), np.float32)
         out_vnni = np.empty((batch, args.rows), np.float32)
-        out_prev = np.empty((batch, args.rows), np.float32)
         blocks = np.empty((batch * g, 292), np.uint8)
         cands = {
             "old": lambda: _simd_gemm(w, xq, out_old),
             "new": lambda: gemm_q4_k_q8_k(w, xq, out_new),
             "vnni": lambda: _vnni_gemm(w, xq, out_vnni),
-            "prev": lambda: (dot._lanes_gemm_blocked if batch >= 32 else dot._vnni_gemm_blocked)(
-                w, xq, out_prev, dot._VNNI_ROW_BYTES, dot._VNNI_RECORD_BLOCK),
             "matmul": lambda: qk.matmul(w, x, lhs_format=qk.quant.q4_k, threads=1),
             "quantize": lambda: qk.quantize(x.reshape(-1, 256), format=qk.quant.q8_k,
                                             out=blocks),
@@ -84,17 +79,15 @@ def main(argv=None) -> int:
         assert (out_old.view(np.uint32) == out_new.view(np.uint32)).all(), "old != new"
         if _simd.HAVE_VNNI and _simd.HAVE_AVX512:
             cands["vnni"]()
-            cands["prev"]()
             assert (out_vnni.view(np.uint32) == out_new.view(np.uint32)).all(), "vnni != new"
-            assert (out_prev.view(np.uint32) == out_new.view(np.uint32)).all(), "prev != new"
         else:
-            del cands["vnni"], cands["prev"]
+            del cands["vnni"]
         r = compare.race(cands, min_time=args.min_time, repeat=args.repeat)
         pairs = batch * args.rows * g
         line = " ".join(f"{k} {v * 1e3:8.3f} ms" for k, v in r.items())
         ratio = f"new/old {r['new'] / r['old']:.2f}"
         if "vnni" in r:
-            ratio += f", new/vnni {r['new'] / r['vnni']:.2f}, new/prev {r['new'] / r['prev']:.2f}"
+            ratio += f", new/vnni {r['new'] / r['vnni']:.2f}"
         if "ggml" in r:
             best = min((k for k in r if k.startswith("ggml")), key=r.get)
             ratio += f", matmul/ggml {r['matmul'] / r[best]:.2f} ({best})"

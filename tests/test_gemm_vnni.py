@@ -1,9 +1,6 @@
-"""The Q4_K x Q8_K gemm with AVX-512 VNNI (``dot._vnni_gemm``), both of its kernels:
-
-* ``pairs`` (``_vnni_gemm_blocked``, batch < 32): activations repacked once per call into
-  dword-permuted tiles of 8, each weight record decoded per tile, horizontal sums per pair;
-* ``lanes`` (``_lanes_gemm_blocked``, batch >= 32): weights decoded once per call, one i32 lane
-  per (activation, half sub-block), broadcast weight operands, vpdpwssd for the scales.
+"""The Q4_K x Q8_K gemm with AVX-512 VNNI (``dot._vnni_gemm``): the row-lane kernel
+(``_rows16_gemm_blocked``, batch >= 2; weights decoded once per call into 16-row groups, one i32
+lane per weight row, the activation dword a broadcast operand) and the gemv kernel for batch 1.
 
 vpdpbusd does the exact integer work, the float steps run lane-wise across activations.  Every
 output must equal the portable loops bit for bit (NaN == NaN) on any bytes, adversarial fields
@@ -27,27 +24,14 @@ def _portable(w, x):
     return out
 
 
-KERNELS = ["pairs", "lanes", "rows16"]
+KERNELS = ["rows16"]
 
 
-def _vnni(w, x, kernel="pairs", row_bytes=1 << 20, record_block=8):
+def _vnni(w, x, kernel="rows16", row_bytes=1 << 20, record_block=8):
     out = np.full((x.shape[0], w.shape[0]), np.float32(12345.0))
-    fn = {"pairs": dot._vnni_gemm_blocked, "lanes": dot._lanes_gemm_blocked,
-          "rows16": dot._rows16_gemm_blocked}[kernel]
+    fn = {"rows16": dot._rows16_gemm_blocked}[kernel]
     fn(w, x, out, row_bytes, record_block)
     return out
-
-
-def test_lane_permutation_is_a_sub_block_preserving_bijection():
-    """Repacked vector v, lane k <- natural dword vnni_lane_source(v, k) // 4: every dword of
-    the 256 quants exactly once, and lane k of the four vectors always one sub-block (so the
-    chained vpdpbusd sum of a lane never mixes sub-blocks)."""
-    src = [_simd_q4_k.vnni_lane_source(v, k) for v in range(4) for k in range(16)]
-    assert sorted(src) == list(range(0, 256, 4))
-    for k in range(16):
-        assert len({_simd_q4_k.vnni_lane_source(v, k) // 32 for v in range(4)}) == 1
-    # 16 products of a 4-bit quant and an int8 per lane: the pack to int16 cannot saturate
-    assert 16 * 15 * 128 <= 32767
 
 
 def _wild(rng, rows, g):
@@ -252,17 +236,6 @@ def test_rows16_layout():
     assert m.R16_M2_AT + 4 * 64 == m.R16_BYTES and m.R16_BYTES % 64 == 0
     # a sub-block sum of 32 products u4 x i8 and its scaled sum stay exact in int32
     assert 32 * 15 * 128 * 63 * 8 < 2 ** 31
-
-
-def test_lane_tile_layout_covers_every_quant_once():
-    """The lanes kernel's activation layout: 32 (sub-block, step) blocks of 8 quants per
-    activation cover the 256 elements once, each block within one sub-block; four steps cover
-    a sub-block's 32 elements (so four chained vpdpbusd sum 16 products of one sub-block per
-    i32 lane: (activation, half))."""
-    elems = [32 * s + 8 * i + e for s in range(8) for i in range(4) for e in range(8)]
-    assert sorted(elems) == list(range(256))
-    assert _simd_q4_k.LANE_BSUM_AT == 2048 and _simd_q4_k.LANE_DS_AT == 2304
-    assert _simd_q4_k.LANE_DS_AT + 32 <= _simd_q4_k.LANE_TILE_BYTES
 
 
 @pytest.mark.parametrize("batch", [8, 33])

@@ -28,13 +28,9 @@ from ..formats import quant
 from ._bits import f16_to_f32, f32_from_bits
 from ._simd import (HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_raw,
                     prefetch_share, prefetch_tiles_ahead)
-from ._simd_q4_k import (DEC_BYTES, LANE_BSUM_AT, LANE_DS_AT, LANE_Q_AT, LANE_TILE_BYTES,
-                         R16_BYTES, R16_ROWS, TILE_ACTS, TILE_BSUM_AT, TILE_BYTES, TILE_DS_AT,
-                         TILE_Q_AT, accumulate_acts_x8, accumulate_rows16_vnni,
-                         accumulate_rows16_vnni_b2, accumulate_lanes_vnni, accumulate_rows_x8,
-                         accumulate_rows_x8_vnni, accumulate_tile_vnni, array_address,
-                         q4_k_decode_for_lanes, q4_k_decode_rows16, q4_k_q8_k_sums,
-                         vnni_lane_source)
+from ._simd_q4_k import (R16_BYTES, R16_ROWS, accumulate_acts_x8, accumulate_rows16_vnni,
+                         accumulate_rows16_vnni_b2, accumulate_rows_x8, accumulate_rows_x8_vnni,
+                         array_address, q4_k_decode_rows16, q4_k_q8_k_sums)
 from ._amx_q4_k import (ACT_BHI_AT, ACT_BLO_AT, ACT_DS_AT, AMX_ACT_BYTES, AMX_ACTS, AMX_CONFIG,
                         AMX_DEC_BYTES, AMX_ROWS, HAVE_AMX, accumulate_amx, amx_begin, amx_end,
                         q4_k_decode_amx)
@@ -248,153 +244,7 @@ def _simd_gemm(w, x, out):
         _simd_gemv(w, x[a], out[a])
 
 
-# ---- GEMM with AVX-512 VNNI: activations repacked once per call into tiles of 8 -------------
-
-_VNNI_PERM = np.array([vnni_lane_source(v, k) for v in range(4) for k in range(16)], np.int64)
-_VNNI_ROW_BYTES = 1 << 20   # weight bytes per row block: stays in L2 while every tile passes
-_VNNI_RECORD_BLOCK = 8      # records per pass: 8 x TILE_BYTES = 19 KB of activations in L1
-
-
-@kernel
-def _repack_acts(x, t, t_base):
-    """Activations ``x`` [batch, G, 292] (any strides) into ``t`` at byte ``t_base``: tile ``i``,
-    record ``b`` at ``t_base + (i*G + b) * TILE_BYTES``; lanes past ``batch`` are zero."""
-    batch, g = x.shape[0], x.shape[1]
-    ntiles = (batch + TILE_ACTS - 1) // TILE_ACTS
-    for i in range(ntiles):
-        for b in range(g):
-            at = t_base + (i * g + b) * TILE_BYTES
-            for k in range(TILE_ACTS):
-                a = i * TILE_ACTS + k
-                q_at = at + TILE_Q_AT + 256 * k
-                bs_at = at + TILE_BSUM_AT + 32 * k
-                ds_at = at + TILE_DS_AT + 4 * k
-                if a < batch:
-                    for d in range(64):
-                        src = _X_Q_AT + _VNNI_PERM[d]
-                        for e in range(4):
-                            t[q_at + 4 * d + e] = x[a, b, src + e]
-                    for e in range(32):
-                        t[bs_at + e] = x[a, b, _X_BSUM_AT + e]
-                    for e in range(4):
-                        t[ds_at + e] = x[a, b, _X_DS_AT + e]
-                else:
-                    for e in range(256):
-                        t[q_at + e] = 0
-                    for e in range(32):
-                        t[bs_at + e] = 0
-                    for e in range(4):
-                        t[ds_at + e] = 0
-
-
-@kernel
-def _vnni_gemm_blocked(w, x, out, row_bytes, record_block):
-    """Q4_K x Q8_K gemm with the VNNI tile kernel: each weight record is decoded once per tile
-    of 8 activations; one lane per activation, each lane its own in-order fold over records.
-    Rows are taken in blocks of about ``row_bytes`` weight bytes (they stay in L2 while every
-    tile passes over them), records in blocks of ``record_block`` (their 8 repacked activation
-    records stay in L1 while the block's rows pass)."""
-    if w.strides[2] != 1:
-        _gemm_loop(w, x, out)
-        return
-    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
-    ws0, ws1 = w.strides[0], w.strides[1]
-    ntiles = (batch + TILE_ACTS - 1) // TILE_ACTS
-    t = np.empty(ntiles * g * TILE_BYTES + 64, np.uint8)
-    t_base = (64 - array_address(t) % 64) % 64
-    _repack_acts(x, t, t_base)
-    row_block = max(8, row_bytes // max(1, g * ws1) // 8 * 8)
-    acc = np.empty((min(rows, row_block), TILE_ACTS), np.float32)
-    for r0 in range(0, rows, row_block):
-        r1 = min(rows, r0 + row_block)
-        for i in range(ntiles):
-            for b0 in range(0, g, record_block):
-                b1 = min(b0 + record_block, g)
-                for r in range(r0, r1):
-                    for b in range(b0, b1):
-                        accumulate_tile_vnni(w, r * ws0 + b * ws1, t,
-                                             t_base + (i * g + b) * TILE_BYTES,
-                                             acc, TILE_ACTS * (r - r0), b == 0)
-            n = min(TILE_ACTS, batch - i * TILE_ACTS)
-            for r in range(r0, r1):
-                for k in range(n):
-                    out[i * TILE_ACTS + k, r] = acc[r - r0, k]
-
-
-
-
-@kernel
-def _repack_acts_lanes(x, t, t_base):
-    """Activations ``x`` [batch, G, 292] (any strides) into lane tiles in ``t`` at byte
-    ``t_base``: tile ``i``, record ``b`` at ``t_base + (i*G + b) * LANE_TILE_BYTES``; lanes past
-    ``batch`` are zero."""
-    batch, g = x.shape[0], x.shape[1]
-    ntiles = (batch + TILE_ACTS - 1) // TILE_ACTS
-    for i in range(ntiles):
-        for b in range(g):
-            at = t_base + (i * g + b) * LANE_TILE_BYTES
-            for k in range(TILE_ACTS):
-                a = i * TILE_ACTS + k
-                if a < batch:
-                    for si in range(32):  # (sub-block s, step i) = divmod(si, 4)
-                        dst = at + LANE_Q_AT + 64 * si + 8 * k
-                        src = _X_Q_AT + 8 * si
-                        for e in range(8):
-                            t[dst + e] = x[a, b, src + e]
-                    for p in range(4):
-                        dst = at + LANE_BSUM_AT + 64 * p + 8 * k
-                        for e in range(8):
-                            t[dst + e] = x[a, b, _X_BSUM_AT + 8 * p + e]
-                    for e in range(4):
-                        t[at + LANE_DS_AT + 4 * k + e] = x[a, b, _X_DS_AT + e]
-                else:
-                    for si in range(32):
-                        for e in range(8):
-                            t[at + LANE_Q_AT + 64 * si + 8 * k + e] = 0
-                    for p in range(4):
-                        for e in range(8):
-                            t[at + LANE_BSUM_AT + 64 * p + 8 * k + e] = 0
-                    for e in range(4):
-                        t[at + LANE_DS_AT + 4 * k + e] = 0
-
-
-@kernel
-def _lanes_gemm_blocked(w, x, out, row_bytes, record_block):
-    """Q4_K x Q8_K gemm, lane-per-activation VNNI kernel: the weights of each row block are
-    decoded once per call (about ``row_bytes`` decoded bytes, kept in L2 while every tile of 8
-    activations passes over them); records in blocks of ``record_block``; one lane per
-    activation, each lane its own in-order fold over records."""
-    if w.strides[2] != 1:
-        _gemm_loop(w, x, out)
-        return
-    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
-    ws0, ws1 = w.strides[0], w.strides[1]
-    ntiles = (batch + TILE_ACTS - 1) // TILE_ACTS
-    t = np.empty(ntiles * g * LANE_TILE_BYTES + 64, np.uint8)
-    t_base = (64 - array_address(t) % 64) % 64
-    _repack_acts_lanes(x, t, t_base)
-    row_block = min(rows, max(8, row_bytes // max(1, g * DEC_BYTES) // 8 * 8))
-    dec = np.empty(row_block * g * DEC_BYTES + 64, np.uint8)
-    d_base = (64 - array_address(dec) % 64) % 64
-    acc = np.empty((row_block, TILE_ACTS), np.float32)
-    for r0 in range(0, rows, row_block):
-        r1 = min(rows, r0 + row_block)
-        for i in range(ntiles):
-            for b0 in range(0, g, record_block):
-                b1 = min(b0 + record_block, g)
-                for r in range(r0, r1):
-                    for b in range(b0, b1):
-                        if i == 0:  # decoded while the first tile passes (overlaps the reads)
-                            q4_k_decode_for_lanes(w, r * ws0 + b * ws1, dec,
-                                                  d_base + ((r - r0) * g + b) * DEC_BYTES)
-                        accumulate_lanes_vnni(dec, d_base + ((r - r0) * g + b) * DEC_BYTES, t,
-                                              t_base + (i * g + b) * LANE_TILE_BYTES,
-                                              acc, TILE_ACTS * (r - r0), b == 0)
-            n = min(TILE_ACTS, batch - i * TILE_ACTS)
-            for r in range(r0, r1):
-                for k in range(n):
-                    out[i * TILE_ACTS + k, r] = acc[r - r0, k]
-
+# ---- GEMM with AVX-512 VNNI: the row-lane kernel (16 rows x 8 activations per tile step) ----
 
 @kernel
 def _bsum2(x, a, b, j):
@@ -534,9 +384,8 @@ _R16_RECORD_BLOCK = 8      # and record blocks 4 .. 16 measured within 2% of it 
 def _vnni_gemm(w, x, out):
     """The VNNI gemm: the row-lane kernel (16 rows x 8 activations per tile step, weights
     decoded once per call) for batch >= 2, the gemv kernel for batch 1 (no per-call decode).
-    (The per-pair kernel ``_vnni_gemm_blocked``, the default for batch < 32 before, and the
-    lane-per-activation kernel ``_lanes_gemm_blocked``, the default for batch >= 32, are slower
-    than the row-lane kernel at every batch >= 2 measured on AMD Zen 4.)"""
+    (It replaced a per-pair kernel with repacked activation tiles and a lane-per-activation
+    kernel, both slower at every batch >= 2 on AMD Zen 4; NOTES.md.)"""
     if x.shape[0] == 1:
         _vnni_gemv(w, x[0], out[0])
     else:
