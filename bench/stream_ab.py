@@ -65,7 +65,7 @@ def g_none(w, x, out):
         out[rr] = _simd_dot_at(w, rr * ws0, ws1, x, xs0, g)
 
 
-def _make_linear(dist_tiles, which):
+def _make_linear(dist_tiles, which, stride=64):
     """Prefetch the tile ``dist_tiles`` ahead as one linear byte range (rows are contiguous,
     so a tile of 8 rows is one block of 8*ws0 bytes), an equal share of its lines per record
     step."""
@@ -77,7 +77,7 @@ def _make_linear(dist_tiles, which):
         ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
         acc = np.empty(8, np.float32)
         tile = 8 * ws0
-        lines = (tile + 63) // 64
+        lines = (tile + stride - 1) // stride
         per = (lines + g - 1) // g
         total = rows * ws0
         r = 0
@@ -85,9 +85,9 @@ def _make_linear(dist_tiles, which):
             base = (r + 8 * dist_tiles) * ws0
             for b in range(g):
                 if base < total:
-                    o = base + b * per * 64
+                    o = base + b * per * stride
                     for j in range(per):
-                        pf(w, o + j * 64)
+                        pf(w, o + j * stride)
                 accumulate_rows_x8_vnni(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
             for k in range(8):
                 out[r + k] = acc[k]
@@ -139,6 +139,8 @@ VARIANTS = {
     "lin8t1": _make_linear(8, 2),
     "lin4t1": _make_linear(4, 2),
     "lin2nta": _make_linear(2, 0),
+    "lin4t1s128": _make_linear(4, 2, 128),
+    "lin4t1s256": _make_linear(4, 2, 256),
 }
 
 

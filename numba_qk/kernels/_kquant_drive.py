@@ -30,7 +30,7 @@ from numba.core import types
 from numba.extending import overload
 
 from .._jit import JIT_OPTIONS, kernel
-from ._simd import HAVE_AVX2, prefetch_share, prefetch_tiles_ahead
+from ._simd import HAVE_AVX2, prefetch_lines, prefetch_plan
 
 _IMPL = {}  # code -> dict(value, rows_x8, acts_x8, loop_dot)
 _GEMM_RECORD_BLOCK = 8  # records per pass: 8 activations x 8 records x 292 B stay in L1
@@ -134,15 +134,14 @@ def _gemv_overload(code, w, x, out):
             return
         ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
         acc = np.empty(8, np.float32)
-        tile = 8 * ws0
-        ahead = prefetch_tiles_ahead(tile) * tile
+        ahead, per = prefetch_plan(8 * ws0, g)
         r = 0
         while rows - r >= 8:
             for b in range(g):
                 # DRAM-streamed weights: prefetch share b of g of a tile ~64 KiB ahead, one
-                # linear range (_simd.prefetch_share; eight interleaved short row streams
+                # linear range (_simd.prefetch_plan; eight interleaved short row streams
                 # defeat the hardware prefetcher)
-                prefetch_share(w, r * ws0 + ahead, tile, rows * ws0, b, b + 1, g)
+                prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
                 rows_x8(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
             for k in range(8):
                 out[r + k] = acc[k]

@@ -292,22 +292,24 @@ _PREFETCH_BYTES = 1 << 16
 
 
 @kernel
-def prefetch_tiles_ahead(tile_bytes):
-    """How many tiles ahead to prefetch: at least 2 and at least 64 KiB (bench/stream_ab.py:
-    1-tile distance lost 5-10 %, 64-128 KiB was best for 4096- and 14336-wide rows)."""
+def prefetch_plan(tile_bytes, steps):
+    """``(distance, lines)`` for a loop of ``steps`` record steps per tile of ``tile_bytes``:
+    prefetch the tile ``distance`` bytes ahead, ``lines`` 64-byte lines per step (the tile's
+    lines split evenly).  The distance is at least 2 tiles
+    and at least 64 KiB (bench/stream_ab.py: 1 tile lost 5-10 %, 64-128 KiB was best for
+    4096- and 14336-wide rows).  Computed once per call: the divisions stay out of the loop."""
     t = max(np.int64(tile_bytes), np.int64(1))
-    return max(np.int64(2), (np.int64(_PREFETCH_BYTES) + t - np.int64(1)) // t)
+    tiles = max(np.int64(2), (np.int64(_PREFETCH_BYTES) + t - np.int64(1)) // t)
+    lines = (t + np.int64(63)) // np.int64(64)   # (an unaligned tile's last partial line is
+    #                                                 the next tile's first: fetched then)
+    n = max(np.int64(steps), np.int64(1))
+    return tiles * t, (lines + n - np.int64(1)) // n
 
 
 @kernel
-def prefetch_share(w, start, nbytes, end, s0, s1, steps):
-    """Prefetch shares ``s0 .. s1-1`` of ``steps`` equal shares of the lines of byte range
-    ``[start, start + nbytes)`` of uint8 array ``w`` (nothing at or beyond ``end``)."""
-    if start >= end:
-        return
-    n = min(np.int64(nbytes), np.int64(end) - np.int64(start))
-    lines = (n + np.int64(63)) // np.int64(64) + np.int64(1)   # an unaligned start spans one more
-    per = (lines + np.int64(steps) - np.int64(1)) // np.int64(steps)
-    hi = min(np.int64(s1) * per, lines)
-    for j in range(np.int64(s0) * per, hi):
-        prefetch(w, start + j * np.int64(64))
+def prefetch_lines(w, start, lines, end):
+    """Prefetch ``lines`` 64-byte lines of uint8 array ``w`` from byte ``start`` on (none at
+    or beyond byte ``end``)."""
+    stop = min(np.int64(start) + np.int64(lines) * np.int64(64), np.int64(end))
+    for o in range(np.int64(start), stop, 64):
+        prefetch(w, o)

@@ -27,7 +27,7 @@ from .._jit import kernel
 from ..formats import quant
 from ._bits import f16_to_f32, f32_from_bits
 from ._simd import (HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_raw,
-                    prefetch_share, prefetch_tiles_ahead)
+                    prefetch_lines, prefetch_plan)
 from ._simd_q4_k import (R16_BYTES, R16_ROWS, accumulate_acts_x8, accumulate_rows16_vnni,
                          accumulate_rows16_vnni_b2, accumulate_rows_x8, accumulate_rows_x8_vnni,
                          array_address, q4_k_decode_rows16, q4_k_q8_k_sums)
@@ -164,14 +164,13 @@ def _simd_gemv(w, x, out):
     rows, g = w.shape[0], w.shape[1]
     ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
     acc = np.empty(8, np.float32)
-    tile = 8 * ws0
-    ahead = prefetch_tiles_ahead(tile) * tile
+    ahead, per = prefetch_plan(8 * ws0, g)
     r = 0
     while rows - r >= 8:
         # DRAM-streamed weights: while record b of this tile's rows is folded, prefetch share
-        # b of g of a tile some 64 KiB ahead, as one linear range (_simd.prefetch_share).
+        # b of g of the tile some 64 KiB ahead, as one linear range (_simd.prefetch_plan).
         for b in range(g):
-            prefetch_share(w, r * ws0 + ahead, tile, rows * ws0, b, b + 1, g)
+            prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
             accumulate_rows_x8(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
         for k in range(8):
             out[r + k] = acc[k]
@@ -191,12 +190,11 @@ def _vnni_gemv(w, x, out):
     rows, g = w.shape[0], w.shape[1]
     ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
     acc = np.empty(8, np.float32)
-    tile = 8 * ws0
-    ahead = prefetch_tiles_ahead(tile) * tile
+    ahead, per = prefetch_plan(8 * ws0, g)
     r = 0
     while rows - r >= 8:
         for b in range(g):   # prefetch as in _simd_gemv
-            prefetch_share(w, r * ws0 + ahead, tile, rows * ws0, b, b + 1, g)
+            prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
             accumulate_rows_x8_vnni(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
         for k in range(8):
             out[r + k] = acc[k]

@@ -47,7 +47,7 @@ from ._bits import f16_to_f32
 from ._round import c_int8, roundf
 from ._encode_lanes import f16_bits
 from .q8_k import _order_key
-from ._simd import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch_share, prefetch_tiles_ahead
+from ._simd import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch_lines, prefetch_plan
 from ._simd_legacy import (legacy_accumulate_x8, legacy_block_value, legacy_rows_vnni,
                            legacy_rows_vnni_inserts)
 
@@ -327,14 +327,13 @@ def _simd_gemv(wcode, w, x, out):
     rows, g = w.shape[0], w.shape[1]
     ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
     acc = np.empty(8, np.float32)
-    tile = 8 * ws0
-    ahead = prefetch_tiles_ahead(tile) * tile
+    ahead, per = prefetch_plan(8 * ws0, g)
     r = 0
     while rows - r >= 8:
         for b in range(g):
             # software prefetch of a tile ~64 KiB ahead, one linear share per record step
             # (see q4_k's gemv in dot.py)
-            prefetch_share(w, r * ws0 + ahead, tile, rows * ws0, b, b + 1, g)
+            prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
             legacy_accumulate_x8(wcode, True, w, r * ws0 + b * ws1, x, b * xs0, ws0, acc,
                                  0, b == 0)
         for k in range(8):
@@ -365,15 +364,14 @@ def _vnni_gemv_trip(wcode, w, x, out, trip, gather):
     rows, g = w.shape[0], w.shape[1]
     ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
     acc = np.empty(8, np.float32)
-    tile = 8 * ws0
-    ahead = prefetch_tiles_ahead(tile) * tile
+    ahead, per = prefetch_plan(8 * ws0, g)
     r = 0
     while rows - r >= 8:
         nxt = r * ws0 + ahead
         b = 0
         while g - b >= trip:
             # shares b .. b+trip-1 of a tile ~64 KiB ahead (see _simd_gemv)
-            prefetch_share(w, nxt, tile, rows * ws0, b, b + trip, g)
+            prefetch_lines(w, nxt + b * per * 64, per * trip, rows * ws0)
             if gather:
                 legacy_rows_vnni(wcode, trip, w, r * ws0 + b * ws1, _W_BYTES[wcode], x,
                                  b * xs0, _X_BYTES[wcode], ws0, acc, b == 0)
@@ -382,7 +380,7 @@ def _vnni_gemv_trip(wcode, w, x, out, trip, gather):
                                          b * xs0, _X_BYTES[wcode], ws0, acc, b == 0)
             b += trip
         while b < g:
-            prefetch_share(w, nxt, tile, rows * ws0, b, b + 1, g)
+            prefetch_lines(w, nxt + b * per * 64, per, rows * ws0)
             legacy_accumulate_x8(wcode, True, w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0,
                                  b == 0)
             b += 1

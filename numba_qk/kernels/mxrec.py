@@ -442,7 +442,7 @@ def gemm_nvfp4_q8_0_portable(w, x, out):
             out[a, r] = dot_nvfp4_q8_0(wr, x[a])
 
 
-from ._simd import HAVE_AVX2, load_f16_fpext, prefetch_share, prefetch_tiles_ahead  # noqa: E402  (after the tables)
+from ._simd import HAVE_AVX2, load_f16_fpext, prefetch_lines, prefetch_plan  # noqa: E402  (after the tables)
 # (numba's cache keys on this file, not on _simd_mxrec.py: edit this line when that IR changes;
 # IR revision 2: transposed gemv tiles)
 
@@ -487,7 +487,7 @@ def _q8_0_prep(x, dyf, half_sums):
 def _gemv_mxfp4_t(w, x, out):
     """8-row tiles in the transposed layout (``_simd_mxrec.mxfp4_rows_x8_t``): lane k = row
     r + k, no horizontal sums.  A tile ~64 KiB ahead is prefetched as one linear range, a share per
-    record step (``_simd.prefetch_share``: eight interleaved row streams defeat the hardware
+    record step (``_simd.prefetch_plan``: eight interleaved row streams defeat the hardware
     prefetcher)."""
     if w.strides[2] != 1 or x.strides[1] != 1:
         gemv_mxfp4_q8_0_portable(w, x, out)
@@ -501,12 +501,11 @@ def _gemv_mxfp4_t(w, x, out):
     for b in range(g):
         corr[b] = np.int32(-12) * (hs[b, 0] + hs[b, 1])
     acc = np.zeros(8, np.float32)
-    tile = 8 * ws0
-    ahead = prefetch_tiles_ahead(tile) * tile
+    ahead, per = prefetch_plan(8 * ws0, g)
     r = 0
     while rows - r >= 8:
         for b in range(g):
-            prefetch_share(w, r * ws0 + ahead, tile, rows * ws0, b, b + 1, g)
+            prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
             mxfp4_rows_x8_t(w, r * ws0 + b * ws1, ws0, x, b * xs0, corr[b], dyf[b], acc,
                             b == 0)
         for k in range(8):
@@ -531,12 +530,11 @@ def _gemv_nvfp4_t(w, x, out):
         for h in range(2):
             hs[i, h] = np.int32(-12) * hs[i, h]
     acc = np.zeros(8, np.float32)
-    tile = 8 * ws0
-    ahead = prefetch_tiles_ahead(tile) * tile
+    ahead, per = prefetch_plan(8 * ws0, g)
     r = 0
     while rows - r >= 8:
         for b in range(g):
-            prefetch_share(w, r * ws0 + ahead, tile, rows * ws0, b, b + 1, g)
+            prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
             i = 2 * b
             nvfp4_rows_x8_t(w, r * ws0 + b * ws1, ws0, x, i * xs0, xs0, hs[i, 0], hs[i, 1],
                             hs[i + 1, 0], hs[i + 1, 1], dyf[i], dyf[i + 1], acc, b == 0)
