@@ -225,7 +225,7 @@ def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     float32 ``[rows]``, where element ``r`` equals ``quantized_dot(w[r], xq, ...)`` bit for bit.
     ``threads`` splits the rows over up to that many threads (``None``: every core; fewer when
     other processes keep cores busy, see ``numba_qk._threads``); results do not depend on it.
-    ``w`` may also be ``numba_qk.repack(w, lhs_format)`` (Q4_0, Q8_0): same bits, faster on
+    ``w`` may also be ``numba_qk.repack(w, lhs_format)`` (Q4_0): same bits, faster on
     AVX-512 VNNI.
     """
     _check_pair(lhs_format, rhs_format, "gemv")
@@ -280,7 +280,7 @@ def matmul(w, x, *, lhs_format, out=None, threads=1):
     format paired with ``lhs_format`` (Q4_K -> Q8_K, Q4_0/Q5_0/Q8_0 -> Q8_0, Q4_1/Q5_1 -> Q8_1),
     shared by every weight row, then ``gemv``/``gemm`` run.  Returns float32 ``[rows]`` or
     ``[batch, rows]``.  A non-finite activation raises ``QuantizationDomainError`` naming the
-    row and block.  ``w`` may be ``numba_qk.repack(w, lhs_format)`` (Q4_0, Q8_0): same bits;
+    row and block.  ``w`` may be ``numba_qk.repack(w, lhs_format)`` (Q4_0): same bits;
     on AVX-512 VNNI its 8-row interleaved tiles make the matvec faster.
     """
     check_slot_in(lhs_format, "lhs_format", registry.WEIGHTS, "matmul")

@@ -1,8 +1,9 @@
-"""``numba_qk.repack``: 8-row interleaved Q4_0 / Q8_0 weights give the same bits as the plain
-records through ``gemv`` / ``gemm`` / ``matmul`` -- random bytes (NaN/inf/subnormal scales),
-adversarial extremes, every remainder of the 8-row tile and of the 4-record trip (G = 1
-included), G = 0, strided / unaligned / read-only inputs, threads, batches -- and the portable
-tile loop (targets without AVX-512 VNNI) as well."""
+"""``numba_qk.repack``: 8-row interleaved Q4_0 weights give the same bits as the plain records
+through ``gemv`` / ``gemm`` / ``matmul`` -- random bytes (NaN/inf/subnormal scales), adversarial
+extremes, every remainder of the 8-row tile and of the 4-record trip (G = 1 included), G = 0,
+strided / unaligned / read-only inputs, threads, batches -- and the portable tile loop (targets
+without AVX-512 VNNI) as well.  The kernels' Q8_0 tiles (not offered by ``repack``) are tested
+at the kernel level."""
 
 import numpy as np
 import pytest
@@ -15,7 +16,8 @@ from numba_qk.kernels import _legacy_layout as _LL
 from qk_assert import assert_same_f32
 from test_legacy_vnni import _extremes
 
-NAMES = ["q4_0", "q8_0"]
+NAMES = ["q4_0"]
+KERNEL_NAMES = ["q4_0", "q8_0"]
 SHAPES = ((8, 1), (1, 1), (7, 3), (9, 1), (16, 4), (17, 5), (24, 6), (31, 7), (40, 2),
           (8, 9), (64, 33))
 
@@ -45,16 +47,42 @@ def _portable_tiles(f, rp, x):
     return out
 
 
-@pytest.mark.parametrize("name", NAMES)
+class _Tiles:
+    """What ``repack`` returns, for any format the kernels take (Q8_0 included)."""
+
+    def __init__(self, f, w):
+        self.format, self.shape = f, w.shape
+        self.tiles, self.tail = legacy_x8.repack_x8(_LL.CODES[f], w)
+
+    def unpack(self):
+        return legacy_x8.unpack_x8(_LL.CODES[self.format], self.tiles, self.tail,
+                                   self.shape[1], self.shape[2])
+
+
+def _repack_any(f, w):
+    return qk.repack(w, f) if f in qk.REPACK_FORMATS else _Tiles(f, w)
+
+
+def _gemv_any(f, act, rp, x):
+    if isinstance(rp, qk.Repacked):
+        return _gemv(f, act, rp, x)
+    out = np.empty(rp.shape[0], np.float32)
+    legacy_x8.gemv_x8(_LL.CODES[f], rp.tiles, rp.tail, np.ascontiguousarray(x), out)
+    return out
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
 def test_random_bytes_every_tile_and_trip_remainder(name, rng):
     f, act = _fmt(name)
     for rows, g in SHAPES:
         w = rng.integers(0, 256, (rows, g, f.block_bytes), dtype=np.uint8)
         x = rng.integers(0, 256, (g, act.block_bytes), dtype=np.uint8)
-        rp = qk.repack(w, f)
+        rp = _repack_any(f, w)
         assert rp.shape == w.shape and (rp.unpack() == w).all()
+        assert rp.tiles.size == 0 or (rp.tiles.ctypes.data % 64 == 0
+                                      and rp.tiles.strides[0] % 64 == 0)
         want = _loop(f, w, x)
-        assert_same_f32(_gemv(f, act, rp, x), want, f"{name} rows={rows} G={g}")
+        assert_same_f32(_gemv_any(f, act, rp, x), want, f"{name} rows={rows} G={g}")
         assert_same_f32(_portable_tiles(f, rp, x), want[:8 * (rows // 8)], "portable tiles")
 
 
@@ -72,20 +100,20 @@ def test_matches_the_oracle_and_plain_gemv(name, rng):
     assert_same_f32(got, _gemv(f, act, w, x))
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", KERNEL_NAMES)
 def test_adversarial_extremes(name, rng):
     f, act = _fmt(name)
     for rows, g in ((16, 8), (24, 5), (8, 1)):
         w, x = _extremes(f, act, rows, g, rng)
-        rp = qk.repack(w, f)
-        assert_same_f32(_gemv(f, act, rp, x), _loop(f, w, x), f"{name} extremes")
+        rp = _repack_any(f, w)
+        assert_same_f32(_gemv_any(f, act, rp, x), _loop(f, w, x), f"{name} extremes")
         assert_same_f32(_portable_tiles(f, rp, x), _loop(f, w, x), f"{name} portable")
     for wb, xb in ((0xFF, 0x80), (0x00, 0x80), (0x80, 0x80), (0xFF, 0x7F), (0x00, 0x7F)):
         w = np.full((8, 4, f.block_bytes), wb, np.uint8)
         x = np.full((4, act.block_bytes), xb, np.uint8)
         w[..., 0:2] = np.array([0x00, 0x3C], np.uint8)  # d = 1
         x[..., 0:2] = np.array([0x00, 0x3C], np.uint8)
-        got = _gemv(f, act, qk.repack(w, f), x)
+        got = _gemv_any(f, act, _repack_any(f, w), x)
         assert_same_f32(got, _loop(f, w, x), f"{name} all {wb:#x} x {xb:#x}")
         assert_same_f32(got[0], ref.legacy_dot(name.upper(), w[0], act.name, x))
 
@@ -155,14 +183,15 @@ def test_errors(rng):
     w = rng.integers(0, 256, (8, 2, f.block_bytes), dtype=np.uint8)
     rp = qk.repack(w, f)
     with pytest.raises(ValueError, match="repacked as Q4_0"):
-        qk.gemv(rp, np.zeros((2, 34), np.uint8), lhs_format=qk.quant.q8_0,
+        qk.gemv(rp, np.zeros((2, 34), np.uint8), lhs_format=qk.quant.q5_0,
                 rhs_format=qk.quant.q8_0)
     with pytest.raises(ValueError, match="same number of records"):
         qk.gemv(rp, np.zeros((3, 34), np.uint8), lhs_format=f, rhs_format=act)
     with pytest.raises(ValueError):
         qk.matmul(rp, np.zeros(96, np.float32), lhs_format=f)
-    with pytest.raises(TypeError, match="repack expects"):
-        qk.repack(np.zeros((8, 2, 20), np.uint8), qk.quant.q4_1)
+    for other in (qk.quant.q4_1, qk.quant.q8_0, qk.quant.q4_k, "q4_0"):
+        with pytest.raises(TypeError, match="repack expects"):
+            qk.repack(np.zeros((8, 2, 20), np.uint8), other)
     with pytest.raises(ValueError):
         qk.repack(np.zeros((8, 2, 20), np.uint8), f)
     assert "Q4_0" in repr(rp) and rp.nbytes >= w.nbytes
@@ -187,4 +216,4 @@ def test_without_the_vnni_kernel(env, tmp_path):
                         "-p", "no:xdist", str(here), "-k", "random_bytes or extremes"],
                        env=e, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "4 passed" in r.stdout, r.stdout[-500:]
+    assert "4 passed" in r.stdout, r.stdout[-500:]   # q4_0 and q8_0, twice

@@ -1,15 +1,18 @@
 """Row-interleaved ("x8") weights of ggml's Q4_0 and Q8_0 and their gemv (AVX-512 VNNI).
 
 ``repack_x8`` turns weight records ``[rows, G, bytes]`` into tiles of 8 rows, each one
-contiguous uint8 row of ``16 G + X8_QS_BYTES * G`` bytes::
+contiguous, 64-byte aligned uint8 row (``x8_planes``: both planes start on a cache line)::
 
     d plane : record b at bytes [16 b, 16 b + 16): the f16 scale of rows 0..7
-    qs plane: record b at 16 G + qs_bytes * b: chunk c (64 bytes) = bytes 8c .. 8c+7 of the
-              qs field of rows 0..7, in row order (ggml's CPU_REPACK interleave of 8 bytes)
+    qs plane: record b at D + qs_bytes * b (D = 16 G rounded up to 64): chunk c (64 bytes) =
+              bytes 8c .. 8c+7 of the qs field of rows 0..7, in row order (ggml's CPU_REPACK
+              interleave of 8 bytes); qs_bytes = 128 (Q4_0) or 256 (Q8_0)
 
 The rows past the last full tile (``rows % 8``) stay plain records (the "tail").  The kernel
 ``gemv_x8`` computes, bit for bit, what the plain ``gemv`` computes: per record
 ``v_b = R32(dx_b * R32(dw_b * f32(S_b)))``, folded left in record order per row (legacy.py).
+``numba_qk.repack`` offers Q4_0 only: Q8_0 tiles were ~1.7x faster than the plain kernel with
+the weights in cache but ~1.2x slower streamed from DRAM on Zen 4 (bench/legacy_x8_ab.py).
 """
 
 import numpy as np
@@ -18,7 +21,7 @@ from numba import literally
 
 from .._jit import kernel
 from ._legacy_layout import _D_AT, _QS_AT, _X_D_AT, _X_QS_AT, _ZERO, Q4_0, Q8_0
-from ._simd import HAVE_AVX512, HAVE_VNNI, prefetch, prefetch_share, prefetch_tiles_ahead
+from ._simd import HAVE_AVX512, HAVE_VNNI, prefetch, prefetch_tiles_ahead
 from ._simd_legacy import X8_QS_BYTES, legacy_x8_rows
 from .legacy import _f16, _gemv_loop, _simd_dot_at, HAVE_AVX2
 
@@ -100,7 +103,9 @@ def _gemv_x8_simd(code, tiles, x, out, trip):
 
 @kernel
 def _gemv_x8_simd_ahead(code, tiles, x, out, trip, tiles_ahead):
-    """As ``_gemv_x8_simd``, prefetching ``tiles_ahead`` tiles ahead (0: none)."""
+    """As ``_gemv_x8_simd``, prefetching into L2 the tile ``tiles_ahead`` tiles ahead (0: none)
+    as one linear byte range, an equal share of its lines per record step (as the plain gemv
+    kernels do, see ``_simd.prefetch_share``)."""
     literally(code)
     literally(trip)
     t_n, g = tiles.shape[0], x.shape[0]
@@ -111,27 +116,23 @@ def _gemv_x8_simd_ahead(code, tiles, x, out, trip, tiles_ahead):
     acc = np.empty(8, np.float32)
     qb = X8_QS_BYTES_T[code]
     dp = (16 * g + 63) // 64 * 64
-    ahead = tiles_ahead * ts0
-    end = t_n * ts0 if tiles_ahead > 0 else 0
+    lines = (ts0 + 63) // 64 if tiles_ahead > 0 else 0
+    per = (lines + g - 1) // max(g, 1)
     for t in range(t_n):
         base = t * ts0
-        nxt = base + ahead
+        pf = min(base + tiles_ahead * ts0, (t_n - 1) * ts0)   # never past the last tile
         b = 0
-        while g - b >= trip:
-            if tiles_ahead >= 0:
-                prefetch_share(tiles, nxt, ts0, end, b, b + trip, g)
-            else:
-                q0 = base + dp + qb * b - tiles_ahead * 1024
-                for j in range(0, trip * qb, 64):
-                    prefetch(tiles, q0 + j)
-            legacy_x8_rows(code, trip, tiles, base + 16 * b, base + dp + qb * b, x, b * xs0,
-                           xc8, dx8, 8 * b, acc, b == 0)
-            b += trip
         while b < g:
-            prefetch_share(tiles, nxt, ts0, end, b, b + 1, g)
-            legacy_x8_rows(code, 1, tiles, base + 16 * b, base + dp + qb * b, x, b * xs0,
-                           xc8, dx8, 8 * b, acc, b == 0)
-            b += 1
+            n = trip if g - b >= trip else 1
+            for j in range(b * per, min((b + n) * per, lines)):
+                prefetch(tiles, pf + j * 64)
+            if n == trip:
+                legacy_x8_rows(code, trip, tiles, base + 16 * b, base + dp + qb * b, x,
+                               b * xs0, xc8, dx8, 8 * b, acc, b == 0)
+            else:
+                legacy_x8_rows(code, 1, tiles, base + 16 * b, base + dp + qb * b, x, b * xs0,
+                               xc8, dx8, 8 * b, acc, b == 0)
+            b += n
         for k in range(8):
             out[8 * t + k] = acc[k]
 
