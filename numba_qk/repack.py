@@ -71,8 +71,9 @@ def repack(w, format) -> Repacked:
     """Copy weight records ``w`` (uint8 ``[rows, G, bytes]``, any strides) of ``format``
     (``numba_qk.quant.q4_0``) into 8-row interleaved tiles for ``gemv`` / ``gemm`` /
     ``matmul``, which then return the same bits as on ``w``.  The speed-up needs AVX-512 VNNI
-    (4096x4096 matvec on Zen 4: ~0.4x the plain kernel's time with the weights in cache, ~0.75x
-    streamed from DRAM); elsewhere the portable loops run on the tiles (slower than plain).
+    (4096x4096 matvec on Zen 4: ~0.45x the plain kernel's time with the weights in cache,
+    ~0.65-0.75x streamed from DRAM); elsewhere the portable loops run on the tiles (slower than
+    the plain records' kernels).
     A batch (``gemm``, 2-d ``matmul``) runs the repacked gemv once per activation row."""
     if not (isinstance(format, Format) and format in REPACK_FORMATS):
         raise TypeError(f"format: repack expects one of "

@@ -11,8 +11,8 @@ contiguous, 64-byte aligned uint8 row (``x8_planes``: both planes start on a cac
 The rows past the last full tile (``rows % 8``) stay plain records (the "tail").  The kernel
 ``gemv_x8`` computes, bit for bit, what the plain ``gemv`` computes: per record
 ``v_b = R32(dx_b * R32(dw_b * f32(S_b)))``, folded left in record order per row (legacy.py).
-``numba_qk.repack`` offers Q4_0 only: Q8_0 tiles were ~1.7x faster than the plain kernel with
-the weights in cache but ~1.2x slower streamed from DRAM on Zen 4 (bench/legacy_x8_ab.py).
+``numba_qk.repack`` offers Q4_0 only: Q8_0 tiles were ~1.5x faster than the plain kernel with
+the weights in cache but 5-10 % slower streamed from DRAM on Zen 4 (bench/legacy_x8_ab.py).
 """
 
 import numpy as np
