@@ -33,6 +33,8 @@ from .ops import (
     quantized_dot,
 )
 
+from .repack import REPACK_FORMATS, Repacked, repack
+
 # spec 004: low-precision element types, Tensor, astype (numba_qk.dtypes / tensor / cast)
 from .dtypes import Scalar, e2m1, e2m3, e3m2, e4m3, e5m2, e8m0, from_name, i4, u1, u4, u8
 from .tensor import Tensor
@@ -50,7 +52,7 @@ __all__ = [
     "quant", "f32", "f16", "bf16", "i8", "i32", "Format", "ScalarType", "Field",
     "from_ggml_type", "activation_format", "BlockFields",
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
-    "gemv", "gemm", "matmul", "Q4KFields", "Q8KFields", "NumbaQKError", "QuantizationDomainError", "__version__",
+    "gemv", "gemm", "matmul", "repack", "Repacked", "REPACK_FORMATS", "Q4KFields", "Q8KFields", "NumbaQKError", "QuantizationDomainError", "__version__",
     "capabilities", "Capabilities", "Q2KFields", "Q3KFields", "Q5KFields", "Q6KFields", "MXFP4Fields", "NVFP4Fields",
     "e4m3", "e5m2", "e2m3", "e3m2", "e2m1", "e8m0", "u8", "i4", "u4", "u1", "from_name", "Scalar",
     "Tensor", "astype", "dot", "from_dlpack",

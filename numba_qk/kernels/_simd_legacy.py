@@ -333,3 +333,117 @@ def _make_legacy_rows_vnni(gather: bool):
 legacy_rows_vnni = _make_legacy_rows_vnni(gather=True)
 legacy_rows_vnni_inserts = _make_legacy_rows_vnni(gather=False)
 __all__ += ["legacy_rows_vnni", "legacy_rows_vnni_inserts"]
+
+
+# ---- gemv on row-interleaved ("x8") weights, AVX-512 VNNI ----------------------------------
+#
+# ``numba_qk.repack`` stores 8 weight rows as one tile: first the f16 scales of every record,
+# 8 per record (row order), then the quants of every record, 64-byte chunk c of record b holding
+# bytes 8c .. 8c+7 of each row's qs in row order (ggml's CPU_REPACK interleave of 8 bytes).  One
+# chunk is one 512-bit load whose 64-bit lane k belongs to row k; its low nibbles (or int8 +
+# 128) pair with the 8 activation quants of that chunk's elements broadcast to every lane, so
+# one vpdpbusd adds 4 products per i32 lane and every lane pair 2k, 2k+1 collects row k's sum of
+# the record (no per-row horizontal reduction).  The u8 bias (Q4_0: q = u - 8; Q8_0: q = u -
+# 128) is taken off exactly after the integer sum, S = sum(u * x) - z * sum(x), with z * sum(x)
+# precomputed per activation record (``xc8``: 8 copies per record, as ``dx8`` holds f32(dx)).
+# The float steps then run lane-wise on <16 x float> (lanes 0..7: rows of record b, 8..15:
+# record b+1) in spec order and each row's fold adds its record values in record order.
+
+X8_QS_BYTES = {_LL.Q4_0: 128, _LL.Q8_0: 256}   # qs bytes of 8 rows' record, per code
+
+
+def _bcast_q(builder, base, offset):
+    """<64 x i8>: the 8 bytes at ``offset`` of ``base`` repeated in every 64-bit lane."""
+    q = _load(builder, base, offset, _i64)
+    v = builder.insert_element(ir.Constant(_vec(_i64, 8), ir.Undefined), q, ir.Constant(_i32, 0))
+    return builder.bitcast(_splat_lanes(builder, v, [0] * 8), _vec(_i8, 64))
+
+
+def _x8_record_sums(builder, ops, code, qrec, xrec):
+    """<16 x i32>: sum(u * x) of one record of 8 rows, row k in lanes 2k and 2k + 1."""
+    x_at = _LL._X_QS_AT[code]
+    a = ir.Constant(_vec(_i32, 16), [0] * 16)
+    v64 = _vec(_i8, 64)
+    for ch in range(X8_QS_BYTES[code] // 64):
+        w = _load(builder, qrec, 64 * ch, v64)
+        if code == _LL.Q8_0:   # int8 q -> u8 q + 128
+            a = _vcall(builder, ops.dpbusd, [a, builder.xor(w, ir.Constant(v64, [0x80] * 64)),
+                                             _bcast_q(builder, xrec, x_at + 8 * ch)])
+            continue
+        lo = builder.and_(w, ir.Constant(v64, [0x0F] * 64))
+        if HAVE_GFNI:
+            fn = _decl(builder, "llvm.x86.vgf2p8affineqb.512", v64, [v64, v64, _i8])
+            mat = builder.bitcast(ir.Constant(_vec(_i64, 8), [_GF_HIGH] * 8), v64)
+            hi = builder.call(fn, [w, mat, ir.Constant(_i8, 0)])
+        else:
+            w16 = builder.bitcast(w, _vec(_i16, 32))
+            hi = builder.and_(builder.bitcast(builder.lshr(w16, ir.Constant(_vec(_i16, 32),
+                                                                             [4] * 32)), v64),
+                              ir.Constant(v64, [0x0F] * 64))
+        a = _vcall(builder, ops.dpbusd, [a, lo, _bcast_q(builder, xrec, x_at + 8 * ch)])
+        a = _vcall(builder, ops.dpbusd, [a, hi, _bcast_q(builder, xrec, x_at + 16 + 8 * ch)])
+    return a
+
+
+@intrinsic
+def legacy_x8_rows(typingctx, code, nrec, w, d_off, q_off, x, x_off, xc8, dx8, e_off, acc,
+                   first):
+    """Fold ``nrec`` (a literal >= 1) consecutive records of one x8 tile into ``acc[0:8]``
+    (float32, contiguous): the scales of the first record at byte ``d_off`` of ``w`` (16 bytes
+    per record), its quants at ``q_off`` (``X8_QS_BYTES`` per record); activation records
+    contiguous from byte ``x_off`` of ``x``; ``xc8`` (int32) / ``dx8`` (float32) hold z*sum(x)
+    and f32(dx) of each activation record 8 times, the first record's at element ``e_off``.
+    acc[k] = R32(acc[k] + v) for each record in order, the first of a fold (``first`` != 0)
+    taking acc[k] = v.  ``code``: Q4_0 or Q8_0; AVX-512 VNNI only."""
+    c = _literal_int(code)
+    nr = _literal_int(nrec)
+    if c is None or c not in X8_QS_BYTES or nr is None or nr < 1:
+        return None
+    sig = types.none(code, nrec, w, types.intp, types.intp, x, types.intp, xc8, dx8, types.intp,
+                     acc, types.intp)
+
+    def codegen(context, builder, signature, args):
+        ops = _Ops(builder, True, vnni=True)
+        (_, _, w_arr, d_off_v, q_off_v, x_arr, x_off_v, xc_arr, dx_arr, e_off_v, acc_arr,
+         first_v) = args
+        sa = signature.args
+        dbase = _ptr(context, builder, sa[2], w_arr, d_off_v)
+        qbase = _ptr(context, builder, sa[2], w_arr, q_off_v)
+        xbase = _ptr(context, builder, sa[5], x_arr, x_off_v)
+        xrec = _LL.FORMATS[_LL.CODES[_LL.activation_format(_LL.FORMATS[c])]].block_bytes
+        xc_p = builder.gep(_float_array_ptr(context, builder, sa[7], xc_arr), [e_off_v])
+        dx_p = builder.gep(_float_array_ptr(context, builder, sa[8], dx_arr), [e_off_v])
+        qb = X8_QS_BYTES[c]
+        sums = [_x8_record_sums(builder, ops, c, builder.gep(qbase, [ir.Constant(_i64, qb * r)]),
+                                builder.gep(xbase, [ir.Constant(_i64, xrec * r)]))
+                for r in range(nr)]
+        f32 = ir.FloatType()
+        acc_ptr = builder.bitcast(_float_array_ptr(context, builder, sa[10], acc_arr),
+                                  _vec(f32, 8).as_pointer())
+        a = builder.load(acc_ptr, align=4)
+        is_first = builder.icmp_signed("!=", first_v, ir.Constant(first_v.type, 0))
+        for r0 in range(0, nr, 2):
+            n = 16 if r0 + 1 < nr else 8
+            other = sums[r0 + 1] if n == 16 else ir.Constant(_vec(_i32, 16), ir.Undefined)
+            ev = ir.Constant(_vec(_i32, n), list(range(0, 2 * n, 2)))
+            od = ir.Constant(_vec(_i32, n), list(range(1, 2 * n, 2)))
+            s = builder.add(builder.shuffle_vector(sums[r0], other, ev),
+                            builder.shuffle_vector(sums[r0], other, od))
+            vi, vf, vh = _vec(_i32, n), _vec(f32, n), _vec(ir.HalfType(), n)
+            xc = builder.load(builder.bitcast(builder.gep(xc_p, [ir.Constant(_i64, 8 * r0)]),
+                                              vi.as_pointer()), align=4)
+            s = builder.sub(s, xc)
+            dw = builder.fpext(_load(builder, dbase, 16 * r0, vh), vf)
+            dx = builder.load(builder.bitcast(builder.gep(dx_p, [ir.Constant(_i64, 8 * r0)]),
+                                              vf.as_pointer()), align=4)
+            v = builder.fmul(dx, builder.fmul(dw, builder.sitofp(s, vf)))
+            for h in range(n // 8):
+                vh8 = _splat_lanes(builder, v, range(8 * h, 8 * h + 8)) if n == 16 else v
+                added = builder.fadd(a, vh8)
+                a = builder.select(is_first, vh8, added) if r0 == 0 and h == 0 else added
+        builder.store(a, acc_ptr, align=4)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+__all__ += ["legacy_x8_rows"]

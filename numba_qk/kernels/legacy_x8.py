@@ -1,0 +1,190 @@
+"""Row-interleaved ("x8") weights of ggml's Q4_0 and Q8_0 and their gemv (AVX-512 VNNI).
+
+``repack_x8`` turns weight records ``[rows, G, bytes]`` into tiles of 8 rows, each one
+contiguous, 64-byte aligned uint8 row (``x8_planes``: both planes start on a cache line)::
+
+    d plane : record b at bytes [16 b, 16 b + 16): the f16 scale of rows 0..7
+    qs plane: record b at D + qs_bytes * b (D = 16 G rounded up to 64): chunk c (64 bytes) =
+              bytes 8c .. 8c+7 of the qs field of rows 0..7, in row order (ggml's CPU_REPACK
+              interleave of 8 bytes); qs_bytes = 128 (Q4_0) or 256 (Q8_0)
+
+The rows past the last full tile (``rows % 8``) stay plain records (the "tail").  The kernel
+``gemv_x8`` computes, bit for bit, what the plain ``gemv`` computes: per record
+``v_b = R32(dx_b * R32(dw_b * f32(S_b)))``, folded left in record order per row (legacy.py).
+``numba_qk.repack`` offers Q4_0 only: Q8_0 tiles were ~1.5x faster than the plain kernel with
+the weights in cache but 5-10 % slower streamed from DRAM on Zen 4 (bench/legacy_x8_ab.py).
+"""
+
+import numpy as np
+
+from numba import literally
+
+from .._jit import kernel
+from ._legacy_layout import _D_AT, _QS_AT, _X_D_AT, _X_QS_AT, _ZERO, Q4_0, Q8_0
+from ._simd import HAVE_AVX512, HAVE_VNNI, prefetch, prefetch_tiles_ahead
+from ._simd_legacy import X8_QS_BYTES, legacy_x8_rows
+from .legacy import _f16, _gemv_loop, _simd_dot_at, HAVE_AVX2
+
+HAVE_X8 = HAVE_VNNI and HAVE_AVX512
+X8_CODES = (Q4_0, Q8_0)
+_U8_BIAS = {Q4_0: _ZERO[Q4_0], Q8_0: 128}   # the dot's integer is u - bias of the u8 in the tile
+_TRIP = 8   # records per intrinsic call (4 was ~10 % faster hot, ~10 % slower streamed)
+
+
+def _up64(n):
+    return -(-n // 64) * 64
+
+
+def x8_planes(code, g):
+    """(qs plane offset, tile bytes) of a tile of G records: both planes start on a 64-byte
+    boundary (a tile's 64-byte chunks are then whole cache lines)."""
+    dp = _up64(16 * g)
+    return dp, _up64(dp + X8_QS_BYTES[code] * g)
+
+
+def repack_x8(code, w):
+    """(tiles, tail) of weight records ``w`` ``[rows, G, bytes]`` (any strides), see above;
+    ``tiles`` starts on a 64-byte boundary."""
+    rows, g, nb = w.shape
+    t = rows // 8
+    qs_at, d_at = _QS_AT[code], _D_AT[code]
+    qs_n = nb - qs_at
+    dp, tb = x8_planes(code, g)
+    buf = np.zeros(t * tb + 64, np.uint8)
+    at = -buf.ctypes.data % 64
+    tiles = buf[at:at + t * tb].reshape(t, tb)
+    body = np.asarray(w[:8 * t]).reshape(t, 8, g, nb)
+    tiles[:, :16 * g] = body[..., d_at:d_at + 2].transpose(0, 2, 1, 3).reshape(t, 16 * g)
+    tiles[:, dp:dp + 8 * qs_n * g] = (body[..., qs_at:].reshape(t, 8, g, qs_n // 8, 8)
+                                      .transpose(0, 2, 3, 1, 4).reshape(t, 8 * qs_n * g))
+    tail = np.ascontiguousarray(w[8 * t:])
+    return tiles, tail
+
+
+def unpack_x8(code, tiles, tail, g, nb):
+    """The plain records ``[rows, G, bytes]`` of (tiles, tail) (inverse of ``repack_x8``)."""
+    t = tiles.shape[0]
+    qs_at, d_at = _QS_AT[code], _D_AT[code]
+    qs_n = nb - qs_at
+    dp = x8_planes(code, g)[0]
+    out = np.empty((8 * t + tail.shape[0], g, nb), np.uint8)
+    body = out[:8 * t].reshape(t, 8, g, nb)
+    body[..., d_at:d_at + 2] = tiles[:, :16 * g].reshape(t, g, 8, 2).transpose(0, 2, 1, 3)
+    body[..., qs_at:] = (tiles[:, dp:dp + 8 * qs_n * g].reshape(t, g, qs_n // 8, 8, 8)
+                         .transpose(0, 3, 1, 2, 4).reshape(t, 8, g, qs_n))
+    out[8 * t:] = tail
+    return out
+
+
+@kernel
+def _x8_prepare(code, x, xc8, dx8):
+    """Per activation record b: z * sum(x quants) into xc8[8b:8b+8], f32(dx) into dx8."""
+    for b in range(x.shape[0]):
+        s = np.int32(0)
+        for j in range(32):
+            s += np.int32(np.int8(x[b, _X_QS_AT[code] + j]))
+        cz = np.int32(_U8_BIAS_T[code] * s)
+        dx = _f16(x, b, _X_D_AT[code])
+        for k in range(8):
+            xc8[8 * b + k] = cz
+            dx8[8 * b + k] = dx
+
+
+_U8_BIAS_T = tuple(_U8_BIAS.get(c, 0) for c in range(max(X8_CODES) + 1))
+
+
+@kernel
+def _gemv_x8_simd(code, tiles, x, out, trip):
+    """Tiles only (``out`` has 8 entries per tile); ``x`` contiguous records."""
+    literally(code)
+    literally(trip)
+    _gemv_x8_simd_ahead(code, tiles, x, out, trip, prefetch_tiles_ahead(tiles.strides[0]))
+
+
+@kernel
+def _gemv_x8_simd_ahead(code, tiles, x, out, trip, tiles_ahead):
+    """As ``_gemv_x8_simd``, prefetching into L2 the tile ``tiles_ahead`` tiles ahead (0: none)
+    as one linear byte range, an equal share of its lines per record step (as the plain gemv
+    kernels do, see ``_simd.prefetch_share``), and the same share of the next tile again: a
+    second request for lines whose first prefetch was lost (streamed 4096x4096 Q4_0 on Zen 4:
+    ~10 % faster; bench/legacy_x8_ab.py)."""
+    literally(code)
+    literally(trip)
+    t_n, g = tiles.shape[0], x.shape[0]
+    ts0, xs0 = tiles.strides[0], x.strides[0]
+    xc8 = np.empty(8 * g, np.int32)
+    dx8 = np.empty(8 * g, np.float32)
+    _x8_prepare(code, x, xc8, dx8)
+    acc = np.empty(8, np.float32)
+    qb = X8_QS_BYTES_T[code]
+    dp = (16 * g + 63) // 64 * 64
+    lines = (ts0 + 63) // 64 if tiles_ahead > 0 else 0
+    per = (lines + g - 1) // max(g, 1)
+    last = (t_n - 1) * ts0
+    for t in range(t_n):
+        base = t * ts0
+        far = min(base + tiles_ahead * ts0, last)   # never past the last tile
+        near = min(base + ts0, last) if tiles_ahead > 1 else far
+        b = 0
+        while b < g:
+            n = trip if g - b >= trip else 1
+            for j in range(b * per, min((b + n) * per, lines)):
+                prefetch(tiles, far + j * 64)
+            if near != far:
+                for j in range(b * per, min((b + n) * per, lines)):
+                    prefetch(tiles, near + j * 64)
+            if n == trip:
+                legacy_x8_rows(code, trip, tiles, base + 16 * b, base + dp + qb * b, x,
+                               b * xs0, xc8, dx8, 8 * b, acc, b == 0)
+            else:
+                legacy_x8_rows(code, 1, tiles, base + 16 * b, base + dp + qb * b, x, b * xs0,
+                               xc8, dx8, 8 * b, acc, b == 0)
+            b += n
+        for k in range(8):
+            out[8 * t + k] = acc[k]
+
+
+X8_QS_BYTES_T = tuple(X8_QS_BYTES.get(c, 0) for c in range(max(X8_CODES) + 1))
+
+
+@kernel
+def _tile_rows_portable(code, tiles, x, out, rec):
+    """The portable loops on tiles (targets without AVX-512 VNNI): rebuild each row's record
+    in ``rec`` ``[G, bytes]`` and fold it as ``legacy._gemv_loop`` does."""
+    g = x.shape[0]
+    qs_n = rec.shape[1] - _QS_AT[code]
+    one = np.empty(1, np.float32)
+    for t in range(tiles.shape[0]):
+        for k in range(8):
+            for b in range(g):
+                rec[b, _D_AT[code]] = tiles[t, 16 * b + 2 * k]
+                rec[b, _D_AT[code] + 1] = tiles[t, 16 * b + 2 * k + 1]
+                q0 = (16 * g + 63) // 64 * 64 + 8 * qs_n * b
+                for c in range(qs_n // 8):
+                    for j in range(8):
+                        rec[b, _QS_AT[code] + 8 * c + j] = tiles[t, q0 + 64 * c + 8 * k + j]
+            _gemv_loop(code, rec.reshape(1, rec.shape[0], rec.shape[1]), x, one)
+            out[8 * t + k] = one[0]
+
+
+@kernel
+def gemv_x8(code, tiles, tail, x, out):
+    """``out`` [8 T + tail rows] of x8 ``tiles`` [T, bytes] and plain ``tail`` [n, G, bytes]
+    against activation records ``x`` [G, bytes] (contiguous, C order)."""
+    literally(code)
+    g = x.shape[0]
+    t_n = tiles.shape[0]
+    if g == 0:
+        out[:] = np.float32(0.0)
+        return
+    if HAVE_X8:
+        _gemv_x8_simd(code, tiles, x, out, _TRIP)
+    else:
+        rec = np.empty((g, tail.shape[2]), np.uint8)
+        _tile_rows_portable(code, tiles, x, out, rec)
+    for r in range(tail.shape[0]):
+        if HAVE_AVX2:
+            out[8 * t_n + r] = _simd_dot_at(code, tail, r * tail.strides[0], tail.strides[1], x,
+                                            x.strides[0], g)
+        else:
+            _gemv_loop(code, tail[r:r + 1], x, out[8 * t_n + r:8 * t_n + r + 1])

@@ -1,0 +1,108 @@
+"""Row-interleaved weights: ``repack`` (ggml's CPU_REPACK idea for numba_qk's legacy gemv).
+
+``repack(w, format)`` copies Q4_0 weight records ``[rows, G, bytes]`` into tiles of 8 rows
+whose scales and quants are interleaved (see ``numba_qk.kernels.legacy_x8``), so that one
+512-bit load feeds all 8 rows and no per-row horizontal reduction is needed.  ``gemv``,
+``gemm`` and ``matmul`` accept the result in place of the plain records and return the same
+bits.  It pays off when the same weights serve many products (a model layer): the copy (numpy
+transposes) costs about as much as 50 matvecs of its size.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _threads
+from ._jit import kernel
+from ._validate import as_array, check_records
+from .formats import Format, quant
+from .kernels import _legacy_layout as _LL
+from .kernels import legacy_x8 as _x8
+
+__all__ = ["repack", "Repacked", "REPACK_FORMATS"]
+
+#: Weight formats ``repack`` accepts (the kernels also do Q8_0, kept private: its tiles were
+#: slower than the plain records when streamed from DRAM, see kernels/legacy_x8.py).
+REPACK_FORMATS = (quant.q4_0,)
+
+
+def _bind(code):
+    @kernel
+    def gemv(tiles, tail, x, out):
+        _x8.gemv_x8(code, tiles, tail, x, out)
+
+    @kernel
+    def gemm(tiles, tail, x, out):
+        for a in range(x.shape[0]):
+            _x8.gemv_x8(code, tiles, tail, x[a], out[a])
+    return gemv, gemm
+
+
+_KERNELS = {fmt: _bind(_LL.CODES[fmt]) for fmt in REPACK_FORMATS}
+
+
+class Repacked:
+    """Weight records of ``format`` repacked by ``repack``: ``shape`` is the plain records'
+    ``(rows, G, bytes)``; ``tiles`` (uint8 ``[rows // 8, G * (16 + 8 * qs bytes)]``) holds the
+    full tiles of 8 rows, ``tail`` (uint8 ``[rows % 8, G, bytes]``) the rows after them as
+    plain records.  Read-only arrays; ``unpack()`` gives the plain records back."""
+
+    __slots__ = ("format", "shape", "tiles", "tail")
+
+    def __init__(self, format, shape, tiles, tail):
+        self.format, self.shape, self.tiles, self.tail = format, tuple(shape), tiles, tail
+        tiles.flags.writeable = False
+        tail.flags.writeable = False
+
+    @property
+    def nbytes(self) -> int:
+        return self.tiles.nbytes + self.tail.nbytes
+
+    def unpack(self) -> np.ndarray:
+        """The plain weight records ``[rows, G, bytes]`` (a new array)."""
+        rows, g, nb = self.shape
+        return _x8.unpack_x8(_LL.CODES[self.format], self.tiles, self.tail, g, nb)
+
+    def __repr__(self):
+        return f"Repacked({self.format.name}, shape={self.shape})"
+
+
+def repack(w, format) -> Repacked:
+    """Copy weight records ``w`` (uint8 ``[rows, G, bytes]``, any strides) of ``format``
+    (``numba_qk.quant.q4_0``) into 8-row interleaved tiles for ``gemv`` / ``gemm`` /
+    ``matmul``, which then return the same bits as on ``w``.  The speed-up needs AVX-512 VNNI
+    (4096x4096 matvec on Zen 4: ~0.45x the plain kernel's time with the weights in cache,
+    ~0.65-0.75x streamed from DRAM); elsewhere the portable loops run on the tiles (slower than
+    the plain records' kernels).
+    A batch (``gemm``, 2-d ``matmul``) runs the repacked gemv once per activation row."""
+    if not (isinstance(format, Format) and format in REPACK_FORMATS):
+        raise TypeError(f"format: repack expects one of "
+                        f"{', '.join(repr(f) for f in REPACK_FORMATS)}, got {format!r}")
+    wa = check_records(as_array(w, "w"), "w", format, "weights")
+    tiles, tail = _x8.repack_x8(_LL.CODES[format], wa)
+    return Repacked(format, wa.shape, tiles, tail)
+
+
+def product(rp: Repacked, kind: str, xa, target, nthreads: int) -> None:
+    """gemv (``xa`` [G, bytes]) or gemm (``xa`` [batch, G, bytes]) on ``rp``, tiles split over
+    up to ``nthreads`` threads; ``xa`` is made contiguous first (the kernel's record stride is
+    a constant)."""
+    gemv, gemm = _KERNELS[rp.format]
+    fn = gemv if kind == "gemv" else gemm
+    xa = np.ascontiguousarray(xa)
+    t_n = rp.tiles.shape[0]
+    n = _threads.effective_threads(nthreads, t_n + (1 if rp.tail.shape[0] else 0)) \
+        if nthreads > 1 else 1
+    if n == 1:
+        fn(rp.tiles, rp.tail, xa, target)
+        return
+    rows = 8 * t_n
+    no_tail = rp.tail[:0]
+    tasks = []
+    for t0, t1 in _threads.row_chunks(t_n, n, per_thread=4, tile=1):
+        part = target[8 * t0:8 * t1] if kind == "gemv" else target[:, 8 * t0:8 * t1]
+        tasks.append((fn, (rp.tiles[t0:t1], no_tail, xa, part)))
+    if rp.tail.shape[0]:
+        part = target[rows:] if kind == "gemv" else target[:, rows:]
+        tasks.append((fn, (rp.tiles[:0], rp.tail, xa, part)))
+    _threads.run(tasks, n)

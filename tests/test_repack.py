@@ -1,0 +1,219 @@
+"""``numba_qk.repack``: 8-row interleaved Q4_0 weights give the same bits as the plain records
+through ``gemv`` / ``gemm`` / ``matmul`` -- random bytes (NaN/inf/subnormal scales), adversarial
+extremes, every remainder of the 8-row tile and of the 4-record trip (G = 1 included), G = 0,
+strided / unaligned / read-only inputs, threads, batches -- and the portable tile loop (targets
+without AVX-512 VNNI) as well.  The kernels' Q8_0 tiles (not offered by ``repack``) are tested
+at the kernel level."""
+
+import numpy as np
+import pytest
+
+import numba_qk as qk
+from numba_qk import reference as ref
+from numba_qk.kernels import legacy, legacy_x8
+from numba_qk.kernels import _legacy_layout as _LL
+
+from qk_assert import assert_same_f32
+from test_legacy_vnni import _extremes
+
+NAMES = ["q4_0"]
+KERNEL_NAMES = ["q4_0", "q8_0"]
+SHAPES = ((8, 1), (1, 1), (7, 3), (9, 1), (16, 4), (17, 5), (24, 6), (31, 7), (40, 2),
+          (8, 9), (64, 33))
+
+
+def _fmt(name):
+    f = getattr(qk.quant, name)
+    return f, qk.activation_format(f)
+
+
+def _loop(f, w, x):
+    """The portable definition (the record loop of legacy.py), one row at a time."""
+    out = np.empty(w.shape[0], np.float32)
+    legacy._gemv_loop(_LL.CODES[f], np.ascontiguousarray(w), np.ascontiguousarray(x), out)
+    return out
+
+
+def _gemv(f, act, w, x, **kw):
+    return qk.gemv(w, x, lhs_format=f, rhs_format=act, **kw)
+
+
+def _portable_tiles(f, rp, x):
+    """The tile loop used where the VNNI kernel is not available."""
+    code = _LL.CODES[f]
+    out = np.empty(8 * rp.tiles.shape[0], np.float32)
+    rec = np.empty((x.shape[0], f.block_bytes), np.uint8)
+    legacy_x8._tile_rows_portable(code, rp.tiles, np.ascontiguousarray(x), out, rec)
+    return out
+
+
+class _Tiles:
+    """What ``repack`` returns, for any format the kernels take (Q8_0 included)."""
+
+    def __init__(self, f, w):
+        self.format, self.shape = f, w.shape
+        self.tiles, self.tail = legacy_x8.repack_x8(_LL.CODES[f], w)
+
+    def unpack(self):
+        return legacy_x8.unpack_x8(_LL.CODES[self.format], self.tiles, self.tail,
+                                   self.shape[1], self.shape[2])
+
+
+def _repack_any(f, w):
+    return qk.repack(w, f) if f in qk.REPACK_FORMATS else _Tiles(f, w)
+
+
+def _gemv_any(f, act, rp, x):
+    if isinstance(rp, qk.Repacked):
+        return _gemv(f, act, rp, x)
+    out = np.empty(rp.shape[0], np.float32)
+    legacy_x8.gemv_x8(_LL.CODES[f], rp.tiles, rp.tail, np.ascontiguousarray(x), out)
+    return out
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+def test_random_bytes_every_tile_and_trip_remainder(name, rng):
+    f, act = _fmt(name)
+    for rows, g in SHAPES:
+        w = rng.integers(0, 256, (rows, g, f.block_bytes), dtype=np.uint8)
+        x = rng.integers(0, 256, (g, act.block_bytes), dtype=np.uint8)
+        rp = _repack_any(f, w)
+        assert rp.shape == w.shape and (rp.unpack() == w).all()
+        assert rp.tiles.size == 0 or (rp.tiles.ctypes.data % 64 == 0
+                                      and rp.tiles.strides[0] % 64 == 0)
+        want = _loop(f, w, x)
+        assert_same_f32(_gemv_any(f, act, rp, x), want, f"{name} rows={rows} G={g}")
+        assert_same_f32(_portable_tiles(f, rp, x), want[:8 * (rows // 8)], "portable tiles")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_matches_the_oracle_and_plain_gemv(name, rng):
+    f, act = _fmt(name)
+    rows, g = 20, 6
+    w = qk.quantize(rng.standard_normal((rows * g, 32)).astype(np.float32),
+                    format=f).reshape(rows, g, -1)
+    x = qk.quantize(rng.standard_normal((g, 32)).astype(np.float32), format=act)
+    want = np.array([ref.legacy_dot(name.upper(), w[r], act.name, x) for r in range(rows)],
+                    np.float32)
+    got = _gemv(f, act, qk.repack(w, f), x)
+    assert_same_f32(got, want)
+    assert_same_f32(got, _gemv(f, act, w, x))
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+def test_adversarial_extremes(name, rng):
+    f, act = _fmt(name)
+    for rows, g in ((16, 8), (24, 5), (8, 1)):
+        w, x = _extremes(f, act, rows, g, rng)
+        rp = _repack_any(f, w)
+        assert_same_f32(_gemv_any(f, act, rp, x), _loop(f, w, x), f"{name} extremes")
+        assert_same_f32(_portable_tiles(f, rp, x), _loop(f, w, x), f"{name} portable")
+    for wb, xb in ((0xFF, 0x80), (0x00, 0x80), (0x80, 0x80), (0xFF, 0x7F), (0x00, 0x7F)):
+        w = np.full((8, 4, f.block_bytes), wb, np.uint8)
+        x = np.full((4, act.block_bytes), xb, np.uint8)
+        w[..., 0:2] = np.array([0x00, 0x3C], np.uint8)  # d = 1
+        x[..., 0:2] = np.array([0x00, 0x3C], np.uint8)
+        got = _gemv_any(f, act, _repack_any(f, w), x)
+        assert_same_f32(got, _loop(f, w, x), f"{name} all {wb:#x} x {xb:#x}")
+        assert_same_f32(got[0], ref.legacy_dot(name.upper(), w[0], act.name, x))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_strided_unaligned_readonly_inputs(name, rng):
+    f, act = _fmt(name)
+    rows, g = 27, 6
+    w = rng.integers(0, 256, (rows, g, f.block_bytes), dtype=np.uint8)
+    x = rng.integers(0, 256, (g, act.block_bytes), dtype=np.uint8)
+    want = _loop(f, w, x)
+    w2 = np.zeros((2 * rows, 2 * g, f.block_bytes), np.uint8)
+    w2[::2, ::2] = w
+    assert_same_f32(_gemv(f, act, qk.repack(w2[::2, ::2], f), x), want, "strided weights")
+    assert_same_f32(_gemv(f, act, qk.repack(w[::-1], f), x), want[::-1], "reversed rows")
+    buf = np.zeros(x.nbytes * 2 + 1, np.uint8)
+    xs = buf[1:1 + 2 * x.nbytes].reshape(2 * g, act.block_bytes)[::2]
+    xs[...] = x
+    rp = qk.repack(w, f)
+    assert_same_f32(_gemv(f, act, rp, xs), want, "strided, unaligned activations")
+    wr, xr = w.copy(), x.copy()
+    wr.setflags(write=False)
+    xr.setflags(write=False)
+    assert_same_f32(_gemv(f, act, qk.repack(wr, f), xr), want, "read-only")
+    assert not rp.tiles.flags.writeable and not rp.tail.flags.writeable
+    out = np.zeros(2 * rows, np.float32)
+    qk.gemv(rp, x, lhs_format=f, rhs_format=act, out=out[::2])
+    assert_same_f32(out[::2], want, "strided out")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_zero_blocks_and_zero_rows(name):
+    f, act = _fmt(name)
+    w = np.zeros((16, 0, f.block_bytes), np.uint8)
+    x = np.zeros((0, act.block_bytes), np.uint8)
+    assert_same_f32(_gemv(f, act, qk.repack(w, f), x), np.zeros(16, np.float32))
+    w = np.zeros((0, 3, f.block_bytes), np.uint8)
+    x = np.zeros((3, act.block_bytes), np.uint8)
+    assert _gemv(f, act, qk.repack(w, f), x).shape == (0,)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("threads", [2, 3])
+def test_threads_gemm_and_matmul(name, threads, rng):
+    f, act = _fmt(name)
+    rows, g, batch = 75, 5, 3
+    w = rng.integers(0, 256, (rows, g, f.block_bytes), dtype=np.uint8)
+    w[..., 0:2] = np.array([0x00, 0x2C], np.uint8)   # finite scales: matmul's numbers show
+    rp = qk.repack(w, f)
+    x = rng.integers(0, 256, (g, act.block_bytes), dtype=np.uint8)
+    assert_same_f32(_gemv(f, act, rp, x, threads=threads), _loop(f, w, x), "gemv threads")
+    xb = rng.integers(0, 256, (batch, g, act.block_bytes), dtype=np.uint8)
+    want = qk.gemm(w, xb, lhs_format=f, rhs_format=act)
+    for t in (1, threads):
+        assert_same_f32(qk.gemm(rp, xb, lhs_format=f, rhs_format=act, threads=t), want,
+                        f"gemm threads={t}")
+    v = rng.standard_normal((batch, g * 32)).astype(np.float32)
+    for t in (1, threads):
+        assert_same_f32(qk.matmul(rp, v, lhs_format=f, threads=t),
+                        qk.matmul(w, v, lhs_format=f), f"matmul batch threads={t}")
+        assert_same_f32(qk.matmul(rp, v[1], lhs_format=f, threads=t),
+                        qk.matmul(w, v[1], lhs_format=f), f"matmul threads={t}")
+
+
+def test_errors(rng):
+    f, act = _fmt("q4_0")
+    w = rng.integers(0, 256, (8, 2, f.block_bytes), dtype=np.uint8)
+    rp = qk.repack(w, f)
+    with pytest.raises(ValueError, match="repacked as Q4_0"):
+        qk.gemv(rp, np.zeros((2, 34), np.uint8), lhs_format=qk.quant.q5_0,
+                rhs_format=qk.quant.q8_0)
+    with pytest.raises(ValueError, match="same number of records"):
+        qk.gemv(rp, np.zeros((3, 34), np.uint8), lhs_format=f, rhs_format=act)
+    with pytest.raises(ValueError):
+        qk.matmul(rp, np.zeros(96, np.float32), lhs_format=f)
+    for other in (qk.quant.q4_1, qk.quant.q8_0, qk.quant.q4_k, "q4_0"):
+        with pytest.raises(TypeError, match="repack expects"):
+            qk.repack(np.zeros((8, 2, 20), np.uint8), other)
+    with pytest.raises(ValueError):
+        qk.repack(np.zeros((8, 2, 20), np.uint8), f)
+    assert "Q4_0" in repr(rp) and rp.nbytes >= w.nbytes
+
+
+@pytest.mark.parametrize("env", [{"NUMBA_QK_NO_VNNI": "1"}, {"NUMBA_QK_PORTABLE": "1"},
+                                 {"NUMBA_CPU_NAME": "haswell"}],
+                         ids=["no-vnni", "portable", "haswell"])
+def test_without_the_vnni_kernel(env, tmp_path):
+    """With the VNNI kernel switched off or compiled for an AVX2 CPU (what other CPUs run: the
+    portable tile loop, the tail by the SIMD or portable single-row fold) the random-bytes and
+    extremes tests again, in a fresh process with its own numba cache."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    e = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), **env)
+    here = Path(__file__).resolve()
+    e["PYTHONPATH"] = str(here.parent.parent) + os.pathsep + e.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-p", "no:xdist", str(here), "-k", "random_bytes or extremes"],
+                       env=e, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "4 passed" in r.stdout, r.stdout[-500:]   # q4_0 and q8_0, twice
