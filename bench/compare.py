@@ -541,6 +541,24 @@ def main(argv=None) -> int:
                                for w_ in ws]),
                       gb, ws, fmt.ggml_type, 1, 0, xv, w.nbytes, streamed=True)
             del ws
+        if fmt in qk.REPACK_FORMATS:
+            # the same weights in numba_qk's row-interleaved layout (qk.repack, opt-in), the
+            # counterpart of ggml's CPU_REPACK
+            rp = qk.repack(w, fmt)
+            pair_rows(tab, f"{fmt.name} matvec 4096x4096, f32 x, hot", "repack + matmul threads=1",
+                      lambda: qk.matmul(rp, xv, lhs_format=fmt, threads=1), gb, w,
+                      fmt.ggml_type, 1, 0, xv, w.nbytes)
+            if not args.quick:
+                copies = -(-big // w.nbytes)
+                rps = [qk.repack(w, fmt) for _ in range(copies)]
+                pair_rows(tab, f"{fmt.name} matvec 4096x4096, DRAM-streamed ({copies} copies, "
+                          f"{copies * w.nbytes / 1e9:.2f} GB)", "repack + matmul threads=1",
+                          cycling([lambda r_=r_: qk.matmul(r_, xv, lhs_format=fmt, threads=1)
+                                   for r_ in rps]),
+                          gb, [w.copy() for _ in range(copies)], fmt.ggml_type, 1, 0, xv,
+                          w.nbytes, streamed=True)
+                del rps
+            rp = None
         recs = qk.quantize(x1m, format=fmt)
         cands = {"q": lambda: qk.quantize(x1m, format=fmt), "d": lambda: qk.dequantize(recs, fmt)}
         if ggml:

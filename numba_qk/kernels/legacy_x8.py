@@ -21,7 +21,7 @@ from numba import literally
 
 from .._jit import kernel
 from ._legacy_layout import _D_AT, _QS_AT, _X_D_AT, _X_QS_AT, _ZERO, Q4_0, Q8_0
-from ._simd import HAVE_AVX512, HAVE_VNNI, prefetch, prefetch_tiles_ahead
+from ._simd import HAVE_AVX512, HAVE_VNNI, prefetch, prefetch_plan
 from ._simd_legacy import X8_QS_BYTES, legacy_x8_rows
 from .legacy import _f16, _gemv_loop, _simd_dot_at, HAVE_AVX2
 
@@ -98,14 +98,15 @@ def _gemv_x8_simd(code, tiles, x, out, trip):
     """Tiles only (``out`` has 8 entries per tile); ``x`` contiguous records."""
     literally(code)
     literally(trip)
-    _gemv_x8_simd_ahead(code, tiles, x, out, trip, prefetch_tiles_ahead(tiles.strides[0]))
+    ts0 = max(np.int64(tiles.strides[0]), np.int64(1))
+    _gemv_x8_simd_ahead(code, tiles, x, out, trip, prefetch_plan(ts0, 1)[0] // ts0)
 
 
 @kernel
 def _gemv_x8_simd_ahead(code, tiles, x, out, trip, tiles_ahead):
     """As ``_gemv_x8_simd``, prefetching into L2 the tile ``tiles_ahead`` tiles ahead (0: none)
     as one linear byte range, an equal share of its lines per record step (as the plain gemv
-    kernels do, see ``_simd.prefetch_share``), and the same share of the next tile again: a
+    kernels do, see ``_simd.prefetch_plan``), and the same share of the next tile again: a
     second request for lines whose first prefetch was lost (streamed 4096x4096 Q4_0 on Zen 4:
     ~10 % faster; bench/legacy_x8_ab.py)."""
     literally(code)
