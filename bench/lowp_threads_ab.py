@@ -13,7 +13,7 @@ its own source and preallocated destination), interleaved, best of N; ``speedup`
   numpy copy    np.copyto of the f32 source into an f32 buffer (no arithmetic at all)
   qk n/2        the public call on half the elements per thread (a smaller working set)
 
-plus a GIL probe: how many iterations a pure-Python loop in the main thread completes while a
+plus ``threads=2`` in one call against ``threads=1`` and a GIL probe: how many iterations a pure-Python loop in the main thread completes while a
 worker thread runs one cast, against the same time spent in ``time.sleep`` (ratio ~1: the GIL is
 released for the whole kernel).  If numpy's copy and numkong scale like numba_qk, the limit is
 the memory system, not ours.  Figures under load are ratios only; the quiet figure comes from
@@ -118,6 +118,12 @@ def main(argv=None):
     for k in fs:
         one, both = min(t1[k]), min(t2[k])
         print(f"| {k} | {one * 1e3:.2f} | {both * 1e3:.2f} | {2 * one / both:.2f} |")
+    t_one = t_two = float("inf")                   # threads=2 inside one call, interleaved
+    for _ in range(a.repeat):
+        t_one = min(t_one, solo(lambda: qk.astype(xs[0], qk.bf16, out=outs[0])))
+        t_two = min(t_two, solo(lambda: qk.astype(xs[0], qk.bf16, out=outs[0], threads=2)))
+    print(f"qk astype threads=2 (one call): {t_two * 1e3:.2f} ms vs threads=1 {t_one * 1e3:.2f} ms"
+          f" -> {t_one / t_two:.2f}x")
     print(f"GIL probe (main-thread Python progress during a cast / during a sleep): "
           f"qk astype {gil_probe(fs['qk astype'][0]):.2f}"
           + (f", numkong {gil_probe(fs['numkong'][0]):.2f}" if nk is not None else ""))
