@@ -236,5 +236,43 @@ def test_astype_streams_large_widening_casts(monkeypatch):
             assert (out.view(np.uint32) == e.view(np.uint32)).all()
             assert calls and all(calls) == _stream.HAVE_STREAM
         calls.clear()
-        qk.astype(v, t)                                       # narrowing: never streamed
+        qk.astype(v, t)             # narrowing: not at this size (NARROW_STREAM_MIN_BYTES)
         assert calls and not any(calls)
+
+
+def _codes(r):
+    return np.asarray(r.codes() if isinstance(r, qk.Tensor) else r.view(f"u{r.dtype.itemsize}"))
+
+
+def test_astype_streams_narrowing_f32_to_bf16_f16_from_registers(monkeypatch):
+    """Narrowing f32 -> bf16 / f16 streams (non-temporal stores from registers) at or above
+    ``NARROW_STREAM_MIN_BYTES`` where the kernels can, with the same bits at every thread
+    count and alignment; other narrowing casts never stream."""
+    calls = []
+    real = L.converter
+
+    def spy(*key):
+        fn = real(*key)
+
+        def wrapped(*args):
+            calls.append(args[-1])
+            return fn(*args)
+        return wrapped
+
+    x = (np.random.default_rng(4).standard_normal((3, 5, 9000)) * 50).astype(np.float32)
+    x.reshape(-1)[::97] = np.nan
+    cases = [(qk.bf16, x), (qk.f16, x), (qk.bf16, x[:, ::-1, 1:]), (qk.e4m3, x)]
+    expect = [qk.astype(v, t) for t, v in cases]                # plain stores
+    monkeypatch.setattr(_stream, "NARROW_STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(_cast._k, "converter", spy)
+    for (t, v), e in zip(cases, expect):
+        for threads in (1, 2, 3):
+            for pad in (0, 1, 3):                               # output alignments
+                calls.clear()
+                sd = np.uint8 if t is qk.e4m3 else np.uint16
+                store = np.empty(v.size + pad, sd)[pad:].reshape(v.shape)
+                out = store.view(np.float16) if t is qk.f16 else qk.Tensor(store, dtype=t)
+                assert qk.astype(v, t, out=out, threads=threads) is out
+                assert (_codes(out) == _codes(e)).all()
+                vec = t is qk.bf16 or (t is qk.f16 and L._HW_F16)
+                assert calls and all(calls) == (_stream.HAVE_STREAM and L._VEC_ENC and vec)
