@@ -240,14 +240,13 @@ def astype(a, dtype, *, out=None, threads=1, tensor_scale=None):
         return result
     kernel = _k.converter(src.kind, _KIND[t.name], src.spb, t.block_size)
     # Large casts may bypass the caches with non-temporal stores (the same bits;
-    # kernels/_stream.py), where that measured faster on the CPU family (thresholds there):
-    # widening ones (f32 from bf16/f16/fp8/fp6) through an L1 scratch row, f32 -> bf16/f16
-    # straight from registers.  Other narrowing casts measured slower streamed (NOTES.md).
+    # kernels/_stream.py) where that measured faster on the CPU family (thresholds there):
+    # widening ones (f32 from bf16/f16/fp8/fp6), and f32 -> bf16/f16 where the vector kernels
+    # store straight from registers.  Other narrowing casts measured slower streamed.
     dk = _KIND[t.name]
     stream = _stream.HAVE_STREAM and src.spb == 1 and t.block_size == 1 and (
         (dst.itemsize > src.store.itemsize and dst.nbytes >= _stream.STREAM_MIN_BYTES)
-        or (src.kind == _k.K_F32 and (dk == _k.K_BF16 or (dk == _k.K_F16 and _k._HW_F16))
-            and _k._VEC_ENC and dst.nbytes >= _stream.NARROW_STREAM_MIN_BYTES))
+        or (_k.register_stream(src.kind, dk) and dst.nbytes >= _stream.REG_STREAM_MIN_BYTES))
     n = _threads.effective_threads(threads, dst.size) if threads > 1 else 1
     jobs = []
     for view, idx0 in _blocks(src.store, src.spb):

@@ -236,7 +236,7 @@ def test_astype_streams_large_widening_casts(monkeypatch):
             assert (out.view(np.uint32) == e.view(np.uint32)).all()
             assert calls and all(calls) == _stream.HAVE_STREAM
         calls.clear()
-        qk.astype(v, t)             # narrowing: not at this size (NARROW_STREAM_MIN_BYTES)
+        qk.astype(v, t)             # narrowing: not at this size (REG_STREAM_MIN_BYTES)
         assert calls and not any(calls)
 
 
@@ -246,7 +246,7 @@ def _codes(r):
 
 def test_astype_streams_narrowing_f32_to_bf16_f16_from_registers(monkeypatch):
     """Narrowing f32 -> bf16 / f16 streams (non-temporal stores from registers) at or above
-    ``NARROW_STREAM_MIN_BYTES`` where the kernels can, with the same bits at every thread
+    ``REG_STREAM_MIN_BYTES`` where the kernels can, with the same bits at every thread
     count and alignment; other narrowing casts never stream."""
     calls = []
     real = L.converter
@@ -263,7 +263,7 @@ def test_astype_streams_narrowing_f32_to_bf16_f16_from_registers(monkeypatch):
     x.reshape(-1)[::97] = np.nan
     cases = [(qk.bf16, x), (qk.f16, x), (qk.bf16, x[:, ::-1, 1:]), (qk.e4m3, x)]
     expect = [qk.astype(v, t) for t, v in cases]                # plain stores
-    monkeypatch.setattr(_stream, "NARROW_STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(_stream, "REG_STREAM_MIN_BYTES", 0)
     monkeypatch.setattr(_cast._k, "converter", spy)
     for (t, v), e in zip(cases, expect):
         for threads in (1, 2, 3):
@@ -276,3 +276,38 @@ def test_astype_streams_narrowing_f32_to_bf16_f16_from_registers(monkeypatch):
                 assert (_codes(out) == _codes(e)).all()
                 vec = t is qk.bf16 or (t is qk.f16 and L._HW_F16)
                 assert calls and all(calls) == (_stream.HAVE_STREAM and L._VEC_ENC and vec)
+
+
+def test_astype_streams_widening_casts_from_registers(monkeypatch):
+    """bf16 / f16 / fp8 / fp6 -> f32 stream from registers at REG_STREAM_MIN_BYTES (the L1
+    scratch path's STREAM_MIN_BYTES out of the way): same bits at every alignment and thread
+    count, every code included."""
+    calls = []
+    real = L.converter
+
+    def spy(*key):
+        fn = real(*key)
+
+        def wrapped(*args):
+            calls.append(args[-1])
+            return fn(*args)
+        return wrapped
+
+    x = (np.random.default_rng(5).standard_normal((2, 3, 9000)) * 50).astype(np.float32)
+    x.reshape(-1)[:256] = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.float32)
+    srcs = [qk.astype(x, t) for t in (qk.bf16, qk.f16, qk.e4m3, qk.e5m2, qk.e2m3, qk.e3m2)]
+    srcs.append(qk.Tensor(np.tile(np.arange(1 << 16, dtype=np.uint16), 1), dtype=qk.bf16))
+    expect = [qk.astype(c, qk.f32) for c in srcs]              # plain stores
+    monkeypatch.setattr(_stream, "STREAM_MIN_BYTES", 1 << 62)
+    monkeypatch.setattr(_stream, "REG_STREAM_MIN_BYTES", 0)
+    monkeypatch.setattr(_cast._k, "converter", spy)
+    for c, e in zip(srcs, expect):
+        for threads in (1, 3):
+            for pad in (0, 1, 5):
+                calls.clear()
+                out = np.empty(e.size + pad, np.float32)[pad:].reshape(e.shape)
+                assert qk.astype(c, qk.f32, out=out, threads=threads) is out
+                assert (out.view(np.uint32) == e.view(np.uint32)).all()
+                kind = _cast._source(c).kind
+                assert calls and all(calls) == (_stream.HAVE_STREAM
+                                                and L.register_stream(kind, L.K_F32))

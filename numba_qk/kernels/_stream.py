@@ -69,19 +69,20 @@ def _default_min_bytes() -> int:
 STREAM_MIN_BYTES = _default_min_bytes()
 
 
-def _default_narrow_min_bytes() -> int:
-    """Narrowing f32 -> bf16/f16 casts write their codes with non-temporal stores straight from
-    registers (``lowp._encode_run_nt``; no L1 scratch pass) from this many output bytes on.
-    Measured per CPU family: on AMD Zen 4, 16 M elements 2.7 vs 3.3 ms plain (0.8x numkong);
-    on Intel (Emerald Rapids) it was not faster, so there it is off.
-    ``NUMBA_QK_NARROW_STREAM_MIN_BYTES`` overrides."""
-    env = os.environ.get("NUMBA_QK_NARROW_STREAM_MIN_BYTES", "")
+def _default_reg_min_bytes() -> int:
+    """Casts that have a vector kernel (f32 -> bf16/f16, bf16/f16/fp8/fp6 -> f32) write whole
+    64-byte lines with non-temporal stores straight from registers (no L1 scratch pass) from
+    this many output bytes on.  Measured per CPU family: on AMD Zen 4, 16 M values f32 -> bf16
+    2.7 vs 3.3 ms plain, bf16 -> f32 2.9 vs 3.2; on Intel the widening casts stream at
+    ``STREAM_MIN_BYTES`` (then also from registers where they can) and narrowing ones were not
+    faster streamed, so this is off there.  ``NUMBA_QK_REG_STREAM_MIN_BYTES`` overrides."""
+    env = os.environ.get("NUMBA_QK_REG_STREAM_MIN_BYTES", "")
     if env:
         return int(env)
     return 1 << 62 if _vendor() == "GenuineIntel" else 16 << 20
 
 
-NARROW_STREAM_MIN_BYTES = _default_narrow_min_bytes()
+REG_STREAM_MIN_BYTES = _default_reg_min_bytes()
 
 LINE = 64
 

@@ -312,12 +312,22 @@ def _vec_load(context, builder, signature, args, vt):
     return builder.load(builder.bitcast(builder.gep(sp, [args[1]]), vt.as_pointer()), align=1)
 
 
-def _vec_store(context, builder, signature, args, value):
-    """... and the store of ``value`` at element ``di`` of contiguous ``dst`` (unaligned)."""
+def _vec_store(context, builder, signature, args, value, nt=0):
+    """... and the store of ``value`` at element ``di`` of contiguous ``dst`` (unaligned); with
+    ``nt`` one aligned non-temporal store (the caller makes element ``di`` start a line)."""
     dp = context.make_array(signature.args[2])(context, builder, args[2]).data
-    builder.store(value, builder.bitcast(builder.gep(dp, [args[3]]), value.type.as_pointer()),
-                  align=1)
+    ptr = builder.bitcast(builder.gep(dp, [args[3]]), value.type.as_pointer())
+    if not nt:
+        builder.store(value, ptr, align=1)
+        return context.get_dummy_value()
+    st = builder.store(value, ptr, align=value.type.count * value.type.element.width // 8)
+    st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
     return context.get_dummy_value()
+
+
+def _nt_arg(nt):
+    """The literal 0/1 ``nt`` argument of the decode intrinsics (None: not a literal)."""
+    return nt.literal_value if isinstance(nt, types.IntegerLiteral) else None
 
 
 _VLANES = 16   # lanes of the explicit-vector f32 -> bf16/f16 encoders (one zmm with AVX-512)
@@ -534,15 +544,17 @@ def _decode_to_f32_bits(S, raw):
 # ---- explicit-vector f16 -> f32: 16 lanes of the hardware widening ---------------------------
 
 @intrinsic
-def _f16_decode_vec(typingctx, src, si, dst, di):
+def _f16_decode_vec(typingctx, src, si, dst, di, nt):
     """``dst[di:di + 16] = float32 bits of the f16 codes src[si:si + 16]`` (uint16 -> uint32):
     one ``fpext <16 x half>`` (F16C ``vcvtph2ps``; exact for every non-NaN code), then a select
     that gives NaN lanes :func:`_f16_to_f32_bits_hw`'s bits -- sign, all-ones exponent, payload
     shifted up, *not* quietened (the hardware would set the quiet bit of a signalling NaN)."""
     if not (isinstance(src, types.Array) and src.dtype == types.uint16
-            and isinstance(dst, types.Array) and dst.dtype == types.uint32):
+            and isinstance(dst, types.Array) and dst.dtype == types.uint32
+            and _nt_arg(nt) is not None):
         return None
-    sig = types.none(src, types.intp, dst, types.intp)
+    sig = types.none(src, types.intp, dst, types.intp, nt)
+    NT = _nt_arg(nt)
 
     def codegen(context, builder, signature, args):
         i32v = ir.VectorType(ir.IntType(32), _VLANES)
@@ -559,7 +571,7 @@ def _f16_decode_vec(typingctx, src, si, dst, di):
         nan = builder.or_(builder.or_(builder.shl(builder.and_(c, splat(0x8000)), splat(16)),
                                       splat(0x7F800000)),
                           builder.shl(builder.and_(c, splat(0x3FF)), splat(13)))
-        return _vec_store(context, builder, signature, args, builder.select(isnan, nan, x))
+        return _vec_store(context, builder, signature, args, builder.select(isnan, nan, x), NT)
 
     return sig, codegen
 
@@ -571,7 +583,7 @@ def _f16_decode_run(src, dst):
     n = src.shape[0]
     nv = n // _VLANES * _VLANES
     for k in range(0, nv, _VLANES):
-        _f16_decode_vec(src, k, dst, k)
+        _f16_decode_vec(src, k, dst, k, 0)
     for k in range(nv, n):
         dst[k] = _f16_to_f32_bits_hw(np.int64(src[k]))
 
@@ -600,11 +612,13 @@ def _make_perm_decode(bits):
     NMAG, SBIT, MASK, ROWS = _perm_spec(bits)
 
     @intrinsic
-    def decode16(typingctx, src, si, dst, di):
+    def decode16(typingctx, src, si, dst, di, nt):
         if not (isinstance(src, types.Array) and src.dtype == types.uint8
-                and isinstance(dst, types.Array) and dst.dtype == types.uint32):
+                and isinstance(dst, types.Array) and dst.dtype == types.uint32
+                and _nt_arg(nt) is not None):
             return None
-        sig = types.none(src, types.intp, dst, types.intp)
+        sig = types.none(src, types.intp, dst, types.intp, nt)
+        NT = _nt_arg(nt)
 
         def codegen(context, builder, signature, args):
             i32 = ir.IntType(32)
@@ -631,7 +645,7 @@ def _make_perm_decode(bits):
             isnan = builder.icmp_unsigned(">", builder.and_(mag, splat(0x7FFFFFFF)),
                                           splat(0x7F800000))
             return _vec_store(context, builder, signature, args,
-                              builder.select(isnan, mag, builder.or_(mag, sign)))
+                              builder.select(isnan, mag, builder.or_(mag, sign)), NT)
 
         return sig, codegen
 
@@ -658,13 +672,15 @@ del _h, _hb, _hn
 
 
 @intrinsic
-def _e5m2_decode_vec(typingctx, src, si, dst, di):
+def _e5m2_decode_vec(typingctx, src, si, dst, di, nt):
     """``dst[di:di + 16] = float32 bits of the e5m2 codes src[si:si + 16]`` (uint8 -> uint32):
     code << 8 as f16, ``fpext`` (``vcvtph2ps``), NaN lanes -> the table's quiet NaN."""
     if not (isinstance(src, types.Array) and src.dtype == types.uint8
-            and isinstance(dst, types.Array) and dst.dtype == types.uint32):
+            and isinstance(dst, types.Array) and dst.dtype == types.uint32
+            and _nt_arg(nt) is not None):
         return None
-    sig = types.none(src, types.intp, dst, types.intp)
+    sig = types.none(src, types.intp, dst, types.intp, nt)
+    NT = _nt_arg(nt)
 
     def codegen(context, builder, signature, args):
         i16v = ir.VectorType(ir.IntType(16), 16)
@@ -677,7 +693,7 @@ def _e5m2_decode_vec(typingctx, src, si, dst, di):
         isnan = builder.icmp_unsigned(">", builder.and_(x, ir.Constant(i32v, [0x7FFFFFFF] * 16)),
                                       ir.Constant(i32v, [0x7F800000] * 16))
         return _vec_store(context, builder, signature, args,
-                          builder.select(isnan, ir.Constant(i32v, [_E5M2_NAN] * 16), x))
+                          builder.select(isnan, ir.Constant(i32v, [_E5M2_NAN] * 16), x), NT)
 
     return sig, codegen
 
@@ -696,12 +712,14 @@ del _c, _hb, _hn
 
 
 @intrinsic
-def _e4m3_decode_vec(typingctx, src, si, dst, di):
+def _e4m3_decode_vec(typingctx, src, si, dst, di, nt):
     """``dst[di:di + 16] = float32 bits of the e4m3 codes src[si:si + 16]`` (uint8 -> uint32)."""
     if not (isinstance(src, types.Array) and src.dtype == types.uint8
-            and isinstance(dst, types.Array) and dst.dtype == types.uint32):
+            and isinstance(dst, types.Array) and dst.dtype == types.uint32
+            and _nt_arg(nt) is not None):
         return None
-    sig = types.none(src, types.intp, dst, types.intp)
+    sig = types.none(src, types.intp, dst, types.intp, nt)
+    NT = _nt_arg(nt)
 
     def codegen(context, builder, signature, args):
         i16v = ir.VectorType(ir.IntType(16), 16)
@@ -718,7 +736,7 @@ def _e4m3_decode_vec(typingctx, src, si, dst, di):
         x = builder.or_(builder.bitcast(f, i32v), sign)
         isnan = builder.icmp_unsigned("==", mag, ir.Constant(i16v, [0x7F] * 16))
         return _vec_store(context, builder, signature, args,
-                          builder.select(isnan, ir.Constant(i32v, [_E4M3_NAN] * 16), x))
+                          builder.select(isnan, ir.Constant(i32v, [_E4M3_NAN] * 16), x), NT)
 
     return sig, codegen
 
@@ -733,20 +751,103 @@ def _decode_run(S, src, dst):
     for k in range(0, nv, 16):
         if S == K_E4M3:
             if _HW_F16:
-                _e4m3_decode_vec(src, k, dst, k)
+                _e4m3_decode_vec(src, k, dst, k, 0)
             else:
-                _perm_e4m3(src, k, dst, k)
+                _perm_e4m3(src, k, dst, k, 0)
         elif S == K_E5M2:
             if _HW_F16:
-                _e5m2_decode_vec(src, k, dst, k)
+                _e5m2_decode_vec(src, k, dst, k, 0)
             else:
-                _perm_e5m2(src, k, dst, k)
+                _perm_e5m2(src, k, dst, k, 0)
         elif S == K_E2M3:
-            _perm_e2m3(src, k, dst, k)
+            _perm_e2m3(src, k, dst, k, 0)
         else:
-            _perm_e3m2(src, k, dst, k)
+            _perm_e3m2(src, k, dst, k, 0)
     for k in range(nv, n):
         dst[k] = _decode_to_f32_bits(S, np.int64(src[k]))
+
+
+@intrinsic
+def _bf16_decode_vec(typingctx, src, si, dst, di, nt):
+    """``dst[di:di + 16] = float32 bits of the bf16 codes src[si:si + 16]`` (uint16 -> uint32:
+    code << 16, every code, NaN payloads kept), for the streamed run below."""
+    if not (isinstance(src, types.Array) and src.dtype == types.uint16
+            and isinstance(dst, types.Array) and dst.dtype == types.uint32
+            and _nt_arg(nt) is not None):
+        return None
+    sig = types.none(src, types.intp, dst, types.intp, nt)
+    NT = _nt_arg(nt)
+
+    def codegen(context, builder, signature, args):
+        i32v = ir.VectorType(ir.IntType(32), 16)
+        h = _vec_load(context, builder, signature, args, ir.VectorType(ir.IntType(16), 16))
+        return _vec_store(context, builder, signature, args,
+                          builder.shl(builder.zext(h, i32v), ir.Constant(i32v, [16] * 16)), NT)
+
+    return sig, codegen
+
+
+# Streamed widening runs: the same 16-lane decoders, each 64-byte line of f32 output written
+# with one non-temporal store straight from registers (no L1 scratch row); the elements before
+# the first aligned line and after the last whole one by the scalar rule.  Callers end with
+# ``_stream.store_fence()``.
+
+@kernel
+def _decode_run_nt8(S, src, dst):
+    """:func:`_decode_run` (uint8 codes of kind S in _PERM_KINDS) with non-temporal lines."""
+    n = np.int64(src.shape[0])
+    h = _stream.line_head(dst, np.int64(4))
+    if h < 0 or h > n:
+        h = n
+    for k in range(h):
+        dst[k] = _decode_to_f32_bits(S, np.int64(src[k]))
+    nv = h + (n - h) // 16 * 16
+    for k in range(h, nv, 16):
+        if S == K_E4M3:
+            if _HW_F16:
+                _e4m3_decode_vec(src, k, dst, k, 1)
+            else:
+                _perm_e4m3(src, k, dst, k, 1)
+        elif S == K_E5M2:
+            if _HW_F16:
+                _e5m2_decode_vec(src, k, dst, k, 1)
+            else:
+                _perm_e5m2(src, k, dst, k, 1)
+        elif S == K_E2M3:
+            _perm_e2m3(src, k, dst, k, 1)
+        else:
+            _perm_e3m2(src, k, dst, k, 1)
+    for k in range(nv, n):
+        dst[k] = _decode_to_f32_bits(S, np.int64(src[k]))
+
+
+@kernel
+def _decode_run_nt16(S, src, dst):
+    """bf16 (any machine) or f16 (hardware f16) codes -> float32 bits, non-temporal lines."""
+    n = np.int64(src.shape[0])
+    h = _stream.line_head(dst, np.int64(4))
+    if h < 0 or h > n:
+        h = n
+    for k in range(h):
+        dst[k] = _decode_to_f32_bits(S, np.int64(src[k]))
+    nv = h + (n - h) // 16 * 16
+    for k in range(h, nv, 16):
+        if S == K_BF16:
+            _bf16_decode_vec(src, k, dst, k, 1)
+        else:
+            _f16_decode_vec(src, k, dst, k, 1)
+    for k in range(nv, n):
+        dst[k] = _decode_to_f32_bits(S, np.int64(src[k]))
+
+
+def register_stream(S, D) -> bool:
+    """Whether the S -> D converter streams straight from registers (f32 -> bf16/f16 and
+    bf16/f16/fp8/fp6 -> f32 with the vector kernels) rather than through an L1 scratch row."""
+    if not _VEC_ENC:
+        return False
+    if S == K_F32:
+        return D == K_BF16 or (D == K_F16 and _HW_F16)
+    return D == K_F32 and (S == K_BF16 or (S == K_F16 and _HW_F16) or S in _PERM_KINDS)
 
 
 @kernel
@@ -792,6 +893,9 @@ def _make_converter(S, D, SPB, DPB):
            2 if D == K_F32 and S in _PERM_KINDS else
            3 if D == K_F32 and S == K_F16 and _HW_F16 and _VEC_ENC else 0) \
         if SPB == 1 and DPB == 1 else 0
+    # streamed decodes from registers: 1 = uint8 codes (_decode_run_nt8), 2 = bf16/f16 (nt16)
+    NTDEC = (1 if S in _PERM_KINDS else 2) if (SPB == 1 and DPB == 1 and D == K_F32
+                                               and register_stream(S, D)) else 0
 
     @kernel
     def convert(src, dst, table, idx0, stream):
@@ -849,6 +953,12 @@ def _make_converter(S, D, SPB, DPB):
                         streamed = True
                         if VEC == 1:               # non-temporal stores from registers
                             _encode_run_nt(D, r, out[k0:k0 + m])
+                            continue
+                        if NTDEC == 1:
+                            _decode_run_nt8(S, r, out[k0:k0 + m])
+                            continue
+                        if NTDEC == 2:
+                            _decode_run_nt16(S, r, out[k0:k0 + m])
                             continue
                         if VEC == 2:
                             _decode_run(S, r, sout[:m])
