@@ -197,7 +197,10 @@ def test_errors(rng):
     assert "Q4_0" in repr(rp) and rp.nbytes >= w.nbytes
 
 
-@pytest.mark.parametrize("env", [{"NUMBA_QK_NO_VNNI": "1"}, {"NUMBA_QK_PORTABLE": "1"},
+# each case compiles the kernels afresh in a subprocess: the default run takes the AVX2 machine
+# (the portable tile loop, SIMD single-row tail); the other two run the same tile loop (slow)
+@pytest.mark.parametrize("env", [pytest.param({"NUMBA_QK_NO_VNNI": "1"}, marks=pytest.mark.slow),
+                                 pytest.param({"NUMBA_QK_PORTABLE": "1"}, marks=pytest.mark.slow),
                                  {"NUMBA_CPU_NAME": "haswell"}],
                          ids=["no-vnni", "portable", "haswell"])
 def test_without_the_vnni_kernel(env, tmp_path):
