@@ -1,0 +1,181 @@
+"""Repacked ("x16") Q4_K weights and their gemv (AVX-512 VNNI): ``numba_qk.repack(w, q4_k)``.
+
+``repack_x16`` turns Q4_K weight records ``[rows, G, 144]`` into tiles of 16 rows, one
+contiguous, 64-byte aligned uint8 row per tile: record b of the 16 rows at ``X16_BYTES * b``
+(2368 bytes, layout in ``_simd_q4_k.py``: the packed quants transposed to one dword per row
+and k-step pair, the 6-bit scales and mins unpacked to bytes, d and dmin as f16 per row; the
+nibbles stay packed, so a tile is only 64 bytes per record larger than the 16 plain records).
+The rows past the last full tile (``rows % 16``) stay plain records (the "tail").
+
+``gemv_x16`` computes, bit for bit, what the plain Q4_K gemv computes (dot.py): per record
+S_b, T_b exact, ``v_b = R32(ds * R32(R32(d * f32(S_b)) - R32(dmin * f32(T_b))))`` folded left
+in record order per row -- one i32/f32 lane per row, no horizontal reductions.
+"""
+
+import numpy as np
+
+from .._jit import kernel
+from ._simd import HAVE_AVX512, HAVE_VNNI, prefetch_lines
+from ._simd_q4_k import (X16_BYTES, X16_D_AT, X16_DMIN_AT, X16_M_AT, X16_Q_AT, X16_ROWS,
+                         X16_SC_AT, q4_k_x16_rows_p16, q4_k_x16_rows_p32)
+from .dot import HAVE_AVX2, _X_BSUM_AT, _dot_loop, _simd_dot_at
+
+HAVE_X16 = HAVE_VNNI and HAVE_AVX512
+_REC = 144
+
+
+def repack_x16(w):
+    """(tiles, tail) of Q4_K records ``w`` ``[rows, G, 144]`` (any strides), see above;
+    ``tiles`` (uint8 ``[rows // 16, G * X16_BYTES]``) starts on a 64-byte boundary."""
+    rows, g, _ = w.shape
+    t = rows // X16_ROWS
+    tb = g * X16_BYTES
+    buf = np.zeros(t * tb + 64, np.uint8)
+    at = -buf.ctypes.data % 64
+    tiles = buf[at:at + t * tb].reshape(t, tb)
+    v = tiles.reshape(t, g, X16_BYTES)
+    body = np.asarray(w[:X16_ROWS * t]).reshape(t, X16_ROWS, g, _REC)
+    v[..., X16_Q_AT:X16_Q_AT + 2048] = (body[..., 16:144].reshape(t, X16_ROWS, g, 32, 4)
+                                        .transpose(0, 2, 3, 1, 4).reshape(t, g, 2048))
+    s = body[..., 4:16]
+    sc = np.empty(s.shape[:-1] + (8,), np.uint8)
+    m = np.empty_like(sc)
+    sc[..., :4] = s[..., 0:4] & 63
+    m[..., :4] = s[..., 4:8] & 63
+    sc[..., 4:] = (s[..., 8:12] & 15) | ((s[..., 0:4] >> 6) << 4)
+    m[..., 4:] = (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)
+    v[..., X16_SC_AT:X16_SC_AT + 128] = sc.transpose(0, 2, 3, 1).reshape(t, g, 128)
+    v[..., X16_M_AT:X16_M_AT + 128] = (m.reshape(t, X16_ROWS, g, 4, 2)
+                                       .transpose(0, 2, 3, 1, 4).reshape(t, g, 128))
+    v[..., X16_D_AT:X16_D_AT + 32] = body[..., 0:2].transpose(0, 2, 1, 3).reshape(t, g, 32)
+    v[..., X16_DMIN_AT:X16_DMIN_AT + 32] = body[..., 2:4].transpose(0, 2, 1, 3).reshape(t, g, 32)
+    tail = np.ascontiguousarray(w[X16_ROWS * t:])
+    return tiles, tail
+
+
+def unpack_x16(tiles, tail, g):
+    """The plain records ``[rows, G, 144]`` of (tiles, tail) (inverse of ``repack_x16``)."""
+    t = tiles.shape[0]
+    out = np.empty((X16_ROWS * t + tail.shape[0], g, _REC), np.uint8)
+    body = out[:X16_ROWS * t].reshape(t, X16_ROWS, g, _REC)
+    v = tiles.reshape(t, g, X16_BYTES)
+    body[..., 16:144] = (v[..., X16_Q_AT:X16_Q_AT + 2048].reshape(t, g, 32, X16_ROWS, 4)
+                         .transpose(0, 3, 1, 2, 4).reshape(t, X16_ROWS, g, 128))
+    sc = v[..., X16_SC_AT:X16_SC_AT + 128].reshape(t, g, 8, X16_ROWS).transpose(0, 3, 1, 2)
+    m = (v[..., X16_M_AT:X16_M_AT + 128].reshape(t, g, 4, X16_ROWS, 2)
+         .transpose(0, 3, 1, 2, 4).reshape(t, X16_ROWS, g, 8))
+    body[..., 4:8] = sc[..., :4] | ((sc[..., 4:] >> 4) << 6)
+    body[..., 8:12] = m[..., :4] | ((m[..., 4:] >> 4) << 6)
+    body[..., 12:16] = (sc[..., 4:] & 15) | ((m[..., 4:] & 15) << 4)
+    body[..., 0:2] = v[..., X16_D_AT:X16_D_AT + 32].reshape(t, g, X16_ROWS, 2).transpose(0, 2, 1, 3)
+    body[..., 2:4] = (v[..., X16_DMIN_AT:X16_DMIN_AT + 32].reshape(t, g, X16_ROWS, 2)
+                      .transpose(0, 2, 1, 3))
+    out[X16_ROWS * t:] = tail
+    return out
+
+
+@kernel
+def _bsum_at(x, b, j):
+    lo = np.int32(x[b, _X_BSUM_AT + 2 * j])
+    hi = np.int32(x[b, _X_BSUM_AT + 2 * j + 1])
+    return np.int32(np.int16(np.uint16(lo | (hi << np.int32(8)))))
+
+
+@kernel
+def _pair_sums(x, p16, p32):
+    """bsum[2s] + bsum[2s+1] of activation record b into p32[8b + s] (int32) and p16[8b + s]
+    (int16, wrapped); returns whether every one fits an int16."""
+    fits = True
+    for b in range(x.shape[0]):
+        for s in range(8):
+            v = _bsum_at(x, b, 2 * s) + _bsum_at(x, b, 2 * s + 1)
+            if v < -32768 or v > 32767:
+                fits = False
+            p32[8 * b + s] = v
+            p16[8 * b + s] = np.int16(np.uint16(v & 0xFFFF))
+    return fits
+
+
+@kernel
+def _gemv_x16_simd(tiles, x, out):
+    """Tiles only (``out`` has 16 entries per tile); ``x`` contiguous Q8_K records.  No software
+    prefetch: a tile is one linear byte stream, which the hardware prefetcher follows; the
+    plain gemv's plan (``_simd.prefetch_plan``: the tile ~64 KiB ahead, a share per record
+    step) measured 1.2-1.45x slower streamed from DRAM and ~1.2x slower hot on Zen 4 (4096x4096
+    and 14336x4096; bench/legacy_x8_ab.py), other distances (37 KiB .. 1 MiB) no better."""
+    _gemv_x16_plan(tiles, x, out, 0, 0)
+
+
+@kernel
+def _gemv_x16_plan(tiles, x, out, ahead, per):
+    """``_gemv_x16_simd`` with an L2 software prefetch of ``per`` lines per record step,
+    ``ahead`` bytes ahead (``per`` = 0: none; kept for experiments)."""
+    t_n, g = tiles.shape[0], x.shape[0]
+    ts0, xs0 = tiles.strides[0], x.strides[0]
+    p16 = np.empty(8 * g, np.int16)
+    p32 = np.empty(8 * g, np.int32)
+    fits = _pair_sums(x, p16, p32)
+    acc = np.empty(X16_ROWS, np.float32)
+    end = t_n * ts0
+    for t in range(t_n):
+        base = t * ts0
+        if fits:
+            for b in range(g):
+                prefetch_lines(tiles, base + ahead + b * per * 64, per, end)
+                q4_k_x16_rows_p16(tiles, base + b * X16_BYTES, x, b * xs0, p16, 16 * b, acc,
+                                  b == 0)
+        else:
+            for b in range(g):
+                prefetch_lines(tiles, base + ahead + b * per * 64, per, end)
+                q4_k_x16_rows_p32(tiles, base + b * X16_BYTES, x, b * xs0, p32, 32 * b, acc,
+                                  b == 0)
+        for k in range(X16_ROWS):
+            out[X16_ROWS * t + k] = acc[k]
+
+
+@kernel
+def _tile_rows_portable(tiles, x, out, rec):
+    """The portable loops on tiles (targets without AVX-512 VNNI): rebuild each row's record
+    in ``rec`` ``[G, 144]`` and fold it as ``dot._dot_loop`` does."""
+    g = x.shape[0]
+    for t in range(tiles.shape[0]):
+        for r in range(X16_ROWS):
+            for b in range(g):
+                o = b * X16_BYTES
+                for q in range(32):
+                    for e in range(4):
+                        rec[b, 16 + 4 * q + e] = tiles[t, o + X16_Q_AT + 64 * q + 4 * r + e]
+                for e in range(2):
+                    rec[b, e] = tiles[t, o + X16_D_AT + 2 * r + e]
+                    rec[b, 2 + e] = tiles[t, o + X16_DMIN_AT + 2 * r + e]
+                for s in range(4):
+                    sc0 = tiles[t, o + X16_SC_AT + 16 * s + r]
+                    sc1 = tiles[t, o + X16_SC_AT + 16 * (s + 4) + r]
+                    m0 = tiles[t, o + X16_M_AT + 32 * (s // 2) + 2 * r + s % 2]
+                    m1 = tiles[t, o + X16_M_AT + 32 * ((s + 4) // 2) + 2 * r + s % 2]
+                    rec[b, 4 + s] = sc0 | ((sc1 >> np.uint8(4)) << np.uint8(6))
+                    rec[b, 8 + s] = m0 | ((m1 >> np.uint8(4)) << np.uint8(6))
+                    rec[b, 12 + s] = (sc1 & np.uint8(15)) | ((m1 & np.uint8(15)) << np.uint8(4))
+            out[X16_ROWS * t + r] = _dot_loop(rec, x)
+
+
+@kernel
+def gemv_x16(tiles, tail, x, out):
+    """``out`` [16 T + tail rows] of x16 ``tiles`` [T, bytes] and plain ``tail`` [n, G, 144]
+    against Q8_K activation records ``x`` [G, 292] (contiguous, C order)."""
+    g = x.shape[0]
+    t_n = tiles.shape[0]
+    if g == 0:
+        out[:] = np.float32(0.0)
+        return
+    if HAVE_X16:
+        _gemv_x16_simd(tiles, x, out)
+    else:
+        rec = np.empty((g, _REC), np.uint8)
+        _tile_rows_portable(tiles, x, out, rec)
+    for r in range(tail.shape[0]):
+        if HAVE_AVX2:
+            out[X16_ROWS * t_n + r] = _simd_dot_at(tail, r * tail.strides[0], tail.strides[1],
+                                                   x, x.strides[0], g)
+        else:
+            out[X16_ROWS * t_n + r] = _dot_loop(tail[r], x)
