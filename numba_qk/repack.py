@@ -59,8 +59,9 @@ class Repacked:
     """Weight records of ``format`` repacked by ``repack``: ``shape`` is the plain records'
     ``(rows, G, bytes)``; ``tiles`` holds the full tiles of R rows (uint8 ``[rows // R, tile
     bytes]``; Q4_0: R = 8, ``G * (16 + 8 * 16)`` bytes rounded up to 64; Q4_K: R = 16,
-    ``G * 2368`` bytes), ``tail`` (uint8 ``[rows % R, G, bytes]``) the rows after them as
-    plain records.  Read-only arrays; ``unpack()`` gives the plain records back."""
+    ``G * 2304`` bytes, the size of the plain records), ``tail`` (uint8 ``[rows % R, G,
+    bytes]``) the rows after them as plain records.  Read-only arrays; ``unpack()`` gives the
+    plain records back."""
 
     __slots__ = ("format", "shape", "tiles", "tail")
 

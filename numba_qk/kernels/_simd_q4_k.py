@@ -705,14 +705,14 @@ accumulate_rows16_vnni_b2 = _make_rows16(True, 2)
 
 # ---- Repacked ("x16") Q4_K weights: the gemv tile of numba_qk.repack (AVX-512 VNNI) ----------
 #
-# Layout of one (16-row group, record b) block, X16_BYTES = 2368 bytes (see kernels/q4_k_x16.py,
-# which writes it; the nibbles stay packed, so it is only 64 bytes per 16 records larger than
-# the plain records):
+# Layout of one (16-row group, record b) block, X16_BYTES = 2304 bytes (see kernels/q4_k_x16.py,
+# which writes it): the 16 plain records' bytes, transposed so that a 64-byte line holds one
+# dword of each of the 16 rows (the same size as the plain records)::
 #
 #     [0, 2048)      packed dword q (qs bytes 4q .. 4q+3) at 64q: row r's at + 4r
-#     [2048, 2176)   sub-block s at 2048 + 16s: sc[r, s] as one byte at + r
-#     [2176, 2304)   sub-block pair p at 2176 + 32p: m[r, 2p], m[r, 2p+1] bytes at + 2r, + 2r + 1
-#     [2304, 2336)   f16 d of row r at + 2r;  [2336, 2368) f16 dmin of row r at + 2r
+#     [2048, 2240)   scale word k (scale bytes 4k .. 4k+3: u0, u1, u2) at 2048 + 64k: row r's
+#                    at + 4r
+#     [2240, 2272)   f16 d of row r at + 2r;  [2272, 2304) f16 dmin of row r at + 2r
 #
 # Lane r of every i32 vector is weight row r.  Packed dword q = 8j + i holds, in its low
 # nibbles, elements 64j + 4i .. + 3 (sub-block 2j, k-step i) and, in its high nibbles, elements
@@ -721,16 +721,17 @@ accumulate_rows16_vnni_b2 = _make_rows16(True, 2)
 # i.e. 16 times the high-nibble products (the shift is folded into the end: |16 x sub-block
 # sum| <= 16 * 61440, times a 6-bit scale and summed over the 4 odd sub-blocks at most
 # 247,726,080 < 2**31, so S_hi16 = 16 * S_hi exactly and S = S_lo + (S_hi16 >> 4) exactly).
-# Eight chained vpdpbusd per sub-block and one vpmulld by the scale lane vector (bytes widened
-# to i32) give S; T: vpdpwssd of the [m[2p], m[2p+1]] i16 lanes against the broadcast int16
+# The 6-bit scales and mins are unpacked lane-wise from the three scale words (as
+# q4_k_decode_rows16 does).  Eight chained vpdpbusd per sub-block and one vpmulld by the scale
+# lane vector give S; T: vpdpwssd of the [m[2p], m[2p+1]] i16 lanes against the broadcast int16
 # pair sums (bsum[4p] + bsum[4p+1], bsum[4p+2] + bsum[4p+3]) where every pair sum of the
 # activation fits an int16 (always, for records a quantizer writes), else vpmulld of each m
 # lane vector by the broadcast int32 pair sum -- the same integer T either way.  The float steps
 # are those of accumulate_rows16_vnni, lane-wise (lane = row), folded per row in record order.
 
 X16_ROWS = 16
-X16_Q_AT, X16_SC_AT, X16_M_AT, X16_D_AT, X16_DMIN_AT = 0, 2048, 2176, 2304, 2336
-X16_BYTES = 2368
+X16_Q_AT, X16_U_AT, X16_D_AT, X16_DMIN_AT = 0, 2048, 2240, 2272
+X16_BYTES = 2304
 
 
 def _raw_byte_ptr(context, builder, arrty, arr, offset):
@@ -762,6 +763,19 @@ def _make_x16(pair16: bool):
 
             def c32(val):
                 return ir.Constant(v16, [val] * 16)
+
+            def field(v, shift, mask):
+                return builder.and_(builder.lshr(v, c32(shift)) if shift else v, c32(mask))
+            u0, u1, u2 = (_load(builder, tb, X16_U_AT + 64 * k, v16) for k in range(3))
+            scs, ms = [], []
+            for s in range(8):
+                if s < 4:
+                    scs.append(field(u0, 8 * s, 63))
+                    ms.append(field(u1, 8 * s, 63))
+                else:
+                    q = 8 * (s - 4)
+                    scs.append(builder.or_(field(u2, q, 15), field(u0, q + 2, 0x30)))
+                    ms.append(builder.or_(field(u2, q + 4, 15), field(u1, q + 2, 0x30)))
             zero = c32(0)
             lo_mask, hi_mask = c32(0x0F0F0F0F), c32(-0x0F0F0F10)   # 0xF0F0F0F0
             s_lo, s_hi = zero, zero
@@ -775,26 +789,19 @@ def _make_x16(pair16: bool):
                     p_hi = _vcall(builder, ops.dpbusd, [
                         p_hi, builder.and_(q, hi_mask),
                         _bcast_dword(builder, xb, _A_Q_AT + 64 * j + 32 + 4 * i)])
-                sc_lo = builder.zext(_load(builder, tb, X16_SC_AT + 16 * (2 * j), _vec(_i8, 16)),
-                                     v16)
-                sc_hi = builder.zext(_load(builder, tb, X16_SC_AT + 16 * (2 * j + 1),
-                                           _vec(_i8, 16)), v16)
-                s_lo = builder.add(s_lo, builder.mul(p_lo, sc_lo))
-                s_hi = builder.add(s_hi, builder.mul(p_hi, sc_hi))
+                s_lo = builder.add(s_lo, builder.mul(p_lo, scs[2 * j]))
+                s_hi = builder.add(s_hi, builder.mul(p_hi, scs[2 * j + 1]))
             s_acc = builder.add(s_lo, builder.ashr(s_hi, c32(4)))
             t_acc = zero
             for p in range(4):
-                mv = builder.bitcast(builder.zext(
-                    _load(builder, tb, X16_M_AT + 32 * p, _vec(_i8, 32)), _vec(_i16, 32)), v16)
                 if pair16:
-                    t_acc = _vcall(builder, ops.dpwssd, [t_acc, mv, _bcast_dword(builder, pb, 4 * p)])
+                    mv = builder.or_(ms[2 * p], builder.shl(ms[2 * p + 1], c32(16)))
+                    t_acc = _vcall(builder, ops.dpwssd,
+                                   [t_acc, mv, _bcast_dword(builder, pb, 4 * p)])
                 else:
-                    m_even = builder.and_(mv, c32(0xFFFF))
-                    m_odd = builder.lshr(mv, c32(16))
-                    t_acc = builder.add(t_acc, builder.mul(
-                        m_even, _bcast_dword(builder, pb, 4 * (2 * p))))
-                    t_acc = builder.add(t_acc, builder.mul(
-                        m_odd, _bcast_dword(builder, pb, 4 * (2 * p + 1))))
+                    for s in (2 * p, 2 * p + 1):
+                        t_acc = builder.add(t_acc, builder.mul(
+                            ms[s], _bcast_dword(builder, pb, 4 * s)))
             f32v = _vec(ir.FloatType(), 16)
             hv = _vec(ir.HalfType(), 16)
             d = builder.fpext(_load(builder, tb, X16_D_AT, hv), f32v)

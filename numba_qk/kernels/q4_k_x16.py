@@ -2,9 +2,9 @@
 
 ``repack_x16`` turns Q4_K weight records ``[rows, G, 144]`` into tiles of 16 rows, one
 contiguous, 64-byte aligned uint8 row per tile: record b of the 16 rows at ``X16_BYTES * b``
-(2368 bytes, layout in ``_simd_q4_k.py``: the packed quants transposed to one dword per row
-and k-step pair, the 6-bit scales and mins unpacked to bytes, d and dmin as f16 per row; the
-nibbles stay packed, so a tile is only 64 bytes per record larger than the 16 plain records).
+(2304 bytes, layout in ``_simd_q4_k.py``: the 16 plain records' bytes transposed to one dword
+per row and 64-byte line -- packed quants, scale words, d and dmin -- so a tile is exactly as
+large as the plain records).
 The rows past the last full tile (``rows % 16``) stay plain records (the "tail").
 
 ``gemv_x16`` computes, bit for bit, what the plain Q4_K gemv computes (dot.py): per record
@@ -16,8 +16,8 @@ import numpy as np
 
 from .._jit import kernel
 from ._simd import HAVE_AVX512, HAVE_VNNI, prefetch_lines
-from ._simd_q4_k import (X16_BYTES, X16_D_AT, X16_DMIN_AT, X16_M_AT, X16_Q_AT, X16_ROWS,
-                         X16_SC_AT, q4_k_x16_rows_p16, q4_k_x16_rows_p32)
+from ._simd_q4_k import (X16_BYTES, X16_D_AT, X16_DMIN_AT, X16_Q_AT, X16_ROWS, X16_U_AT,
+                         q4_k_x16_rows_p16, q4_k_x16_rows_p32)
 from .dot import HAVE_AVX2, _X_BSUM_AT, _dot_loop, _simd_dot_at
 
 HAVE_X16 = HAVE_VNNI and HAVE_AVX512
@@ -37,16 +37,8 @@ def repack_x16(w):
     body = np.asarray(w[:X16_ROWS * t]).reshape(t, X16_ROWS, g, _REC)
     v[..., X16_Q_AT:X16_Q_AT + 2048] = (body[..., 16:144].reshape(t, X16_ROWS, g, 32, 4)
                                         .transpose(0, 2, 3, 1, 4).reshape(t, g, 2048))
-    s = body[..., 4:16]
-    sc = np.empty(s.shape[:-1] + (8,), np.uint8)
-    m = np.empty_like(sc)
-    sc[..., :4] = s[..., 0:4] & 63
-    m[..., :4] = s[..., 4:8] & 63
-    sc[..., 4:] = (s[..., 8:12] & 15) | ((s[..., 0:4] >> 6) << 4)
-    m[..., 4:] = (s[..., 8:12] >> 4) | ((s[..., 4:8] >> 6) << 4)
-    v[..., X16_SC_AT:X16_SC_AT + 128] = sc.transpose(0, 2, 3, 1).reshape(t, g, 128)
-    v[..., X16_M_AT:X16_M_AT + 128] = (m.reshape(t, X16_ROWS, g, 4, 2)
-                                       .transpose(0, 2, 3, 1, 4).reshape(t, g, 128))
+    v[..., X16_U_AT:X16_U_AT + 192] = (body[..., 4:16].reshape(t, X16_ROWS, g, 3, 4)
+                                       .transpose(0, 2, 3, 1, 4).reshape(t, g, 192))
     v[..., X16_D_AT:X16_D_AT + 32] = body[..., 0:2].transpose(0, 2, 1, 3).reshape(t, g, 32)
     v[..., X16_DMIN_AT:X16_DMIN_AT + 32] = body[..., 2:4].transpose(0, 2, 1, 3).reshape(t, g, 32)
     tail = np.ascontiguousarray(w[X16_ROWS * t:])
@@ -61,12 +53,8 @@ def unpack_x16(tiles, tail, g):
     v = tiles.reshape(t, g, X16_BYTES)
     body[..., 16:144] = (v[..., X16_Q_AT:X16_Q_AT + 2048].reshape(t, g, 32, X16_ROWS, 4)
                          .transpose(0, 3, 1, 2, 4).reshape(t, X16_ROWS, g, 128))
-    sc = v[..., X16_SC_AT:X16_SC_AT + 128].reshape(t, g, 8, X16_ROWS).transpose(0, 3, 1, 2)
-    m = (v[..., X16_M_AT:X16_M_AT + 128].reshape(t, g, 4, X16_ROWS, 2)
-         .transpose(0, 3, 1, 2, 4).reshape(t, X16_ROWS, g, 8))
-    body[..., 4:8] = sc[..., :4] | ((sc[..., 4:] >> 4) << 6)
-    body[..., 8:12] = m[..., :4] | ((m[..., 4:] >> 4) << 6)
-    body[..., 12:16] = (sc[..., 4:] & 15) | ((m[..., 4:] & 15) << 4)
+    body[..., 4:16] = (v[..., X16_U_AT:X16_U_AT + 192].reshape(t, g, 3, X16_ROWS, 4)
+                       .transpose(0, 3, 1, 2, 4).reshape(t, X16_ROWS, g, 12))
     body[..., 0:2] = v[..., X16_D_AT:X16_D_AT + 32].reshape(t, g, X16_ROWS, 2).transpose(0, 2, 1, 3)
     body[..., 2:4] = (v[..., X16_DMIN_AT:X16_DMIN_AT + 32].reshape(t, g, X16_ROWS, 2)
                       .transpose(0, 2, 1, 3))
@@ -148,14 +136,9 @@ def _tile_rows_portable(tiles, x, out, rec):
                 for e in range(2):
                     rec[b, e] = tiles[t, o + X16_D_AT + 2 * r + e]
                     rec[b, 2 + e] = tiles[t, o + X16_DMIN_AT + 2 * r + e]
-                for s in range(4):
-                    sc0 = tiles[t, o + X16_SC_AT + 16 * s + r]
-                    sc1 = tiles[t, o + X16_SC_AT + 16 * (s + 4) + r]
-                    m0 = tiles[t, o + X16_M_AT + 32 * (s // 2) + 2 * r + s % 2]
-                    m1 = tiles[t, o + X16_M_AT + 32 * ((s + 4) // 2) + 2 * r + s % 2]
-                    rec[b, 4 + s] = sc0 | ((sc1 >> np.uint8(4)) << np.uint8(6))
-                    rec[b, 8 + s] = m0 | ((m1 >> np.uint8(4)) << np.uint8(6))
-                    rec[b, 12 + s] = (sc1 & np.uint8(15)) | ((m1 & np.uint8(15)) << np.uint8(4))
+                for k in range(3):
+                    for e in range(4):
+                        rec[b, 4 + 4 * k + e] = tiles[t, o + X16_U_AT + 64 * k + 4 * r + e]
             out[X16_ROWS * t + r] = _dot_loop(rec, x)
 
 
