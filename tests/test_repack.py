@@ -20,7 +20,7 @@ from test_legacy_vnni import _extremes
 NAMES = ["q4_0", "q4_k"]
 KERNEL_NAMES = ["q4_0", "q8_0", "q4_k"]
 SHAPES = ((8, 1), (1, 1), (7, 3), (9, 1), (16, 4), (17, 5), (24, 6), (31, 7), (40, 2),
-          (8, 9), (64, 33))
+          (8, 9), (64, 33), (83, 2))
 
 
 def _fmt(name):

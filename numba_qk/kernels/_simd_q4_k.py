@@ -742,19 +742,21 @@ def _raw_byte_ptr(context, builder, arrty, arr, offset):
 
 def _make_x16(pair16: bool):
     @intrinsic
-    def q4_k_x16_rows(typingctx, tiles, t_off, x, x_off, ps, ps_off, acc, first):
+    def q4_k_x16_rows(typingctx, tiles, t_off, x, x_off, ps, ps_off, acc, acc_at, first):
         """Fold the record values of the repacked (16 rows, record) block at byte ``t_off`` of
-        ``tiles`` against the Q8_K record at byte ``x_off`` of ``x`` into ``acc[0:16]`` (float32;
-        acc = v if ``first`` else R32(acc + v), lane = row).  ``ps`` at byte ``ps_off``: the
+        ``tiles`` against the Q8_K record at byte ``x_off`` of ``x`` into
+        ``acc[acc_at : acc_at + 16]`` (float32, contiguous; acc = v if ``first`` else
+        R32(acc + v), lane = row).  ``ps`` at byte ``ps_off``: the
         record's 8 pair sums, as int16 (pair16 form) or int32."""
         if not (isinstance(tiles, types.Array) and isinstance(x, types.Array)
                 and isinstance(ps, types.Array) and isinstance(acc, types.Array)
                 and acc.dtype == types.float32):
             return None
-        sig = types.none(tiles, types.intp, x, types.intp, ps, types.intp, acc, types.intp)
+        sig = types.none(tiles, types.intp, x, types.intp, ps, types.intp, acc, types.intp,
+                         types.intp)
 
         def codegen(context, builder, signature, args):
-            t_arr, t_off_v, x_arr, x_off_v, p_arr, p_off_v, acc_arr, first_v = args
+            t_arr, t_off_v, x_arr, x_off_v, p_arr, p_off_v, acc_arr, acc_at_v, first_v = args
             ops = _Ops(builder, True, vnni=True)
             tb = _ptr(context, builder, signature.args[0], t_arr, t_off_v)
             xb = _ptr(context, builder, signature.args[2], x_arr, x_off_v)
@@ -810,8 +812,8 @@ def _make_x16(pair16: bool):
             n_v = builder.fmul(dmin, builder.sitofp(t_acc, f32v))    # n = R32(dmin * f32(T))
             ds = builder.bitcast(_bcast_dword(builder, xb, _A_DS_AT), f32v)
             v = builder.fmul(ds, builder.fsub(p_v, n_v))             # v = R32(ds * R32(p - n))
-            _fold_into(builder, _float_array_ptr(context, builder, signature.args[6], acc_arr),
-                       v, first_v)
+            acc_base = _float_array_ptr(context, builder, signature.args[6], acc_arr)
+            _fold_into(builder, builder.gep(acc_base, [acc_at_v]), v, first_v)
             return context.get_dummy_value()
         return sig, codegen
     return q4_k_x16_rows

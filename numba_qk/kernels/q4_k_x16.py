@@ -84,41 +84,55 @@ def _pair_sums(x, p16, p32):
     return fits
 
 
+_STREAMS = 2   # runs of tiles read at once (Zen 4, 4096x4096 / 14336x4096 streamed from DRAM:
+#                1 run ~1.2x the time of 2, 3 runs ~1.5x, 4 runs ~2x; hot: 2 within 5 % of 1)
+
+
 @kernel
 def _gemv_x16_simd(tiles, x, out):
-    """Tiles only (``out`` has 16 entries per tile); ``x`` contiguous Q8_K records.  No software
-    prefetch: a tile is one linear byte stream, which the hardware prefetcher follows; the
-    plain gemv's plan (``_simd.prefetch_plan``: the tile ~64 KiB ahead, a share per record
-    step) measured 1.2-1.45x slower streamed from DRAM and ~1.2x slower hot on Zen 4 (4096x4096
-    and 14336x4096; bench/legacy_x8_ab.py), other distances (37 KiB .. 1 MiB) no better."""
-    _gemv_x16_plan(tiles, x, out, 0, 0)
+    """Tiles only (``out`` has 16 entries per tile); ``x`` contiguous Q8_K records.  The tiles
+    are read as two runs at once (the first and the second half, tile t of each, record by
+    record): two linear byte streams, which the hardware prefetcher follows.  No software
+    prefetch: the plain gemv's plan (``_simd.prefetch_plan``: the tile ~64 KiB ahead, a share
+    per record step) measured 1.2-1.45x slower streamed from DRAM and ~1.2x slower hot on Zen 4
+    with one run (4096x4096 and 14336x4096; bench/legacy_x8_ab.py), other distances (37 KiB ..
+    1 MiB) and shares no better."""
+    _gemv_x16_streams(tiles, x, out, 0, 0, _STREAMS)
 
 
 @kernel
-def _gemv_x16_plan(tiles, x, out, ahead, per):
-    """``_gemv_x16_simd`` with an L2 software prefetch of ``per`` lines per record step,
-    ``ahead`` bytes ahead (``per`` = 0: none; kept for experiments)."""
+def _gemv_x16_streams(tiles, x, out, ahead, per, streams):
+    """``streams`` runs of tiles at once: tile t of each of ``streams`` equal runs of the tiles,
+    record by record (that many linear byte streams in flight), each tile's 16 rows folded in
+    record order; and an L2 software prefetch of ``per`` lines per record step, ``ahead`` bytes
+    ahead of the first run (``per`` = 0: none; kept for experiments)."""
     t_n, g = tiles.shape[0], x.shape[0]
     ts0, xs0 = tiles.strides[0], x.strides[0]
     p16 = np.empty(8 * g, np.int16)
     p32 = np.empty(8 * g, np.int32)
     fits = _pair_sums(x, p16, p32)
-    acc = np.empty(X16_ROWS, np.float32)
+    ns = max(1, streams)
+    acc = np.empty(ns * X16_ROWS, np.float32)
     end = t_n * ts0
-    for t in range(t_n):
+    h = (t_n + ns - 1) // ns
+    for t in range(h):
         base = t * ts0
-        if fits:
-            for b in range(g):
-                prefetch_lines(tiles, base + ahead + b * per * 64, per, end)
-                q4_k_x16_rows_p16(tiles, base + b * X16_BYTES, x, b * xs0, p16, 16 * b, acc,
-                                  b == 0)
-        else:
-            for b in range(g):
-                prefetch_lines(tiles, base + ahead + b * per * 64, per, end)
-                q4_k_x16_rows_p32(tiles, base + b * X16_BYTES, x, b * xs0, p32, 32 * b, acc,
-                                  b == 0)
-        for k in range(X16_ROWS):
-            out[X16_ROWS * t + k] = acc[k]
+        m = ns
+        while m > 1 and t + (m - 1) * h >= t_n:
+            m -= 1
+        for b in range(g):
+            prefetch_lines(tiles, base + ahead + b * per * 64, per, end)
+            for k in range(m):
+                o = (t + k * h) * ts0 + b * X16_BYTES
+                if fits:
+                    q4_k_x16_rows_p16(tiles, o, x, b * xs0, p16, 16 * b, acc, X16_ROWS * k,
+                                      b == 0)
+                else:
+                    q4_k_x16_rows_p32(tiles, o, x, b * xs0, p32, 32 * b, acc, X16_ROWS * k,
+                                      b == 0)
+        for k in range(m):
+            for r in range(X16_ROWS):
+                out[X16_ROWS * (t + k * h) + r] = acc[X16_ROWS * k + r]
 
 
 @kernel
