@@ -462,6 +462,13 @@ def main(argv=None) -> int:
         if ncores > 1:
             tab.add(work, f"matmul threads={ncores}", t, "numba_qk matmul, 1 thread", t1,
                     w.nbytes)
+        if Q4 in qk.REPACK_FORMATS:
+            # numba_qk's 16-row repacked layout (qk.repack, opt-in), the counterpart of CPU_REPACK
+            rp = qk.repack(w, Q4)
+            pair_rows(tab, work, "repack + matmul threads=1",
+                      lambda: qk.matmul(rp, xv, lhs_format=Q4, threads=1), gb, w,
+                      ggml_ctypes.GGML_TYPE_Q4_K, 1, 0, xv, w.nbytes)
+            rp = None
         if rows == 4096 and cols == 4096:
             ceiling = hot_read_ceiling(w)
             notes.append(f"hot read ceiling: a plain read of the Q4_K 4096x4096 weights "
@@ -505,6 +512,13 @@ def main(argv=None) -> int:
                           cycling([lambda w_=w_: qk.matmul(w_, xv, lhs_format=Q4, threads=thr)
                                    for w_ in ws]),
                           gb, ws, ggml_ctypes.GGML_TYPE_Q4_K, thr, 0, xv, w.nbytes, streamed=True)
+            if Q4 in qk.REPACK_FORMATS:
+                rps = [qk.repack(w_, Q4) for w_ in ws]
+                pair_rows(tab, work_d, "repack + matmul threads=1",
+                          cycling([lambda r_=r_: qk.matmul(r_, xv, lhs_format=Q4, threads=1)
+                                   for r_ in rps]),
+                          gb, ws, ggml_ctypes.GGML_TYPE_Q4_K, 1, 0, xv, w.nbytes, streamed=True)
+                del rps
             if bandwidth is None:
                 bandwidth = read_bandwidth(ws, ncores)
                 notes.append(f"plain read bandwidth over {copies} x {w.nbytes / 2**20:.0f} MiB "

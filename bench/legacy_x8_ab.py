@@ -30,11 +30,12 @@ from compare import cycling, l3_bytes, race  # noqa: E402
 def ab(name, rows, cols, repeat, ggml, hot_only):
     fmt = getattr(qk.quant, name)
     rng = np.random.default_rng(0)
-    g = cols // 32
-    w = qk.quantize(rng.standard_normal((rows * g, 32)).astype(np.float32),
+    bs = fmt.block_size
+    g = cols // bs
+    w = qk.quantize(rng.standard_normal((rows * g, bs)).astype(np.float32),
                     format=fmt).reshape(rows, g, -1)
     x = rng.standard_normal(cols).astype(np.float32)
-    code = _LL.CODES[fmt]
+    code = _LL.CODES.get(fmt, -1)
     public = fmt in qk.REPACK_FORMATS
     private = not public and code in legacy_x8.X8_CODES
 
@@ -48,7 +49,7 @@ def ab(name, rows, cols, repeat, ggml, hot_only):
         out = np.empty(rows, np.float32)
 
         def run():
-            xq = qk.quantize(x.reshape(-1, 32), format=qk.activation_format(fmt))
+            xq = qk.quantize(x.reshape(-1, bs), format=qk.activation_format(fmt))
             gemv_x8(v[0], v[1], xq, out)
             return out
         return run

@@ -18,12 +18,13 @@ from ._validate import as_array, check_records
 from .formats import Format, quant
 from .kernels import _legacy_layout as _LL
 from .kernels import legacy_x8 as _x8
+from .kernels import q4_k_x16 as _x16
 
 __all__ = ["repack", "Repacked", "REPACK_FORMATS"]
 
 #: Weight formats ``repack`` accepts (the kernels also do Q8_0, kept private: its tiles were
 #: slower than the plain records when streamed from DRAM, see kernels/legacy_x8.py).
-REPACK_FORMATS = (quant.q4_0,)
+REPACK_FORMATS = (quant.q4_0, quant.q4_k)
 
 
 def _bind(code):
@@ -38,14 +39,29 @@ def _bind(code):
     return gemv, gemm
 
 
-_KERNELS = {fmt: _bind(_LL.CODES[fmt]) for fmt in REPACK_FORMATS}
+@kernel
+def _gemv_q4_k(tiles, tail, x, out):
+    _x16.gemv_x16(tiles, tail, x, out)
+
+
+@kernel
+def _gemm_q4_k(tiles, tail, x, out):
+    for a in range(x.shape[0]):
+        _x16.gemv_x16(tiles, tail, x[a], out[a])
+
+
+_KERNELS = {quant.q4_0: _bind(_LL.CODES[quant.q4_0]), quant.q4_k: (_gemv_q4_k, _gemm_q4_k)}
+#: Rows per tile of each format (Q4_0: 8-row interleave; Q4_K: 16-row groups, kernels/q4_k_x16.py).
+_TILE_ROWS = {quant.q4_0: 8, quant.q4_k: _x16.X16_ROWS}
 
 
 class Repacked:
     """Weight records of ``format`` repacked by ``repack``: ``shape`` is the plain records'
-    ``(rows, G, bytes)``; ``tiles`` (uint8 ``[rows // 8, G * (16 + 8 * qs bytes)]``) holds the
-    full tiles of 8 rows, ``tail`` (uint8 ``[rows % 8, G, bytes]``) the rows after them as
-    plain records.  Read-only arrays; ``unpack()`` gives the plain records back."""
+    ``(rows, G, bytes)``; ``tiles`` holds the full tiles of R rows (uint8 ``[rows // R, tile
+    bytes]``; Q4_0: R = 8, ``G * (16 + 8 * 16)`` bytes rounded up to 64; Q4_K: R = 16,
+    ``G * 2304`` bytes, the size of the plain records), ``tail`` (uint8 ``[rows % R, G,
+    bytes]``) the rows after them as plain records.  Read-only arrays; ``unpack()`` gives the
+    plain records back."""
 
     __slots__ = ("format", "shape", "tiles", "tail")
 
@@ -61,6 +77,8 @@ class Repacked:
     def unpack(self) -> np.ndarray:
         """The plain weight records ``[rows, G, bytes]`` (a new array)."""
         rows, g, nb = self.shape
+        if self.format is quant.q4_k:
+            return _x16.unpack_x16(self.tiles, self.tail, g)
         return _x8.unpack_x8(_LL.CODES[self.format], self.tiles, self.tail, g, nb)
 
     def __repr__(self):
@@ -69,17 +87,21 @@ class Repacked:
 
 def repack(w, format) -> Repacked:
     """Copy weight records ``w`` (uint8 ``[rows, G, bytes]``, any strides) of ``format``
-    (``numba_qk.quant.q4_0``) into 8-row interleaved tiles for ``gemv`` / ``gemm`` /
-    ``matmul``, which then return the same bits as on ``w``.  The speed-up needs AVX-512 VNNI
-    (4096x4096 matvec on Zen 4: ~0.45x the plain kernel's time with the weights in cache,
-    ~0.65-0.75x streamed from DRAM); elsewhere the portable loops run on the tiles (slower than
-    the plain records' kernels).
+    (``numba_qk.quant.q4_0`` or ``q4_k``) into row-interleaved tiles (Q4_0: 8 rows; Q4_K: 16
+    rows, one i32 lane per row) for ``gemv`` / ``gemm`` / ``matmul``, which then return the
+    same bits as on ``w``.  The speed-up needs AVX-512 VNNI (4096x4096 Q4_0 matvec on Zen 4:
+    ~0.45x the plain kernel's time with the weights in cache, ~0.65-0.75x streamed from DRAM;
+    Q4_K: see kernels/q4_k_x16.py); elsewhere the portable loops run on the tiles (slower
+    than the plain records' kernels).
     A batch (``gemm``, 2-d ``matmul``) runs the repacked gemv once per activation row."""
     if not (isinstance(format, Format) and format in REPACK_FORMATS):
         raise TypeError(f"format: repack expects one of "
                         f"{', '.join(repr(f) for f in REPACK_FORMATS)}, got {format!r}")
     wa = check_records(as_array(w, "w"), "w", format, "weights")
-    tiles, tail = _x8.repack_x8(_LL.CODES[format], wa)
+    if format is quant.q4_k:
+        tiles, tail = _x16.repack_x16(wa)
+    else:
+        tiles, tail = _x8.repack_x8(_LL.CODES[format], wa)
     return Repacked(format, wa.shape, tiles, tail)
 
 
@@ -96,11 +118,12 @@ def product(rp: Repacked, kind: str, xa, target, nthreads: int) -> None:
     if n == 1:
         fn(rp.tiles, rp.tail, xa, target)
         return
-    rows = 8 * t_n
+    rt = _TILE_ROWS[rp.format]
+    rows = rt * t_n
     no_tail = rp.tail[:0]
     tasks = []
     for t0, t1 in _threads.row_chunks(t_n, n, per_thread=4, tile=1):
-        part = target[8 * t0:8 * t1] if kind == "gemv" else target[:, 8 * t0:8 * t1]
+        part = target[rt * t0:rt * t1] if kind == "gemv" else target[:, rt * t0:rt * t1]
         tasks.append((fn, (rp.tiles[t0:t1], no_tail, xa, part)))
     if rp.tail.shape[0]:
         part = target[rows:] if kind == "gemv" else target[:, rows:]

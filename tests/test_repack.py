@@ -1,25 +1,26 @@
-"""``numba_qk.repack``: 8-row interleaved Q4_0 weights give the same bits as the plain records
-through ``gemv`` / ``gemm`` / ``matmul`` -- random bytes (NaN/inf/subnormal scales), adversarial
-extremes, every remainder of the 8-row tile and of the 4-record trip (G = 1 included), G = 0,
-strided / unaligned / read-only inputs, threads, batches -- and the portable tile loop (targets
-without AVX-512 VNNI) as well.  The kernels' Q8_0 tiles (not offered by ``repack``) are tested
-at the kernel level."""
+"""``numba_qk.repack``: 8-row interleaved Q4_0 and 16-row Q4_K weights give the same bits as
+the plain records through ``gemv`` / ``gemm`` / ``matmul`` -- random bytes (NaN/inf/subnormal
+scales), adversarial extremes, every remainder of the tile and of the 4-record trip (G = 1
+included), G = 0, strided / unaligned / read-only inputs, threads, batches -- and the portable
+tile loop (targets without AVX-512 VNNI) as well.  The kernels' Q8_0 tiles (not offered by
+``repack``) are tested at the kernel level."""
 
 import numpy as np
 import pytest
 
 import numba_qk as qk
 from numba_qk import reference as ref
-from numba_qk.kernels import legacy, legacy_x8
+from numba_qk.kernels import dot, legacy, legacy_x8, q4_k_x16
 from numba_qk.kernels import _legacy_layout as _LL
 
 from qk_assert import assert_same_f32
+from records import extreme_q4_k_q8_k, random_q4_k, random_q8_k
 from test_legacy_vnni import _extremes
 
-NAMES = ["q4_0"]
-KERNEL_NAMES = ["q4_0", "q8_0"]
+NAMES = ["q4_0", "q4_k"]
+KERNEL_NAMES = ["q4_0", "q8_0", "q4_k"]
 SHAPES = ((8, 1), (1, 1), (7, 3), (9, 1), (16, 4), (17, 5), (24, 6), (31, 7), (40, 2),
-          (8, 9), (64, 33))
+          (8, 9), (64, 33), (83, 2))
 
 
 def _fmt(name):
@@ -27,10 +28,17 @@ def _fmt(name):
     return f, qk.activation_format(f)
 
 
+def _tile_rows(f):
+    return q4_k_x16.X16_ROWS if f is qk.quant.q4_k else 8
+
+
 def _loop(f, w, x):
-    """The portable definition (the record loop of legacy.py), one row at a time."""
+    """The portable definition (the record loop of legacy.py / dot.py), one row at a time."""
     out = np.empty(w.shape[0], np.float32)
-    legacy._gemv_loop(_LL.CODES[f], np.ascontiguousarray(w), np.ascontiguousarray(x), out)
+    if f is qk.quant.q4_k:
+        dot._gemv_loop(np.ascontiguousarray(w), np.ascontiguousarray(x), out)
+    else:
+        legacy._gemv_loop(_LL.CODES[f], np.ascontiguousarray(w), np.ascontiguousarray(x), out)
     return out
 
 
@@ -40,10 +48,12 @@ def _gemv(f, act, w, x, **kw):
 
 def _portable_tiles(f, rp, x):
     """The tile loop used where the VNNI kernel is not available."""
-    code = _LL.CODES[f]
-    out = np.empty(8 * rp.tiles.shape[0], np.float32)
+    out = np.empty(_tile_rows(f) * rp.tiles.shape[0], np.float32)
     rec = np.empty((x.shape[0], f.block_bytes), np.uint8)
-    legacy_x8._tile_rows_portable(code, rp.tiles, np.ascontiguousarray(x), out, rec)
+    if f is qk.quant.q4_k:
+        q4_k_x16._tile_rows_portable(rp.tiles, np.ascontiguousarray(x), out, rec)
+    else:
+        legacy_x8._tile_rows_portable(_LL.CODES[f], rp.tiles, np.ascontiguousarray(x), out, rec)
     return out
 
 
@@ -83,18 +93,23 @@ def test_random_bytes_every_tile_and_trip_remainder(name, rng):
                                       and rp.tiles.strides[0] % 64 == 0)
         want = _loop(f, w, x)
         assert_same_f32(_gemv_any(f, act, rp, x), want, f"{name} rows={rows} G={g}")
-        assert_same_f32(_portable_tiles(f, rp, x), want[:8 * (rows // 8)], "portable tiles")
+        r = _tile_rows(f) * (rows // _tile_rows(f))
+        assert_same_f32(_portable_tiles(f, rp, x), want[:r], "portable tiles")
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_matches_the_oracle_and_plain_gemv(name, rng):
     f, act = _fmt(name)
     rows, g = 20, 6
-    w = qk.quantize(rng.standard_normal((rows * g, 32)).astype(np.float32),
+    n = f.block_size
+    w = qk.quantize(rng.standard_normal((rows * g, n)).astype(np.float32),
                     format=f).reshape(rows, g, -1)
-    x = qk.quantize(rng.standard_normal((g, 32)).astype(np.float32), format=act)
-    want = np.array([ref.legacy_dot(name.upper(), w[r], act.name, x) for r in range(rows)],
-                    np.float32)
+    x = qk.quantize(rng.standard_normal((g, n)).astype(np.float32), format=act)
+    if f is qk.quant.q4_k:
+        want = np.array([ref.quantized_dot(w[r], x) for r in range(rows)], np.float32)
+    else:
+        want = np.array([ref.legacy_dot(name.upper(), w[r], act.name, x) for r in range(rows)],
+                        np.float32)
     got = _gemv(f, act, qk.repack(w, f), x)
     assert_same_f32(got, want)
     assert_same_f32(got, _gemv(f, act, w, x))
@@ -103,6 +118,9 @@ def test_matches_the_oracle_and_plain_gemv(name, rng):
 @pytest.mark.parametrize("name", KERNEL_NAMES)
 def test_adversarial_extremes(name, rng):
     f, act = _fmt(name)
+    if f is qk.quant.q4_k:
+        _q4_k_extremes(f, act, rng)
+        return
     for rows, g in ((16, 8), (24, 5), (8, 1)):
         w, x = _extremes(f, act, rows, g, rng)
         rp = _repack_any(f, w)
@@ -116,6 +134,40 @@ def test_adversarial_extremes(name, rng):
         got = _gemv_any(f, act, _repack_any(f, w), x)
         assert_same_f32(got, _loop(f, w, x), f"{name} all {wb:#x} x {xb:#x}")
         assert_same_f32(got[0], ref.legacy_dot(name.upper(), w[0], act.name, x))
+
+
+def _q4_k_extremes(f, act, rng):
+    """Q4_K: tests/records.py's extremes (all-0xFF records, max codes with zero scales, bsum at
+    -32768 / 32767, +-0 / inf / NaN / subnormal d, dmin, ds), as 20 rows (one tile and a tail)
+    and, rows stacked, as 2 full tiles; every byte pattern everywhere; T from the int16 pair
+    sums (every one fits) and from the int32 ones (one does not)."""
+    w, xs = extreme_q4_k_q8_k(rng)
+    w2 = np.concatenate([w, w[::-1]])[:32]
+    rp, rp2 = _repack_any(f, w), _repack_any(f, w2)
+    for a in range(xs.shape[0]):
+        assert_same_f32(_gemv_any(f, act, rp, xs[a]), _loop(f, w, xs[a]), f"extremes x[{a}]")
+        assert_same_f32(_gemv_any(f, act, rp2, xs[a]), _loop(f, w2, xs[a]), f"2 tiles x[{a}]")
+        assert_same_f32(_portable_tiles(f, rp, xs[a]), _loop(f, w, xs[a])[:16], "portable")
+    for wb in (0x00, 0x0F, 0xF0, 0xFF, 0x80):
+        for xb in (0x80, 0x7F, 0x00, 0xFF):
+            w = np.full((16, 3, f.block_bytes), wb, np.uint8)
+            w[..., 0:4] = np.array([0x00, 0x3C, 0x00, 0x38], np.uint8)   # d = 1, dmin = 0.5
+            x = np.full((3, act.block_bytes), xb, np.uint8)
+            x[..., 0:4] = np.array([0x00, 0x00, 0x80, 0x3F], np.uint8)   # ds = 1
+            assert_same_f32(_gemv_any(f, act, _repack_any(f, w), x), _loop(f, w, x),
+                            f"all {wb:#x} x {xb:#x}")
+    w = rng.integers(0, 256, (33, 4, f.block_bytes), dtype=np.uint8)
+    rp = _repack_any(f, w)
+    x = random_q8_k(rng, 4)                       # pair sums fit an int16: the int16 form
+    assert_same_f32(_gemv_any(f, act, rp, x), _loop(f, w, x), "int16 pair sums")
+    for pair in ((0x7FFF, 1), (-0x8000, -1), (0x7FFF, 0x7FFF), (-0x8000, -0x8000)):
+        xo = x.copy()                              # one pair sum out of int16 range
+        bs = xo[3, 260:292].view(np.int16)
+        bs[10:12] = pair
+        assert_same_f32(_gemv_any(f, act, rp, xo), _loop(f, w, xo), f"int32 pair sums {pair}")
+    w = random_q4_k(rng, 48 * 5).reshape(48, 5, f.block_bytes)
+    xq = random_q8_k(rng, 5)
+    assert_same_f32(_gemv_any(f, act, _repack_any(f, w), xq), _loop(f, w, xq), "records.py")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -162,6 +214,8 @@ def test_threads_gemm_and_matmul(name, threads, rng):
     rows, g, batch = 75, 5, 3
     w = rng.integers(0, 256, (rows, g, f.block_bytes), dtype=np.uint8)
     w[..., 0:2] = np.array([0x00, 0x2C], np.uint8)   # finite scales: matmul's numbers show
+    if f is qk.quant.q4_k:
+        w[..., 2:4] = np.array([0x00, 0x28], np.uint8)
     rp = qk.repack(w, f)
     x = rng.integers(0, 256, (g, act.block_bytes), dtype=np.uint8)
     assert_same_f32(_gemv(f, act, rp, x, threads=threads), _loop(f, w, x), "gemv threads")
@@ -170,7 +224,7 @@ def test_threads_gemm_and_matmul(name, threads, rng):
     for t in (1, threads):
         assert_same_f32(qk.gemm(rp, xb, lhs_format=f, rhs_format=act, threads=t), want,
                         f"gemm threads={t}")
-    v = rng.standard_normal((batch, g * 32)).astype(np.float32)
+    v = rng.standard_normal((batch, g * f.block_size)).astype(np.float32)
     for t in (1, threads):
         assert_same_f32(qk.matmul(rp, v, lhs_format=f, threads=t),
                         qk.matmul(w, v, lhs_format=f), f"matmul batch threads={t}")
@@ -189,12 +243,18 @@ def test_errors(rng):
         qk.gemv(rp, np.zeros((3, 34), np.uint8), lhs_format=f, rhs_format=act)
     with pytest.raises(ValueError):
         qk.matmul(rp, np.zeros(96, np.float32), lhs_format=f)
-    for other in (qk.quant.q4_1, qk.quant.q8_0, qk.quant.q4_k, "q4_0"):
+    for other in (qk.quant.q4_1, qk.quant.q8_0, qk.quant.q5_k, qk.quant.q6_k, "q4_0"):
         with pytest.raises(TypeError, match="repack expects"):
             qk.repack(np.zeros((8, 2, 20), np.uint8), other)
     with pytest.raises(ValueError):
         qk.repack(np.zeros((8, 2, 20), np.uint8), f)
     assert "Q4_0" in repr(rp) and rp.nbytes >= w.nbytes
+    rk = qk.repack(rng.integers(0, 256, (16, 2, 144), dtype=np.uint8), qk.quant.q4_k)
+    with pytest.raises(ValueError, match="repacked as Q4_K"):
+        qk.gemv(rk, np.zeros((2, 34), np.uint8), lhs_format=f, rhs_format=act)
+    with pytest.raises(ValueError):
+        qk.repack(np.zeros((16, 2, 143), np.uint8), qk.quant.q4_k)
+    assert "Q4_K" in repr(rk) and rk.nbytes == 16 * 2 * 144
 
 
 # each case compiles the kernels afresh in a subprocess: the default run takes the AVX2 machine
@@ -219,4 +279,4 @@ def test_without_the_vnni_kernel(env, tmp_path):
                         "-p", "no:xdist", str(here), "-k", "random_bytes or extremes"],
                        env=e, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "4 passed" in r.stdout, r.stdout[-500:]   # q4_0 and q8_0, twice
+    assert "6 passed" in r.stdout, r.stdout[-500:]   # q4_0, q8_0 and q4_k, twice

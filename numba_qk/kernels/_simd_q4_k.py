@@ -701,3 +701,123 @@ def _make_rows16(pair_sums: bool, per=2):
 # two); T from the int16 pair sums (where every one fits), two sub-blocks per iteration.
 accumulate_rows16_vnni = _make_rows16(False, 1)
 accumulate_rows16_vnni_b2 = _make_rows16(True, 2)
+
+
+# ---- Repacked ("x16") Q4_K weights: the gemv tile of numba_qk.repack (AVX-512 VNNI) ----------
+#
+# Layout of one (16-row group, record b) block, X16_BYTES = 2304 bytes (see kernels/q4_k_x16.py,
+# which writes it): the 16 plain records' bytes, transposed so that a 64-byte line holds one
+# dword of each of the 16 rows (the same size as the plain records)::
+#
+#     [0, 2048)      packed dword q (qs bytes 4q .. 4q+3) at 64q: row r's at + 4r
+#     [2048, 2240)   scale word k (scale bytes 4k .. 4k+3: u0, u1, u2) at 2048 + 64k: row r's
+#                    at + 4r
+#     [2240, 2272)   f16 d of row r at + 2r;  [2272, 2304) f16 dmin of row r at + 2r
+#
+# Lane r of every i32 vector is weight row r.  Packed dword q = 8j + i holds, in its low
+# nibbles, elements 64j + 4i .. + 3 (sub-block 2j, k-step i) and, in its high nibbles, elements
+# 64j + 32 + 4i .. + 3 (sub-block 2j + 1).  Low: vpdpbusd(q & 0x0F0F0F0F, broadcast activation
+# dword at element 64j + 4i); high: vpdpbusd(q & 0xF0F0F0F0, broadcast dword at 64j + 32 + 4i),
+# i.e. 16 times the high-nibble products (the shift is folded into the end: |16 x sub-block
+# sum| <= 16 * 61440, times a 6-bit scale and summed over the 4 odd sub-blocks at most
+# 247,726,080 < 2**31, so S_hi16 = 16 * S_hi exactly and S = S_lo + (S_hi16 >> 4) exactly).
+# The 6-bit scales and mins are unpacked lane-wise from the three scale words (as
+# q4_k_decode_rows16 does).  Eight chained vpdpbusd per sub-block and one vpmulld by the scale
+# lane vector give S; T: vpdpwssd of the [m[2p], m[2p+1]] i16 lanes against the broadcast int16
+# pair sums (bsum[4p] + bsum[4p+1], bsum[4p+2] + bsum[4p+3]) where every pair sum of the
+# activation fits an int16 (always, for records a quantizer writes), else vpmulld of each m
+# lane vector by the broadcast int32 pair sum -- the same integer T either way.  The float steps
+# are those of accumulate_rows16_vnni, lane-wise (lane = row), folded per row in record order.
+
+X16_ROWS = 16
+X16_Q_AT, X16_U_AT, X16_D_AT, X16_DMIN_AT = 0, 2048, 2240, 2272
+X16_BYTES = 2304
+
+
+def _raw_byte_ptr(context, builder, arrty, arr, offset):
+    """i8* to byte ``offset`` of ``arr``'s data, whatever its dtype."""
+    data = context.make_array(arrty)(context, builder, arr).data
+    return builder.gep(builder.bitcast(data, _i8.as_pointer()), [offset])
+
+
+def _make_x16(pair16: bool):
+    @intrinsic
+    def q4_k_x16_rows(typingctx, tiles, t_off, x, x_off, ps, ps_off, acc, acc_at, first):
+        """Fold the record values of the repacked (16 rows, record) block at byte ``t_off`` of
+        ``tiles`` against the Q8_K record at byte ``x_off`` of ``x`` into
+        ``acc[acc_at : acc_at + 16]`` (float32, contiguous; acc = v if ``first`` else
+        R32(acc + v), lane = row).  ``ps`` at byte ``ps_off``: the
+        record's 8 pair sums, as int16 (pair16 form) or int32."""
+        if not (isinstance(tiles, types.Array) and isinstance(x, types.Array)
+                and isinstance(ps, types.Array) and isinstance(acc, types.Array)
+                and acc.dtype == types.float32):
+            return None
+        sig = types.none(tiles, types.intp, x, types.intp, ps, types.intp, acc, types.intp,
+                         types.intp)
+
+        def codegen(context, builder, signature, args):
+            t_arr, t_off_v, x_arr, x_off_v, p_arr, p_off_v, acc_arr, acc_at_v, first_v = args
+            ops = _Ops(builder, True, vnni=True)
+            tb = _ptr(context, builder, signature.args[0], t_arr, t_off_v)
+            xb = _ptr(context, builder, signature.args[2], x_arr, x_off_v)
+            pb = _raw_byte_ptr(context, builder, signature.args[4], p_arr, p_off_v)
+            v16 = _vec(_i32, 16)
+
+            def c32(val):
+                return ir.Constant(v16, [val] * 16)
+
+            def field(v, shift, mask):
+                return builder.and_(builder.lshr(v, c32(shift)) if shift else v, c32(mask))
+            u0, u1, u2 = (_load(builder, tb, X16_U_AT + 64 * k, v16) for k in range(3))
+            scs, ms = [], []
+            for s in range(8):
+                if s < 4:
+                    scs.append(field(u0, 8 * s, 63))
+                    ms.append(field(u1, 8 * s, 63))
+                else:
+                    q = 8 * (s - 4)
+                    scs.append(builder.or_(field(u2, q, 15), field(u0, q + 2, 0x30)))
+                    ms.append(builder.or_(field(u2, q + 4, 15), field(u1, q + 2, 0x30)))
+            zero = c32(0)
+            lo_mask, hi_mask = c32(0x0F0F0F0F), c32(-0x0F0F0F10)   # 0xF0F0F0F0
+            s_lo, s_hi = zero, zero
+            for j in range(4):
+                p_lo, p_hi = zero, zero
+                for i in range(8):
+                    q = _load(builder, tb, X16_Q_AT + 64 * (8 * j + i), v16)
+                    p_lo = _vcall(builder, ops.dpbusd, [
+                        p_lo, builder.and_(q, lo_mask),
+                        _bcast_dword(builder, xb, _A_Q_AT + 64 * j + 4 * i)])
+                    p_hi = _vcall(builder, ops.dpbusd, [
+                        p_hi, builder.and_(q, hi_mask),
+                        _bcast_dword(builder, xb, _A_Q_AT + 64 * j + 32 + 4 * i)])
+                s_lo = builder.add(s_lo, builder.mul(p_lo, scs[2 * j]))
+                s_hi = builder.add(s_hi, builder.mul(p_hi, scs[2 * j + 1]))
+            s_acc = builder.add(s_lo, builder.ashr(s_hi, c32(4)))
+            t_acc = zero
+            for p in range(4):
+                if pair16:
+                    mv = builder.or_(ms[2 * p], builder.shl(ms[2 * p + 1], c32(16)))
+                    t_acc = _vcall(builder, ops.dpwssd,
+                                   [t_acc, mv, _bcast_dword(builder, pb, 4 * p)])
+                else:
+                    for s in (2 * p, 2 * p + 1):
+                        t_acc = builder.add(t_acc, builder.mul(
+                            ms[s], _bcast_dword(builder, pb, 4 * s)))
+            f32v = _vec(ir.FloatType(), 16)
+            hv = _vec(ir.HalfType(), 16)
+            d = builder.fpext(_load(builder, tb, X16_D_AT, hv), f32v)
+            dmin = builder.fpext(_load(builder, tb, X16_DMIN_AT, hv), f32v)
+            p_v = builder.fmul(d, builder.sitofp(s_acc, f32v))       # p = R32(d * f32(S))
+            n_v = builder.fmul(dmin, builder.sitofp(t_acc, f32v))    # n = R32(dmin * f32(T))
+            ds = builder.bitcast(_bcast_dword(builder, xb, _A_DS_AT), f32v)
+            v = builder.fmul(ds, builder.fsub(p_v, n_v))             # v = R32(ds * R32(p - n))
+            acc_base = _float_array_ptr(context, builder, signature.args[6], acc_arr)
+            _fold_into(builder, builder.gep(acc_base, [acc_at_v]), v, first_v)
+            return context.get_dummy_value()
+        return sig, codegen
+    return q4_k_x16_rows
+
+
+q4_k_x16_rows_p16 = _make_x16(True)    # T from the int16 pair sums (where every one fits)
+q4_k_x16_rows_p32 = _make_x16(False)   # T from the int32 pair sums (any bytes)
