@@ -32,14 +32,19 @@ _PORTABLE = {}
 
 def portable(S, D):
     """The converter S -> D compiled with the vector paths off."""
-    if (S, D) not in _PORTABLE:
+    return portable_packed(S, D, 1, 1)
+
+
+def portable_packed(S, D, SPB, DPB):
+    """The converter S -> D (SPB / DPB codes per storage unit) with the vector paths off."""
+    if (S, D, SPB, DPB) not in _PORTABLE:
         saved = L._PERM_KINDS, L._VEC_ENC
         L._PERM_KINDS, L._VEC_ENC = (), False
         try:
-            _PORTABLE[S, D] = L._make_converter(S, D, 1, 1)
+            _PORTABLE[S, D, SPB, DPB] = L._make_converter(S, D, SPB, DPB)
         finally:
             L._PERM_KINDS, L._VEC_ENC = saved
-    return _PORTABLE[S, D]
+    return _PORTABLE[S, D, SPB, DPB]
 
 
 def run(conv, src, dst_dtype, stream=False, pad=0):
@@ -311,3 +316,27 @@ def test_astype_streams_widening_casts_from_registers(monkeypatch):
                 kind = _cast._source(c).kind
                 assert calls and all(calls) == (_stream.HAVE_STREAM
                                                 and L.register_stream(kind, L.K_F32))
+
+
+@pytest.mark.parametrize("name", ["i4", "u4", "e2m1"])
+def test_packed_nibble_decode_every_code(name):
+    """int4 / uint4 / e2m1 -> f32 by one vpermd per 16 codes (``lowp._nibble_run``, AVX-512):
+    every byte (two codes, high nibble first) at every phase and tail length equals the scalar
+    rule, and the expected values (ints exactly; e2m1 by its table)."""
+    S = {"i4": L.K_I4, "u4": L.K_U4, "e2m1": L.K_E2M1}[name]
+    if S not in L._NIBBLE_KINDS:
+        pytest.skip("the vpermd nibble decode is compiled only with AVX-512")
+    nib = np.arange(16)
+    value = {"i4": ((nib ^ 8) - 8).astype(np.float32), "u4": nib.astype(np.float32),
+             "e2m1": L._B_E2M1[:16].view(np.float32)}[name]
+    fast, slow = L.converter(S, L.K_F32, 2, 1), portable_packed(S, L.K_F32, 2, 1)
+    codes = np.tile(np.arange(256, dtype=np.uint8), 3)
+    expect = np.stack([value[codes >> 4], value[codes & 15]], axis=1).reshape(-1).view(np.uint32)
+    for start in range(0, 20):
+        for n in (0, 1, 15, 16, 17, 33, 100):
+            part = codes[start:start + n]
+            want = expect[2 * start:2 * (start + n)]
+            for conv in (fast, slow):
+                dst = np.full(2 * n + 3, 0xA5A5A5A5, np.uint32)
+                conv(part.reshape(1, 1, -1), dst[1:2 * n + 1], T, 0, False)
+                assert (dst[1:2 * n + 1] == want).all() and dst[0] == dst[-1] == 0xA5A5A5A5

@@ -840,6 +840,87 @@ def _decode_run_nt16(S, src, dst):
         dst[k] = _decode_to_f32_bits(S, np.int64(src[k]))
 
 
+# ---- packed 4-bit codes (int4 / uint4 / e2m1, element 0 in the high nibble) -> float32 -------
+#
+# All 16 codes' float32 bits fit one zmm, so one ``vpermd`` looks 16 codes up: 16 packed bytes
+# give 32 codes, high nibble first.  The tables are the exact values (ints are exact in f32;
+# e2m1's the lowp table), checked against the scalar rule in the tests for every code.
+
+def _nibble_table(S):
+    c = np.arange(16)
+    if S == K_I4:
+        v = ((c ^ 8) - 8).astype(np.float32)
+    elif S == K_U4:
+        v = c.astype(np.float32)
+    else:
+        return [int(b) for b in _B_E2M1[:16]]
+    return [int(b) for b in v.view(np.uint32)]
+
+
+def _make_nibble_decode(S):
+    ROW = _nibble_table(S)
+
+    @intrinsic
+    def decode32(typingctx, src, si, dst, di):
+        """``dst[di:di + 32] = float32 bits of the 32 codes in src[si:si + 16]``."""
+        if not (isinstance(src, types.Array) and src.dtype == types.uint8
+                and isinstance(dst, types.Array) and dst.dtype == types.uint32):
+            return None
+        sig = types.none(src, types.intp, dst, types.intp)
+
+        def codegen(context, builder, signature, args):
+            i32 = ir.IntType(32)
+            v = ir.VectorType(i32, 16)
+            perm = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(v, [v, v]), "llvm.x86.avx512.permvar.si.512")
+            b = builder.zext(_vec_load(context, builder, signature, args,
+                                       ir.VectorType(ir.IntType(8), 16)), v)
+            hi = builder.lshr(b, ir.Constant(v, [4] * 16))
+            lo = builder.and_(b, ir.Constant(v, [15] * 16))
+            table = ir.Constant(v, ROW)
+            dp = context.make_array(signature.args[2])(context, builder, args[2]).data
+            for half in range(2):       # codes 16h .. 16h+15: bytes 8h .. 8h+7, hi then lo
+                idx = builder.shuffle_vector(hi, lo, ir.Constant(
+                    ir.VectorType(i32, 16),
+                    [x for k in range(8 * half, 8 * half + 8) for x in (k, 16 + k)]))
+                vals = builder.call(perm, [table, idx])
+                at = builder.add(args[3], ir.Constant(args[3].type, 16 * half))
+                builder.store(vals, builder.bitcast(builder.gep(dp, [at]), v.as_pointer()),
+                              align=1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return decode32
+
+
+_nib_i4 = _make_nibble_decode(K_I4)
+_nib_u4 = _make_nibble_decode(K_U4)
+_nib_e2m1 = _make_nibble_decode(K_E2M1)
+# compiled with AVX-512 (vpermd on zmm) and not NUMBA_QK_PORTABLE: kinds using it
+_NIBBLE_KINDS = (K_I4, K_U4, K_E2M1) if _simd.HAVE_AVX512 else ()
+
+
+@kernel
+def _nibble_run(S, src, dst):
+    """``dst[2k], dst[2k + 1]`` = float32 bits of the high / low nibble code of ``src[k]``
+    (contiguous 1-d; ``dst`` twice as long): 16 bytes per lookup pair, the scalar rule for the
+    tail."""
+    n = src.shape[0]
+    nv = n // 16 * 16
+    for k in range(0, nv, 16):
+        if S == K_I4:
+            _nib_i4(src, k, dst, 2 * k)
+        elif S == K_U4:
+            _nib_u4(src, k, dst, 2 * k)
+        else:
+            _nib_e2m1(src, k, dst, 2 * k)
+    for k in range(nv, n):
+        raw = np.int64(src[k])
+        dst[2 * k] = _convert_one(S, K_F32, raw >> np.int64(4), _T_E8M0)
+        dst[2 * k + 1] = _convert_one(S, K_F32, raw & np.int64(15), _T_E8M0)
+
+
 def register_stream(S, D) -> bool:
     """Whether the S -> D converter streams straight from registers (f32 -> bf16/f16 and
     bf16/f16/fp8/fp6 -> f32 with the vector kernels) rather than through an L1 scratch row."""
@@ -893,6 +974,8 @@ def _make_converter(S, D, SPB, DPB):
            2 if D == K_F32 and S in _PERM_KINDS else
            3 if D == K_F32 and S == K_F16 and _HW_F16 and _VEC_ENC else 0) \
         if SPB == 1 and DPB == 1 else 0
+    # packed 4-bit codes -> f32 by one vpermd per 16 codes (_nibble_run)
+    NIB = SPB == 2 and DPB == 1 and D == K_F32 and S in _NIBBLE_KINDS and _VEC_ENC
     # streamed decodes from registers: 1 = uint8 codes (_decode_run_nt8), 2 = bf16/f16 (nt16)
     NTDEC = (1 if S in _PERM_KINDS else 2) if (SPB == 1 and DPB == 1 and D == K_F32
                                                and register_stream(S, D)) else 0
@@ -983,6 +1066,10 @@ def _make_converter(S, D, SPB, DPB):
                     idx += n2
                 elif DPB == 1:                                  # packed source, unpacked dst
                     out = dst[idx:idx + n2 * SPB]
+                    if NIB and row.strides[0] == 1:
+                        _nibble_run(S, row, out)
+                        idx += n2 * SPB
+                        continue
                     for k in range(n2):
                         raw = np.int64(row[k])
                         for s in range(SPB):
