@@ -215,7 +215,9 @@ def test_streamed_equals_unstreamed(S, D, sdt, ddt):
     assert (out_s == out_p).all() and (out_p == ref[:grid.size]).all()
 
 
-def test_astype_streams_large_widening_casts(monkeypatch):
+def stream_flags(monkeypatch):
+    """A list that receives the ``stream`` flag of every converter call ``numba_qk.astype``
+    makes from now on (the converter factory wrapped by a spy)."""
     calls = []
     real = L.converter
 
@@ -227,11 +229,16 @@ def test_astype_streams_large_widening_casts(monkeypatch):
             return fn(*args)
         return wrapped
 
+    monkeypatch.setattr(_cast._k, "converter", spy)
+    return calls
+
+
+def test_astype_streams_large_widening_casts(monkeypatch):
+    calls = stream_flags(monkeypatch)
     x = (np.random.default_rng(3).standard_normal((3, 5, 7000)) * 50).astype(np.float32)
     cases = [(qk.e4m3, x), (qk.bf16, x), (qk.f16, x[:, ::-1, ::3]), (qk.e3m2, x[1:, :, 1:])]
     expect = [qk.astype(qk.astype(v, t), qk.f32) for t, v in cases]
     monkeypatch.setattr(_stream, "STREAM_MIN_BYTES", 0)
-    monkeypatch.setattr(_cast._k, "converter", spy)
     for (t, v), e in zip(cases, expect):
         codes = qk.astype(v, t)
         for threads in (1, 2, 3):
@@ -253,23 +260,12 @@ def test_astype_streams_narrowing_f32_to_bf16_f16_from_registers(monkeypatch):
     """Narrowing f32 -> bf16 / f16 streams (non-temporal stores from registers) at or above
     ``REG_STREAM_MIN_BYTES`` where the kernels can, with the same bits at every thread
     count and alignment; other narrowing casts never stream."""
-    calls = []
-    real = L.converter
-
-    def spy(*key):
-        fn = real(*key)
-
-        def wrapped(*args):
-            calls.append(args[-1])
-            return fn(*args)
-        return wrapped
-
+    calls = stream_flags(monkeypatch)
     x = (np.random.default_rng(4).standard_normal((3, 5, 9000)) * 50).astype(np.float32)
     x.reshape(-1)[::97] = np.nan
     cases = [(qk.bf16, x), (qk.f16, x), (qk.bf16, x[:, ::-1, 1:]), (qk.e4m3, x)]
     expect = [qk.astype(v, t) for t, v in cases]                # plain stores
     monkeypatch.setattr(_stream, "REG_STREAM_MIN_BYTES", 0)
-    monkeypatch.setattr(_cast._k, "converter", spy)
     for (t, v), e in zip(cases, expect):
         for threads in (1, 2, 3):
             for pad in (0, 1, 3):                               # output alignments
@@ -287,17 +283,7 @@ def test_astype_streams_widening_casts_from_registers(monkeypatch):
     """bf16 / f16 / fp8 / fp6 -> f32 stream from registers at REG_STREAM_MIN_BYTES (the L1
     scratch path's STREAM_MIN_BYTES out of the way): same bits at every alignment and thread
     count, every code included."""
-    calls = []
-    real = L.converter
-
-    def spy(*key):
-        fn = real(*key)
-
-        def wrapped(*args):
-            calls.append(args[-1])
-            return fn(*args)
-        return wrapped
-
+    calls = stream_flags(monkeypatch)
     x = (np.random.default_rng(5).standard_normal((2, 3, 9000)) * 50).astype(np.float32)
     x.reshape(-1)[:256] = np.arange(256, dtype=np.uint8).view(np.int8).astype(np.float32)
     srcs = [qk.astype(x, t) for t in (qk.bf16, qk.f16, qk.e4m3, qk.e5m2, qk.e2m3, qk.e3m2)]
@@ -305,7 +291,6 @@ def test_astype_streams_widening_casts_from_registers(monkeypatch):
     expect = [qk.astype(c, qk.f32) for c in srcs]              # plain stores
     monkeypatch.setattr(_stream, "STREAM_MIN_BYTES", 1 << 62)
     monkeypatch.setattr(_stream, "REG_STREAM_MIN_BYTES", 0)
-    monkeypatch.setattr(_cast._k, "converter", spy)
     for c, e in zip(srcs, expect):
         for threads in (1, 3):
             for pad in (0, 1, 5):

@@ -330,6 +330,16 @@ def _nt_arg(nt):
     return nt.literal_value if isinstance(nt, types.IntegerLiteral) else None
 
 
+def _decode_sig(src, dst, nt, src_dtype):
+    """Typing of a decode intrinsic ``f(src, si, dst, di, nt)``: ``src`` an array of
+    ``src_dtype`` codes, ``dst`` of uint32 (float32 bits), ``nt`` a literal; else None."""
+    if not (isinstance(src, types.Array) and src.dtype == src_dtype
+            and isinstance(dst, types.Array) and dst.dtype == types.uint32
+            and _nt_arg(nt) is not None):
+        return None
+    return types.none(src, types.intp, dst, types.intp, nt)
+
+
 _VLANES = 16   # lanes of the explicit-vector f32 -> bf16/f16 encoders (one zmm with AVX-512)
 
 
@@ -549,11 +559,9 @@ def _f16_decode_vec(typingctx, src, si, dst, di, nt):
     one ``fpext <16 x half>`` (F16C ``vcvtph2ps``; exact for every non-NaN code), then a select
     that gives NaN lanes :func:`_f16_to_f32_bits_hw`'s bits -- sign, all-ones exponent, payload
     shifted up, *not* quietened (the hardware would set the quiet bit of a signalling NaN)."""
-    if not (isinstance(src, types.Array) and src.dtype == types.uint16
-            and isinstance(dst, types.Array) and dst.dtype == types.uint32
-            and _nt_arg(nt) is not None):
+    sig = _decode_sig(src, dst, nt, types.uint16)
+    if sig is None:
         return None
-    sig = types.none(src, types.intp, dst, types.intp, nt)
     NT = _nt_arg(nt)
 
     def codegen(context, builder, signature, args):
@@ -613,11 +621,9 @@ def _make_perm_decode(bits):
 
     @intrinsic
     def decode16(typingctx, src, si, dst, di, nt):
-        if not (isinstance(src, types.Array) and src.dtype == types.uint8
-                and isinstance(dst, types.Array) and dst.dtype == types.uint32
-                and _nt_arg(nt) is not None):
+        sig = _decode_sig(src, dst, nt, types.uint8)
+        if sig is None:
             return None
-        sig = types.none(src, types.intp, dst, types.intp, nt)
         NT = _nt_arg(nt)
 
         def codegen(context, builder, signature, args):
@@ -675,11 +681,9 @@ del _h, _hb, _hn
 def _e5m2_decode_vec(typingctx, src, si, dst, di, nt):
     """``dst[di:di + 16] = float32 bits of the e5m2 codes src[si:si + 16]`` (uint8 -> uint32):
     code << 8 as f16, ``fpext`` (``vcvtph2ps``), NaN lanes -> the table's quiet NaN."""
-    if not (isinstance(src, types.Array) and src.dtype == types.uint8
-            and isinstance(dst, types.Array) and dst.dtype == types.uint32
-            and _nt_arg(nt) is not None):
+    sig = _decode_sig(src, dst, nt, types.uint8)
+    if sig is None:
         return None
-    sig = types.none(src, types.intp, dst, types.intp, nt)
     NT = _nt_arg(nt)
 
     def codegen(context, builder, signature, args):
@@ -714,11 +718,9 @@ del _c, _hb, _hn
 @intrinsic
 def _e4m3_decode_vec(typingctx, src, si, dst, di, nt):
     """``dst[di:di + 16] = float32 bits of the e4m3 codes src[si:si + 16]`` (uint8 -> uint32)."""
-    if not (isinstance(src, types.Array) and src.dtype == types.uint8
-            and isinstance(dst, types.Array) and dst.dtype == types.uint32
-            and _nt_arg(nt) is not None):
+    sig = _decode_sig(src, dst, nt, types.uint8)
+    if sig is None:
         return None
-    sig = types.none(src, types.intp, dst, types.intp, nt)
     NT = _nt_arg(nt)
 
     def codegen(context, builder, signature, args):
@@ -771,11 +773,9 @@ def _decode_run(S, src, dst):
 def _bf16_decode_vec(typingctx, src, si, dst, di, nt):
     """``dst[di:di + 16] = float32 bits of the bf16 codes src[si:si + 16]`` (uint16 -> uint32:
     code << 16, every code, NaN payloads kept), for the streamed run below."""
-    if not (isinstance(src, types.Array) and src.dtype == types.uint16
-            and isinstance(dst, types.Array) and dst.dtype == types.uint32
-            and _nt_arg(nt) is not None):
+    sig = _decode_sig(src, dst, nt, types.uint16)
+    if sig is None:
         return None
-    sig = types.none(src, types.intp, dst, types.intp, nt)
     NT = _nt_arg(nt)
 
     def codegen(context, builder, signature, args):
