@@ -743,6 +743,32 @@ def _e4m3_decode_vec(typingctx, src, si, dst, di, nt):
     return sig, codegen
 
 
+def _make_decode16(NT):
+    @kernel
+    def decode16(S, src, k, dst):
+        """16 uint8 codes of kind S at ``src[k]`` -> float32 bits at ``dst[k]`` (``NT``:
+        one non-temporal line)."""
+        if S == K_E4M3:
+            if _HW_F16:
+                _e4m3_decode_vec(src, k, dst, k, NT)
+            else:
+                _perm_e4m3(src, k, dst, k, NT)
+        elif S == K_E5M2:
+            if _HW_F16:
+                _e5m2_decode_vec(src, k, dst, k, NT)
+            else:
+                _perm_e5m2(src, k, dst, k, NT)
+        elif S == K_E2M3:
+            _perm_e2m3(src, k, dst, k, NT)
+        else:
+            _perm_e3m2(src, k, dst, k, NT)
+    return decode16
+
+
+_decode16 = _make_decode16(0)
+_decode16_nt = _make_decode16(1)
+
+
 @kernel
 def _decode_run(S, src, dst):
     """``dst[k] = float32 bits of code src[k]`` (uint8 codes of kind S in _PERM_KINDS; contiguous
@@ -751,20 +777,7 @@ def _decode_run(S, src, dst):
     n = src.shape[0]
     nv = n // 16 * 16
     for k in range(0, nv, 16):
-        if S == K_E4M3:
-            if _HW_F16:
-                _e4m3_decode_vec(src, k, dst, k, 0)
-            else:
-                _perm_e4m3(src, k, dst, k, 0)
-        elif S == K_E5M2:
-            if _HW_F16:
-                _e5m2_decode_vec(src, k, dst, k, 0)
-            else:
-                _perm_e5m2(src, k, dst, k, 0)
-        elif S == K_E2M3:
-            _perm_e2m3(src, k, dst, k, 0)
-        else:
-            _perm_e3m2(src, k, dst, k, 0)
+        _decode16(S, src, k, dst)
     for k in range(nv, n):
         dst[k] = _decode_to_f32_bits(S, np.int64(src[k]))
 
@@ -803,20 +816,7 @@ def _decode_run_nt8(S, src, dst):
         dst[k] = _decode_to_f32_bits(S, np.int64(src[k]))
     nv = h + (n - h) // 16 * 16
     for k in range(h, nv, 16):
-        if S == K_E4M3:
-            if _HW_F16:
-                _e4m3_decode_vec(src, k, dst, k, 1)
-            else:
-                _perm_e4m3(src, k, dst, k, 1)
-        elif S == K_E5M2:
-            if _HW_F16:
-                _e5m2_decode_vec(src, k, dst, k, 1)
-            else:
-                _perm_e5m2(src, k, dst, k, 1)
-        elif S == K_E2M3:
-            _perm_e2m3(src, k, dst, k, 1)
-        else:
-            _perm_e3m2(src, k, dst, k, 1)
+        _decode16_nt(S, src, k, dst)
     for k in range(nv, n):
         dst[k] = _decode_to_f32_bits(S, np.int64(src[k]))
 
