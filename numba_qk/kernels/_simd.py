@@ -29,6 +29,7 @@ from numba.extending import intrinsic
 
 from .._jit import kernel
 
+
 def _target_features() -> set[str]:
     """Features of the CPU numba compiles for (host unless NUMBA_CPU_NAME says otherwise)."""
     if config.CPU_NAME and config.CPU_NAME != "host":
@@ -285,9 +286,10 @@ def prefetch(typingctx, arr, off):
 
 
 # A gemv tile of 8 rows lies in one contiguous block of 8 row strides.  The streaming gemv
-# kernels fetch the tile PREFETCH_AHEAD tiles ahead as one linear byte range, an equal share of
-# its lines per record step: a single forward stream that arrives before it is needed (eight
-# short interleaved row streams, as the tile reads them, defeat the hardware prefetcher).
+# kernels fetch the tile about 64 KiB ahead (``prefetch_plan``) as one linear byte range, an
+# equal share of its lines per record step: a single forward stream that arrives before it is
+# needed (eight short interleaved row streams, as the tile reads them, defeat the hardware
+# prefetcher).
 _PREFETCH_BYTES = 1 << 16
 
 
@@ -295,8 +297,7 @@ _PREFETCH_BYTES = 1 << 16
 def prefetch_plan(tile_bytes, steps):
     """``(distance, lines)`` for a loop of ``steps`` record steps per tile of ``tile_bytes``:
     prefetch the tile ``distance`` bytes ahead, ``lines`` 64-byte lines per step (the tile's
-    lines split evenly).  The distance is at least 2 tiles
-    and at least 64 KiB (bench/stream_ab.py: 1 tile lost 5-10 %, 64-128 KiB was best for
+    lines split evenly).  The distance is at least 2 tiles and at least 64 KiB (bench/stream_ab.py: 1 tile lost 5-10 %, 64-128 KiB was best for
     4096- and 14336-wide rows).  Computed once per call: the divisions stay out of the loop."""
     t = max(np.int64(tile_bytes), np.int64(1))
     tiles = max(np.int64(2), (np.int64(_PREFETCH_BYTES) + t - np.int64(1)) // t)

@@ -5,7 +5,8 @@ reads each destination cache line from memory ("read for ownership") and later w
 so the destination crosses the memory bus twice; a non-temporal store (x86 ``vmovntdq``) writes
 whole 64-byte lines straight to memory.  The conversion kernels compute codes exactly as before
 into a small L1-resident scratch row and :func:`stream_bytes` copies that row to the
-destination: every line that lies wholly inside the destination goes out with one aligned
+destination (casts with a vector kernel store whole lines straight from registers instead,
+``lowp._encode_run_nt`` / ``_decode_run_nt8/16``): every line that lies wholly inside the destination goes out with one aligned
 64-byte non-temporal store, the partial lines at either end by ordinary byte stores.  The bits
 written are the scratch row's bits, so streaming cannot change a result -- only its speed.
 
@@ -52,6 +53,18 @@ def _vendor() -> str:
     return ""
 
 
+def _env_bytes(name):
+    """A byte count from the environment (None when unset; a bad value is an error that names
+    the variable, not a silent default)."""
+    v = os.environ.get(name, "").strip()
+    if not v:
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise ValueError(f"{name}={v!r}: expected a whole number of bytes") from None
+
+
 def _default_min_bytes() -> int:
     """Stream only outputs of at least this many bytes (several times a core's L2; below it
     the destination may well still be in cache when the caller reads it).  Measured per CPU
@@ -59,9 +72,9 @@ def _default_min_bytes() -> int:
     the read-for-ownership traffic and won; on AMD Zen 4 the plain stores won for every
     widening cast and MX decode (bf16 -> f32 3.0 vs 4.0 ms, MX decode 4.8 vs 7.6 ms), so off
     Intel nothing streams unless ``NUMBA_QK_STREAM_MIN_BYTES`` asks for it."""
-    env = os.environ.get("NUMBA_QK_STREAM_MIN_BYTES", "")
-    if env:
-        return int(env)
+    env = _env_bytes("NUMBA_QK_STREAM_MIN_BYTES")
+    if env is not None:
+        return env
     return 16 << 20 if _vendor() == "GenuineIntel" else 1 << 62
 
 
@@ -76,9 +89,9 @@ def _default_reg_min_bytes() -> int:
     2.7 vs 3.3 ms plain, bf16 -> f32 2.9 vs 3.2; on Intel the widening casts stream at
     ``STREAM_MIN_BYTES`` (then also from registers where they can) and narrowing ones were not
     faster streamed, so this is off there.  ``NUMBA_QK_REG_STREAM_MIN_BYTES`` overrides."""
-    env = os.environ.get("NUMBA_QK_REG_STREAM_MIN_BYTES", "")
-    if env:
-        return int(env)
+    env = _env_bytes("NUMBA_QK_REG_STREAM_MIN_BYTES")
+    if env is not None:
+        return env
     return 1 << 62 if _vendor() == "GenuineIntel" else 16 << 20
 
 
