@@ -165,6 +165,7 @@ def _simd_gemv(w, x, out):
     ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
     acc = np.empty(8, np.float32)
     ahead, per = prefetch_plan(8 * ws0, g)
+    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
     r = 0
     while rows - r >= 8:
         # DRAM-streamed weights: while record b of this tile's rows is folded, prefetch share
@@ -191,6 +192,7 @@ def _vnni_gemv(w, x, out):
     ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
     acc = np.empty(8, np.float32)
     ahead, per = prefetch_plan(8 * ws0, g)
+    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
     r = 0
     while rows - r >= 8:
         for b in range(g):   # prefetch as in _simd_gemv

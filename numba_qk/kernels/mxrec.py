@@ -502,6 +502,7 @@ def _gemv_mxfp4_t(w, x, out):
         corr[b] = np.int32(-12) * (hs[b, 0] + hs[b, 1])
     acc = np.zeros(8, np.float32)
     ahead, per = prefetch_plan(8 * ws0, g)
+    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
     r = 0
     while rows - r >= 8:
         for b in range(g):
@@ -531,6 +532,7 @@ def _gemv_nvfp4_t(w, x, out):
             hs[i, h] = np.int32(-12) * hs[i, h]
     acc = np.zeros(8, np.float32)
     ahead, per = prefetch_plan(8 * ws0, g)
+    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
     r = 0
     while rows - r >= 8:
         for b in range(g):
