@@ -778,8 +778,7 @@ def _decode_run(S, src, dst):
     nv = n // 16 * 16
     for k in range(0, nv, 16):
         _decode16(S, src, k, dst)
-    for k in range(nv, n):
-        dst[k] = _decode_to_f32_bits(S, np.int64(src[k]))
+    _decode_scalar(S, src, dst, nv, n)
 
 
 @intrinsic
@@ -806,38 +805,45 @@ def _bf16_decode_vec(typingctx, src, si, dst, di, nt):
 # ``_stream.store_fence()``.
 
 @kernel
-def _decode_run_nt8(S, src, dst):
-    """:func:`_decode_run` (uint8 codes of kind S in _PERM_KINDS) with non-temporal lines."""
-    n = np.int64(src.shape[0])
+def _decode_scalar(S, src, dst, lo, hi):
+    """``dst[k]`` = float32 bits of code ``src[k]`` by the scalar rule, for lo <= k < hi."""
+    for k in range(lo, hi):
+        dst[k] = _decode_to_f32_bits(S, np.int64(src[k]))
+
+
+@kernel
+def _nt_span(dst, n):
+    """``(h, nv)`` for a streamed run of ``n`` float32 outputs into ``dst``: elements [h, nv)
+    are whole aligned 64-byte lines (16 at a time); the rest goes by ordinary stores."""
     h = _stream.line_head(dst, np.int64(4))
     if h < 0 or h > n:
         h = n
-    for k in range(h):
-        dst[k] = _decode_to_f32_bits(S, np.int64(src[k]))
-    nv = h + (n - h) // 16 * 16
+    return h, h + (n - h) // 16 * 16
+
+
+@kernel
+def _decode_run_nt8(S, src, dst):
+    """:func:`_decode_run` (uint8 codes of kind S in _PERM_KINDS) with non-temporal lines."""
+    n = np.int64(src.shape[0])
+    h, nv = _nt_span(dst, n)
+    _decode_scalar(S, src, dst, 0, h)
     for k in range(h, nv, 16):
         _decode16_nt(S, src, k, dst)
-    for k in range(nv, n):
-        dst[k] = _decode_to_f32_bits(S, np.int64(src[k]))
+    _decode_scalar(S, src, dst, nv, n)
 
 
 @kernel
 def _decode_run_nt16(S, src, dst):
     """bf16 (any machine) or f16 (hardware f16) codes -> float32 bits, non-temporal lines."""
     n = np.int64(src.shape[0])
-    h = _stream.line_head(dst, np.int64(4))
-    if h < 0 or h > n:
-        h = n
-    for k in range(h):
-        dst[k] = _decode_to_f32_bits(S, np.int64(src[k]))
-    nv = h + (n - h) // 16 * 16
+    h, nv = _nt_span(dst, n)
+    _decode_scalar(S, src, dst, 0, h)
     for k in range(h, nv, 16):
         if S == K_BF16:
             _bf16_decode_vec(src, k, dst, k, 1)
         else:
             _f16_decode_vec(src, k, dst, k, 1)
-    for k in range(nv, n):
-        dst[k] = _decode_to_f32_bits(S, np.int64(src[k]))
+    _decode_scalar(S, src, dst, nv, n)
 
 
 # ---- packed 4-bit codes (int4 / uint4 / e2m1, element 0 in the high nibble) -> float32 -------
