@@ -15,10 +15,10 @@ in record order per row -- one i32/f32 lane per row, no horizontal reductions.
 import numpy as np
 
 from .._jit import kernel
-from ._simd import HAVE_AVX512, HAVE_VNNI, prefetch_lines
+from ._simd import HAVE_AVX512, HAVE_VNNI
 from ._simd_q4_k import (X16_BYTES, X16_D_AT, X16_DMIN_AT, X16_Q_AT, X16_ROWS, X16_U_AT,
                          q4_k_x16_rows_p16, q4_k_x16_rows_p32)
-from .dot import HAVE_AVX2, _X_BSUM_AT, _dot_loop, _simd_dot_at
+from .dot import _X_BSUM_AT, _dot_loop, gemv_q4_k_q8_k
 
 HAVE_X16 = HAVE_VNNI and HAVE_AVX512
 _REC = 144
@@ -91,37 +91,24 @@ _STREAMS = 2   # runs of tiles read at once (Zen 4, 4096x4096 / 14336x4096 strea
 @kernel
 def _gemv_x16_simd(tiles, x, out):
     """Tiles only (``out`` has 16 entries per tile); ``x`` contiguous Q8_K records.  The tiles
-    are read as two runs at once (the first and the second half, tile t of each, record by
-    record): two linear byte streams, which the hardware prefetcher follows.  No software
-    prefetch: the plain gemv's plan (``_simd.prefetch_plan``: the tile ~64 KiB ahead, a share
-    per record step) measured 1.2-1.45x slower streamed from DRAM and ~1.2x slower hot on Zen 4
-    with one run (4096x4096 and 14336x4096; bench/legacy_x8_ab.py), other distances (37 KiB ..
-    1 MiB) and shares no better."""
-    _gemv_x16_streams(tiles, x, out, 0, 0, _STREAMS)
-
-
-@kernel
-def _gemv_x16_streams(tiles, x, out, ahead, per, streams):
-    """``streams`` runs of tiles at once: tile t of each of ``streams`` equal runs of the tiles,
-    record by record (that many linear byte streams in flight), each tile's 16 rows folded in
-    record order; and an L2 software prefetch of ``per`` lines per record step, ``ahead`` bytes
-    ahead of the first run (``per`` = 0: none; kept for experiments)."""
+    are read as _STREAMS runs at once (tile t of each equal run, record by record): that many
+    linear byte streams, which the hardware prefetcher follows; each tile's 16 rows folded in
+    record order.  No software prefetch: the plain gemv's plan (``_simd.prefetch_plan``: the
+    tile ~64 KiB ahead, a share per record step) measured 1.2-1.45x slower streamed from DRAM
+    and ~1.2x slower hot on Zen 4 with one run (4096x4096 and 14336x4096;
+    bench/legacy_x8_ab.py), other distances (37 KiB .. 1 MiB) and shares no better."""
     t_n, g = tiles.shape[0], x.shape[0]
     ts0, xs0 = tiles.strides[0], x.strides[0]
     p16 = np.empty(8 * g, np.int16)
     p32 = np.empty(8 * g, np.int32)
     fits = _pair_sums(x, p16, p32)
-    ns = max(1, streams)
-    acc = np.empty(ns * X16_ROWS, np.float32)
-    end = t_n * ts0
-    h = (t_n + ns - 1) // ns
+    acc = np.empty(_STREAMS * X16_ROWS, np.float32)
+    h = (t_n + _STREAMS - 1) // _STREAMS
     for t in range(h):
-        base = t * ts0
-        m = ns
+        m = _STREAMS
         while m > 1 and t + (m - 1) * h >= t_n:
             m -= 1
         for b in range(g):
-            prefetch_lines(tiles, base + ahead + b * per * 64, per, end)
             for k in range(m):
                 o = (t + k * h) * ts0 + b * X16_BYTES
                 if fits:
@@ -170,9 +157,5 @@ def gemv_x16(tiles, tail, x, out):
     else:
         rec = np.empty((g, _REC), np.uint8)
         _tile_rows_portable(tiles, x, out, rec)
-    for r in range(tail.shape[0]):
-        if HAVE_AVX2:
-            out[X16_ROWS * t_n + r] = _simd_dot_at(tail, r * tail.strides[0], tail.strides[1],
-                                                   x, x.strides[0], g)
-        else:
-            out[X16_ROWS * t_n + r] = _dot_loop(tail[r], x)
+    if tail.shape[0]:                     # the plain records after the last full tile
+        gemv_q4_k_q8_k(tail, x, out[X16_ROWS * t_n:])
