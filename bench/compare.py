@@ -198,8 +198,9 @@ def _spin(stop):
 
 def contention_means(cands: dict, calls: int = 300) -> dict:
     """Mean seconds per call of each callable while one other process keeps a core busy (a
-    spinning child process), calls interleaved one by one (means, not minima: a stalled call
-    counts)."""
+    spinning child process), calls interleaved one by one, the order reversed every other
+    round so that neither candidate always follows the same one (means, not minima: a stalled
+    call counts)."""
     import multiprocessing as mp
 
     stop = mp.Event()
@@ -210,8 +211,9 @@ def contention_means(cands: dict, calls: int = 300) -> dict:
         for fn in cands.values():
             fn()
         ts = {k: 0.0 for k in cands}
-        for _ in range(calls):
-            for k, fn in cands.items():
+        order = list(cands.items())
+        for i in range(calls):
+            for k, fn in (order if i % 2 == 0 else order[::-1]):
                 t0 = time.perf_counter()
                 fn()
                 ts[k] += time.perf_counter() - t0
@@ -487,24 +489,28 @@ def main(argv=None) -> int:
                          f"numba_qk's takes {fmt_t(t1)} ({w.nbytes / t1 / 1e9 / ceiling:.0%} "
                          "of the ceiling).")
             if ncores > 1:
-                cands = {f"qk{t}": (lambda t=t: qk.matmul(w, xv, lhs_format=Q4, threads=t))
-                         for t in (1, 2)}
-                if gb:
-                    lay = gb.layouts(ggml_ctypes.GGML_TYPE_Q4_K, 0)[0]
-                    mv1 = gb.make(w, ggml_ctypes.GGML_TYPE_Q4_K, 1, 0, lay)
-                    mv2 = gb.make(w, ggml_ctypes.GGML_TYPE_Q4_K, 2, 0, lay)
-                    cands["g1"] = lambda: mv1(xv)
-                    cands["g2"] = lambda: mv2(xv)
+                qk_c = {f"qk{t}": (lambda t=t: qk.matmul(w, xv, lhs_format=Q4, threads=t))
+                        for t in (1, 2)}
                 _threads.ADAPTIVE = True     # the default, whose behaviour these rows measure
                 try:
-                    m = contention_means(cands)
+                    # numba_qk's two counts on their own (ggml's OpenMP workers, when timed in
+                    # the same rounds, keep spinning after their calls and slow whichever call
+                    # follows theirs), then ggml's against numba_qk's 1 thread
+                    m = contention_means(qk_c, calls=600)
+                    if gb:
+                        lay = gb.layouts(ggml_ctypes.GGML_TYPE_Q4_K, 0)[0]
+                        mv1 = gb.make(w, ggml_ctypes.GGML_TYPE_Q4_K, 1, 0, lay)
+                        mv2 = gb.make(w, ggml_ctypes.GGML_TYPE_Q4_K, 2, 0, lay)
+                        mg = contention_means({"qk1": qk_c["qk1"], "g1": lambda: mv1(xv),
+                                               "g2": lambda: mv2(xv)})
+                        m["g1"], m["g2"], m["qk1_g"] = mg["g1"], mg["g2"], mg["qk1"]
                 finally:
                     _threads.ADAPTIVE = False
                 cw = work + ", one core kept busy by another process (mean per call)"
                 tab.add(cw, "matmul threads=2", m["qk2"], "numba_qk matmul, 1 thread", m["qk1"],
                         w.nbytes)
                 if gb:
-                    tab.add(cw, "matmul threads=1", m["qk1"],
+                    tab.add(cw, "matmul threads=1", m["qk1_g"],
                             GGMLBase.label(lay, 1), m["g1"], w.nbytes)
                     tab.add(cw, f"ggml {GGMLBase.label(lay, 2)}", m["g2"],
                             GGMLBase.label(lay, 1), m["g1"], w.nbytes)

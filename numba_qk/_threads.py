@@ -22,17 +22,61 @@ nothing else in numba_qk starts threads.
   used.
 * **Defaults.**  Products and casts default to ``threads=1``; ``threads=None`` means every
   core this process may run on.
+* **Short spins, then sleep.**  After a job a worker spins (a compiled loop, GIL released) for
+  ``NUMBA_QK_SPIN_US`` microseconds (default 200, 0 = never) watching for the next one before it
+  sleeps on its queue: back-to-back products (a token's matvecs) then skip the wake-up, which
+  on a VM costs 15-30 us.  The adaptive count does not take a spinning worker of ours for a
+  busy core.  Threaded gemv claims its row chunks in compiled code (``kernels/_pool.py``): one
+  call per thread, no GIL round trip per chunk, and the caller spins (bounded) for the last
+  chunk instead of sleeping on an event.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import queue
 import threading
 import time
 
+import numpy as np
+
+from .kernels import _pool
+
 ADAPTIVE = os.environ.get("NUMBA_QK_ADAPTIVE_THREADS", "1").strip() not in ("0", "false", "no")
+
+
+def _env_us(name: str, default: int) -> int:
+    """Microseconds from the environment; a bad value is an error naming the variable."""
+    v = os.environ.get(name, "").strip()
+    if not v:
+        return default
+    try:
+        us = int(v)
+    except ValueError:
+        us = -1
+    if us < 0:
+        raise ValueError(f"{name}={v!r}: expected a whole number of microseconds >= 0")
+    return us
+
+
+# How long a worker spins for its next job before it sleeps, and how long a gemv caller spins
+# for the helpers' last chunks before it sleeps on the job's event.
+SPIN_US = _env_us("NUMBA_QK_SPIN_US", 200) if _pool.HAVE_ATOMICS else 0
+_JOIN_SPIN_US = 2000
+_polls_per_us = [0.0]     # measured once, the first time a worker is started
+
+
+def _polls(us: float) -> int:
+    """Spin polls that take about ``us`` microseconds on this machine."""
+    if not _polls_per_us[0]:
+        cell, flags, n = np.zeros(2, np.int64), np.zeros(1, np.int64), 20000
+        _pool.spin_until_changed(cell, 0, 1, flags, 0, flags, 0, flags)   # compiled first
+        t0 = time.perf_counter()
+        _pool.spin_until_changed(cell, 0, n, flags, 0, flags, 0, flags)
+        _polls_per_us[0] = n / max((time.perf_counter() - t0) * 1e6, 1.0)
+    return int(us * _polls_per_us[0])
 
 
 def cpu_count() -> int:
@@ -58,7 +102,8 @@ def free_cores() -> int | None:
     try:
         with open(_LOADAVG, "rb") as f:
             running = int(f.read().split()[3].split(b"/")[0])
-        free = max(1, (os.cpu_count() or 1) - (running - 1))
+        # our own workers spinning for their next job are not another process's load
+        free = max(1, (os.cpu_count() or 1) - (running - 1 - _POOL.spinning()))
     except (OSError, ValueError, IndexError):
         free = None
     _sample[0], _sample[1] = now, free
@@ -105,31 +150,116 @@ class _Job:
                     self.done.set()
 
 
-class _Pool:
-    """Worker threads that sleep on their own queue until handed a job."""
+_NO_ACK = np.zeros(8, np.int64)   # where workers count acks of jobs that want none
+# Every run_rows caller's runner counts ``_GO[0] += 1`` once it has released the GIL; a
+# spinning worker handed that caller's job waits for it before it takes the GIL.
+_GO = np.zeros(8, np.int64)
+
+
+class _Call:
+    """One call of ``fn(*args)`` on each of ``helpers`` workers (``run_rows``); each worker,
+    once back in its spin loop (or about to run its next job), counts ``ack[2] += 1``.
+    ``done`` is a lock held until the last helper returns (``wait()`` blocks until then; a
+    lock, not an Event: it is made on every threaded gemv call, and an Event costs 2 us)."""
+    __slots__ = ("fn", "args", "left", "lock", "done", "error", "ack")
+
+    def __init__(self, fn, args, helpers, ack):
+        self.fn, self.args, self.left, self.ack = fn, args, helpers, ack
+        self.lock = threading.Lock()
+        self.done = threading.Lock()
+        self.done.acquire()
+        self.error = None
+
+    def work(self):
+        try:
+            self.fn(*self.args)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            if self.error is None:
+                self.error = e
+        with self.lock:
+            self.left -= 1
+            if self.left == 0:
+                self.done.release()
+
+    def wait(self):
+        self.done.acquire()
+        self.done.release()
+
+
+class _Worker:
+    __slots__ = ("thread", "queue", "lock", "pending", "sleeping", "gen", "flag")
 
     def __init__(self):
-        self.workers = []  # (thread, queue)
+        self.queue = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.pending = collections.deque()
+        self.sleeping = True          # on its queue: a job must be put there
+        # [bumped for each job left in ``pending``, the ``_GO`` count that job's caller reaches
+        #  once it released the GIL (0: none to wait for)]
+        self.gen = np.zeros(8, np.int64)[:2]
+        self.flag = np.zeros(8, np.int64)[:1]   # 1 while it spins (``free_cores``)
+
+
+class _Pool:
+    """Worker threads.  A worker that finished a job looks for the next one for ``SPIN_US``
+    (its ``pending`` jobs, announced by a bump of ``gen`` that its spin loop watches), then
+    sleeps on its queue until handed one."""
+
+    def __init__(self):
+        self.workers = []
         self.lock = threading.Lock()
 
-    def _loop(self, q):
+    def spinning(self) -> int:
+        return sum(int(w.flag[0]) for w in self.workers)
+
+    def _next(self, w, job):
+        """The worker's next job after ``job``, or None once it should sleep."""
+        ack = getattr(job, "ack", None)
+        with w.lock:
+            if w.pending or not SPIN_US:
+                if ack is not None:
+                    ack[2] += 1
+                if w.pending:
+                    return w.pending.popleft()
+                w.sleeping = True
+                return None
+            seen = int(w.gen[0])
+            w.flag[0] = 1
+        _pool.spin_until_changed(w.gen, seen, _polls(SPIN_US), w.flag, 0,
+                                 _NO_ACK if ack is None else ack, 2, _GO)
+        with w.lock:
+            if w.pending:
+                return w.pending.popleft()
+            w.sleeping = True
+            return None
+
+    def _loop(self, w):
         while True:
-            job = q.get()
-            if job is None:  # pragma: no cover - never sent; workers are daemons
-                return
-            job.work()
+            job = w.queue.get()
+            while job is not None:
+                job.work()
+                job = self._next(w, job)
 
     def hand(self, job, helpers: int):
         with self.lock:
             while len(self.workers) < helpers:
-                q = queue.SimpleQueue()
-                t = threading.Thread(target=self._loop, args=(q,), daemon=True,
-                                     name=f"numba_qk-{len(self.workers)}")
-                t.start()
-                self.workers.append((t, q))
+                w = _Worker()
+                if SPIN_US:
+                    _polls(SPIN_US)
+                w.thread = threading.Thread(target=self._loop, args=(w,), daemon=True,
+                                            name=f"numba_qk-{len(self.workers)}")
+                w.thread.start()
+                self.workers.append(w)
             chosen = self.workers[:helpers]
-        for _, q in chosen:
-            q.put(job)
+        for w in chosen:
+            with w.lock:
+                if w.sleeping:
+                    w.sleeping = False
+                    w.queue.put(job)
+                else:
+                    w.pending.append(job)
+                    w.gen[1] = int(_GO[0]) + 1 if isinstance(job, _Call) else 0
+                    w.gen[0] += 1
 
 
 _POOL = _Pool()
@@ -163,12 +293,46 @@ def run(tasks, threads: int) -> int:
     return n
 
 
+def run_rows(gemv, w, x, out, threads: int, per_thread: int = 4, tile: int = 8) -> int:
+    """``gemv(w, x, out)`` over row chunks of ``w`` on up to ``threads`` threads including the
+    caller, claimed in compiled code (``kernels/_pool.py``); the chunk boundaries are those of
+    ``row_chunks``.  Returns the thread count used.  Where the compiled runner cannot run
+    (``NUMBA_DISABLE_JIT``) the chunks run as Python pieces through ``run``."""
+    rows = w.shape[0]
+    chunk = _chunk_rows(rows, threads, per_thread, tile)
+    n = max(1, min(threads, -(-rows // chunk)))
+    if n <= 1:
+        gemv(w, x, out)
+        return 1
+    if not _pool.HAVE_ATOMICS:
+        return run([(gemv, (w[r0:r0 + chunk], x, out[r0:r0 + chunk]))
+                    for r0 in range(0, rows, chunk)], n)
+    runner = _pool.rows_runner(gemv)
+    ctl = np.zeros(4, np.int64)   # [next chunk, chunks done, helpers back, threads entered]
+    call = _Call(runner, (w, x, out, ctl, chunk, 0, 0, _GO), n - 1, ctl)
+    _POOL.hand(call, n - 1)
+    try:
+        complete = runner(w, x, out, ctl, chunk, _polls(_JOIN_SPIN_US), 1, _GO)
+    except BaseException:
+        call.wait()
+        raise
+    if not complete:
+        call.wait()
+        if call.error is not None:
+            raise call.error
+    return n
+
+
 def row_chunks(rows: int, threads: int, per_thread: int = 4, tile: int = 8):
     """``[(r0, r1), ...]``: contiguous row ranges, multiples of ``tile`` rows except the last,
     about ``per_thread`` per thread (so a descheduled thread holds little of the work)."""
+    step = _chunk_rows(rows, threads, per_thread, tile)
+    return [(r, min(rows, r + step)) for r in range(0, rows, step)] if rows else [(0, 0)]
+
+
+def _chunk_rows(rows: int, threads: int, per_thread: int, tile: int) -> int:
+    """Rows per chunk of ``row_chunks`` (all chunks but the last have this many)."""
     if threads <= 1 or rows <= tile:
-        return [(0, rows)]
+        return max(rows, 1)
     pieces = min(per_thread * threads, -(-rows // tile))
-    step = -(-rows // pieces)
-    step = -(-step // tile) * tile
-    return [(r, min(rows, r + step)) for r in range(0, rows, step)]
+    return -(-(-(-rows // pieces)) // tile) * tile

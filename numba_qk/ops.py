@@ -196,13 +196,12 @@ def _product(fmt, kind: str, wa, xa, target, nthreads):
     if n == 1:
         (b.gemv if kind == "gemv" else b.gemm)(wa, xa, target)
         return
-    if kind == "gemv":
-        tasks = [(b.gemv, (wa[r0:r1], xa, target[r0:r1]))
-                 for r0, r1 in _threads.row_chunks(rows, n, per_thread=4)]
-    else:
-        # A gemm chunk re-tiles the activations, so fewer, larger chunks.
-        tasks = [(_gemm_rows, (b.gemm, wa, xa, target, r0, r1))
-                 for r0, r1 in _threads.row_chunks(rows, n, per_thread=2)]
+    if kind == "gemv":       # chunks claimed in compiled code, one call per thread
+        _threads.run_rows(b.gemv, wa, xa, target, n)
+        return
+    # A gemm chunk re-tiles the activations, so fewer, larger chunks.
+    tasks = [(_gemm_rows, (b.gemm, wa, xa, target, r0, r1))
+             for r0, r1 in _threads.row_chunks(rows, n, per_thread=2)]
     _threads.run(tasks, n)
 
 

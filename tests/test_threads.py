@@ -1,6 +1,7 @@
 """numba_qk._threads: its own pool (dynamic claiming, caller included) and the adaptive count."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -52,8 +53,10 @@ def test_busy_machine_runs_a_product_serially(tmp_path, monkeypatch, rng, runnin
     monkeypatch.setattr(_threads, "ADAPTIVE", True)
     _loadavg(tmp_path, monkeypatch, running=running, cpus=2)
     used = []
-    real_run = _threads.run
+    real_run, real_rows = _threads.run, _threads.run_rows
     monkeypatch.setattr(_threads, "run", lambda tasks, n: used.append(real_run(tasks, n)))
+    monkeypatch.setattr(_threads, "run_rows",
+                        lambda *a, **k: used.append(real_rows(*a, **k)))
     w = qk.quantize(rng.standard_normal((64 * 2, 256)).astype(np.float32),
                     format=qk.quant.q4_k).reshape(64, 2, 144)
     x = rng.standard_normal((3, 512)).astype(np.float32)
@@ -146,3 +149,128 @@ def test_row_chunks_cover_rows_in_tiles(rows, threads):
     assert all(a[1] == b[0] for a, b in zip(chunks, chunks[1:]))
     assert all((r1 - r0) % 8 == 0 for r0, r1 in chunks[:-1])
     assert len(chunks) <= max(1, 4 * threads)
+
+
+# ----------------------------------------------------------------- compiled row claiming (gemv)
+
+from numba_qk._jit import kernel  # noqa: E402
+from numba_qk.kernels import _pool  # noqa: E402
+
+
+@kernel
+def _count_rows(w, x, out):
+    """A toy serial 'gemv': adds 1 to each of its rows (a row run twice would show 2) and
+    raises on a row whose weight is 13."""
+    for r in range(w.shape[0]):
+        if w[r, 0] == 13.0:
+            raise ValueError("row 13")
+        out[r] += np.float32(1.0) + np.float32(x[0]) * np.float32(0.0)
+
+
+@pytest.mark.parametrize("rows", [1, 7, 8, 9, 100, 1001])
+@pytest.mark.parametrize("threads", [2, 3, 4])
+def test_run_rows_runs_every_row_once(rows, threads):
+    w = np.zeros((rows, 2), np.float32)
+    x = np.ones(2, np.float32)
+    for per_thread in (1, 4):
+        out = np.zeros(rows, np.float32)
+        used = _threads.run_rows(_count_rows, w, x, out, threads, per_thread=per_thread)
+        assert out.tolist() == [1.0] * rows
+        assert used == min(threads, len(_threads.row_chunks(rows, threads, per_thread)))
+
+
+def test_run_rows_errors_reach_the_caller_from_any_thread():
+    """The raising chunk lands on the caller or on a worker, whichever claims it; either way
+    the caller gets the error after every thread is done, and the pool still works."""
+    w = np.zeros((64, 2), np.float32)
+    x = np.ones(2, np.float32)
+    for bad in (0, 17, 63):          # first, middle and last chunk
+        w[:] = 0.0
+        w[bad, 0] = 13.0
+        for _ in range(10):
+            with pytest.raises(ValueError, match="row 13"):
+                _threads.run_rows(_count_rows, w, x, np.zeros(64, np.float32), 2,
+                                  per_thread=4)
+    w[:] = 0.0
+    out = np.zeros(64, np.float32)
+    _threads.run_rows(_count_rows, w, x, out, 2)
+    assert out.tolist() == [1.0] * 64
+
+
+def test_run_rows_without_compiled_atomics_uses_python_pieces(monkeypatch, rng):
+    """Under NUMBA_DISABLE_JIT the runner cannot run: the same chunks go through ``run``."""
+    pieces = []
+    real_run = _threads.run
+    monkeypatch.setattr(_pool, "HAVE_ATOMICS", False)
+    monkeypatch.setattr(_threads, "run", lambda tasks, n: pieces.append(len(tasks))
+                        or real_run(tasks, n))
+    w = np.zeros((100, 2), np.float32)
+    out = np.zeros(100, np.float32)
+    assert _threads.run_rows(_count_rows, w, np.ones(2, np.float32), out, 2) == 2
+    assert out.tolist() == [1.0] * 100
+    assert pieces == [len(_threads.row_chunks(100, 2))]
+
+
+def test_runner_cache_is_keyed_by_the_serial_kernel():
+    """Each serial kernel gets its own runner, cached under the kernel's stable identity
+    (numba's default key for a closure would pickle a per-process UUID and never hit)."""
+    from numba_qk import _registry as registry
+
+    gemvs = [b.gemv for b in registry.BY_FORMAT.values() if b.gemv is not None]
+    idents = {_pool._kernel_identity(g) for g in gemvs}
+    assert None not in idents and len(idents) == len(set(gemvs))
+    r = _pool.rows_runner(gemvs[0])
+    assert r is _pool.rows_runner(gemvs[0])
+    assert isinstance(r._cache, _pool._RunnerCache)
+
+
+def test_spinning_workers_are_not_counted_as_busy_cores(tmp_path, monkeypatch):
+    monkeypatch.setattr(_threads, "ADAPTIVE", True)
+    _loadavg(tmp_path, monkeypatch, running=2, cpus=2)
+    monkeypatch.setattr(_threads._POOL, "spinning", lambda: 1)
+    assert _threads.free_cores() == 2       # the other runnable task is our own spinner
+    monkeypatch.setattr(_threads._POOL, "spinning", lambda: 0)
+    assert _threads.free_cores() == 1
+
+
+@pytest.mark.skipif(_threads.SPIN_US == 0, reason="spinning is off here")
+def test_workers_spin_briefly_then_sleep(rng):
+    w = qk.quantize(rng.standard_normal((64 * 2, 256)).astype(np.float32),
+                    format=qk.quant.q4_k).reshape(64, 2, 144)
+    x = rng.standard_normal(512).astype(np.float32)
+    want = qk.matmul(w, x, lhs_format=qk.quant.q4_k).view(np.uint32).tolist()
+    # back to back: jobs reach spinning workers through ``pending``, gemv and casts alike
+    for i in range(60):
+        got = qk.matmul(w, x, lhs_format=qk.quant.q4_k, threads=2 + i % 2)
+        assert got.view(np.uint32).tolist() == want
+        if i % 10 == 0:
+            assert qk.astype(x, qk.bf16, threads=2).storage.tolist() == \
+                qk.astype(x, qk.bf16).storage.tolist()
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and not all(
+            wk.sleeping and not wk.flag[0] for wk in _threads._POOL.workers):
+        time.sleep(0.01)
+    assert _threads._POOL.workers and _threads._POOL.spinning() == 0
+    assert all(wk.sleeping for wk in _threads._POOL.workers)
+
+
+def test_spin_setting_is_read_and_checked(monkeypatch):
+    monkeypatch.setenv("NUMBA_QK_SPIN_US", "50")
+    assert _threads._env_us("NUMBA_QK_SPIN_US", 200) == 50
+    monkeypatch.setenv("NUMBA_QK_SPIN_US", "")
+    assert _threads._env_us("NUMBA_QK_SPIN_US", 200) == 200
+    for bad in ("-1", "fast", "1.5"):
+        monkeypatch.setenv("NUMBA_QK_SPIN_US", bad)
+        with pytest.raises(ValueError, match="NUMBA_QK_SPIN_US"):
+            _threads._env_us("NUMBA_QK_SPIN_US", 200)
+
+
+def test_spin_off_workers_sleep_after_each_job(monkeypatch, rng):
+    monkeypatch.setattr(_threads, "SPIN_US", 0)
+    w = qk.quantize(rng.standard_normal((64 * 2, 256)).astype(np.float32),
+                    format=qk.quant.q4_k).reshape(64, 2, 144)
+    x = rng.standard_normal(512).astype(np.float32)
+    want = qk.matmul(w, x, lhs_format=qk.quant.q4_k).view(np.uint32).tolist()
+    for _ in range(20):
+        got = qk.matmul(w, x, lhs_format=qk.quant.q4_k, threads=2)
+        assert got.view(np.uint32).tolist() == want

@@ -1,0 +1,222 @@
+"""Compiled halves of ``numba_qk._threads``: atomics, a bounded spin-wait, and row runners that
+claim gemv row chunks without the GIL.
+
+A threaded gemv through Python pieces paid, per call, one GIL round trip and one dispatch per
+row chunk, a futex wake of the sleeping worker (an inter-processor interrupt on a VM) and an
+``Event`` join (another one): 40-80 us around a 4096x4096 Q4_K matvec of ~160 us per thread.
+Here each thread makes one call, :func:`rows_runner`'s kernel, which claims chunks with an
+atomic counter, runs the format's serial gemv on each, counts it done, and -- on the caller
+only -- spins until every chunk is counted.  The worker, between jobs, spins on a generation
+counter (:func:`spin_until_changed`) for a bounded time before it sleeps.
+
+Nothing here touches a value of the product: every output row is still written by exactly one
+serial gemv call on the same records, so results do not depend on the thread count.
+
+``HAVE_ATOMICS`` is False under ``NUMBA_DISABLE_JIT`` (intrinsics cannot run there): the pool
+then uses its Python pieces and never spins.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+
+import numpy as np
+from llvmlite import ir
+from numba import config
+from numba.core import cgutils, types
+from numba.core.caching import FunctionCache, NullCache
+from numba.extending import intrinsic
+
+from .._jit import kernel
+
+HAVE_ATOMICS = not config.DISABLE_JIT
+_X86 = platform.machine().lower() in ("x86_64", "amd64")
+_i64 = ir.IntType(64)
+
+
+def _cell(context, builder, arrty, arr, idx):
+    return builder.gep(context.make_array(arrty)(context, builder, arr).data, [idx])
+
+
+def _int64_array(arr):
+    return isinstance(arr, types.Array) and arr.dtype == types.int64 and arr.ndim == 1
+
+
+@intrinsic
+def fetch_add(typingctx, arr, idx, v):
+    """``arr[idx] += v`` as one atomic read-modify-write (sequentially consistent); returns the
+    old value.  ``arr`` is a 1-D int64 array."""
+    if not _int64_array(arr):
+        return None
+    sig = types.int64(arr, types.intp, types.int64)
+
+    def codegen(context, builder, signature, args):
+        ptr = _cell(context, builder, signature.args[0], args[0], args[1])
+        return builder.atomic_rmw("add", ptr, args[2], "seq_cst")
+
+    return sig, codegen
+
+
+@intrinsic
+def load_acquire(typingctx, arr, idx):
+    """``arr[idx]`` read with acquire ordering (never hoisted out of a loop)."""
+    if not _int64_array(arr):
+        return None
+    sig = types.int64(arr, types.intp)
+
+    def codegen(context, builder, signature, args):
+        return builder.load_atomic(_cell(context, builder, signature.args[0], args[0], args[1]),
+                                   "acquire", 8)
+
+    return sig, codegen
+
+
+@intrinsic
+def store_release(typingctx, arr, idx, v):
+    """``arr[idx] = v`` with release ordering."""
+    if not _int64_array(arr):
+        return None
+    sig = types.none(arr, types.intp, types.int64)
+
+    def codegen(context, builder, signature, args):
+        builder.store_atomic(args[2], _cell(context, builder, signature.args[0], args[0],
+                                            args[1]), "release", 8)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def cpu_relax(typingctx):
+    """The spin-loop hint (x86 ``pause``: it yields the core's pipeline to its sibling and
+    saves power); nothing elsewhere."""
+    sig = types.none()
+
+    def codegen(context, builder, signature, args):
+        if _X86:
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse2.pause")
+            builder.call(fn, [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@kernel
+def spin_until_changed(cell, seen, iters, flags, slot, ack, ack_at, go):
+    """The worker's wait for its next job.  Count ``ack[ack_at] += 1`` (the last job's caller
+    waits for it: the worker is back in compiled code, so the GIL is free for the caller), then
+    spin at most ``iters`` relaxed polls until ``cell[0] != seen`` (a job was posted).  If the
+    poster also set ``cell[1] = g > 0``, keep spinning (at most ``iters`` polls more) until
+    ``go[0] >= g``: the poster's runner counts itself there once it has released the GIL, so the
+    worker then takes a free GIL instead of sleeping on it (a wake-up costs 5-30 us on a VM).
+    Finally clear ``flags[slot]`` (the worker's "spinning" mark, which ``free_cores``
+    discounts).  Returns 1 if a job was posted, else 0."""
+    fetch_add(ack, ack_at, np.int64(1))
+    changed = np.int64(0)
+    for _ in range(np.int64(iters)):
+        if load_acquire(cell, 0) != np.int64(seen):
+            changed = np.int64(1)
+            break
+        cpu_relax()
+    if changed:
+        g = load_acquire(cell, 1)
+        if g > 0:
+            for _ in range(np.int64(iters)):
+                if load_acquire(go, 0) >= g:
+                    break
+                cpu_relax()
+    store_release(flags, slot, np.int64(0))
+    return changed
+
+
+@kernel
+def wait_count(ctl, at, target, iters):
+    """Spin at most ``iters`` relaxed polls until ``ctl[at] >= target``; 1 if it got there."""
+    for _ in range(np.int64(iters)):
+        if load_acquire(ctl, at) >= np.int64(target):
+            return np.int64(1)
+        cpu_relax()
+    return np.int64(1) if load_acquire(ctl, at) >= np.int64(target) else np.int64(0)
+
+
+_RUNNERS: dict = {}
+
+
+def _kernel_identity(fn):
+    """A stable description of the compiled kernel ``fn`` (module, qualified name and the plain
+    values its closure holds, e.g. legacy's per-format code), or None if it has other closure
+    values."""
+    f = fn.py_func
+    cells = []
+    for c in f.__closure__ or ():
+        v = c.cell_contents
+        if isinstance(v, (bool, int, float, str)):
+            cells.append(repr(v))
+        elif hasattr(v, "py_func"):
+            cells.append(f"{v.py_func.__module__}.{v.py_func.__qualname__}")
+        else:
+            return None
+    return f"{f.__module__}.{f.__qualname__}{tuple(cells)}"
+
+
+class _RunnerCache(FunctionCache):
+    """The on-disk cache of one ``rows_runner`` closure.  numba keys a closure's entries by a
+    pickle of its cell contents, and a compiled function pickles with a random per-process
+    UUID: every process would miss and append an entry.  The serial kernel's identity is the
+    key here instead."""
+
+    def __init__(self, py_func, identity):
+        super().__init__(py_func)
+        self._identity = identity.encode()
+
+    def _index_key(self, sig, codegen):
+        code = hashlib.sha256(self._py_func.__code__.co_code).hexdigest()
+        return (sig, codegen.magic_tuple(), (code, hashlib.sha256(self._identity).hexdigest()))
+
+
+def rows_runner(gemv):
+    """A kernel ``run(w, x, out, ctl, chunk, wait_iters, caller, go)`` for the serial kernel
+    ``gemv(w, x, out)`` (weights ``[rows, ...]``, ``out[rows]``).  ``ctl`` is an int64 array:
+    ``[next chunk, chunks done, helpers back, threads entered]``; the caller counts its entry
+    in ``go[0]`` too (``spin_until_changed``).  Each thread counts itself
+    in ``ctl[3]``, claims row chunks ``[i * chunk, (i + 1) * chunk)`` through
+    ``fetch_add(ctl, 0, 1)`` until none is left, runs ``gemv`` on each and counts it in
+    ``ctl[1]``; then spins up to ``wait_iters`` polls until all chunks are counted.  Returns 1
+    when they are (the product is complete), else 0.  The caller (``caller=1``) then also
+    spins, within the same budget, until every helper that entered is back in its spin loop
+    (``ctl[2]``, counted by the pool), so that it does not queue for the GIL behind a helper's
+    Python bookkeeping; that wait changes no result.  The pool's workers pass
+    ``wait_iters=0, caller=0``."""
+    run = _RUNNERS.get(gemv)
+    if run is None:
+        @kernel
+        def run(w, x, out, ctl, chunk, wait_iters, caller, go):
+            fetch_add(ctl, 3, np.int64(1))
+            if caller:
+                fetch_add(go, 0, np.int64(1))   # the GIL is free now (see spin_until_changed)
+            rows = np.int64(w.shape[0])
+            step = max(np.int64(chunk), np.int64(1))
+            n = (rows + step - np.int64(1)) // step
+            while True:
+                i = fetch_add(ctl, 0, np.int64(1))
+                if i >= n:
+                    break
+                r0 = i * step
+                r1 = min(rows, r0 + step)
+                gemv(w[r0:r1], x, out[r0:r1])
+                fetch_add(ctl, 1, np.int64(1))
+            if wait_count(ctl, 1, n, wait_iters) == 0:
+                return np.int64(0)
+            if caller:
+                for _ in range(np.int64(wait_iters)):
+                    if load_acquire(ctl, 2) >= load_acquire(ctl, 3) - np.int64(1):
+                        break
+                    cpu_relax()
+            return np.int64(1)
+
+        identity = _kernel_identity(gemv)
+        run._cache = _RunnerCache(run.py_func, identity) if identity else NullCache()
+        _RUNNERS[gemv] = run
+    return run
