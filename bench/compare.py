@@ -526,11 +526,13 @@ def main(argv=None) -> int:
             ws = [w.copy() for _ in range(copies)]
             work_d = (f"Q4_K matvec {rows}x{cols}, DRAM-streamed ({copies} distinct copies, "
                       f"{copies * w.nbytes / 1e9:.2f} GB)")
+            t_str = {}
             for thr in (1, ncores) if ncores > 1 else (1,):
-                pair_rows(tab, work_d, f"matmul threads={thr}",
-                          cycling([lambda w_=w_: qk.matmul(w_, xv, lhs_format=Q4, threads=thr)
-                                   for w_ in ws]),
-                          gb, ws, ggml_ctypes.GGML_TYPE_Q4_K, thr, 0, xv, w.nbytes, streamed=True)
+                t_str[thr] = pair_rows(
+                    tab, work_d, f"matmul threads={thr}",
+                    cycling([lambda w_=w_: qk.matmul(w_, xv, lhs_format=Q4, threads=thr)
+                             for w_ in ws]),
+                    gb, ws, ggml_ctypes.GGML_TYPE_Q4_K, thr, 0, xv, w.nbytes, streamed=True)
             if Q4 in qk.REPACK_FORMATS:
                 rps = [qk.repack(w_, Q4) for w_ in ws]
                 pair_rows(tab, work_d, "repack + matmul threads=1",
@@ -544,6 +546,15 @@ def main(argv=None) -> int:
                              f"(a vectorized int64 sum, 1 / {ncores} threads): "
                              + " / ".join(f"{v:.1f}" for v in bandwidth) + " GB/s; L3 "
                              f"{l3_bytes() / 2**20:.0f} MiB, DRAM working sets >= 4x L3.")
+            if rows == 4096 and len(t_str) > 1:
+                gbs = {t: w.nbytes / v / 1e9 for t, v in t_str.items()}
+                notes.append(
+                    f"DRAM-streamed Q4_K {rows}x{cols} matvec: threads=1 {gbs[1]:.1f} GB/s "
+                    f"({gbs[1] / bandwidth[0]:.0%} of the 1-thread read bandwidth), "
+                    f"threads={ncores} {gbs[ncores]:.1f} GB/s ({gbs[ncores] / bandwidth[1]:.0%} "
+                    f"of the {ncores}-thread read bandwidth): {t_str[1] / t_str[ncores]:.2f}x "
+                    f"faster with {ncores} threads, where a plain read gains "
+                    f"{bandwidth[1] / bandwidth[0]:.2f}x.")
             del ws
 
     # --- Q4_K matmul, f32 activations [batch, 4096]: gemm

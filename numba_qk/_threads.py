@@ -92,6 +92,20 @@ _SAMPLE_S = 0.005         # a sample is reused for this long (reading it is a fe
 _sample = [-1.0, None]    # [monotonic time, free cores]
 
 
+_loadavg_fd = [None, -1]   # [path, descriptor kept open: a pread costs 1 us, an open 10 us]
+
+
+def _read_loadavg() -> bytes:
+    path = _LOADAVG
+    if _loadavg_fd[0] != path:
+        if _loadavg_fd[1] >= 0:
+            os.close(_loadavg_fd[1])
+            _loadavg_fd[:] = [None, -1]
+        _loadavg_fd[1] = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        _loadavg_fd[0] = path
+    return os.pread(_loadavg_fd[1], 256, 0)
+
+
 def free_cores() -> int | None:
     """Online cores minus the runnable tasks of other threads (the caller is one of them), or
     None where the kernel does not say.  A momentary sample (``/proc/loadavg``'s 4th field),
@@ -100,11 +114,10 @@ def free_cores() -> int | None:
     if now - _sample[0] < _SAMPLE_S:
         return _sample[1]
     try:
-        with open(_LOADAVG, "rb") as f:
-            running = int(f.read().split()[3].split(b"/")[0])
+        running = int(_read_loadavg().split()[3].split(b"/")[0])
         # our own workers spinning for their next job are not another process's load
         free = max(1, (os.cpu_count() or 1) - (running - 1 - _POOL.spinning()))
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError, AttributeError):
         free = None
     _sample[0], _sample[1] = now, free
     return free
@@ -293,11 +306,13 @@ def run(tasks, threads: int) -> int:
     return n
 
 
-def run_rows(gemv, w, x, out, threads: int, per_thread: int = 4, tile: int = 8) -> int:
+def run_rows(gemv, w, x, out, threads: int, per_thread: int = 4, tile: int = 8,
+             per: int = 1) -> int:
     """``gemv(w, x, out)`` over row chunks of ``w`` on up to ``threads`` threads including the
     caller, claimed in compiled code (``kernels/_pool.py``); the chunk boundaries are those of
-    ``row_chunks``.  Returns the thread count used.  Where the compiled runner cannot run
-    (``NUMBA_DISABLE_JIT``) the chunks run as Python pieces through ``run``."""
+    ``row_chunks``, and weight rows ``[r0, r1)`` write ``out[per * r0:per * r1]``.  Returns the
+    thread count used.  Where the compiled runner cannot run (``NUMBA_DISABLE_JIT``) the chunks
+    run as Python pieces through ``run``."""
     rows = w.shape[0]
     chunk = _chunk_rows(rows, threads, per_thread, tile)
     n = max(1, min(threads, -(-rows // chunk)))
@@ -305,14 +320,14 @@ def run_rows(gemv, w, x, out, threads: int, per_thread: int = 4, tile: int = 8) 
         gemv(w, x, out)
         return 1
     if not _pool.HAVE_ATOMICS:
-        return run([(gemv, (w[r0:r0 + chunk], x, out[r0:r0 + chunk]))
+        return run([(gemv, (w[r0:r0 + chunk], x, out[per * r0:per * (r0 + chunk)]))
                     for r0 in range(0, rows, chunk)], n)
     runner = _pool.rows_runner(gemv)
     ctl = np.zeros(4, np.int64)   # [next chunk, chunks done, helpers back, threads entered]
-    call = _Call(runner, (w, x, out, ctl, chunk, 0, 0, _GO), n - 1, ctl)
+    call = _Call(runner, (w, x, out, ctl, chunk, 0, 0, _GO, per), n - 1, ctl)
     _POOL.hand(call, n - 1)
     try:
-        complete = runner(w, x, out, ctl, chunk, _polls(_JOIN_SPIN_US), 1, _GO)
+        complete = runner(w, x, out, ctl, chunk, _polls(_JOIN_SPIN_US), 1, _GO, per)
     except BaseException:
         call.wait()
         raise

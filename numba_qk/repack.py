@@ -27,16 +27,21 @@ __all__ = ["repack", "Repacked", "REPACK_FORMATS"]
 REPACK_FORMATS = (quant.q4_0, quant.q4_k)
 
 
-def _bind(code):
+def _bind(code, record_bytes):
     @kernel
     def gemv(tiles, tail, x, out):
         _x8.gemv_x8(code, tiles, tail, x, out)
 
     @kernel
+    def gemv_tiles(tiles, x, out):
+        """``gemv`` of whole tiles only (the threaded runner's serial kernel)."""
+        _x8.gemv_x8(code, tiles, np.empty((0, 1, record_bytes), np.uint8), x, out)
+
+    @kernel
     def gemm(tiles, tail, x, out):
         for a in range(x.shape[0]):
             _x8.gemv_x8(code, tiles, tail, x[a], out[a])
-    return gemv, gemm
+    return gemv, gemm, gemv_tiles
 
 
 @kernel
@@ -45,12 +50,20 @@ def _gemv_q4_k(tiles, tail, x, out):
 
 
 @kernel
+def _gemv_tiles_q4_k(tiles, x, out):
+    """``_gemv_q4_k`` of whole tiles only (the threaded runner's serial kernel)."""
+    _x16.gemv_x16(tiles, np.empty((0, 1, 144), np.uint8), x, out)
+
+
+@kernel
 def _gemm_q4_k(tiles, tail, x, out):
     for a in range(x.shape[0]):
         _x16.gemv_x16(tiles, tail, x[a], out[a])
 
 
-_KERNELS = {quant.q4_0: _bind(_LL.CODES[quant.q4_0]), quant.q4_k: (_gemv_q4_k, _gemm_q4_k)}
+#: (gemv, gemm, gemv of whole tiles) per format
+_KERNELS = {quant.q4_0: _bind(_LL.CODES[quant.q4_0], quant.q4_0.block_bytes),
+            quant.q4_k: (_gemv_q4_k, _gemm_q4_k, _gemv_tiles_q4_k)}
 #: Rows per tile of each format (Q4_0: 8-row interleave; Q4_K: 16-row groups, kernels/q4_k_x16.py).
 _TILE_ROWS = {quant.q4_0: 8, quant.q4_k: _x16.X16_ROWS}
 
@@ -109,7 +122,7 @@ def product(rp: Repacked, kind: str, xa, target, nthreads: int) -> None:
     """gemv (``xa`` [G, bytes]) or gemm (``xa`` [batch, G, bytes]) on ``rp``, tiles split over
     up to ``nthreads`` threads; ``xa`` is made contiguous first (the kernel's record stride is
     a constant)."""
-    gemv, gemm = _KERNELS[rp.format]
+    gemv, gemm, gemv_tiles = _KERNELS[rp.format]
     fn = gemv if kind == "gemv" else gemm
     xa = np.ascontiguousarray(xa)
     t_n = rp.tiles.shape[0]
@@ -120,6 +133,11 @@ def product(rp: Repacked, kind: str, xa, target, nthreads: int) -> None:
         return
     rt = _TILE_ROWS[rp.format]
     rows = rt * t_n
+    if kind == "gemv":   # tiles claimed in compiled code (_threads.run_rows); tail rows first
+        if rp.tail.shape[0]:
+            fn(rp.tiles[:0], rp.tail, xa, target[rows:])
+        _threads.run_rows(gemv_tiles, rp.tiles, xa, target[:rows], n, tile=1, per=rt)
+        return
     no_tail = rp.tail[:0]
     tasks = []
     for t0, t1 in _threads.row_chunks(t_n, n, per_thread=4, tile=1):

@@ -177,8 +177,9 @@ class _RunnerCache(FunctionCache):
 
 
 def rows_runner(gemv):
-    """A kernel ``run(w, x, out, ctl, chunk, wait_iters, caller, go)`` for the serial kernel
-    ``gemv(w, x, out)`` (weights ``[rows, ...]``, ``out[rows]``).  ``ctl`` is an int64 array:
+    """A kernel ``run(w, x, out, ctl, chunk, wait_iters, caller, go, per)`` for the serial
+    kernel ``gemv(w, x, out)`` (weights ``[rows, ...]``, ``out[per * rows]``: ``per`` outputs
+    per weight row, e.g. the 16 rows of a repacked tile).  ``ctl`` is an int64 array:
     ``[next chunk, chunks done, helpers back, threads entered]``; the caller counts its entry
     in ``go[0]`` too (``spin_until_changed``).  Each thread counts itself
     in ``ctl[3]``, claims row chunks ``[i * chunk, (i + 1) * chunk)`` through
@@ -192,7 +193,7 @@ def rows_runner(gemv):
     run = _RUNNERS.get(gemv)
     if run is None:
         @kernel
-        def run(w, x, out, ctl, chunk, wait_iters, caller, go):
+        def run(w, x, out, ctl, chunk, wait_iters, caller, go, per):
             fetch_add(ctl, 3, np.int64(1))
             if caller:
                 fetch_add(go, 0, np.int64(1))   # the GIL is free now (see spin_until_changed)
@@ -205,7 +206,7 @@ def rows_runner(gemv):
                     break
                 r0 = i * step
                 r1 = min(rows, r0 + step)
-                gemv(w[r0:r1], x, out[r0:r1])
+                gemv(w[r0:r1], x, out[r0 * per:min(np.int64(out.shape[0]), r1 * per)])
                 fetch_add(ctl, 1, np.int64(1))
             if wait_count(ctl, 1, n, wait_iters) == 0:
                 return np.int64(0)
