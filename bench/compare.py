@@ -210,17 +210,19 @@ def contention_means(cands: dict, calls: int = 300) -> dict:
     try:
         for fn in cands.values():
             fn()
-        ts = {k: 0.0 for k in cands}
+        ts = {k: [] for k in cands}
         order = list(cands.items())
         for i in range(calls):
             for k, fn in (order if i % 2 == 0 else order[::-1]):
                 t0 = time.perf_counter()
                 fn()
-                ts[k] += time.perf_counter() - t0
+                ts[k].append(time.perf_counter() - t0)
     finally:
         stop.set()
         proc.join()
-    return {k: v / calls for k, v in ts.items()}
+    out = {k: float(np.mean(v)) for k, v in ts.items()}
+    out.update({k + "_median": float(np.median(v)) for k, v in ts.items()})
+    return out
 
 
 def hot_read_ceiling(a) -> float:
@@ -471,14 +473,23 @@ def main(argv=None) -> int:
             if thr == 1:
                 t1 = t
         if ncores > 1:
-            tab.add(work, f"matmul threads={ncores}", t, "numba_qk matmul, 1 thread", t1,
-                    w.nbytes)
+            # numba_qk's own scaling, raced without ggml: ggml's OpenMP workers keep spinning
+            # after each of its calls and would take the core from whichever call follows
+            own = race({t_: (lambda t_=t_: qk.matmul(w, xv, lhs_format=Q4, threads=t_))
+                        for t_ in (1, ncores)})
+            tab.add(work + " (numba_qk alone)", f"matmul threads={ncores}", own[ncores],
+                    "numba_qk matmul, 1 thread", own[1], w.nbytes)
         if Q4 in qk.REPACK_FORMATS:
             # numba_qk's 16-row repacked layout (qk.repack, opt-in), the counterpart of CPU_REPACK
             rp = qk.repack(w, Q4)
             pair_rows(tab, work, "repack + matmul threads=1",
                       lambda: qk.matmul(rp, xv, lhs_format=Q4, threads=1), gb, w,
                       ggml_ctypes.GGML_TYPE_Q4_K, 1, 0, xv, w.nbytes)
+            if ncores > 1:
+                own = race({t_: (lambda t_=t_: qk.matmul(rp, xv, lhs_format=Q4, threads=t_))
+                            for t_ in (1, ncores)})
+                tab.add(work + " (numba_qk alone)", f"repack + matmul threads={ncores}",
+                        own[ncores], "repack + matmul, 1 thread", own[1], w.nbytes)
             rp = None
         if rows == 4096 and cols == 4096:
             ceiling = hot_read_ceiling(w)
@@ -509,6 +520,8 @@ def main(argv=None) -> int:
                 cw = work + ", one core kept busy by another process (mean per call)"
                 tab.add(cw, "matmul threads=2", m["qk2"], "numba_qk matmul, 1 thread", m["qk1"],
                         w.nbytes)
+                tab.add(cw.replace("mean per call", "median per call"), "matmul threads=2",
+                        m["qk2_median"], "numba_qk matmul, 1 thread", m["qk1_median"], w.nbytes)
                 if gb:
                     tab.add(cw, "matmul threads=1", m["qk1_g"],
                             GGMLBase.label(lay, 1), m["g1"], w.nbytes)
@@ -526,13 +539,19 @@ def main(argv=None) -> int:
             ws = [w.copy() for _ in range(copies)]
             work_d = (f"Q4_K matvec {rows}x{cols}, DRAM-streamed ({copies} distinct copies, "
                       f"{copies * w.nbytes / 1e9:.2f} GB)")
-            t_str = {}
             for thr in (1, ncores) if ncores > 1 else (1,):
-                t_str[thr] = pair_rows(
-                    tab, work_d, f"matmul threads={thr}",
-                    cycling([lambda w_=w_: qk.matmul(w_, xv, lhs_format=Q4, threads=thr)
-                             for w_ in ws]),
-                    gb, ws, ggml_ctypes.GGML_TYPE_Q4_K, thr, 0, xv, w.nbytes, streamed=True)
+                pair_rows(tab, work_d, f"matmul threads={thr}",
+                          cycling([lambda w_=w_: qk.matmul(w_, xv, lhs_format=Q4, threads=thr)
+                                   for w_ in ws]),
+                          gb, ws, ggml_ctypes.GGML_TYPE_Q4_K, thr, 0, xv, w.nbytes,
+                          streamed=True)
+            t_str = {}
+            if ncores > 1:      # numba_qk's own scaling, raced without ggml (see above)
+                t_str = race({t_: cycling([lambda w_=w_, t_=t_: qk.matmul(w_, xv, lhs_format=Q4,
+                                                                        threads=t_)
+                                           for w_ in ws]) for t_ in (1, ncores)})
+                tab.add(work_d + " (numba_qk alone)", f"matmul threads={ncores}",
+                        t_str[ncores], "numba_qk matmul, 1 thread", t_str[1], w.nbytes)
             if Q4 in qk.REPACK_FORMATS:
                 rps = [qk.repack(w_, Q4) for w_ in ws]
                 pair_rows(tab, work_d, "repack + matmul threads=1",
