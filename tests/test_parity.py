@@ -31,13 +31,18 @@ SCRIPT = textwrap.dedent("""
         gw = d["gw"]
         gx = qk.quantize(d["gv"].reshape(-1, 256), format=qk.quant.q8_k).reshape(9, 2, 292)
         kgemm = qk.gemm(gw, gx, lhs_format=qk.quant.q4_k, rhs_format=qk.quant.q8_k)
+        # threads=2 (17 rows: 3 chunks); without JIT the chunks run as Python pieces
+        from numba_qk import _threads
+        _threads.ADAPTIVE = False
+        tgemv = qk.gemv(gw, gx[0], lhs_format=qk.quant.q4_k, rhs_format=qk.quant.q8_k,
+                        threads=2)
         legacy = []
         for name in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0"):
             f = getattr(qk.quant, name)
             w = qk.quantize(d["lv"].reshape(-1, 32), format=f).reshape(11, 4, -1)
             legacy.append(qk.matmul(w, d["lx"], lhs_format=f))
     np.savez(sys.argv[2], rec=rec, dot=dot, deq=deq, lw=lw, lgemv=lgemv, kgemm=kgemm,
-             legacy=np.stack(legacy))
+             tgemv=tgemv, legacy=np.stack(legacy))
 """)
 
 
@@ -79,6 +84,8 @@ def _check(values, w, x, py, extra):
     gx = qk.quantize(gv.reshape(-1, 256), format=qk.quant.q8_k).reshape(9, 2, 292)
     kgemm = qk.gemm(gw, gx, lhs_format=qk.quant.q4_k, rhs_format=qk.quant.q8_k)
     assert (py["kgemm"].view(np.uint32) == kgemm.view(np.uint32)).all()
+    tgemv = qk.gemv(gw, gx[0], lhs_format=qk.quant.q4_k, rhs_format=qk.quant.q8_k)
+    assert (py["tgemv"].view(np.uint32) == tgemv.view(np.uint32)).all()
     for k, name in enumerate(("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")):
         f = getattr(qk.quant, name)
         w2 = qk.quantize(lv.reshape(-1, 32), format=f).reshape(11, 4, -1)
