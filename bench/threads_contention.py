@@ -4,9 +4,9 @@ busy").
 
     python bench/threads_contention.py [--rows 4096] [--cols 4096] [--calls 300] [--copies 1]
 
-Each setting interleaves the variants call by call (so a change in the machine's load hits them
-alike) and prints mean / median / p99 per call in ms, and the ratio of means threads=2 /
-threads=1 (below 1: two threads are faster).  Variants: ``threads=1``; ``threads=2`` (numba_qk's
+Each setting interleaves the variants call by call, rotating their order every round (so a
+change in the machine's load hits them alike), and prints mean / median / p99 per call in ms and
+the ratios of means and of medians to threads=1 (below 1: two threads are faster).  Variants: ``threads=1``; ``threads=2`` (numba_qk's
 default adaptive count: it uses the free cores it sees in /proc/loadavg); ``threads=2 fixed``
 (adaptive count off: always two threads).  ``--copies N`` cycles N distinct weight matrices
 (N * 9.4 MB for 4096x4096: use >= 4x the L3 for a DRAM-streamed run).  Figures are meaningful
@@ -59,8 +59,9 @@ def main():
     mb = sum(w.nbytes for w in ws) / 1e6
     print(f"Q4_K {a.rows}x{a.cols}, {a.copies} distinct matrices ({mb:.0f} MB), {a.calls} calls "
           f"per variant, {os.cpu_count()} cores; ms per call")
-    print("| busy cores | variant | mean | median | p99 | mean / threads=1 mean |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| busy cores | variant | mean | median | p99 | mean / threads=1 mean | "
+          "median / threads=1 median |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for busy in [int(b) for b in a.busy.split(",")]:
         stop = mp.Event()
         procs = [mp.Process(target=spin, args=(stop,)) for _ in range(busy)]
@@ -69,18 +70,22 @@ def main():
         time.sleep(0.3)
         try:
             ts = {k: [] for k in variants}
-            for _ in range(a.calls):
-                for k, (t, ad) in variants.items():
+            order = list(variants.items())
+            for i in range(a.calls):
+                # rotate the order every round: no variant always follows the same one
+                j = i % len(order)
+                for k, (t, ad) in order[j:] + order[:j]:
                     ts[k].append(call(t, ad))
         finally:
             stop.set()
             for p in procs:
                 p.join()
-        base_mean = np.mean(ts["threads=1"])
+        base_mean, base_median = np.mean(ts["threads=1"]), np.median(ts["threads=1"])
         for k, v in ts.items():
             v = np.array(v) * 1e3
             print(f"| {busy} | {k} | {v.mean():.3f} | {np.median(v):.3f} | "
-                  f"{np.percentile(v, 99):.3f} | {v.mean() / (base_mean * 1e3):.2f} |")
+                  f"{np.percentile(v, 99):.3f} | {v.mean() / (base_mean * 1e3):.2f} | "
+                  f"{np.median(v) / (base_median * 1e3):.2f} |")
     _threads.ADAPTIVE = True
 
 
