@@ -133,59 +133,22 @@ def effective_threads(threads: int, pieces: int) -> int:
     return max(1, n)
 
 
-class _Job:
-    __slots__ = ("tasks", "claim", "left", "lock", "done", "error")
+class _Pieces:
+    """Bookkeeping shared by the jobs: ``left`` pieces to finish, the first error a piece
+    raised, and ``done``, a lock held until the last piece finishes (``wait()`` blocks until
+    then; a lock, not an Event: one is made on every threaded call, and an Event costs 2 us)."""
+    __slots__ = ("left", "lock", "done", "error")
 
-    def __init__(self, tasks):
-        self.tasks = tasks
-        self.claim = itertools.count()  # next() is atomic under the GIL
-        self.left = len(tasks)
-        self.lock = threading.Lock()
-        self.done = threading.Event()
-        self.error = None
-
-    def work(self):
-        """Claim and run pieces until none is left unclaimed."""
-        n = len(self.tasks)
-        while True:
-            i = next(self.claim)
-            if i >= n:
-                return
-            fn, args = self.tasks[i]
-            try:
-                fn(*args)
-            except BaseException as e:  # noqa: BLE001 - handed to the caller
-                if self.error is None:
-                    self.error = e
-            with self.lock:
-                self.left -= 1
-                if self.left == 0:
-                    self.done.set()
-
-
-_NO_ACK = np.zeros(8, np.int64)   # where workers count acks of jobs that want none
-# Every run_rows caller's runner counts ``_GO[0] += 1`` once it has released the GIL; a
-# spinning worker handed that caller's job waits for it before it takes the GIL.
-_GO = np.zeros(8, np.int64)
-
-
-class _Call:
-    """One call of ``fn(*args)`` on each of ``helpers`` workers (``run_rows``); each worker,
-    once back in its spin loop (or about to run its next job), counts ``ack[2] += 1``.
-    ``done`` is a lock held until the last helper returns (``wait()`` blocks until then; a
-    lock, not an Event: it is made on every threaded gemv call, and an Event costs 2 us)."""
-    __slots__ = ("fn", "args", "left", "lock", "done", "error", "ack")
-
-    def __init__(self, fn, args, helpers, ack):
-        self.fn, self.args, self.left, self.ack = fn, args, helpers, ack
+    def __init__(self, left):
+        self.left = left
         self.lock = threading.Lock()
         self.done = threading.Lock()
         self.done.acquire()
         self.error = None
 
-    def work(self):
+    def _run_one(self, fn, args):
         try:
-            self.fn(*self.args)
+            fn(*args)
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             if self.error is None:
                 self.error = e
@@ -197,6 +160,44 @@ class _Call:
     def wait(self):
         self.done.acquire()
         self.done.release()
+
+
+class _Job(_Pieces):
+    """Pieces ``(fn, args)`` claimed one at a time by the caller and the workers (``run``)."""
+    __slots__ = ("tasks", "claim")
+
+    def __init__(self, tasks):
+        super().__init__(len(tasks))
+        self.tasks = tasks
+        self.claim = itertools.count()  # next() is atomic under the GIL
+
+    def work(self):
+        """Claim and run pieces until none is left unclaimed."""
+        n = len(self.tasks)
+        while True:
+            i = next(self.claim)
+            if i >= n:
+                return
+            self._run_one(*self.tasks[i])
+
+
+_NO_ACK = np.zeros(8, np.int64)   # where workers count acks of jobs that want none
+# Every run_rows caller's runner counts ``_GO[0] += 1`` once it has released the GIL; a
+# spinning worker handed that caller's job waits for it before it takes the GIL.
+_GO = np.zeros(8, np.int64)
+
+
+class _Call(_Pieces):
+    """One call of ``fn(*args)`` on each of ``helpers`` workers (``run_rows``); each worker,
+    once back in its spin loop (or about to run its next job), counts ``ack[2] += 1``."""
+    __slots__ = ("fn", "args", "ack")
+
+    def __init__(self, fn, args, helpers, ack):
+        super().__init__(helpers)
+        self.fn, self.args, self.ack = fn, args, ack
+
+    def work(self):
+        self._run_one(self.fn, self.args)
 
 
 class _Worker:
@@ -300,7 +301,7 @@ def run(tasks, threads: int) -> int:
     job = _Job(tasks)
     _POOL.hand(job, n - 1)
     job.work()
-    job.done.wait()
+    job.wait()
     if job.error is not None:
         raise job.error
     return n
