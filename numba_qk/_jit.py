@@ -23,3 +23,10 @@ JIT_OPTIONS = dict(
 def kernel(fn):
     """Compile ``fn`` with numba_qk's JIT policy."""
     return njit(**JIT_OPTIONS)(fn)
+
+
+def inline_kernel(fn):
+    """``kernel`` inlined into its callers at numba's IR level (``inline='always'``): for small
+    per-block helpers called once per block from a hot loop, where LLVM kept the call (measured:
+    the legacy encoders' absmax / min-max helpers cost 0.19 ms per 1 M floats as calls)."""
+    return njit(inline="always", **JIT_OPTIONS)(fn)

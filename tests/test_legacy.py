@@ -227,3 +227,27 @@ def test_quantize_property_matches_oracle(name, x):
     want = np.stack([np.frombuffer(ref.legacy_quantize_block(name.upper(), r), np.uint8)
                      for r in x])
     assert_same_records(got, want, name)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_quantize_equal_magnitudes_keep_the_first(name):
+    """ggml keeps the first value of largest magnitude (strict ``<``): with +m and -m in one
+    block the sign of the earlier one sets d.  Every ordered pair of positions, both signs
+    first, beside smaller values, zeros of both signs and a subnormal."""
+    rows = []
+    for i in range(32):
+        for k in (0, 5, 16, 31):
+            if k == i:
+                continue
+            for first in (1.0, -1.0):
+                r = np.linspace(-0.5, 0.5, 32, dtype=np.float32)
+                r[3] = -0.0
+                r[7] = np.float32(1e-45)
+                r[i] = first * 6.0
+                r[k] = -first * 6.0
+                rows.append(r)
+    x = np.stack(rows).astype(np.float32)
+    got = qk.quantize(x, format=fmt(name))
+    want = np.stack([np.frombuffer(ref.legacy_quantize_block(name.upper(), r), np.uint8)
+                     for r in x])
+    assert_same_records(got, want, name)

@@ -41,7 +41,7 @@ gives ``+0.0``.  |S_b| <= 32 * 128 * 128 = 524,288: exact in int32 and in f32.
 import numpy as np
 from numba import literally
 
-from .._jit import kernel
+from .._jit import inline_kernel, kernel
 from ..formats import activation_format
 from ._bits import f16_to_f32
 from ._round import c_int8, roundf
@@ -89,22 +89,20 @@ def _all_finite(values, b):
     return True
 
 
-@kernel
+@inline_kernel
 def _signed_absmax(values, b):
     """ggml's loop: the first value of largest magnitude (``amax < |v|`` strictly), or +0.0.
 
-    The largest magnitude is found on the integer bits (vectorizes without fast-math); the
-    first value attaining it is then picked, as ggml's strict comparison does."""
-    m = np.int32(0)
-    for j in range(values.shape[1]):
-        m = max(m, np.int32(np.float32(values[b, j]).view(np.int32) & _MAGNITUDE))
-    if m == 0:
+    One branch-free pass (vectorizes without fast-math): the largest of the int64 keys
+    ``magnitude bits << 6 | (63 - j)`` carries the largest magnitude and, among equal ones, the
+    first index, which is what ggml's strict comparison keeps."""
+    key = np.int64(0)
+    for j in range(32):
+        mag = np.int64(np.float32(values[b, j]).view(np.int32) & _MAGNITUDE)
+        key = max(key, (mag << np.int64(6)) | np.int64(63 - j))
+    if (key >> np.int64(6)) == np.int64(0):
         return np.float32(0.0)
-    for j in range(values.shape[1]):
-        v = np.float32(values[b, j])
-        if np.int32(v.view(np.int32) & _MAGNITUDE) == m:
-            return v
-    return np.float32(0.0)  # unreachable for finite input
+    return np.float32(values[b, np.int64(63) - (key & np.int64(63))])
 
 
 @kernel
@@ -117,7 +115,7 @@ def _first_zero(values, b):
     return np.float32(0.0)
 
 
-@kernel
+@inline_kernel
 def _min_max(values, b):
     """ggml's ``if (v < min) min = v; if (v > max) max = v`` loop, on order-preserving integer
     keys (vectorizes); equal values have equal bits except +0/-0, where the first zero wins as
@@ -143,39 +141,36 @@ def _inverse(d):
 
 
 @kernel
-def _pack_nibbles(out, ob, qs_at, qh_at, q):
-    """Store quants q[0..31] (4 or 5 bits): low nibbles of j and j+16 share byte qs_at + j; the
-    fifth bits go to bit j of the little-endian u32 at qh_at (qh_at < 0: 4-bit format)."""
-    for j in range(16):
-        out[ob, qs_at + j] = np.uint8((q[j] & 15) | ((q[j + 16] & 15) << 4))
-    if qh_at >= 0:
-        qh = np.uint32(0)
-        for j in range(32):
-            qh |= np.uint32((q[j] >> 4) & 1) << np.uint32(j)
-        for k in range(4):
-            out[ob, qh_at + k] = np.uint8((qh >> np.uint32(8 * k)) & np.uint32(0xFF))
+def _store_u32(out, row, off, v):
+    """Little-endian u32 ``v`` at byte ``off`` of record ``row``."""
+    for k in range(4):
+        out[row, off + k] = np.uint8((v >> np.uint32(8 * k)) & np.uint32(0xFF))
 
 
 @kernel
 def _quantize_block(code, values, out, q):
     """Every block of ``values`` (f32 [G, 32]) into records ``out`` [G, bytes], as ggml's _ref
-    does; ``q`` is an int32 scratch array of 32.  (The loop over blocks sits inside each format's
-    branch: a call per block cost more than a Q4_1 block's arithmetic.)"""
+    does.  (The loop over blocks sits inside each format's branch: a call per block cost more
+    than a Q4_1 block's arithmetic.  The per-element loops have fixed trip counts, selects
+    instead of branches and no scratch array, so LLVM vectorizes them; ``q`` is unused.)
+    Quants are packed as ggml stores them: the low nibbles of elements j and j + 16 share
+    byte j, the fifth bits go to bit j of the little-endian u32 ``qh`` (Q5_0/Q5_1)."""
+    qs_at = _QS_AT[code]
+    qh_at = _QH_AT[code]
     if code == Q8_0 or code == Q8_1:
         for b in range(values.shape[0]):
-            amax = np.float32(0.0)
+            m = np.int32(0)   # amax on the magnitude bits (finite input: the same order)
             for j in range(32):
-                amax = max(amax, abs(np.float32(values[b, j])))
+                m = max(m, np.int32(np.float32(values[b, j]).view(np.int32) & _MAGNITUDE))
+            amax = np.int32(m).view(np.float32)
             d = np.float32(amax / np.float32(127.0))
             inv = _inverse(d)
             _store_f16(out, b, _D_AT[code], d)
-            qs_at = _QS_AT[code]
             total = np.int32(0)
             for j in range(32):
-                q[j] = c_int8(roundf(np.float32(np.float32(values[b, j]) * inv)))
-                total += q[j]
-            for j in range(32):
-                out[b, qs_at + j] = np.uint8(q[j] & 0xFF)
+                qj = c_int8(roundf(np.float32(np.float32(values[b, j]) * inv)))
+                total += qj
+                out[b, qs_at + j] = np.uint8(qj & 0xFF)
             if code == Q8_1:
                 _store_f16(out, b, _S_AT[code], np.float32(np.float32(total) * d))
         return
@@ -188,10 +183,17 @@ def _quantize_block(code, values, out, q):
             d = np.float32(mx / np.float32(-16.0 if five else -8.0))
             inv = _inverse(d)
             _store_f16(out, b, _D_AT[code], d)
-            for j in range(32):
-                q[j] = min(cap, c_int8(np.float32(np.float32(np.float32(values[b, j]) * inv)
-                                                  + bias)))
-            _pack_nibbles(out, b, _QS_AT[code], _QH_AT[code], q)
+            qh = np.uint32(0)
+            for j in range(16):
+                lo = min(cap, c_int8(np.float32(np.float32(np.float32(values[b, j]) * inv)
+                                                + bias)))
+                hi = min(cap, c_int8(np.float32(np.float32(np.float32(values[b, j + 16]) * inv)
+                                                + bias)))
+                out[b, qs_at + j] = np.uint8((lo & 15) | ((hi & 15) << 4))
+                qh |= (np.uint32((lo >> 4) & 1) << np.uint32(j)) | \
+                    (np.uint32((hi >> 4) & 1) << np.uint32(j + 16))
+            if five:
+                _store_u32(out, b, qh_at, qh)
         return
     # Q4_1, Q5_1
     five = code == Q5_1
@@ -201,11 +203,20 @@ def _quantize_block(code, values, out, q):
         inv = _inverse(d)
         _store_f16(out, b, _D_AT[code], d)
         _store_f16(out, b, _M_AT[code], mn)
-        for j in range(32):
-            t = np.float32(np.float32(np.float32(np.float32(values[b, j]) - mn) * inv)
-                           + np.float32(0.5))
-            q[j] = c_int8(t) & 0xFF if five else min(15, c_int8(t))  # (uint8_t) / MIN(15, (int8_t))
-        _pack_nibbles(out, b, _QS_AT[code], _QH_AT[code], q)
+        qh = np.uint32(0)
+        for j in range(16):
+            tl = np.float32(np.float32(np.float32(np.float32(values[b, j]) - mn) * inv)
+                            + np.float32(0.5))
+            th = np.float32(np.float32(np.float32(np.float32(values[b, j + 16]) - mn) * inv)
+                            + np.float32(0.5))
+            # (uint8_t) for Q5_1, MIN(15, (int8_t)) for Q4_1
+            lo = c_int8(tl) & 0xFF if five else min(15, c_int8(tl))
+            hi = c_int8(th) & 0xFF if five else min(15, c_int8(th))
+            out[b, qs_at + j] = np.uint8((lo & 15) | ((hi & 15) << 4))
+            qh |= (np.uint32((lo >> 4) & 1) << np.uint32(j)) | \
+                (np.uint32((hi >> 4) & 1) << np.uint32(j + 16))
+        if five:
+            _store_u32(out, b, qh_at, qh)
 
 
 @kernel
