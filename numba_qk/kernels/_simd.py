@@ -27,7 +27,7 @@ from numba import config
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from .._jit import kernel
+from .._jit import inline_kernel, kernel
 
 
 def _target_features() -> set[str]:
@@ -307,10 +307,12 @@ def prefetch_plan(tile_bytes, steps):
     return tiles * t, (lines + n - np.int64(1)) // n
 
 
-@kernel
+@inline_kernel
 def prefetch_lines(w, start, lines, end):
-    """Prefetch ``lines`` 64-byte lines of uint8 array ``w`` from byte ``start`` on (none at
-    or beyond byte ``end``)."""
-    stop = min(np.int64(start) + np.int64(lines) * np.int64(64), np.int64(end))
-    for o in range(np.int64(start), stop, 64):
-        prefetch(w, o)
+    """Prefetch ``lines`` 64-byte lines of uint8 array ``w`` from byte ``start`` on, none when
+    ``start`` is at or beyond byte ``end`` (a range that starts before ``end`` may run past it:
+    a prefetch never faults).  Inlined into the tile loops at numba IR level and kept free of a
+    bound per line: as a call with a clipped ``range`` it cost 3 % of a hot Q4_K gemv."""
+    if np.int64(start) < np.int64(end):
+        for j in range(np.int64(lines)):
+            prefetch(w, np.int64(start) + j * np.int64(64))
