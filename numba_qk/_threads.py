@@ -226,6 +226,15 @@ class _Pool:
     def spinning(self) -> int:
         return sum(int(w.flag[0]) for w in self.workers)
 
+    @staticmethod
+    def _pending_or_sleep(w):
+        """(Under ``w.lock``.)  The worker's oldest pending job, or None after marking it
+        asleep, so that the next ``hand`` puts a job on its queue."""
+        if w.pending:
+            return w.pending.popleft()
+        w.sleeping = True
+        return None
+
     def _next(self, w, job):
         """The worker's next job after ``job``, or None once it should sleep."""
         ack = getattr(job, "ack", None)
@@ -233,19 +242,13 @@ class _Pool:
             if w.pending or not SPIN_US:
                 if ack is not None:
                     ack[2] += 1
-                if w.pending:
-                    return w.pending.popleft()
-                w.sleeping = True
-                return None
+                return self._pending_or_sleep(w)
             seen = int(w.gen[0])
             w.flag[0] = 1
         _pool.spin_until_changed(w.gen, seen, _polls(SPIN_US), w.flag, 0,
                                  _NO_ACK if ack is None else ack, 2, _GO)
         with w.lock:
-            if w.pending:
-                return w.pending.popleft()
-            w.sleeping = True
-            return None
+            return self._pending_or_sleep(w)
 
     def _loop(self, w):
         while True:

@@ -148,11 +148,11 @@ def _store_u32(out, row, off, v):
 
 
 @kernel
-def _quantize_block(code, values, out, q):
+def _quantize_block(code, values, out):
     """Every block of ``values`` (f32 [G, 32]) into records ``out`` [G, bytes], as ggml's _ref
     does.  (The loop over blocks sits inside each format's branch: a call per block cost more
     than a Q4_1 block's arithmetic.  The per-element loops have fixed trip counts, selects
-    instead of branches and no scratch array, so LLVM vectorizes them; ``q`` is unused.)
+    instead of branches and no scratch array, so LLVM vectorizes them.)
     Quants are packed as ggml stores them: the low nibbles of elements j and j + 16 share
     byte j, the fifth bits go to bit j of the little-endian u32 ``qh`` (Q5_0/Q5_1)."""
     qs_at = _QS_AT[code]
@@ -222,8 +222,7 @@ def _quantize_block(code, values, out, q):
 @kernel
 def _quantize_blocks(code, values, out):
     literally(code)  # one specialization per format: the format branches fold away
-    q = np.empty(32, np.int32)
-    _quantize_block(code, values, out, q)
+    _quantize_block(code, values, out)
 
 
 @kernel
