@@ -987,6 +987,7 @@ def quantize_file(src, dst, *, to=None, preset=None,
 # quantizer is spec 000's, not ggml's).
 GGUF_PY_ROUTED = tuple(f for f in _registry.WEIGHTS)
 _GGUF_PY_ORIGINAL: dict = {}   # {"quantize": fn, "dequantize": fn} while accelerated
+_GGUF_PY_LOCK = threading.Lock()  # accelerate/restore are check-then-patch sequences
 _SIGNED_ZERO_FALLBACK = (quant.q4_0, quant.q4_1, quant.q5_0, quant.q5_1)
 
 
@@ -995,16 +996,31 @@ def _gguf_py_routes():
     return {int(getattr(g.GGMLQuantizationType, f.name)): f for f in GGUF_PY_ROUTED}
 
 
+def _gguf_py_records(data, fmt):
+    """``data`` as a plain uint8 ndarray view of ``fmt`` records when gguf-py would read it as
+    such, else None (gguf-py's own code then runs and gives its own result or error).
+
+    gguf-py accepts any ndarray, subclasses included (``GGUFReader`` hands out ``np.memmap``
+    rows), reinterprets it with ``.view(np.uint8)``, and computes its output shape from the
+    *unviewed* shape: so a byte-sized dtype (uint8/int8) whose last axis is contiguous is
+    routed; wider dtypes (gguf-py: "Output array is the wrong shape"), a strided last axis
+    ("the last axis must be contiguous") and bad row sizes stay gguf-py's."""
+    if (not isinstance(data, np.ndarray) or data.dtype.itemsize != 1 or data.ndim == 0
+            or data.size == 0 or data.shape[-1] % fmt.block_bytes
+            or data.strides[-1] != 1):
+        return None
+    return data.view(np.ndarray).view(np.uint8)
+
+
 def _routed_dequantize(original, routes):
     def dequantize(data, qtype):
         fmt = routes.get(_as_int(qtype))
-        if fmt is None or type(data) is not np.ndarray or data.ndim == 0 or data.size == 0:
+        arr = None if fmt is None else _gguf_py_records(data, fmt)
+        if arr is None:
             return original(data, qtype)
-        arr = np.ascontiguousarray(data).view(np.uint8)
-        if arr.shape[-1] % fmt.block_bytes:
-            return original(data, qtype)  # gguf-py's own error
         shape = (*arr.shape[:-1], arr.shape[-1] // fmt.block_bytes * fmt.block_size)
-        return _dequantize(arr.reshape(-1, fmt.block_bytes), fmt).reshape(shape)
+        rec = np.ascontiguousarray(arr).reshape(-1, fmt.block_bytes)
+        return _dequantize(rec, fmt).reshape(shape)
     dequantize.__wrapped__ = original
     dequantize.__doc__ = "gguf-py's dequantize, routed through numba_qk (accelerate_gguf_py)."
     return dequantize
@@ -1013,10 +1029,11 @@ def _routed_dequantize(original, routes):
 def _routed_quantize(original, routes):
     def quantize(data, qtype):
         fmt = routes.get(_as_int(qtype))
-        if (fmt is None or type(data) is not np.ndarray or data.ndim == 0 or data.size == 0
+        if (fmt is None or not isinstance(data, np.ndarray) or data.ndim == 0 or data.size == 0
                 or data.shape[-1] % fmt.block_size):
             return original(data, qtype)  # other types, lazy tensors, gguf-py's own errors
-        x = np.ascontiguousarray(data.astype(np.float32, copy=False)).reshape(-1, fmt.block_size)
+        x = np.ascontiguousarray(data.view(np.ndarray).astype(np.float32, copy=False)
+                                 ).reshape(-1, fmt.block_size)
         try:
             rec = _quantize(x, format=fmt)
         except QuantizationDomainError:
@@ -1044,12 +1061,16 @@ def _as_int(qtype):
 def accelerate_gguf_py() -> tuple:
     """Route gguf-py's ``gguf.quants.quantize`` / ``dequantize`` (and the ``gguf.quantize`` /
     ``gguf.dequantize`` re-exports) through numba_qk for the formats in ``GGUF_PY_ROUTED``:
-    same bytes and values as gguf-py, faster; every other type, lazy tensors and non-finite
-    inputs still go to gguf-py's own code.  Idempotent; ``restore_gguf_py()`` undoes it.  Code
+    same bytes and values as gguf-py, faster.  ndarray subclasses (``GGUFReader``'s memmaps)
+    are routed as plain views; every other type, lazy tensors, non-finite inputs and inputs
+    gguf-py reads another way or rejects (``_gguf_py_records``) still go to gguf-py's own code.
+    Idempotent and thread-safe; ``restore_gguf_py()`` undoes it.  Code
     that bound the functions before the call (``from gguf.quants import dequantize``) keeps the
     originals.  Returns the routed formats."""
     g = _gguf()
-    if not _GGUF_PY_ORIGINAL:
+    with _GGUF_PY_LOCK:
+        if _GGUF_PY_ORIGINAL:
+            return GGUF_PY_ROUTED
         routes = _gguf_py_routes()
         q, dq = g.quants.quantize, g.quants.dequantize
         _GGUF_PY_ORIGINAL.update(quantize=q, dequantize=dq)
@@ -1064,14 +1085,15 @@ def accelerate_gguf_py() -> tuple:
 
 def restore_gguf_py() -> None:
     """Undo ``accelerate_gguf_py`` (a no-op when not accelerated)."""
-    if not _GGUF_PY_ORIGINAL:
-        return
-    g = _gguf()
-    for name, original in _GGUF_PY_ORIGINAL.items():
-        for mod in (g.quants, g):
-            if getattr(getattr(mod, name, None), "__wrapped__", None) is original:
-                setattr(mod, name, original)
-    _GGUF_PY_ORIGINAL.clear()
+    with _GGUF_PY_LOCK:
+        if not _GGUF_PY_ORIGINAL:
+            return
+        g = _gguf()
+        for name, original in _GGUF_PY_ORIGINAL.items():
+            for mod in (g.quants, g):
+                if getattr(getattr(mod, name, None), "__wrapped__", None) is original:
+                    setattr(mod, name, original)
+        _GGUF_PY_ORIGINAL.clear()
 
 
 def write_demo_model(path, *, dim: int = 512, seed: int = 0) -> Path:

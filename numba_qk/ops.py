@@ -212,6 +212,7 @@ def _repacked(w, lhs_format, what):
     if w.format is not lhs_format:
         raise ValueError(f"w: {what} got weights repacked as {w.format.name}, but "
                          f"lhs_format={lhs_format.name}")
+    w.check()   # before any kernel reads the tiles by the shape it claims
     return w
 
 

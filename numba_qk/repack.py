@@ -10,6 +10,8 @@ transposes) costs about as much as 50 matvecs of its size.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from . import _threads
@@ -68,20 +70,91 @@ _KERNELS = {quant.q4_0: _bind(_LL.CODES[quant.q4_0], quant.q4_0.block_bytes),
 _TILE_ROWS = {quant.q4_0: 8, quant.q4_k: _x16.X16_ROWS}
 
 
+def _tile_bytes(format, g: int) -> int:
+    """Bytes of one tile of ``g`` records per row."""
+    if format is quant.q4_k:
+        return g * _x16.X16_BYTES
+    return _x8.x8_planes(_LL.CODES[format], g)[1]
+
+
+def _frozen(arr: np.ndarray) -> np.ndarray:
+    """``arr`` read-only for good: the array owning its memory (numba_qk's own, never a
+    user's) is made read-only too, so ``flags.writeable = True`` on ``arr`` raises."""
+    owner = arr
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    owner.flags.writeable = False
+    arr.flags.writeable = False
+    return arr.view()   # a view: an array owning its memory could be made writable again
+
+
+def _aligned_copy(arr: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``arr`` starting on a 64-byte boundary (a tile per cache line)."""
+    buf = np.empty(arr.nbytes + 64, np.uint8)
+    at = -buf.ctypes.data % 64
+    out = buf[at:at + arr.nbytes].reshape(arr.shape)
+    out[...] = arr
+    return out
+
+
 class Repacked:
     """Weight records of ``format`` repacked by ``repack``: ``shape`` is the plain records'
     ``(rows, G, bytes)``; ``tiles`` holds the full tiles of R rows (uint8 ``[rows // R, tile
     bytes]``; Q4_0: R = 8, ``G * (16 + 8 * 16)`` bytes rounded up to 64; Q4_K: R = 16,
     ``G * 2304`` bytes, the size of the plain records), ``tail`` (uint8 ``[rows % R, G,
-    bytes]``) the rows after them as plain records.  Read-only arrays; ``unpack()`` gives the
-    plain records back."""
+    bytes]``) the rows after them as plain records.  ``unpack()`` gives the plain records back.
+
+    Immutable: attributes cannot be reassigned and the arrays are read-only (their
+    ``writeable`` flag cannot be set again).  The constructor (and unpickling) checks that
+    format, shape, tiles and tail agree (a ``ValueError``/``TypeError`` naming what does not)
+    and keeps its own copy of the arrays; ``gemv``/``gemm``/``matmul`` check the agreement again
+    before any kernel reads the tiles."""
 
     __slots__ = ("format", "shape", "tiles", "tail")
 
     def __init__(self, format, shape, tiles, tail):
-        self.format, self.shape, self.tiles, self.tail = format, tuple(shape), tiles, tail
-        tiles.flags.writeable = False
-        tail.flags.writeable = False
+        self._adopt(format, shape, np.array(as_array(tiles, "tiles"), copy=True),
+                    as_array(tail, "tail"))
+
+    def _adopt(self, format, shape, tiles, tail):
+        """Check the parts and take ``tiles`` (an array nobody else holds) as it is; ``tail``
+        (fewer than a tile's rows, possibly a view of the caller's records) is copied."""
+        format, shape = _check_parts(format, shape, tiles, tail)
+        if not tiles.flags.c_contiguous or tiles.ctypes.data % 64:
+            tiles = _aligned_copy(tiles)
+        tail = np.array(tail, copy=True, order="C")
+        for name, value in (("format", format), ("shape", shape), ("tiles", _frozen(tiles)),
+                            ("tail", _frozen(tail))):
+            object.__setattr__(self, name, value)
+
+    @classmethod
+    def _of(cls, format, shape, tiles, tail):
+        """A Repacked of arrays that are its own (``repack``'s, an unpickled copy's)."""
+        self = object.__new__(cls)
+        self._adopt(format, shape, tiles, tail)
+        return self
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"Repacked is immutable: cannot set {name!r} "
+                             f"(repack the plain records again instead)")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"Repacked is immutable: cannot delete {name!r}")
+
+    def __reduce__(self):
+        return (Repacked._of, (self.format, self.shape, self.tiles, self.tail))
+
+    def __setstate__(self, state):
+        """Pickles written before Repacked was immutable: ``(None, {slot: value})``."""
+        slots = state[1] if isinstance(state, tuple) else state
+        if not isinstance(slots, dict) or set(slots) != set(self.__slots__):
+            raise ValueError("Repacked: unpickled state does not hold format, shape, tiles, tail")
+        self._adopt(slots["format"], slots["shape"], np.array(slots["tiles"]), slots["tail"])
+
+    def check(self) -> None:
+        """Raise ``ValueError`` unless ``shape``, ``tiles`` and ``tail`` still agree (the
+        products call this before any kernel reads the tiles)."""
+        _check_parts(self.format, self.shape, self.tiles, self.tail)
 
     @property
     def nbytes(self) -> int:
@@ -96,6 +169,33 @@ class Repacked:
 
     def __repr__(self):
         return f"Repacked({self.format.name}, shape={self.shape})"
+
+
+def _check_parts(format, shape, tiles, tail):
+    """(format, shape as a tuple of ints) when ``tiles``/``tail`` are what ``repack`` makes of
+    records of that shape; else a one-line TypeError/ValueError naming the disagreement."""
+    if not (isinstance(format, Format) and format in REPACK_FORMATS):
+        raise TypeError(f"Repacked: format must be one of "
+                        f"{', '.join(f.name for f in REPACK_FORMATS)}, got {format!r}")
+    try:
+        shape = tuple(int(operator.index(n)) for n in shape)
+    except TypeError:
+        raise TypeError(f"Repacked: shape must be (rows, G, bytes) integers, got {shape!r}"
+                        ) from None
+    if len(shape) != 3 or shape[2] != format.block_bytes or min(shape) < 0:
+        raise ValueError(f"Repacked: shape must be (rows, G, {format.block_bytes}) for "
+                         f"{format.name}, got {shape}")
+    rows, g, nb = shape
+    r = _TILE_ROWS[format]
+    for name, arr, want in (("tiles", tiles, (rows // r, _tile_bytes(format, g))),
+                            ("tail", tail, (rows % r, g, nb))):
+        if not isinstance(arr, np.ndarray) or arr.dtype != np.uint8:
+            raise TypeError(f"Repacked: {name} must be a uint8 array, got "
+                            f"{getattr(arr, 'dtype', type(arr).__name__)}")
+        if arr.shape != want:
+            raise ValueError(f"Repacked: {name} of shape {arr.shape} does not match records of "
+                             f"shape {shape} ({format.name}, {r}-row tiles: expected {want})")
+    return format, shape
 
 
 def repack(w, format) -> Repacked:
@@ -115,7 +215,7 @@ def repack(w, format) -> Repacked:
         tiles, tail = _x16.repack_x16(wa)
     else:
         tiles, tail = _x8.repack_x8(_LL.CODES[format], wa)
-    return Repacked(format, wa.shape, tiles, tail)
+    return Repacked._of(format, wa.shape, tiles, tail)
 
 
 def product(rp: Repacked, kind: str, xa, target, nthreads: int) -> None:

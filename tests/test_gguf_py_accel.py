@@ -141,3 +141,122 @@ def test_accelerate_is_idempotent_and_restore_undoes_it(original):
     qg.restore_gguf_py()
     assert (gguf.quants.quantize, gguf.quants.dequantize, gguf.quantize, gguf.dequantize) == (
         q, dq, q, dq)
+
+
+# ----------------------------------------------------------------------------- real loaders' inputs
+
+def _write_reader_file(path, rng, names):
+    """A GGUF file written by gguf-py with one random-bytes tensor per routed type (finite
+    scales are not needed: both sides give the same NaN/inf bits), read back by GGUFReader."""
+    w = gguf.GGUFWriter(str(path), "llama")
+    for name in names:
+        fmt = getattr(qk.quant, name.lower())
+        raw = rng.integers(0, 256, (3, 2 * fmt.block_bytes), dtype=np.uint8)
+        w.add_tensor(f"t.{name}", raw, raw_dtype=T[name])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return gguf.GGUFReader(str(path))
+
+
+def test_dequantize_routes_gguf_reader_memmaps(tmp_path, rng, original, monkeypatch):
+    """transformers' load_gguf_checkpoint calls gguf.dequantize(tensor.data, tensor.tensor_type)
+    on GGUFReader's np.memmap rows: those must be accelerated (issue 21, item 1), with
+    gguf-py's values."""
+    reader = _write_reader_file(tmp_path / "m.gguf", rng, ROUTED)
+    want = {}
+    with np.errstate(all="ignore"):
+        for t in reader.tensors:
+            assert isinstance(t.data, np.memmap)   # what GGUFReader hands out
+            want[t.name] = original[1](t.data, t.tensor_type)
+    calls = []
+    real = qg._dequantize
+    monkeypatch.setattr(qg, "_dequantize", lambda *a, **k: calls.append(1) or real(*a, **k))
+    qg.accelerate_gguf_py()
+    for t in reader.tensors:
+        got = gguf.dequantize(t.data, t.tensor_type)
+        assert type(got) is np.ndarray and got.dtype == np.float32
+        assert_same_f32(got, want[t.name], t.name)
+    assert len(calls) == len(ROUTED), "GGUFReader memmaps were not routed through numba_qk"
+    # an int8 view is what gguf-py also reads as bytes
+    t0 = reader.tensors[0]
+    assert_same_f32(gguf.dequantize(np.asarray(t0.data).view(np.int8), t0.tensor_type),
+                    want[t0.name], t0.name)
+
+
+def _outcome(fn, *args):
+    """What ``fn(*args)`` gives: ("raised", type, message) or ("value", float32 bits)."""
+    try:
+        with np.errstate(all="ignore"):
+            got = fn(*args)
+    except Exception as exc:  # noqa: BLE001 - the point is to compare what each raises
+        return "raised", type(exc), str(exc)
+    return "value", np.asarray(got, np.float32).shape, np.asarray(got, np.float32).tobytes()
+
+
+@pytest.mark.parametrize("name", ["Q4_K", "Q8_0", "MXFP4"])
+def test_dequantize_keeps_gguf_py_outcome_for_inputs_it_reads_otherwise(name, rng, original):
+    """Strided byte rows and wider dtypes (a uint16 / float32 view of the records) are not
+    routed: gguf-py raises for them (or, for MXFP4's strided rows, reads them its own way),
+    and so must the routed function."""
+    fmt = getattr(qk.quant, name.lower())
+    raw = rng.integers(0, 256, (4, 4 * fmt.block_bytes), dtype=np.uint8)
+    cases = {"strided rows": raw[:, ::2], "uint16 view": raw.view(np.uint16)}
+    if raw.shape[1] % 4 == 0:
+        cases["float32 view"] = raw.view(np.float32)
+    want = {k: _outcome(original[1], v, T[name]) for k, v in cases.items()}
+    assert want["uint16 view"][0] == "raised"
+    qg.accelerate_gguf_py()
+    for k, v in cases.items():
+        assert _outcome(gguf.dequantize, v, T[name]) == want[k], k
+
+
+def test_quantize_routes_ndarray_subclasses(tmp_path, rng, original, monkeypatch):
+    x = rng.standard_normal((4, 256)).astype(np.float32)
+    path = tmp_path / "x.f32"
+    x.tofile(path)
+    mm = np.memmap(path, np.float32, "r", shape=x.shape)
+    want = original[0](x, T.Q8_0)
+    calls = []
+    real = qg._quantize
+    monkeypatch.setattr(qg, "_quantize", lambda *a, **k: calls.append(1) or real(*a, **k))
+    qg.accelerate_gguf_py()
+    got = gguf.quantize(mm, T.Q8_0)
+    assert type(got) is np.ndarray
+    np.testing.assert_array_equal(got, want)
+    assert calls == [1]
+
+
+def test_concurrent_accelerate_and_restore_leave_gguf_py_consistent(original):
+    """Four threads calling accelerate_gguf_py at once must store gguf-py's own functions as the
+    originals (a race stored another thread's wrapper, so restore left gguf-py patched)."""
+    import sys
+    import threading
+
+    q, dq = original
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)   # switch threads as often as possible: the race shows up
+    try:
+        _accelerate_restore_rounds(q, dq, threading)
+    finally:
+        sys.setswitchinterval(interval)
+
+
+def _accelerate_restore_rounds(q, dq, threading):
+    for _ in range(200):
+        start = threading.Barrier(4)
+
+        def go():
+            start.wait()
+            qg.accelerate_gguf_py()
+
+        threads = [threading.Thread(target=go) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert gguf.quants.dequantize.__wrapped__ is dq and gguf.quants.quantize.__wrapped__ is q
+        qg.restore_gguf_py()
+        assert (gguf.quants.quantize, gguf.quants.dequantize, gguf.quantize, gguf.dequantize) == (
+            q, dq, q, dq)

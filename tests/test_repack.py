@@ -282,3 +282,129 @@ def test_without_the_vnni_kernel(env, tmp_path):
                        env=e, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "6 passed" in r.stdout, r.stdout[-500:]   # q4_0, q8_0 and q4_k, twice
+
+
+# ----------------------------------------------------------------------------- a Repacked is trusted
+# only after its parts are checked (issue 21, item 2: a reassigned shape made the tile loop read
+# past the tiles -- SIGSEGV for Q4_K, NaNs for Q4_0)
+
+def _rp_and_x(name, rng, rows=40, g=2):
+    f, act = _fmt(name)
+    w = rng.integers(0, 256, (rows, g, f.block_bytes), dtype=np.uint8)
+    x = rng.standard_normal(g * f.block_size).astype(np.float32)
+    return f, w, qk.repack(w, f), x
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_repacked_is_immutable_and_read_only(name, rng):
+    f, w, rp, x = _rp_and_x(name, rng)
+    with pytest.raises(AttributeError, match="immutable"):
+        rp.shape = (16, 4096, f.block_bytes)          # the reproducer
+    for attr in ("format", "tiles", "tail"):
+        with pytest.raises(AttributeError, match="immutable"):
+            setattr(rp, attr, getattr(rp, attr))
+        with pytest.raises(AttributeError, match="immutable"):
+            delattr(rp, attr)
+    for arr in (rp.tiles, rp.tail):
+        assert not arr.flags.writeable
+        with pytest.raises(ValueError):
+            arr.flags.writeable = True
+    before = w.copy()
+    w[...] = 0                                        # the plain records are not shared
+    np.testing.assert_array_equal(rp.unpack(), before)
+    assert w.flags.writeable                          # and stay the caller's, writable
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_products_check_a_forced_shape(name, rng):
+    """Even a shape forced past __setattr__ never reaches a kernel."""
+    f, act = _fmt(name)
+    _, w, rp, x = _rp_and_x(name, rng)
+    for shape in ((16, 4096, f.block_bytes), (40, 3, f.block_bytes), (41, 2, f.block_bytes),
+                  (39, 2, f.block_bytes)):
+        object.__setattr__(rp, "shape", shape)
+        with pytest.raises(ValueError, match="does not match records of shape"):
+            qk.matmul(rp, np.zeros(shape[1] * f.block_size, np.float32), lhs_format=f)
+        with pytest.raises(ValueError, match="does not match records of shape"):
+            qk.gemv(rp, np.zeros((shape[1], act.block_bytes), np.uint8), lhs_format=f,
+                    rhs_format=act)
+        with pytest.raises(ValueError, match="does not match records of shape"):
+            qk.gemm(rp, np.zeros((2, shape[1], act.block_bytes), np.uint8), lhs_format=f,
+                    rhs_format=act)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_hand_built_repacked_is_checked(name, rng):
+    f, w, rp, x = _rp_and_x(name, rng)
+    want = qk.matmul(w, x, lhs_format=f)
+    ok = qk.Repacked(f, rp.shape, rp.tiles, rp.tail)  # consistent parts: accepted, copied
+    assert ok.tiles is not rp.tiles and not ok.tiles.flags.writeable
+    assert_same_f32(qk.matmul(ok, x, lhs_format=f), want)
+    tiles = np.array(rp.tiles)                        # a writable array of the caller's
+    mine = qk.Repacked(f, rp.shape, tiles, rp.tail)
+    tiles[...] = 0
+    assert_same_f32(qk.matmul(mine, x, lhs_format=f), want)
+    bad = [((f, rp.shape, rp.tiles, np.zeros((3, 2, f.block_bytes), np.uint8)), ValueError,
+            "tail of shape"),
+           ((f, rp.shape, rp.tiles[:1], rp.tail), ValueError, "tiles of shape"),
+           ((f, (40, 2), rp.tiles, rp.tail), ValueError, "shape must be"),
+           ((f, (40, 2, f.block_bytes + 1), rp.tiles, rp.tail), ValueError, "shape must be"),
+           ((f, (40, "2", f.block_bytes), rp.tiles, rp.tail), TypeError, "shape must be"),
+           ((f, rp.shape, rp.tiles.view(np.int8), rp.tail), TypeError, "uint8"),
+           ((qk.quant.q8_0, rp.shape, rp.tiles, rp.tail), TypeError, "format must be")]
+    for args, exc, msg in bad:
+        with pytest.raises(exc, match=msg):
+            qk.Repacked(*args)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_pickled_repacked_is_checked_and_read_only(name, rng):
+    import copy
+    import pickle
+
+    f, w, rp, x = _rp_and_x(name, rng)
+    want = qk.matmul(w, x, lhs_format=f)
+    for back in (pickle.loads(pickle.dumps(rp)), copy.deepcopy(rp), copy.copy(rp)):
+        assert type(back) is qk.Repacked and back.shape == rp.shape and back.format is f
+        for arr in (back.tiles, back.tail):
+            assert not arr.flags.writeable
+            with pytest.raises(ValueError):
+                arr.flags.writeable = True
+        assert back.tiles.ctypes.data % 64 == 0
+        assert_same_f32(qk.matmul(back, x, lhs_format=f), want)
+    # a tampered pickle (the state of another shape) is refused on loading
+    state = (None, {"format": f, "shape": (41, 2, f.block_bytes), "tiles": np.array(rp.tiles),
+                    "tail": np.array(rp.tail)})
+    with pytest.raises(ValueError, match="does not match records of shape"):
+        qk.Repacked.__new__(qk.Repacked).__setstate__(state)
+
+
+# A Repacked pickled before it became immutable (numba_qk 8fb6842: slots state
+# ``(None, {...})``): 9 Q4_0 rows of G = 1, and the plain records they were made of.
+_OLD_PICKLE = (
+    "gASVAgIAAAAAAACMD251bWJhX3FrLnJlcGFja5SMCFJlcGFja2VklJOUKYGUTn2UKIwGZm9ybWF0lIwQbnVtYmFfcWsu"
+    "Zm9ybWF0c5SMDl9sb29rdXBfZm9ybWF0lJOUjARxNF8wlIWUUpSMBXNoYXBllEsJSwFLEoeUjAV0aWxlc5SMFm51bXB5"
+    "Ll9jb3JlLm11bHRpYXJyYXmUjAxfcmVjb25zdHJ1Y3SUk5SMBW51bXB5lIwHbmRhcnJheZSTlEsAhZRDAWKUh5RSlChL"
+    "AUsBS8CGlGgSjAVkdHlwZZSTlIwCdTGUiYiHlFKUKEsDjAF8lE5OTkr/////Sv////9LAHSUYolDwAk1ALT4M320/DIL"
+    "Mzg0gTYAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAABIeSdFJ3VInLwLVNuIZJpY"
+    "ZnecjXNFi2DNh47PebtXcFAr5HzJgV5/42qegWdlsHu8R4q7KwuWjniphoZ2tog2hnYKaYiFOGqIWC24c6512Na4jbt3"
+    "x4eui6qH9sl59VZYh2d0LUb4VHiI1bqmVyPCc4taK39OJKJpOQ11uohYZJR0lGKMBHRhaWyUaBFoFEsAhZRoFoeUUpQo"
+    "SwFLAUsBSxKHlGgeiUMSOjXbyHiomAqaiYVadnvEmIjUlHSUYnWGlGIu")
+_OLD_RECORDS = (
+    "CTVIeSdFJ3VInIZ2CmmIhThqALS8C1TbiGSaWIhYLbhzrnXY+DNmd5yNc0WLYNa4jbt3x4eufbTNh47PebtXcIuqh/bJ"
+    "efVW/DJQK+R8yYFef1iHZ3QtRvhUCzPjap6BZ2Wwe3iI1bqmVyPCODS8R4q7KwuWjnOLWit/TiSigTZ4qYaGdraINmk5"
+    "DXW6iFhkOjXbyHiomAqaiYVadnvEmIjU")
+
+
+def test_pickles_from_before_immutability_still_load():
+    import base64
+    import pickle
+
+    rp = pickle.loads(base64.b64decode(_OLD_PICKLE))
+    w = np.frombuffer(base64.b64decode(_OLD_RECORDS), np.uint8).reshape(9, 1, 18)
+    assert rp.shape == (9, 1, 18) and rp.format is qk.quant.q4_0
+    assert not rp.tiles.flags.writeable
+    np.testing.assert_array_equal(rp.unpack(), w)
+    x = np.linspace(-1, 1, 32, dtype=np.float32)
+    assert_same_f32(qk.matmul(rp, x, lhs_format=qk.quant.q4_0),
+                    qk.matmul(w, x, lhs_format=qk.quant.q4_0))
