@@ -5,6 +5,7 @@ import pytest
 
 import numba_qk as qk
 from numba_qk import reference as ref
+from numba_qk._registry import WEIGHTS
 
 from qk_assert import assert_same_f32
 from records import random_q4_k, random_q8_k
@@ -109,6 +110,26 @@ def test_zero_records_per_row(rng):
     assert got.shape == (3, 5) and not got.view(np.uint32).any()
     assert qk.matmul(w, np.empty((2, 0), np.float32), lhs_format=Q4).shape == (2, 5)
     assert qk.gemm(w, np.empty((0, 0, 292), np.uint8), lhs_format=Q4, rhs_format=Q8).shape == (0, 5)
+
+
+@pytest.mark.parametrize("fmt", WEIGHTS, ids=lambda f: f.name)
+def test_zero_weight_rows_any_batch_every_format(fmt):
+    """No weight rows is an empty result for every batch and thread count (Q4_K's batched
+    kernel sized its row block from the rows: batch >= 2 raised 'range() arg 3 must not be
+    zero')."""
+    act = qk.activation_format(fmt)
+    span = 2 if fmt is qk.quant.nvfp4 else 1        # NVFP4 rows pair with 2 Q8_0 records each
+    for g in (0, 1, 3):
+        w = np.zeros((1, g, fmt.block_bytes), np.uint8)[:0]
+        for batch in (1, 2, 8, 9):
+            for threads in (1, 2):
+                got = qk.matmul(w, np.ones((batch, g * fmt.block_size), np.float32),
+                                lhs_format=fmt, threads=threads)
+                assert got.shape == (batch, 0) and got.dtype == np.float32
+                got = qk.gemm(w, np.zeros((batch, span * g, act.block_bytes), np.uint8),
+                              lhs_format=fmt, rhs_format=act, threads=threads)
+                assert got.shape == (batch, 0)
+        assert qk.matmul(w, np.ones(g * fmt.block_size, np.float32), lhs_format=fmt).shape == (0,)
 
 
 def test_errors(rng):

@@ -383,6 +383,9 @@ def test_zero_dimension_tensors_are_legal(tmp_path):
         assert f.dequantize("zero_rows.weight").shape == (0, 256)
         assert f.dequantize("f32_zero_rows.weight").shape == (0, 256)
         assert f.matmul("zero_rows.weight", np.ones(256, np.float32)).shape == (0,)
+        for batch in (1, 2, 8, 9):                    # batch >= 2 raised range() step zero
+            assert f.matmul("zero_rows.weight", np.ones((batch, 256), np.float32),
+                            threads=2).shape == (batch, 0)
         assert_same_f32(f.matmul("zero_cols.weight", np.ones(0, np.float32)), np.zeros(4))
     out = tmp_path / "o.gguf"
     res = {r.name: r for r in gguf.quantize_file(src, out)}

@@ -327,6 +327,8 @@ def _rows16_pass(dec, d_base, g, ng, x, a0, na, xs0, xs1, b2, batch, pair_sums, 
 def _rows16_core(w, x, out, row_bytes, record_block, pair_sums_ok):
     """``_rows16_gemm_blocked`` once the record bytes of ``w`` and ``x`` are contiguous."""
     batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
+    if rows == 0 or batch == 0:   # nothing to write (and no row block to size)
+        return
     xs0, xs1 = x.strides[0], x.strides[1]
     ngroups = (rows + R16_ROWS - 1) // R16_ROWS
     block = min(ngroups, max(1, row_bytes // max(1, g * R16_BYTES)))
@@ -431,6 +433,8 @@ def _amx_gemm_blocked(w, x, out, row_bytes, act_bytes):
         _gemm_loop(w, x, out)
         return
     batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
+    if rows == 0 or batch == 0:   # nothing to write (and no row block to size)
+        return
     ws0, ws1 = w.strides[0], w.strides[1]
     nact = (batch + AMX_ACTS - 1) // AMX_ACTS
     t = np.zeros(nact * g * AMX_ACT_BYTES + 64, np.uint8)
