@@ -44,11 +44,29 @@ import numpy as np
 
 from .kernels import _pool
 
-ADAPTIVE = os.environ.get("NUMBA_QK_ADAPTIVE_THREADS", "1").strip() not in ("0", "false", "no")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
-def _env_us(name: str, default: int) -> int:
-    """Microseconds from the environment; a bad value is an error naming the variable."""
+def _env_flag(name: str, default: bool) -> bool:
+    """A yes/no setting from the environment (1/true/yes/on, 0/false/no/off, any case; empty:
+    ``default``); anything else is an error naming the variable."""
+    v = os.environ.get(name, "").strip()
+    if not v:
+        return default
+    if v.lower() in _TRUE:
+        return True
+    if v.lower() in _FALSE:
+        return False
+    raise ValueError(f"{name}={v!r}: expected one of {'/'.join(_TRUE)} or {'/'.join(_FALSE)}")
+
+
+#: The most ``NUMBA_QK_SPIN_US`` may ask for: one second of spinning after each job.
+MAX_SPIN_US = 1_000_000
+
+
+def _env_us(name: str, default: int, maximum: int = MAX_SPIN_US) -> int:
+    """Microseconds from the environment, 0..``maximum``; a bad value is an error naming the
+    variable."""
     v = os.environ.get(name, "").strip()
     if not v:
         return default
@@ -56,9 +74,13 @@ def _env_us(name: str, default: int) -> int:
         us = int(v)
     except ValueError:
         us = -1
-    if us < 0:
-        raise ValueError(f"{name}={v!r}: expected a whole number of microseconds >= 0")
+    if not 0 <= us <= maximum:
+        raise ValueError(f"{name}={v!r}: expected a whole number of microseconds from 0 to "
+                         f"{maximum}")
     return us
+
+
+ADAPTIVE = _env_flag("NUMBA_QK_ADAPTIVE_THREADS", True)
 
 
 # How long a worker spins for its next job before it sleeps, and how long a gemv caller spins
@@ -136,8 +158,14 @@ def effective_threads(threads: int, pieces: int) -> int:
 class _Pieces:
     """Bookkeeping shared by the jobs: ``left`` pieces to finish, the first error a piece
     raised, and ``done``, a lock held until the last piece finishes (``wait()`` blocks until
-    then; a lock, not an Event: one is made on every threaded call, and an Event costs 2 us)."""
-    __slots__ = ("left", "lock", "done", "error")
+    then; a lock, not an Event: one is made on every threaded call, and an Event costs 2 us).
+
+    ``abandon()`` is the caller's way out when an exception (Ctrl-C) reaches it outside a
+    piece.  Such an exception can land between any two bytecodes of the caller -- after a
+    claim, before a count -- so the caller's own bookkeeping cannot be trusted then; only the
+    workers', which never receive asynchronous exceptions, is: each worker counts itself
+    ``inside`` the job while it works on it (``enter``/``leave``)."""
+    __slots__ = ("left", "lock", "done", "error", "cancelled", "inside", "idle")
 
     def __init__(self, left):
         self.left = left
@@ -145,21 +173,63 @@ class _Pieces:
         self.done = threading.Lock()
         self.done.acquire()
         self.error = None
+        self.cancelled = False   # set by abandon(): no piece starts any more
+        self.inside = 0          # workers working on this job
+        self.idle = None         # abandon()'s lock, released when the last worker leaves
 
     def _run_one(self, fn, args):
         try:
-            fn(*args)
+            if not self.cancelled:
+                fn(*args)
         except BaseException as e:  # noqa: BLE001 - handed to the caller
             if self.error is None:
                 self.error = e
-        with self.lock:
-            self.left -= 1
-            if self.left == 0:
-                self.done.release()
+        finally:
+            with self.lock:
+                self.left -= 1
+                if self.left == 0:
+                    self.done.release()
 
     def wait(self):
         self.done.acquire()
         self.done.release()
+
+    def enter(self) -> bool:
+        """A worker starts on the job; False (and it must not) once the caller abandoned it."""
+        with self.lock:
+            if self.cancelled:
+                return False
+            self.inside += 1
+            return True
+
+    def leave(self):
+        with self.lock:
+            self.inside -= 1
+            if self.inside == 0 and self.idle is not None and self.idle.locked():
+                self.idle.release()
+
+    def abandon(self):
+        """The caller stops: no piece starts from now on, and this returns once every worker
+        has left the job, so nothing writes the caller's buffers after the exception reaches
+        it.  A further interrupt does not cut the wait short (it is bounded by one piece)."""
+        while True:
+            try:
+                self._abandon_once()
+                return
+            except BaseException:  # noqa: BLE001 - keep waiting; the first exception wins
+                continue
+
+    def _abandon_once(self):
+        with self.lock:
+            self.cancelled = True
+            if self.inside == 0:
+                return
+            if self.idle is None:
+                self.idle = threading.Lock()
+                self.idle.acquire()
+            idle = self.idle
+        idle.acquire()
+        idle.release()
 
 
 class _Job(_Pieces):
@@ -254,11 +324,23 @@ class _Pool:
         while True:
             job = w.queue.get()
             while job is not None:
-                job.work()
-                job = self._next(w, job)
+                if job.enter():
+                    try:
+                        job.work()         # never raises: a piece's error goes to its caller
+                    finally:
+                        job.leave()
+                try:
+                    job = self._next(w, job)
+                except BaseException:  # noqa: BLE001 - a worker never dies: it sleeps instead
+                    w.flag[0] = 0
+                    with w.lock:
+                        job = self._pending_or_sleep(w)
 
     def hand(self, job, helpers: int):
         with self.lock:
+            # a worker thread that ended (it cannot, short of interpreter shutdown) is replaced,
+            # so that no job is ever queued to a thread that will not take it
+            self.workers = [w for w in self.workers if w.thread.is_alive()]
             while len(self.workers) < helpers:
                 w = _Worker()
                 if SPIN_US:
@@ -302,9 +384,13 @@ def run(tasks, threads: int) -> int:
             fn(*args)
         return 1
     job = _Job(tasks)
-    _POOL.hand(job, n - 1)
-    job.work()
-    job.wait()
+    try:
+        _POOL.hand(job, n - 1)
+        job.work()
+        job.wait()
+    except BaseException:   # e.g. Ctrl-C between pieces: no piece may outlive the call
+        job.abandon()
+        raise
     if job.error is not None:
         raise job.error
     return n
@@ -329,16 +415,16 @@ def run_rows(gemv, w, x, out, threads: int, per_thread: int = 4, tile: int = 8,
     runner = _pool.rows_runner(gemv)
     ctl = np.zeros(4, np.int64)   # [next chunk, chunks done, helpers back, threads entered]
     call = _Call(runner, (w, x, out, ctl, chunk, 0, 0, _GO, per), n - 1, ctl)
-    _POOL.hand(call, n - 1)
     try:
+        _POOL.hand(call, n - 1)
         complete = runner(w, x, out, ctl, chunk, _polls(_JOIN_SPIN_US), 1, _GO, per)
-    except BaseException:
-        call.wait()
+        if not complete:
+            call.wait()
+    except BaseException:   # e.g. Ctrl-C: the helpers' running calls finish first
+        call.abandon()
         raise
-    if not complete:
-        call.wait()
-        if call.error is not None:
-            raise call.error
+    if not complete and call.error is not None:
+        raise call.error
     return n
 
 

@@ -259,10 +259,158 @@ def test_spin_setting_is_read_and_checked(monkeypatch):
     assert _threads._env_us("NUMBA_QK_SPIN_US", 200) == 50
     monkeypatch.setenv("NUMBA_QK_SPIN_US", "")
     assert _threads._env_us("NUMBA_QK_SPIN_US", 200) == 200
-    for bad in ("-1", "fast", "1.5"):
+    monkeypatch.setenv("NUMBA_QK_SPIN_US", str(_threads.MAX_SPIN_US))
+    assert _threads._env_us("NUMBA_QK_SPIN_US", 200) == _threads.MAX_SPIN_US
+    # 10**20 passed the check before, then killed the pool's worker (OverflowError in the
+    # compiled spin): every later job was queued to a dead thread
+    for bad in ("-1", "fast", "1.5", "100000000000000000000", str(_threads.MAX_SPIN_US + 1)):
         monkeypatch.setenv("NUMBA_QK_SPIN_US", bad)
         with pytest.raises(ValueError, match="NUMBA_QK_SPIN_US"):
             _threads._env_us("NUMBA_QK_SPIN_US", 200)
+
+
+def test_adaptive_setting_is_read_and_checked(monkeypatch):
+    for v, want in (("0", False), ("FALSE", False), ("No", False), ("off", False),
+                    ("1", True), ("True", True), ("YES", True), ("on", True), (" ", True)):
+        monkeypatch.setenv("NUMBA_QK_ADAPTIVE_THREADS", v)
+        assert _threads._env_flag("NUMBA_QK_ADAPTIVE_THREADS", True) is want, v
+    for bad in ("maybe", "2", "f"):
+        monkeypatch.setenv("NUMBA_QK_ADAPTIVE_THREADS", bad)
+        with pytest.raises(ValueError, match="NUMBA_QK_ADAPTIVE_THREADS"):
+            _threads._env_flag("NUMBA_QK_ADAPTIVE_THREADS", True)
+
+
+@pytest.mark.parametrize("var, value", [("NUMBA_QK_SPIN_US", "100000000000000000000"),
+                                        ("NUMBA_QK_ADAPTIVE_THREADS", "maybe")])
+def test_bad_thread_settings_fail_at_import_naming_the_variable(var, value):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", "import numba_qk"], capture_output=True,
+                       text=True, env={**__import__("os").environ, var: value}, timeout=300)
+    assert r.returncode != 0 and var in r.stderr.strip().splitlines()[-1]
+
+
+def test_a_worker_survives_a_failing_spin(monkeypatch, rng):
+    """Whatever goes wrong between jobs, the worker sleeps instead of dying, and jobs keep
+    reaching live threads (issue 21, item 8: a dead worker took every later job)."""
+    real = _threads._polls
+    monkeypatch.setattr(_threads, "SPIN_US", 50)
+    monkeypatch.setattr(_threads, "_polls", lambda us: real(us) if us != 50 else 10 ** 30)
+    ran = []
+    for _ in range(5):
+        _threads.run([(lambda i=i: (time.sleep(0.01), ran.append(threading.get_ident())), ())
+                      for i in range(6)], 2)
+    workers = _threads._POOL.workers
+    assert workers and all(w.thread.is_alive() for w in workers)
+    assert {w.thread.ident for w in workers} & set(ran), "no piece ran on a worker"
+
+
+def test_interrupt_outside_a_piece_waits_for_running_pieces(monkeypatch):
+    """Ctrl-C landing in the caller between pieces (here: in its wait for the last piece)
+    reaches the caller only after every started piece has finished, and no piece starts
+    afterwards (issue 21, item 7: a worker kept writing ``out`` for up to 0.5 s)."""
+    state = {"running": 0, "started": 0, "finished": 0}
+    lock = threading.Lock()
+
+    def piece():
+        with lock:
+            state["running"] += 1
+            state["started"] += 1
+        # the worker's pieces outlast the caller's: it is mid-piece when the caller stops
+        time.sleep(0.01 if threading.current_thread() is threading.main_thread() else 0.3)
+        with lock:
+            state["running"] -= 1
+            state["finished"] += 1
+
+    real_wait = _threads._Job.wait
+    calls = []
+
+    def interrupted_wait(self):
+        if not calls and threading.current_thread() is threading.main_thread():
+            calls.append(1)
+            raise KeyboardInterrupt
+        real_wait(self)
+
+    monkeypatch.setattr(_threads._Job, "wait", interrupted_wait)
+    monkeypatch.setattr(_threads, "ADAPTIVE", False)
+    with pytest.raises(KeyboardInterrupt):
+        _threads.run([(piece, ()) for _ in range(4)], 2)
+    assert calls and state["running"] == 0 and state["started"] == state["finished"]
+    started = state["started"]
+    time.sleep(0.2)
+    assert state["started"] == started
+
+
+def test_interrupt_in_the_claim_loop_stops_unstarted_pieces(monkeypatch):
+    """An interrupt while the caller claims: the remaining pieces never start."""
+    state = {"started": 0, "finished": 0}
+    lock = threading.Lock()
+    main = threading.main_thread()
+
+    def piece(i):
+        with lock:
+            state["started"] += 1
+        time.sleep(0.02)
+        with lock:
+            state["finished"] += 1
+
+    class Claims:
+        def __init__(self):
+            self.n = self.mine = 0
+            self.lock = threading.Lock()
+
+        def __next__(self):
+            if threading.current_thread() is main:
+                self.mine += 1
+                if self.mine == 3:           # the caller's third claim is interrupted
+                    raise KeyboardInterrupt
+            with self.lock:
+                i, self.n = self.n, self.n + 1
+            return i
+
+    real_init = _threads._Job.__init__
+
+    def init(self, tasks):
+        real_init(self, tasks)
+        self.claim = Claims()
+
+    monkeypatch.setattr(_threads._Job, "__init__", init)
+    with pytest.raises(KeyboardInterrupt):
+        _threads.run([(piece, (i,)) for i in range(40)], 2)
+    done = state["finished"]
+    assert state["started"] == done < 40
+    time.sleep(0.1)
+    assert state["started"] == done
+
+
+def test_real_interrupts_during_threaded_gemm_leave_out_alone(rng):
+    """SIGINT at random moments of ``matmul(..., threads=2, out=out)``: once
+    KeyboardInterrupt reaches the caller, nothing writes ``out`` any more."""
+    import _thread
+
+    w = rng.integers(0, 256, (512, 4, 144), dtype=np.uint8)
+    w[..., 0:4] = np.array([0x00, 0x2C, 0x00, 0x28], np.uint8)
+    x = rng.standard_normal((64, 1024)).astype(np.float32)
+    qk.matmul(w, x, lhs_format=qk.quant.q4_k, threads=2)   # compile first
+    interrupted = 0
+    for i in range(16):
+        out = np.zeros((64, 512), np.float32)
+        timer = threading.Timer(0.0005 * (i + 1), _thread.interrupt_main)
+        timer.start()
+        try:
+            for _ in range(50):
+                qk.matmul(w, x, lhs_format=qk.quant.q4_k, threads=2, out=out)
+            timer.join()
+            continue
+        except KeyboardInterrupt:
+            interrupted += 1
+            seen = out.copy()
+            time.sleep(0.05)
+            np.testing.assert_array_equal(out.view(np.uint32), seen.view(np.uint32))
+        finally:
+            timer.cancel()
+    assert interrupted
 
 
 def test_spin_off_workers_sleep_after_each_job(monkeypatch, rng):
