@@ -537,3 +537,24 @@ def test_streamed_decode_equals_plain(monkeypatch):
         scales[7] = saved
         got = qk.astype(st, qk.f32)                           # and as the oracle-checked path
         assert (got.view(np.uint32) == expect[f].view(np.uint32)).all(), f.name
+
+
+@pytest.mark.parametrize("fmt", [qk.mx.mxfp8e4m3, qk.mx.mxfp8e5m2], ids=lambda f: f.name)
+def test_mxfp8_nan_elements_keep_sign(fmt, monkeypatch):
+    """An mxfp8 element NaN code decodes to the quiet NaN of its sign under every finite scale,
+    on the plain, threaded and streamed decoders (issue 21 B); the oracle agrees."""
+    from numba_qk.kernels import _stream
+
+    nans = [0x7F, 0xFF] if fmt.element is qk.e4m3 else [0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF]
+    codes = np.resize(np.array(nans, np.uint8), (6, 128))
+    scales = np.array([0, 1, 127, 200, 254, 127], np.uint8)[:, None].repeat(4, 1)
+    want = np.uint32(0x7FC00000) | ((codes.astype(np.uint32) & 0x80) << 24)
+    st = qk.ScaledTensor(codes, scales, fmt)
+    for threads in (1, 3):
+        assert (bits(qk.astype(st, qk.f32, threads=threads)) == want).all()
+    monkeypatch.setattr(_stream, "STREAM_MIN_BYTES", 0)
+    assert (bits(qk.astype(st, qk.f32)) == want).all()
+    assert (bits(R.decode_mx(scales, codes, ELEM[fmt.element.name])) == want).all()
+    # and on to the other float targets through the f32 decode
+    assert (qk.astype(st, qk.bf16).codes() == (0x7FC0 | ((codes.astype(np.uint16) & 0x80) << 8))
+            ).all()
