@@ -8,7 +8,8 @@ The result is C-contiguous with the same logical shape: a numpy array where nump
 target dtype (f32, f16, i8, u8, i32), else a Tensor; or ``out`` when given.
 
 The kernels run without the GIL; ``threads=N`` splits the work over up to N threads (fewer when
-other processes keep cores busy: ``numba_qk._threads``).
+other processes keep cores busy: ``numba_qk._threads``); ``threads=None`` means every core, as
+for the products.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from . import _threads
 from . import dtypes as _d
+from ._validate import check_threads
 from .formats import ScalarType
 from .kernels import _stream
 from .kernels import lowp as _k
@@ -141,12 +143,9 @@ def _split(view, idx0, spb, threads):
     return [(view[:, :, a:a + step], idx0 + a * spb) for a in range(0, n2, step)]
 
 
-def _check_threads(threads) -> int:
-    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
-        raise TypeError(f"threads: expected a positive int, got {type(threads).__name__}")
-    if threads < 1:
-        raise ValueError(f"threads: expected a positive int, got {threads}")
-    return int(threads)
+# casts validate ``threads`` exactly as the products do (one copy: ``_validate.check_threads``;
+# None = every core this process may run on); scaled.py imports it under this name
+_check_threads = check_threads
 
 
 def _out_store(out, t: ScalarType, shape) -> np.ndarray:
@@ -221,7 +220,7 @@ def astype(a, dtype, *, out=None, threads=1, tensor_scale=None):
     if isinstance(a, _scaled.ScaledTensor):             # block-scaled decode
         return _scaled.decode(a, dtype, out=out, threads=threads)
     t = as_element_type(dtype)
-    threads = _check_threads(threads)
+    threads = check_threads(threads)
     src = _source(a)
     shape = tuple(src.shape)
     dshape = storage_shape(t, shape)                    # checks packed last axes
