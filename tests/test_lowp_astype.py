@@ -171,6 +171,39 @@ def test_threads_identical(t, shape):
                               codes(qk.astype(np.ascontiguousarray(x[..., ::-1]), t)))
 
 
+def test_threads_none_means_every_core_like_the_products(monkeypatch):
+    """``threads=None`` is accepted by casts, ScaledTensor encode/decode and Tensor.astype as by
+    the products (one check, ``_validate.check_threads``): every core, the same bits (issue 21
+    D); a bad count is still an error naming ``threads``."""
+    from numba_qk import _threads, _validate
+
+    asked = []
+    real = _threads.effective_threads
+    monkeypatch.setattr(_threads, "effective_threads", lambda n, p: asked.append(n) or real(n, p))
+    x = (np.random.default_rng(6).standard_normal((4, 1024)) * 5).astype(np.float32)
+    for t in (qk.bf16, qk.i4, qk.f16):
+        assert np.array_equal(codes(qk.astype(x, t, threads=None)), codes(qk.astype(x, t)))
+    b = qk.astype(x, qk.bf16)
+    assert np.array_equal(b.astype(qk.f32, threads=None), qk.astype(b, qk.f32))
+    st = qk.astype(x, qk.mx.mxfp4, threads=None)
+    assert np.array_equal(st.elements.storage, qk.astype(x, qk.mx.mxfp4).elements.storage)
+    assert np.array_equal(qk.astype(st, qk.f32, threads=None), qk.astype(st, qk.f32))
+    assert np.array_equal(st.astype(qk.bf16, threads=None).storage,
+                          qk.astype(st, qk.bf16).storage)
+    if _threads.cpu_count() > 1:
+        assert asked and set(asked) == {_threads.cpu_count()}
+    from numba_qk import cast
+    assert cast._check_threads is _validate.check_threads      # the products' one copy
+    for bad, err in ((0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError),
+                     ("2", TypeError)):
+        with pytest.raises(err, match="threads: expected a positive int or None"):
+            qk.astype(x, qk.bf16, threads=bad)
+        with pytest.raises(err, match="threads"):
+            qk.astype(x, qk.mx.mxfp4, threads=bad)
+        with pytest.raises(err, match="threads"):
+            qk.astype(st, qk.f32, threads=bad)
+
+
 def test_python_threads_concurrently():
     x = np.random.default_rng(5).standard_normal(1 << 16).astype(np.float32)
     want = codes(qk.astype(x, qk.e4m3))
