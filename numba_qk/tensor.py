@@ -18,7 +18,8 @@ import operator
 
 import numpy as np
 
-from .dtypes import PACKED_TYPES, Scalar, from_name, value_dtype, _ml_dtypes
+from .dtypes import (PACKED_TYPES, Scalar, _dtype_lookup, _ml_dtypes, from_dtype, from_name,
+                     is_dtype_like, value_dtype)
 from .formats import ScalarType
 
 __all__ = ["Tensor", "as_element_type", "storage_dtype"]
@@ -28,11 +29,19 @@ _STORAGE = {"F32": np.float32, "F16": np.float16, "I8": np.int8, "U8": np.uint8,
 
 
 def as_element_type(dtype) -> ScalarType:
-    """A numba_qk element type from a ScalarType or a NumKong/ml_dtypes/ggml name."""
+    """A numba_qk element type from a ScalarType, a NumKong/ml_dtypes/ggml name, or a numpy /
+    ml_dtypes dtype (``numpy.float16``, ``numpy.dtype("int8")``, ``ml_dtypes.bfloat16``,
+    ``numpy.dtype(ml_dtypes.float8_e4m3fn)``: the type of the identical format, see
+    :func:`numba_qk.dtypes.from_dtype`; others are a TypeError naming the dtype and why)."""
     if isinstance(dtype, ScalarType):
         if dtype._facts is None:
             raise TypeError(f"{dtype!r} is not an element type")
         return dtype
+    if is_dtype_like(dtype):
+        try:
+            return from_dtype(dtype)
+        except TypeError as exc:
+            raise TypeError(f"dtype: {exc}") from None
     if isinstance(dtype, str):
         t = from_name(dtype)
         if not isinstance(t, ScalarType):
@@ -286,12 +295,4 @@ class Tensor:
 
 def _numpy_element_type(arr):
     """The numba_qk element type whose values a numpy/ml_dtypes dtype holds, else None."""
-    dt = arr.dtype
-    simple = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.int8): "i8",
-              np.dtype(np.uint8): "u8", np.dtype(np.int32): "i32"}
-    if dt in simple:
-        return from_name(simple[dt])
-    from .cast import _ML_TYPES
-
-    name = _ML_TYPES.get(dt.name)
-    return from_name(name) if name else None
+    return _dtype_lookup(arr.dtype)[0]

@@ -61,6 +61,37 @@ def test_return_types():
     assert qk.astype(x, "bfloat16").dtype is qk.bf16
 
 
+NUMPY_TARGETS = [(np.float32, qk.f32), (np.float16, qk.f16), (np.int8, qk.i8), (np.uint8, qk.u8),
+                 (np.int32, qk.i32), (ml.bfloat16, qk.bf16), (ml.float8_e4m3fn, qk.e4m3),
+                 (ml.float8_e5m2, qk.e5m2), (ml.float6_e2m3fn, qk.e2m3),
+                 (ml.float6_e3m2fn, qk.e3m2), (ml.float8_e8m0fnu, qk.e8m0),
+                 (ml.float4_e2m1fn, qk.e2m1), (ml.int4, qk.i4), (ml.uint4, qk.u4)]
+
+
+@pytest.mark.parametrize("sctype,t", NUMPY_TARGETS, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_numpy_and_ml_dtypes_targets_equal_the_numba_qk_type(sctype, t):
+    """``astype(x, numpy.float16)``, ``astype(x, numpy.dtype(ml_dtypes.float8_e4m3fn))`` ... are
+    ``astype(x, <the numba_qk type of that format>)``: the same result type (ndarray for numpy's
+    dtypes, Tensor otherwise), dtype, shape and codes; also via ``out=``, ``Tensor.astype``,
+    ``Tensor(..., dtype=)`` and ScaledTensor decode (issue 21 C)."""
+    x = (np.random.default_rng(2).standard_normal((3, 32)) * 4).astype(np.float32)
+    want = qk.astype(x, t)
+    for spelling in (sctype, np.dtype(sctype)):
+        got = qk.astype(x, spelling)
+        assert type(got) is type(want) and got.dtype == want.dtype and got.shape == want.shape
+        assert codes(got).tolist() == codes(want).tolist()
+        out = np.zeros_like(want) if isinstance(want, np.ndarray) else want.copy()
+        codes_before = codes(out)
+        assert qk.astype(-x, spelling, out=out) is out
+        assert codes(out).tolist() == codes(qk.astype(-x, t)).tolist() != codes_before.tolist()
+        b = qk.astype(x, qk.bf16)
+        assert codes(b.astype(spelling)).tolist() == codes(qk.astype(b, t)).tolist()
+        st = qk.astype(x, qk.mx.mxfp4)
+        assert codes(st.astype(spelling)).tolist() == codes(qk.astype(st, t)).tolist()
+        raw = qk.Tensor(want.storage if isinstance(want, qk.Tensor) else want, dtype=spelling)
+        assert raw.dtype is t and raw.shape == want.shape
+
+
 def test_sources_ints_bool_f16_buffers():
     ints = np.array([-129, -8, -1, 0, 1, 7, 8, 300], np.int16)
     for dt in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64):
