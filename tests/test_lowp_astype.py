@@ -299,6 +299,91 @@ def test_tensor_indexing_and_views():
     assert qk.astype(b[:, 1], qk.f32).tolist() == [2.0, 4.0]      # strided Tensor source
 
 
+CODE_TYPES = [qk.bf16, qk.e4m3, qk.e5m2, qk.e2m3, qk.e3m2, qk.e8m0, qk.e2m1, qk.i4, qk.u4, qk.u1]
+
+
+@pytest.mark.parametrize("t", CODE_TYPES, ids=str)
+def test_numpy_never_computes_on_codes(t):
+    """numpy ufuncs, operators (both orders, numpy and ml_dtypes operands, in-place too) and
+    array functions on a Tensor whose storage holds codes are a TypeError pointing at the
+    decoded view and at the explicit code views; ``out=`` is untouched (issue 21 A)."""
+    x = np.array([1, 2, -0.5, 3, 0.25, -4, 1.5, 2], np.float32)
+    a = qk.astype(x, t)
+    arr = np.ones(8, np.float32)
+    ml_arr = np.ones(8, ml.bfloat16)
+    before = a.storage.copy()
+    calls = [lambda: np.sum(a), lambda: np.exp(a), lambda: np.add(a, a), lambda: a + arr,
+             lambda: arr + a, lambda: a + ml_arr, lambda: ml_arr + a, lambda: arr * a,
+             lambda: arr == a, lambda: arr @ a, lambda: np.mean(a), lambda: np.max(a),
+             lambda: np.concatenate([arr, a]), lambda: np.add.reduce(a),
+             lambda: np.isnan(a), lambda: np.allclose(a, arr), lambda: np.where(arr > 0, a, 0),
+             lambda: np.add(arr, arr, out=a), lambda: np.copyto(a, arr)]
+    for call in calls:
+        with pytest.raises(TypeError, match=rf"numba_qk.Tensor of {t._attr}: its storage holds .*"
+                           r"t\.numpy\(\).*numba_qk\.astype\(t, numba_qk\.f32\).*"
+                           r"t\.codes\(\), t\.storage"):
+            call()
+    keep = arr.copy()
+    with pytest.raises(TypeError, match="numpy.add"):
+        arr += a
+    assert np.array_equal(arr, keep) and np.array_equal(a.storage, before)
+    # the explicit views still expose the whole bytes (spec 004)
+    assert np.asarray(a).tobytes() == a.storage.tobytes()
+    assert a.__array_interface__["data"][0] == a.storage.ctypes.data
+    assert memoryview(a.data).nbytes == a.nbytes
+    back = qk.Tensor(np.asarray(memoryview(a.data)), dtype=t)
+    assert back.shape == a.shape and np.array_equal(back.codes(), a.codes())
+
+
+@pytest.mark.parametrize("t", [qk.f32, qk.f16, qk.i8, qk.u8, qk.i32], ids=str)
+def test_numpy_computes_on_value_storage_tensors(t):
+    """f32/f16/i8/u8/i32 Tensors hold the values in numpy's dtype: numpy computes on that
+    storage and returns plain arrays (``out=`` such a Tensor writes its storage)."""
+    vals = np.array([1, 2, 3, 4], t.numpy_dtype)
+    a = qk.Tensor(vals.copy())
+    assert a.dtype is t
+    assert np.sum(a) == vals.sum() and type(np.add(a, a)) is np.ndarray
+    assert np.array_equal(a + vals, vals + vals) and np.array_equal(vals * a, vals * vals)
+    assert np.array_equal(np.concatenate([a, a]), np.concatenate([vals, vals]))
+    out = qk.Tensor(np.zeros(4, t.numpy_dtype))
+    np.add(vals, vals, out=out)
+    assert np.array_equal(out.storage, vals + vals)
+    with pytest.raises(TypeError, match="Tensor of bf16"):       # one code Tensor is enough
+        np.add(a, qk.astype(vals, qk.bf16))
+
+
+@pytest.mark.parametrize("t", [qk.i4, qk.bf16, qk.u1], ids=str)
+def test_tensor_rejects_bool_indices(t):
+    """``t[True, 0]`` was ``t[1, 0]``: Python and numpy bools are IndexErrors (numpy would read
+    them as masks) (issue 21 A)."""
+    a = qk.astype(np.zeros((2, 16), np.float32), t)
+    for key in (True, False, np.True_, np.False_, (True, 0), (0, True), (1, np.False_),
+                (slice(None), True), (Ellipsis, True)):
+        with pytest.raises(IndexError, match="not bool"):
+            a[key]
+    assert int(a[1, 0]) == 0 and a[np.int64(1)].shape == (16,)
+
+
+@pytest.mark.parametrize("t", [qk.i4, qk.u4, qk.e2m1, qk.u1], ids=str)
+def test_empty_packed_slices_are_empty_views(t):
+    """Any empty slice of a packed axis is an empty Tensor, as numpy gives an empty view --
+    misaligned bounds included (``t[:, 3:3]``) (issue 21 A)."""
+    x = np.arange(32, dtype=np.float32).reshape(2, 16) % 2
+    a = qk.astype(x, t)
+    for sl in (slice(3, 3), slice(5, 2), slice(0, 0), slice(16, 16), slice(17, 40), slice(3, 3, 2),
+               slice(2, 5, -1), slice(-1, -1), slice(8, 8)):
+        assert x[:, sl].shape == (2, 0)
+        v = a[:, sl]
+        assert isinstance(v, qk.Tensor) and v.dtype is t and v.shape == (2, 0) and v.nbytes == 0
+        assert qk.astype(v, qk.f32).shape == (2, 0) and v.codes().shape == (2, 0)
+        w = a[1, sl]
+        assert w.shape == (0,) and w.nbytes == 0
+    with pytest.raises(IndexError, match="multiples of"):          # non-empty stays checked
+        a[:, 3:5]
+    with pytest.raises(IndexError, match="step 1"):
+        a[:, 0:16:2]
+
+
 def test_tensor_wraps_and_numpy():
     raw = np.array([0x12, 0xF7], np.uint8)
     t = qk.Tensor(raw, dtype=qk.i4)

@@ -333,6 +333,35 @@ def test_views_share_memory_in_lockstep():
             st[0, 0, 0, 0]
 
 
+@pytest.mark.parametrize("fmt", [qk.mx.mxfp4, qk.mx.nvfp4, qk.mx.mxint8], ids=lambda f: f.name)
+def test_scaled_tensor_is_not_a_numpy_array(fmt):
+    """``np.asarray(st)`` gave an empty (rows, 0) float64 array; it, ufuncs, operators and array
+    functions on a ScaledTensor are a TypeError pointing at the decode and the parts; bool
+    indices are IndexErrors (issue 21 A)."""
+    x = np.random.default_rng(4).standard_normal((2, 64)).astype(np.float32)
+    st = qk.astype(x, fmt)
+    arr = np.ones((2, 64), np.float32)
+    before = arr.copy()
+    msg = (rf"a numba_qk.ScaledTensor \({fmt.name}\) is not a numpy array; decode it with "
+           r"st\.astype\(numba_qk\.f32\).*st\.elements and st\.block_scales")
+    for call in (lambda: np.asarray(st), lambda: np.array(st), lambda: np.asarray(st, np.float32),
+                 lambda: np.exp(st), lambda: arr + st, lambda: np.add(arr, 1, out=st),
+                 lambda: np.sum(st), lambda: np.concatenate([arr, st]), lambda: np.shape(st)):
+        with pytest.raises(TypeError, match=msg):
+            call()
+    with pytest.raises(TypeError, match="not a numpy array"):
+        arr += st
+    assert np.array_equal(arr, before)
+    for key in (True, False, np.True_, (True, slice(None)), (0, np.False_)):
+        with pytest.raises(IndexError, match="not bool"):
+            st[key]
+    B = fmt.block_size
+    for sl in (slice(B, B), slice(3, 3), slice(2 * B, 0), slice(0, 0, 2), slice(2, 5, -1)):
+        v = st[:, sl]
+        assert isinstance(v, qk.ScaledTensor) and v.shape == (2, 0)
+        assert v.block_scales.shape == (2, 0) and qk.astype(v, qk.f32).shape == (2, 0)
+
+
 def test_spec_example_shapes():
     X = qk.astype(np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32), "nvfp4")
     assert str(X.dtype) == "nvfp4" and X.dtype is qk.mx.nvfp4 and X.block_size == 16
