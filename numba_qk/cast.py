@@ -8,7 +8,8 @@ The result is C-contiguous with the same logical shape: a numpy array where nump
 target dtype (f32, f16, i8, u8, i32), else a Tensor; or ``out`` when given.
 
 The kernels run without the GIL; ``threads=N`` splits the work over up to N threads (fewer when
-other processes keep cores busy: ``numba_qk._threads``).
+other processes keep cores busy: ``numba_qk._threads``); ``threads=None`` means every core, as
+for the products.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from . import _threads
 from . import dtypes as _d
+from ._validate import check_threads
 from .formats import ScalarType
 from .kernels import _stream
 from .kernels import lowp as _k
@@ -35,19 +37,11 @@ _NUMPY_KIND = {"f8": _k.K_F64, "f4": _k.K_F32, "f2": _k.K_F16, "i1": _k.K_I8, "u
                "i2": _k.K_I16, "u2": _k.K_U16, "i4": _k.K_I32, "u4": _k.K_U32, "i8": _k.K_I64,
                "u8": _k.K_U64, "b1": _k.K_BOOL}
 
-# ml_dtypes dtype name -> numba_qk type name (identical encodings, read as codes)
-_ML_TYPES = {"bfloat16": "bf16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2",
-             "float6_e2m3fn": "e2m3", "float6_e3m2fn": "e3m2", "float4_e2m1fn": "e2m1",
-             "float8_e8m0fnu": "e8m0", "int4": "i4", "uint4": "u4"}
+# ml_dtypes dtype name -> numba_qk type (identical encodings, read as codes): dtypes' table
+_ML_TYPES = _d._ML_TYPES
 # ml_dtypes formats read by value through a decode table (no numba_qk type of that encoding)
 _ML_BY_VALUE = {"float8_e4m3"}
-_ML_REJECTED = {
-    "float8_e4m3fnuz": "different bias, NaN and zero encoding",
-    "float8_e5m2fnuz": "different NaN and zero encoding",
-    "float8_e4m3b11fnuz": "bias 11, incompatible encoding",
-    "float8_e3m4": "no numba_qk kernel", "int2": "no numba_qk kernel",
-    "uint2": "no numba_qk kernel",
-}
+_ML_REJECTED = _d._REJECTED              # spec 004's rejected formats, with the reasons
 
 _NO_TABLE = np.zeros(1, np.float64)
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -87,7 +81,7 @@ def _source(a) -> _Source:
         s.etype = {_k.K_F32: _d.f32, _k.K_F16: _d.f16, _k.K_I8: _d.i8, _k.K_U8: _d.u8,
                    _k.K_I32: _d.i32}.get(s.kind)
     elif (name := dt.name) in _ML_TYPES:
-        s.etype = _d.from_name(_ML_TYPES[name])
+        s.etype = _ML_TYPES[name]
         s.kind = _KIND[s.etype.name]       # e2m1/i4/u4: one per byte, code in the low nibble
     elif name in _ML_BY_VALUE:
         s.kind, s.etype = _k.K_TABLE, None
@@ -141,12 +135,9 @@ def _split(view, idx0, spb, threads):
     return [(view[:, :, a:a + step], idx0 + a * spb) for a in range(0, n2, step)]
 
 
-def _check_threads(threads) -> int:
-    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
-        raise TypeError(f"threads: expected a positive int, got {type(threads).__name__}")
-    if threads < 1:
-        raise ValueError(f"threads: expected a positive int, got {threads}")
-    return int(threads)
+# casts validate ``threads`` exactly as the products do (one copy: ``_validate.check_threads``;
+# None = every core this process may run on); scaled.py imports it under this name
+_check_threads = check_threads
 
 
 def _out_store(out, t: ScalarType, shape) -> np.ndarray:
@@ -221,7 +212,7 @@ def astype(a, dtype, *, out=None, threads=1, tensor_scale=None):
     if isinstance(a, _scaled.ScaledTensor):             # block-scaled decode
         return _scaled.decode(a, dtype, out=out, threads=threads)
     t = as_element_type(dtype)
-    threads = _check_threads(threads)
+    threads = check_threads(threads)
     src = _source(a)
     shape = tuple(src.shape)
     dshape = storage_shape(t, shape)                    # checks packed last axes

@@ -38,7 +38,7 @@ from .formats import ScalarType, _TOKEN, bf16, f16, f32, i8, i32
 
 __all__ = ["e4m3", "e5m2", "e2m3", "e3m2", "e2m1", "e8m0", "u8", "i4", "u4", "u1",
            "ALL_TYPES", "FLOAT_TYPES", "INT_TYPES", "PACKED_TYPES", "FACTS", "from_name",
-           "value_dtype", "Scalar", "scalar"]
+           "from_dtype", "value_dtype", "Scalar", "scalar"]
 
 # ScalarType(token, name, attr, payload bytes, numpy storage dtype, is_float, ggml type id)
 e4m3 = ScalarType(_TOKEN, "E4M3", "e4m3", 1, None, True, None)
@@ -133,11 +133,15 @@ def from_name(name: str):
     """The element type for a NumKong, ml_dtypes or ggml type name (``"bfloat16"``, ``"e4m3"``,
     ``"float8_e4m3fn"``, ``"int4"``, ``"BF16"`` ...), or the block-scaled format for
     ``"mxfp4"``, ``"nvfp4"`` ... (a :class:`~numba_qk.formats.ScaledFormat`, ``numba_qk.mx``).
+    A numpy or ml_dtypes dtype (``numpy.float16``, ``numpy.dtype("int8")``,
+    ``ml_dtypes.bfloat16``) is looked up by :func:`from_dtype`.
 
     ``"float8_e4m3"`` is NumKong's spelling of OCP E4M3 (= ml_dtypes' ``float8_e4m3fn``); ml_dtypes'
     *array dtype* ``float8_e4m3`` (IEEE-like, with infinities) is accepted by ``astype`` by value,
     never as e4m3 bits.
     """
+    if is_dtype_like(name):
+        return from_dtype(name)
     if not isinstance(name, str):
         raise TypeError(f"from_name: expected a str, got {type(name).__name__}")
     t = _BY_NAME.get(name) or _BY_NAME.get(name.lower())
@@ -158,6 +162,62 @@ def from_name(name: str):
 _ML_NAMES = {bf16: "bfloat16", e4m3: "float8_e4m3fn", e5m2: "float8_e5m2",
              e2m3: "float6_e2m3fn", e3m2: "float6_e3m2fn", e2m1: "float4_e2m1fn",
              e8m0: "float8_e8m0fnu", i4: "int4", u4: "uint4"}
+
+
+# ml_dtypes dtype name -> the numba_qk type of the identical encoding (the inverse of _ML_NAMES)
+_ML_TYPES = {name: t for t, name in _ML_NAMES.items()}
+_ML_NOT_E4M3 = ("ml_dtypes float8_e4m3 is the IEEE-like E4M3 (with infinities), not numba_qk.e4m3 "
+                "(OCP E4M3, ml_dtypes float8_e4m3fn); astype reads such arrays by value but no "
+                "numba_qk type holds that encoding")
+
+
+def is_dtype_like(obj) -> bool:
+    """Whether ``obj`` is a numpy dtype or a numpy/ml_dtypes scalar type (``np.float16``,
+    ``np.dtype("int8")``, ``ml_dtypes.bfloat16``)."""
+    import numpy as np
+
+    return isinstance(obj, np.dtype) or (isinstance(obj, type) and issubclass(obj, np.generic))
+
+
+def _dtype_lookup(dt):
+    """(element type, None) for a numpy dtype of a numba_qk type's values, else (None, why)."""
+    import numpy as np
+
+    if dt.byteorder not in "=|" and (dt.byteorder == "<") != np.little_endian:
+        return None, f"dtype {dt.str} is not in native byte order"
+    if dt.type.__module__.split(".")[0] == "ml_dtypes":
+        t = _ML_TYPES.get(dt.name)
+        if t is not None:
+            return t, None
+        if dt.name == "float8_e4m3":
+            return None, _ML_NOT_E4M3
+        why = _REJECTED.get(dt.name, "no numba_qk element type has that encoding")
+        return None, f"ml_dtypes {dt.name} is not supported: {why}"
+    for t in FACTS:                       # numpy's own: f32, f16, i8, u8, i32
+        if t.numpy_dtype is not None and t.numpy_dtype == dt and dt.type.__module__ == "numpy":
+            return t, None
+    return None, (f"numpy dtype {dt.name} has no numba_qk element type (numpy's float32, "
+                  f"float16, int8, uint8 and int32 are numba_qk's f32, f16, i8, u8 and i32)")
+
+
+def from_dtype(dtype) -> ScalarType:
+    """The numba_qk element type of the identical format for a numpy or ml_dtypes dtype (a
+    ``numpy.dtype`` or a scalar type: ``numpy.float16``, ``ml_dtypes.float8_e4m3fn``): the
+    inverse of :func:`value_dtype` (``from_dtype(t.dtype) is t``).  A ``TypeError`` naming the
+    dtype and why for the rest: numpy dtypes numba_qk has no type for (float64, int64, bool
+    ...), ml_dtypes' IEEE-like ``float8_e4m3`` and spec 004's rejected formats (``*fnuz``,
+    ``float8_e4m3b11fnuz``, ``float8_e3m4``, ``int2``/``uint2``)."""
+    import numpy as np
+
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"from_dtype: expected a numpy or ml_dtypes dtype, got "
+                        f"{type(dtype).__name__}") from None
+    t, why = _dtype_lookup(dt)
+    if t is None:
+        raise TypeError(why)
+    return t
 
 
 def _ml_dtypes():

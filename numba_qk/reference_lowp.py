@@ -5,7 +5,8 @@ representable magnitudes of the target and picks the nearest one (ties to the ev
 there is exactly one rounding from the exact source value whatever the source (f64, f32, int).
 
 ``decode(t, code)`` gives the exact value: a Python float for float types (every value of every
-type here is exactly a float64; inf/NaN as floats), an int for integer types.
+type here is exactly a float64; inf/NaN as floats, a NaN with its code's sign), an int for
+integer types.
 ``encode(t, value)`` takes a Python int, float or Fraction and returns the code (an int; packed
 types give the nibble / bit, i4 in two's complement 0..15).
 """
@@ -39,10 +40,10 @@ def decode(t, code: int):
     e = (code >> mbits) & ((1 << ebits) - 1)
     m = code & ((1 << mbits) - 1)
     if e == (1 << ebits) - 1:
-        if f["has_inf"]:
-            return sign * math.inf if m == 0 else math.nan
+        if f["has_inf"]:                            # NaN: the quiet NaN of the code's sign
+            return sign * math.inf if m == 0 else math.copysign(math.nan, sign)
         if f["has_nan"] and m == (1 << mbits) - 1:  # e4m3: S.1111.111
-            return math.nan
+            return math.copysign(math.nan, sign)
     if e == 0:  # subnormal: 0.m * 2^(1 - bias)
         return sign * math.ldexp(m, 1 - bias - mbits)
     return sign * math.ldexp((1 << mbits) + m, e - bias - mbits)

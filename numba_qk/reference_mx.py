@@ -171,12 +171,12 @@ def decode_mx_block(scale_code: int, codes, element: str):
     scale = Fraction(2) ** (scale_code - 127)
     out = []
     for c in codes:
+        nan = np.float32(-np.nan if c & 0x80 else np.nan)     # NaN codes keep their sign
         if element == "e4m3" and c & 0x7F == 0x7F:
-            out.append(np.float32(np.nan))
+            out.append(nan)
             continue
         if element == "e5m2" and (c & 0x7C) == 0x7C:  # e5m2 inf/NaN codes (never encoded)
-            out.append(np.float32(-np.inf if c & 0x80 else np.inf) if c & 3 == 0
-                       else np.float32(np.nan))
+            out.append(np.float32(-np.inf if c & 0x80 else np.inf) if c & 3 == 0 else nan)
             continue
         val = element_value(element, c) * scale
         if element == "i8":
@@ -272,8 +272,8 @@ def decode_nvfp4(scales: np.ndarray, codes: np.ndarray, tensor_scale) -> np.ndar
             s_val = None if sc & 0x7F == 0x7F else element_value("e4m3", sc)
             for j in range(16):
                 c = int(flat_c[r, b * 16 + j])
-                if s_val is None:
-                    flat_o[r, b * 16 + j] = np.nan
+                if s_val is None:                 # a NaN scale code: NaN of its sign
+                    flat_o[r, b * 16 + j] = np.float32(-np.nan if sc & 0x80 else np.nan)
                     continue
                 v = r32(r32(element_value("e2m1", c) * s_val) * tsx)
                 # IEEE: a zero product's sign is the XOR of the factors' signs (ts > 0)

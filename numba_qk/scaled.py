@@ -12,7 +12,9 @@ A ScaledTensor is three parts, read through plain attributes:
 Blocks run along the last axis.  ``numba_qk.astype(x, numba_qk.mx.mxfp4)`` encodes,
 ``numba_qk.astype(st, numba_qk.f32)`` / ``st.astype(...)`` decodes (to any element type: the
 float32 decode, then :func:`numba_qk.astype`'s rules).  Integer indexing on leading axes and
-block-aligned slices of the last axis give views sharing storage (both parts in lockstep).
+block-aligned slices of the last axis give views sharing storage (both parts in lockstep); bools
+are not indices.  A ScaledTensor is not a numpy array: ``numpy.asarray``, ufuncs and array
+functions on it raise a TypeError pointing at the decode and the parts.
 """
 
 from __future__ import annotations
@@ -153,6 +155,21 @@ class ScaledTensor:
     def __len__(self):
         return self.shape[0]
 
+    # ---- not a numpy array: numpy gets an error, never an empty or code-valued array ----
+    def _not_an_array(self, what):
+        return TypeError(f"{what}: a numba_qk.ScaledTensor ({self._format.name}) is not a numpy "
+                         f"array; decode it with st.astype(numba_qk.f32) (numba_qk.astype(st, "
+                         f"numba_qk.f32)), or use its parts st.elements and st.block_scales")
+
+    def __array__(self, dtype=None, copy=None):
+        raise self._not_an_array("numpy.asarray")
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        raise self._not_an_array(f"numpy.{getattr(ufunc, '__name__', ufunc)}")
+
+    def __array_function__(self, func, types, args, kwargs):
+        raise self._not_an_array(f"numpy.{getattr(func, '__name__', func)}")
+
     def __repr__(self):
         ts = "" if self._ts is None else f", tensor_scale={float(self._ts)!r}"
         return f"numba_qk.ScaledTensor(shape={self.shape}, dtype={self._format!r}{ts})"
@@ -170,6 +187,9 @@ class ScaledTensor:
         if len(key) > nd:
             raise IndexError(f"too many indices for a {nd}-d ScaledTensor")
         for k in key:
+            if isinstance(k, (bool, np.bool_)):
+                raise IndexError(f"ScaledTensor indices must be integers or slices, not "
+                                 f"{type(k).__name__} (numpy would read {k!r} as a mask)")
             if not isinstance(k, slice):
                 try:
                     operator.index(k)
@@ -185,8 +205,8 @@ class ScaledTensor:
                                  f"{self._format.name} ScaledTensor yields no block; slice it "
                                  f"in whole blocks of {B} (or decode it first)")
             start, stop, step = last.indices(self.shape[-1])
-            if step == 1 and stop <= start:
-                start = stop = 0                                     # an empty selection
+            if not len(range(start, stop, step)):
+                start, stop, step = 0, 0, 1                          # an empty selection
             if step != 1 or start % B or stop % B:
                 raise IndexError(f"slices of the last axis of a {self._format.name} ScaledTensor "
                                  f"must be block-aligned: step 1, start and stop multiples of the "

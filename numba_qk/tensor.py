@@ -10,6 +10,11 @@ numba_qk element type.  A Tensor owns (or views) a numpy *storage* array:
 
 ``shape`` counts logical elements; ``nbytes``, ``__array_interface__``, ``memoryview(t.data)``
 (and ``memoryview(t)`` on Python >= 3.12) expose the whole bytes.
+
+numpy ufuncs, operators and array functions on a Tensor whose storage holds codes (bf16,
+fp8/6/4, e8m0, packed types) raise a TypeError (decode with ``t.numpy()`` /
+``numba_qk.astype(t, numba_qk.f32)``; codes with ``t.codes()`` / ``t.storage``); f32, f16, i8,
+u8 and i32 Tensors hold values, and numpy computes on their storage.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import operator
 
 import numpy as np
 
-from .dtypes import PACKED_TYPES, Scalar, from_name, value_dtype, _ml_dtypes
+from .dtypes import (PACKED_TYPES, Scalar, _dtype_lookup, _ml_dtypes, from_dtype, from_name,
+                     is_dtype_like, value_dtype)
 from .formats import ScalarType
 
 __all__ = ["Tensor", "as_element_type", "storage_dtype"]
@@ -28,11 +34,19 @@ _STORAGE = {"F32": np.float32, "F16": np.float16, "I8": np.int8, "U8": np.uint8,
 
 
 def as_element_type(dtype) -> ScalarType:
-    """A numba_qk element type from a ScalarType or a NumKong/ml_dtypes/ggml name."""
+    """A numba_qk element type from a ScalarType, a NumKong/ml_dtypes/ggml name, or a numpy /
+    ml_dtypes dtype (``numpy.float16``, ``numpy.dtype("int8")``, ``ml_dtypes.bfloat16``,
+    ``numpy.dtype(ml_dtypes.float8_e4m3fn)``: the type of the identical format, see
+    :func:`numba_qk.dtypes.from_dtype`; others are a TypeError naming the dtype and why)."""
     if isinstance(dtype, ScalarType):
         if dtype._facts is None:
             raise TypeError(f"{dtype!r} is not an element type")
         return dtype
+    if is_dtype_like(dtype):
+        try:
+            return from_dtype(dtype)
+        except TypeError as exc:
+            raise TypeError(f"dtype: {exc}") from None
     if isinstance(dtype, str):
         t = from_name(dtype)
         if not isinstance(t, ScalarType):
@@ -68,6 +82,11 @@ class Tensor:
     ``Tensor(buffer, dtype=numba_qk.i4)`` wraps raw bytes without copying (an 8-byte uint8 array
     is 16 int4s); ``Tensor(array)`` infers the type from a numpy/ml_dtypes array of a numba_qk
     type (a view of its storage; ml_dtypes int4/uint4/float4, one per byte, are packed: a copy).
+    ``dtype`` may also be a numpy / ml_dtypes dtype of the same format (``ml_dtypes.int4``).
+
+    Indexing: integers (not bools) give scalars, slices views; slices of a packed last axis are
+    byte-aligned with step 1, and any empty slice is an empty Tensor.  numpy computes only on
+    values (see the module docstring): ufuncs and array functions on code storage raise.
     """
 
     __slots__ = ("_store", "_dtype", "_shape", "__weakref__")
@@ -169,6 +188,26 @@ class Tensor:
     def __buffer__(self, flags):  # Python >= 3.12: memoryview(tensor) gives the whole bytes
         return memoryview(self._store)
 
+    # ---- numpy computes on values, never on codes ----
+    # The storage of most types holds codes (bf16 bit patterns, fp8 bytes, packed nibbles), so a
+    # ufunc or array function on it would add, sum or exp bit patterns.  Both protocols raise,
+    # pointing at the decoded view and at the explicit code views; f32/f16/i8/u8/i32 Tensors,
+    # whose storage holds the values in numpy's own dtype, compute on that storage (a plain
+    # ndarray result).  Defining __array_ufunc__ also makes ndarray's operators (``arr + t``)
+    # defer to it.  __array_interface__, the buffer and DLPack still expose the whole bytes.
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        what = f"numpy.{getattr(ufunc, '__name__', ufunc)}"
+        if method != "__call__":
+            what += f".{method}"
+        inputs = _values_of(inputs, what)
+        if "out" in kwargs:
+            kwargs["out"] = _values_of(kwargs["out"], what)
+        return getattr(ufunc, method)(*inputs, **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        what = f"numpy.{getattr(func, '__name__', func)}"
+        return func(*_values_of(args, what), **_values_of(kwargs, what))
+
     def __len__(self):
         if not self._shape:
             raise TypeError("len() of a 0-d Tensor")
@@ -193,6 +232,9 @@ class Tensor:
         for k in key:
             if isinstance(k, slice):
                 ints.append(None)
+            elif isinstance(k, (bool, np.bool_)):
+                raise IndexError(f"Tensor indices must be integers or slices, not "
+                                 f"{type(k).__name__} (numpy would read {k!r} as a mask)")
             else:
                 try:
                     ints.append(operator.index(k))
@@ -214,10 +256,13 @@ class Tensor:
                 raise IndexError(f"an integer index on the packed last axis of a {self._dtype.name}"
                                  f" Tensor yields no view; index every axis to get a scalar")
             start, stop, step = last.indices(self._shape[-1])
-            if step != 1 or start % pb or (stop % pb and stop > start):
+            if not len(range(start, stop, step)):          # empty: an empty view, any bounds
+                skey[-1] = slice(0, 0)
+            elif step != 1 or start % pb or stop % pb:
                 raise IndexError(f"slices of the packed last axis of a {self._dtype.name} Tensor "
                                  f"must have step 1 and start/stop multiples of {pb}")
-            skey[-1] = slice(start // pb, max(start, stop) // pb)
+            else:
+                skey[-1] = slice(start // pb, stop // pb)
         return Tensor._wrap(self._store[tuple(skey)], self._dtype)
 
     def _scalar_at(self, idx):
@@ -284,14 +329,25 @@ class Tensor:
         return PackedExport(self)
 
 
+def _values_of(obj, what):
+    """``obj`` (an argument of a numpy ufunc / array function) with every Tensor replaced by its
+    storage where that storage holds the values (f32, f16, i8, u8, i32); any other Tensor is a
+    TypeError naming the operation and the ways to get values or codes."""
+    if isinstance(obj, Tensor):
+        t = obj._dtype
+        if t.numpy_dtype is not None and t.block_size == 1:
+            return obj._store
+        holds = "packed bytes" if t.block_size > 1 else f"{obj._store.dtype} codes"
+        raise TypeError(f"{what} on a numba_qk.Tensor of {t._attr}: its storage holds {holds}, "
+                        f"not values; decode first (t.numpy(), or numba_qk.astype(t, "
+                        f"numba_qk.f32)), or ask for the codes explicitly (t.codes(), t.storage)")
+    if type(obj) in (tuple, list):
+        return type(obj)(_values_of(o, what) for o in obj)
+    if type(obj) is dict:
+        return {k: _values_of(v, what) for k, v in obj.items()}
+    return obj
+
+
 def _numpy_element_type(arr):
     """The numba_qk element type whose values a numpy/ml_dtypes dtype holds, else None."""
-    dt = arr.dtype
-    simple = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.int8): "i8",
-              np.dtype(np.uint8): "u8", np.dtype(np.int32): "i32"}
-    if dt in simple:
-        return from_name(simple[dt])
-    from .cast import _ML_TYPES
-
-    name = _ML_TYPES.get(dt.name)
-    return from_name(name) if name else None
+    return _dtype_lookup(arr.dtype)[0]

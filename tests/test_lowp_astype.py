@@ -61,6 +61,37 @@ def test_return_types():
     assert qk.astype(x, "bfloat16").dtype is qk.bf16
 
 
+NUMPY_TARGETS = [(np.float32, qk.f32), (np.float16, qk.f16), (np.int8, qk.i8), (np.uint8, qk.u8),
+                 (np.int32, qk.i32), (ml.bfloat16, qk.bf16), (ml.float8_e4m3fn, qk.e4m3),
+                 (ml.float8_e5m2, qk.e5m2), (ml.float6_e2m3fn, qk.e2m3),
+                 (ml.float6_e3m2fn, qk.e3m2), (ml.float8_e8m0fnu, qk.e8m0),
+                 (ml.float4_e2m1fn, qk.e2m1), (ml.int4, qk.i4), (ml.uint4, qk.u4)]
+
+
+@pytest.mark.parametrize("sctype,t", NUMPY_TARGETS, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_numpy_and_ml_dtypes_targets_equal_the_numba_qk_type(sctype, t):
+    """``astype(x, numpy.float16)``, ``astype(x, numpy.dtype(ml_dtypes.float8_e4m3fn))`` ... are
+    ``astype(x, <the numba_qk type of that format>)``: the same result type (ndarray for numpy's
+    dtypes, Tensor otherwise), dtype, shape and codes; also via ``out=``, ``Tensor.astype``,
+    ``Tensor(..., dtype=)`` and ScaledTensor decode (issue 21 C)."""
+    x = (np.random.default_rng(2).standard_normal((3, 32)) * 4).astype(np.float32)
+    want = qk.astype(x, t)
+    for spelling in (sctype, np.dtype(sctype)):
+        got = qk.astype(x, spelling)
+        assert type(got) is type(want) and got.dtype == want.dtype and got.shape == want.shape
+        assert codes(got).tolist() == codes(want).tolist()
+        out = np.zeros_like(want) if isinstance(want, np.ndarray) else want.copy()
+        codes_before = codes(out)
+        assert qk.astype(-x, spelling, out=out) is out
+        assert codes(out).tolist() == codes(qk.astype(-x, t)).tolist() != codes_before.tolist()
+        b = qk.astype(x, qk.bf16)
+        assert codes(b.astype(spelling)).tolist() == codes(qk.astype(b, t)).tolist()
+        st = qk.astype(x, qk.mx.mxfp4)
+        assert codes(st.astype(spelling)).tolist() == codes(qk.astype(st, t)).tolist()
+        raw = qk.Tensor(want.storage if isinstance(want, qk.Tensor) else want, dtype=spelling)
+        assert raw.dtype is t and raw.shape == want.shape
+
+
 def test_sources_ints_bool_f16_buffers():
     ints = np.array([-129, -8, -1, 0, 1, 7, 8, 300], np.int16)
     for dt in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64):
@@ -171,6 +202,39 @@ def test_threads_identical(t, shape):
                               codes(qk.astype(np.ascontiguousarray(x[..., ::-1]), t)))
 
 
+def test_threads_none_means_every_core_like_the_products(monkeypatch):
+    """``threads=None`` is accepted by casts, ScaledTensor encode/decode and Tensor.astype as by
+    the products (one check, ``_validate.check_threads``): every core, the same bits (issue 21
+    D); a bad count is still an error naming ``threads``."""
+    from numba_qk import _threads, _validate
+
+    asked = []
+    real = _threads.effective_threads
+    monkeypatch.setattr(_threads, "effective_threads", lambda n, p: asked.append(n) or real(n, p))
+    x = (np.random.default_rng(6).standard_normal((4, 1024)) * 5).astype(np.float32)
+    for t in (qk.bf16, qk.i4, qk.f16):
+        assert np.array_equal(codes(qk.astype(x, t, threads=None)), codes(qk.astype(x, t)))
+    b = qk.astype(x, qk.bf16)
+    assert np.array_equal(b.astype(qk.f32, threads=None), qk.astype(b, qk.f32))
+    st = qk.astype(x, qk.mx.mxfp4, threads=None)
+    assert np.array_equal(st.elements.storage, qk.astype(x, qk.mx.mxfp4).elements.storage)
+    assert np.array_equal(qk.astype(st, qk.f32, threads=None), qk.astype(st, qk.f32))
+    assert np.array_equal(st.astype(qk.bf16, threads=None).storage,
+                          qk.astype(st, qk.bf16).storage)
+    if _threads.cpu_count() > 1:
+        assert asked and set(asked) == {_threads.cpu_count()}
+    from numba_qk import cast
+    assert cast._check_threads is _validate.check_threads      # the products' one copy
+    for bad, err in ((0, ValueError), (-1, ValueError), (1.5, TypeError), (True, TypeError),
+                     ("2", TypeError)):
+        with pytest.raises(err, match="threads: expected a positive int or None"):
+            qk.astype(x, qk.bf16, threads=bad)
+        with pytest.raises(err, match="threads"):
+            qk.astype(x, qk.mx.mxfp4, threads=bad)
+        with pytest.raises(err, match="threads"):
+            qk.astype(st, qk.f32, threads=bad)
+
+
 def test_python_threads_concurrently():
     x = np.random.default_rng(5).standard_normal(1 << 16).astype(np.float32)
     want = codes(qk.astype(x, qk.e4m3))
@@ -233,6 +297,91 @@ def test_tensor_indexing_and_views():
     b = qk.astype(np.array([[1.5, 2], [3, 4]], np.float32), qk.bf16)
     assert repr(b[0, 1]) == "bf16(2.0, bits=0x4000)" and b[1].shape == (2,)
     assert qk.astype(b[:, 1], qk.f32).tolist() == [2.0, 4.0]      # strided Tensor source
+
+
+CODE_TYPES = [qk.bf16, qk.e4m3, qk.e5m2, qk.e2m3, qk.e3m2, qk.e8m0, qk.e2m1, qk.i4, qk.u4, qk.u1]
+
+
+@pytest.mark.parametrize("t", CODE_TYPES, ids=str)
+def test_numpy_never_computes_on_codes(t):
+    """numpy ufuncs, operators (both orders, numpy and ml_dtypes operands, in-place too) and
+    array functions on a Tensor whose storage holds codes are a TypeError pointing at the
+    decoded view and at the explicit code views; ``out=`` is untouched (issue 21 A)."""
+    x = np.array([1, 2, -0.5, 3, 0.25, -4, 1.5, 2], np.float32)
+    a = qk.astype(x, t)
+    arr = np.ones(8, np.float32)
+    ml_arr = np.ones(8, ml.bfloat16)
+    before = a.storage.copy()
+    calls = [lambda: np.sum(a), lambda: np.exp(a), lambda: np.add(a, a), lambda: a + arr,
+             lambda: arr + a, lambda: a + ml_arr, lambda: ml_arr + a, lambda: arr * a,
+             lambda: arr == a, lambda: arr @ a, lambda: np.mean(a), lambda: np.max(a),
+             lambda: np.concatenate([arr, a]), lambda: np.add.reduce(a),
+             lambda: np.isnan(a), lambda: np.allclose(a, arr), lambda: np.where(arr > 0, a, 0),
+             lambda: np.add(arr, arr, out=a), lambda: np.copyto(a, arr)]
+    for call in calls:
+        with pytest.raises(TypeError, match=rf"numba_qk.Tensor of {t._attr}: its storage holds .*"
+                           r"t\.numpy\(\).*numba_qk\.astype\(t, numba_qk\.f32\).*"
+                           r"t\.codes\(\), t\.storage"):
+            call()
+    keep = arr.copy()
+    with pytest.raises(TypeError, match="numpy.add"):
+        arr += a
+    assert np.array_equal(arr, keep) and np.array_equal(a.storage, before)
+    # the explicit views still expose the whole bytes (spec 004)
+    assert np.asarray(a).tobytes() == a.storage.tobytes()
+    assert a.__array_interface__["data"][0] == a.storage.ctypes.data
+    assert memoryview(a.data).nbytes == a.nbytes
+    back = qk.Tensor(np.asarray(memoryview(a.data)), dtype=t)
+    assert back.shape == a.shape and np.array_equal(back.codes(), a.codes())
+
+
+@pytest.mark.parametrize("t", [qk.f32, qk.f16, qk.i8, qk.u8, qk.i32], ids=str)
+def test_numpy_computes_on_value_storage_tensors(t):
+    """f32/f16/i8/u8/i32 Tensors hold the values in numpy's dtype: numpy computes on that
+    storage and returns plain arrays (``out=`` such a Tensor writes its storage)."""
+    vals = np.array([1, 2, 3, 4], t.numpy_dtype)
+    a = qk.Tensor(vals.copy())
+    assert a.dtype is t
+    assert np.sum(a) == vals.sum() and type(np.add(a, a)) is np.ndarray
+    assert np.array_equal(a + vals, vals + vals) and np.array_equal(vals * a, vals * vals)
+    assert np.array_equal(np.concatenate([a, a]), np.concatenate([vals, vals]))
+    out = qk.Tensor(np.zeros(4, t.numpy_dtype))
+    np.add(vals, vals, out=out)
+    assert np.array_equal(out.storage, vals + vals)
+    with pytest.raises(TypeError, match="Tensor of bf16"):       # one code Tensor is enough
+        np.add(a, qk.astype(vals, qk.bf16))
+
+
+@pytest.mark.parametrize("t", [qk.i4, qk.bf16, qk.u1], ids=str)
+def test_tensor_rejects_bool_indices(t):
+    """``t[True, 0]`` was ``t[1, 0]``: Python and numpy bools are IndexErrors (numpy would read
+    them as masks) (issue 21 A)."""
+    a = qk.astype(np.zeros((2, 16), np.float32), t)
+    for key in (True, False, np.True_, np.False_, (True, 0), (0, True), (1, np.False_),
+                (slice(None), True), (Ellipsis, True)):
+        with pytest.raises(IndexError, match="not bool"):
+            a[key]
+    assert int(a[1, 0]) == 0 and a[np.int64(1)].shape == (16,)
+
+
+@pytest.mark.parametrize("t", [qk.i4, qk.u4, qk.e2m1, qk.u1], ids=str)
+def test_empty_packed_slices_are_empty_views(t):
+    """Any empty slice of a packed axis is an empty Tensor, as numpy gives an empty view --
+    misaligned bounds included (``t[:, 3:3]``) (issue 21 A)."""
+    x = np.arange(32, dtype=np.float32).reshape(2, 16) % 2
+    a = qk.astype(x, t)
+    for sl in (slice(3, 3), slice(5, 2), slice(0, 0), slice(16, 16), slice(17, 40), slice(3, 3, 2),
+               slice(2, 5, -1), slice(-1, -1), slice(8, 8)):
+        assert x[:, sl].shape == (2, 0)
+        v = a[:, sl]
+        assert isinstance(v, qk.Tensor) and v.dtype is t and v.shape == (2, 0) and v.nbytes == 0
+        assert qk.astype(v, qk.f32).shape == (2, 0) and v.codes().shape == (2, 0)
+        w = a[1, sl]
+        assert w.shape == (0,) and w.nbytes == 0
+    with pytest.raises(IndexError, match="multiples of"):          # non-empty stays checked
+        a[:, 3:5]
+    with pytest.raises(IndexError, match="step 1"):
+        a[:, 0:16:2]
 
 
 def test_tensor_wraps_and_numpy():

@@ -319,3 +319,70 @@ def test_f16_decode_bits_exact_including_signalling_nans():
     assert np.array_equal(ours, c.view(np.float16).astype(np.float32).view(np.uint32))
     t = qk.Tensor(c.view(np.float16))
     assert np.array_equal(qk.astype(t, qk.f32).view(np.uint32), ours)
+
+
+# ---- fp8 NaNs keep their sign (issue 21 B) ----------------------------------------------------
+
+FP8_NAN_CODES = {qk.e4m3: [0x7F, 0xFF], qk.e5m2: [0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF]}
+QUIET_NAN = {qk.f32: (0x7FC00000, 1 << 31), qk.f16: (0x7E00, 0x8000), qk.bf16: (0x7FC0, 0x8000),
+             qk.e4m3: (0x7F, 0x80), qk.e5m2: (0x7E, 0x80)}
+
+
+def fp8_nan_expect(src, dst, codes):
+    """The quiet NaN of each code's sign in ``dst`` (the same code when ``dst`` is ``src``)."""
+    if dst is src:
+        return [int(c) for c in codes]
+    q, sign = QUIET_NAN[dst]
+    return [q | (sign if c & 0x80 else 0) for c in codes]
+
+
+@pytest.mark.parametrize("n", [1, 2, 6, 15, 16, 17, 67, 4099])
+@pytest.mark.parametrize("dst", list(QUIET_NAN), ids=str)
+@pytest.mark.parametrize("src", list(FP8_NAN_CODES), ids=str)
+def test_fp8_nan_codes_keep_sign_every_target(src, dst, n):
+    """Every NaN code of e4m3 / e5m2 gives the quiet NaN of its sign in every float target, on
+    the vector runs (16 codes at a time) and on the scalar tails (n = 1, 15, 17, 67 ...), from a
+    contiguous source at every phase and from a strided one (the scratch-row path); the same
+    bits as ml_dtypes."""
+    nans = np.array(FP8_NAN_CODES[src], np.uint8)
+    neg, pos = nans[nans >= 0x80], nans[nans < 0x80]
+    codes = np.resize(np.stack([neg[::-1], pos]).T.reshape(-1), n + 3)   # signs alternate
+    for start in range(3):
+        part = codes[start:start + n]
+        got = codes_of(qk.astype(qk.Tensor(part, dtype=src), dst))
+        assert got.tolist() == fp8_nan_expect(src, dst, part), (start, [hex(c) for c in got])
+    strided = np.repeat(codes[:n], 2)[::2]
+    got = codes_of(qk.astype(qk.Tensor(strided, dtype=src), dst))
+    assert got.tolist() == fp8_nan_expect(src, dst, strided)
+    with np.errstate(invalid="ignore"):                   # ml_dtypes agrees bit for bit
+        theirs = codes[:n].view(FLOATS[src]).astype(FLOATS[dst] if dst is not qk.f32 else
+                                                     np.float32)
+    assert got.tolist() == theirs.view(f"u{theirs.dtype.itemsize}").astype(np.int64).tolist()
+
+
+def test_fp8_nan_sign_in_oracle_scalars_and_njit_helpers():
+    from numba_qk import kernels as K
+
+    for t, nans in FP8_NAN_CODES.items():
+        dec = getattr(K, f"decode_{t._attr}")
+        for c in nans:
+            neg = bool(c & 0x80)
+            v = ref.decode(t, c)
+            assert math.isnan(v) and (math.copysign(1.0, v) < 0) == neg
+            s = qk.Scalar.from_bits(t, c)
+            assert math.isnan(float(s)) and (math.copysign(1.0, float(s)) < 0) == neg
+            assert int(np.float32(dec(np.uint8(c))).view(np.uint32)) == \
+                0x7FC00000 | (neg << 31)
+            assert ref.encode(qk.e5m2 if t is qk.e4m3 else qk.e4m3, v) == (0x80 if neg else 0) | \
+                (0x7E if t is qk.e4m3 else 0x7F)
+
+
+def test_f16_bf16_to_f32_keep_nan_payload_and_signalling_bit():
+    """f16 / bf16 -> f32 is an exact widening: NaN payloads and the signalling bit are kept
+    (the documented rule; fp8 NaNs give the canonical quiet NaN)."""
+    f16 = np.array([0x7C01, 0xFC01, 0x7D55, 0xFE01, 0x7E00], np.uint16)
+    assert qk.astype(f16.view(np.float16), qk.f32).view(np.uint32).tolist() == \
+        [0x7F802000, 0xFF802000, 0x7FAAA000, 0xFFC02000, 0x7FC00000]
+    bf = np.array([0x7F81, 0xFF81, 0x7FC1, 0xFFD5], np.uint16)
+    assert qk.astype(qk.Tensor(bf, dtype=qk.bf16), qk.f32).view(np.uint32).tolist() == \
+        [0x7F810000, 0xFF810000, 0x7FC10000, 0xFFD50000]

@@ -102,6 +102,43 @@ def test_vector_decode_every_code(name):
             assert (run(fast, part, np.uint32, pad=start % 3) == expect[start:start + n]).all()
 
 
+def _njit_perm_runs():
+    """Test-local njit loops over the AVX-512 register-table decoders of e4m3 / e5m2 (the
+    converter uses them only on CPUs without F16C, so call them directly)."""
+    from numba import njit
+
+    @njit(cache=False)
+    def e4m3(src, dst):
+        for k in range(0, src.shape[0], 16):
+            L._perm_e4m3(src, k, dst, k, 0)
+
+    @njit(cache=False)
+    def e5m2(src, dst):
+        for k in range(0, src.shape[0], 16):
+            L._perm_e5m2(src, k, dst, k, 0)
+
+    return {L.K_E4M3: e4m3, L.K_E5M2: e5m2}
+
+
+@pytest.mark.parametrize("name", ["e4m3", "e5m2"])
+def test_fp8_vector_decoders_keep_nan_sign(name):
+    """Both 16-lane fp8 decoders -- F16C ``vcvtph2ps`` and the AVX-512 register table -- give
+    every code's table bits, a negative NaN code the negative quiet NaN (issue 21 B)."""
+    S = DECODE_KINDS[name]
+    codes = np.tile(np.arange(256, dtype=np.uint8), 2)
+    expect = TABLES[S][codes]
+    nan = np.isin(codes & 0x7F, [0x7F] if name == "e4m3" else [0x7D, 0x7E, 0x7F])
+    assert (expect[nan] == (np.uint32(0x7FC00000) | ((codes[nan].astype(np.uint32) & 0x80) << 24))
+            ).all()
+    assert (run(portable(S, L.K_F32), codes, np.uint32) == expect).all()
+    if S in L._PERM_KINDS:                       # the converter's vector run (F16C or table)
+        assert (run(L.converter(S, L.K_F32, 1, 1), codes, np.uint32) == expect).all()
+    if L._simd.HAVE_AVX512:
+        got = np.zeros(codes.size, np.uint32)
+        _njit_perm_runs()[S](codes, got)
+        assert (got == expect).all()
+
+
 _ORACLE = {}
 
 

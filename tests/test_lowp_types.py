@@ -96,6 +96,43 @@ def test_from_name_unknown_and_type():
         qk.from_name(qk.bf16)
 
 
+# numpy / ml_dtypes dtypes name the numba_qk type of the identical format (issue 21 C)
+DTYPE_TYPES = [(np.float32, qk.f32), (np.float16, qk.f16), (np.int8, qk.i8), (np.uint8, qk.u8),
+               (np.int32, qk.i32), (ml.bfloat16, qk.bf16), (ml.float8_e4m3fn, qk.e4m3),
+               (ml.float8_e5m2, qk.e5m2), (ml.float6_e2m3fn, qk.e2m3),
+               (ml.float6_e3m2fn, qk.e3m2), (ml.float8_e8m0fnu, qk.e8m0),
+               (ml.float4_e2m1fn, qk.e2m1), (ml.int4, qk.i4), (ml.uint4, qk.u4)]
+
+
+@pytest.mark.parametrize("sctype,t", DTYPE_TYPES, ids=lambda v: getattr(v, "__name__", str(v)))
+def test_numpy_and_ml_dtypes_name_element_types(sctype, t):
+    for spelling in (sctype, np.dtype(sctype), np.dtype(sctype).newbyteorder("=")):
+        assert D.from_dtype(spelling) is t
+        assert qk.tensor.as_element_type(spelling) is t
+        assert qk.from_name(spelling) is t
+    assert D.from_dtype(t.dtype) is t                 # the inverse of ScalarType.dtype
+
+
+@pytest.mark.parametrize("bad,match", [
+    (np.float64, "numpy dtype float64 has no numba_qk element type"),
+    (np.dtype("int64"), "numpy dtype int64 has no"), (np.bool_, "numpy dtype bool has no"),
+    (np.complex64, "complex64"), (np.dtype(">f4"), "byte order"),
+    (ml.float8_e4m3, "IEEE-like"), (ml.float8_e4m3fnuz, "float8_e4m3fnuz is not supported: "
+                                                        "different bias"),
+    (ml.float8_e5m2fnuz, "float8_e5m2fnuz is not supported"),
+    (ml.float8_e4m3b11fnuz, "float8_e4m3b11fnuz is not supported: bias 11"),
+    (ml.float8_e3m4, "float8_e3m4 is not supported"), (ml.int2, "int2 is not supported"),
+    (ml.uint2, "uint2 is not supported")], ids=str)
+def test_dtypes_without_a_numba_qk_type_are_type_errors(bad, match):
+    x = np.zeros(4, np.float32)
+    for call in (lambda: D.from_dtype(bad), lambda: qk.tensor.as_element_type(bad),
+                 lambda: qk.astype(x, bad), lambda: qk.astype(x, np.dtype(bad)),
+                 lambda: qk.Tensor(np.zeros(4, np.uint8), dtype=bad),
+                 lambda: qk.astype(qk.astype(x, qk.bf16), bad)):
+        with pytest.raises(TypeError, match=match):
+            call()
+
+
 def test_singletons_closed_pickle_copy():
     for t in D.ALL_TYPES:
         assert pickle.loads(pickle.dumps(t)) is t
@@ -171,7 +208,7 @@ def test_scalar_from_bits_and_bad_dtypes():
     with pytest.raises(TypeError, match="element type"):
         qk.astype(x, qk.quant.q4_k)
     with pytest.raises(TypeError, match="element type"):
-        qk.astype(x, np.float16)
+        qk.astype(x, np.float64)
     with pytest.raises(KeyError, match="unknown element type"):
         qk.astype(x, "float7")
     with pytest.raises(TypeError, match="not supported"):

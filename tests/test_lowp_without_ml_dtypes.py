@@ -22,6 +22,19 @@ for call in (lambda: b.numpy(), lambda: np.array([1.0], dtype=qk.bf16)):
     else:
         raise AssertionError("expected a TypeError naming ml_dtypes")
 assert qk.astype(x, qk.f16).dtype == np.float16
+# numpy dtypes name numba_qk types without ml_dtypes too (issue 21 C)
+for spelling, t in ((np.float16, qk.f16), (np.dtype("float32"), qk.f32), (np.int8, qk.i8),
+                    (np.dtype(np.uint8), qk.u8), (np.int32, qk.i32)):
+    r = qk.astype(x, spelling)
+    assert type(r) is np.ndarray and r.dtype == t.numpy_dtype
+    assert (r.view(f"u{r.dtype.itemsize}") == qk.astype(x, t).view(f"u{r.dtype.itemsize}")).all()
+    assert qk.Tensor(np.zeros(4, np.uint8).view(t.numpy_dtype), dtype=spelling).dtype is t
+try:
+    qk.astype(x, np.float64)
+except TypeError as e:
+    assert "float64" in str(e), e
+else:
+    raise AssertionError("expected a TypeError naming float64")
 print("ok")
 """
 

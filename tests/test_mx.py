@@ -333,6 +333,35 @@ def test_views_share_memory_in_lockstep():
             st[0, 0, 0, 0]
 
 
+@pytest.mark.parametrize("fmt", [qk.mx.mxfp4, qk.mx.nvfp4, qk.mx.mxint8], ids=lambda f: f.name)
+def test_scaled_tensor_is_not_a_numpy_array(fmt):
+    """``np.asarray(st)`` gave an empty (rows, 0) float64 array; it, ufuncs, operators and array
+    functions on a ScaledTensor are a TypeError pointing at the decode and the parts; bool
+    indices are IndexErrors (issue 21 A)."""
+    x = np.random.default_rng(4).standard_normal((2, 64)).astype(np.float32)
+    st = qk.astype(x, fmt)
+    arr = np.ones((2, 64), np.float32)
+    before = arr.copy()
+    msg = (rf"a numba_qk.ScaledTensor \({fmt.name}\) is not a numpy array; decode it with "
+           r"st\.astype\(numba_qk\.f32\).*st\.elements and st\.block_scales")
+    for call in (lambda: np.asarray(st), lambda: np.array(st), lambda: np.asarray(st, np.float32),
+                 lambda: np.exp(st), lambda: arr + st, lambda: np.add(arr, 1, out=st),
+                 lambda: np.sum(st), lambda: np.concatenate([arr, st]), lambda: np.shape(st)):
+        with pytest.raises(TypeError, match=msg):
+            call()
+    with pytest.raises(TypeError, match="not a numpy array"):
+        arr += st
+    assert np.array_equal(arr, before)
+    for key in (True, False, np.True_, (True, slice(None)), (0, np.False_)):
+        with pytest.raises(IndexError, match="not bool"):
+            st[key]
+    B = fmt.block_size
+    for sl in (slice(B, B), slice(3, 3), slice(2 * B, 0), slice(0, 0, 2), slice(2, 5, -1)):
+        v = st[:, sl]
+        assert isinstance(v, qk.ScaledTensor) and v.shape == (2, 0)
+        assert v.block_scales.shape == (2, 0) and qk.astype(v, qk.f32).shape == (2, 0)
+
+
 def test_spec_example_shapes():
     X = qk.astype(np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32), "nvfp4")
     assert str(X.dtype) == "nvfp4" and X.dtype is qk.mx.nvfp4 and X.block_size == 16
@@ -537,3 +566,24 @@ def test_streamed_decode_equals_plain(monkeypatch):
         scales[7] = saved
         got = qk.astype(st, qk.f32)                           # and as the oracle-checked path
         assert (got.view(np.uint32) == expect[f].view(np.uint32)).all(), f.name
+
+
+@pytest.mark.parametrize("fmt", [qk.mx.mxfp8e4m3, qk.mx.mxfp8e5m2], ids=lambda f: f.name)
+def test_mxfp8_nan_elements_keep_sign(fmt, monkeypatch):
+    """An mxfp8 element NaN code decodes to the quiet NaN of its sign under every finite scale,
+    on the plain, threaded and streamed decoders (issue 21 B); the oracle agrees."""
+    from numba_qk.kernels import _stream
+
+    nans = [0x7F, 0xFF] if fmt.element is qk.e4m3 else [0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF]
+    codes = np.resize(np.array(nans, np.uint8), (6, 128))
+    scales = np.array([0, 1, 127, 200, 254, 127], np.uint8)[:, None].repeat(4, 1)
+    want = np.uint32(0x7FC00000) | ((codes.astype(np.uint32) & 0x80) << 24)
+    st = qk.ScaledTensor(codes, scales, fmt)
+    for threads in (1, 3):
+        assert (bits(qk.astype(st, qk.f32, threads=threads)) == want).all()
+    monkeypatch.setattr(_stream, "STREAM_MIN_BYTES", 0)
+    assert (bits(qk.astype(st, qk.f32)) == want).all()
+    assert (bits(R.decode_mx(scales, codes, ELEM[fmt.element.name])) == want).all()
+    # and on to the other float targets through the f32 decode
+    assert (qk.astype(st, qk.bf16).codes() == (0x7FC0 | ((codes.astype(np.uint16) & 0x80) << 8))
+            ).all()

@@ -17,7 +17,8 @@ Numerics (one table, DESIGN.md §8):
   ======================  ========================================  ===========================
   target                  finite overflow and +-inf                 NaN
   ======================  ========================================  ===========================
-  f32, f16, bf16, e5m2    +-inf (IEEE: >= max + half an ulp)        quiet NaN, sign kept
+  f16, bf16, e5m2         +-inf (IEEE: >= max + half an ulp)        quiet NaN, sign kept
+  f32                     +-inf                                     sign kept (see below)
   e4m3                    saturate to +-448                         S.1111.111 (0x7F/0xFF)
   e2m3, e3m2, e2m1        saturate to +-max                         +0
   e8m0                    2^127 (0xFE), +inf too                    0xFF (also 0, negatives)
@@ -28,6 +29,12 @@ Numerics (one table, DESIGN.md §8):
   below 2^-127 (f32 subnormals included) gives code 0 (2^-127).
   Signs: negative values that round to zero keep their sign (-0 code) for float types with a
   sign bit.  f16/bf16/e5m2 NaNs are the canonical quiet NaN with the sign (payload dropped).
+  Every NaN keeps its sign, on every path (vector and scalar): a negative NaN code of e4m3
+  (0xFF) or e5m2 (0xFD-0xFF) decodes to the negative quiet NaN (f32 0xFFC00000) and converts
+  to the negative NaN code of any float target.  f32 targets: f16 and bf16 NaNs widen exactly
+  (payload and signalling bit kept, like numpy's f16 -> f32); fp8 NaNs give the canonical
+  quiet NaN with the sign; f64 NaNs convert as numpy's f64 -> f32 does (quietened, the top
+  payload bits kept).
 
 Packed storage: two nibbles per byte with element 0 in the HIGH nibble (i4, u4, e2m1); u1 eight
 per byte, element 0 in the most significant bit (``numpy.packbits``).  i4 codes are
@@ -157,7 +164,9 @@ def _encode_int(v, LO, HI, MASK):
 # ---- generic float decoder ------------------------------------------------------------------
 
 def _decode_table(ebits, mbits, bias, has_inf, nan_all_ones):
-    """float64 values of every code of a <= 8-bit float format (built at import, exact)."""
+    """float64 values of every code of a <= 8-bit float format (built at import, exact).
+    NaN codes give the quiet NaN with the code's sign (``copysign``: ``sign * nan`` would not
+    set the sign bit)."""
     n = 1 << (1 + ebits + mbits)
     out = np.empty(n, np.float64)
     for code in range(n):
@@ -165,9 +174,9 @@ def _decode_table(ebits, mbits, bias, has_inf, nan_all_ones):
         e = (code >> mbits) & ((1 << ebits) - 1)
         m = code & ((1 << mbits) - 1)
         if e == (1 << ebits) - 1 and has_inf:
-            out[code] = sign * np.inf if m == 0 else np.nan
+            out[code] = sign * np.inf if m == 0 else np.copysign(np.nan, sign)
         elif e == (1 << ebits) - 1 and nan_all_ones and m == (1 << mbits) - 1:
-            out[code] = np.nan
+            out[code] = np.copysign(np.nan, sign)
         elif e == 0:
             out[code] = sign * np.ldexp(float(m), 1 - bias - mbits)
         else:
@@ -185,6 +194,10 @@ _T_E8M0 = np.array([np.ldexp(1.0, c - 127) for c in range(255)] + [np.nan], np.f
 _B_E4M3, _B_E5M2, _B_E2M3, _B_E3M2, _B_E2M1, _B_E8M0 = (
     t.astype(np.float32).view(np.uint32) for t in (_T_E4M3, _T_E5M2, _T_E2M3, _T_E3M2, _T_E2M1,
                                                     _T_E8M0))
+# every NaN code of e4m3 / e5m2 decodes to the quiet NaN of its sign (0x7FC00000 / 0xFFC00000)
+for _t, _nan in ((_B_E4M3, (0x7F, 0xFF)), (_B_E5M2, (0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF))):
+    assert all(int(_t[c]) == (0x7FC00000 | ((c & 0x80) << 24)) for c in _nan)
+del _t, _nan
 
 
 # ---- 64-bit integers: round-to-odd to float64 -----------------------------------------------
@@ -600,9 +613,10 @@ def _f16_decode_run(src, dst):
 #
 # The portable loop reads ``_B_<t>[code]`` per element, which compiles to a memory gather.
 # With AVX-512 the magnitudes (32 for fp6, 128 for fp8) sit in 2 or 8 zmm registers and one
-# ``vpermi2d`` per register pair looks 16 codes up at once; the sign is OR-ed back except on NaN
-# (the tables hold the one positive quiet NaN for every NaN code).  Identical bits to the
-# tables (checked at import below, tested on every code).
+# ``vpermi2d`` per register pair looks 16 codes up at once; the sign is OR-ed back, NaN codes
+# included (the positive half of a table holds the positive quiet NaN, so a negative NaN code
+# gives the negative one).  Identical bits to the tables (checked at import below, tested on
+# every code).
 
 def _perm_spec(bits):
     """(magnitude count, sign bit, code mask, magnitude bits as 16-lane rows) of a table."""
@@ -611,7 +625,7 @@ def _perm_spec(bits):
     mags = [int(v) for v in bits[:nmag]]
     for c in range(n):                      # the rule below reproduces the table exactly
         m = mags[c & (nmag - 1)]
-        expect = m if (m & 0x7FFFFFFF) > 0x7F800000 else m | (((c >> sbit) & 1) << 31)
+        expect = m | (((c >> sbit) & 1) << 31)
         assert int(bits[c]) == expect, (c, hex(int(bits[c])), hex(expect))
     return nmag, sbit, mask, [mags[i:i + 16] for i in range(0, nmag, 16)]
 
@@ -648,10 +662,7 @@ def _make_perm_decode(bits):
                 sel_bit *= 2
             mag = pairs[0]
             sign = builder.shl(builder.and_(builder.lshr(c, splat(SBIT)), splat(1)), splat(31))
-            isnan = builder.icmp_unsigned(">", builder.and_(mag, splat(0x7FFFFFFF)),
-                                          splat(0x7F800000))
-            return _vec_store(context, builder, signature, args,
-                              builder.select(isnan, mag, builder.or_(mag, sign)), NT)
+            return _vec_store(context, builder, signature, args, builder.or_(mag, sign), NT)
 
         return sig, codegen
 
@@ -667,20 +678,22 @@ _PERM_KINDS = (K_E4M3, K_E5M2, K_E2M3, K_E3M2) if _simd.HAVE_AVX512 else ()
 
 
 # e5m2 is the high byte of an f16 code, so with F16C its decode is a shift and one ``vcvtph2ps``
-# (exact for every non-NaN code); NaN lanes get the table's one positive quiet NaN.  Checked
-# against the table for all 256 codes here, and tested.
+# (exact for every non-NaN code); NaN lanes get the table's quiet NaN with the lane's sign
+# (0x7FC00000 / 0xFFC00000: the payload the widening would carry is dropped).  Checked against
+# the table for all 256 codes here, and tested.
 _E5M2_NAN = int(_B_E5M2[0x7F])
 _h = (np.arange(256, dtype=np.uint16) << np.uint16(8)).view(np.float16).astype(np.float32)
 _hb = _h.view(np.uint32)
 _hn = (_hb & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
-assert (_hb[~_hn] == _B_E5M2[~_hn]).all() and (_B_E5M2[_hn] == _E5M2_NAN).all()
+assert (_hb[~_hn] == _B_E5M2[~_hn]).all()
+assert (_B_E5M2[_hn] == ((_hb[_hn] & np.uint32(0x80000000)) | np.uint32(_E5M2_NAN))).all()
 del _h, _hb, _hn
 
 
 @intrinsic
 def _e5m2_decode_vec(typingctx, src, si, dst, di, nt):
     """``dst[di:di + 16] = float32 bits of the e5m2 codes src[si:si + 16]`` (uint8 -> uint32):
-    code << 8 as f16, ``fpext`` (``vcvtph2ps``), NaN lanes -> the table's quiet NaN."""
+    code << 8 as f16, ``fpext`` (``vcvtph2ps``), NaN lanes -> the quiet NaN of their sign."""
     sig = _decode_sig(src, dst, nt, types.uint8)
     if sig is None:
         return None
@@ -696,8 +709,9 @@ def _e5m2_decode_vec(typingctx, src, si, dst, di, nt):
         x = builder.bitcast(f, i32v)
         isnan = builder.icmp_unsigned(">", builder.and_(x, ir.Constant(i32v, [0x7FFFFFFF] * 16)),
                                       ir.Constant(i32v, [0x7F800000] * 16))
-        return _vec_store(context, builder, signature, args,
-                          builder.select(isnan, ir.Constant(i32v, [_E5M2_NAN] * 16), x), NT)
+        nan = builder.or_(builder.and_(x, ir.Constant(i32v, [0x80000000] * 16)),
+                          ir.Constant(i32v, [_E5M2_NAN] * 16))
+        return _vec_store(context, builder, signature, args, builder.select(isnan, nan, x), NT)
 
     return sig, codegen
 
@@ -705,13 +719,17 @@ def _e5m2_decode_vec(typingctx, src, si, dst, di, nt):
 # e4m3 (bias 7, no infinities) with F16C: the magnitude bits (c & 0x7F) << 7 are an f16 code of
 # value 2**-8 times the e4m3 value (subnormals included), so ``vcvtph2ps`` then an exact
 # multiply by 256 (a power of two, every product a normal f32) gives the magnitude; the sign
-# is OR-ed back and the two NaN codes get the table's quiet NaN.  Checked for all 256 codes.
+# is OR-ed back and the two NaN codes get the quiet NaN of their sign (0x7F -> 0x7FC00000,
+# 0xFF -> 0xFFC00000).  Checked for all 256 codes.
 _E4M3_NAN = int(_B_E4M3[0x7F])
 _c = np.arange(256, dtype=np.uint16)
+_sg = (_c.astype(np.uint32) & np.uint32(0x80)) << 24
 _hb = ((((_c & np.uint16(0x7F)) << np.uint16(7)).view(np.float16).astype(np.float32)
-        * np.float32(256.0)).view(np.uint32) | ((_c.astype(np.uint32) & np.uint32(0x80)) << 24))
+        * np.float32(256.0)).view(np.uint32) | _sg)
 _hn = (_c & np.uint16(0x7F)) == np.uint16(0x7F)
-assert (_hb[~_hn] == _B_E4M3[~_hn]).all() and (_B_E4M3[_hn] == _E4M3_NAN).all()
+assert (_hb[~_hn] == _B_E4M3[~_hn]).all()
+assert (_B_E4M3[_hn] == (_sg[_hn] | np.uint32(_E4M3_NAN))).all()
+del _sg
 del _c, _hb, _hn
 
 
@@ -737,8 +755,8 @@ def _e4m3_decode_vec(typingctx, src, si, dst, di, nt):
                            ir.Constant(i32v, [24] * 16))
         x = builder.or_(builder.bitcast(f, i32v), sign)
         isnan = builder.icmp_unsigned("==", mag, ir.Constant(i16v, [0x7F] * 16))
-        return _vec_store(context, builder, signature, args,
-                          builder.select(isnan, ir.Constant(i32v, [_E4M3_NAN] * 16), x), NT)
+        nan = builder.or_(sign, ir.Constant(i32v, [_E4M3_NAN] * 16))
+        return _vec_store(context, builder, signature, args, builder.select(isnan, nan, x), NT)
 
     return sig, codegen
 
