@@ -32,6 +32,7 @@ byte) and converts it, by a copy, to numba_qk's order.
 from __future__ import annotations
 
 import ctypes
+import operator
 
 import numpy as np
 
@@ -191,6 +192,17 @@ def _hooks():
     return _HOOKS
 
 
+def _wants_versioned(max_version) -> bool:
+    """True when the consumer's max_version (None or a (major, minor) tuple, as numpy checks
+    it) allows a versioned DLPack 1.x capsule."""
+    if max_version is None:
+        return False
+    if not isinstance(max_version, tuple) or len(max_version) != 2:
+        raise TypeError("max_version must be None or a tuple with two elements.")
+    major, _ = (operator.index(v) for v in max_version)
+    return major >= 1
+
+
 def to_dlpack(t: Tensor, *, stream=None, max_version=None, dl_device=None, copy=None):
     """A DLPack capsule viewing ``t``'s storage (versioned when the consumer asks for >= 1.0).
 
@@ -205,7 +217,7 @@ def to_dlpack(t: Tensor, *, stream=None, max_version=None, dl_device=None, copy=
         raise BufferError(f"numba_qk Tensors live on the CPU; cannot export to {dl_device}")
     if copy is True:
         t = t.copy()
-    versioned = max_version is not None and tuple(max_version)[0] >= 1
+    versioned = _wants_versioned(max_version)
     code, bits = _EXPORT[t.dtype]
     flags = 0
     if bits == 6:
@@ -266,7 +278,7 @@ class PackedExport:
         if copy is False:
             raise BufferError("dlpack_packed: DLPack's packed order is always a copy of "
                               "numba_qk's bytes; use __dlpack__ for the zero-copy bytes")
-        versioned = max_version is not None and tuple(max_version)[0] >= 1
+        versioned = _wants_versioned(max_version)
         code, bits = _EXPORT_PACKED[self.dtype]
         return _capsule(self.data, code, bits, self.shape, _c_strides(self.shape),
                         FLAG_IS_COPIED, versioned)

@@ -391,3 +391,17 @@ def test_deleter_and_destructor_keep_a_pending_error(versioned, unraisable):
         _native_call_with_error_pending(decref, addr)
     gc.collect()
     assert len(D._LIVE) == before and unraisable == []
+
+
+@pytest.mark.parametrize("mv", [(), (1,), "ab", 5, [1, 0], (1, 0, 0), ("a", "b"), (1.5, 0)],
+                         ids=repr)
+def test_bad_max_version_is_a_clean_type_error(mv):
+    """Like numpy: max_version must be None or a two-int tuple; nothing is exported on error."""
+    a = qk.Tensor(qk.astype(np.zeros(4, np.float32), qk.bf16))
+    gc.collect()
+    before = len(D._LIVE)
+    for producer in (a, qk.Tensor(np.zeros(2, np.uint8), dtype=qk.i4).dlpack_packed()):
+        with pytest.raises(TypeError, match="max_version|integer"):
+            producer.__dlpack__(max_version=mv)
+    assert len(D._LIVE) == before
+    assert capsule_info(a.__dlpack__(max_version=(2, 0)), True)[0] == (4, 16, 1)
