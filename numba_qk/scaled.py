@@ -43,7 +43,12 @@ def as_scaled_format(fmt):
 
 
 def _check_tensor_scale(fmt, tensor_scale):
-    """float32 of a tensor scale (finite, > 0), or None; errors name what was wrong."""
+    """float32 of a tensor scale (finite, > 0), or None; errors name what was wrong.
+
+    TypeError unless it is a real number (a Python int or float, or a numpy integer or
+    floating scalar; not a bool); ValueError, one line, for every real number that does not
+    round to a finite float32 > 0 -- zero, negatives, nan, +-inf, values below float32's
+    smallest subnormal, and values beyond its range (however large: a huge Python int too)."""
     if not fmt.has_tensor_scale:
         if tensor_scale is not None:
             raise TypeError(f"tensor_scale: {fmt.name} has no tensor scale (only nvfp4 has one)")
@@ -53,9 +58,16 @@ def _check_tensor_scale(fmt, tensor_scale):
     if isinstance(tensor_scale, (bool, np.bool_)) or not isinstance(
             tensor_scale, (int, float, np.integer, np.floating)):
         raise TypeError(f"tensor_scale: expected a real number, got {type(tensor_scale).__name__}")
-    ts = np.float32(tensor_scale)
-    if not (math.isfinite(float(ts)) and ts > 0):
-        raise ValueError(f"tensor_scale: must round to a finite float32 > 0, got {tensor_scale!r}")
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        try:
+            ts = np.float32(tensor_scale)
+        except OverflowError:                   # a Python int beyond float64's range
+            ts = None
+    if ts is None or not (math.isfinite(float(ts)) and ts > 0):
+        got = repr(tensor_scale) if not isinstance(tensor_scale, int) or \
+            tensor_scale.bit_length() <= 64 else \
+            f"{'a negative' if tensor_scale < 0 else 'an'} int of {tensor_scale.bit_length()} bits"
+        raise ValueError(f"tensor_scale: must round to a finite float32 > 0, got {got}")
     return ts
 
 

@@ -225,7 +225,8 @@ def test_numpy_refusing_a_dtype_sees_its_own_error_and_nothing_leaks(t, how, unr
     the export (issue 21)."""
     a = qk.Tensor(qk.astype(np.linspace(-2, 2, 8, dtype=np.float32), t))
     producer = {"versioned": a, "unversioned": _Unversioned(a),
-                "max_version_0": _MaxVersion(a, (0, 8)), "max_version_1": _MaxVersion(a, (1, 0))}[how]
+                "max_version_0": _MaxVersion(a, (0, 8)),
+                "max_version_1": _MaxVersion(a, (1, 0))}[how]
     gc.collect()
     before = len(D._LIVE)
     errors = _refused_by_numpy(producer)

@@ -224,6 +224,55 @@ def test_nvfp4_tensor_scale():
         qk.astype(x, qk.bf16, tensor_scale=1.0)
 
 
+@pytest.mark.parametrize("bad", [
+    10 ** 400, -10 ** 400, 10 ** 5000, 2 ** 128, 10 ** 39, -3, 0, float("inf"), float("-inf"),
+    float("nan"), -0.0, 3.4028235677973366e38, 1e-46, np.float64(1e300), np.float64("nan"),
+    np.float64(-2.0), np.longdouble("1e4000"), np.float16("inf"), np.int64(0), np.int8(-1),
+    np.float32(0)], ids=lambda v: f"int:{'-' if v < 0 else ''}2**{v.bit_length()}"
+    if type(v) is int and abs(v) > 2 ** 64 else f"{type(v).__name__}:{str(v)[:12]}")
+def test_nvfp4_tensor_scale_out_of_range_is_a_one_line_value_error(bad):
+    """Every real number that does not round to a finite float32 > 0 is the documented
+    ValueError -- huge ints used to raise OverflowError, float64/longdouble overflow warned
+    (issue 21); both in astype and in the ScaledTensor constructor, before anything is
+    written."""
+    import warnings
+    x = np.ones((1, 16), np.float32)
+    out = qk.astype(x, qk.mx.nvfp4)
+    before = [p.copy() for p in codes_of(out)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for call in (lambda: qk.astype(x, qk.mx.nvfp4, tensor_scale=bad),
+                     lambda: qk.astype(x, qk.mx.nvfp4, tensor_scale=bad, out=out),
+                     lambda: qk.ScaledTensor(out.elements, out.block_scales, qk.mx.nvfp4, bad)):
+            with pytest.raises(ValueError) as ei:
+                call()
+            msg = str(ei.value)
+            assert type(ei.value) is ValueError
+            assert msg.startswith("tensor_scale: must round to a finite float32 > 0, got ")
+            assert "\n" not in msg and len(msg) < 120
+    for a, b in zip(codes_of(out), before):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("bad", [True, False, np.bool_(True), "1", b"1", 1 + 0j,
+                                 np.complex64(1), np.array(2.0), [1.0], object()],
+                         ids=lambda v: type(v).__name__)
+def test_nvfp4_tensor_scale_of_the_wrong_type_is_a_type_error(bad):
+    x = np.ones((1, 16), np.float32)
+    with pytest.raises(TypeError, match=f"^tensor_scale: expected a real number, got "
+                                        f"{type(bad).__name__}$"):
+        qk.astype(x, qk.mx.nvfp4, tensor_scale=bad)
+
+
+def test_nvfp4_tensor_scale_accepts_numpy_and_python_reals():
+    x = np.ones((1, 16), np.float32)
+    for ts, want in ((np.int64(3), 3.0), (np.uint64(2 ** 64 - 1), float(np.float32(2 ** 64))),
+                     (np.float16(2), 2.0), (2 ** 100, float(np.float32(2 ** 100))),
+                     (np.longdouble(0.5), 0.5), (3.4028234663852886e38, 3.4028234663852886e38),
+                     (1e-45, float(np.float32(1e-45)))):
+        assert qk.astype(x, qk.mx.nvfp4, tensor_scale=ts).tensor_scale == want
+
+
 # ------------------------------------------------------------------------------ every code
 
 @pytest.mark.parametrize("fmt", MX, ids=lambda f: f.name)
