@@ -27,6 +27,13 @@ for i4/u4, kDLUInt bits=1 for u1 -- with the shape in elements and element 0 in 
 / bit (PyTorch's float4_e2m1fn_x2 and ONNX's int4 order).  Import accepts DLPack's own packed layout
 (kDLFloat4_e2m1fn bits=4, or kDLInt/kDLUInt bits=4/1, packed low-bits-first or padded one per
 byte) and converts it, by a copy, to numba_qk's order.
+
+Lifetime: every export is freed exactly once -- when the consumer takes it (renames the capsule
+"used_dltensor[_versioned]") by the deleter it calls later, otherwise (refused, or dropped
+unused) by the capsule's destructor.  Both run through a small native guard that keeps a
+pending exception intact (see ``_native_guard``): numpy refuses bf16/fp8/e8m0 by raising and
+then dropping the capsule, and must see its own error.  A read-only Tensor exports through a
+versioned capsule only (READ_ONLY flag); an unversioned request raises numpy's BufferError.
 """
 
 from __future__ import annotations

@@ -406,3 +406,32 @@ def test_bad_max_version_is_a_clean_type_error(mv):
             producer.__dlpack__(max_version=mv)
     assert len(D._LIVE) == before
     assert capsule_info(a.__dlpack__(max_version=(2, 0)), True)[0] == (4, 16, 1)
+
+
+def test_numkong_consumer_takes_or_refuses_cleanly(unraisable):
+    """NumKong (when installed) is a second consumer: it takes bf16/fp8/fp6 zero-copy and
+    refuses e8m0 and DLPack's packed 4-/1-bit types with its own TypeError; either way the
+    export is freed exactly once and nothing is reported as ignored."""
+    nk = pytest.importorskip("numkong")
+    x = np.linspace(-2, 2, 32, dtype=np.float32).reshape(2, 16)
+    gc.collect()
+    before = len(D._LIVE)
+    for t, name in ((qk.f32, "float32"), (qk.bf16, "bfloat16"), (qk.e4m3, "e4m3"),
+                    (qk.e5m2, "e5m2"), (qk.e2m3, "e2m3"), (qk.e3m2, "e3m2")):
+        a = qk.Tensor(qk.astype(x, t))
+        got = [nk.from_dlpack(a) for _ in range(10)]
+        assert all(str(g.dtype) == name and tuple(g.shape) == (2, 16) and
+                   g.data_ptr == a.storage.ctypes.data for g in got)
+        assert len(D._LIVE) == before + 10
+        del got
+        gc.collect()
+        assert len(D._LIVE) == before
+    refused = [qk.Tensor(qk.astype(x, qk.e8m0))] + [
+        qk.Tensor(np.arange(8, dtype=np.uint8), dtype=t).dlpack_packed()
+        for t in (qk.e2m1, qk.i4, qk.u4, qk.u1)]
+    for producer in refused + [_Unversioned(p) for p in refused]:
+        for _ in range(10):
+            with pytest.raises(TypeError, match="unsupported DLPack dtype"):
+                nk.from_dlpack(producer)
+    gc.collect()
+    assert len(D._LIVE) == before and unraisable == []
