@@ -109,11 +109,6 @@ _api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _LIVE: dict[int, tuple] = {}
 
 
-@_Deleter
-def _py_deleter(addr):
-    _LIVE.pop(addr, None)
-
-
 _CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
@@ -124,14 +119,35 @@ _GetPointerRaw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ch
     ("PyCapsule_GetPointer", _api))
 
 
-@_CapsuleDestructor
-def _py_capsule_destructor(capsule_ptr):
-    """An unconsumed capsule (name still 'dltensor'/'dltensor_versioned': dropped unused, or
-    refused by the consumer) frees its struct; a consumed one ('used_...') leaves that to the
-    deleter, which the consumer calls when it is done."""
-    for name in (b"dltensor", b"dltensor_versioned"):
-        if _IsValidRaw(capsule_ptr, name):
-            _LIVE.pop(_GetPointerRaw(capsule_ptr, name), None)
+def _make_callbacks(live, is_valid, get_pointer):
+    """The two ctypes callbacks.  They reach what they use through their closure, not module
+    globals: capsules and consumers' arrays may die at interpreter exit, after this module's
+    namespace has been cleared."""
+
+    @_Deleter
+    def deleter(addr):
+        live.pop(addr, None)
+
+    @_CapsuleDestructor
+    def capsule_destructor(capsule_ptr):
+        """An unconsumed capsule (name still 'dltensor'/'dltensor_versioned': dropped unused,
+        or refused by the consumer) frees its struct; a consumed one ('used_...') leaves that
+        to the deleter, which the consumer calls when it is done."""
+        for name in (b"dltensor", b"dltensor_versioned"):
+            if is_valid(capsule_ptr, name):
+                live.pop(get_pointer(capsule_ptr, name), None)
+
+    return deleter, capsule_destructor
+
+
+_py_deleter, _py_capsule_destructor = _make_callbacks(_LIVE, _IsValidRaw, _GetPointerRaw)
+
+
+def _immortal(obj):
+    """Keeps ``obj`` alive for the life of the process (one reference never dropped): exports
+    may outlive this module at interpreter exit, and their hooks must still be there."""
+    _api.Py_IncRef(ctypes.py_object(obj))
+    return obj
 
 
 def _native_guard(callback, name):
@@ -177,7 +193,7 @@ def _native_guard(callback, name):
     m.verify()
     engine = llvm.create_mcjit_compiler(m, tm)
     engine.finalize_object()
-    _ENGINES.append(engine)                     # the code lives as long as the engine
+    _ENGINES.append(_immortal(engine))          # the code lives as long as the engine
     return engine.get_function_address(name)
 
 
@@ -195,6 +211,7 @@ def _hooks():
                      _Deleter(_native_guard(_py_deleter, "numba_qk_dlpack_deleter"))]
         except Exception:                       # pragma: no cover - llvmlite without a JIT
             hooks = [ctypes.cast(_py_capsule_destructor, ctypes.c_void_p).value, _py_deleter]
+        _immortal(_py_deleter), _immortal(_py_capsule_destructor)
         _HOOKS[:] = hooks
     return _HOOKS
 

@@ -435,3 +435,20 @@ def test_numkong_consumer_takes_or_refuses_cleanly(unraisable):
                 nk.from_dlpack(producer)
     gc.collect()
     assert len(D._LIVE) == before and unraisable == []
+
+
+def test_exports_alive_at_interpreter_exit_are_freed_quietly():
+    """Capsules and consumers' arrays that die at interpreter exit, after numba_qk._dlpack's
+    namespace is cleared, still run their hooks: no 'Exception ignored', no crash."""
+    import subprocess
+    import sys
+    code = (
+        "import numpy as np, numba_qk as qk, numba_qk._dlpack as D\n"
+        "t = qk.Tensor(qk.astype(np.zeros(8, np.float32), qk.bf16))\n"
+        "f = qk.Tensor(qk.astype(np.zeros(8, np.float32), qk.f32))\n"
+        "D._caps = [t.__dlpack__(max_version=(1, 0)), t.__dlpack__()]\n"
+        "D._arrs = [np.from_dlpack(f), np.from_dlpack(f)]\n"
+        "caps, arrs = [t.__dlpack__()], [np.from_dlpack(f)]\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
