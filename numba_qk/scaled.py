@@ -64,9 +64,11 @@ def _check_tensor_scale(fmt, tensor_scale):
         except OverflowError:                   # a Python int beyond float64's range
             ts = None
     if ts is None or not (math.isfinite(float(ts)) and ts > 0):
-        got = repr(tensor_scale) if not isinstance(tensor_scale, int) or \
-            tensor_scale.bit_length() <= 64 else \
-            f"{'a negative' if tensor_scale < 0 else 'an'} int of {tensor_scale.bit_length()} bits"
+        if isinstance(tensor_scale, int) and tensor_scale.bit_length() > 64:   # no 400 digits
+            sign = "a negative" if tensor_scale < 0 else "an"
+            got = f"{sign} int of {tensor_scale.bit_length()} bits"
+        else:
+            got = repr(tensor_scale)
         raise ValueError(f"tensor_scale: must round to a finite float32 > 0, got {got}")
     return ts
 
