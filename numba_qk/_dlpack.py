@@ -27,11 +27,19 @@ for i4/u4, kDLUInt bits=1 for u1 -- with the shape in elements and element 0 in 
 / bit (PyTorch's float4_e2m1fn_x2 and ONNX's int4 order).  Import accepts DLPack's own packed layout
 (kDLFloat4_e2m1fn bits=4, or kDLInt/kDLUInt bits=4/1, packed low-bits-first or padded one per
 byte) and converts it, by a copy, to numba_qk's order.
+
+Lifetime: every export is freed exactly once -- when the consumer takes it (renames the capsule
+"used_dltensor[_versioned]") by the deleter it calls later, otherwise (refused, or dropped
+unused) by the capsule's destructor.  Both run through a small native guard that keeps a
+pending exception intact (see ``_native_guard``): numpy refuses bf16/fp8/e8m0 by raising and
+then dropping the capsule, and must see its own error.  A read-only Tensor exports through a
+versioned capsule only (READ_ONLY flag); an unversioned request raises numpy's BufferError.
 """
 
 from __future__ import annotations
 
 import ctypes
+import operator
 
 import numpy as np
 
@@ -101,11 +109,6 @@ _api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _LIVE: dict[int, tuple] = {}
 
 
-@_Deleter
-def _deleter(addr):
-    _LIVE.pop(addr, None)
-
-
 _CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
@@ -116,23 +119,129 @@ _GetPointerRaw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_ch
     ("PyCapsule_GetPointer", _api))
 
 
-@_CapsuleDestructor
-def _capsule_destructor(capsule_ptr):
-    """An unconsumed capsule (name still 'dltensor'/'dltensor_versioned') frees its struct."""
-    for name in (b"dltensor", b"dltensor_versioned"):
-        if _IsValidRaw(capsule_ptr, name):
-            _LIVE.pop(_GetPointerRaw(capsule_ptr, name), None)
+def _make_callbacks(live, is_valid, get_pointer):
+    """The two ctypes callbacks.  They reach what they use through their closure, not module
+    globals: capsules and consumers' arrays may die at interpreter exit, after this module's
+    namespace has been cleared."""
+
+    @_Deleter
+    def deleter(addr):
+        live.pop(addr, None)
+
+    @_CapsuleDestructor
+    def capsule_destructor(capsule_ptr):
+        """An unconsumed capsule (name still 'dltensor'/'dltensor_versioned': dropped unused,
+        or refused by the consumer) frees its struct; a consumed one ('used_...') leaves that
+        to the deleter, which the consumer calls when it is done."""
+        for name in (b"dltensor", b"dltensor_versioned"):
+            if is_valid(capsule_ptr, name):
+                live.pop(get_pointer(capsule_ptr, name), None)
+
+    return deleter, capsule_destructor
+
+
+_py_deleter, _py_capsule_destructor = _make_callbacks(_LIVE, _IsValidRaw, _GetPointerRaw)
+
+
+def _immortal(obj):
+    """Keeps ``obj`` alive for the life of the process (one reference never dropped): exports
+    may outlive this module at interpreter exit, and their hooks must still be there."""
+    _api.Py_IncRef(ctypes.py_object(obj))
+    return obj
+
+
+def _native_guard(callback, name):
+    """The address of a native ``void name(void *)`` that takes the GIL (PyGILState_Ensure),
+    sets aside any pending exception (PyErr_Fetch), calls the ctypes ``callback``, puts the
+    exception back (PyErr_Restore) and releases the GIL.
+
+    Why native: a consumer may drop our capsule with its own error pending (numpy does when it
+    refuses a dtype: it raises, then Py_DECREFs the capsule, as the DLPack protocol allows).  A
+    ctypes Python callback cannot run in that state -- its first C-API call trips over the
+    pending error, the callback "fails", ctypes reports "Exception ignored" and *clears* the
+    consumer's error (numpy then returns NULL without an exception: SystemError), and the
+    export is never freed.  Nor could Python code put the error back: a callback returning
+    with an exception set is itself an error.  So the save/restore lives in a few lines of
+    LLVM IR (llvmlite, which numba already needs), compiled once on first export."""
+    import llvmlite.binding as llvm
+    from llvmlite import ir
+
+    def addr(f):
+        return ctypes.cast(f, ctypes.c_void_p).value
+
+    i32, i64, ptr, void = ir.IntType(32), ir.IntType(64), ir.IntType(8).as_pointer(), \
+        ir.VoidType()
+    mod = ir.Module(name=f"numba_qk_dlpack_{name}")
+    fn = ir.Function(mod, ir.FunctionType(void, [ptr]), name=name)
+    b = ir.IRBuilder(fn.append_basic_block())
+
+    def call(f, ret, args, *vals):
+        fty = ir.FunctionType(ret, args)
+        return b.call(b.inttoptr(ir.Constant(i64, addr(f)), fty.as_pointer()), vals)
+
+    gil = call(_api.PyGILState_Ensure, i32, [])
+    slots = [b.alloca(ptr) for _ in range(3)]
+    call(_api.PyErr_Fetch, void, [ptr.as_pointer()] * 3, *slots)
+    call(callback, void, [ptr], fn.args[0])
+    call(_api.PyErr_Restore, void, [ptr] * 3, *[b.load(s) for s in slots])
+    call(_api.PyGILState_Release, void, [i32], gil)
+    b.ret_void()
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    tm = llvm.Target.from_default_triple().create_target_machine()
+    m = llvm.parse_assembly(str(mod))
+    m.verify()
+    engine = llvm.create_mcjit_compiler(m, tm)
+    engine.finalize_object()
+    _ENGINES.append(_immortal(engine))          # the code lives as long as the engine
+    return engine.get_function_address(name)
+
+
+_ENGINES: list = []
+_HOOKS: list = []          # [capsule destructor address, DLManagedTensor deleter], once built
+
+
+def _hooks():
+    """(capsule destructor, deleter) for new exports: the native guards around the Python
+    callbacks, or -- should llvmlite fail to JIT here -- the bare callbacks (correct whenever
+    no exception is pending, the pre-issue-21 behaviour)."""
+    if not _HOOKS:
+        try:
+            hooks = [_native_guard(_py_capsule_destructor, "numba_qk_dlpack_capsule_destructor"),
+                     _Deleter(_native_guard(_py_deleter, "numba_qk_dlpack_deleter"))]
+        except Exception:                       # pragma: no cover - llvmlite without a JIT
+            hooks = [ctypes.cast(_py_capsule_destructor, ctypes.c_void_p).value, _py_deleter]
+        _immortal(_py_deleter), _immortal(_py_capsule_destructor)
+        _HOOKS[:] = hooks
+    return _HOOKS
+
+
+def _wants_versioned(max_version) -> bool:
+    """True when the consumer's max_version (None or a (major, minor) tuple, as numpy checks
+    it) allows a versioned DLPack 1.x capsule."""
+    if max_version is None:
+        return False
+    if not isinstance(max_version, tuple) or len(max_version) != 2:
+        raise TypeError("max_version must be None or a tuple with two elements.")
+    major, _ = (operator.index(v) for v in max_version)
+    return major >= 1
 
 
 def to_dlpack(t: Tensor, *, stream=None, max_version=None, dl_device=None, copy=None):
-    """A DLPack capsule viewing ``t``'s storage (versioned when the consumer asks for >= 1.0)."""
+    """A DLPack capsule viewing ``t``'s storage (versioned when the consumer asks for >= 1.0).
+
+    A read-only Tensor needs a versioned capsule, which carries DLPack's READ_ONLY flag; an
+    unversioned one cannot say read-only, so -- like numpy for a read-only ndarray -- that
+    export raises BufferError (``copy=True`` exports a writable copy instead).  The export is
+    freed exactly once, whether the consumer takes it (and later calls the deleter), refuses
+    it, or drops it unused; a consumer's pending error survives the capsule's destructor."""
     if stream is not None:
         raise BufferError("numba_qk Tensors live on the CPU: stream must be None")
     if dl_device is not None and tuple(dl_device) != (kDLCPU, 0):
         raise BufferError(f"numba_qk Tensors live on the CPU; cannot export to {dl_device}")
     if copy is True:
         t = t.copy()
-    versioned = max_version is not None and tuple(max_version)[0] >= 1
+    versioned = _wants_versioned(max_version)
     code, bits = _EXPORT[t.dtype]
     flags = 0
     if bits == 6:
@@ -142,6 +251,9 @@ def to_dlpack(t: Tensor, *, stream=None, max_version=None, dl_device=None, copy=
         flags |= FLAG_SUBBYTE_PADDED
     store = t.storage
     if not store.flags.writeable:
+        if not versioned:           # numpy's own refusal for a read-only ndarray, word for word
+            raise BufferError("Cannot export readonly array since signalling readonly is "
+                              "unsupported by DLPack (supported by newer DLPack version).")
         flags |= FLAG_READ_ONLY
     if copy is True:
         flags |= FLAG_IS_COPIED
@@ -190,7 +302,7 @@ class PackedExport:
         if copy is False:
             raise BufferError("dlpack_packed: DLPack's packed order is always a copy of "
                               "numba_qk's bytes; use __dlpack__ for the zero-copy bytes")
-        versioned = max_version is not None and tuple(max_version)[0] >= 1
+        versioned = _wants_versioned(max_version)
         code, bits = _EXPORT_PACKED[self.dtype]
         return _capsule(self.data, code, bits, self.shape, _c_strides(self.shape),
                         FLAG_IS_COPIED, versioned)
@@ -216,12 +328,13 @@ def _capsule(store, code, bits, shape, strides, flags, versioned):
     dl.shape = shape
     dl.strides = strides
     dl.byte_offset = 0
+    destructor, deleter = _hooks()
     m.manager_ctx = None
-    m.deleter = _deleter
+    m.deleter = deleter
     addr = ctypes.addressof(m)
     _LIVE[addr] = (m, shape, strides, store)
     name = b"dltensor_versioned" if versioned else b"dltensor"
-    return _api.PyCapsule_New(addr, name, ctypes.cast(_capsule_destructor, ctypes.c_void_p))
+    return _api.PyCapsule_New(addr, name, destructor)
 
 
 _IMPORT = {(kDLFloat, 32): f32, (kDLFloat, 16): f16, (kDLBfloat, 16): bf16,
@@ -307,12 +420,15 @@ def from_dlpack(obj) -> "Tensor | np.ndarray":
     sd = np.dtype(f"u{itemsize}")
     if extent:
         buf = (ctypes.c_uint8 * (extent * itemsize)).from_address(base + lo * itemsize)
+        # the owner rides on the ctypes buffer: every view's base chain ends there (an ndarray
+        # in between would be collapsed away by numpy, freeing the producer's memory early)
+        buf._dlpack_owner = owner
         flat = np.frombuffer(buf, sd)
         arr = np.lib.stride_tricks.as_strided(flat[-lo:] if lo else flat, shape,
                                               [st * itemsize for st in strides])
     else:
         arr = np.zeros(shape, sd)
-    arr = _keep(arr, owner)
+    del owner
     if flags & FLAG_READ_ONLY:
         arr.flags.writeable = False
     if sub:                                       # padded u1/i4/u4/e2m1: one code per byte
@@ -328,16 +444,6 @@ def _c_strides(shape):
         out.insert(0, acc)
         acc *= s
     return tuple(out)
-
-
-class _KeepAlive(np.ndarray):
-    """ndarray subclass only used to hang the DLPack owner off the array's base chain."""
-
-
-def _keep(arr, owner):
-    holder = arr.view(_KeepAlive)
-    holder._dlpack_owner = owner
-    return holder.view(np.ndarray)
 
 
 def _code_tensor_source(codes, t):

@@ -45,7 +45,12 @@ def as_scaled_format(fmt):
 
 
 def _check_tensor_scale(fmt, tensor_scale):
-    """float32 of a tensor scale (finite, > 0), or None; errors name what was wrong."""
+    """float32 of a tensor scale (finite, > 0), or None; errors name what was wrong.
+
+    TypeError unless it is a real number (a Python int or float, or a numpy integer or
+    floating scalar; not a bool); ValueError, one line, for every real number that does not
+    round to a finite float32 > 0 -- zero, negatives, nan, +-inf, values below float32's
+    smallest subnormal, and values beyond its range (however large: a huge Python int too)."""
     if not fmt.has_tensor_scale:
         if tensor_scale is not None:
             raise TypeError(f"tensor_scale: {fmt.name} has no tensor scale (only nvfp4 has one)")
@@ -55,9 +60,18 @@ def _check_tensor_scale(fmt, tensor_scale):
     if isinstance(tensor_scale, (bool, np.bool_)) or not isinstance(
             tensor_scale, (int, float, np.integer, np.floating)):
         raise TypeError(f"tensor_scale: expected a real number, got {type(tensor_scale).__name__}")
-    ts = np.float32(tensor_scale)
-    if not (math.isfinite(float(ts)) and ts > 0):
-        raise ValueError(f"tensor_scale: must round to a finite float32 > 0, got {tensor_scale!r}")
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        try:
+            ts = np.float32(tensor_scale)
+        except OverflowError:                   # a Python int beyond float64's range
+            ts = None
+    if ts is None or not (math.isfinite(float(ts)) and ts > 0):
+        if isinstance(tensor_scale, int) and tensor_scale.bit_length() > 64:   # no 400 digits
+            sign = "a negative" if tensor_scale < 0 else "an"
+            got = f"{sign} int of {tensor_scale.bit_length()} bits"
+        else:
+            got = repr(tensor_scale)
+        raise ValueError(f"tensor_scale: must round to a finite float32 > 0, got {got}")
     return ts
 
 
@@ -274,8 +288,11 @@ def _block_where(shape, B, block):
     return f"block {block % nb} of row {row}" if row else f"block {block}"
 
 
-def _out_parts(out, fmt, shape):
-    """Writable C-contiguous flat storages (elements, scales) of an encode ``out``."""
+def _out_parts(out, fmt, shape, inputs=()):
+    """Writable C-contiguous (elements, scales) Tensors of an encode ``out`` that overlap
+    neither each other nor any array in ``inputs`` (the memory the input occupies)."""
+    from .cast import _overlaps
+
     if isinstance(out, ScaledTensor):
         if out.dtype is not fmt:
             raise TypeError(f"out: a {out.dtype.name} ScaledTensor, expected {fmt.name}")
@@ -295,13 +312,40 @@ def _out_parts(out, fmt, shape):
             raise ValueError(f"out: {what} must be C-contiguous")
         if not part.storage.flags.writeable:
             raise ValueError(f"out: {what} is read-only")
+    if _overlaps(el.storage, sc.storage):
+        raise ValueError("out: elements and block_scales overlap each other (they must be "
+                         "separate memory)")
+    for part, what in ((el, "elements"), (sc, "block_scales")):
+        if any(_overlaps(part.storage, m) for m in inputs):
+            raise ValueError(f"out: {what} overlaps the input")
     return el, sc
+
+
+def _input_memory(a, x) -> list:
+    """The arrays whose memory an encode input occupies: ``x`` (its float32 values) and, where
+    ``x`` is a conversion, ``a``'s own storage -- a ScaledTensor's two parts, a Tensor's bytes,
+    an array or buffer (no copies are made)."""
+    if isinstance(a, ScaledTensor):
+        return [x, a.elements.storage, a.block_scales.storage]
+    if isinstance(a, Tensor):
+        return [x, a.storage]
+    if isinstance(a, np.ndarray):
+        return [x, a]
+    try:
+        return [x, np.asarray(a) if hasattr(a, "__array_interface__") else
+                np.asarray(memoryview(a))]
+    except (TypeError, ValueError):                     # a list, a scalar: x is a fresh copy
+        return [x]
 
 
 def encode(a, fmt: ScaledFormat, *, out=None, threads=1, tensor_scale=None) -> ScaledTensor:
     """``a`` (any array/Tensor numba_qk.astype reads; converted to float32 first) encoded to
-    block-scaled format ``fmt`` along its last axis (DESIGN.md §9)."""
-    from .cast import _check_threads, _overlaps
+    block-scaled format ``fmt`` along its last axis (DESIGN.md §9).
+
+    ``out``: a ScaledTensor of ``fmt`` or a tuple (elements, block_scales) of the right shapes,
+    writable and C-contiguous, whose two parts overlap neither each other nor the input
+    (ValueError naming the part otherwise); on any error nothing is written."""
+    from .cast import _check_threads
 
     threads = _check_threads(threads)
     ts = _check_tensor_scale(fmt, tensor_scale)
@@ -326,10 +370,7 @@ def encode(a, fmt: ScaledFormat, *, out=None, threads=1, tensor_scale=None) -> S
         if ts == 0:
             ts = np.float32(1.0)
     if out is not None:
-        el, sc = _out_parts(out, fmt, shape)
-        for part in (el, sc):
-            if _overlaps(part.storage, x):
-                raise ValueError("out: overlaps the input")
+        el, sc = _out_parts(out, fmt, shape, _input_memory(a, x))
     else:
         el = Tensor._wrap(np.empty(shape[:-1] + (shape[-1] // fmt.element.block_size,),
                                    np.int8 if fmt.element.name == "I8" else np.uint8),
@@ -352,7 +393,10 @@ def encode(a, fmt: ScaledFormat, *, out=None, threads=1, tensor_scale=None) -> S
 
 def decode(st: ScaledTensor, dtype, *, out=None, threads=1):
     """Values of ``st`` as element type ``dtype`` (float32 when None): the exact float32 decode
-    (DESIGN.md §9), then numba_qk.astype's conversion for other types."""
+    (DESIGN.md §9), then numba_qk.astype's conversion for other types.
+
+    ``out`` (any target type, as numba_qk.astype takes it) must not overlap ``st``'s elements
+    or block scales: ValueError before anything is decoded or written."""
     from .cast import _check_threads, _out_store, _overlaps, astype
     from .formats import f32
     from .tensor import as_element_type
@@ -362,12 +406,14 @@ def decode(st: ScaledTensor, dtype, *, out=None, threads=1):
     fmt = st.dtype
     shape = st.shape
     direct = t is f32 and (out is None or isinstance(out, np.ndarray))
+    if out is not None:            # every path: checked before anything is decoded or written
+        store = _out_store(out, t, shape)
+        for part, what in ((st.elements, "elements"), (st.block_scales, "block_scales")):
+            if _overlaps(store, part.storage):
+                raise ValueError(f"out: overlaps the input (the ScaledTensor's {what})")
     codes = _flat_store(st.elements)
     scales = _flat_store(st.block_scales)
     if direct and out is not None:
-        store = _out_store(out, f32, shape)
-        if _overlaps(store, st.elements.storage) or _overlaps(store, st.block_scales.storage):
-            raise ValueError("out: overlaps the input")
         result = out
     else:
         store = np.empty(shape, np.float32)

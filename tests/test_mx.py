@@ -224,6 +224,55 @@ def test_nvfp4_tensor_scale():
         qk.astype(x, qk.bf16, tensor_scale=1.0)
 
 
+@pytest.mark.parametrize("bad", [
+    10 ** 400, -10 ** 400, 10 ** 5000, 2 ** 128, 10 ** 39, -3, 0, float("inf"), float("-inf"),
+    float("nan"), -0.0, 3.4028235677973366e38, 1e-46, np.float64(1e300), np.float64("nan"),
+    np.float64(-2.0), np.longdouble("1e4000"), np.float16("inf"), np.int64(0), np.int8(-1),
+    np.float32(0)], ids=lambda v: f"int:{'-' if v < 0 else ''}2**{v.bit_length()}"
+    if type(v) is int and abs(v) > 2 ** 64 else f"{type(v).__name__}:{str(v)[:12]}")
+def test_nvfp4_tensor_scale_out_of_range_is_a_one_line_value_error(bad):
+    """Every real number that does not round to a finite float32 > 0 is the documented
+    ValueError -- huge ints used to raise OverflowError, float64/longdouble overflow warned
+    (issue 21); both in astype and in the ScaledTensor constructor, before anything is
+    written."""
+    import warnings
+    x = np.ones((1, 16), np.float32)
+    out = qk.astype(x, qk.mx.nvfp4)
+    before = [p.copy() for p in codes_of(out)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for call in (lambda: qk.astype(x, qk.mx.nvfp4, tensor_scale=bad),
+                     lambda: qk.astype(x, qk.mx.nvfp4, tensor_scale=bad, out=out),
+                     lambda: qk.ScaledTensor(out.elements, out.block_scales, qk.mx.nvfp4, bad)):
+            with pytest.raises(ValueError) as ei:
+                call()
+            msg = str(ei.value)
+            assert type(ei.value) is ValueError
+            assert msg.startswith("tensor_scale: must round to a finite float32 > 0, got ")
+            assert "\n" not in msg and len(msg) < 120
+    for a, b in zip(codes_of(out), before):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("bad", [True, False, np.bool_(True), "1", b"1", 1 + 0j,
+                                 np.complex64(1), np.array(2.0), [1.0], object()],
+                         ids=lambda v: type(v).__name__)
+def test_nvfp4_tensor_scale_of_the_wrong_type_is_a_type_error(bad):
+    x = np.ones((1, 16), np.float32)
+    with pytest.raises(TypeError, match=f"^tensor_scale: expected a real number, got "
+                                        f"{type(bad).__name__}$"):
+        qk.astype(x, qk.mx.nvfp4, tensor_scale=bad)
+
+
+def test_nvfp4_tensor_scale_accepts_numpy_and_python_reals():
+    x = np.ones((1, 16), np.float32)
+    for ts, want in ((np.int64(3), 3.0), (np.uint64(2 ** 64 - 1), float(np.float32(2 ** 64))),
+                     (np.float16(2), 2.0), (2 ** 100, float(np.float32(2 ** 100))),
+                     (np.longdouble(0.5), 0.5), (3.4028234663852886e38, 3.4028234663852886e38),
+                     (1e-45, float(np.float32(1e-45)))):
+        assert qk.astype(x, qk.mx.nvfp4, tensor_scale=ts).tensor_scale == want
+
+
 # ------------------------------------------------------------------------------ every code
 
 @pytest.mark.parametrize("fmt", MX, ids=lambda f: f.name)
@@ -446,6 +495,102 @@ def test_out_buffers():
         qk.astype(x, qk.mx.nvfp4, out=qk.astype(x, qk.mx.mxfp4))
     with pytest.raises(ValueError, match="expected"):
         qk.astype(x, qk.mx.mxfp4, out=qk.astype(x[:2], qk.mx.mxfp4))
+
+
+def _parts_in(mem, fmt, shape, el_at, sc_at):
+    """(elements, block_scales) Tensors of ``fmt`` for ``shape`` laid into the uint8 buffer
+    ``mem`` at byte offsets el_at / sc_at (which may overlap)."""
+    eshape = shape[:-1] + (shape[-1] // fmt.element.block_size,)
+    sshape = shape[:-1] + (shape[-1] // fmt.block_size,)
+    ne, ns = int(np.prod(eshape)), int(np.prod(sshape))
+    el = qk.Tensor(mem[el_at:el_at + ne].reshape(eshape), dtype=fmt.element)
+    sc = qk.Tensor(mem[sc_at:sc_at + ns].reshape(sshape), dtype=fmt.scale)
+    return el, sc, ne, ns
+
+
+@pytest.mark.parametrize("fmt", ALL, ids=lambda f: f.name)
+def test_encode_out_overlap_is_refused_and_out_untouched(fmt):
+    """out=(elements, block_scales) whose parts share memory (or share it with the input) used
+    to be encoded into, the scales overwriting codes (issue 21): ValueError, nothing written."""
+    rng = np.random.default_rng(31)
+    shape = (4, 64)
+    x = (rng.standard_normal(shape) * 10).astype(np.float32)
+    mem = rng.integers(0, 256, 4096, dtype=np.uint8)
+    ne = _parts_in(mem, fmt, shape, 0, 0)[2]
+    for el_at, sc_at in ((0, 0), (0, ne - 1), (4, 0), (0, ne // 2)):
+        el, sc, _, _ = _parts_in(mem, fmt, shape, el_at, sc_at)
+        before = mem.copy()
+        with pytest.raises(ValueError, match="^out: elements and block_scales overlap"):
+            qk.astype(x, fmt, out=(el, sc))
+        with pytest.raises(ValueError, match="^out: elements and block_scales overlap"):
+            qk.astype(x, fmt, out=(el.storage, sc.storage))
+        with pytest.raises(ValueError, match="^out: elements and block_scales overlap"):
+            qk.astype(x, fmt, out=qk.ScaledTensor(el, sc, fmt))
+        assert np.array_equal(mem, before)
+    el, sc, ne, ns = _parts_in(mem, fmt, shape, 0, ne)            # adjacent: fine
+    st = qk.astype(x, fmt, out=(el, sc))
+    ref = qk.astype(x, fmt)
+    for a, b in zip(codes_of(st), codes_of(ref)):
+        np.testing.assert_array_equal(a, b)
+    # either part overlapping the input: the float32 array itself ...
+    big = np.zeros(8192, np.uint8)
+    src = big[:x.nbytes].view(np.float32).reshape(shape)
+    src[...] = x
+    for el_at, sc_at in ((0, 4096), (4096, 0), (100, 6000), (4096, 1000)):
+        el, sc, _, _ = _parts_in(big, fmt, shape, el_at, sc_at)
+        before = big.copy()
+        with pytest.raises(ValueError, match="^out: (elements|block_scales) overlaps the input"):
+            qk.astype(src, fmt, out=(el, sc))
+        assert np.array_equal(big, before)
+    # ... or a ScaledTensor being re-encoded into memory it occupies
+    st = qk.astype(x, fmt)
+    for out in (st, (st.elements, qk.Tensor(np.zeros_like(st.block_scales.storage),
+                                             dtype=fmt.scale))):
+        before = [p.copy() for p in codes_of(st)]
+        with pytest.raises(ValueError, match="^out: (elements|block_scales) overlaps the input"):
+            qk.astype(st, fmt, out=out)
+        for a, b in zip(codes_of(st), before):
+            np.testing.assert_array_equal(a, b)
+
+
+DECODE_TARGETS = [qk.f32, qk.f16, qk.bf16, qk.e4m3, qk.e5m2, qk.e2m3, qk.e8m0, qk.i8, qk.u8,
+                  qk.i32, qk.i4, qk.u4, qk.e2m1, qk.u1]
+
+
+@pytest.mark.parametrize("fmt", ALL, ids=lambda f: f.name)
+@pytest.mark.parametrize("t", DECODE_TARGETS, ids=str)
+def test_decode_out_overlapping_the_source_is_refused(fmt, t):
+    """Decoding into an ``out`` that shares memory with the ScaledTensor's elements or block
+    scales used to overwrite the source on every path but the direct f32 one (issue 21):
+    ValueError before anything is written, on every path (ndarray or Tensor out)."""
+    rng = np.random.default_rng(32)
+    shape = (4, 64)
+    x = (rng.standard_normal(shape) * 4).astype(np.float32)
+    ref = qk.astype(x, fmt)
+    mem = np.zeros(16384, np.uint8)
+    el, sc, ne, ns = _parts_in(mem, fmt, shape, 0, 8192)
+    np.copyto(el.storage, ref.elements.storage)
+    np.copyto(sc.storage, ref.block_scales.storage)
+    st = qk.ScaledTensor(el, sc, fmt, ref.tensor_scale)
+    want = qk.astype(st, t)
+    sshape = shape[:-1] + (shape[-1] // t.block_size,)
+    nbytes = int(np.prod(sshape)) * qk.Tensor(want).storage.dtype.itemsize if \
+        isinstance(want, qk.Tensor) else want.nbytes
+    outs = []
+    for at in (0, ne // 2, 8192 - nbytes + 1, 8192 + ns - 1):   # elements, scales, both edges
+        raw = mem[at:at + nbytes]
+        outs.append(qk.Tensor(raw.reshape(sshape[:-1] + (-1,)), dtype=t))
+        if t.numpy_dtype is not None and t.block_size == 1:
+            outs.append(raw.view(t.numpy_dtype).reshape(shape))
+    for out in outs:
+        before = mem.copy()
+        with pytest.raises(ValueError, match="^out: overlaps the input"):
+            qk.astype(st, t, out=out)
+        assert np.array_equal(mem, before)
+    free = qk.Tensor(mem[8192 + ns:8192 + ns + nbytes].reshape(sshape[:-1] + (-1,)), dtype=t)
+    assert qk.astype(st, t, out=free) is free                   # adjacent: fine
+    w = want if isinstance(want, qk.Tensor) else qk.Tensor(want)
+    assert np.array_equal(free.storage.view(np.uint8), w.storage.view(np.uint8))
 
 
 def test_threads_give_identical_bits():
