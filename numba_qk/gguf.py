@@ -19,6 +19,7 @@ order (GGUF stores ``ne0`` first; ``shape[-1]`` here is ``ne0``).
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 import secrets
@@ -70,7 +71,7 @@ class TensorInfo(NamedTuple):
     type_name: str        # e.g. "Q4_K", "F32", "IQ2_XXS"
     format: object        # numba_qk Format / ScalarType, or None if numba_qk does not model it
     nbytes: int
-    accelerated: bool     # a numba_qk weight format: records + matmul
+    accelerated: bool     # records() + matmul: a numba_qk weight format, little-endian file
 
     @property
     def bits_per_weight(self) -> float:
@@ -311,7 +312,9 @@ def _parse(buf, size: int, where: str):
                             f"file, or a byte size that does not match its shape and type)")
         fmt = _fmt_for(type_id)
         shape = tuple(reversed(ne))
-        info = TensorInfo(name, shape, type_id, type_name, fmt, nbytes, fmt in ACCELERATED)
+        # records()/matmul read little-endian block records only
+        info = TensorInfo(name, shape, type_id, type_name, fmt, nbytes,
+                          fmt in ACCELERATED and p.order == "<")
         entries[name] = _TensorEntry(info, ne, start, end, bs, ts)
     spans = sorted((e.start, e.end, n) for n, e in entries.items() if e.end > e.start)
     for (s0, e0, n0), (s1, e1, n1) in zip(spans, spans[1:]):
@@ -565,8 +568,20 @@ CHUNK_BYTES = 8 << 20
 TEMP_MARK = ".numba_qk-tmp-"
 
 
+#: Longest file name (bytes) most file systems take (NAME_MAX).
+_NAME_MAX = 255
+# a temp name is the prefix + "<pid>-<8 hex>" (pid at most 7 digits on Linux, 10 elsewhere)
+_TEMP_SUFFIX_MAX = 10 + 1 + 8
+
+
 def _temp_prefix(dst: Path) -> str:
-    return "." + dst.name + TEMP_MARK
+    """Prefix of ``dst``'s temp files: ``.<name>.numba_qk-tmp-``, or, where that would make a
+    name longer than NAME_MAX (an output name of over 226 bytes), ``.<hash of the name>…``."""
+    prefix = "." + dst.name + TEMP_MARK
+    if len(os.fsencode(prefix)) + _TEMP_SUFFIX_MAX > _NAME_MAX:
+        digest = hashlib.sha256(os.fsencode(dst.name)).hexdigest()[:24]
+        prefix = "." + digest + TEMP_MARK
+    return prefix
 
 
 def _pid_alive(pid: int) -> bool:

@@ -795,8 +795,10 @@ def plan(preset: str | int | Preset, metadata: Mapping[str, Any] | ModelInfo,
     # llama.cpp checks these while writing, after every tensor's type has been chosen
     for t in result:
         if t.convert and _is_quantized(t.current) and not allow_requantize:
-            raise PresetError(f"tensor {t.name} is already {_tname(t.current)}; requantizing to "
-                              f"{t.target_name} needs allow_requantize")
+            raise PresetError(f"tensor {t.name} is already {_tname(t.current)}: requantizing to "
+                              f"{t.target_name} is refused (llama-quantize's "
+                              f"--allow-requantize, plan(allow_requantize=True) here; numba_qk "
+                              f"converts F32/F16/BF16 sources only)")
         if t.convert and not (_is_quantized(t.current) or t.current in (_F32, _F16, _BF16)):
             raise PresetError(f"tensor {t.name}: cannot convert from {_tname(t.current)}")
 

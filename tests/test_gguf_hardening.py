@@ -305,6 +305,8 @@ def test_big_endian_files_read_and_quantize_refuses(tmp_path):
         assert_same_f32(f.dequantize("a.weight"), a)
         with pytest.raises(gguf.GGUFError, match="big-endian"):
             f.records("k.weight")
+        # what records()/matmul refuse is not listed as accelerated (inspect's column)
+        assert f.tensor("k.weight").format is Q4K and not f.tensor("k.weight").accelerated
     out = tmp_path / "out.gguf"
     with pytest.raises(gguf.GGUFError, match="big-endian GGUF files are not supported"):
         gguf.quantize_file(src, out)
@@ -449,6 +451,27 @@ def test_stale_temporaries_of_dead_runs_are_removed_live_ones_kept(small, tmp_pa
     finally:
         live.kill()
         live.wait()
+
+
+@pytest.mark.parametrize("length", [200, 227, 240, 255])
+def test_long_legal_output_names_quantize(small, tmp_path, length):
+    """Output names of up to NAME_MAX bytes are legal: the temporary beside it must be too
+    (its name added 29 bytes; 227-255-byte names failed, the error naming the temp file)."""
+    name = "m" * (length - len(".gguf")) + ".gguf"
+    out = tmp_path / name
+    lines = []
+    gguf.quantize_file(small, out, progress=lines.append)
+    assert sorted(os.listdir(tmp_path)) == [name]
+    with gguf.open(out) as f:
+        assert f.tensors
+    # a stale temporary of a dead run of that same long name is still found and removed
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"{gguf._temp_prefix(out)}{dead.pid}-0123abcd"
+    assert len(stale.name.encode()) <= 255
+    stale.write_bytes(b"partial")
+    gguf.quantize_file(small, out, progress=lines.append)
+    assert sorted(os.listdir(tmp_path)) == [name]
 
 
 # ------------------------------------------------------------------- 7. fork after threads
