@@ -61,11 +61,7 @@ def test_return_types():
     assert qk.astype(x, "bfloat16").dtype is qk.bf16
 
 
-NUMPY_TARGETS = [(np.float32, qk.f32), (np.float16, qk.f16), (np.int8, qk.i8), (np.uint8, qk.u8),
-                 (np.int32, qk.i32), (ml.bfloat16, qk.bf16), (ml.float8_e4m3fn, qk.e4m3),
-                 (ml.float8_e5m2, qk.e5m2), (ml.float6_e2m3fn, qk.e2m3),
-                 (ml.float6_e3m2fn, qk.e3m2), (ml.float8_e8m0fnu, qk.e8m0),
-                 (ml.float4_e2m1fn, qk.e2m1), (ml.int4, qk.i4), (ml.uint4, qk.u4)]
+from test_lowp_types import DTYPE_TYPES as NUMPY_TARGETS  # noqa: E402
 
 
 @pytest.mark.parametrize("sctype,t", NUMPY_TARGETS, ids=lambda v: getattr(v, "__name__", str(v)))
