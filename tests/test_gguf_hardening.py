@@ -2,7 +2,7 @@
 
 The files are built byte by byte (tests/gguf_build.py) so every count, length, type and offset
 can be set to a hostile value; tests/gguf_fuzz.py makes the mutants (the same generator the
-2,000-file before/after run in NOTES.md used).
+2,000-file before/after run in docs/decisions/010-gguf-hardening.md used).
 """
 
 import os

@@ -68,7 +68,7 @@ def _env_bytes(name):
 def _default_min_bytes() -> int:
     """Stream only outputs of at least this many bytes (several times a core's L2; below it
     the destination may well still be in cache when the caller reads it).  Measured per CPU
-    family (NOTES.md, "lowp speed"): on Intel (Emerald Rapids) the non-temporal path saved
+    family (docs/decisions/016-*.md): on Intel (Emerald Rapids) the non-temporal path saved
     the read-for-ownership traffic and won; on AMD Zen 4 the plain stores won for every
     widening cast and MX decode (bf16 -> f32 3.0 vs 4.0 ms, MX decode 4.8 vs 7.6 ms), so off
     Intel nothing streams unless ``NUMBA_QK_STREAM_MIN_BYTES`` asks for it."""

@@ -387,7 +387,7 @@ def _vnni_gemm(w, x, out):
     """The VNNI gemm: the row-lane kernel (16 rows x 8 activations per tile step, weights
     decoded once per call) for batch >= 2, the gemv kernel for batch 1 (no per-call decode).
     (It replaced a per-pair kernel with repacked activation tiles and a lane-per-activation
-    kernel, both slower at every batch >= 2 on AMD Zen 4; NOTES.md.)"""
+    kernel, both slower at every batch >= 2 on AMD Zen 4; docs/decisions/028.)"""
     if x.shape[0] == 1:
         _vnni_gemv(w, x[0], out[0])
     else:
