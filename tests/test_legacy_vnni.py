@@ -136,7 +136,7 @@ def test_zero_blocks(name):
 @needs_vnni
 @pytest.mark.parametrize("name", ["q4_0", "q5_1", "q8_0"])
 def test_trip_and_scale_load_variants(name, rng):
-    """The variants bench/legacy_vnni_ab.py races (2 or 6 records per call; the f16 scales by
+    """The variants bench/experiments/legacy_vnni_ab.py races (2 or 6 records per call; the f16 scales by
     per-lane inserts instead of vpgatherdd) give the same bits."""
     f, act = _fmt(name)
     code = _LL.CODES[f]

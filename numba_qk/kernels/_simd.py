@@ -272,7 +272,7 @@ def prefetch(typingctx, arr, off):
     (``llvm.prefetch`` read, locality 2: ``prefetcht1``).  Never faults and changes no value, so
     any offset is allowed -- the streaming kernels prefetch rows ahead with it.  L2, not L1: on
     AMD Zen 4 ``prefetcht0`` streams of this kind reached only ~15 GB/s from DRAM (the L1's few
-    miss buffers fill up), ``prefetcht1`` 28 GB/s, the core's plain read rate (bench/stream_ab.py)."""
+    miss buffers fill up), ``prefetcht1`` 28 GB/s, the core's plain read rate (bench/experiments/stream_ab.py)."""
     sig = types.none(arr, types.intp)
 
     def codegen(context, builder, signature, args):
@@ -297,7 +297,7 @@ _PREFETCH_BYTES = 1 << 16
 def prefetch_plan(tile_bytes, steps):
     """``(distance, lines)`` for a loop of ``steps`` record steps per tile of ``tile_bytes``:
     prefetch the tile ``distance`` bytes ahead, ``lines`` 64-byte lines per step (the tile's
-    lines split evenly).  The distance is at least 2 tiles and at least 64 KiB (bench/stream_ab.py: 1 tile lost 5-10 %, 64-128 KiB was best for
+    lines split evenly).  The distance is at least 2 tiles and at least 64 KiB (bench/experiments/stream_ab.py: 1 tile lost 5-10 %, 64-128 KiB was best for
     4096- and 14336-wide rows).  Computed once per call: the divisions stay out of the loop."""
     t = max(np.int64(tile_bytes), np.int64(1))
     tiles = max(np.int64(2), (np.int64(_PREFETCH_BYTES) + t - np.int64(1)) // t)

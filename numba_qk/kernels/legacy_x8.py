@@ -12,7 +12,7 @@ The rows past the last full tile (``rows % 8``) stay plain records (the "tail").
 ``gemv_x8`` computes, bit for bit, what the plain ``gemv`` computes: per record
 ``v_b = R32(dx_b * R32(dw_b * f32(S_b)))``, folded left in record order per row (legacy.py).
 ``numba_qk.repack`` offers Q4_0 only: Q8_0 tiles were ~1.5x faster than the plain kernel with
-the weights in cache but 5-10 % slower streamed from DRAM on Zen 4 (bench/legacy_x8_ab.py).
+the weights in cache but 5-10 % slower streamed from DRAM on Zen 4 (bench/experiments/legacy_x8_ab.py).
 """
 
 import numpy as np
@@ -108,7 +108,7 @@ def _gemv_x8_simd_ahead(code, tiles, x, out, trip, tiles_ahead):
     as one linear byte range, an equal share of its lines per record step (as the plain gemv
     kernels do, see ``_simd.prefetch_plan``), and the same share of the next tile again: a
     second request for lines whose first prefetch was lost (streamed 4096x4096 Q4_0 on Zen 4:
-    ~10 % faster; bench/legacy_x8_ab.py)."""
+    ~10 % faster; bench/experiments/legacy_x8_ab.py)."""
     literally(code)
     literally(trip)
     t_n, g = tiles.shape[0], x.shape[0]

@@ -96,7 +96,7 @@ def _gemv_x16_simd(tiles, x, out):
     record order.  No software prefetch: the plain gemv's plan (``_simd.prefetch_plan``: the
     tile ~64 KiB ahead, a share per record step) measured 1.2-1.45x slower streamed from DRAM
     and ~1.2x slower hot on Zen 4 with one run (4096x4096 and 14336x4096;
-    bench/legacy_x8_ab.py), other distances (37 KiB .. 1 MiB) and shares no better."""
+    bench/experiments/legacy_x8_ab.py), other distances (37 KiB .. 1 MiB) and shares no better."""
     t_n, g = tiles.shape[0], x.shape[0]
     ts0, xs0 = tiles.strides[0], x.strides[0]
     p16 = np.empty(8 * g, np.int16)

@@ -2,7 +2,7 @@
 interleaved in one process (alternating batches, best batch of each).  Weights hot and
 DRAM-streamed (distinct copies totalling >= 4x L3), plus a plain read of the same bytes.
 
-    python bench/stream_ab.py [--rows 4096] [--cols 4096] [--variants cur,none,lin1,...]
+    python bench/experiments/stream_ab.py [--rows 4096] [--cols 4096] [--variants cur,none,lin1,...]
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: _common
 
 import numba_qk as qk  # noqa: E402
 from numba_qk._jit import kernel  # noqa: E402

@@ -4,7 +4,7 @@ alike.
 
 * ``ours`` / ``base``: ``numba_qk.matmul(threads=1)`` (f32 vector quantized to Q8_0 inside the
   call) of this checkout and of the revision ``--base`` (exported with ``git archive`` as the
-  package ``numba_qk_base``, see ``bench/encode_ab.py``);
+  package ``numba_qk_base``, see ``bench/experiments/encode_ab.py``);
 * ``ggml``: ggml's mul_mat, 1 thread (``--ggml-lib`` or NUMBA_QK_GGML_LIB; libggml-python's
   wheel otherwise).
 
@@ -12,7 +12,7 @@ Hot: one 4096x4096 matrix (also ``matmul`` of ``--batch`` vectors: the gemm tile
 Times are the calling thread's CPU time (``time.thread_time``; every candidate runs in this
 thread).  The outputs of ours and base are compared bit for bit.
 
-    NUMBA_QK_GGML_LIB=/path/to/native/lib python bench/mxrec_ab.py [--base HEAD] [--rounds 7]
+    NUMBA_QK_GGML_LIB=/path/to/native/lib python bench/experiments/mxrec_ab.py [--base HEAD] [--rounds 7]
 
 Ratios > 1: ours faster.  Take final figures on a quiet machine.
 """
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: _common
 
 from encode_ab import import_base  # noqa: E402
 

@@ -11,7 +11,7 @@ batch of each), so machine load affects every candidate alike:
   native build, and ``ggml_<BUFT>`` with the weights in each extra buffer type that converts
   Q4_K (CPU_REPACK, AMX); matmul/ggml is against the fastest of them.
 
-    python bench/gemm_ab.py [--rows 4096] [--cols 4096] [--batch 8 32 128 512] [--ggml-lib DIR]
+    python bench/experiments/gemm_ab.py [--rows 4096] [--cols 4096] [--batch 8 32 128 512] [--ggml-lib DIR]
 
 Prints ms per call and the ratios new/old, new/vnni, matmul/ggml.  Take final figures on a
 quiet machine.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: _common
 
 import numba_qk as qk  # noqa: E402
 from numba_qk import _ggml_ctypes as ggml_ctypes  # noqa: E402

@@ -1,7 +1,7 @@
 """A/B of the legacy VNNI gemv variants (records per intrinsic call ``trip``; scales by
 ``vpgatherdd`` or by inserts), interleaved in one process, hot and DRAM-streamed.
 
-    python bench/legacy_trip_ab.py [--formats q4_0 q8_0] [--rows 4096] [--cols 4096]
+    python bench/experiments/legacy_trip_ab.py [--formats q4_0 q8_0] [--rows 4096] [--cols 4096]
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: _common
 
 import numba_qk as qk  # noqa: E402
 from numba_qk._jit import kernel  # noqa: E402

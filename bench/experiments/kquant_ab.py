@@ -1,7 +1,7 @@
 """A/B of the K-quant kernels against an older revision, interleaved in one process.
 
-    python bench/kquant_ab.py --old-rev 468834f                  # Q2_K, Q3_K, Q5_K, Q6_K
-    python bench/kquant_ab.py --old-rev HEAD~3 --formats q6_k --quick
+    python bench/experiments/kquant_ab.py --old-rev 468834f                  # Q2_K, Q3_K, Q5_K, Q6_K
+    python bench/experiments/kquant_ab.py --old-rev HEAD~3 --formats q6_k --quick
 
 The old revision's ``numba_qk`` package is extracted with ``git archive`` into a temporary
 folder and imported as ``numba_qk_old`` (its imports are relative), next to the working tree's
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import numba_qk as qk  # noqa: E402

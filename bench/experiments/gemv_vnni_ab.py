@@ -3,8 +3,8 @@ process (old and new calls alternate, best of each kept, so machine load slows b
 hot (one matrix, repeated) and DRAM-streamed (distinct copies totalling ``--stream-mb``, round
 robin), for each ``--shapes`` entry.  Outputs are compared bit for bit first.
 
-    python bench/gemv_vnni_ab.py --old-rev 82cb632
-    python bench/gemv_vnni_ab.py --old-rev 82cb632 --shapes 4096x4096 --stream-mb 0 --rounds 50
+    python bench/experiments/gemv_vnni_ab.py --old-rev 82cb632
+    python bench/experiments/gemv_vnni_ab.py --old-rev 82cb632 --shapes 4096x4096 --stream-mb 0 --rounds 50
 
 Ratio = new / old (< 1: the working tree is faster).  Take final figures on a quiet machine.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: _common
 
 from kquant_ab import ROOT, best_interleaved, extract_old, same_bits  # noqa: E402
 

@@ -8,8 +8,8 @@ included, runs single-threaded in this thread), which time slices lost to other 
 inflate; on a quiet machine it equals the wall time.
 Every candidate's bytes are compared with the working tree's (and ggml's, when loaded).
 
-    python bench/encode_ab.py --base main --formats q4_k,q6_k --rounds 7
-    NUMBA_QK_GGML_LIB=/path/to/native/lib python bench/encode_ab.py
+    python bench/experiments/encode_ab.py --base main --formats q4_k,q6_k --rounds 7
+    NUMBA_QK_GGML_LIB=/path/to/native/lib python bench/experiments/encode_ab.py
 
 K-quants: 4096 blocks of N(0,1) (1M floats), as ``bench/compare_kquants.py``; legacy formats:
 1M floats, as ``bench/compare.py``.  Ratios: ``ggml / ours`` and ``base / ours`` (> 1: ours faster).
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KQ = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
 LEGACY = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")
 

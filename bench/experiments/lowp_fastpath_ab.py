@@ -1,6 +1,6 @@
 """A/B of the lowp cast fast paths in ONE process (interleaved, best of N), for a loaded machine.
 
-    python bench/lowp_fastpath_ab.py [--n 16777216] [--repeat 15] [--types bf16,f16,...]
+    python bench/experiments/lowp_fastpath_ab.py [--n 16777216] [--repeat 15] [--types bf16,f16,...]
 
 For each f32 <-> T cast (kernel calls with preallocated outputs, one per variant):
   portable  the converter compiled with the explicit-vector paths off, plain stores (the code

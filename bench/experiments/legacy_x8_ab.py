@@ -5,7 +5,7 @@ hot and DRAM-streamed (distinct copies totalling >= 4x L3); ratios are to ggml's
 are checked bit-equal first.  Q8_0, which ``repack`` does not offer, races the private x8
 kernel (quantizing x the way matmul does) as "x8 (kernel)".
 
-    NUMBA_QK_GGML_LIB=<native ggml lib folder> python bench/legacy_x8_ab.py [q4_0 q8_0 ...]
+    NUMBA_QK_GGML_LIB=<native ggml lib folder> python bench/experiments/legacy_x8_ab.py [q4_0 q8_0 ...]
         [--rows 4096] [--cols 4096] [--hot-only] [--repeat 7]
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: _common
 
 import numba_qk as qk  # noqa: E402
 from numba_qk import _ggml_ctypes as ggml_ctypes  # noqa: E402

@@ -1,6 +1,6 @@
 """Two Python threads casting concurrently: where does the throughput go? (one process)
 
-    python bench/lowp_threads_ab.py [--n 16777216] [--repeat 7]
+    python bench/experiments/lowp_threads_ab.py [--n 16777216] [--repeat 7]
 
 For each workload, one call alone and two calls from two ``threading.Thread`` at once (each on
 its own source and preallocated destination), interleaved, best of N; ``speedup`` is

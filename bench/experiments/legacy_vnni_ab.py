@@ -3,7 +3,7 @@ against the AVX-512 VNNI loop (``legacy._vnni_gemv_trip``, 8 rows x ``trip`` rec
 interleaved in one process (alternating batches, best batch of each), weights hot and
 DRAM-streamed (distinct copies totalling >= 4x L3).  Results are checked bit-equal first.
 
-    python bench/legacy_vnni_ab.py [--rows 4096] [--cols 4096] [--trips 2 4 8] [q4_0 q8_0 ...]
+    python bench/experiments/legacy_vnni_ab.py [--rows 4096] [--cols 4096] [--trips 2 4 8] [q4_0 q8_0 ...]
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: _common
 
 import numba_qk as qk  # noqa: E402
 from numba_qk._jit import kernel  # noqa: E402

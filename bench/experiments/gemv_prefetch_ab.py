@@ -2,7 +2,7 @@
 in one process (alternating batches, best batch of each), weights hot and DRAM-streamed
 (distinct copies totalling >= 4x L3).  Also a plain read of the same bytes for the bandwidth.
 
-    python bench/gemv_prefetch_ab.py [--rows 4096] [--cols 4096] [--legacy q4_0 q8_0 ...]
+    python bench/experiments/gemv_prefetch_ab.py [--rows 4096] [--cols 4096] [--legacy q4_0 q8_0 ...]
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: _common
 
 import numba_qk as qk  # noqa: E402
 from numba_qk._jit import kernel  # noqa: E402
