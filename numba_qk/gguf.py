@@ -2,7 +2,7 @@
 
 Needs the optional extra ``gguf`` (``pip install 'numba_qk[gguf]'``: gguf-py's GGML type table
 and numpy codecs).  numba_qk reads and writes the GGUF layout itself: the header is validated
-completely and within bounds on open, and ``quantize_file`` streams (see the README's
+completely and within bounds on open, and ``quantize_file`` streams (see docs/gguf.md's
 reliability notes).
 
 >>> from numba_qk import gguf
@@ -362,8 +362,8 @@ class GGUFFile:
 
     Arrays returned by ``records()``, ``raw()`` and ``matmul()``'s inputs are views of the memory
     map and keep it alive: ``close()`` releases the file's own reference, and the map is unmapped
-    only when the last view is gone.  The header is validated completely on open (see the
-    README's reliability notes); a file whose bytes change while it is open is not supported.
+    only when the last view is gone.  The header is validated completely on open (see
+    docs/gguf.md's reliability notes); a file whose bytes change while it is open is not supported.
     """
 
     def __init__(self, path):

@@ -96,7 +96,7 @@ def quantized_dot(lhs, rhs, *, lhs_format, rhs_format, acc_dtype=f32, out=None):
 
     Pairs: Q4_K x Q8_K (``[G, 144]`` x ``[G, 292]``, spec 000 section 3, bit for bit), and
     ggml's legacy pairs Q4_0/Q5_0/Q8_0 x Q8_0 and Q4_1/Q5_1 x Q8_1 (``[G, bytes]`` records of 32
-    elements; numba_qk's canonical numerics, see the README), the K-quants x Q8_K, and ggml's
+    elements; numba_qk's canonical numerics, see docs/numerics.md), the K-quants x Q8_K, and ggml's
     MXFP4 x Q8_0 (``[G, 17]`` x ``[G, 34]``) and NVFP4 x Q8_0 (``[G, 36]`` x ``[2G, 34]``: one
     NVFP4 record of 64 values spans two Q8_0 records).  Returns a 0-d float32 ndarray (or
     writes into ``out``, a writable 0-d float32 array, and returns it); ``acc_dtype`` must be

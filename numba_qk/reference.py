@@ -153,7 +153,7 @@ def quantize(values) -> np.ndarray:
 # ggml's legacy 32-element formats.  Quantizers transcribe ggml's quantize_row_*_ref (C float
 # semantics: every float operation rounded to f32; (int8_t)/(uint8_t) casts truncate toward
 # zero; roundf rounds halves away from zero); dequantizers dequantize_row_*; the dots follow
-# numba_qk's canonical legacy numerics (README).
+# numba_qk's canonical legacy numerics (docs/numerics.md).
 
 LEGACY_LAYOUT = {  # name: (bytes, offset of d, m, s, qh, qs; None where absent)
     "Q4_0": (18, 0, None, None, None, 2),
