@@ -4,11 +4,22 @@
   operation is one IEEE round-to-nearest-even step, as the numerics require.
 * ``error_model='numpy'``: float division follows IEEE (x/0 -> inf/nan), never raises.
 * ``cache=True``: compiled code is stored beside the modules, so later processes start fast.
+  numba keys a cached function on its own file and bytecode only, so a kernel would keep code
+  built from an older version of what it uses from other modules (IR intrinsics, tables frozen
+  into the code, inlined helpers).  ``DependencyCache`` adds a digest of the source of every
+  module of the package that the kernel's module imports, transitively: an edit anywhere in
+  what a kernel is built from recompiles it, and nothing else.
 * ``nogil=True``: kernels release the GIL; callers may run them from several threads.
 * ``parallel=False``: record order is part of the semantics; kernels never reorder it.
 """
 
+import ast
+import hashlib
+import sys
+from pathlib import Path
+
 from numba import njit
+from numba.core.caching import FunctionCache
 
 JIT_OPTIONS = dict(
     fastmath=False,
@@ -22,11 +33,120 @@ JIT_OPTIONS = dict(
 
 def kernel(fn):
     """Compile ``fn`` with numba_qk's JIT policy."""
-    return njit(**JIT_OPTIONS)(fn)
+    return _with_dependency_cache(njit(**JIT_OPTIONS)(fn))
 
 
 def inline_kernel(fn):
     """``kernel`` inlined into its callers at numba's IR level (``inline='always'``): for small
     per-block helpers called once per block from a hot loop, where LLVM kept the call (measured:
     the legacy encoders' absmax / min-max helpers cost 0.19 ms per 1 M floats as calls)."""
-    return njit(inline="always", **JIT_OPTIONS)(fn)
+    return _with_dependency_cache(njit(inline="always", **JIT_OPTIONS)(fn))
+
+
+# ----------------------------------------------------------------------------- cache keys
+
+def _with_dependency_cache(dispatcher):
+    dispatcher._cache = DependencyCache(dispatcher.py_func)
+    return dispatcher
+
+
+class DependencyCache(FunctionCache):
+    """numba's on-disk function cache, with one more part in each entry's key: the digest of
+    the sources the function's module is built from (``module_digest``).  Entries written
+    before a dependency changed are then never loaded again (they stay in the index until the
+    module's own file changes, which resets it, as numba does)."""
+
+    def _index_key(self, sig, codegen):
+        sig_, magic, hashes = super()._index_key(sig, codegen)
+        return (sig_, magic, (*hashes, module_digest(self._py_func.__module__)))
+
+
+_DIGESTS: dict = {}
+_IMPORTS: dict = {}
+
+
+def module_digest(name: str) -> str:
+    """sha256 over the source files of module ``name`` and of every module of its top-level
+    package that it imports, transitively (in numba_qk: the kernel and declaration layers,
+    ``_followed``) -- function-level imports included, found by reading the files (nothing is
+    imported).  Computed once per module per
+    process, when a cache entry is first looked up."""
+    digest = _DIGESTS.get(name)
+    if digest is None:
+        files = sorted(_closure(name))
+        h = hashlib.sha256()
+        for f in files:
+            h.update(str(Path(f).name).encode() + b"\0" + Path(f).read_bytes() + b"\0")
+        digest = _DIGESTS[name] = h.hexdigest()
+    return digest
+
+
+def _closure(name: str) -> set:
+    """Source files of ``name`` and of the package modules it imports, transitively."""
+    seen, files, todo = set(), set(), [name]
+    root = name.split(".")[0]
+    while todo:
+        mod = todo.pop()
+        if mod in seen:
+            continue
+        seen.add(mod)
+        path = _source_of(mod)
+        if path is None:
+            continue
+        files.add(path)
+        todo.extend(m for m in _imports_of(mod, path) if _followed(m, root))
+    return files
+
+
+# What compiled code can be built from, in numba_qk: the kernels and the declarations (their
+# schemas give byte offsets and constants).  The layers above them (ops, array types, files)
+# never reach compiled code, and following their function-level imports would tie every
+# kernel to every Python-side edit.
+_NUMBA_QK_KERNEL_LAYERS = ("numba_qk.kernels", "numba_qk.formats", "numba_qk.errors",
+                           "numba_qk._jit")
+
+
+def _followed(mod: str, root: str) -> bool:
+    if mod == "numba_qk" or mod.startswith("numba_qk."):
+        return mod.startswith(_NUMBA_QK_KERNEL_LAYERS)
+    return mod.split(".")[0] == root
+
+
+def _source_of(mod: str):
+    m = sys.modules.get(mod)
+    f = getattr(m, "__file__", None)
+    if f is None:
+        import importlib.util
+
+        try:
+            spec = importlib.util.find_spec(mod)
+        except (ImportError, ValueError):
+            return None
+        f = getattr(spec, "origin", None) if spec is not None else None
+    return f if f and f.endswith(".py") else None
+
+
+def _imports_of(mod: str, path: str) -> list:
+    """Modules named by the import statements of ``path`` (module ``mod``), relative ones
+    resolved; ``from pkg import name`` counts ``pkg.name`` when that is a module, else ``pkg``."""
+    found = _IMPORTS.get(path)
+    if found is not None:
+        return found
+    is_pkg = path.endswith("__init__.py")
+    package = mod if is_pkg else mod.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(Path(path).read_bytes(), path)):
+        if isinstance(node, ast.Import):
+            found.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1] if node.level > 1 else base
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                found.append(sub if _source_of(sub) is not None else target)
+    _IMPORTS[path] = found
+    return found

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import numba_qk
 from numba_qk import kernels
-from numba_qk._jit import JIT_OPTIONS
+from numba.core.caching import FunctionCache
+
+from numba_qk._jit import JIT_OPTIONS, DependencyCache
 from numba_qk.kernels import _bits, dot, legacy, q4_k, q8_k
 
 ROOT = Path(numba_qk.__file__).resolve().parent
@@ -55,6 +57,10 @@ def test_every_kernel_uses_the_policy():
             assert opts.get("nogil") is True, name
             assert opts.get("error_model") == "numpy", name
             assert obj._cache.__class__.__name__ != "NullCache", f"{name} is not cached"
+            assert isinstance(obj._cache, FunctionCache), name
+            if obj.py_func.__closure__ is None or "rows_runner" not in obj.py_func.__qualname__:
+                assert isinstance(obj._cache, DependencyCache), \
+                    f"{name}: its cache key does not follow its dependencies"
     assert seen >= 20
     assert JIT_OPTIONS["fastmath"] is False and JIT_OPTIONS["parallel"] is False
     for module in (_bits, q4_k, q8_k, dot, legacy, kernels):  # the original list is covered
@@ -76,3 +82,55 @@ def test_no_numba_parallel_code():
     for path in sorted(ROOT.rglob("*.py")):
         text = path.read_text()
         assert "prange" not in text and not re.search(r"parallel\s*=\s*True\s*[,)]", text), path
+
+
+_TABLES = "import numpy as np\nTABLE = np.array([{}], np.float32)\n"
+_KERNEL = """from numba_qk._jit import kernel
+from . import tables
+
+
+@kernel
+def first():
+    return tables.TABLE[0]
+"""
+_RUN = """import sys
+sys.path.insert(0, {root!r})
+from depcheck import kern
+print(kern.first(), kern.first.stats.cache_hits.get(kern.first.signatures[0], 0)
+      if kern.first.signatures else 0)
+"""
+
+
+def _run_depcheck(root, env):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _RUN.format(root=str(root))], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    value, hits = r.stdout.split()
+    return float(value), int(hits)
+
+
+def test_cache_follows_edits_of_modules_a_kernel_is_built_from(tmp_path):
+    """numba keys its cache on the kernel's own file: a kernel that freezes another module's
+    array (or calls IR defined there) kept stale code after that module changed.  With
+    DependencyCache the next process recompiles; an unchanged tree loads from the cache."""
+    import os
+
+    pkg = tmp_path / "depcheck"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "tables.py").write_text(_TABLES.format("1.0"))
+    (pkg / "kern.py").write_text(_KERNEL)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT.parent), os.environ.get("PYTHONPATH", "")])}
+    env.pop("NUMBA_CACHE_DIR", None)
+    env.pop("NUMBA_DISABLE_JIT", None)
+    assert _run_depcheck(tmp_path, env) == (1.0, 0)       # compiled, cache written
+    assert _run_depcheck(tmp_path, env) == (1.0, 1)       # loaded from the cache
+    kern_stat = os.stat(pkg / "kern.py")
+    (pkg / "tables.py").write_text(_TABLES.format("2.0"))  # only the dependency changes
+    os.utime(pkg / "kern.py", ns=(kern_stat.st_atime_ns, kern_stat.st_mtime_ns))
+    assert _run_depcheck(tmp_path, env) == (2.0, 0)       # recompiled, not the stale 1.0
+    assert _run_depcheck(tmp_path, env) == (2.0, 1)

@@ -28,7 +28,7 @@ from numba.core import cgutils, types
 from numba.core.caching import FunctionCache, NullCache
 from numba.extending import intrinsic
 
-from .._jit import kernel
+from .._jit import kernel, module_digest
 
 HAVE_ATOMICS = not config.DISABLE_JIT
 _X86 = platform.machine().lower() in ("x86_64", "amd64")
@@ -165,15 +165,19 @@ class _RunnerCache(FunctionCache):
     """The on-disk cache of one ``rows_runner`` closure.  numba keys a closure's entries by a
     pickle of its cell contents, and a compiled function pickles with a random per-process
     UUID: every process would miss and append an entry.  The serial kernel's identity is the
-    key here instead."""
+    key here instead, with the digests (``_jit.module_digest``) of this module and of the
+    serial kernel's module: the runner's code has the serial kernel compiled into it."""
 
-    def __init__(self, py_func, identity):
+    def __init__(self, py_func, identity, kernel_module):
         super().__init__(py_func)
         self._identity = identity.encode()
+        self._kernel_module = kernel_module
 
     def _index_key(self, sig, codegen):
         code = hashlib.sha256(self._py_func.__code__.co_code).hexdigest()
-        return (sig, codegen.magic_tuple(), (code, hashlib.sha256(self._identity).hexdigest()))
+        return (sig, codegen.magic_tuple(), (code, hashlib.sha256(self._identity).hexdigest(),
+                                             module_digest(self._py_func.__module__),
+                                             module_digest(self._kernel_module)))
 
 
 def rows_runner(gemv):
@@ -218,6 +222,7 @@ def rows_runner(gemv):
             return np.int64(1)
 
         identity = _kernel_identity(gemv)
-        run._cache = _RunnerCache(run.py_func, identity) if identity else NullCache()
+        run._cache = (_RunnerCache(run.py_func, identity, gemv.py_func.__module__)
+                      if identity else NullCache())
         _RUNNERS[gemv] = run
     return run

@@ -42,9 +42,8 @@ E2M1, E2M3, E3M2, E4M3, E5M2, INT8 = range(6)
 _ELEMENT = {E2M1: (2, 1, 1, 0x7), E2M3: (2, 3, 1, 0x1F), E3M2: (3, 2, 3, 0x1F),
             E4M3: (4, 3, 7, 0x7E), E5M2: (5, 2, 15, 0x7B), INT8: (0, 0, 0, 0)}
 # float32 values of every code (exact), from lowp's tables.  numba freezes these arrays into
-# the compiled code, and its on-disk cache keys on this file only: edit this comment when
-# lowp's tables change (tables revision 2: fp8 NaN codes keep their sign) until cache keys
-# follow such edits mechanically (the restructure issue).
+# the compiled code; _jit.DependencyCache keys the cache on lowp.py's source too, so a table
+# change recompiles these kernels.
 _F32 = {E2M1: _T_E2M1.astype(np.float32), E2M3: _T_E2M3.astype(np.float32),
         E3M2: _T_E3M2.astype(np.float32), E4M3: _T_E4M3.astype(np.float32),
         E5M2: _T_E5M2.astype(np.float32),

@@ -443,8 +443,8 @@ def gemm_nvfp4_q8_0_portable(w, x, out):
 
 
 from ._simd import HAVE_AVX2, load_f16_fpext, prefetch_lines, prefetch_plan  # noqa: E402  (after the tables)
-# (numba's cache keys on this file, not on _simd_mxrec.py: edit this line when that IR changes;
-# IR revision 2: transposed gemv tiles)
+# (numba's own cache key is this file only; _jit.DependencyCache adds _simd_mxrec.py's source
+# and every other kernel-layer module this one imports, so IR edits there recompile these.)
 
 if HAVE_AVX2:
     from ._simd_mxrec import (XT_ROWS, mxfp4_acts_x8_t, mxfp4_q8_0_s,  # noqa: E402
