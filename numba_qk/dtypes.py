@@ -147,9 +147,7 @@ def from_name(name: str):
     t = _BY_NAME.get(name) or _BY_NAME.get(name.lower())
     if t is not None:
         return t
-    from . import mx  # the block-scaled formats (spec 004 part 2): "mxfp4", "nvfp4", ...
-
-    fmt = mx.find(name)
+    fmt = _formats.mx.find_scaled(name)   # block-scaled formats (declared in numba_qk.mx)
     if fmt is not None:
         return fmt
     if name.lower() in _REJECTED:
@@ -379,3 +377,8 @@ def scalar(t: ScalarType, value) -> Scalar:
         if not isinstance(value, (int, float)):
             value = float(value)
     return Scalar._make(t, encode(t, value))
+
+
+# What an element type does beyond its declaration (``formats.scalars.BEHAVIOUR``): numpy's
+# view of its values (``np.array(x, dtype=qk.bf16)``) and ``qk.bf16(1.5)``.
+_formats.scalars.BEHAVIOUR.update(value_dtype=value_dtype, scalar=scalar)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .dtypes import e2m1, e2m3, e3m2, e4m3, e5m2, e8m0
 from .formats import _TOKEN, i8
-from .formats.mx import ScaledFormat
+from .formats.mx import ScaledFormat, _lookup, find_scaled  # noqa: F401  (_lookup: pickles)
 
 __all__ = ["ScaledFormat", "mxfp4", "mxfp6e2m3", "mxfp6e3m2", "mxfp8e4m3", "mxfp8e5m2", "mxint8",
            "nvfp4", "FORMATS", "find", "from_ggml", "to_ggml"]
@@ -36,16 +36,9 @@ nvfp4 = ScaledFormat(_TOKEN, "nvfp4", 16, e2m1, e4m3, True, None,
                      "NVIDIA NVFP4: e2m1, ue4m3 block scale, f32 tensor scale")
 
 FORMATS = (mxfp4, mxfp6e2m3, mxfp6e3m2, mxfp8e4m3, mxfp8e5m2, mxint8, nvfp4)
-_BY_NAME = {f.name: f for f in FORMATS}
 
 
-def _lookup(attr):
-    return _BY_NAME[attr]
-
-
-def find(name):
-    """The block-scaled format named ``name`` (``"mxfp4"``, case-insensitive), or None."""
-    return _BY_NAME.get(name.lower()) if isinstance(name, str) else None
+find = find_scaled   # the block-scaled format named ``name`` (case-insensitive), or None
 
 
 GGML_MXFP4_BLOCK_BYTES = 17   # ggml's block_mxfp4: e8m0 byte + 16 bytes of nibbles (type 39)

@@ -16,7 +16,7 @@ needs_simd = pytest.mark.skipif(not HAVE_AVX2, reason="no AVX2/F16C on this mach
 
 @needs_simd
 def test_simd_record_sums_equal_loop_on_any_bytes(rng):
-    from numba_qk.kernels._simd import q4_k_q8_k_sums_avx2
+    from numba_qk.kernels._simd_q4_k import q4_k_q8_k_sums_avx2
     from numba import njit
 
     @njit(cache=False)

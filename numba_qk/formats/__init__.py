@@ -29,8 +29,9 @@ from __future__ import annotations
 from typing import Iterator
 
 from . import kquants, legacy, mxrec
-from ._schema import _F, _TOKEN, Field, Format, _check_tiling, _Frozen, _no_subclass  # noqa: F401
-from .scalars import SCALARS, ScalarType, bf16, f16, f32, i8, i32
+from ._schema import (_F, _TOKEN, Field, Format, _check_tiling, _Frozen,  # noqa: F401
+                      _lookup_format, _no_subclass)
+from .scalars import SCALARS, ScalarType, _lookup_scalar, bf16, f16, f32, i8, i32  # noqa: F401
 from .mx import ScaledFormat  # noqa: F401  (singletons: numba_qk.mx, after the element types)
 from .kquants import q2_k, q3_k, q4_k, q5_k, q6_k, q8_k  # noqa: F401
 from .legacy import q4_0, q4_1, q5_0, q5_1, q8_0, q8_1  # noqa: F401
@@ -72,14 +73,6 @@ def activation_format(weight_format: Format) -> Format:
     except (KeyError, TypeError):
         raise TypeError(f"{weight_format!r} has no quantized dot; weight formats: "
                         f"{', '.join(repr(f) for f in _ACTIVATION_FORMAT)}") from None
-
-
-def _lookup_format(attr):
-    return _FORMATS[attr]
-
-
-def _lookup_scalar(attr):
-    return _SCALARS[attr]
 
 
 def _register_scalar(t: ScalarType, facts: dict) -> None:

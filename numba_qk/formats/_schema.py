@@ -91,6 +91,7 @@ class Format(_Frozen):
         self._init(name=name, _attr=attr, block_size=block_size, block_bytes=block_bytes,
                    fields=tuple(fields), _doc=doc, ggml_type=ggml_type)
         _check_tiling(self)
+        _FORMATS_BY_ATTR[attr] = self
 
     # Aliases in record vocabulary.
     @property
@@ -126,8 +127,6 @@ class Format(_Frozen):
         return self.name
 
     def __reduce__(self):  # pickles as a reference to the singleton
-        from . import _lookup_format
-
         return (_lookup_format, (self._attr,))
 
     def __copy__(self):
@@ -135,6 +134,17 @@ class Format(_Frozen):
 
     def __deepcopy__(self, memo):
         return self
+
+
+_FORMATS_BY_ATTR: dict = {}   # every Format, by attribute name, as it is declared
+
+
+def _lookup_format(attr):
+    """The Format named ``attr`` (what a pickled Format refers to)."""
+    return _FORMATS_BY_ATTR[attr]
+
+
+_lookup_format.__module__ = "numba_qk.formats"   # pickles name numba_qk.formats._lookup_format
 
 
 def _check_count(n) -> int:

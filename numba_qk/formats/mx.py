@@ -24,7 +24,22 @@ from typing import Optional
 
 from ._schema import _TOKEN, _Frozen, _check_count, _no_subclass
 
-__all__ = ["ScaledFormat"]
+__all__ = ["ScaledFormat", "find_scaled"]
+
+_SCALED_BY_NAME: dict = {}   # every ScaledFormat (declared in numba_qk.mx), by name
+
+
+def _lookup(attr):
+    """The ScaledFormat named ``attr`` (what a pickled ScaledFormat refers to)."""
+    return _SCALED_BY_NAME[attr]
+
+
+_lookup.__module__ = "numba_qk.mx"   # pickles name numba_qk.mx._lookup, as they always did
+
+
+def find_scaled(name):
+    """The block-scaled format named ``name`` (``"mxfp4"``, case-insensitive), or None."""
+    return _SCALED_BY_NAME.get(name.lower()) if isinstance(name, str) else None
 
 
 @_no_subclass
@@ -43,6 +58,7 @@ class ScaledFormat(_Frozen):
                             "numba_qk.mx.mxfp4 ...")
         self._init(name=name, _attr=name, block_size=block_size, element=element, scale=scale,
                    has_tensor_scale=has_tensor_scale, emax=emax, doc=doc)
+        _SCALED_BY_NAME[name] = self
 
     @property
     def is_float(self) -> bool:
@@ -73,8 +89,6 @@ class ScaledFormat(_Frozen):
         return self.name
 
     def __reduce__(self):  # pickles as a reference to the singleton
-        from ..mx import _lookup
-
         return (_lookup, (self._attr,))
 
     def __copy__(self):

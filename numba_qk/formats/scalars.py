@@ -10,7 +10,23 @@ from typing import Optional
 
 from ._schema import _TOKEN, _Frozen, _check_count, _no_subclass
 
-__all__ = ["ScalarType", "f32", "f16", "bf16", "i8", "i32", "SCALARS"]
+__all__ = ["ScalarType", "f32", "f16", "bf16", "i8", "i32", "SCALARS", "BEHAVIOUR"]
+
+#: What an element type does beyond its declaration -- ``value_dtype(t)`` (numpy's view of its
+#: values) and ``scalar(t, value)`` (``t(value)``) -- supplied by :mod:`numba_qk.dtypes`, the
+#: layer above, when it is imported (``numba_qk`` always imports it).  A table filled from
+#: above instead of an import from here keeps the declarations free of upward imports.
+BEHAVIOUR: dict = {}
+
+_SCALARS_BY_ATTR: dict = {}   # every ScalarType, by attribute name, as it is declared
+
+
+def _lookup_scalar(attr):
+    """The ScalarType named ``attr`` (what a pickled ScalarType refers to)."""
+    return _SCALARS_BY_ATTR[attr]
+
+
+_lookup_scalar.__module__ = "numba_qk.formats"   # pickles name numba_qk.formats._lookup_scalar
 
 
 @_no_subclass
@@ -32,6 +48,7 @@ class ScalarType(_Frozen):
             raise TypeError("ScalarType objects are created by numba_qk only; use numba_qk.f32")
         self._init(name=name, _attr=attr, block_bytes=nbytes, _numpy=numpy_name,
                    _is_float=is_float, ggml_type=ggml_type, _facts=None)
+        _SCALARS_BY_ATTR[attr] = self
 
     @property
     def is_float(self) -> bool:
@@ -59,9 +76,7 @@ class ScalarType(_Frozen):
 
     def __getattr__(self, key):  # the numeric facts (bits, max, has_inf, ...): numba_qk.dtypes
         if key == "dtype":  # lets numpy read ``np.array(x, dtype=qk.bf16)``
-            from ..dtypes import value_dtype
-
-            return value_dtype(self)
+            return BEHAVIOUR["value_dtype"](self)
         facts = object.__getattribute__(self, "_facts")
         if facts is not None and key in facts:
             return facts[key]
@@ -69,9 +84,7 @@ class ScalarType(_Frozen):
 
     def __call__(self, value):
         """A scalar of this type: ``numba_qk.bf16(1.5)`` (one rounding, the astype policy)."""
-        from ..dtypes import scalar
-
-        return scalar(self, value)
+        return BEHAVIOUR["scalar"](self, value)
 
     def __repr__(self):
         return f"numba_qk.{self._attr}"
@@ -80,8 +93,6 @@ class ScalarType(_Frozen):
         return self.name
 
     def __reduce__(self):
-        from . import _lookup_scalar
-
         return (_lookup_scalar, (self._attr,))
 
     def __copy__(self):

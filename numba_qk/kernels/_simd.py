@@ -256,16 +256,6 @@ def load_f32_raw(typingctx, arr, off):
     return sig, codegen
 
 
-def __getattr__(name):
-    """The per-format intrinsics, importable from here as before the split."""
-    from . import _simd_legacy, _simd_q4_k
-
-    for module in (_simd_q4_k, _simd_legacy):
-        if name in module.__all__:
-            return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 @intrinsic
 def prefetch(typingctx, arr, off):
     """Hint the cache to fetch the line holding byte ``off`` of uint8 array ``arr`` into L2

@@ -69,27 +69,13 @@ import math
 import numpy as np
 
 from .._jit import kernel
-from ..formats.legacy import q8_0 as _Q8
-from ..formats.mxrec import mxfp4 as _MX, nvfp4 as _NV
 from ._bits import f16_to_f32
 from ._kquant_common import first_nonfinite_block
 
-MX_E_AT = _MX.field("e").start       # the e8m0 scale byte
-MX_QS_AT = _MX.field("qs").start     # 16 bytes of codes
-NV_D_AT = _NV.field("d").start       # 4 ue4m3 sub-block scales
-NV_QS_AT = _NV.field("qs").start     # 32 bytes of codes
-Y_D_AT = _Q8.field("d").start        # Q8_0 f16 scale
-Y_QS_AT = _Q8.field("qs").start      # Q8_0 int8 quants
-MX_BLOCK = _MX.block_size            # 32
-NV_BLOCK = _NV.block_size            # 64
-NV_SUB = 16                          # NVFP4 sub-block (ggml's QK_NVFP4_SUB)
-NV_NSUB = NV_BLOCK // NV_SUB         # 4
-Y_BLOCK = _Q8.block_size             # 32: one NVFP4 record spans two Q8_0 records
-_LOW4 = np.uint8(0b0000_1111)
-
-# ggml's kvalues_fp4: e2m1 values doubled (codes 8..15 are the negatives; code 8 is +0)
-KVALUES = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], np.int8)
-KVALUES_F32 = KVALUES.astype(np.float32)
+from ._mxrec_layout import (KVALUES, KVALUES_F32, MX_BLOCK, MX_E_AT, MX_QS_AT,  # noqa: F401
+                            NV_BLOCK, NV_D_AT, NV_NSUB, NV_QS_AT, NV_SUB, Y_BLOCK, Y_D_AT,
+                            Y_QS_AT)
+from ._mxrec_layout import LOW4 as _LOW4
 
 
 def _e8m0_half_table():
