@@ -11,7 +11,7 @@ from numba.core.registry import CPUDispatcher
 
 import numba_qk as qk
 from numba_qk import _registry, kernels
-from numba_qk.kernels import blocks
+from numba_qk.kernels import blocks, dequantize_q5_1, dot_q4_0_q8_0, quantize_q8_0
 from qk_assert import assert_same_f32, assert_same_records
 
 FORMATS = [b.format for b in _registry.BINDINGS]
@@ -46,6 +46,19 @@ def user_dequantize(fn, w, out):
 @njit(cache=False)
 def user_quantize(fn, x, out):
     return fn(x, out)
+
+
+@njit(cache=False)
+def user_composition(x, w, xq, w5, y):
+    """Blocks called by their global names: quantize x (Q8_0), sum the dots of the Q4_0 rows,
+    dequantize Q5_1 records."""
+    if quantize_q8_0(x, xq) >= 0:
+        return np.float32(np.nan), np.float32(np.nan)
+    acc = np.float32(0.0)
+    for r in range(w.shape[0]):
+        acc += dot_q4_0_q8_0(w[r], xq)
+    dequantize_q5_1(w5, y)
+    return acc, y[0]
 
 
 def names(fmt):
@@ -215,6 +228,26 @@ def test_quantize_q8_k_tiny_extreme_is_out_of_domain():
     with pytest.raises(qk.QuantizationDomainError) as e:
         qk.quantize(x, qk.quant.q8_k)
     assert e.value.block == 1
+
+
+def test_blocks_by_global_name_in_user_njit():
+    rng = np.random.default_rng(22_300)
+    x = rng.standard_normal(2 * 32).astype(np.float32)
+    w = _records(qk.quant.q4_0, rng, ROWS, 2)
+    xq = np.empty((2, 34), np.uint8)
+    y = np.empty(2 * 32, np.float32)
+    w5 = _records(qk.quant.q5_1, rng, 2)
+    acc, y0 = user_composition(x, w, xq, w5, y)
+    want_xq = qk.quantize(x.reshape(2, 32), qk.quant.q8_0)
+    assert_same_records(xq, want_xq, "quantize_q8_0")
+    want = np.float32(0.0)
+    with np.errstate(all="ignore"):   # NaN / inf scales
+        for r in range(ROWS):
+            want = np.float32(want + qk.quantized_dot(w[r], want_xq, lhs_format=qk.quant.q4_0,
+                                                      rhs_format=qk.quant.q8_0))
+    _same_scalar(acc, want, "sum of dots")
+    assert_same_f32(y, qk.dequantize(w5, qk.quant.q5_1).reshape(-1), "q5_1")
+    _same_scalar(y0, y[0], "y[0]")
 
 
 def test_flat_arrays_of_the_wrong_size_raise():
