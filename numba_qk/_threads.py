@@ -165,7 +165,7 @@ class _Pieces:
     claim, before a count -- so the caller's own bookkeeping cannot be trusted then; only the
     workers', which never receive asynchronous exceptions, is: each worker counts itself
     ``inside`` the job while it works on it (``enter``/``leave``)."""
-    __slots__ = ("left", "lock", "done", "error", "cancelled", "inside", "idle")
+    __slots__ = ("left", "lock", "done", "error", "cancelled", "inside")
 
     def __init__(self, left):
         self.left = left
@@ -174,8 +174,7 @@ class _Pieces:
         self.done.acquire()
         self.error = None
         self.cancelled = False   # set by abandon(): no piece starts any more
-        self.inside = 0          # workers working on this job
-        self.idle = None         # abandon()'s lock, released when the last worker leaves
+        self.inside = []         # one entry per worker working on this job (enter/leave)
 
     def _run_one(self, fn, args):
         try:
@@ -195,41 +194,32 @@ class _Pieces:
         self.done.release()
 
     def enter(self) -> bool:
-        """A worker starts on the job; False (and it must not) once the caller abandoned it."""
-        with self.lock:
-            if self.cancelled:
-                return False
-            self.inside += 1
-            return True
+        """A worker starts on the job; False (and it must not) once the caller abandoned it.
+        No lock: ``list.append``/``pop`` and attribute reads are atomic under the GIL, and the
+        worker announces itself *before* it reads ``cancelled`` while ``abandon`` sets
+        ``cancelled`` *before* it reads ``inside``, so one of the two always sees the other."""
+        self.inside.append(None)
+        if self.cancelled:
+            self.inside.pop()
+            return False
+        return True
 
     def leave(self):
-        with self.lock:
-            self.inside -= 1
-            if self.inside == 0 and self.idle is not None and self.idle.locked():
-                self.idle.release()
+        self.inside.pop()
 
     def abandon(self):
         """The caller stops: no piece starts from now on, and this returns once every worker
         has left the job, so nothing writes the caller's buffers after the exception reaches
-        it.  A further interrupt does not cut the wait short (it is bounded by one piece)."""
+        it.  A further interrupt does not cut the wait short (it is bounded by one piece, and
+        polled: this runs only on the way out of an interrupted call)."""
+        self.cancelled = True
         while True:
             try:
-                self._abandon_once()
+                while self.inside:
+                    time.sleep(50e-6)
                 return
             except BaseException:  # noqa: BLE001 - keep waiting; the first exception wins
                 continue
-
-    def _abandon_once(self):
-        with self.lock:
-            self.cancelled = True
-            if self.inside == 0:
-                return
-            if self.idle is None:
-                self.idle = threading.Lock()
-                self.idle.acquire()
-            idle = self.idle
-        idle.acquire()
-        idle.release()
 
 
 class _Job(_Pieces):
@@ -271,7 +261,7 @@ class _Call(_Pieces):
 
 
 class _Worker:
-    __slots__ = ("thread", "queue", "lock", "pending", "sleeping", "gen", "flag")
+    __slots__ = ("thread", "queue", "lock", "pending", "sleeping", "gen", "flag", "alive")
 
     def __init__(self):
         self.queue = queue.SimpleQueue()
@@ -282,6 +272,7 @@ class _Worker:
         #  once it released the GIL (0: none to wait for)]
         self.gen = np.zeros(8, np.int64)[:2]
         self.flag = np.zeros(8, np.int64)[:1]   # 1 while it spins (``free_cores``)
+        self.alive = True             # False once its thread has ended
 
 
 class _Pool:
@@ -321,6 +312,12 @@ class _Pool:
             return self._pending_or_sleep(w)
 
     def _loop(self, w):
+        try:
+            self._serve(w)
+        finally:
+            w.alive = False
+
+    def _serve(self, w):
         while True:
             job = w.queue.get()
             while job is not None:
@@ -340,7 +337,8 @@ class _Pool:
         with self.lock:
             # a worker thread that ended (it cannot, short of interpreter shutdown) is replaced,
             # so that no job is ever queued to a thread that will not take it
-            self.workers = [w for w in self.workers if w.thread.is_alive()]
+            if not all(w.alive for w in self.workers):
+                self.workers = [w for w in self.workers if w.alive]
             while len(self.workers) < helpers:
                 w = _Worker()
                 if SPIN_US:

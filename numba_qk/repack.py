@@ -92,7 +92,7 @@ def _aligned_copy(arr: np.ndarray) -> np.ndarray:
     """A C-contiguous copy of ``arr`` starting on a 64-byte boundary (a tile per cache line)."""
     buf = np.empty(arr.nbytes + 64, np.uint8)
     at = -buf.ctypes.data % 64
-    out = buf[at:at + arr.nbytes].reshape(arr.shape)
+    out = buf[at:at + arr.nbytes].view(arr.dtype).reshape(arr.shape)   # same dtype: no cast
     out[...] = arr
     return out
 
@@ -110,7 +110,8 @@ class Repacked:
     and keeps its own copy of the arrays; ``gemv``/``gemm``/``matmul`` check the agreement again
     before any kernel reads the tiles."""
 
-    __slots__ = ("format", "shape", "tiles", "tail")
+    __slots__ = ("format", "shape", "tiles", "tail", "_checked")
+    _PARTS = ("format", "shape", "tiles", "tail")
 
     def __init__(self, format, shape, tiles, tail):
         self._adopt(format, shape, np.array(as_array(tiles, "tiles"), copy=True),
@@ -119,13 +120,18 @@ class Repacked:
     def _adopt(self, format, shape, tiles, tail):
         """Check the parts and take ``tiles`` (an array nobody else holds) as it is; ``tail``
         (fewer than a tile's rows, possibly a view of the caller's records) is copied."""
-        format, shape = _check_parts(format, shape, tiles, tail)
-        if not tiles.flags.c_contiguous or tiles.ctypes.data % 64:
+        if isinstance(tail, np.ndarray):
+            tail = np.array(tail, copy=True, order="C")
+        if isinstance(tiles, np.ndarray) and (not tiles.flags.c_contiguous
+                                              or tiles.ctypes.data % 64):
             tiles = _aligned_copy(tiles)
-        tail = np.array(tail, copy=True, order="C")
-        for name, value in (("format", format), ("shape", shape), ("tiles", _frozen(tiles)),
-                            ("tail", _frozen(tail))):
+        format, shape = _check_parts(format, shape, tiles, tail)
+        parts = (format, shape, _frozen(tiles), _frozen(tail))
+        for name, value in zip(self._PARTS, parts):
             object.__setattr__(self, name, value)
+        # the parts as checked: by identity, and the arrays' geometry (numpy lets a read-only
+        # array's shape and strides be reassigned in place)
+        object.__setattr__(self, "_checked", (*parts, _geometry(parts[2], parts[3])))
 
     @classmethod
     def _of(cls, format, shape, tiles, tail):
@@ -147,13 +153,19 @@ class Repacked:
     def __setstate__(self, state):
         """Pickles written before Repacked was immutable: ``(None, {slot: value})``."""
         slots = state[1] if isinstance(state, tuple) else state
-        if not isinstance(slots, dict) or set(slots) != set(self.__slots__):
+        if not isinstance(slots, dict) or set(slots) != set(self._PARTS):
             raise ValueError("Repacked: unpickled state does not hold format, shape, tiles, tail")
         self._adopt(slots["format"], slots["shape"], np.array(slots["tiles"]), slots["tail"])
 
     def check(self) -> None:
-        """Raise ``ValueError`` unless ``shape``, ``tiles`` and ``tail`` still agree (the
-        products call this before any kernel reads the tiles)."""
+        """Raise ``ValueError``/``TypeError`` unless ``format``, ``shape``, ``tiles`` and
+        ``tail`` still agree (the products call this before any kernel reads the tiles).  The
+        parts checked on construction are recognised by identity (a few ns); anything forced
+        in since (``object.__setattr__``) is checked in full."""
+        c = self._checked
+        if (self.format is c[0] and self.shape is c[1] and self.tiles is c[2]
+                and self.tail is c[3] and _geometry(c[2], c[3]) == c[4]):
+            return
         _check_parts(self.format, self.shape, self.tiles, self.tail)
 
     @property
@@ -169,6 +181,10 @@ class Repacked:
 
     def __repr__(self):
         return f"Repacked({self.format.name}, shape={self.shape})"
+
+
+def _geometry(tiles, tail):
+    return (tiles.shape, tiles.strides, tail.shape, tail.strides)
 
 
 def _check_parts(format, shape, tiles, tail):
@@ -195,6 +211,9 @@ def _check_parts(format, shape, tiles, tail):
         if arr.shape != want:
             raise ValueError(f"Repacked: {name} of shape {arr.shape} does not match records of "
                              f"shape {shape} ({format.name}, {r}-row tiles: expected {want})")
+        if arr.size and not arr.flags.c_contiguous:
+            raise ValueError(f"Repacked: {name} must be C-contiguous (the kernels walk it by "
+                             f"its shape), got strides {arr.strides}")
     return format, shape
 
 

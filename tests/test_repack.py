@@ -334,6 +334,15 @@ def test_products_check_a_forced_shape(name, rng):
 
 
 @pytest.mark.parametrize("name", NAMES)
+def test_products_check_arrays_reshaped_in_place(name, rng):
+    """numpy lets a read-only array's shape be reassigned in place: the products notice."""
+    f, w, rp, x = _rp_and_x(name, rng, rows=32)
+    rp.tiles.shape = (rp.tiles.shape[0] * 2, rp.tiles.shape[1] // 2)
+    with pytest.raises(ValueError, match="tiles of shape"):
+        qk.matmul(rp, x, lhs_format=f)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_hand_built_repacked_is_checked(name, rng):
     f, w, rp, x = _rp_and_x(name, rng)
     want = qk.matmul(w, x, lhs_format=f)
