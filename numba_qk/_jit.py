@@ -46,7 +46,8 @@ def inline_kernel(fn):
 # ----------------------------------------------------------------------------- cache keys
 
 def _with_dependency_cache(dispatcher):
-    dispatcher._cache = DependencyCache(dispatcher.py_func)
+    if hasattr(dispatcher, "py_func"):   # not under NUMBA_DISABLE_JIT (a plain function then)
+        dispatcher._cache = DependencyCache(dispatcher.py_func)
     return dispatcher
 
 
