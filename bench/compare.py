@@ -127,7 +127,7 @@ def machine() -> dict:
     import llvmlite.binding as llb
     import numba
 
-    from numba_qk.kernels._simd import HAVE_AVX2, HAVE_AVX512
+    from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512
 
     try:
         l3 = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()

@@ -45,7 +45,7 @@ sys.path.insert(0, str(HERE))
 
 import numba_qk as qk  # noqa: E402
 from numba_qk import _ggml_ctypes  # noqa: E402
-from numba_qk.kernels import _simd  # noqa: E402
+from numba_qk.kernels.simd import base as _simd  # noqa: E402
 
 NAMES = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
 FP4_NAMES = ("mxfp4", "nvfp4")  # ggml's FP4 records (activations Q8_0): bench/compare_mxrec.py

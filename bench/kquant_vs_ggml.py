@@ -75,7 +75,7 @@ def main() -> int:
     rng = np.random.default_rng(11)
     for name in NAMES:
         fmt = getattr(fk, name)
-        mod = importlib.import_module(f"numba_qk.kernels.{name}")
+        mod = importlib.import_module(f"numba_qk.kernels.kquants.{name}")
         quantize, dequantize = getattr(mod, f"quantize_{name}"), getattr(mod, f"dequantize_{name}")
         out = np.zeros((x.shape[0], fmt.block_bytes), np.uint8)
         assert quantize(x, out) == -1

@@ -23,14 +23,16 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from .formats import Format, ScalarType, activation_format, quant
-from .kernels import legacy
-from .kernels.dot import dot_q4_k_q8_k, gemm_q4_k_q8_k, gemv_q4_k_q8_k
-from .kernels.q4_k import q4_k_decode_records, q4_k_dequantize_records
-from .kernels.q4_k_encode import quantize_q4_k
-from .kernels.q8_k import (q8_k_decode_records, q8_k_dequantize_records, q8_k_invalid_records,
-                           quantize_q8_k)
-from .kernels import q2_k as _k2, q3_k as _k3, q5_k as _k5, q6_k as _k6
-from .kernels import mxrec as _kfp4
+from numba_qk.kernels.legacy import kernels as legacy
+from numba_qk.kernels.kquants.dot import dot_q4_k_q8_k, gemm_q4_k_q8_k, gemv_q4_k_q8_k
+from numba_qk.kernels.kquants.q4_k import q4_k_decode_records, q4_k_dequantize_records
+from numba_qk.kernels.kquants.q4_k_encode import quantize_q4_k
+from numba_qk.kernels.kquants.q8_k import q8_k_decode_records, q8_k_dequantize_records, q8_k_invalid_records, quantize_q8_k
+from numba_qk.kernels.kquants import q2_k as _k2
+from numba_qk.kernels.kquants import q3_k as _k3
+from numba_qk.kernels.kquants import q5_k as _k5
+from numba_qk.kernels.kquants import q6_k as _k6
+from numba_qk.kernels.fp4 import mxrec as _kfp4
 
 __all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "binding", "capabilities",
            "Capabilities", "check_bindings", "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields",

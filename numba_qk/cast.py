@@ -3,7 +3,7 @@
 ``astype(a, dtype, *, out=None, threads=1)`` reads ``a`` -- a numpy array of any rank and
 strides (f64, f32, f16, ints, bool), an ml_dtypes array (by value), a :class:`Tensor` or any
 buffer -- and writes every element once, converted by the kernels of
-:mod:`numba_qk.kernels.lowp` (DESIGN.md §8's policy: one RNE from the exact source value).
+:mod:`numba_qk.kernels.lowp.codecs` (DESIGN.md §8's policy: one RNE from the exact source value).
 The result is C-contiguous with the same logical shape: a numpy array where numpy has the
 target dtype (f32, f16, i8, u8, i32), else a Tensor; or ``out`` when given.
 
@@ -22,8 +22,8 @@ from . import _threads
 from . import dtypes as _d
 from ._validate import check_threads
 from .formats import ScalarType
-from .kernels import _stream
-from .kernels import lowp as _k
+from numba_qk.kernels.simd import stream as _stream
+from numba_qk.kernels.lowp import codecs as _k
 from .tensor import Tensor, as_element_type, storage_dtype, storage_shape
 
 __all__ = ["astype", "astype_codes"]
@@ -231,7 +231,7 @@ def astype(a, dtype, *, out=None, threads=1, tensor_scale=None):
         return result
     kernel = _k.converter(src.kind, _KIND[t.name], src.spb, t.block_size)
     # Large casts may bypass the caches with non-temporal stores (the same bits;
-    # kernels/_stream.py) where that measured faster on the CPU family (thresholds there):
+    # kernels/simd/stream.py) where that measured faster on the CPU family (thresholds there):
     # widening ones (f32 from bf16/f16/fp8/fp6), and f32 -> bf16/f16 where the vector kernels
     # store straight from registers.  Other narrowing casts measured slower streamed.
     dk = _KIND[t.name]

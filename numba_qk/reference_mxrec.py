@@ -3,7 +3,7 @@
 Written from ggml's C text (``ggml-common.h`` block layouts and ``kvalues_fp4``,
 ``ggml-impl.h`` ``ggml_e8m0_to_fp32_half`` / ``ggml_ue4m3_to_fp32`` / ``ggml_fp32_to_ue4m3``,
 ``ggml-quants.c`` ``best_index_mxfp4`` / ``quantize_row_*_ref`` / ``dequantize_row_*``) and
-numba_qk's canonical dot numerics (``numba_qk.kernels.mxrec`` docstring, docs/numerics.md).  It shares no
+numba_qk's canonical dot numerics (``numba_qk.kernels.fp4.mxrec`` docstring, docs/numerics.md).  It shares no
 code with the kernels: every record is plain ``bytes``, integers are Python ints, and every f32
 step is one numpy float32 scalar operation.  ``floorf(log2f(a))`` is taken here from the
 double-precision ``math.log2`` rounded to f32 (a different route from the kernels' bit table).

@@ -1,7 +1,7 @@
 """Row-interleaved weights: ``repack`` (ggml's CPU_REPACK idea for numba_qk's legacy gemv).
 
 ``repack(w, format)`` copies Q4_0 weight records ``[rows, G, bytes]`` into tiles of 8 rows
-whose scales and quants are interleaved (see ``numba_qk.kernels.legacy_x8``), so that one
+whose scales and quants are interleaved (see ``numba_qk.kernels.legacy.x8``), so that one
 512-bit load feeds all 8 rows and no per-row horizontal reduction is needed.  ``gemv``,
 ``gemm`` and ``matmul`` accept the result in place of the plain records and return the same
 bits.  It pays off when the same weights serve many products (a model layer): the copy (numpy
@@ -18,14 +18,14 @@ from . import _threads
 from ._jit import kernel
 from ._validate import as_array, check_records
 from .formats import Format, quant
-from .kernels import _legacy_layout as _LL
-from .kernels import legacy_x8 as _x8
-from .kernels import q4_k_x16 as _x16
+from numba_qk.kernels.legacy import layout as _LL
+from numba_qk.kernels.legacy import x8 as _x8
+from numba_qk.kernels.kquants import q4_k_x16 as _x16
 
 __all__ = ["repack", "Repacked", "REPACK_FORMATS"]
 
 #: Weight formats ``repack`` accepts (the kernels also do Q8_0, kept private: its tiles were
-#: slower than the plain records when streamed from DRAM, see kernels/legacy_x8.py).
+#: slower than the plain records when streamed from DRAM, see kernels/legacy/x8.py).
 REPACK_FORMATS = (quant.q4_0, quant.q4_k)
 
 
@@ -66,7 +66,7 @@ def _gemm_q4_k(tiles, tail, x, out):
 #: (gemv, gemm, gemv of whole tiles) per format
 _KERNELS = {quant.q4_0: _bind(_LL.CODES[quant.q4_0], quant.q4_0.block_bytes),
             quant.q4_k: (_gemv_q4_k, _gemm_q4_k, _gemv_tiles_q4_k)}
-#: Rows per tile of each format (Q4_0: 8-row interleave; Q4_K: 16-row groups, kernels/q4_k_x16.py).
+#: Rows per tile of each format (Q4_0: 8-row interleave; Q4_K: 16-row groups, kernels/kquants/q4_k_x16.py).
 _TILE_ROWS = {quant.q4_0: 8, quant.q4_k: _x16.X16_ROWS}
 
 
@@ -223,7 +223,7 @@ def repack(w, format) -> Repacked:
     rows, one i32 lane per row) for ``gemv`` / ``gemm`` / ``matmul``, which then return the
     same bits as on ``w``.  The speed-up needs AVX-512 VNNI (4096x4096 Q4_0 matvec on Zen 4:
     ~0.45x the plain kernel's time with the weights in cache, ~0.65-0.75x streamed from DRAM;
-    Q4_K: see kernels/q4_k_x16.py); elsewhere the portable loops run on the tiles (slower
+    Q4_K: see kernels/kquants/q4_k_x16.py); elsewhere the portable loops run on the tiles (slower
     than the plain records' kernels).
     A batch (``gemm``, 2-d ``matmul``) runs the repacked gemv once per activation row."""
     if not (isinstance(format, Format) and format in REPACK_FORMATS):

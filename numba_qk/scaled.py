@@ -27,8 +27,8 @@ import numpy as np
 from . import mx as _mx
 from .errors import QuantizationDomainError
 from .formats.mx import ScaledFormat
-from .kernels import _stream
-from .kernels import mx as _k
+from numba_qk.kernels.simd import stream as _stream
+from numba_qk.kernels.mx import codecs as _k
 from .tensor import Tensor
 
 __all__ = ["ScaledTensor", "as_scaled_format", "encode", "decode"]
@@ -421,7 +421,7 @@ def decode(st: ScaledTensor, dtype, *, out=None, threads=1):
     dst = store.reshape(-1)
     B = fmt.block_size
     jobs = _jobs(scales.size, threads)
-    # large outputs bypass the caches (non-temporal stores; the same values): kernels/_stream.py
+    # large outputs bypass the caches (non-temporal stores; the same values): kernels/simd/stream.py
     stream = _stream.HAVE_STREAM and dst.nbytes >= _stream.STREAM_MIN_BYTES
     if fmt.has_tensor_scale:
         _run(_k.nvfp4_decode, lambda b0, b1: (codes, scales, st._ts, dst, b0, b1, stream),

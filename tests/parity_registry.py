@@ -17,7 +17,7 @@ import numba_qk as qk
 def needs_simd():
     """Comparing the portable loops with the default path only tests something when the
     default path is the SIMD one; without AVX2 both are the portable loops: skip, not pass."""
-    from numba_qk.kernels._simd import HAVE_AVX2
+    from numba_qk.kernels.simd.base import HAVE_AVX2
 
     if not HAVE_AVX2:
         import pytest

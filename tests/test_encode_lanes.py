@@ -1,4 +1,4 @@
-"""The sub-block lanes of the K-quant encoders (``kernels/_encode_lanes.py``) against the scalar
+"""The sub-block lanes of the K-quant encoders (``kernels/kquants/encode_lanes.py``) against the scalar
 transcriptions of ggml's searches, bit for bit, on adversarial sub-blocks: ties of the rounding
 grid, +-0, constant and all-zero sub-blocks beside live ones, subnormal and overflowing scales,
 spikes.  (The whole encoders are checked against ggml's bytes in test_kquants.py /
@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 from numba import njit
 
-from numba_qk.kernels._encode_lanes import (ENCODE_LANES, Q3_SCR_ROWS, QX_SCR_ROWS, SCR_ROWS,
-                                           q3_lanes, qkx2_lanes, qx_lanes, requant_lanes)
+from numba_qk.kernels.kquants.encode_lanes import ENCODE_LANES, Q3_SCR_ROWS, QX_SCR_ROWS, SCR_ROWS, q3_lanes, qkx2_lanes, qx_lanes, requant_lanes
 from numba_qk.kernels._round import nearest_int
-from numba_qk.kernels.q4_k_encode import make_qkx2_quants_mad
-from numba_qk.kernels.q3_k import make_q3_quants_rmse
-from numba_qk.kernels.q6_k import make_qx_quants_rmse1
+from numba_qk.kernels.kquants.q4_k_encode import make_qkx2_quants_mad
+from numba_qk.kernels.kquants.q3_k import make_q3_quants_rmse
+from numba_qk.kernels.kquants.q6_k import make_qx_quants_rmse1
 
 pytestmark = pytest.mark.skipif(not ENCODE_LANES, reason="lanes disabled (portable or no JIT)")
 

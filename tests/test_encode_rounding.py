@@ -6,7 +6,7 @@ random bit patterns); ``_encode_lanes.f16_bits`` (F16C) against the software f32
 import numpy as np
 from numba import njit
 
-from numba_qk.kernels._encode_lanes import f16_bits
+from numba_qk.kernels.kquants.encode_lanes import f16_bits
 from numba_qk.kernels._round import c_int8, f32_to_f16_bits
 from numba_qk.reference import _c_int8
 

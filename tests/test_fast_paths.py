@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
-from numba_qk.kernels import dot as dot_mod
+from numba_qk.kernels.kquants import dot as dot_mod
 from numba_qk._registry import WEIGHTS
-from numba_qk.kernels._simd import HAVE_AVX2
+from numba_qk.kernels.simd.base import HAVE_AVX2
 
 from qk_assert import assert_same_f32
 from records import random_q4_k, random_q8_k
@@ -16,7 +16,7 @@ needs_simd = pytest.mark.skipif(not HAVE_AVX2, reason="no AVX2/F16C on this mach
 
 @needs_simd
 def test_simd_record_sums_equal_loop_on_any_bytes(rng):
-    from numba_qk.kernels._simd_q4_k import q4_k_q8_k_sums_avx2
+    from numba_qk.kernels.simd.q4_k import q4_k_q8_k_sums_avx2
     from numba import njit
 
     @njit(cache=False)
@@ -50,7 +50,7 @@ def test_simd_record_sums_equal_loop_on_any_bytes(rng):
 def test_simd_f16_load_equals_exact_decoder():
     from numba import njit
     from numba_qk.kernels._bits import f16_to_f32
-    from numba_qk.kernels._simd import load_f16_fpext
+    from numba_qk.kernels.simd.base import load_f16_fpext
 
     @njit(cache=False)
     def both(buf, out):

@@ -16,7 +16,8 @@ from qk_assert import assert_same_f32
 from records import extreme_q4_k_q8_k, random_q4_k, random_q8_k
 from test_gemm_vnni import _portable, _wild, _wild_acts
 
-from numba_qk.kernels import _amx_q4_k, dot
+from numba_qk.kernels.simd import amx_q4_k as _amx_q4_k
+from numba_qk.kernels.kquants import dot
 
 needs_amx = pytest.mark.skipif(not dot.HAVE_AMX, reason="no AMX-INT8 (or no tile permission)")
 
@@ -152,7 +153,7 @@ def test_gemm_without_amx(tmp_path):
         "PYTHONPATH", "")
     script = (
         "import numpy as np\n"
-        "from numba_qk.kernels import dot\n"
+        "from numba_qk.kernels.kquants import dot\n"
         "from test_gemm_vnni import _portable, _wild, _wild_acts\n"
         "from qk_assert import assert_same_f32\n"
         "assert not dot.HAVE_AMX\n"

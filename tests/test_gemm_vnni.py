@@ -12,7 +12,9 @@ import pytest
 from qk_assert import assert_same_f32
 from records import F16_SPECIALS, F32_SPECIALS, extreme_q4_k_q8_k, random_q4_k, random_q8_k
 
-from numba_qk.kernels import _simd, _simd_q4_k, dot
+from numba_qk.kernels.simd import base as _simd
+from numba_qk.kernels.simd import q4_k as _simd_q4_k
+from numba_qk.kernels.kquants import dot
 
 needs_vnni = pytest.mark.skipif(not (_simd.HAVE_VNNI and _simd.HAVE_AVX512),
                                 reason="no AVX-512 VNNI on this machine")

@@ -8,7 +8,11 @@ from numba_qk import kernels
 from numba.core.caching import FunctionCache
 
 from numba_qk._jit import JIT_OPTIONS, DependencyCache
-from numba_qk.kernels import _bits, dot, legacy, q4_k, q8_k
+from numba_qk.kernels import _bits
+from numba_qk.kernels.kquants import dot
+from numba_qk.kernels.legacy import kernels as legacy
+from numba_qk.kernels.kquants import q4_k
+from numba_qk.kernels.kquants import q8_k
 
 ROOT = Path(numba_qk.__file__).resolve().parent
 

@@ -19,7 +19,7 @@ import pytest
 from numba_qk import _ggml_ctypes
 from numba_qk.formats import kquants as fk
 from numba_qk import reference_kquants as ref
-from numba_qk.kernels.q8_k import quantize_q8_k
+from numba_qk.kernels.kquants.q8_k import quantize_q8_k
 
 from qk_assert import assert_same_f32, assert_same_records
 from records import F16_SPECIALS, F32_SPECIALS, pack_q8_k, random_q8_k
@@ -42,7 +42,7 @@ class K:
         self.name = name                      # "q6_k"
         self.NAME = name.upper()              # "Q6_K"
         self.fmt = getattr(fk, name)
-        self.mod = importlib.import_module(f"numba_qk.kernels.{name}")
+        self.mod = importlib.import_module(f"numba_qk.kernels.kquants.{name}")
         self.nbytes = self.fmt.block_bytes
         self.type_id = self.fmt.ggml_type
         self.f16_at = f16_at
@@ -465,7 +465,7 @@ def test_golden_vectors_overflow_and_underflow_f16_scales(f):
 def test_kernels_use_the_jit_policy():
     from numba.core.registry import CPUDispatcher
 
-    from numba_qk.kernels import _kquant_common
+    from numba_qk.kernels.kquants import common as _kquant_common
 
     seen = 0
     for module in [f.mod for f in FORMATS] + [_kquant_common]:

@@ -12,12 +12,12 @@ import numba_qk as qk
 from qk_assert import assert_same_f32
 
 FAST = [n for n in ("q2_k", "q3_k", "q5_k", "q6_k")
-        if hasattr(importlib.import_module(f"numba_qk.kernels.{n}"), f"dot_{n}_q8_k_portable")]
+        if hasattr(importlib.import_module(f"numba_qk.kernels.kquants.{n}"), f"dot_{n}_q8_k_portable")]
 
 
 @pytest.mark.parametrize("name", FAST)
 def test_fast_paths_equal_the_portable_definition(name, rng):
-    mod = importlib.import_module(f"numba_qk.kernels.{name}")
+    mod = importlib.import_module(f"numba_qk.kernels.kquants.{name}")
     fmt = getattr(qk.quant, name)
     dot, port = getattr(mod, f"dot_{name}_q8_k"), getattr(mod, f"dot_{name}_q8_k_portable")
     gemv, gemm = getattr(mod, f"gemv_{name}_q8_k"), getattr(mod, f"gemm_{name}_q8_k")
@@ -64,13 +64,13 @@ def test_simd_decoders_equal_the_loops_on_any_bytes(name, width, rng):
     record_sums on random bytes, all-0xFF / all-0x00 weights and extreme activations."""
     from numba import njit
 
-    from numba_qk.kernels import _simd
-    from numba_qk.kernels import _simd_kquants as sk
+    from numba_qk.kernels.simd import base as _simd
+    from numba_qk.kernels.simd import kquants as sk
 
     if (not _simd.HAVE_AVX2 or (width.startswith("avx512") and not _simd.HAVE_AVX512)
             or (width.endswith("vnni") and not _simd.HAVE_VNNI)):
         pytest.skip(f"no {width} on this machine")
-    mod = importlib.import_module(f"numba_qk.kernels.{name}")
+    mod = importlib.import_module(f"numba_qk.kernels.kquants.{name}")
     fmt = getattr(qk.quant, name)
     simd = getattr(sk, f"{name}_q8_k_s_{width}")
     sums = getattr(mod, f"record_sums_{name}_q8_k")
@@ -99,7 +99,7 @@ def test_tiles_equal_the_portable_definition(name, rng):
     gemm over 8-activation tiles (+ 3 leftover activations, 2 record blocks) equal the
     portable dot of every (row, activation) pair bit for bit, on random bytes with finite and
     arbitrary ds, quantized records and extreme records at tile edges."""
-    mod = importlib.import_module(f"numba_qk.kernels.{name}")
+    mod = importlib.import_module(f"numba_qk.kernels.kquants.{name}")
     fmt = getattr(qk.quant, name)
     port = getattr(mod, f"dot_{name}_q8_k_portable")
     gemv, gemm = getattr(mod, f"gemv_{name}_q8_k"), getattr(mod, f"gemm_{name}_q8_k")

@@ -18,7 +18,7 @@ SCRIPT = textwrap.dedent("""
     import sys, importlib, numpy as np, warnings
     warnings.simplefilter("ignore")
     name = sys.argv[3]
-    m = importlib.import_module("numba_qk.kernels." + name)
+    m = importlib.import_module("numba_qk.kernels.kquants." + name)
     d = np.load(sys.argv[1])
     with np.errstate(all="ignore"):
         rec = np.zeros((d["values"].shape[0], d["w"].shape[1]), np.uint8)

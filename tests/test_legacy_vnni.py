@@ -10,8 +10,8 @@ import numba_qk as qk
 from numba_qk import reference as ref
 from numba_qk.formats import legacy as legacy_family
 from numba_qk._registry import WEIGHTS
-from numba_qk.kernels import legacy
-from numba_qk.kernels import _legacy_layout as _LL
+from numba_qk.kernels.legacy import kernels as legacy
+from numba_qk.kernels.legacy import layout as _LL
 
 from qk_assert import assert_same_f32
 

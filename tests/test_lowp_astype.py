@@ -246,7 +246,7 @@ def test_python_threads_concurrently():
 
 
 def test_kernels_release_the_gil():
-    from numba_qk.kernels import lowp
+    from numba_qk.kernels.lowp import codecs as lowp
     assert all(k.targetoptions.get("nogil") for k in lowp._CONVERTERS.values())
 
 

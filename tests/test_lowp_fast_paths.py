@@ -4,7 +4,7 @@
 * AVX-512 register-table decode of fp8/fp6 codes (``kernels/lowp._decode_run``);
 * explicit-vector f16 -> f32 widening (``kernels/lowp._f16_decode_run``, every code, NaN
   payloads and signalling NaNs kept bit for bit);
-* non-temporal streaming of large outputs (``kernels/_stream.py``), whatever the destination's
+* non-temporal streaming of large outputs (``kernels/simd/stream.py``), whatever the destination's
   alignment, the row lengths and the source strides, and through ``astype`` (threads too).
 
 The reference is the same converter compiled with the fast paths switched off (the portable
@@ -20,8 +20,8 @@ import pytest
 
 import numba_qk as qk
 from numba_qk import cast as _cast
-from numba_qk.kernels import _stream
-from numba_qk.kernels import lowp as L
+from numba_qk.kernels.simd import stream as _stream
+from numba_qk.kernels.lowp import codecs as L
 from numba_qk.kernels._bits import f16_bits_to_f32_bits
 
 T = L._T_E8M0
@@ -193,7 +193,7 @@ def test_astype_f16_to_f32_keeps_nan_bits():
 
 F16_SCRIPT = r"""
 import sys, numpy as np, numba_qk as qk
-from numba_qk.kernels import lowp as L
+from numba_qk.kernels.lowp import codecs as L
 codes = np.arange(1 << 16, dtype=np.uint16)
 a = qk.astype(codes.view(np.float16), qk.f32).view(np.uint32)
 b = qk.astype(codes.view(np.float16)[::-1], qk.f32).view(np.uint32)[::-1]

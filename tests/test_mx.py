@@ -668,12 +668,12 @@ def test_ggml_bridge_errors():
 
 
 def test_streamed_decode_equals_plain(monkeypatch):
-    """Large decodes stream their output with non-temporal stores (kernels/_stream.py) in
+    """Large decodes stream their output with non-temporal stores (kernels/simd/stream.py) in
     chunks that keep back a partial cache line: the same bits for every format, whatever the
     output's alignment, chunk count and thread split."""
     from numba_qk import scaled as S
-    from numba_qk.kernels import _stream
-    from numba_qk.kernels import mx as K
+    from numba_qk.kernels.simd import stream as _stream
+    from numba_qk.kernels.mx import codecs as K
 
     x = (np.random.default_rng(5).standard_normal((3, 8192 + 160)) * 20).astype(np.float32)
     x[0, :64] = 0.0                                           # a zero block
@@ -717,7 +717,7 @@ def test_streamed_decode_equals_plain(monkeypatch):
 def test_mxfp8_nan_elements_keep_sign(fmt, monkeypatch):
     """An mxfp8 element NaN code decodes to the quiet NaN of its sign under every finite scale,
     on the plain, threaded and streamed decoders (issue 21 B); the oracle agrees."""
-    from numba_qk.kernels import _stream
+    from numba_qk.kernels.simd import stream as _stream
 
     nans = [0x7F, 0xFF] if fmt.element is qk.e4m3 else [0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF]
     codes = np.resize(np.array(nans, np.uint8), (6, 128))

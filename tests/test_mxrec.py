@@ -22,7 +22,7 @@ import pytest
 
 import numba_qk as qk
 from numba_qk import _ggml_ctypes, reference_mxrec as ref
-from numba_qk.kernels import mxrec as K
+from numba_qk.kernels.fp4 import mxrec as K
 
 from qk_assert import assert_same_f32, assert_same_records
 
@@ -412,7 +412,7 @@ def test_fast_products_without_vnni(tmp_path):
     import sys
     from pathlib import Path
 
-    from numba_qk.kernels._simd import HAVE_VNNI
+    from numba_qk.kernels.simd.base import HAVE_VNNI
 
     if not HAVE_VNNI:
         pytest.skip("no AVX-512 VNNI: the default run already takes the pmaddubsw path")

@@ -106,7 +106,7 @@ def test_disable_jit_matches_compiled(tmp_path, rng):
 def _needs_simd():
     """Comparing the portable loops with the default path only tests something when the
     default path is the SIMD one; without AVX2 both are the portable loops: skip, not pass."""
-    from numba_qk.kernels._simd import HAVE_AVX2
+    from numba_qk.kernels.simd.base import HAVE_AVX2
 
     if not HAVE_AVX2:
         import pytest
@@ -125,7 +125,7 @@ def test_portable_path_matches_default(tmp_path, rng):
 
 def test_avx2_path_matches_default(tmp_path, rng):
     """NUMBA_QK_NO_AVX512=1: the 256-bit intrinsics (what AVX2-only machines run)."""
-    from numba_qk.kernels._simd import HAVE_AVX2
+    from numba_qk.kernels.simd.base import HAVE_AVX2
 
     if not HAVE_AVX2:
         import pytest

@@ -8,7 +8,7 @@ import pytest
 
 import numba_qk as qk
 from numba_qk import _ggml_ctypes
-from numba_qk.kernels.q4_k_encode import nearest_int
+from numba_qk.kernels.kquants.q4_k_encode import nearest_int
 
 from qk_assert import assert_same_records
 

@@ -34,7 +34,7 @@ _FP4 = {qk.quant.mxfp4: (ref_fp4.dot_mxfp4_q8_0, ref_fp4.dequantize_mxfp4, ref_f
 
 def dot_oracle(fmt, w, x):
     """The slow oracle's dot for weight format ``fmt`` (written from the spec, no kernel code)."""
-    if fmt in _FP4:  # ggml MXFP4 / NVFP4 x Q8_0 (numba_qk.kernels.mxrec numerics)
+    if fmt in _FP4:  # ggml MXFP4 / NVFP4 x Q8_0 (numba_qk.kernels.fp4.mxrec numerics)
         return _FP4[fmt][0](w, x)
     if fmt is qk.quant.q4_k:
         return ref.quantized_dot(w, x)

@@ -10,8 +10,11 @@ import pytest
 
 import numba_qk as qk
 from numba_qk import reference as ref
-from numba_qk.kernels import dot, legacy, legacy_x8, q4_k_x16
-from numba_qk.kernels import _legacy_layout as _LL
+from numba_qk.kernels.kquants import dot
+from numba_qk.kernels.legacy import kernels as legacy
+from numba_qk.kernels.legacy import x8 as legacy_x8
+from numba_qk.kernels.kquants import q4_k_x16
+from numba_qk.kernels.legacy import layout as _LL
 
 from qk_assert import assert_same_f32
 from records import extreme_q4_k_q8_k, random_q4_k, random_q8_k

@@ -16,11 +16,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: _comm
 
 import numba_qk as qk  # noqa: E402
 from numba_qk._jit import kernel  # noqa: E402
-from numba_qk.kernels._simd_q4_k import accumulate_rows_x8  # noqa: E402
-from numba_qk.kernels.dot import _simd_dot_at, _simd_gemv  # noqa: E402
+from numba_qk.kernels.simd.q4_k import accumulate_rows_x8  # noqa: E402
+from numba_qk.kernels.kquants.dot import _simd_dot_at, _simd_gemv  # noqa: E402
 from numba import literally  # noqa: E402
-from numba_qk.kernels import _legacy_layout as _LL, legacy  # noqa: E402
-from numba_qk.kernels._simd_legacy import legacy_accumulate_x8  # noqa: E402
+from numba_qk.kernels.legacy import layout as _LL
+from numba_qk.kernels.legacy import kernels as legacy  # noqa: E402
+from numba_qk.kernels.simd.legacy import legacy_accumulate_x8  # noqa: E402
 
 from _common import activations, q4_k_weights  # noqa: E402
 from compare import cycling, l3_bytes, race, read_bandwidth  # noqa: E402

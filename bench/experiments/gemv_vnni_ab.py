@@ -36,9 +36,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=200, help="hot: best of this many calls")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(extract_old(args.old_rev)))
-    new = importlib.import_module("numba_qk.kernels.dot")
+    new = importlib.import_module("numba_qk.kernels.kquants.dot")
     old = importlib.import_module("numba_qk_old.kernels.dot")
-    from numba_qk.kernels import _simd
+    from numba_qk.kernels.simd import base as _simd
     print(f"old = {args.old_rev}, new = working tree (VNNI gemv: {_simd.HAVE_VNNI and _simd.HAVE_AVX512});"
           f" 1 thread; ms per call, best interleaved; load {os.getloadavg()[0]:.2f}")
     print("| shape | hot old | new | new/old | streamed old | new | new/old | new GB/s |")

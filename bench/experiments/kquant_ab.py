@@ -84,7 +84,7 @@ def main():
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for t in args.formats.split(","):
         fmt = getattr(qk.quant, t)
-        new = importlib.import_module(f"numba_qk.kernels.{t}")
+        new = importlib.import_module(f"numba_qk.kernels.kquants.{t}")
         old = importlib.import_module(f"numba_qk_old.kernels.{t}")
         w = qk.quantize(rng.standard_normal((args.rows * g, 256)).astype(np.float32),
                         format=fmt).reshape(args.rows, g, fmt.block_bytes)

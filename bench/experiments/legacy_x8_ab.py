@@ -22,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: _comm
 import numba_qk as qk  # noqa: E402
 from numba_qk import _ggml_ctypes as ggml_ctypes  # noqa: E402
 from numba_qk._jit import kernel  # noqa: E402
-from numba_qk.kernels import _legacy_layout as _LL, legacy_x8  # noqa: E402
+from numba_qk.kernels.legacy import layout as _LL
+from numba_qk.kernels.legacy import x8 as legacy_x8  # noqa: E402
 
 from compare import cycling, l3_bytes, race  # noqa: E402
 

@@ -10,7 +10,7 @@ For each f32 <-> T cast (kernel calls with preallocated outputs, one per variant
   fast+nt   the shipped kernel streaming its output (non-temporal stores),
   numkong   numkong.astype(out=).
 astype ships ``fast`` for narrowing casts and ``fast+nt`` for widening ones (outputs of at least
-numba_qk.kernels._stream.STREAM_MIN_BYTES).  Every variant's bits are checked equal.  Ratios are
+numba_qk.kernels.simd.stream.STREAM_MIN_BYTES).  Every variant's bits are checked equal.  Ratios are
 times (lower is faster).  Timing figures for bench/RESULTS*.md come from compare_lowp.py on a
 quiet machine; this script is for A/B ratios under load.
 """
@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 import numba_qk as qk
-from numba_qk.kernels import lowp as L
+from numba_qk.kernels.lowp import codecs as L
 
 try:
     import numkong as nk

@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 import numba_qk as qk
-from numba_qk.kernels import lowp as L
+from numba_qk.kernels.lowp import codecs as L
 
 try:
     import numkong as nk

@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: _comm
 
 import numba_qk as qk  # noqa: E402
 from numba_qk._jit import kernel  # noqa: E402
-from numba_qk.kernels._simd import _byte_ptr, _decl, _i8, _i32  # noqa: E402
-from numba_qk.kernels._simd_q4_k import accumulate_rows_x8_vnni  # noqa: E402
-from numba_qk.kernels.dot import _simd_dot_at, _vnni_gemv  # noqa: E402
+from numba_qk.kernels.simd.base import _byte_ptr, _decl, _i8, _i32  # noqa: E402
+from numba_qk.kernels.simd.q4_k import accumulate_rows_x8_vnni  # noqa: E402
+from numba_qk.kernels.kquants.dot import _simd_dot_at, _vnni_gemv  # noqa: E402
 
 from _common import activations, q4_k_weights  # noqa: E402
 from compare import cycling, l3_bytes, race, read_bandwidth  # noqa: E402

@@ -11,24 +11,13 @@ formats only): ``dot_<f>_<a>(w_row, xq)``, ``gemv_<f>_<a>(w, xq, out)``,
 ``[G, 256]`` signature); ``examples/njit_mixed_layer.py`` composes a mixed-format layer.
 """
 
-from ._bits import f16_to_f32, load_f16, load_f32, load_i16, round_half_even, saturate_i8
-from .dot import (dot_q4_k_q8_k, gemv_q4_k_q8_k, record_sums_loop, record_sums_q4_k_q8_k,
-                  record_value_q4_k_q8_k)
-from .q4_k import q4_k_d, q4_k_decode_into, q4_k_dmin, q4_k_quant, q4_k_scale_min
-from .q8_k import (
-    q8_k_block_inverse,
-    q8_k_bsum,
-    q8_k_ds,
-    q8_k_quant,
-    quantize_block_q8_k,
-    quantize_q8_k,
-)
-from .lowp import (decode_bf16, decode_e2m1, decode_e2m3, decode_e3m2, decode_e4m3, decode_e5m2,
-                   decode_e8m0, decode_f16, decode_i4, encode_bf16, encode_e2m1, encode_e2m3,
-                   encode_e3m2, encode_e4m3, encode_e5m2, encode_e8m0, encode_f16, encode_i4,
-                   encode_u4, packed_bit, packed_nibble)
+from numba_qk.kernels._bits import f16_to_f32, load_f16, load_f32, load_i16, round_half_even, saturate_i8
+from numba_qk.kernels.kquants.dot import dot_q4_k_q8_k, gemv_q4_k_q8_k, record_sums_loop, record_sums_q4_k_q8_k, record_value_q4_k_q8_k
+from numba_qk.kernels.kquants.q4_k import q4_k_d, q4_k_decode_into, q4_k_dmin, q4_k_quant, q4_k_scale_min
+from numba_qk.kernels.kquants.q8_k import q8_k_block_inverse, q8_k_bsum, q8_k_ds, q8_k_quant, quantize_block_q8_k, quantize_q8_k
+from numba_qk.kernels.lowp.codecs import decode_bf16, decode_e2m1, decode_e2m3, decode_e3m2, decode_e4m3, decode_e5m2, decode_e8m0, decode_f16, decode_i4, encode_bf16, encode_e2m1, encode_e2m3, encode_e3m2, encode_e4m3, encode_e5m2, encode_e8m0, encode_f16, encode_i4, encode_u4, packed_bit, packed_nibble
 from . import blocks as _blocks
-from .blocks import *  # noqa: F401,F403  (the per-format building blocks, blocks.__all__)
+from numba_qk.kernels.blocks import *  # noqa: F401,F403  (the per-format building blocks, blocks.__all__)
 
 __all__ = [
     "dot_q4_k_q8_k", "gemv_q4_k_q8_k", "record_value_q4_k_q8_k", "record_sums_q4_k_q8_k",

@@ -12,8 +12,8 @@ and are re-exported here.
 
 import numpy as np
 
-from .._jit import kernel
-from ._round import f32_to_f16_bits, round_half_even, saturate_i8  # noqa: F401 (re-exported)
+from numba_qk._jit import kernel
+from numba_qk.kernels._round import f32_to_f16_bits, round_half_even, saturate_i8  # noqa: F401 (re-exported)
 
 # IEEE binary16: 1 sign bit | 5 exponent bits | 10 mantissa bits.
 _F16_SIGN = np.uint32(0b1000_0000_0000_0000)

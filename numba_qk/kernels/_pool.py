@@ -28,7 +28,7 @@ from numba.core import cgutils, types
 from numba.core.caching import FunctionCache, NullCache
 from numba.extending import intrinsic
 
-from .._jit import kernel, module_digest
+from numba_qk._jit import kernel, module_digest
 
 HAVE_ATOMICS = not config.DISABLE_JIT
 _X86 = platform.machine().lower() in ("x86_64", "amd64")

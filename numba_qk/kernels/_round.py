@@ -14,7 +14,7 @@ Each kernel spells a rounding step by one of these names, never as an inline exp
 
 import numpy as np
 
-from .._jit import kernel
+from numba_qk._jit import kernel
 
 _MAGIC = np.float32(12582912.0)  # 1.5 * 2**23: adding it rounds to an integer in the mantissa
 

@@ -24,7 +24,7 @@ refuses to compile a non-contiguous one, and raises ValueError when the size is 
 ``G * block``).
 
 Three names of the pattern predate this module and keep their signatures: ``dot_q4_k_q8_k``
-and ``gemv_q4_k_q8_k`` (``kernels/dot.py``) fit it; ``quantize_q8_k`` (``kernels/q8_k.py``)
+and ``gemv_q4_k_q8_k`` (``kernels/kquants/dot.py``) fit it; ``quantize_q8_k`` (``kernels/kquants/q8_k.py``)
 takes ``values`` float32 ``[G, 256]`` (2-D) -- in ``@njit`` code pass ``x.reshape(-1, 256)``.
 
 Why plain module-level functions, written out per format (generated once from a template,
@@ -39,14 +39,17 @@ wrapper; ``_jit.DependencyCache`` keys the wrappers' cache on the sources of the
 imported here too, so an edit to a wrapped kernel's module recompiles them.
 """
 
-from ..formats import quant
-from . import legacy as _legacy
-from . import mxrec as _fp4
-from . import q2_k as _k2, q3_k as _k3, q5_k as _k5, q6_k as _k6
-from .._jit import kernel
-from .q4_k import q4_k_dequantize_records as _q4_k_dequantize
-from .q4_k_encode import quantize_q4_k as _q4_k_quantize
-from .q8_k import q8_k_dequantize_records as _q8_k_dequantize
+from numba_qk.formats import quant
+from numba_qk.kernels.legacy import kernels as _legacy
+from numba_qk.kernels.fp4 import mxrec as _fp4
+from numba_qk.kernels.kquants import q2_k as _k2
+from numba_qk.kernels.kquants import q3_k as _k3
+from numba_qk.kernels.kquants import q5_k as _k5
+from numba_qk.kernels.kquants import q6_k as _k6
+from numba_qk._jit import kernel
+from numba_qk.kernels.kquants.q4_k import q4_k_dequantize_records as _q4_k_dequantize
+from numba_qk.kernels.kquants.q4_k_encode import quantize_q4_k as _q4_k_quantize
+from numba_qk.kernels.kquants.q8_k import q8_k_dequantize_records as _q8_k_dequantize
 
 __all__ = [
     "dequantize_q8_k", "dequantize_q4_k", "quantize_q4_k", "dot_q4_0_q8_0", "gemv_q4_0_q8_0",

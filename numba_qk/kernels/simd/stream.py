@@ -31,7 +31,7 @@ from numba import config
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from .._jit import kernel
+from numba_qk._jit import kernel
 
 _i8, _i32, _i64 = ir.IntType(8), ir.IntType(32), ir.IntType(64)
 _X86 = platform.machine().lower() in ("x86_64", "amd64")

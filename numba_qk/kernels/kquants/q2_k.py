@@ -41,14 +41,14 @@ f32 rounding in C order:
 
 import numpy as np
 
-from .._jit import kernel
-from ._kquant_drive import kernels_for, register
-from ._simd_kquants import q2_k_acts_x8, q2_k_q8_k_value, q2_k_rows_x8
-from ..formats.kquants import q2_k as _FMT
-from ._bits import f16_to_f32, load_u16
-from ._kquant_common import X_DS_AT, f16_at, first_nonfinite_block, store_f16, x_bsum, x_ds, x_q
-from .q4_k_encode import make_qkx2_quants_mad, nearest_int
-from .q4_k_encode import ENCODE_LANES, lanes_scratch, qkx2_lanes, requant_lanes
+from numba_qk._jit import kernel
+from numba_qk.kernels.kquants.drive import kernels_for, register
+from numba_qk.kernels.simd.kquants import q2_k_acts_x8, q2_k_q8_k_value, q2_k_rows_x8
+from numba_qk.formats.kquants import q2_k as _FMT
+from numba_qk.kernels._bits import f16_to_f32, load_u16
+from numba_qk.kernels.kquants.common import X_DS_AT, f16_at, first_nonfinite_block, store_f16, x_bsum, x_ds, x_q
+from numba_qk.kernels.kquants.q4_k_encode import make_qkx2_quants_mad, nearest_int
+from numba_qk.kernels.kquants.q4_k_encode import ENCODE_LANES, lanes_scratch, qkx2_lanes, requant_lanes
 
 Q2_K_RECORD_BYTES = _FMT.block_bytes
 Q2_K_BLOCK = _FMT.block_size
@@ -67,7 +67,7 @@ def _quant_at(a, row, i):
     return np.int32((byte >> np.uint8(2 * ((i % 128) // 32))) & _LOW2)
 
 
-# ---- field decoders (1-D record, like kernels/q4_k.py) ----------------------------------------
+# ---- field decoders (1-D record, like kernels/kquants/q4_k.py) ----------------------------------------
 
 @kernel
 def q2_k_d(rec):
@@ -270,8 +270,8 @@ def _dot_loop(w, x):
     return dot_q2_k_q8_k_portable(w, x)
 
 
-# ---- dot / gemv / gemm: the shared K-quant driver (kernels/_kquant_drive.py) over the SIMD
-# record values and 8-lane tiles of kernels/_simd_kquants.py; results equal
+# ---- dot / gemv / gemm: the shared K-quant driver (kernels/kquants/drive.py) over the SIMD
+# record values and 8-lane tiles of kernels/simd/kquants.py; results equal
 # dot_q2_k_q8_k_portable bit for bit (tests/test_kquants_fast.py).  _dot_loop is the fallback
 # for strided records.
 

@@ -27,7 +27,7 @@ from numba import config
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from .._jit import inline_kernel, kernel
+from numba_qk._jit import inline_kernel, kernel
 
 
 def _target_features() -> set[str]:

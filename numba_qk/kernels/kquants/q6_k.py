@@ -45,7 +45,7 @@ magnitude (first on ties); ``iscale = -nmax / max``; ``l = clamp(nearest_int(isc
 ``suml2 == 0``), ``best = scale*sumlx``; then for ``is`` in -9..9 (not 0) the same with
 ``iscale = -(nmax + 0.1f*is) / max``, taking a candidate when ``suml2 > 0`` and
 ``sumlx*sumlx > best*suml2``.  ``nearest_int`` is ggml's magic-number rounding
-(``kernels/q4_k_encode.py``).
+(``kernels/kquants/q4_k_encode.py``).
 
 Non-finite inputs are outside the quantizer's domain: ``quantize_q6_k`` reports the first such
 block and writes nothing.
@@ -53,14 +53,14 @@ block and writes nothing.
 
 import numpy as np
 
-from .._jit import kernel
-from ..formats.kquants import q6_k as _FMT
-from ._bits import f16_to_f32, load_u16
-from ._kquant_common import X_DS_AT, X_Q_AT, f16_at, first_nonfinite_block, store_f16, x_ds, x_q
-from ._kquant_drive import kernels_for, register
-from ._simd_kquants import q6_k_acts_x8, q6_k_q8_k_value, q6_k_rows_x8
-from .q4_k_encode import nearest_int
-from ._encode_lanes import ENCODE_LANES, QX_SCR_ROWS, qx_lanes, requant_lanes
+from numba_qk._jit import kernel
+from numba_qk.formats.kquants import q6_k as _FMT
+from numba_qk.kernels._bits import f16_to_f32, load_u16
+from numba_qk.kernels.kquants.common import X_DS_AT, X_Q_AT, f16_at, first_nonfinite_block, store_f16, x_ds, x_q
+from numba_qk.kernels.kquants.drive import kernels_for, register
+from numba_qk.kernels.simd.kquants import q6_k_acts_x8, q6_k_q8_k_value, q6_k_rows_x8
+from numba_qk.kernels.kquants.q4_k_encode import nearest_int
+from numba_qk.kernels.kquants.encode_lanes import ENCODE_LANES, QX_SCR_ROWS, qx_lanes, requant_lanes
 
 Q6_K_RECORD_BYTES = _FMT.block_bytes
 Q6_K_BLOCK = _FMT.block_size
@@ -384,8 +384,8 @@ def _dot_loop(w, x):
     return _dot_buf(w, x, np.empty(256, np.int8))
 
 
-# ---- dot / gemv / gemm: the shared K-quant driver (kernels/_kquant_drive.py) over the SIMD
-# record values and 8-lane tiles of kernels/_simd_kquants.py; results equal
+# ---- dot / gemv / gemm: the shared K-quant driver (kernels/kquants/drive.py) over the SIMD
+# record values and 8-lane tiles of kernels/simd/kquants.py; results equal
 # dot_q6_k_q8_k_portable bit for bit (tests/test_kquants_fast.py).
 
 register(_FMT.ggml_type, value=q6_k_q8_k_value, rows_x8=q6_k_rows_x8, acts_x8=q6_k_acts_x8,

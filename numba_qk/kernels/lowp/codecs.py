@@ -49,9 +49,10 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from .._jit import kernel
-from . import _simd, _stream
-from ._bits import f16_to_f32
+from numba_qk._jit import kernel
+from numba_qk.kernels.simd import base as _simd
+from numba_qk.kernels.simd import stream as _stream
+from numba_qk.kernels._bits import f16_to_f32
 
 
 # Element/source kind codes (closure constants of the conversion kernels).

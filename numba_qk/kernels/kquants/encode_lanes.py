@@ -44,9 +44,9 @@ from numba import config
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from .._jit import kernel
-from ._round import f32_to_f16_bits, nearest_int
-from ._simd import HAVE_AVX2
+from numba_qk._jit import kernel
+from numba_qk.kernels._round import f32_to_f16_bits, nearest_int
+from numba_qk.kernels.simd.base import HAVE_AVX2
 
 ENCODE_LANES = (not config.DISABLE_JIT
                 and os.environ.get("NUMBA_QK_PORTABLE", "") in ("", "0"))

@@ -2,7 +2,7 @@
 ``q6_k.py``).  All ``@njit``; callable from user ``@njit`` code.
 
 Record-level building blocks take 2-D record arrays and record indices (``a[row]`` is the
-record) and never build sub-array views in the hot loop, like ``kernels/dot.py``.  Loads go
+record) and never build sub-array views in the hot loop, like ``kernels/kquants/dot.py``.  Loads go
 byte by byte, so read-only, unaligned and strided carriers all work.
 
 Q8_K offsets are read from its schema (``numba_qk.formats.quant.q8_k``), not retyped.
@@ -10,9 +10,9 @@ Q8_K offsets are read from its schema (``numba_qk.formats.quant.q8_k``), not ret
 
 import numpy as np
 
-from .._jit import kernel
-from ..formats import quant as _quant
-from ._bits import f16_to_f32, f32_from_bits, f32_to_f16_bits
+from numba_qk._jit import kernel
+from numba_qk.formats import quant as _quant
+from numba_qk.kernels._bits import f16_to_f32, f32_from_bits, f32_to_f16_bits
 
 X_DS_AT = _quant.q8_k.field("ds").start      # Q8_K: f32 block scale
 X_Q_AT = _quant.q8_k.field("q").start        # Q8_K: int8 quants

@@ -23,18 +23,13 @@ without fast-math, so LLVM may not contract ``d * S - dmin * T`` into an FMA.
 
 import numpy as np
 
-from .._jit import kernel
-from ..formats import quant
-from ._bits import f16_to_f32, f32_from_bits
-from ._simd import (HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_raw,
-                    prefetch_lines, prefetch_plan)
-from ._simd_q4_k import (R16_BYTES, R16_ROWS, accumulate_acts_x8, accumulate_rows16_vnni,
-                         accumulate_rows16_vnni_b2, accumulate_rows_x8, accumulate_rows_x8_vnni,
-                         array_address, q4_k_decode_rows16, q4_k_q8_k_sums)
-from ._amx_q4_k import (ACT_BHI_AT, ACT_BLO_AT, ACT_DS_AT, AMX_ACT_BYTES, AMX_ACTS, AMX_CONFIG,
-                        AMX_DEC_BYTES, AMX_ROWS, HAVE_AMX, accumulate_amx, amx_begin, amx_end,
-                        q4_k_decode_amx)
-from .q4_k import q4_k_scale_min
+from numba_qk._jit import kernel
+from numba_qk.formats import quant
+from numba_qk.kernels._bits import f16_to_f32, f32_from_bits
+from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_raw, prefetch_lines, prefetch_plan
+from numba_qk.kernels.simd.q4_k import R16_BYTES, R16_ROWS, accumulate_acts_x8, accumulate_rows16_vnni, accumulate_rows16_vnni_b2, accumulate_rows_x8, accumulate_rows_x8_vnni, array_address, q4_k_decode_rows16, q4_k_q8_k_sums
+from numba_qk.kernels.simd.amx_q4_k import ACT_BHI_AT, ACT_BLO_AT, ACT_DS_AT, AMX_ACT_BYTES, AMX_ACTS, AMX_CONFIG, AMX_DEC_BYTES, AMX_ROWS, HAVE_AMX, accumulate_amx, amx_begin, amx_end, q4_k_decode_amx
+from numba_qk.kernels.kquants.q4_k import q4_k_scale_min
 
 _LOW4 = np.uint8(0b0000_1111)
 _W_D_AT = quant.q4_k.field("d").start         # byte offsets, from the schemas

@@ -27,7 +27,7 @@ Integer widths: |q * xq| <= 31 * 128 = 3968, a sub-block sum <= 126,976, times s
 7,999,488, |S| <= 63,995,904; |T| <= 8 * 63 * 65,536 = 33,030,144: exact in int32.
 
 Quantize (ggml ``quantize_row_q5_K_ref``, no importance matrix): the Q4_K recipe
-(``kernels/q4_k_encode.py``) with 31 levels and a different search:
+(``kernels/kquants/q4_k_encode.py``) with 31 levels and a different search:
 
 1. Per sub-block ``s`` of 32: ``av_x = sqrtf(sum(x^2) / 32)``, ``w_i = av_x + |x_i|``,
    ``make_qkx2_quants(n=32, nmax=31, rmin=-0.5, rdelta=0.1, nstep=15)`` -> ``scale_s``,
@@ -41,16 +41,14 @@ Quantize (ggml ``quantize_row_q5_K_ref``, no importance matrix): the Q4_K recipe
 
 import numpy as np
 
-from .._jit import kernel
-from ._kquant_drive import kernels_for, register
-from ._simd_kquants import q5_k_acts_x8, q5_k_q8_k_value, q5_k_rows_x8
-from ..formats.kquants import q5_k as _FMT
-from ._bits import f16_to_f32, load_u16
-from ._kquant_common import (X_DS_AT, X_Q_AT, f16_at, first_nonfinite_block,
-                             k4_pack_scale_min, k4_scale_min,
-                             store_f16, x_bsum, x_ds, x_q)
-from .q4_k_encode import make_qkx2_quants, nearest_int
-from .q4_k_encode import ENCODE_LANES, lanes_scratch, qkx2_lanes, requant_lanes
+from numba_qk._jit import kernel
+from numba_qk.kernels.kquants.drive import kernels_for, register
+from numba_qk.kernels.simd.kquants import q5_k_acts_x8, q5_k_q8_k_value, q5_k_rows_x8
+from numba_qk.formats.kquants import q5_k as _FMT
+from numba_qk.kernels._bits import f16_to_f32, load_u16
+from numba_qk.kernels.kquants.common import X_DS_AT, X_Q_AT, f16_at, first_nonfinite_block, k4_pack_scale_min, k4_scale_min, store_f16, x_bsum, x_ds, x_q
+from numba_qk.kernels.kquants.q4_k_encode import make_qkx2_quants, nearest_int
+from numba_qk.kernels.kquants.q4_k_encode import ENCODE_LANES, lanes_scratch, qkx2_lanes, requant_lanes
 
 Q5_K_RECORD_BYTES = _FMT.block_bytes
 Q5_K_BLOCK = _FMT.block_size
@@ -62,7 +60,7 @@ _QL_AT = _FMT.field("ql").start   # 128 bytes: low nibbles
 _LOW4 = np.uint8(0b0000_1111)
 
 
-# ---- field decoders (1-D record, like kernels/q4_k.py) ------------------------------------------
+# ---- field decoders (1-D record, like kernels/kquants/q4_k.py) ------------------------------------------
 
 @kernel
 def q5_k_d(rec):
@@ -259,7 +257,7 @@ def record_value_q5_k_q8_k(w, bw, x, bx):
     return np.float32(x_ds(x, bx) * diff)                        # v = R32(ds * (p - n))
 
 
-# ---- fast path: unpack a record's 256 quants once, then integer dots (as kernels/q6_k.py) ----
+# ---- fast path: unpack a record's 256 quants once, then integer dots (as kernels/kquants/q6_k.py) ----
 # S and T are exact int32 sums (order-free) and the float steps are record_value_q5_k_q8_k's,
 # so results equal the portable definition bit for bit (tests/test_kquants_fast.py).
 
@@ -326,8 +324,8 @@ def _dot_loop(w, x):
     return _dot_buf(w, x, np.empty(256, np.int8))
 
 
-# ---- dot / gemv / gemm: the shared K-quant driver (kernels/_kquant_drive.py) over the SIMD
-# record values and 8-lane tiles of kernels/_simd_kquants.py; results equal
+# ---- dot / gemv / gemm: the shared K-quant driver (kernels/kquants/drive.py) over the SIMD
+# record values and 8-lane tiles of kernels/simd/kquants.py; results equal
 # dot_q5_k_q8_k_portable bit for bit (tests/test_kquants_fast.py).  _dot_loop is the fallback
 # for strided records.
 

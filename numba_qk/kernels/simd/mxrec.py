@@ -15,9 +15,8 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from ._simd import (HAVE_VNNI, _decl, _float_array_ptr, _fold_into, _i8, _i16, _i32, _load,
-                    _ptr, _reduce_many, _vcall, _vec)
-from ._mxrec_layout import KVALUES, MX_E_AT, MX_QS_AT, NV_D_AT, NV_QS_AT, Y_QS_AT
+from numba_qk.kernels.simd.base import HAVE_VNNI, _decl, _float_array_ptr, _fold_into, _i8, _i16, _i32, _load, _ptr, _reduce_many, _vcall, _vec
+from numba_qk.kernels.fp4.layout import KVALUES, MX_E_AT, MX_QS_AT, NV_D_AT, NV_QS_AT, Y_QS_AT
 
 __all__ = ["mxfp4_q8_0_s", "mxfp4_rows_x8_t",
            "nvfp4_rows_x8_t", "mxfp4_acts_x8_t", "nvfp4_acts_x8_t", "XT_ROWS"]

@@ -29,8 +29,8 @@ import numpy as np
 from numba.core import types
 from numba.extending import overload
 
-from .._jit import JIT_OPTIONS, kernel
-from ._simd import HAVE_AVX2, prefetch_lines, prefetch_plan
+from numba_qk._jit import JIT_OPTIONS, kernel
+from numba_qk.kernels.simd.base import HAVE_AVX2, prefetch_lines, prefetch_plan
 
 _IMPL = {}  # code -> dict(value, rows_x8, acts_x8, loop_dot)
 _GEMM_RECORD_BLOCK = 8  # records per pass: 8 activations x 8 records x 292 B stay in L1

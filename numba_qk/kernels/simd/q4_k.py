@@ -35,10 +35,8 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from ..formats import quant
-from ._simd import (HAVE_AVX512, HAVE_VNNI, _Ops, _decl, _vcall, _float_array_ptr, _fold_into,
-                    _gather_f16, _gather_f32, _i8, _i16, _i32, _i64, _load, _ptr, _reduce_many,
-                    _literal_int, _splat_lanes, _tile_fold, _vec)
+from numba_qk.formats import quant
+from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI, _Ops, _decl, _vcall, _float_array_ptr, _fold_into, _gather_f16, _gather_f32, _i8, _i16, _i32, _i64, _load, _ptr, _reduce_many, _literal_int, _splat_lanes, _tile_fold, _vec
 
 __all__ = ["q4_k_q8_k_sums", "q4_k_q8_k_sums_avx2", "q4_k_q8_k_sums_avx512",
            "accumulate_rows_x8", "accumulate_rows_x8_avx2", "accumulate_rows_x8_avx512",
@@ -705,7 +703,7 @@ accumulate_rows16_vnni_b2 = _make_rows16(True, 2)
 
 # ---- Repacked ("x16") Q4_K weights: the gemv tile of numba_qk.repack (AVX-512 VNNI) ----------
 #
-# Layout of one (16-row group, record b) block, X16_BYTES = 2304 bytes (see kernels/q4_k_x16.py,
+# Layout of one (16-row group, record b) block, X16_BYTES = 2304 bytes (see kernels/kquants/q4_k_x16.py,
 # which writes it): the 16 plain records' bytes, transposed so that a 64-byte line holds one
 # dword of each of the 16 rows (the same size as the plain records)::
 #

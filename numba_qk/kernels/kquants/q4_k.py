@@ -26,9 +26,9 @@ Every bit pattern is a legal Q4_K record: decoding is total.  ``d``/``dmin`` are
 
 import numpy as np
 
-from .._jit import kernel
-from ..formats import quant
-from ._bits import load_f16
+from numba_qk._jit import kernel
+from numba_qk.formats import quant
+from numba_qk.kernels._bits import load_f16
 
 Q4_K_RECORD_BYTES = quant.q4_k.block_bytes
 Q4_K_BLOCK = quant.q4_k.block_size

@@ -48,10 +48,9 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from ..formats import quant
-from ._simd import (_FEATURES, HAVE_AVX512, HAVE_GFNI, HAVE_VNNI, _Ops, _decl, _gather_f16,
-                    _gather_f32, _i8, _i16, _i32, _load, _ptr, _reduce_many, _splat_lanes, _tile_fold, _vec)
-from ._simd_q4_k import _record_values, _unpack_scales
+from numba_qk.formats import quant
+from numba_qk.kernels.simd.base import _FEATURES, HAVE_AVX512, HAVE_GFNI, HAVE_VNNI, _Ops, _decl, _gather_f16, _gather_f32, _i8, _i16, _i32, _load, _ptr, _reduce_many, _splat_lanes, _tile_fold, _vec
+from numba_qk.kernels.simd.q4_k import _record_values, _unpack_scales
 
 _A_DS_AT = quant.q8_k.field("ds").start
 _A_Q_AT = quant.q8_k.field("q").start

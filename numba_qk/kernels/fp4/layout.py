@@ -5,8 +5,8 @@ each other."""
 
 import numpy as np
 
-from ..formats.legacy import q8_0 as _Q8
-from ..formats.mxrec import mxfp4 as _MX, nvfp4 as _NV
+from numba_qk.formats.legacy import q8_0 as _Q8
+from numba_qk.formats.mxrec import mxfp4 as _MX, nvfp4 as _NV
 
 MX_E_AT = _MX.field("e").start       # the e8m0 scale byte
 MX_QS_AT = _MX.field("qs").start     # 16 bytes of codes

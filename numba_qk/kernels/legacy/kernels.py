@@ -41,19 +41,16 @@ gives ``+0.0``.  |S_b| <= 32 * 128 * 128 = 524,288: exact in int32 and in f32.
 import numpy as np
 from numba import literally
 
-from .._jit import inline_kernel, kernel
-from ..formats import activation_format
-from ._bits import f16_to_f32
-from ._round import c_int8, roundf
-from ._encode_lanes import f16_bits
-from .q8_k import _order_key
-from ._simd import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch_lines, prefetch_plan
-from ._simd_legacy import (legacy_accumulate_x8, legacy_block_value, legacy_rows_vnni,
-                           legacy_rows_vnni_inserts)
+from numba_qk._jit import inline_kernel, kernel
+from numba_qk.formats import activation_format
+from numba_qk.kernels._bits import f16_to_f32
+from numba_qk.kernels._round import c_int8, roundf
+from numba_qk.kernels.kquants.encode_lanes import f16_bits
+from numba_qk.kernels.kquants.q8_k import _order_key
+from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch_lines, prefetch_plan
+from numba_qk.kernels.simd.legacy import legacy_accumulate_x8, legacy_block_value, legacy_rows_vnni, legacy_rows_vnni_inserts
 
-from ._legacy_layout import (CODES, FORMATS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1,  # noqa: F401
-                             WEIGHT_FORMATS, _D_AT, _M_AT, _QH_AT, _QS_AT, _S_AT, _X_D_AT,
-                             _X_QS_AT, _X_S_AT, _ZERO)
+from numba_qk.kernels.legacy.layout import CODES, FORMATS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, WEIGHT_FORMATS, _D_AT, _M_AT, _QH_AT, _QS_AT, _S_AT, _X_D_AT, _X_QS_AT, _X_S_AT, _ZERO
 
 _MAGNITUDE = np.int32(0x7FFFFFFF)  # all bits but the sign
 _EXP_ALL_ONES = np.int32(0x7F800000)  # f32 exponent of inf/NaN

@@ -68,14 +68,12 @@ import math
 
 import numpy as np
 
-from .._jit import kernel
-from ._bits import f16_to_f32
-from ._kquant_common import first_nonfinite_block
+from numba_qk._jit import kernel
+from numba_qk.kernels._bits import f16_to_f32
+from numba_qk.kernels.kquants.common import first_nonfinite_block
 
-from ._mxrec_layout import (KVALUES, KVALUES_F32, MX_BLOCK, MX_E_AT, MX_QS_AT,  # noqa: F401
-                            NV_BLOCK, NV_D_AT, NV_NSUB, NV_QS_AT, NV_SUB, Y_BLOCK, Y_D_AT,
-                            Y_QS_AT)
-from ._mxrec_layout import LOW4 as _LOW4
+from numba_qk.kernels.fp4.layout import KVALUES, KVALUES_F32, MX_BLOCK, MX_E_AT, MX_QS_AT, NV_BLOCK, NV_D_AT, NV_NSUB, NV_QS_AT, NV_SUB, Y_BLOCK, Y_D_AT, Y_QS_AT
+from numba_qk.kernels.fp4.layout import LOW4 as _LOW4
 
 
 def _e8m0_half_table():
@@ -428,13 +426,12 @@ def gemm_nvfp4_q8_0_portable(w, x, out):
             out[a, r] = dot_nvfp4_q8_0(wr, x[a])
 
 
-from ._simd import HAVE_AVX2, load_f16_fpext, prefetch_lines, prefetch_plan  # noqa: E402  (after the tables)
+from numba_qk.kernels.simd.base import HAVE_AVX2, load_f16_fpext, prefetch_lines, prefetch_plan  # noqa: E402  (after the tables)
 # (numba's own cache key is this file only; _jit.DependencyCache adds _simd_mxrec.py's source
 # and every other kernel-layer module this one imports, so IR edits there recompile these.)
 
 if HAVE_AVX2:
-    from ._simd_mxrec import (XT_ROWS, mxfp4_acts_x8_t, mxfp4_q8_0_s,  # noqa: E402
-                              mxfp4_rows_x8_t, nvfp4_acts_x8_t, nvfp4_rows_x8_t)
+    from numba_qk.kernels.simd.mxrec import XT_ROWS, mxfp4_acts_x8_t, mxfp4_q8_0_s, mxfp4_rows_x8_t, nvfp4_acts_x8_t, nvfp4_rows_x8_t
 else:
     XT_ROWS = 11
 

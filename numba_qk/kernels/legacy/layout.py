@@ -4,8 +4,8 @@ Shared by the portable kernels (``legacy.py``) and the SIMD decoders (``_simd.py
 *code* is its position in ``FORMATS``; every table is indexed by code (-1: no such field).
 """
 
-from ..formats import activation_format
-from ..formats import legacy as _declared
+from numba_qk.formats import activation_format
+from numba_qk.formats import legacy as _declared
 
 # Format codes: kernels are selected by these small ints (the position in FORMATS).  Every byte
 # offset below is read from the schema's fields at import, never retyped.

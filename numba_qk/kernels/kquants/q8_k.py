@@ -28,10 +28,10 @@ write nothing for it; raising is the public API's job.
 
 import numpy as np
 
-from .._jit import kernel
-from ..formats import quant
-from ._bits import load_f32, load_i16
-from ._round import round_half_even, saturate_i8
+from numba_qk._jit import kernel
+from numba_qk.formats import quant
+from numba_qk.kernels._bits import load_f32, load_i16
+from numba_qk.kernels._round import round_half_even, saturate_i8
 
 Q8_K_RECORD_BYTES = quant.q8_k.block_bytes
 Q8_K_BLOCK = quant.q8_k.block_size

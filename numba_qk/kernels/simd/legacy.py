@@ -11,10 +11,8 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from . import _legacy_layout as _LL
-from ._simd import (HAVE_AVX512, HAVE_GFNI, _Ops, _decl, _float_array_ptr, _gather_f16, _i8,
-                    _i16, _i32, _i64, _literal_int, _load, _pmaddwd32, _ptr, _reduce_many, _splat_lanes,
-                    _tile_fold, _vcall, _vec)
+from numba_qk.kernels.legacy import layout as _LL
+from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_GFNI, _Ops, _decl, _float_array_ptr, _gather_f16, _i8, _i16, _i32, _i64, _literal_int, _load, _pmaddwd32, _ptr, _reduce_many, _splat_lanes, _tile_fold, _vcall, _vec
 
 __all__ = ["legacy_block_value", "legacy_accumulate_x8"]
 

@@ -14,11 +14,10 @@ in record order per row -- one i32/f32 lane per row, no horizontal reductions.
 
 import numpy as np
 
-from .._jit import kernel
-from ._simd import HAVE_AVX512, HAVE_VNNI
-from ._simd_q4_k import (X16_BYTES, X16_D_AT, X16_DMIN_AT, X16_Q_AT, X16_ROWS, X16_U_AT,
-                         q4_k_x16_rows_p16, q4_k_x16_rows_p32)
-from .dot import _X_BSUM_AT, _dot_loop, gemv_q4_k_q8_k
+from numba_qk._jit import kernel
+from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI
+from numba_qk.kernels.simd.q4_k import X16_BYTES, X16_D_AT, X16_DMIN_AT, X16_Q_AT, X16_ROWS, X16_U_AT, q4_k_x16_rows_p16, q4_k_x16_rows_p32
+from numba_qk.kernels.kquants.dot import _X_BSUM_AT, _dot_loop, gemv_q4_k_q8_k
 
 HAVE_X16 = HAVE_VNNI and HAVE_AVX512
 _REC = 144

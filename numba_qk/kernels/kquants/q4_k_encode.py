@@ -20,11 +20,11 @@ minus 2**22 -- round half to even for |f| < 2**22, ggml's own garbage beyond (re
 
 import numpy as np
 
-from .._jit import kernel
-from ._bits import f16_to_f32
-from ..formats import quant
-from ._encode_lanes import ENCODE_LANES, lane_scratch, qkx2_lanes, requant_lanes
-from ._round import f32_to_f16_bits, nearest_int
+from numba_qk._jit import kernel
+from numba_qk.kernels._bits import f16_to_f32
+from numba_qk.formats import quant
+from numba_qk.kernels.kquants.encode_lanes import ENCODE_LANES, lane_scratch, qkx2_lanes, requant_lanes
+from numba_qk.kernels._round import f32_to_f16_bits, nearest_int
 
 # Byte offsets of the Q4_K fields, from the schema.
 _D_AT = quant.q4_k.field("d").start

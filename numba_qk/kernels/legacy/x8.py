@@ -19,11 +19,11 @@ import numpy as np
 
 from numba import literally
 
-from .._jit import kernel
-from ._legacy_layout import _D_AT, _QS_AT, _X_D_AT, _X_QS_AT, _ZERO, Q4_0, Q8_0
-from ._simd import HAVE_AVX512, HAVE_VNNI, prefetch, prefetch_plan
-from ._simd_legacy import X8_QS_BYTES, legacy_x8_rows
-from .legacy import _f16, _gemv_loop, _simd_dot_at, HAVE_AVX2
+from numba_qk._jit import kernel
+from numba_qk.kernels.legacy.layout import _D_AT, _QS_AT, _X_D_AT, _X_QS_AT, _ZERO, Q4_0, Q8_0
+from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI, prefetch, prefetch_plan
+from numba_qk.kernels.simd.legacy import X8_QS_BYTES, legacy_x8_rows
+from numba_qk.kernels.legacy.kernels import _f16, _gemv_loop, _simd_dot_at, HAVE_AVX2
 
 HAVE_X8 = HAVE_VNNI and HAVE_AVX512
 X8_CODES = (Q4_0, Q8_0)

@@ -53,10 +53,9 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from ..formats import quant
-from ._simd import (HAVE_AVX512, _FEATURES, _float_array_ptr, _i8, _i16, _i32, _i64, _load, _ptr,
-                    _splat_lanes, _vec, _fold_into)
-from ._simd_q4_k import _unpack_scales
+from numba_qk.formats import quant
+from numba_qk.kernels.simd.base import HAVE_AVX512, _FEATURES, _float_array_ptr, _i8, _i16, _i32, _i64, _load, _ptr, _splat_lanes, _vec, _fold_into
+from numba_qk.kernels.simd.q4_k import _unpack_scales
 
 __all__ = ["HAVE_AMX", "AMX_ROWS", "AMX_ACTS", "AMX_DEC_BYTES", "AMX_ACT_BYTES", "AMX_CONFIG",
            "amx_begin", "amx_end", "q4_k_decode_amx", "accumulate_amx"]

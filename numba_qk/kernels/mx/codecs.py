@@ -30,10 +30,10 @@ NVFP4 ``R32(R32(value(P_i) * f32(scale)) * ts)``.
 
 import numpy as np
 
-from .._jit import kernel
-from . import _stream
-from . import lowp as _lowp
-from .lowp import (_T_E2M1, _T_E2M3, _T_E3M2, _T_E4M3, _T_E5M2, _encode_narrow_f32)
+from numba_qk._jit import kernel
+from numba_qk.kernels.simd import stream as _stream
+from numba_qk.kernels.lowp import codecs as _lowp
+from numba_qk.kernels.lowp.codecs import _T_E2M1, _T_E2M3, _T_E3M2, _T_E4M3, _T_E5M2, _encode_narrow_f32
 
 # element kinds (closure constants)
 E2M1, E2M3, E3M2, E4M3, E5M2, INT8 = range(6)
@@ -202,7 +202,7 @@ def _make_mx_decoder(K, B):
     @kernel
     def dec(codes, scales, out, b0, b1, stream):
         # ``stream``: decode CHB blocks at a time into an L1 row and copy it out with
-        # non-temporal stores (kernels/_stream.py; the same values, fewer memory transfers)
+        # non-temporal stores (kernels/simd/stream.py; the same values, fewer memory transfers)
         buf = np.empty(CHB * B + 16 if stream else 0, np.float32)
         tmp = np.empty(CHB * B if PERM else 0, np.uint32)            # a chunk's element bits
         tv = tmp.view(np.float32)

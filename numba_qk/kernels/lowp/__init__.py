@@ -1,0 +1,1 @@
+"""Low-precision element types (spec 004): encode/decode kernels."""

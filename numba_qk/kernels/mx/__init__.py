@@ -1,0 +1,1 @@
+"""Block-scaled formats (OCP MX, NVFP4): encode/decode kernels."""
