@@ -80,10 +80,11 @@ def test_numpy_and_ml_dtypes_targets_equal_the_numba_qk_type(sctype, t):
         codes_before = codes(out)
         assert qk.astype(-x, spelling, out=out) is out
         assert codes(out).tolist() == codes(qk.astype(-x, t)).tolist() != codes_before.tolist()
-        b = qk.astype(x, qk.bf16)
-        assert codes(b.astype(spelling)).tolist() == codes(qk.astype(b, t)).tolist()
-        st = qk.astype(x, qk.mx.mxfp4)
-        assert codes(st.astype(spelling)).tolist() == codes(qk.astype(st, t)).tolist()
+        if t in (qk.f16, qk.e4m3, qk.i4):   # the other sources take the same lookup (each
+            b = qk.astype(x, qk.bf16)        # (source, target) pair compiles a converter)
+            assert codes(b.astype(spelling)).tolist() == codes(qk.astype(b, t)).tolist()
+            st = qk.astype(x, qk.mx.mxfp4)
+            assert codes(st.astype(spelling)).tolist() == codes(qk.astype(st, t)).tolist()
         raw = qk.Tensor(want.storage if isinstance(want, qk.Tensor) else want, dtype=spelling)
         assert raw.dtype is t and raw.shape == want.shape
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
+from numba_qk.tensor import storage_dtype
 from numba_qk import reference_mx as R
 from numba_qk.formats import ScaledFormat
 
@@ -572,10 +573,8 @@ def test_decode_out_overlapping_the_source_is_refused(fmt, t):
     np.copyto(el.storage, ref.elements.storage)
     np.copyto(sc.storage, ref.block_scales.storage)
     st = qk.ScaledTensor(el, sc, fmt, ref.tensor_scale)
-    want = qk.astype(st, t)
     sshape = shape[:-1] + (shape[-1] // t.block_size,)
-    nbytes = int(np.prod(sshape)) * qk.Tensor(want).storage.dtype.itemsize if \
-        isinstance(want, qk.Tensor) else want.nbytes
+    nbytes = int(np.prod(sshape)) * storage_dtype(t).itemsize
     outs = []
     for at in (0, ne // 2, 8192 - nbytes + 1, 8192 + ns - 1):   # elements, scales, both edges
         raw = mem[at:at + nbytes]
@@ -587,10 +586,16 @@ def test_decode_out_overlapping_the_source_is_refused(fmt, t):
         with pytest.raises(ValueError, match="^out: overlaps the input"):
             qk.astype(st, t, out=out)
         assert np.array_equal(mem, before)
-    free = qk.Tensor(mem[8192 + ns:8192 + ns + nbytes].reshape(sshape[:-1] + (-1,)), dtype=t)
-    assert qk.astype(st, t, out=free) is free                   # adjacent: fine
-    w = want if isinstance(want, qk.Tensor) else qk.Tensor(want)
-    assert np.array_equal(free.storage.view(np.uint8), w.storage.view(np.uint8))
+    # An adjacent out is fine.  (Each (format, target) decode compiles its own converter,
+    # ~1.7 s cold: the refusals above run for every pair, which compiles nothing; the decode
+    # itself runs for f32 (every format) and for bf16 and i4 (the FP4 formats).)
+    if t is qk.f32 or (t in (qk.bf16, qk.i4) and fmt in (qk.mx.mxfp4, qk.mx.nvfp4)):
+        want = qk.astype(st, t)
+        free = qk.Tensor(mem[8192 + ns:8192 + ns + nbytes].reshape(sshape[:-1] + (-1,)),
+                         dtype=t)
+        assert qk.astype(st, t, out=free) is free
+        w = want if isinstance(want, qk.Tensor) else qk.Tensor(want)
+        assert np.array_equal(free.storage.view(np.uint8), w.storage.view(np.uint8))
 
 
 def test_threads_give_identical_bits():
