@@ -20,7 +20,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: _common
 
-from kquant_ab import ROOT, best_interleaved, extract_old, same_bits  # noqa: E402
+from kquant_ab import (ROOT, best_interleaved, extract_old, old_kernel_module,  # noqa: E402
+                       same_bits)
 
 sys.path.insert(0, str(ROOT))
 import numba_qk as qk  # noqa: E402
@@ -37,7 +38,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     sys.path.insert(0, str(extract_old(args.old_rev)))
     new = importlib.import_module("numba_qk.kernels.kquants.dot")
-    old = importlib.import_module("numba_qk_old.kernels.dot")
+    old = old_kernel_module("dot")
     from numba_qk.kernels.simd import base as _simd
     print(f"old = {args.old_rev}, new = working tree (VNNI gemv: {_simd.HAVE_VNNI and _simd.HAVE_AVX512});"
           f" 1 thread; ms per call, best interleaved; load {os.getloadavg()[0]:.2f}")

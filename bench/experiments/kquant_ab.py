@@ -32,6 +32,15 @@ sys.path.insert(0, str(ROOT))
 import numba_qk as qk  # noqa: E402
 
 
+def old_kernel_module(name: str):
+    """Kernel module ``name`` (``dot``, ``q6_k`` ...) of the extracted old revision: under
+    ``kernels/kquants/`` since the family layout, directly under ``kernels/`` before it."""
+    try:
+        return importlib.import_module(f"numba_qk_old.kernels.kquants.{name}")
+    except ModuleNotFoundError:
+        return importlib.import_module(f"numba_qk_old.kernels.{name}")
+
+
 def extract_old(rev: str) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix="numba_qk_old_"))
     atexit.register(shutil.rmtree, tmp, True)
@@ -85,7 +94,7 @@ def main():
     for t in args.formats.split(","):
         fmt = getattr(qk.quant, t)
         new = importlib.import_module(f"numba_qk.kernels.kquants.{t}")
-        old = importlib.import_module(f"numba_qk_old.kernels.{t}")
+        old = old_kernel_module(t)
         w = qk.quantize(rng.standard_normal((args.rows * g, 256)).astype(np.float32),
                         format=fmt).reshape(args.rows, g, fmt.block_bytes)
         gemv = {"old": getattr(old, f"gemv_{t}_q8_k"), "new": getattr(new, f"gemv_{t}_q8_k")}
