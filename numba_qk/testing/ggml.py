@@ -18,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
-GGML_TYPE_F32, GGML_TYPE_Q4_K, GGML_TYPE_Q8_K = 0, 12, 15
+from numba_qk.formats.ggml_types import GGMLType
+
+GGML_TYPE_F32, GGML_TYPE_Q4_K, GGML_TYPE_Q8_K = GGMLType.F32, GGMLType.Q4_K, GGMLType.Q8_K
 
 
 class _InitParams(C.Structure):
@@ -55,7 +57,11 @@ CPU_HAS = ("sse3", "ssse3", "avx", "avx2", "f16c", "fma", "bmi2", "avx512", "avx
 
 # Weight types each extra buffer type converts (others would not be converted, or crash ggml's
 # CPU_REPACK upload): ggml-cpu/repack.cpp and amx/common.h of the ggml these were written against.
-EXTRA_BUFT_TYPES = {"CPU_REPACK": {2, 12, 20}, "AMX": {2, 3, 8, 12, 13, 14, 23}}
+EXTRA_BUFT_TYPES = {
+    "CPU_REPACK": {GGMLType.Q4_0, GGMLType.Q4_K, GGMLType.IQ4_NL},
+    "AMX": {GGMLType.Q4_0, GGMLType.Q4_1, GGMLType.Q8_0, GGMLType.Q4_K, GGMLType.Q5_K,
+            GGMLType.Q6_K, GGMLType.IQ4_XS},
+}
 
 
 class GGML:
