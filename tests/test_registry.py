@@ -177,6 +177,47 @@ def test_carriers(fmt, rng):
         assert_same_f32(qk.dequantize(carrier, fmt), want_deq)
 
 
+def test_every_kernel_module_declares_whole_traits():
+    """Each kernel module ends with one ``TRAITS = ...`` (every slot spelled out: the
+    constructor has no defaults); the registry's table is made of them alone, and each oracle
+    slot names the numba_qk.testing.reference module the oracle lives in."""
+    import ast
+    import importlib
+    import inspect
+
+    from numba_qk.kernels.traits import SLOTS, Traits
+
+    assert [t.format for t in _registry.TRAITS] == ALL
+    sig = inspect.signature(Traits)
+    assert tuple(sig.parameters) == SLOTS
+    assert all(p.default is p.empty and p.kind is p.KEYWORD_ONLY for p in sig.parameters.values())
+    for mod in _registry.KERNEL_MODULES:
+        tree = ast.parse(inspect.getsource(mod))
+        assigned = [n for n in tree.body if isinstance(n, ast.Assign)
+                    and any(getattr(t, "id", None) == "TRAITS" for t in n.targets)]
+        assert len(assigned) == 1 and tree.body[-1] is assigned[0], mod.__name__
+    for t in _registry.TRAITS:
+        o = oracles.oracle(t.format)
+        assert getattr(o.dequantize, "func", o.dequantize).__module__ == t.oracle, t.format.name
+        importlib.import_module(t.oracle)
+        b = _registry.binding(t.format)
+        assert (b.dequantize, b.quantize, b.dot, b.gemv, b.gemm, b.find_invalid, b.quantizer) == \
+            (t.dequantize, t.quantize, t.dot, t.gemv, t.gemm, t.find_invalid, t.quantizer)
+        assert type(b.decode(np.zeros((0, t.format.block_bytes), np.uint8))).__name__ == \
+            t.decoded.type_name
+    q4k = _registry.TRAITS[1]
+    slots = {s: getattr(q4k, s) for s in SLOTS}
+    with pytest.raises(AssertionError, match="Q4_K: domain None does not go with its quantizer"):
+        _registry.check_traits([Traits(**{**slots, "domain": None})])
+    with pytest.raises(AssertionError, match="Q4_K: oracle must name a numba_qk.testing"):
+        _registry.check_traits([Traits(**{**slots, "oracle": "numba_qk.ops"})])
+    with pytest.raises(AssertionError, match="Q4_K.sc is neither filled by decode nor f16"):
+        _registry.check_traits([Traits(**{**slots, "decoded": q4k.decoded._replace(
+            filled=(("q", "u1"),))})])
+    with pytest.raises(TypeError):
+        Traits(**{k: v for k, v in slots.items() if k != "oracle"})
+
+
 def test_half_bound_formats_fail_the_import_check():
     b = _registry.binding
     q8k, q4k = b(qk.quant.q8_k), b(qk.quant.q4_k)
