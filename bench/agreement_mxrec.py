@@ -21,7 +21,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import numba_qk as qk  # noqa: E402
-from numba_qk import _ggml_ctypes  # noqa: E402
+from numba_qk.testing import ggml as ggml_bridge  # noqa: E402
 
 
 def families(n: int, per: int, seed: int) -> dict:
@@ -52,7 +52,7 @@ def main():
     ap.add_argument("--ggml-lib", default=os.environ.get("NUMBA_QK_GGML_LIB"))
     ap.add_argument("--blocks", type=int, default=100_000)
     args = ap.parse_args()
-    g = _ggml_ctypes.load(args.ggml_lib) if args.ggml_lib else _ggml_ctypes.load()
+    g = ggml_bridge.load(args.ggml_lib) if args.ggml_lib else ggml_bridge.load()
     if g is None:
         raise SystemExit("no ggml library found")
     try:

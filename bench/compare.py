@@ -39,7 +39,7 @@ import numba_qk as qk  # noqa: E402
 from numba_qk import _threads  # noqa: E402
 from numba_qk.kernels import dot_q4_k_q8_k, quantize_q8_k  # noqa: E402
 
-from numba_qk import _ggml_ctypes as ggml_ctypes  # noqa: E402
+from numba_qk.testing import ggml as ggml_ctypes  # noqa: E402
 from _common import activations, q4_k_weights  # noqa: E402
 
 GGML_PY_LABEL = "libggml-python (prebuilt AVX2 wheel, not a native build)"
@@ -295,7 +295,7 @@ def l3_bytes() -> int:
 
 AMX_PROBE = r"""
 import sys, numpy as np
-from numba_qk import _ggml_ctypes as G
+from numba_qk.testing import ggml as G
 g = G.load(sys.argv[1])
 w = np.zeros((64, 1, 144), np.uint8)
 m = g.matvec(w, 1, batch=32, type_id=G.GGML_TYPE_Q4_K, buft="AMX")

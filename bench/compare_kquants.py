@@ -44,7 +44,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import numba_qk as qk  # noqa: E402
-from numba_qk import _ggml_ctypes  # noqa: E402
+from numba_qk.testing import ggml as ggml_bridge  # noqa: E402
 from numba_qk.kernels.simd import base as _simd  # noqa: E402
 
 NAMES = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
@@ -88,10 +88,10 @@ def ggml_cell(times: dict, rejected: dict) -> str:
 def load_ggml():
     libdir = os.environ.get("NUMBA_QK_GGML_LIB")
     if libdir:
-        g = _ggml_ctypes.load_dir(libdir)
+        g = ggml_bridge.load_dir(libdir)
         label = f"native ggml {g.version} from NUMBA_QK_GGML_LIB={libdir}"
     else:
-        g = _ggml_ctypes.load()
+        g = ggml_bridge.load()
         if g is None:
             sys.exit("no ggml: install libggml-python or set NUMBA_QK_GGML_LIB")
         label = f"libggml-python wheel {g.version}"

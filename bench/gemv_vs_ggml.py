@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numba_qk as qk  # noqa: E402
-from numba_qk import _ggml_ctypes as ggml_ctypes  # noqa: E402
+from numba_qk.testing import ggml as ggml_ctypes  # noqa: E402
 
 import compare  # noqa: E402
 from _common import activations, q4_k_weights  # noqa: E402

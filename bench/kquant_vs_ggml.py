@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from numba_qk import _ggml_ctypes  # noqa: E402
+from numba_qk.testing import ggml as ggml_bridge  # noqa: E402
 from numba_qk.formats import kquants as fk  # noqa: E402
 
 NAMES = ("q6_k", "q5_k", "q3_k", "q2_k")
@@ -58,7 +58,7 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=16384, help="blocks per input kind")
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
-    ggml = _ggml_ctypes.load()
+    ggml = ggml_bridge.load()
     if ggml is None:
         print("libggml-python is not installed", file=sys.stderr)
         return 1

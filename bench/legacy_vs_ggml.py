@@ -16,7 +16,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numba_qk as qk  # noqa: E402
-from numba_qk import _ggml_ctypes as ggml_ctypes  # noqa: E402
+from numba_qk.testing import ggml as ggml_ctypes  # noqa: E402
 
 import compare  # noqa: E402
 from compare import GGMLBase, Table, cycling, l3_bytes, pair_rows  # noqa: E402

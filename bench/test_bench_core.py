@@ -14,7 +14,7 @@ import pytest
 import numba_qk as qk
 from numba_qk.kernels import dot_q4_k_q8_k
 
-from numba_qk import _ggml_ctypes as ggml_ctypes
+from numba_qk.testing import ggml as ggml_ctypes
 from _common import activations, q4_k_weights
 
 Q4, Q8 = qk.quant.q4_k, qk.quant.q8_k

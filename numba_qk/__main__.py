@@ -38,7 +38,7 @@ def _hex(v) -> str:
 
 def demo(rows: int, groups: int, seed: int, check_rows: int) -> int:
     import numba_qk as qk
-    from numba_qk import reference as ref
+    from numba_qk.testing.reference import core as ref
 
     Q4, Q8 = qk.quant.q4_k, qk.quant.q8_k
     w, x = _sample(rows, groups, seed)

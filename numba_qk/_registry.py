@@ -1,5 +1,10 @@
 """The format registry: each block-quantized ``Format`` bound to its kernels, in one entry.
 
+The entries come from the ``TRAITS`` declaration each kernel module ends with
+(``numba_qk/kernels/traits.py``; the modules are listed in ``KERNEL_MODULES``): ``check_traits``
+checks them, ``fields_types`` builds the public decoded-fields types (``Q4KFields`` ...) from
+their ``decoded`` slots, and each becomes one ``Binding``.
+
 One ``Binding`` per format says everything the public operations need to know about it:
 
 * ``dequantize(records, out)`` and ``decode(records) -> fields``  (every format)
@@ -18,110 +23,115 @@ format with no binding...).  ``capabilities`` is the public view of the table.
 
 from __future__ import annotations
 
+import collections
 from typing import NamedTuple, Optional
 
 import numpy as np
 
 from .formats import Format, ScalarType, activation_format, quant
-from numba_qk.kernels.legacy import kernels as legacy
-from numba_qk.kernels.kquants.dot import dot_q4_k_q8_k, gemm_q4_k_q8_k, gemv_q4_k_q8_k
-from numba_qk.kernels.kquants.q4_k import q4_k_decode_records, q4_k_dequantize_records
-from numba_qk.kernels.kquants.q4_k_encode import quantize_q4_k
-from numba_qk.kernels.kquants.q8_k import q8_k_decode_records, q8_k_dequantize_records, q8_k_invalid_records, quantize_q8_k
+from .kernels.traits import DOMAINS, SLOTS, Traits
+from numba_qk.kernels.fp4 import mxrec as _kfp4
+from numba_qk.kernels.kquants import dot as _k4
 from numba_qk.kernels.kquants import q2_k as _k2
 from numba_qk.kernels.kquants import q3_k as _k3
 from numba_qk.kernels.kquants import q5_k as _k5
 from numba_qk.kernels.kquants import q6_k as _k6
-from numba_qk.kernels.fp4 import mxrec as _kfp4
+from numba_qk.kernels.kquants import q8_k as _k8
+from numba_qk.kernels.legacy import kernels as _klegacy
 
-__all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "binding", "capabilities",
-           "Capabilities", "check_bindings", "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields",
-           "Q5KFields", "Q6KFields", "MXFP4Fields", "NVFP4Fields"]
+__all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "TRAITS", "binding",
+           "capabilities", "Capabilities", "check_bindings", "check_traits", "fields_types",
+           "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields", "Q5KFields",
+           "Q6KFields", "MXFP4Fields", "NVFP4Fields"]
+
+# The kernel modules, each ending with its ``TRAITS`` declaration (numba_qk/kernels/traits.py).
+# Order matters only for messages and listings: activation Q8_K first, then the weight formats.
+KERNEL_MODULES = (_k8, _k4, _klegacy, _k2, _k3, _k5, _k6, _kfp4)
+
+
+def _collect(modules) -> tuple:
+    out = []
+    for mod in modules:
+        declared = getattr(mod, "TRAITS", None)
+        if declared is None:
+            raise AssertionError(f"registry: {mod.__name__} declares no TRAITS")
+        out.extend(declared if isinstance(declared, tuple) else (declared,))
+    return tuple(out)
+
+
+TRAITS = _collect(KERNEL_MODULES)
+
+
+def check_traits(traits) -> None:
+    """Each declaration whole and consistent (AssertionError); ``check_bindings`` checks the
+    table they make."""
+    for t in traits:
+        name = getattr(t.format, "name", repr(t.format))
+        if not isinstance(t, Traits) or not isinstance(t.format, Format):
+            raise AssertionError(f"registry: {t!r} is not the Traits of a declared Format")
+        fields = {f.name: f for f in t.format.fields}
+        filled = [n for n, _ in t.decoded.filled]
+        for n, code in t.decoded.filled:
+            np.dtype(code)
+            if n not in t.decoded.fields:
+                raise AssertionError(f"registry: {name} decode fills {n!r}, not a field of "
+                                     f"{t.decoded.type_name}")
+        for n in t.decoded.fields:
+            if n not in filled and n in fields and fields[n].element != "f16":
+                raise AssertionError(f"registry: {name}.{n} is neither filled by decode nor f16")
+        if (t.domain is None) != (t.quantize is None) or t.domain not in (None, *DOMAINS):
+            raise AssertionError(f"registry: {name}: domain {t.domain!r} does not go with "
+                                 f"its quantizer")
+        if bool(t.quantizer) != (t.quantize is not None):
+            raise AssertionError(f"registry: {name}: quantizer text and quantize go together")
+        if not (isinstance(t.oracle, str) and t.oracle.startswith("numba_qk.testing.reference")):
+            raise AssertionError(f"registry: {name}: oracle must name a numba_qk.testing."
+                                 f"reference module, got {t.oracle!r}")
+
+
+check_traits(TRAITS)
 
 
 # ----------------------------------------------------------------------------- decoded fields
-# (public as numba_qk.Q4KFields ...; their home module stays numba_qk.ops for repr and pickle)
+# One generic builder for the public decoded-fields types (numba_qk.Q4KFields ...), from the
+# ``decoded`` slot of the traits; their home module stays numba_qk.ops for repr and pickle.
 
-class Q4KFields(NamedTuple):
-    """Decoded Q4_K fields of ``G`` records."""
-
-    d: np.ndarray     # float16 [G]
-    dmin: np.ndarray  # float16 [G]
-    sc: np.ndarray    # uint8 [G, 8]   (6-bit values)
-    m: np.ndarray     # uint8 [G, 8]   (6-bit values)
-    q: np.ndarray     # uint8 [G, 256] (4-bit values)
-
-
-class Q8KFields(NamedTuple):
-    """Decoded Q8_K fields of ``G`` records."""
-
-    ds: np.ndarray    # float32 [G]
-    q: np.ndarray     # int8 [G, 256]
-    bsum: np.ndarray  # int16 [G, 16]
-
-
-class BlockFields(NamedTuple):
-    """Decoded fields of ``G`` records of a legacy 32-element format."""
-
-    d: np.ndarray                  # float16 [G]
-    q: np.ndarray                  # [G, 32]: uint8 stored quants (Q4: 0..15, Q5: 0..31), int8 (Q8)
-    m: Optional[np.ndarray] = None  # float16 [G] (Q4_1, Q5_1)
-    s: Optional[np.ndarray] = None  # float16 [G] (Q8_1)
-
-
-class Q2KFields(NamedTuple):
-    """Decoded Q2_K fields of ``G`` records (``x = d*sc[j]*q - dmin*m[j]``, ``j = i // 16``)."""
-
-    d: np.ndarray     # float16 [G]
-    dmin: np.ndarray  # float16 [G]
-    sc: np.ndarray    # uint8 [G, 16]  (4-bit values)
-    m: np.ndarray     # uint8 [G, 16]  (4-bit values)
-    q: np.ndarray     # uint8 [G, 256] (2-bit values)
+def fields_types(traits) -> dict:
+    """``{type name: NamedTuple class}``: one class per ``decoded.type_name``, fields in the
+    declared order; a field some format sharing the type lacks (BlockFields' ``m``, ``s``)
+    defaults to None."""
+    groups: dict = {}
+    for t in traits:
+        groups.setdefault(t.decoded.type_name, []).append(t)
+    out = {}
+    for type_name, members in groups.items():
+        d = members[0].decoded
+        if any((m.decoded.fields, m.decoded.doc) != (d.fields, d.doc) for m in members):
+            raise AssertionError(f"registry: {type_name} is declared two ways")
+        optional = [n for n in d.fields
+                    if any(n not in {f.name for f in m.format.fields}
+                           and n not in {k for k, _ in m.decoded.filled} for m in members)]
+        if d.fields[len(d.fields) - len(optional):] != tuple(optional):
+            raise AssertionError(f"registry: {type_name}: optional fields must come last")
+        cls = collections.namedtuple(type_name, d.fields, defaults=(None,) * len(optional),
+                                     module="numba_qk.ops")
+        cls.__annotations__ = cls.__new__.__annotations__ = {
+            n: Optional[np.ndarray] if n in optional else np.ndarray for n in d.fields}
+        cls.__doc__ = d.doc
+        out[type_name] = cls
+    return out
 
 
-class Q3KFields(NamedTuple):
-    """Decoded Q3_K fields of ``G`` records (``x = d*(sc[j] - 32)*q``, ``j = i // 16``)."""
-
-    d: np.ndarray     # float16 [G]
-    sc: np.ndarray    # uint8 [G, 16]  (stored 6-bit scales, used as sc - 32)
-    q: np.ndarray     # int8 [G, 256]  (-4..3: low 2 bits, minus 4 where the hmask bit is clear)
-
-
-class Q5KFields(NamedTuple):
-    """Decoded Q5_K fields of ``G`` records (``x = d*sc[s]*q - dmin*m[s]``, ``s = i // 32``)."""
-
-    d: np.ndarray     # float16 [G]
-    dmin: np.ndarray  # float16 [G]
-    sc: np.ndarray    # uint8 [G, 8]   (6-bit values)
-    m: np.ndarray     # uint8 [G, 8]   (6-bit values)
-    q: np.ndarray     # uint8 [G, 256] (5-bit values)
-
-
-class Q6KFields(NamedTuple):
-    """Decoded Q6_K fields of ``G`` records (``x = d*sc[j]*(q - 32)``, ``j = i // 16``)."""
-
-    d: np.ndarray     # float16 [G]
-    sc: np.ndarray    # int8 [G, 16]
-    q: np.ndarray     # uint8 [G, 256] (stored 6-bit values, used as q - 32)
-
-
-class MXFP4Fields(NamedTuple):
-    """Decoded fields of ``G`` ggml MXFP4 records (``x = kvalues_fp4[q] * 2^(e - 128)``)."""
-
-    e: np.ndarray     # uint8 [G]      (e8m0 scale bytes)
-    q: np.ndarray     # uint8 [G, 32]  (e2m1 codes 0..15, in element order)
-
-
-class NVFP4Fields(NamedTuple):
-    """Decoded fields of ``G`` ggml NVFP4 records (``x = kvalues_fp4[q] * ue4m3(d[i // 16]) / 2``)."""
-
-    d: np.ndarray     # uint8 [G, 4]   (ue4m3 sub-block scale bytes)
-    q: np.ndarray     # uint8 [G, 64]  (e2m1 codes 0..15, in element order)
-
-
-for _cls in (Q4KFields, Q8KFields, BlockFields, Q2KFields, Q3KFields, Q5KFields, Q6KFields,
-             MXFP4Fields, NVFP4Fields):
-    _cls.__module__ = "numba_qk.ops"
+_FIELDS_TYPES = fields_types(TRAITS)
+Q8KFields = _FIELDS_TYPES["Q8KFields"]
+Q4KFields = _FIELDS_TYPES["Q4KFields"]
+BlockFields = _FIELDS_TYPES["BlockFields"]
+Q2KFields = _FIELDS_TYPES["Q2KFields"]
+Q3KFields = _FIELDS_TYPES["Q3KFields"]
+Q5KFields = _FIELDS_TYPES["Q5KFields"]
+Q6KFields = _FIELDS_TYPES["Q6KFields"]
+MXFP4Fields = _FIELDS_TYPES["MXFP4Fields"]
+NVFP4Fields = _FIELDS_TYPES["NVFP4Fields"]
 
 
 def _f16_field(arr: np.ndarray, field) -> np.ndarray:
@@ -131,76 +141,23 @@ def _f16_field(arr: np.ndarray, field) -> np.ndarray:
             .astype(np.float16))
 
 
-def _decode_q4_k(arr):
-    fmt = quant.q4_k
-    g = arr.shape[0]
-    sc = np.empty((g, fmt.field("sc").count), np.uint8)
-    m = np.empty((g, fmt.field("m").count), np.uint8)
-    q = np.empty((g, fmt.field("q").count), np.uint8)
-    if g:
-        q4_k_decode_records(arr, sc, m, q)
-    return Q4KFields(_f16_field(arr, fmt.field("d")), _f16_field(arr, fmt.field("dmin")), sc, m, q)
-
-
-def _decode_q8_k(arr):
-    fmt = quant.q8_k
-    g = arr.shape[0]
-    ds = np.empty(g, np.float32)
-    q = np.empty((g, fmt.field("q").count), np.int8)
-    bsum = np.empty((g, fmt.field("bsum").count), np.int16)
-    if g:
-        q8_k_decode_records(arr, ds, q, bsum)
-    return Q8KFields(ds, q, bsum)
-
-
-def _kquant_decoder(fmt, kernel, fields, arrays):
-    """decode() of a K-quant: ``arrays`` = (field name, dtype) filled by ``kernel`` in order;
-    ``q`` holds one quant per element; the f16 fields (``d``, ``dmin``) read straight from the
-    records."""
-    def decode(arr):
-        g = arr.shape[0]
-        filled = [np.empty((g, fmt.block_size if name == "q" else fmt.field(name).count), dtype)
-                  for name, dtype in arrays]
-        if g:
-            kernel(arr, *filled)
-        by_name = dict(zip((name for name, _ in arrays), filled))
-        return fields(*(by_name[name] if name in by_name else _f16_field(arr, fmt.field(name))
-                        for name in fields._fields))
-    return decode
-
-
-def _decode_mxfp4(arr):
-    g = arr.shape[0]
-    e = np.empty(g, np.uint8)
-    q = np.empty((g, quant.mxfp4.block_size), np.uint8)
-    if g:
-        _kfp4.mxfp4_decode_records(arr, e, q)
-    return MXFP4Fields(e, q)
-
-
-def _decode_nvfp4(arr):
-    g = arr.shape[0]
-    d = np.empty((g, quant.nvfp4.field("d").count), np.uint8)
-    q = np.empty((g, quant.nvfp4.block_size), np.uint8)
-    if g:
-        _kfp4.nvfp4_decode_records(arr, d, q)
-    return NVFP4Fields(d, q)
-
-
-def _legacy_decoder(entry):
-    """decode() of a legacy format, from its fields: d, q (stored quants), m and s if declared."""
-    fmt = entry.format
-    names = {f.name for f in fmt.fields}
-    qs = fmt.field("qs")
+def _decoder(fmt, kernel, fields_type, filled):
+    """decode() of a format: the arrays ``filled`` = ((name, dtype), ...) filled by ``kernel``
+    in order (``q``: one per element; a one-element field: [G]); the other fields read as f16
+    from the records, or None where the format has no such field."""
+    declared = {f.name: f for f in fmt.fields}
+    shapes = [(name, np.dtype(code), fmt.block_size if name == "q" else declared[name].count)
+              for name, code in filled]
 
     def decode(arr):
         g = arr.shape[0]
-        q = np.empty((g, qs.count), np.int8 if qs.signed else np.uint8)
+        arrays = {name: np.empty((g, count) if count != 1 else g, dtype)
+                  for name, dtype, count in shapes}
         if g:
-            entry.decode(arr, q)
-        return BlockFields(_f16_field(arr, fmt.field("d")), q,
-                           _f16_field(arr, fmt.field("m")) if "m" in names else None,
-                           _f16_field(arr, fmt.field("s")) if "s" in names else None)
+            kernel(arr, *arrays.values())
+        return fields_type(*(arrays[name] if name in arrays
+                             else _f16_field(arr, declared[name]) if name in declared else None
+                             for name in fields_type._fields))
     return decode
 
 
@@ -263,44 +220,20 @@ class Binding:
         return f"Binding({self.format.name})"
 
 
-def _legacy_binding(fmt, quantizer):
-    e = legacy.ENTRIES[fmt]
-    return Binding(fmt, dequantize=e.dequantize, decode=_legacy_decoder(e), quantize=e.quantize,
-                   domain_reason=finite_reason, quantizer=quantizer,
-                   dot=e.dot, gemv=e.gemv, gemm=e.gemm)
+_DOMAIN_REASONS = {"finite": finite_reason, "q8_k": q8_k_reason}
+assert tuple(_DOMAIN_REASONS) == DOMAINS
 
 
-# Order matters only for messages and listings: activation Q8_K first, then the weight formats.
-BINDINGS = (
-    Binding(quant.q8_k, dequantize=q8_k_dequantize_records, decode=_decode_q8_k,
-            quantize=quantize_q8_k, domain_reason=q8_k_reason,
-            quantizer="spec 000 section 4 (canonical)", find_invalid=q8_k_invalid_records),
-    Binding(quant.q4_k, dequantize=q4_k_dequantize_records, decode=_decode_q4_k,
-            quantize=quantize_q4_k, domain_reason=finite_reason,
-            quantizer="ggml quantize_row_q4_K_ref", dot=dot_q4_k_q8_k, gemv=gemv_q4_k_q8_k,
-            gemm=gemm_q4_k_q8_k),
-    *(_legacy_binding(fmt, f"ggml quantize_row_{fmt.name.lower()}_ref") for fmt in legacy.FORMATS),
-    *(Binding(fmt, dequantize=getattr(mod, f"dequantize_{fmt._attr}"),
-              decode=_kquant_decoder(fmt, getattr(mod, f"{fmt._attr}_decode_records"), fields,
-                                     arrays),
-              quantize=getattr(mod, f"quantize_{fmt._attr}"), domain_reason=finite_reason,
-              quantizer=f"ggml quantize_row_{fmt.name[:2].lower()}{fmt.name[2:]}_ref",
-              dot=getattr(mod, f"dot_{fmt._attr}_q8_k"), gemv=getattr(mod, f"gemv_{fmt._attr}_q8_k"),
-              gemm=getattr(mod, f"gemm_{fmt._attr}_q8_k"))
-      for fmt, mod, fields, arrays in (
-          (quant.q2_k, _k2, Q2KFields, (("sc", np.uint8), ("m", np.uint8), ("q", np.uint8))),
-          (quant.q3_k, _k3, Q3KFields, (("sc", np.uint8), ("q", np.int8))),
-          (quant.q5_k, _k5, Q5KFields, (("sc", np.uint8), ("m", np.uint8), ("q", np.uint8))),
-          (quant.q6_k, _k6, Q6KFields, (("sc", np.int8), ("q", np.uint8))))),
-    *(Binding(fmt, dequantize=getattr(_kfp4, f"dequantize_{fmt._attr}"), decode=decode,
-              quantize=getattr(_kfp4, f"quantize_{fmt._attr}"), domain_reason=finite_reason,
-              quantizer=f"ggml quantize_row_{fmt._attr}_ref",
-              dot=getattr(_kfp4, f"dot_{fmt._attr}_q8_0_fast", None)
-              or getattr(_kfp4, f"dot_{fmt._attr}_q8_0"),
-              gemv=getattr(_kfp4, f"gemv_{fmt._attr}_q8_0"),
-              gemm=getattr(_kfp4, f"gemm_{fmt._attr}_q8_0"))
-      for fmt, decode in ((quant.mxfp4, _decode_mxfp4), (quant.nvfp4, _decode_nvfp4))),
-)
+def _binding(t: Traits) -> Binding:
+    return Binding(t.format, dequantize=t.dequantize,
+                   decode=_decoder(t.format, t.decode, _FIELDS_TYPES[t.decoded.type_name],
+                                   t.decoded.filled),
+                   quantize=t.quantize, domain_reason=_DOMAIN_REASONS.get(t.domain),
+                   quantizer=t.quantizer, find_invalid=t.find_invalid,
+                   dot=t.dot, gemv=t.gemv, gemm=t.gemm)
+
+
+BINDINGS = tuple(_binding(t) for t in TRAITS)
 
 BY_FORMAT = {b.format: b for b in BINDINGS}  # ops indexes this directly (no call per op)
 _BY_FORMAT = BY_FORMAT

@@ -37,6 +37,7 @@ from . import _registry
 from . import formats as _formats
 from .errors import QuantizationDomainError
 from .formats import quant
+from .formats.ggml_types import GGML_TYPE_NAMES, GGMLType
 from .ops import dequantize as _dequantize
 from .ops import matmul as _matmul
 from .ops import quantize as _quantize
@@ -107,7 +108,7 @@ _ELEMENT_DTYPES = {"F32": "f4", "F16": "f2", "F64": "f8", "I8": "i1", "I16": "i2
                    "I64": "i8"}
 # Where gguf-py's size table differs from ggml: block_q8_1 is {f16 d, f16 s, i8 qs[32]} in ggml
 # (36 bytes, what numba_qk's Q8_1 records are); gguf-py still has the old 2 x f32 layout (40).
-_SIZE_OVERRIDES = {9: (32, 36)}
+_SIZE_OVERRIDES = {GGMLType.Q8_1: (32, 36)}
 
 
 def _type_table():
@@ -826,8 +827,6 @@ def plan_file(src, preset, **options):
 
 def _preset_jobs(f, plan):
     """(entry, target) in the plan's order; target None = copy unchanged."""
-    from .presets import GGML_TYPE_NAMES
-
     jobs = []
     for t in plan.tensors:
         e = f._tensors[t.name]

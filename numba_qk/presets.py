@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from .errors import NumbaQKError
+from .formats.ggml_types import BLOCK_SIZE, GGML_TYPE_NAMES, GGML_TYPES, NOT_QUANTIZED
+from .formats.ggml_types import GGMLType as T
 
 __all__ = [
     "GGML_TYPES", "GGML_TYPE_NAMES", "BLOCK_SIZE", "LLAMA_FTYPES", "LLAMA_CPP_COMMIT",
@@ -42,38 +44,10 @@ class PresetError(NumbaQKError, ValueError):
     """A preset cannot be applied (unknown name, needs an importance matrix, bad metadata, ...)."""
 
 
-# --- ggml types (ggml.h enum ggml_type; block sizes from ggml.c type_traits) -------------------
-
-GGML_TYPES = {
-    "F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8, "Q8_1": 9,
-    "Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "Q8_K": 15,
-    "IQ2_XXS": 16, "IQ2_XS": 17, "IQ3_XXS": 18, "IQ1_S": 19, "IQ4_NL": 20, "IQ3_S": 21,
-    "IQ2_S": 22, "IQ4_XS": 23, "I8": 24, "I16": 25, "I32": 26, "I64": 27, "F64": 28,
-    "IQ1_M": 29, "BF16": 30, "TQ1_0": 34, "TQ2_0": 35, "MXFP4": 39, "NVFP4": 40,
-    "Q1_0": 41, "Q2_0": 42,
-}
-GGML_TYPE_NAMES = {v: k for k, v in GGML_TYPES.items()}
-# module-private names for the ids (GGML_TYPES is the public table)
-_F32 = 0; _F16 = 1; _Q4_0 = 2; _Q4_1 = 3; _Q5_0 = 6; _Q5_1 = 7; _Q8_0 = 8; _Q8_1 = 9; _Q2_K = 10
-_Q3_K = 11; _Q4_K = 12; _Q5_K = 13; _Q6_K = 14; _Q8_K = 15; _IQ2_XXS = 16; _IQ2_XS = 17
-_IQ3_XXS = 18; _IQ1_S = 19; _IQ4_NL = 20; _IQ3_S = 21; _IQ2_S = 22; _IQ4_XS = 23; _I8 = 24
-_I16 = 25; _I32 = 26; _I64 = 27; _F64 = 28; _IQ1_M = 29; _BF16 = 30; _TQ1_0 = 34; _TQ2_0 = 35
-_MXFP4 = 39; _NVFP4 = 40; _Q1_0 = 41; _Q2_0 = 42
-
-_QK_K = 256
-BLOCK_SIZE = {
-    _F32: 1, _F16: 1, _BF16: 1, _F64: 1, _I8: 1, _I16: 1, _I32: 1, _I64: 1,
-    _Q4_0: 32, _Q4_1: 32, _Q5_0: 32, _Q5_1: 32, _Q8_0: 32, _Q8_1: 32, _IQ4_NL: 32, _MXFP4: 32,
-    _Q1_0: 128, _Q2_0: 64, _NVFP4: 64,
-    _Q2_K: _QK_K, _Q3_K: _QK_K, _Q4_K: _QK_K, _Q5_K: _QK_K, _Q6_K: _QK_K, _Q8_K: _QK_K,
-    _IQ2_XXS: _QK_K, _IQ2_XS: _QK_K, _IQ3_XXS: _QK_K, _IQ1_S: _QK_K, _IQ3_S: _QK_K,
-    _IQ2_S: _QK_K, _IQ4_XS: _QK_K, _IQ1_M: _QK_K, _TQ1_0: _QK_K, _TQ2_0: _QK_K,
-}
-_NOT_QUANTIZED = {_F32, _F16, _BF16, _F64, _I8, _I16, _I32, _I64}
-
+# --- ggml types: the one table in numba_qk.formats.ggml_types (ids, names, block sizes) -------
 
 def _is_quantized(t: int) -> bool:  # ggml_is_quantized
-    return t not in _NOT_QUANTIZED
+    return t not in NOT_QUANTIZED
 
 
 def _tname(t: int) -> str:
@@ -104,16 +78,16 @@ _FT_Q2_0 = 41
 
 # llama_ftype_get_default_type
 _DEFAULT_TYPE = {
-    _FT_Q4_0: _Q4_0, _FT_Q4_1: _Q4_1, _FT_Q5_0: _Q5_0, _FT_Q5_1: _Q5_1, _FT_Q8_0: _Q8_0,
-    _FT_F16: _F16, _FT_BF16: _BF16, _FT_F32: _F32, _FT_Q1_0: _Q1_0, _FT_Q2_0: _Q2_0,
-    _FT_MXFP4_MOE: _MXFP4,
-    _FT_Q2_K_S: _Q2_K, _FT_Q2_K: _Q2_K, _FT_IQ3_XS: _IQ3_S,
-    _FT_Q3_K_S: _Q3_K, _FT_Q3_K_M: _Q3_K, _FT_Q3_K_L: _Q3_K,
-    _FT_Q4_K_S: _Q4_K, _FT_Q4_K_M: _Q4_K, _FT_Q5_K_S: _Q5_K, _FT_Q5_K_M: _Q5_K,
-    _FT_Q6_K: _Q6_K, _FT_TQ1_0: _TQ1_0, _FT_TQ2_0: _TQ2_0,
-    _FT_IQ2_XXS: _IQ2_XXS, _FT_IQ2_XS: _IQ2_XS, _FT_IQ2_S: _IQ2_XS, _FT_IQ2_M: _IQ2_S,
-    _FT_IQ3_XXS: _IQ3_XXS, _FT_IQ1_S: _IQ1_S, _FT_IQ1_M: _IQ1_M, _FT_IQ4_NL: _IQ4_NL,
-    _FT_IQ4_XS: _IQ4_XS, _FT_IQ3_S: _IQ3_S, _FT_IQ3_M: _IQ3_S,
+    _FT_Q4_0: T.Q4_0, _FT_Q4_1: T.Q4_1, _FT_Q5_0: T.Q5_0, _FT_Q5_1: T.Q5_1, _FT_Q8_0: T.Q8_0,
+    _FT_F16: T.F16, _FT_BF16: T.BF16, _FT_F32: T.F32, _FT_Q1_0: T.Q1_0, _FT_Q2_0: T.Q2_0,
+    _FT_MXFP4_MOE: T.MXFP4,
+    _FT_Q2_K_S: T.Q2_K, _FT_Q2_K: T.Q2_K, _FT_IQ3_XS: T.IQ3_S,
+    _FT_Q3_K_S: T.Q3_K, _FT_Q3_K_M: T.Q3_K, _FT_Q3_K_L: T.Q3_K,
+    _FT_Q4_K_S: T.Q4_K, _FT_Q4_K_M: T.Q4_K, _FT_Q5_K_S: T.Q5_K, _FT_Q5_K_M: T.Q5_K,
+    _FT_Q6_K: T.Q6_K, _FT_TQ1_0: T.TQ1_0, _FT_TQ2_0: T.TQ2_0,
+    _FT_IQ2_XXS: T.IQ2_XXS, _FT_IQ2_XS: T.IQ2_XS, _FT_IQ2_S: T.IQ2_XS, _FT_IQ2_M: T.IQ2_S,
+    _FT_IQ3_XXS: T.IQ3_XXS, _FT_IQ1_S: T.IQ1_S, _FT_IQ1_M: T.IQ1_M, _FT_IQ4_NL: T.IQ4_NL,
+    _FT_IQ4_XS: T.IQ4_XS, _FT_IQ3_S: T.IQ3_S, _FT_IQ3_M: T.IQ3_S,
 }
 
 
@@ -466,8 +440,8 @@ def _get_type_impl(qs: _State, m: ModelInfo, new: int, t: Tensor, ft: int, cat: 
         return i_layer, n_layer
 
     if arch == "glm5-next" and ("attn_q_a" in name or "attn_q_b" in name or "nextn.eh_proj" in name):
-        if new not in (_F32, _BF16, _F16):
-            return _Q8_0, "glm5-next: attn_q_a/attn_q_b/nextn.eh_proj at least Q8_0"
+        if new not in (T.F32, T.BF16, T.F16):
+            return T.Q8_0, "glm5-next: attn_q_a/attn_q_b/nextn.eh_proj at least Q8_0"
 
     if cat == "OUTPUT" or (qs.has_tied_embeddings and cat == "TOKEN_EMBD"):
         what = "output.weight" if cat == "OUTPUT" else "tied token_embd (serves as output)"
@@ -476,105 +450,105 @@ def _get_type_impl(qs: _State, m: ModelInfo, new: int, t: Tensor, ft: int, cat: 
         nx = t.ne[0]
         qk = BLOCK_SIZE[new]
         if ft == _FT_MXFP4_MOE:
-            return _Q8_0, f"{what}: Q8_0 for MXFP4_MOE"
+            return T.Q8_0, f"{what}: Q8_0 for MXFP4_MOE"
         if arch == "falcon" or nx % qk != 0:
             why = "falcon" if arch == "falcon" else f"row length {nx} not a multiple of {qk}"
-            return _Q8_0, f"{what}: Q8_0 ({why})"
+            return T.Q8_0, f"{what}: Q8_0 ({why})"
         if ft in (_FT_IQ2_XXS, _FT_IQ2_XS, _FT_IQ3_XXS, _FT_IQ1_S, _FT_IQ2_S, _FT_IQ2_M, _FT_IQ1_M):
-            return _Q5_K, f"{what}: Q5_K for very low-bit presets"
-        if new != _Q8_0:
-            return _Q6_K, f"{what}: Q6_K"
+            return T.Q5_K, f"{what}: Q5_K for very low-bit presets"
+        if new != T.Q8_0:
+            return T.Q6_K, f"{what}: Q6_K"
         return new, f"{what}: default type"
 
     if ft == _FT_MXFP4_MOE:
         expert_role = cat in ("FFN_UP", "FFN_GATE", "FFN_DOWN")
         nz = t.ne[2] if len(t.ne) > 2 else 1
         if nz > 1 and (arch != "bailingmoe3" or expert_role):
-            return _MXFP4, "MXFP4_MOE: expert tensor"
-        return _Q8_0, "MXFP4_MOE: non-expert tensor"
+            return T.MXFP4, "MXFP4_MOE: expert tensor"
+        return T.Q8_0, "MXFP4_MOE: non-expert tensor"
 
     if cat == "TOKEN_EMBD":
         if ft in (_FT_IQ2_XXS, _FT_IQ2_XS, _FT_IQ1_S, _FT_IQ1_M):
-            return _Q2_K, "token_embd: Q2_K for IQ1/IQ2 presets"
+            return T.Q2_K, "token_embd: Q2_K for IQ1/IQ2 presets"
         if ft in (_FT_IQ2_S, _FT_IQ2_M, _FT_IQ3_XXS):
-            return _IQ3_S, "token_embd: IQ3_S"
+            return T.IQ3_S, "token_embd: IQ3_S"
         if ft in (_FT_TQ1_0, _FT_TQ2_0, _FT_Q2_0):
-            return _Q4_K, "token_embd: Q4_K"
+            return T.Q4_K, "token_embd: Q4_K"
         return new, "token_embd: default type"
 
     if ft in _IQ_LOW:
         if _is_attn_v(cat):
             if gqa >= 4 or m.n_expert >= 4:
-                r = _Q4_K, "attn_v: Q4_K (n_gqa >= 4 or n_expert >= 4)"
+                r = T.Q4_K, "attn_v: Q4_K (n_gqa >= 4 or n_expert >= 4)"
             else:
-                r = (_IQ3_S if ft in (_FT_IQ2_S, _FT_IQ2_M) else _Q2_K), "attn_v: low-bit preset"
+                r = (T.IQ3_S if ft in (_FT_IQ2_S, _FT_IQ2_M) else T.Q2_K), "attn_v: low-bit preset"
             qs.i_attention_wv += 1
             return r
         if m.n_expert == 8 and cat == "ATTENTION_K":
-            return _Q4_K, "attn_k: Q4_K (8 experts)"
+            return T.Q4_K, "attn_k: Q4_K (8 experts)"
         if cat == "FFN_DOWN":
             r = new, "ffn_down: default type"
             if qs.i_ffn_down < _cdiv(n_layer_ffn, 8):
-                r = (_IQ3_S if ft in (_FT_IQ2_S, _FT_IQ2_M) else _Q2_K), \
+                r = (T.IQ3_S if ft in (_FT_IQ2_S, _FT_IQ2_M) else T.Q2_K), \
                     f"ffn_down #{qs.i_ffn_down} < n_layer/8"
             qs.i_ffn_down += 1
             return r
         if cat == "ATTENTION_OUTPUT":
             if m.n_expert == 8:
-                return _Q5_K, "attn_output: Q5_K (8 experts)"
+                return T.Q5_K, "attn_output: Q5_K (8 experts)"
             if ft in (_FT_IQ1_S, _FT_IQ1_M):
-                return _IQ2_XXS, "attn_output: IQ2_XXS"
+                return T.IQ2_XXS, "attn_output: IQ2_XXS"
             if ft in (_FT_IQ2_S, _FT_IQ2_M):
-                return _IQ3_S, "attn_output: IQ3_S"
+                return T.IQ3_S, "attn_output: IQ3_S"
         return new, "default type"
 
     if _is_attn_v(cat):
         i = qs.i_attention_wv
         reason = f"attn_v #{i}: default type"
         if ft == _FT_Q2_K:
-            new = _Q4_K if gqa >= 4 else _Q3_K
+            new = T.Q4_K if gqa >= 4 else T.Q3_K
             reason = f"attn_v #{i}: Q2_K preset, n_gqa {gqa}"
         elif ft == _FT_Q2_K_S and gqa >= 4:
-            new, reason = _Q4_K, f"attn_v #{i}: n_gqa {gqa} >= 4"
+            new, reason = T.Q4_K, f"attn_v #{i}: n_gqa {gqa} >= 4"
         elif ft == _FT_IQ3_XXS:
-            new = _Q4_K if gqa >= 4 else (_IQ3_S if not imatrix else _IQ3_XXS)
+            new = T.Q4_K if gqa >= 4 else (T.IQ3_S if not imatrix else T.IQ3_XXS)
             reason = f"attn_v #{i}: IQ3_XXS preset, n_gqa {gqa}"
         elif ft in (_FT_IQ3_XS, _FT_IQ3_S) and gqa >= 4:
-            new, reason = _Q4_K, f"attn_v #{i}: n_gqa {gqa} >= 4"
+            new, reason = T.Q4_K, f"attn_v #{i}: n_gqa {gqa} >= 4"
         elif ft == _FT_IQ3_M:
-            new, reason = _Q4_K, f"attn_v #{i}: IQ3_M preset"
+            new, reason = T.Q4_K, f"attn_v #{i}: IQ3_M preset"
         elif ft == _FT_Q3_K_M:
-            new = _Q5_K if i < 2 else _Q4_K
+            new = T.Q5_K if i < 2 else T.Q4_K
             reason = f"attn_v #{i}: Q3_K_M ({'first two' if i < 2 else 'later'})"
         elif ft == _FT_Q3_K_L:
-            new, reason = _Q5_K, f"attn_v #{i}: Q3_K_L"
+            new, reason = T.Q5_K, f"attn_v #{i}: Q3_K_L"
         elif ft in (_FT_IQ4_NL, _FT_IQ4_XS) and gqa >= 4:
-            new, reason = _Q5_K, f"attn_v #{i}: n_gqa {gqa} >= 4"
+            new, reason = T.Q5_K, f"attn_v #{i}: n_gqa {gqa} >= 4"
         elif ft in (_FT_Q4_K_M, _FT_Q5_K_M) and _use_more_bits(i, qs.n_attention_wv):
-            new, reason = _Q6_K, f"attn_v #{i} of {qs.n_attention_wv}: use_more_bits"
+            new, reason = T.Q6_K, f"attn_v #{i} of {qs.n_attention_wv}: use_more_bits"
         elif ft == _FT_Q4_K_S and i < 4:
-            new, reason = _Q5_K, f"attn_v #{i} < 4"
-        if m.is_70b and new in (_Q3_K, _Q4_K):
-            new, reason = _Q5_K, reason + "; 70B model: Q5_K"
+            new, reason = T.Q5_K, f"attn_v #{i} < 4"
+        if m.is_70b and new in (T.Q3_K, T.Q4_K):
+            new, reason = T.Q5_K, reason + "; 70B model: Q5_K"
         if m.n_expert == 8:
-            new, reason = _Q8_0, f"attn_v #{i}: Q8_0 (8 experts)"
+            new, reason = T.Q8_0, f"attn_v #{i}: Q8_0 (8 experts)"
         qs.i_attention_wv += 1
         return new, reason
 
     if cat == "ATTENTION_K":
         if m.n_expert == 8:
-            return _Q8_0, "attn_k: Q8_0 (8 experts)"
+            return T.Q8_0, "attn_k: Q8_0 (8 experts)"
         if ft == _FT_IQ3_XS:
-            return _IQ3_XXS, "attn_k: IQ3_XXS"
+            return T.IQ3_XXS, "attn_k: IQ3_XXS"
         if ft == _FT_IQ3_XXS:
-            return _IQ2_S, "attn_k: IQ2_S"
+            return T.IQ2_S, "attn_k: IQ2_S"
         return new, "default type"
 
     if cat == "ATTENTION_Q":
         if ft == _FT_IQ3_XS:
-            return _IQ3_XXS, "attn_q: IQ3_XXS"
+            return T.IQ3_XXS, "attn_q: IQ3_XXS"
         if ft == _FT_IQ3_XXS:
-            return _IQ2_S, "attn_q: IQ2_S"
+            return T.IQ2_S, "attn_q: IQ2_S"
         return new, "default type"
 
     if cat == "FFN_DOWN":
@@ -583,35 +557,35 @@ def _get_type_impl(qs: _State, m: ModelInfo, new: int, t: Tensor, ft: int, cat: 
         reason = f"{tag}: default type"
         more = _use_more_bits(il, nl)
         if ft == _FT_Q2_K:
-            new, reason = _Q3_K, f"{tag}: Q2_K preset"
+            new, reason = T.Q3_K, f"{tag}: Q2_K preset"
         elif ft == _FT_Q2_K_S:
             if il < _cdiv(nl, 8):
-                new, reason = _Q4_K, f"{tag}: < n_layer/8"
+                new, reason = T.Q4_K, f"{tag}: < n_layer/8"
         elif ft == _FT_IQ3_XXS and not imatrix:
-            new = _Q4_K if il < _cdiv(nl, 8) else _Q3_K
+            new = T.Q4_K if il < _cdiv(nl, 8) else T.Q3_K
             reason = f"{tag}: IQ3_XXS without imatrix"
         elif ft == _FT_Q3_K_M:
-            new = (_Q5_K if il < _cdiv(nl, 16)
-                   else _Q4_K if arch != "falcon" or more else _Q3_K)
+            new = (T.Q5_K if il < _cdiv(nl, 16)
+                   else T.Q4_K if arch != "falcon" or more else T.Q3_K)
             reason = f"{tag}: Q3_K_M"
         elif ft == _FT_IQ3_M and (il < _cdiv(nl, 8) or (m.n_expert == 8 and more)):
-            new, reason = _Q4_K, f"{tag}: IQ3_M"
+            new, reason = T.Q4_K, f"{tag}: IQ3_M"
         elif ft == _FT_Q3_K_L:
-            new, reason = (_Q4_K if arch == "falcon" else _Q5_K), f"{tag}: Q3_K_L"
+            new, reason = (T.Q4_K if arch == "falcon" else T.Q5_K), f"{tag}: Q3_K_L"
         elif ft == _FT_Q4_K_M:
             if arch == "falcon":
-                new = _Q6_K if il < _cdiv(nl, 16) else _Q5_K if more else _Q4_K
+                new = T.Q6_K if il < _cdiv(nl, 16) else T.Q5_K if more else T.Q4_K
                 reason = f"{tag}: Q4_K_M falcon"
             elif more:
-                new, reason = _Q6_K, f"{tag}: use_more_bits"
+                new, reason = T.Q6_K, f"{tag}: use_more_bits"
         elif il < _cdiv(nl, 8) and ft in (_FT_IQ4_NL, _FT_IQ4_XS) and not imatrix:
-            new, reason = _Q5_K, f"{tag}: < n_layer/8"
+            new, reason = T.Q5_K, f"{tag}: < n_layer/8"
         elif ft == _FT_Q5_K_M and more:
-            new, reason = _Q6_K, f"{tag}: use_more_bits"
+            new, reason = T.Q6_K, f"{tag}: use_more_bits"
         elif ft == _FT_Q4_K_S and arch != "falcon" and il < _cdiv(nl, 8):
-            new, reason = _Q5_K, f"{tag}: < n_layer/8"
+            new, reason = T.Q5_K, f"{tag}: < n_layer/8"
         elif ft in (_FT_Q4_0, _FT_Q5_0) and imatrix and il < _cdiv(nl, 8):
-            new = _Q4_1 if ft == _FT_Q4_0 else _Q5_1
+            new = T.Q4_1 if ft == _FT_Q4_0 else T.Q5_1
             reason = f"{tag}: < n_layer/8 with imatrix"
         qs.i_ffn_down += 1
         return new, reason
@@ -621,23 +595,23 @@ def _get_type_impl(qs: _State, m: ModelInfo, new: int, t: Tensor, ft: int, cat: 
             if m.n_expert == 8:
                 if ft in (_FT_Q2_K, _FT_IQ3_XS, _FT_IQ3_XXS, _FT_Q3_K_S, _FT_Q3_K_M, _FT_IQ4_NL,
                           _FT_Q4_K_S, _FT_Q4_K_M, _FT_IQ3_S, _FT_IQ3_M, _FT_IQ4_XS):
-                    return _Q5_K, "attn_output: Q5_K (8 experts)"
+                    return T.Q5_K, "attn_output: Q5_K (8 experts)"
             else:
-                rule = {_FT_Q2_K: _Q3_K, _FT_IQ3_XXS: _IQ3_S, _FT_Q3_K_M: _Q4_K,
-                        _FT_Q3_K_L: _Q5_K, _FT_IQ3_M: _Q4_K}.get(ft)
+                rule = {_FT_Q2_K: T.Q3_K, _FT_IQ3_XXS: T.IQ3_S, _FT_Q3_K_M: T.Q4_K,
+                        _FT_Q3_K_L: T.Q5_K, _FT_IQ3_M: T.Q4_K}.get(ft)
                 if rule is not None:
                     return rule, "attn_output: preset rule"
         elif ft == _FT_Q3_K_L:
-            return _Q4_K, "attn_output: falcon Q3_K_L"
+            return T.Q4_K, "attn_output: falcon Q3_K_L"
         return new, "default type"
 
     if cat == "ATTENTION_QKV":
         if ft in (_FT_Q3_K_M, _FT_Q3_K_L, _FT_IQ3_M):
-            return _Q4_K, "attn_qkv: Q4_K"
+            return T.Q4_K, "attn_qkv: Q4_K"
         if ft == _FT_Q4_K_M:
-            return _Q5_K, "attn_qkv: Q5_K"
+            return T.Q5_K, "attn_qkv: Q5_K"
         if ft == _FT_Q5_K_M:
-            return _Q6_K, "attn_qkv: Q6_K"
+            return T.Q6_K, "attn_qkv: Q6_K"
         return new, "default type"
 
     if cat in ("FFN_GATE", "FFN_UP"):
@@ -645,7 +619,7 @@ def _get_type_impl(qs: _State, m: ModelInfo, new: int, t: Tensor, ft: int, cat: 
         il, nl = layer_info(getattr(qs, attr), n_layer_ffn)
         reason = "default type"
         if ft == _FT_IQ3_XS and (il >= _cdiv(nl, 8) and il < _cdiv(7 * nl, 8)):
-            new, reason = _IQ3_XXS, f"{cat.lower()} layer {il}: IQ3_XXS"
+            new, reason = T.IQ3_XXS, f"{cat.lower()} layer {il}: IQ3_XXS"
         setattr(qs, attr, getattr(qs, attr) + 1)
         return new, reason
 
@@ -654,10 +628,10 @@ def _get_type_impl(qs: _State, m: ModelInfo, new: int, t: Tensor, ft: int, cat: 
 
 # tensor_type_fallback's table
 _FALLBACK = {
-    _IQ1_S: _IQ4_NL, _IQ1_M: _IQ4_NL, _IQ2_XXS: _IQ4_NL, _IQ2_XS: _IQ4_NL, _IQ2_S: _IQ4_NL,
-    _IQ3_XXS: _IQ4_NL, _IQ3_S: _IQ4_NL, _IQ4_XS: _IQ4_NL,
-    _Q2_0: _Q4_0, _Q2_K: _Q4_0, _Q3_K: _Q4_0, _TQ1_0: _Q4_0, _TQ2_0: _Q4_0,
-    _Q4_K: _Q5_0, _Q5_K: _Q5_1, _Q6_K: _Q8_0,
+    T.IQ1_S: T.IQ4_NL, T.IQ1_M: T.IQ4_NL, T.IQ2_XXS: T.IQ4_NL, T.IQ2_XS: T.IQ4_NL,
+    T.IQ2_S: T.IQ4_NL, T.IQ3_XXS: T.IQ4_NL, T.IQ3_S: T.IQ4_NL, T.IQ4_XS: T.IQ4_NL,
+    T.Q2_0: T.Q4_0, T.Q2_K: T.Q4_0, T.Q3_K: T.Q4_0, T.TQ1_0: T.Q4_0, T.TQ2_0: T.Q4_0,
+    T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0,
 }
 
 
@@ -676,7 +650,7 @@ def _fallback(qs: _State, t: Tensor, target: int):
         raise PresetError(f"no tensor type fallback is defined for type {_tname(target)} "
                           f"(tensor {t.name}, row length {ncols})")
     if ncols % BLOCK_SIZE[ret] != 0:
-        ret = _F16
+        ret = T.F16
     return ret, (f"row length {ncols} not a multiple of {qk} ({_tname(target)}): "
                  f"falls back to {_tname(ret)}")
 
@@ -684,9 +658,9 @@ def _fallback(qs: _State, t: Tensor, target: int):
 def _requires_imatrix(name: str, dst: int, ft: int) -> bool:
     if name in ("token_embd.weight", "per_layer_token_embd.weight", "output.weight"):
         return False
-    if dst in (_IQ3_XXS, _IQ2_XXS, _IQ2_XS, _IQ2_S, _IQ1_M, _IQ1_S):
+    if dst in (T.IQ3_XXS, T.IQ2_XXS, T.IQ2_XS, T.IQ2_S, T.IQ1_M, T.IQ1_S):
         return True
-    return dst == _Q2_K and ft == _FT_Q2_K_S
+    return dst == T.Q2_K and ft == _FT_Q2_K_S
 
 
 def _as_type(v, what: str):
@@ -799,7 +773,7 @@ def plan(preset: str | int | Preset, metadata: Mapping[str, Any] | ModelInfo,
                               f"{t.target_name} is refused (llama-quantize's "
                               f"--allow-requantize, plan(allow_requantize=True) here; numba_qk "
                               f"converts F32/F16/BF16 sources only)")
-        if t.convert and not (_is_quantized(t.current) or t.current in (_F32, _F16, _BF16)):
+        if t.convert and not (_is_quantized(t.current) or t.current in (T.F32, T.F16, T.BF16)):
             raise PresetError(f"tensor {t.name}: cannot convert from {_tname(t.current)}")
 
     kv = {"general.quantization_version": GGML_QNT_VERSION}

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from qk_assert import assert_same_f32, assert_same_records, bits_equal  # noqa: F401 (re-export)
+from numba_qk.testing.asserts import assert_same_f32, assert_same_records, bits_equal  # noqa: F401 (re-export)
 
 
 @pytest.fixture(autouse=True)

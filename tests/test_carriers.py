@@ -5,7 +5,7 @@ import pytest
 
 import numba_qk as qk
 
-from qk_assert import assert_same_f32, assert_same_records
+from numba_qk.testing.asserts import assert_same_f32, assert_same_records
 from records import random_q4_k, random_q8_k
 
 Q4, Q8 = qk.quant.q4_k, qk.quant.q8_k

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
-from numba_qk import reference as ref
+from numba_qk.testing.reference import core as ref
 from numba_qk._registry import WEIGHTS
 
-from qk_assert import assert_same_f32
+from numba_qk.testing.asserts import assert_same_f32
 from records import random_q4_k, random_q8_k
 
 Q4, Q8 = qk.quant.q4_k, qk.quant.q8_k

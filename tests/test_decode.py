@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
-from numba_qk import reference as ref
+from numba_qk.testing.reference import core as ref
 from numba_qk.kernels import f16_to_f32, q4_k_quant, q4_k_scale_min, round_half_even, saturate_i8
 from numba_qk.kernels._bits import f16_bits_to_f32_bits
 
-from qk_assert import assert_same_f32
+from numba_qk.testing.asserts import assert_same_f32
 from records import pack_q4_k, pack_q8_k, random_q4_k, random_q8_k
 
 Q4, Q8 = qk.quant.q4_k, qk.quant.q8_k

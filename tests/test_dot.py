@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
-from numba_qk import reference as ref
+from numba_qk.testing.reference import core as ref
 from numba_qk.kernels import record_sums_q4_k_q8_k, record_value_q4_k_q8_k
 
-from qk_assert import assert_same_f32
+from numba_qk.testing.asserts import assert_same_f32
 from records import (F16_SPECIALS, F32_SPECIALS, f16_bits, f32_bits, pack_q4_k, pack_q8_k,
                      pair_with_sums, random_q4_k, random_q8_k)
 

@@ -1,5 +1,5 @@
 """Rounding helpers of the encoders: ``_round.c_int8`` (C's ``(int8_t)`` of an f32 on x86,
-used by the legacy encoders) against the oracle in ``numba_qk.reference``, scalar and inside a
+used by the legacy encoders) against the oracle in ``numba_qk.testing.reference.core``, scalar and inside a
 loop that LLVM may vectorize (NaN, +-inf, +-0, the int32 range edges, the int8 wrap-arounds,
 random bit patterns); ``_encode_lanes.f16_bits`` (F16C) against the software f32 -> f16."""
 
@@ -8,7 +8,7 @@ from numba import njit
 
 from numba_qk.kernels.kquants.encode_lanes import f16_bits
 from numba_qk.kernels._round import c_int8, f32_to_f16_bits
-from numba_qk.reference import _c_int8
+from numba_qk.testing.reference.core import _c_int8
 
 
 @njit

@@ -8,7 +8,7 @@ from numba_qk.kernels.kquants import dot as dot_mod
 from numba_qk._registry import WEIGHTS
 from numba_qk.kernels.simd.base import HAVE_AVX2
 
-from qk_assert import assert_same_f32
+from numba_qk.testing.asserts import assert_same_f32
 from records import random_q4_k, random_q8_k
 
 needs_simd = pytest.mark.skipif(not HAVE_AVX2, reason="no AVX2/F16C on this machine")

@@ -149,6 +149,35 @@ def test_ggml_type_ids_round_trip():
         qk.from_ggml_type("Q4_0")
 
 
+def test_one_ggml_type_table():
+    """Every declared format and scalar type carries ggml's id and block size from the one
+    table (numba_qk.formats.ggml_types), which presets, gguf and the ggml bridge read too; it
+    agrees with gguf-py's enum where both name a type."""
+    from numba_qk import gguf, presets
+    from numba_qk import formats as F
+    from numba_qk.formats.ggml_types import BLOCK_SIZE, GGML_TYPE_NAMES, GGML_TYPES, GGMLType
+    from numba_qk.testing import ggml as bridge
+
+    for t in (*qk.quant, qk.f32, qk.f16, qk.bf16, qk.i8, qk.i32):
+        assert GGML_TYPES[t.name] == t.ggml_type and getattr(GGMLType, t.name) == t.ggml_type
+        assert BLOCK_SIZE[t.ggml_type] == (t.block_size if t.is_quantized else 1), t.name
+    assert presets.GGML_TYPES is GGML_TYPES and presets.GGML_TYPE_NAMES is GGML_TYPE_NAMES
+    assert presets.BLOCK_SIZE is BLOCK_SIZE and gguf.GGML_TYPE_NAMES is GGML_TYPE_NAMES
+    assert (bridge.GGML_TYPE_F32, bridge.GGML_TYPE_Q4_K, bridge.GGML_TYPE_Q8_K) == (0, 12, 15)
+    assert bridge.EXTRA_BUFT_TYPES == {"CPU_REPACK": {2, 12, 20}, "AMX": {2, 3, 8, 12, 13, 14, 23}}
+    assert all(type(v) is int for v in GGML_TYPES.values()) and list(GGML_TYPES.values()) == \
+        sorted(GGML_TYPES.values())
+    assert {GGML_TYPE_NAMES[v]: v for v in GGML_TYPE_NAMES.keys()} == GGML_TYPES
+    with pytest.raises(AssertionError, match="ggml_type 99 is not ggml's id 2"):
+        Format(F._TOKEN, "Q4_0", "bad", 32, 18, qk.quant.q4_0.fields, "", 99)
+    with pytest.raises(AssertionError, match="block size 64 is not ggml's 32"):
+        Format(F._TOKEN, "Q4_0", "bad", 64, 18, qk.quant.q4_0.fields, "", 2)
+    gq = pytest.importorskip("gguf")
+    for t in gq.GGMLQuantizationType:
+        if t.name in GGML_TYPES:
+            assert GGML_TYPES[t.name] == int(t), t.name
+
+
 def test_activation_pairing():
     pairs = {Q4: Q8, qk.quant.q4_0: qk.quant.q8_0, qk.quant.q5_0: qk.quant.q8_0,
              qk.quant.q8_0: qk.quant.q8_0, qk.quant.q4_1: qk.quant.q8_1,

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qk_assert import assert_same_f32
+from numba_qk.testing.asserts import assert_same_f32
 from records import extreme_q4_k_q8_k, random_q4_k, random_q8_k
 from test_gemm_vnni import _portable, _wild, _wild_acts
 
@@ -155,7 +155,7 @@ def test_gemm_without_amx(tmp_path):
         "import numpy as np\n"
         "from numba_qk.kernels.kquants import dot\n"
         "from test_gemm_vnni import _portable, _wild, _wild_acts\n"
-        "from qk_assert import assert_same_f32\n"
+        "from numba_qk.testing.asserts import assert_same_f32\n"
         "assert not dot.HAVE_AMX\n"
         "rng = np.random.default_rng(5)\n"
         "w, x = _wild(rng, 17, 2), _wild_acts(rng, 18, 2)\n"

@@ -9,7 +9,7 @@ and odd shapes / strides / alignments."""
 import numpy as np
 import pytest
 
-from qk_assert import assert_same_f32
+from numba_qk.testing.asserts import assert_same_f32
 from records import F16_SPECIALS, F32_SPECIALS, extreme_q4_k_q8_k, random_q4_k, random_q8_k
 
 from numba_qk.kernels.simd import base as _simd

@@ -7,7 +7,7 @@ any bytes, adversarial fields, tile remainders, odd strides / alignments and rea
 import numpy as np
 import pytest
 
-from qk_assert import assert_same_f32
+from numba_qk.testing.asserts import assert_same_f32
 from records import F16_SPECIALS, F32_SPECIALS, random_q4_k, random_q8_k
 
 import numba_qk as qk

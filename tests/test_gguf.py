@@ -15,7 +15,7 @@ gguf_py = pytest.importorskip("gguf")
 import numba_qk as qk  # noqa: E402
 from numba_qk import gguf  # noqa: E402
 
-from qk_assert import assert_same_f32, assert_same_records  # noqa: E402
+from numba_qk.testing.asserts import assert_same_f32, assert_same_records  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

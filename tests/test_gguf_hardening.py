@@ -27,7 +27,7 @@ from numba_qk import gguf  # noqa: E402
 
 import gguf_build as B  # noqa: E402
 import gguf_fuzz  # noqa: E402
-from qk_assert import assert_same_f32, assert_same_records  # noqa: E402
+from numba_qk.testing.asserts import assert_same_f32, assert_same_records  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 F32, F16, Q4_0, Q8_0, Q8_1, Q4_K, BF16 = 0, 1, 2, 8, 9, 12, 30

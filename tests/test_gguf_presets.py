@@ -116,9 +116,9 @@ def _f16_ggml(x: np.ndarray) -> np.ndarray:
 
 
 def test_ggml_cast_rules_match_ggml_itself():
-    from numba_qk import _ggml_ctypes
+    from numba_qk.testing import ggml as ggml_bridge
 
-    lib = _ggml_ctypes.load()
+    lib = ggml_bridge.load()
     base = lib.base if lib is not None else None
     if base is None or not hasattr(base, "ggml_fp32_to_fp16_row"):
         pytest.skip("ggml (libggml-python) not available")

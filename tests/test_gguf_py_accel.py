@@ -10,7 +10,7 @@ gguf = pytest.importorskip("gguf")
 import numba_qk as qk  # noqa: E402
 from numba_qk import gguf as qg  # noqa: E402
 
-from qk_assert import assert_same_f32  # noqa: E402
+from numba_qk.testing.asserts import assert_same_f32  # noqa: E402
 
 T = gguf.GGMLQuantizationType
 ROUTED = [f.name for f in qg.GGUF_PY_ROUTED]

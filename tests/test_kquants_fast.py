@@ -9,7 +9,7 @@ import pytest
 
 import numba_qk as qk
 
-from qk_assert import assert_same_f32
+from numba_qk.testing.asserts import assert_same_f32
 
 FAST = [n for n in ("q2_k", "q3_k", "q5_k", "q6_k")
         if hasattr(importlib.import_module(f"numba_qk.kernels.kquants.{n}"), f"dot_{n}_q8_k_portable")]

@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from numba_qk import reference_kquants as ref
+from numba_qk.testing.reference import kquants as ref
 
-from qk_assert import assert_same_f32, assert_same_records
+from numba_qk.testing.asserts import assert_same_f32, assert_same_records
 from test_kquants import FORMATS, GGML, IDS
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -17,6 +17,15 @@ ROOT = Path(numba_qk.__file__).resolve().parent
 KNOWN_CYCLES = [
     {"numba_qk._dlpack", "numba_qk.cast", "numba_qk.mx", "numba_qk.scaled", "numba_qk.tensor"},
 ]
+# numba_qk.testing (oracles, the ggml bridge, bit-level assertions) serves tests, bench/ and the
+# CLI's self-check only; the old oracle paths are aliases of its modules.
+TESTING = "numba_qk.testing"
+TESTING_ALIASES = {"numba_qk.reference", "numba_qk.reference_kquants", "numba_qk.reference_lowp",
+                   "numba_qk.reference_mx", "numba_qk.reference_mxrec", "numba_qk._ggml_ctypes"}
+MAY_USE_TESTING = {"numba_qk.__main__"}  # the CLI (top layer): the demo checks the oracle
+# Production modules that still call an oracle (dtypes: a scalar's value and construction run
+# through the Fraction oracle of numba_qk.testing.reference.lowp).  Remove entries; never add.
+KNOWN_ORACLE_USERS = {"numba_qk.dtypes"}
 # Imports of another module's ``_private`` names today; lower it when you remove some.
 MAX_PRIVATE_IMPORTS = 131
 
@@ -120,6 +129,19 @@ def test_private_name_imports_only_go_down():
     assert len(private) <= MAX_PRIVATE_IMPORTS, (
         f"{len(private)} imports of another module's private names (at most "
         f"{MAX_PRIVATE_IMPORTS}): make what is shared public within the package instead")
+
+
+def _is_testing(mod: str) -> bool:
+    return mod == TESTING or mod.startswith(TESTING + ".") or mod in TESTING_ALIASES
+
+
+def test_production_never_imports_numba_qk_testing():
+    edges, _ = _graph()
+    assert TESTING in edges and "numba_qk.testing.reference" in edges
+    bad = {m: sorted(t for t in targets if _is_testing(t)) for m, targets in edges.items()
+           if not _is_testing(m) and m not in MAY_USE_TESTING | KNOWN_ORACLE_USERS}
+    bad = {m: t for m, t in bad.items() if t}
+    assert not bad, f"production modules importing numba_qk.testing (or an alias of it): {bad}"
 
 
 def test_the_graph_sees_function_level_imports():

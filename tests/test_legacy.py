@@ -9,16 +9,18 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import numba_qk as qk
-from numba_qk import _ggml_ctypes, _registry, reference as ref
+from numba_qk import _registry
+from numba_qk.testing import ggml as ggml_bridge
+from numba_qk.testing.reference import core as ref
 from numba_qk.formats import legacy as legacy_family
 
-from qk_assert import assert_same_f32, assert_same_records
+from numba_qk.testing.asserts import assert_same_f32, assert_same_records
 
 FORMATS = [f.name.lower() for f in legacy_family.FORMATS]   # q4_0 ... q8_1, from the declarations
 WEIGHTS = [f.name.lower() for f in legacy_family.FORMATS if f in _registry.WEIGHTS]
 assert FORMATS == ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q8_1"] and "q8_1" not in WEIGHTS
 GGUF_PY = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"]  # gguf-py has no Q8_1 codec
-GGML = _ggml_ctypes.load()
+GGML = ggml_bridge.load()
 needs_ggml = pytest.mark.skipif(GGML is None, reason="libggml-python not installed")
 FMAX = np.float32(np.finfo(np.float32).max)
 

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
-from numba_qk import reference as ref
+from numba_qk.testing.reference import core as ref
 from numba_qk.formats import legacy as legacy_family
 from numba_qk._registry import WEIGHTS
 from numba_qk.kernels.legacy import kernels as legacy
 from numba_qk.kernels.legacy import layout as _LL
 
-from qk_assert import assert_same_f32
+from numba_qk.testing.asserts import assert_same_f32
 
 NAMES = [f.name.lower() for f in legacy_family.FORMATS if f in WEIGHTS]
 needs_vnni = pytest.mark.skipif(not legacy.HAVE_LEGACY_VNNI,

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
-from numba_qk import reference_lowp as ref
+from numba_qk.testing.reference import lowp as ref
 
 ml = pytest.importorskip("ml_dtypes")
 

@@ -1,6 +1,6 @@
 """Block-scaled formats (spec 004 part 2, DESIGN.md §9): numba_qk.mx, ScaledTensor, astype.
 
-The kernels are checked bit for bit against numba_qk.reference_mx (exact rational arithmetic,
+The kernels are checked bit for bit against numba_qk.testing.reference.mx (exact rational arithmetic,
 written from the rules, no shared code) on adversarial block families.
 """
 
@@ -11,7 +11,7 @@ import pytest
 
 import numba_qk as qk
 from numba_qk.tensor import storage_dtype
-from numba_qk import reference_mx as R
+from numba_qk.testing.reference import mx as R
 from numba_qk.formats import ScaledFormat
 
 MX = [qk.mx.mxfp4, qk.mx.mxfp6e2m3, qk.mx.mxfp6e3m2, qk.mx.mxfp8e4m3, qk.mx.mxfp8e5m2,

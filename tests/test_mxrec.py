@@ -2,7 +2,7 @@
 bit-identical to ggml's ``quantize_row_*_ref`` (committed golden vectors from ggml; live ggml
 when a library is found), dequantize identical to ggml, gguf-py and the oracle on every code and
 scale byte, ggml's ``log2f`` rounding, and exact dots against Q8_0 equal to the oracle
-(``numba_qk.reference_mxrec``) on random and adversarial records.
+(``numba_qk.testing.reference.mxrec``) on random and adversarial records.
 
 The registry-wide conformance (gemv/gemm/matmul == dot, carriers, errors) runs in
 ``test_registry.py``.  Bigger sweeps are marked ``slow`` and run only with ``-m slow`` or NUMBA_QK_SLOW=1;
@@ -21,13 +21,14 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
-from numba_qk import _ggml_ctypes, reference_mxrec as ref
+from numba_qk.testing import ggml as ggml_bridge
+from numba_qk.testing.reference import mxrec as ref
 from numba_qk.kernels.fp4 import mxrec as K
 
-from qk_assert import assert_same_f32, assert_same_records
+from numba_qk.testing.asserts import assert_same_f32, assert_same_records
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-GGML = _ggml_ctypes.load(os.environ.get("NUMBA_QK_GGML_LIB")) or _ggml_ctypes.load()
+GGML = ggml_bridge.load(os.environ.get("NUMBA_QK_GGML_LIB")) or ggml_bridge.load()
 Q8 = qk.quant.q8_0
 MX, NV = qk.quant.mxfp4, qk.quant.nvfp4
 FORMATS = {"mxfp4": (MX, 39, ref.quantize_mxfp4, ref.dequantize_mxfp4, ref.dot_mxfp4_q8_0),

@@ -12,7 +12,7 @@ from numba.core.registry import CPUDispatcher
 import numba_qk as qk
 from numba_qk import _registry, kernels
 from numba_qk.kernels import blocks, dequantize_q5_1, dot_q4_0_q8_0, quantize_q8_0
-from qk_assert import assert_same_f32, assert_same_records
+from numba_qk.testing.asserts import assert_same_f32, assert_same_records
 
 FORMATS = [b.format for b in _registry.BINDINGS]
 WEIGHTS = [b.format for b in _registry.BINDINGS if b.dot is not None]

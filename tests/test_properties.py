@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import numba_qk as qk
-from numba_qk import reference as ref
+from numba_qk.testing.reference import core as ref
 
-from qk_assert import assert_same_f32, assert_same_records
+from numba_qk.testing.asserts import assert_same_f32, assert_same_records
 
 Q4, Q8 = qk.quant.q4_k, qk.quant.q8_k
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

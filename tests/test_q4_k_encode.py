@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
-from numba_qk import _ggml_ctypes
+from numba_qk.testing import ggml as ggml_bridge
 from numba_qk.kernels.kquants.q4_k_encode import nearest_int
 
-from qk_assert import assert_same_records
+from numba_qk.testing.asserts import assert_same_records
 
 GOLDEN = np.load(Path(__file__).parent / "golden" / "q4_k_ggml.npz")
 GROUPS = sorted(k[2:] for k in GOLDEN.files if k.startswith("x_"))
-GGML = _ggml_ctypes.load()
+GGML = ggml_bridge.load()
 Q4 = qk.quant.q4_k
 
 

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
-from numba_qk import reference as ref
+from numba_qk.testing.reference import core as ref
 from numba_qk.kernels import quantize_block_q8_k
 
-from qk_assert import assert_same_records
+from numba_qk.testing.asserts import assert_same_records
 
 Q8 = qk.quant.q8_k
 FMAX = np.finfo(np.float32).max

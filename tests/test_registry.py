@@ -2,25 +2,22 @@
 
 Each test is parametrised over ``numba_qk._registry.BINDINGS`` (or its weight / quantizable
 subsets), so a new format runs the oracle, products == dot, error, carrier and capability checks
-without a test edit; the oracle tables below must name an oracle for every bound format (a test
-fails otherwise).  Format-specific quirks stay in the per-format test files.
+without a test edit; ``numba_qk.testing.reference.ORACLES`` must name an oracle for every bound
+format (a test fails otherwise).  Format-specific quirks stay in the per-format test files.
 """
 
 import numpy as np
 import pytest
 
 import numba_qk as qk
-from numba_qk import _registry, reference as ref, reference_kquants as ref_k, reference_mxrec as ref_fp4
+from numba_qk import _registry
 from numba_qk._registry import BINDINGS, QUANTIZABLE, WEIGHTS, Binding, check_bindings
+from numba_qk.testing import reference as oracles
 
-from qk_assert import assert_same_f32, assert_same_records
+from numba_qk.testing.asserts import assert_same_f32, assert_same_records
 
 ALL = [b.format for b in BINDINGS]
 ids = [f.name for f in ALL]
-
-
-def _legacy_name(fmt):
-    return fmt.name if fmt.name in ref.LEGACY_LAYOUT else None
 
 
 def span(fmt):
@@ -28,49 +25,10 @@ def span(fmt):
     return fmt.block_size // qk.activation_format(fmt).block_size
 
 
-_FP4 = {qk.quant.mxfp4: (ref_fp4.dot_mxfp4_q8_0, ref_fp4.dequantize_mxfp4, ref_fp4.quantize_mxfp4),
-        qk.quant.nvfp4: (ref_fp4.dot_nvfp4_q8_0, ref_fp4.dequantize_nvfp4, ref_fp4.quantize_nvfp4)}
-
-
-def dot_oracle(fmt, w, x):
-    """The slow oracle's dot for weight format ``fmt`` (written from the spec, no kernel code)."""
-    if fmt in _FP4:  # ggml MXFP4 / NVFP4 x Q8_0 (numba_qk.kernels.fp4.mxrec numerics)
-        return _FP4[fmt][0](w, x)
-    if fmt is qk.quant.q4_k:
-        return ref.quantized_dot(w, x)
-    if fmt.name in ref_k.DECODERS:  # Q2_K, Q3_K, Q5_K, Q6_K: DESIGN.md section 7
-        return ref_k.quantized_dot(fmt.name, w, x)
-    return ref.legacy_dot(fmt.name, w, qk.activation_format(fmt).name, x)
-
-
-def dequantize_oracle(fmt, rec: bytes):
-    f32 = np.float32
-    with np.errstate(all="ignore"):  # every step below is one f32 operation (one rounding)
-        if fmt is qk.quant.q8_k:
-            f = ref.decode_q8_k(rec)
-            return [f32(f["ds"]) * f32(q) for q in f["q"]]
-        if fmt is qk.quant.q4_k:  # gguf-py's order: R32(R32(R32(d*sc)*q) - R32(dmin*m))
-            f = ref.decode_q4_k(rec)
-            d, dmin = f32(f["d"]), f32(f["dmin"])
-            return [((d * f32(f["sc"][i // 32])) * f32(f["q"][i]))
-                    - (dmin * f32(f["m"][i // 32])) for i in range(256)]
-    if fmt.name in ref_k.DECODERS:  # ggml's dequantize_row_q{2,3,5,6}_K step order
-        return ref_k.dequantize(fmt.name, rec)
-    if fmt in _FP4:  # ggml's dequantize_row_mxfp4 / _nvfp4
-        return _FP4[fmt][1](rec)
-    return ref.legacy_dequantize(fmt.name, rec)
-
-
-def quantize_oracle(fmt, block):
-    if fmt is qk.quant.q8_k:
-        return ref.quantize_block(block)
-    if _legacy_name(fmt):
-        return ref.legacy_quantize_block(fmt.name, block)
-    if fmt in _FP4:  # ggml's quantize_row_mxfp4_ref / _nvfp4_ref, transcribed
-        return _FP4[fmt][2](block)
-    # Q4_K and Q2_K..Q6_K: checked against ggml's own bytes (tests/golden, test_q4_k_encode.py,
-    # test_kquants.py)
-    return None
+# The slow oracles (written from the specs, no kernel code), one entry point per format.
+# quantize_oracle is None for Q4_K and Q2_K..Q6_K: those are checked against ggml's own bytes
+# (tests/golden, test_q4_k_encode.py, test_kquants.py).
+dot_oracle, dequantize_oracle, quantize_oracle = oracles.dot, oracles.dequantize, oracles.quantize
 
 
 def test_registry_is_whole_and_ordered():
@@ -91,6 +49,8 @@ def test_registry_is_whole_and_ordered():
 
 @pytest.mark.parametrize("fmt", ALL, ids=ids)
 def test_every_bound_format_has_an_oracle(fmt):
+    assert set(oracles.ORACLES) == {f.name for f in ALL}
+    assert (oracles.oracle(fmt).dot is not None) == (fmt in WEIGHTS)
     rec = bytes(fmt.block_bytes)
     assert len(dequantize_oracle(fmt, rec)) == fmt.block_size
     if fmt in WEIGHTS:
@@ -215,6 +175,47 @@ def test_carriers(fmt, rng):
     for carrier in (ro, unaligned, wide[:, ::2], memoryview(w)):
         assert_same_f32(qk.quantized_dot(carrier, x, lhs_format=fmt, rhs_format=act), want)
         assert_same_f32(qk.dequantize(carrier, fmt), want_deq)
+
+
+def test_every_kernel_module_declares_whole_traits():
+    """Each kernel module ends with one ``TRAITS = ...`` (every slot spelled out: the
+    constructor has no defaults); the registry's table is made of them alone, and each oracle
+    slot names the numba_qk.testing.reference module the oracle lives in."""
+    import ast
+    import importlib
+    import inspect
+
+    from numba_qk.kernels.traits import SLOTS, Traits
+
+    assert [t.format for t in _registry.TRAITS] == ALL
+    sig = inspect.signature(Traits)
+    assert tuple(sig.parameters) == SLOTS
+    assert all(p.default is p.empty and p.kind is p.KEYWORD_ONLY for p in sig.parameters.values())
+    for mod in _registry.KERNEL_MODULES:
+        tree = ast.parse(inspect.getsource(mod))
+        assigned = [n for n in tree.body if isinstance(n, ast.Assign)
+                    and any(getattr(t, "id", None) == "TRAITS" for t in n.targets)]
+        assert len(assigned) == 1 and tree.body[-1] is assigned[0], mod.__name__
+    for t in _registry.TRAITS:
+        o = oracles.oracle(t.format)
+        assert getattr(o.dequantize, "func", o.dequantize).__module__ == t.oracle, t.format.name
+        importlib.import_module(t.oracle)
+        b = _registry.binding(t.format)
+        assert (b.dequantize, b.quantize, b.dot, b.gemv, b.gemm, b.find_invalid, b.quantizer) == \
+            (t.dequantize, t.quantize, t.dot, t.gemv, t.gemm, t.find_invalid, t.quantizer)
+        assert type(b.decode(np.zeros((0, t.format.block_bytes), np.uint8))).__name__ == \
+            t.decoded.type_name
+    q4k = _registry.TRAITS[1]
+    slots = {s: getattr(q4k, s) for s in SLOTS}
+    with pytest.raises(AssertionError, match="Q4_K: domain None does not go with its quantizer"):
+        _registry.check_traits([Traits(**{**slots, "domain": None})])
+    with pytest.raises(AssertionError, match="Q4_K: oracle must name a numba_qk.testing"):
+        _registry.check_traits([Traits(**{**slots, "oracle": "numba_qk.ops"})])
+    with pytest.raises(AssertionError, match="Q4_K.sc is neither filled by decode nor f16"):
+        _registry.check_traits([Traits(**{**slots, "decoded": q4k.decoded._replace(
+            filled=(("q", "u1"),))})])
+    with pytest.raises(TypeError):
+        Traits(**{k: v for k, v in slots.items() if k != "oracle"})
 
 
 def test_half_bound_formats_fail_the_import_check():

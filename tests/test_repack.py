@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
-from numba_qk import reference as ref
+from numba_qk.testing.reference import core as ref
 from numba_qk.kernels.kquants import dot
 from numba_qk.kernels.legacy import kernels as legacy
 from numba_qk.kernels.legacy import x8 as legacy_x8
 from numba_qk.kernels.kquants import q4_k_x16
 from numba_qk.kernels.legacy import layout as _LL
 
-from qk_assert import assert_same_f32
+from numba_qk.testing.asserts import assert_same_f32
 from records import extreme_q4_k_q8_k, random_q4_k, random_q8_k
 from test_legacy_vnni import _extremes
 

@@ -59,11 +59,11 @@ def main(argv=None):
     clock = time.thread_time if a.clock == "thread" else time.perf_counter
 
     import numba_qk as qk
-    from numba_qk import _ggml_ctypes
+    from numba_qk.testing import ggml as ggml_bridge
 
     tmp = tempfile.TemporaryDirectory()
     base = import_base(a.base, Path(tmp.name)) if a.base else None
-    g = _ggml_ctypes.load(a.ggml_lib) if a.ggml_lib else _ggml_ctypes.load()
+    g = ggml_bridge.load(a.ggml_lib) if a.ggml_lib else ggml_bridge.load()
     print(f"base: {a.base}; ggml: {g.version if g else 'not loaded'}; clock: {a.clock}; "
           f"load average {os.getloadavg()[0]:.2f}")
     rng = np.random.default_rng(0)

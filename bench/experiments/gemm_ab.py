@@ -28,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: _common
 
 import numba_qk as qk  # noqa: E402
-from numba_qk import _ggml_ctypes as ggml_ctypes  # noqa: E402
+from numba_qk.testing import ggml as ggml_ctypes  # noqa: E402
 from numba_qk.kernels.simd import base as _simd
 from numba_qk.kernels.kquants import dot  # noqa: E402
 from numba_qk.kernels.kquants.dot import _simd_gemm, _vnni_gemm, gemm_q4_k_q8_k  # noqa: E402

@@ -20,7 +20,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: _common
 
 import numba_qk as qk  # noqa: E402
-from numba_qk import _ggml_ctypes as ggml_ctypes  # noqa: E402
+from numba_qk.testing import ggml as ggml_ctypes  # noqa: E402
 from numba_qk._jit import kernel  # noqa: E402
 from numba_qk.kernels.legacy import layout as _LL
 from numba_qk.kernels.legacy import x8 as legacy_x8  # noqa: E402

@@ -63,11 +63,11 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     import numba_qk as qk
-    from numba_qk import _ggml_ctypes
+    from numba_qk.testing import ggml as ggml_bridge
 
     tmp = tempfile.TemporaryDirectory()
     base = import_base(a.base, Path(tmp.name)) if a.base else None
-    g = _ggml_ctypes.load_dir(a.ggml_lib) if a.ggml_lib else _ggml_ctypes.load()
+    g = ggml_bridge.load_dir(a.ggml_lib) if a.ggml_lib else ggml_bridge.load()
     print(f"base: {a.base or '-'}; ggml: {g.version if g else 'not loaded'}; "
           f"{a.rows}x{a.cols}, 1 thread, thread CPU time; load {os.getloadavg()[0]:.2f}")
     rng = np.random.default_rng(0)

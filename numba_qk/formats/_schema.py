@@ -91,6 +91,7 @@ class Format(_Frozen):
         self._init(name=name, _attr=attr, block_size=block_size, block_bytes=block_bytes,
                    fields=tuple(fields), _doc=doc, ggml_type=ggml_type)
         _check_tiling(self)
+        _check_ggml_type(self)
         _FORMATS_BY_ATTR[attr] = self
 
     # Aliases in record vocabulary.
@@ -179,6 +180,18 @@ def _check_tiling(fmt: Format) -> None:
         pos = stop
     if pos != fmt.block_bytes:
         raise AssertionError(f"{fmt.name}: fields end at byte {pos}, record is {fmt.block_bytes} bytes")
+
+
+def _check_ggml_type(fmt) -> None:
+    """A format's GGML type id and block size agree with ggml's table (formats.ggml_types)."""
+    from .ggml_types import BLOCK_SIZE, GGML_TYPES
+
+    if GGML_TYPES.get(fmt.name) != fmt.ggml_type:
+        raise AssertionError(f"{fmt.name}: ggml_type {fmt.ggml_type} is not ggml's id "
+                             f"{GGML_TYPES.get(fmt.name)}")
+    if BLOCK_SIZE[fmt.ggml_type] != fmt.block_size:
+        raise AssertionError(f"{fmt.name}: block size {fmt.block_size} is not ggml's "
+                             f"{BLOCK_SIZE[fmt.ggml_type]}")
 
 
 def _F(*args):

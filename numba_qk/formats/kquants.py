@@ -49,6 +49,7 @@ Q2_K (84 B, ggml type 10; ``x = d*sc[j]*q - dmin*m[j]``, 16 sub-blocks ``j = i /
 """
 
 from ._schema import _F, _TOKEN, Format
+from .ggml_types import GGMLType
 
 q4_k = Format(
     _TOKEN, "Q4_K", "q4_k", 256, 144,
@@ -60,7 +61,7 @@ q4_k = Format(
         _F("q", 16, 144, "u4", 256, 4, False),    # 256 x 4-bit quants
     ],
     "Q4_K weights: 256 elements in 8 sub-blocks of 32, 4-bit quants, 6-bit scales and mins",
-    12,
+    GGMLType.Q4_K,
 )
 
 q8_k = Format(
@@ -71,7 +72,7 @@ q8_k = Format(
         _F("bsum", 260, 292, "i16", 16, 16, True),  # sums of q over groups of 16
     ],
     "Q8_K activations: 256 elements, 8-bit quants, f32 scale, 16 group sums",
-    15,
+    GGMLType.Q8_K,
 )
 
 q6_k = Format(
@@ -83,7 +84,7 @@ q6_k = Format(
         _F("d", 208, 210, "f16", 1, 16, True),    # super-block scale
     ],
     "Q6_K weights: 256 elements in 16 sub-blocks of 16, 6-bit quants (q - 32), int8 scales",
-    14,
+    GGMLType.Q6_K,
 )
 
 q5_k = Format(
@@ -97,7 +98,7 @@ q5_k = Format(
         _F("ql", 48, 176, "u4", 256, 4, False),   # low 4 bits of the 5-bit quants
     ],
     "Q5_K weights: 256 elements in 8 sub-blocks of 32, 5-bit quants, 6-bit scales and mins",
-    13,
+    GGMLType.Q5_K,
 )
 
 q3_k = Format(
@@ -109,7 +110,7 @@ q3_k = Format(
         _F("d", 108, 110, "f16", 1, 16, True),    # super-block scale
     ],
     "Q3_K weights: 256 elements in 16 sub-blocks of 16, 3-bit quants (-4..3), 6-bit scales",
-    11,
+    GGMLType.Q3_K,
 )
 
 q2_k = Format(
@@ -122,7 +123,7 @@ q2_k = Format(
         _F("dmin", 82, 84, "f16", 1, 16, True),   # scale of the mins
     ],
     "Q2_K weights: 256 elements in 16 sub-blocks of 16, 2-bit quants, 4-bit scales and mins",
-    10,
+    GGMLType.Q2_K,
 )
 
 FORMATS = (q4_k, q8_k, q2_k, q3_k, q5_k, q6_k)

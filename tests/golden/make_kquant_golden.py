@@ -91,9 +91,9 @@ def inputs() -> dict:
 
 def main(argv) -> int:
     sys.path.insert(0, str(HERE.parent.parent))
-    from numba_qk import _ggml_ctypes
+    from numba_qk.testing import ggml as ggml_bridge
 
-    ggml = _ggml_ctypes.load()
+    ggml = ggml_bridge.load()
     if ggml is None:
         print("libggml-python is not installed", file=sys.stderr)
         return 1

@@ -83,9 +83,9 @@ def inputs(n: int, seed: int) -> np.ndarray:
 
 
 def main(argv):
-    from numba_qk import _ggml_ctypes
+    from numba_qk.testing import ggml as ggml_bridge
 
-    g = _ggml_ctypes.load(argv[0] if argv else None)
+    g = ggml_bridge.load(argv[0] if argv else None)
     if g is None:
         raise SystemExit("ggml not found (pip install libggml-python, or pass a library folder)")
     for name, tid, n, nbytes, seed in (("mxfp4", 39, 32, 17, 29), ("nvfp4", 40, 64, 36, 30)):

@@ -40,9 +40,9 @@ def inputs() -> dict:
 
 def main() -> int:
     sys.path.insert(0, str(HERE.parent.parent))
-    from numba_qk import _ggml_ctypes
+    from numba_qk.testing import ggml as ggml_bridge
 
-    ggml = _ggml_ctypes.load()
+    ggml = ggml_bridge.load()
     if ggml is None:
         print("libggml-python is not installed", file=sys.stderr)
         return 1
@@ -50,7 +50,7 @@ def main() -> int:
     out = {}
     for name, x in data.items():
         out[f"x_{name}"] = x
-        out[f"q_{name}"] = ggml.quantize_ref(_ggml_ctypes.GGML_TYPE_Q4_K, x)
+        out[f"q_{name}"] = ggml.quantize_ref(ggml_bridge.GGML_TYPE_Q4_K, x)
     out["ggml_version"] = np.array(ggml.version)  # "libggml-python X.Y.Z"
     np.savez_compressed(HERE / "q4_k_ggml.npz", **out)
     print(f"wrote {HERE / 'q4_k_ggml.npz'} ({sum(v.shape[0] for v in data.values())} blocks, "

@@ -654,3 +654,43 @@ def gemm_nvfp4_q8_0(w, x, out):
         out[:, :] = np.float32(0.0)
         return
     _gemm_nv(w, x, out)
+
+
+# ---- the registry's declaration of this module's formats (numba_qk/kernels/traits.py) ---------
+from numba_qk.kernels.traits import Decoded, Traits  # noqa: E402
+from numba_qk.formats import quant as _quant  # noqa: E402
+
+TRAITS = (
+    Traits(
+        format=_quant.mxfp4,
+        dequantize=dequantize_mxfp4,
+        decode=mxfp4_decode_records,
+        decoded=Decoded("MXFP4Fields", ("e", "q"), (("e", "u1"), ("q", "u1")),
+                        "Decoded fields of ``G`` ggml MXFP4 records "
+                        "(``x = kvalues_fp4[q] * 2^(e - 128)``)."),
+        quantize=quantize_mxfp4,
+        domain="finite",
+        quantizer="ggml quantize_row_mxfp4_ref",
+        find_invalid=None,
+        dot=dot_mxfp4_q8_0_fast,
+        gemv=gemv_mxfp4_q8_0,
+        gemm=gemm_mxfp4_q8_0,
+        oracle="numba_qk.testing.reference.mxrec",
+    ),
+    Traits(
+        format=_quant.nvfp4,
+        dequantize=dequantize_nvfp4,
+        decode=nvfp4_decode_records,
+        decoded=Decoded("NVFP4Fields", ("d", "q"), (("d", "u1"), ("q", "u1")),
+                        "Decoded fields of ``G`` ggml NVFP4 records "
+                        "(``x = kvalues_fp4[q] * ue4m3(d[i // 16]) / 2``)."),
+        quantize=quantize_nvfp4,
+        domain="finite",
+        quantizer="ggml quantize_row_nvfp4_ref",
+        find_invalid=None,
+        dot=dot_nvfp4_q8_0,
+        gemv=gemv_nvfp4_q8_0,
+        gemm=gemm_nvfp4_q8_0,
+        oracle="numba_qk.testing.reference.mxrec",
+    ),
+)

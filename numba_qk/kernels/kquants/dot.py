@@ -536,3 +536,26 @@ def gemm_q4_k_q8_k(w, x, out):
         return
     _gemm_impl(w, x, out)
 
+
+
+# ---- the registry's declaration of this module's format (numba_qk/kernels/traits.py) ----------
+from numba_qk.kernels.traits import Decoded, Traits  # noqa: E402
+from numba_qk.kernels.kquants.q4_k import q4_k_decode_records, q4_k_dequantize_records  # noqa: E402
+from numba_qk.kernels.kquants.q4_k_encode import quantize_q4_k  # noqa: E402
+
+TRAITS = Traits(
+    format=quant.q4_k,
+    dequantize=q4_k_dequantize_records,
+    decode=q4_k_decode_records,
+    decoded=Decoded("Q4KFields", ("d", "dmin", "sc", "m", "q"),
+                    (("sc", "u1"), ("m", "u1"), ("q", "u1")),
+                    "Decoded Q4_K fields of ``G`` records."),
+    quantize=quantize_q4_k,
+    domain="finite",
+    quantizer="ggml quantize_row_q4_K_ref",
+    find_invalid=None,
+    dot=dot_q4_k_q8_k,
+    gemv=gemv_q4_k_q8_k,
+    gemm=gemm_q4_k_q8_k,
+    oracle="numba_qk.testing.reference.core",
+)

@@ -278,3 +278,25 @@ def _dot_loop(w, x):
 register(_FMT.ggml_type, value=q2_k_q8_k_value, rows_x8=q2_k_rows_x8, acts_x8=q2_k_acts_x8,
          loop_dot=_dot_loop)
 dot_q2_k_q8_k, gemv_q2_k_q8_k, gemm_q2_k_q8_k = kernels_for(_FMT.ggml_type)
+
+
+# ---- the registry's declaration of this module's format (numba_qk/kernels/traits.py) ----------
+from numba_qk.kernels.traits import Decoded, Traits  # noqa: E402
+
+TRAITS = Traits(
+    format=_FMT,
+    dequantize=dequantize_q2_k,
+    decode=q2_k_decode_records,
+    decoded=Decoded("Q2KFields", ("d", "dmin", "sc", "m", "q"),
+                    (("sc", "u1"), ("m", "u1"), ("q", "u1")),
+                    "Decoded Q2_K fields of ``G`` records "
+                    "(``x = d*sc[j]*q - dmin*m[j]``, ``j = i // 16``)."),
+    quantize=quantize_q2_k,
+    domain="finite",
+    quantizer="ggml quantize_row_q2_K_ref",
+    find_invalid=None,
+    dot=dot_q2_k_q8_k,
+    gemv=gemv_q2_k_q8_k,
+    gemm=gemm_q2_k_q8_k,
+    oracle="numba_qk.testing.reference.kquants",
+)

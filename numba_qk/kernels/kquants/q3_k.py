@@ -341,3 +341,25 @@ def _dot_loop(w, x):
 register(_FMT.ggml_type, value=q3_k_q8_k_value, rows_x8=q3_k_rows_x8, acts_x8=q3_k_acts_x8,
          loop_dot=_dot_loop)
 dot_q3_k_q8_k, gemv_q3_k_q8_k, gemm_q3_k_q8_k = kernels_for(_FMT.ggml_type)
+
+
+# ---- the registry's declaration of this module's format (numba_qk/kernels/traits.py) ----------
+from numba_qk.kernels.traits import Decoded, Traits  # noqa: E402
+
+TRAITS = Traits(
+    format=_FMT,
+    dequantize=dequantize_q3_k,
+    decode=q3_k_decode_records,
+    decoded=Decoded("Q3KFields", ("d", "sc", "q"),
+                    (("sc", "u1"), ("q", "i1")),
+                    "Decoded Q3_K fields of ``G`` records "
+                    "(``x = d*(sc[j] - 32)*q``, ``j = i // 16``)."),
+    quantize=quantize_q3_k,
+    domain="finite",
+    quantizer="ggml quantize_row_q3_K_ref",
+    find_invalid=None,
+    dot=dot_q3_k_q8_k,
+    gemv=gemv_q3_k_q8_k,
+    gemm=gemm_q3_k_q8_k,
+    oracle="numba_qk.testing.reference.kquants",
+)

@@ -332,3 +332,25 @@ def _dot_loop(w, x):
 register(_FMT.ggml_type, value=q5_k_q8_k_value, rows_x8=q5_k_rows_x8, acts_x8=q5_k_acts_x8,
          loop_dot=_dot_loop)
 dot_q5_k_q8_k, gemv_q5_k_q8_k, gemm_q5_k_q8_k = kernels_for(_FMT.ggml_type)
+
+
+# ---- the registry's declaration of this module's format (numba_qk/kernels/traits.py) ----------
+from numba_qk.kernels.traits import Decoded, Traits  # noqa: E402
+
+TRAITS = Traits(
+    format=_FMT,
+    dequantize=dequantize_q5_k,
+    decode=q5_k_decode_records,
+    decoded=Decoded("Q5KFields", ("d", "dmin", "sc", "m", "q"),
+                    (("sc", "u1"), ("m", "u1"), ("q", "u1")),
+                    "Decoded Q5_K fields of ``G`` records "
+                    "(``x = d*sc[s]*q - dmin*m[s]``, ``s = i // 32``)."),
+    quantize=quantize_q5_k,
+    domain="finite",
+    quantizer="ggml quantize_row_q5_K_ref",
+    find_invalid=None,
+    dot=dot_q5_k_q8_k,
+    gemv=gemv_q5_k_q8_k,
+    gemm=gemm_q5_k_q8_k,
+    oracle="numba_qk.testing.reference.kquants",
+)

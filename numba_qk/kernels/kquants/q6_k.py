@@ -391,3 +391,25 @@ def _dot_loop(w, x):
 register(_FMT.ggml_type, value=q6_k_q8_k_value, rows_x8=q6_k_rows_x8, acts_x8=q6_k_acts_x8,
          loop_dot=_dot_loop)
 dot_q6_k_q8_k, gemv_q6_k_q8_k, gemm_q6_k_q8_k = kernels_for(_FMT.ggml_type)
+
+
+# ---- the registry's declaration of this module's format (numba_qk/kernels/traits.py) ----------
+from numba_qk.kernels.traits import Decoded, Traits  # noqa: E402
+
+TRAITS = Traits(
+    format=_FMT,
+    dequantize=dequantize_q6_k,
+    decode=q6_k_decode_records,
+    decoded=Decoded("Q6KFields", ("d", "sc", "q"),
+                    (("sc", "i1"), ("q", "u1")),
+                    "Decoded Q6_K fields of ``G`` records "
+                    "(``x = d*sc[j]*(q - 32)``, ``j = i // 16``)."),
+    quantize=quantize_q6_k,
+    domain="finite",
+    quantizer="ggml quantize_row_q6_K_ref",
+    find_invalid=None,
+    dot=dot_q6_k_q8_k,
+    gemv=gemv_q6_k_q8_k,
+    gemm=gemm_q6_k_q8_k,
+    oracle="numba_qk.testing.reference.kquants",
+)

@@ -196,3 +196,23 @@ def q8_k_dequantize_records(records, out):
         ds = q8_k_ds(rec)
         for i in range(Q8_K_BLOCK):
             out[b, i] = np.float32(ds * np.float32(q8_k_quant(rec, i)))
+
+
+# ---- the registry's declaration of this module's format (numba_qk/kernels/traits.py) ----------
+from numba_qk.kernels.traits import Decoded, Traits  # noqa: E402
+
+TRAITS = Traits(
+    format=quant.q8_k,
+    dequantize=q8_k_dequantize_records,
+    decode=q8_k_decode_records,
+    decoded=Decoded("Q8KFields", ("ds", "q", "bsum"), (("ds", "f4"), ("q", "i1"), ("bsum", "i2")),
+                    "Decoded Q8_K fields of ``G`` records."),
+    quantize=quantize_q8_k,
+    domain="q8_k",
+    quantizer="spec 000 section 4 (canonical)",
+    find_invalid=q8_k_invalid_records,
+    dot=None,
+    gemv=None,
+    gemm=None,
+    oracle="numba_qk.testing.reference.core",
+)

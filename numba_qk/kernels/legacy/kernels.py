@@ -511,3 +511,26 @@ def bind(fmt) -> Entry:
 
 
 ENTRIES = {fmt: bind(fmt) for fmt in FORMATS}
+
+
+# ---- the registry's declaration of this module's formats (numba_qk/kernels/traits.py) ---------
+from numba_qk.kernels.traits import Decoded, Traits  # noqa: E402
+
+TRAITS = tuple(
+    Traits(
+        format=fmt,
+        dequantize=ENTRIES[fmt].dequantize,
+        decode=ENTRIES[fmt].decode,
+        decoded=Decoded("BlockFields", ("d", "q", "m", "s"),
+                        (("q", "i1" if fmt.field("qs").signed else "u1"),),
+                        "Decoded fields of ``G`` records of a legacy 32-element format."),
+        quantize=ENTRIES[fmt].quantize,
+        domain="finite",
+        quantizer=f"ggml quantize_row_{fmt.name.lower()}_ref",
+        find_invalid=None,
+        dot=ENTRIES[fmt].dot,       # None for Q8_1 (activations only)
+        gemv=ENTRIES[fmt].gemv,
+        gemm=ENTRIES[fmt].gemm,
+        oracle="numba_qk.testing.reference.core",
+    )
+    for fmt in FORMATS)
