@@ -44,8 +44,10 @@ import operator
 import numpy as np
 
 from . import dtypes as _d
+from . import tensor as _tensor
+from ._convert import convert
 from .formats import bf16, f16, f32, i8, i32
-from .tensor import Tensor
+from .tensor import Tensor, storage_dtype
 
 __all__ = ["to_dlpack", "from_dlpack"]
 
@@ -408,8 +410,7 @@ def from_dlpack(obj) -> "Tensor | np.ndarray":
             else np.zeros(0, np.uint8)
         shifts = np.arange(0, 8, dl.dtype.bits, dtype=np.uint8)
         codes = ((raw[:, None] >> shifts) & np.uint8((1 << dl.dtype.bits) - 1)).reshape(-1)[:n]
-        from .cast import astype
-        result = astype(_code_tensor_source(codes.reshape(shape), t), t)
+        result = convert(_code_tensor_source(codes.reshape(shape), t), t)
         del owner, raw
         return result
     itemsize = unit
@@ -432,9 +433,7 @@ def from_dlpack(obj) -> "Tensor | np.ndarray":
     if flags & FLAG_READ_ONLY:
         arr.flags.writeable = False
     if sub:                                       # padded u1/i4/u4/e2m1: one code per byte
-        from .cast import astype
-        return astype(_code_tensor_source(np.array(arr), t), t)
-    from .tensor import storage_dtype
+        return convert(_code_tensor_source(np.array(arr), t), t)
     return Tensor._wrap(arr.view(storage_dtype(t)), t)
 
 
@@ -454,3 +453,7 @@ def _code_tensor_source(codes, t):
         vals = np.array([float(_d.Scalar._make(_d.e2m1, c)) for c in range(16)], np.float32)
         return vals[codes]
     return codes.astype(np.uint8)
+
+
+# Tensor.__dlpack__ / Tensor.dlpack_packed reach this module through the array types' table
+_tensor.OPERATIONS.update(to_dlpack=to_dlpack, dlpack_packed=PackedExport)

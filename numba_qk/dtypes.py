@@ -177,7 +177,7 @@ def is_dtype_like(obj) -> bool:
     return isinstance(obj, np.dtype) or (isinstance(obj, type) and issubclass(obj, np.generic))
 
 
-def _dtype_lookup(dt):
+def dtype_lookup(dt):
     """(element type, None) for a numpy dtype of a numba_qk type's values, else (None, why)."""
     import numpy as np
 
@@ -212,13 +212,14 @@ def from_dtype(dtype) -> ScalarType:
     except TypeError:
         raise TypeError(f"from_dtype: expected a numpy or ml_dtypes dtype, got "
                         f"{type(dtype).__name__}") from None
-    t, why = _dtype_lookup(dt)
+    t, why = dtype_lookup(dt)
     if t is None:
         raise TypeError(why)
     return t
 
 
-def _ml_dtypes():
+def ml_dtypes_module():
+    """The ml_dtypes module, or None where it is not installed."""
     try:
         import ml_dtypes
     except ImportError:  # pragma: no cover - exercised in an environment without ml_dtypes
@@ -238,7 +239,7 @@ def value_dtype(t: ScalarType):
         return t.numpy_dtype
     if t is u1:
         raise TypeError("numba_qk.u1 has no numpy dtype; use numba_qk.astype(a, numba_qk.u1)")
-    ml = _ml_dtypes()
+    ml = ml_dtypes_module()
     if ml is None:
         raise TypeError(f"numba_qk.{t._attr} needs ml_dtypes for a numpy dtype "
                         f"(pip install ml_dtypes); numba_qk.astype works without it")

@@ -18,9 +18,13 @@ format          block  element  block scale               tensor scale  emax  bi
 
 from __future__ import annotations
 
+import numpy as np
+
 from .dtypes import e2m1, e2m3, e3m2, e4m3, e5m2, e8m0
+from .errors import QuantizationDomainError
 from .formats import _TOKEN, i8
 from .formats.mx import ScaledFormat, _lookup, find_scaled  # noqa: F401  (_lookup: pickles)
+from .scaled import ScaledTensor
 
 __all__ = ["ScaledFormat", "mxfp4", "mxfp6e2m3", "mxfp6e3m2", "mxfp8e4m3", "mxfp8e5m2", "mxint8",
            "nvfp4", "FORMATS", "find", "from_ggml", "to_ggml"]
@@ -53,11 +57,6 @@ def from_ggml(records):
     becomes code 0 (+0) here.  A scale byte 0xFF (no OCP meaning; NaN in e8m0) is a
     QuantizationDomainError naming the block.
     """
-    import numpy as np
-
-    from .errors import QuantizationDomainError
-    from .scaled import ScaledTensor
-
     a = records if isinstance(records, np.ndarray) else np.asarray(memoryview(records))
     if a.dtype != np.uint8:
         raise TypeError(f"records: expected uint8 bytes, got dtype {a.dtype}")
@@ -79,10 +78,6 @@ def from_ggml(records):
 def to_ggml(st):
     """An ``mxfp4`` ScaledTensor -> ggml MXFP4 records (uint8, last axis 17 bytes per block),
     exact by value (same scale bytes and element codes; ggml's nibble layout)."""
-    import numpy as np
-
-    from .scaled import ScaledTensor
-
     if not isinstance(st, ScaledTensor) or st.dtype is not mxfp4:
         raise TypeError(f"to_ggml: expected an mxfp4 ScaledTensor, got {st!r}")
     scales = np.ascontiguousarray(st.block_scales.storage).view(np.uint8)
@@ -96,10 +91,6 @@ def to_ggml(st):
 
 
 def _check_scales(scales, what):
-    import numpy as np
-
-    from .errors import QuantizationDomainError
-
     bad = np.flatnonzero(scales.reshape(-1) == 0xFF)
     if bad.size:
         raise QuantizationDomainError(int(bad[0]), f"{what} scale byte 0xFF has no OCP MX "
