@@ -29,20 +29,20 @@ from .tensor import UNSIGNED, Tensor, as_element_type, storage_dtype, storage_sh
 
 __all__ = ["convert", "dot", "source", "Source"]
 
-_KIND = {"F32": _k.K_F32, "F16": _k.K_F16, "BF16": _k.K_BF16, "E4M3": _k.K_E4M3,
-         "E5M2": _k.K_E5M2, "E2M3": _k.K_E2M3, "E3M2": _k.K_E3M2, "E2M1": _k.K_E2M1,
-         "E8M0": _k.K_E8M0, "I8": _k.K_I8, "U8": _k.K_U8, "I32": _k.K_I32, "I4": _k.K_I4,
-         "U4": _k.K_U4, "U1": _k.K_U1}
-
-_NUMPY_KIND = {"f8": _k.K_F64, "f4": _k.K_F32, "f2": _k.K_F16, "i1": _k.K_I8, "u1": _k.K_U8,
-               "i2": _k.K_I16, "u2": _k.K_U16, "i4": _k.K_I32, "u4": _k.K_U32, "i8": _k.K_I64,
-               "u8": _k.K_U64, "b1": _k.K_BOOL}
+# numpy's own dtypes as sources (by dtype code): (kernel kind, element type or None) -- the
+# element types numpy has (f32, f16, i8, u8, i32: their rows' kernel kind) and the rest, read
+# by value (f64, i16, u16, u32, i64, u64, bool: source-only kinds of the kernels)
+_NUMPY_SOURCES = {t.numpy_dtype.str[1:]: (t.spec.kernel_kind, t) for t in _d.ALL_TYPES
+                  if t.numpy_dtype is not None}
+_NUMPY_SOURCES.update({"f8": (_k.K_F64, None), "i2": (_k.K_I16, None), "u2": (_k.K_U16, None),
+                       "u4": (_k.K_U32, None), "i8": (_k.K_I64, None), "u8": (_k.K_U64, None),
+                       "b1": (_k.K_BOOL, None)})
 
 # ml_dtypes dtype name -> numba_qk type (identical encodings, read as codes): dtypes' table
-_ML_TYPES = _d._ML_TYPES
+_ML_TYPES = _d.ML_TYPES
 # ml_dtypes formats read by value through a decode table (no numba_qk type of that encoding)
 _ML_BY_VALUE = {"float8_e4m3"}
-_ML_REJECTED = _d._REJECTED              # spec 004's rejected formats, with the reasons
+_ML_REJECTED = _d.REJECTED               # spec 004's rejected formats, with the reasons
 
 _NO_TABLE = np.zeros(1, np.float64)
 
@@ -57,7 +57,7 @@ def source(a) -> Source:
     s.table = _NO_TABLE
     if isinstance(a, Tensor):
         t = a.dtype
-        s.kind, s.spb, s.etype, s.shape = _KIND[t.name], t.block_size, t, a.shape
+        s.kind, s.spb, s.etype, s.shape = t.spec.kernel_kind, t.block_size, t, a.shape
         s.store = a.storage.view(UNSIGNED[a.storage.dtype.itemsize])
         return s
     if isinstance(a, _d.Scalar):
@@ -76,13 +76,11 @@ def source(a) -> Source:
     s.shape = a.shape
     s.spb = 1
     code = dt.str[1:]
-    if code in _NUMPY_KIND and dt.type.__module__ == "numpy":  # numpy's own dtypes
-        s.kind = _NUMPY_KIND[code]
-        s.etype = {_k.K_F32: _d.f32, _k.K_F16: _d.f16, _k.K_I8: _d.i8, _k.K_U8: _d.u8,
-                   _k.K_I32: _d.i32}.get(s.kind)
+    if code in _NUMPY_SOURCES and dt.type.__module__ == "numpy":  # numpy's own dtypes
+        s.kind, s.etype = _NUMPY_SOURCES[code]
     elif (name := dt.name) in _ML_TYPES:
         s.etype = _ML_TYPES[name]
-        s.kind = _KIND[s.etype.name]       # e2m1/i4/u4: one per byte, code in the low nibble
+        s.kind = s.etype.spec.kernel_kind  # e2m1/i4/u4: one per byte, code in the low nibble
     elif name in _ML_BY_VALUE:
         s.kind, s.etype = _k.K_TABLE, None
         s.table = np.arange(256, dtype=np.uint8).view(dt).astype(np.float64)
@@ -156,12 +154,12 @@ def convert(a, dtype, *, out=None, threads=1):
     if src.etype is t and src.spb == t.block_size:      # same type: an exact copy of the codes
         np.copyto(store.view(UNSIGNED[store.dtype.itemsize]).reshape(src.store.shape), src.store)
         return result
-    kernel = _k.converter(src.kind, _KIND[t.name], src.spb, t.block_size)
+    dk = t.spec.kernel_kind
+    kernel = _k.converter(src.kind, dk, src.spb, t.block_size)
     # Large casts may bypass the caches with non-temporal stores (the same bits;
     # kernels/simd/stream.py) where that measured faster on the CPU family (thresholds there):
     # widening ones (f32 from bf16/f16/fp8/fp6), and f32 -> bf16/f16 where the vector kernels
     # store straight from registers.  Other narrowing casts measured slower streamed.
-    dk = _KIND[t.name]
     stream = _stream.HAVE_STREAM and src.spb == 1 and t.block_size == 1 and (
         (dst.itemsize > src.store.itemsize and dst.nbytes >= _stream.STREAM_MIN_BYTES)
         or (_k.register_stream(src.kind, dk) and dst.nbytes >= _stream.REG_STREAM_MIN_BYTES))

@@ -46,23 +46,19 @@ import numpy as np
 from . import dtypes as _d
 from . import tensor as _tensor
 from ._convert import convert
-from .formats import bf16, f16, f32, i8, i32
+from .formats.scalars import (kDLBfloat, kDLBool, kDLFloat, kDLFloat4_e2m1fn,  # noqa: F401
+                               kDLFloat6_e2m3fn, kDLFloat6_e3m2fn, kDLFloat8_e4m3fn,
+                               kDLFloat8_e5m2, kDLFloat8_e8m0fnu, kDLInt, kDLUInt)
 from .tensor import Tensor, storage_dtype
 
 __all__ = ["to_dlpack", "from_dlpack"]
 
 kDLCPU = 1
-kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLBool = 0, 1, 2, 4, 6
-kDLFloat8_e4m3fn, kDLFloat8_e5m2, kDLFloat8_e8m0fnu = 10, 12, 14
-kDLFloat6_e2m3fn, kDLFloat6_e3m2fn, kDLFloat4_e2m1fn = 15, 16, 17
+# the DLDataTypeCode values (kDLInt ...) are declared with the element types (formats.scalars)
 FLAG_READ_ONLY, FLAG_IS_COPIED, FLAG_SUBBYTE_PADDED = 1, 2, 4
 
-_EXPORT = {f32: (kDLFloat, 32), f16: (kDLFloat, 16), bf16: (kDLBfloat, 16),
-           _d.e4m3: (kDLFloat8_e4m3fn, 8), _d.e5m2: (kDLFloat8_e5m2, 8),
-           _d.e8m0: (kDLFloat8_e8m0fnu, 8), _d.e2m3: (kDLFloat6_e2m3fn, 6),
-           _d.e3m2: (kDLFloat6_e3m2fn, 6), i8: (kDLInt, 8), _d.u8: (kDLUInt, 8),
-           i32: (kDLInt, 32), _d.i4: (kDLUInt, 8), _d.u4: (kDLUInt, 8), _d.u1: (kDLUInt, 8),
-           _d.e2m1: (kDLUInt, 8)}
+# numba_qk type -> exported DLPack dtype: the row's own, or the storage bytes of a packed type
+_EXPORT = {t: (kDLUInt, 8) if t.is_packed else t.spec.dlpack for t in _d.ALL_TYPES}
 
 
 class DLDevice(ctypes.Structure):
@@ -267,8 +263,7 @@ def to_dlpack(t: Tensor, *, stream=None, max_version=None, dl_device=None, copy=
 
 
 # numba_qk packed type -> DLPack's packed sub-byte dtype (element 0 in the LOW bits)
-_EXPORT_PACKED = {_d.e2m1: (kDLFloat4_e2m1fn, 4), _d.i4: (kDLInt, 4), _d.u4: (kDLUInt, 4),
-                  _d.u1: (kDLUInt, 1)}
+_EXPORT_PACKED = {t: t.spec.dlpack for t in _d.PACKED_TYPES}
 
 
 class PackedExport:
@@ -339,12 +334,9 @@ def _capsule(store, code, bits, shape, strides, flags, versioned):
     return _api.PyCapsule_New(addr, name, destructor)
 
 
-_IMPORT = {(kDLFloat, 32): f32, (kDLFloat, 16): f16, (kDLBfloat, 16): bf16,
-           (kDLFloat8_e4m3fn, 8): _d.e4m3, (kDLFloat8_e5m2, 8): _d.e5m2,
-           (kDLFloat8_e8m0fnu, 8): _d.e8m0, (kDLFloat6_e2m3fn, 6): _d.e2m3,
-           (kDLFloat6_e3m2fn, 6): _d.e3m2, (kDLInt, 8): i8, (kDLUInt, 8): _d.u8,
-           (kDLInt, 32): i32, (kDLFloat4_e2m1fn, 4): _d.e2m1, (kDLInt, 4): _d.i4,
-           (kDLUInt, 4): _d.u4, (kDLUInt, 1): _d.u1, (kDLBool, 8): _d.u8}
+# DLPack dtype -> numba_qk type: every row's own (packed ones in DLPack's sub-byte layout), and
+# bool bytes read as u8
+_IMPORT = {t.spec.dlpack: t for t in _d.ALL_TYPES} | {(kDLBool, 8): _d.u8}
 
 
 class _Owner:

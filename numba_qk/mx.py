@@ -20,28 +20,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dtypes import e2m1, e2m3, e3m2, e4m3, e5m2, e8m0
 from .errors import QuantizationDomainError
-from .formats import _TOKEN, i8
-from .formats.mx import ScaledFormat, _lookup, find_scaled  # noqa: F401  (_lookup: pickles)
+from .formats.mx import (FORMATS, ScaledFormat, find_scaled, mxfp4, mxfp6e2m3,  # noqa: F401
+                         mxfp6e3m2, mxfp8e4m3, mxfp8e5m2, mxint8, nvfp4)
+from .formats.mx import _lookup  # noqa: F401  (pickles name numba_qk.mx._lookup)
 from .scaled import ScaledTensor
 
 __all__ = ["ScaledFormat", "mxfp4", "mxfp6e2m3", "mxfp6e3m2", "mxfp8e4m3", "mxfp8e5m2", "mxint8",
            "nvfp4", "FORMATS", "find", "from_ggml", "to_ggml"]
 
-# ScaledFormat(token, name, block, element, scale, has tensor scale, emax_elem, doc)
-mxfp4 = ScaledFormat(_TOKEN, "mxfp4", 32, e2m1, e8m0, False, 2, "OCP MX FP4 (E2M1)")
-mxfp6e2m3 = ScaledFormat(_TOKEN, "mxfp6e2m3", 32, e2m3, e8m0, False, 2, "OCP MX FP6 (E2M3)")
-mxfp6e3m2 = ScaledFormat(_TOKEN, "mxfp6e3m2", 32, e3m2, e8m0, False, 4, "OCP MX FP6 (E3M2)")
-mxfp8e4m3 = ScaledFormat(_TOKEN, "mxfp8e4m3", 32, e4m3, e8m0, False, 8, "OCP MX FP8 (E4M3)")
-mxfp8e5m2 = ScaledFormat(_TOKEN, "mxfp8e5m2", 32, e5m2, e8m0, False, 15, "OCP MX FP8 (E5M2)")
-mxint8 = ScaledFormat(_TOKEN, "mxint8", 32, i8, e8m0, False, 0, "OCP MX INT8 (q * 2^X / 64)")
-nvfp4 = ScaledFormat(_TOKEN, "nvfp4", 16, e2m1, e4m3, True, None,
-                     "NVIDIA NVFP4: e2m1, ue4m3 block scale, f32 tensor scale")
-
-FORMATS = (mxfp4, mxfp6e2m3, mxfp6e3m2, mxfp8e4m3, mxfp8e5m2, mxint8, nvfp4)
-
-
+# The formats are declared in numba_qk.formats.mx (with the element types they are built from).
 find = find_scaled   # the block-scaled format named ``name`` (case-insensitive), or None
 
 

@@ -31,12 +31,9 @@ from .formats import f32
 from .formats.mx import ScaledFormat, find_scaled
 from numba_qk.kernels.simd import stream as _stream
 from numba_qk.kernels.mx import codecs as _k
-from .tensor import OPERATIONS, Tensor, as_element_type
+from .tensor import OPERATIONS, Tensor, as_element_type, storage_dtype
 
 __all__ = ["ScaledTensor", "as_scaled_format", "encode", "decode"]
-
-_KIND = {"E2M1": _k.E2M1, "E2M3": _k.E2M3, "E3M2": _k.E3M2, "E4M3": _k.E4M3, "E5M2": _k.E5M2,
-         "I8": _k.INT8}
 
 
 def as_scaled_format(fmt):
@@ -333,7 +330,7 @@ def encode(a, fmt: ScaledFormat, *, out=None, threads=1, tensor_scale=None) -> S
         el, sc = _out_parts(out, fmt, shape, _input_memory(a, x))
     else:
         el = Tensor._wrap(np.empty(shape[:-1] + (shape[-1] // fmt.element.block_size,),
-                                   np.int8 if fmt.element.name == "I8" else np.uint8),
+                                   storage_dtype(fmt.element)),
                           fmt.element)
         sc = Tensor._wrap(np.empty(shape[:-1] + (shape[-1] // B,), np.uint8), fmt.scale)
     codes = el.storage.reshape(-1).view(np.uint8)
@@ -343,7 +340,7 @@ def encode(a, fmt: ScaledFormat, *, out=None, threads=1, tensor_scale=None) -> S
     if fmt.has_tensor_scale:
         _run(_k.nvfp4_encode, lambda b0, b1: (flat, ts, codes, scales, b0, b1), jobs)
     else:
-        kern = _k.mx_encoder(_KIND[fmt.element.name], fmt.emax, B)
+        kern = _k.mx_encoder(fmt.element.spec.mx_kernel_kind, fmt.emax, B)
         _run(kern, lambda b0, b1: (flat, codes, scales, b0, b1), jobs)
     if isinstance(out, ScaledTensor):
         ScaledTensor._set(out, el, sc, fmt, ts)           # out's tensor scale is the new one
@@ -383,7 +380,7 @@ def decode(st: ScaledTensor, dtype, *, out=None, threads=1):
         _run(_k.nvfp4_decode, lambda b0, b1: (codes, scales, st._ts, dst, b0, b1, stream),
              jobs)
     else:
-        kern = _k.mx_decoder(_KIND[fmt.element.name], B)
+        kern = _k.mx_decoder(fmt.element.spec.mx_kernel_kind, B)
         _run(kern, lambda b0, b1: (codes, scales, dst, b0, b1, stream), jobs)
     if direct:
         return result

@@ -38,18 +38,12 @@ __all__ = ["Tensor", "as_element_type", "storage_dtype", "storage_shape", "astyp
 #: same for the element types).
 OPERATIONS: dict = {}
 
-_STORAGE = {"F32": np.float32, "F16": np.float16, "I8": np.int8, "U8": np.uint8,
-            "I32": np.int32, "BF16": np.uint16}
-
-
 def as_element_type(dtype) -> ScalarType:
     """A numba_qk element type from a ScalarType, a NumKong/ml_dtypes/ggml name, or a numpy /
     ml_dtypes dtype (``numpy.float16``, ``numpy.dtype("int8")``, ``ml_dtypes.bfloat16``,
     ``numpy.dtype(ml_dtypes.float8_e4m3fn)``: the type of the identical format, see
     :func:`numba_qk.dtypes.from_dtype`; others are a TypeError naming the dtype and why)."""
     if isinstance(dtype, ScalarType):
-        if dtype._facts is None:
-            raise TypeError(f"{dtype!r} is not an element type")
         return dtype
     if is_dtype_like(dtype):
         try:
@@ -70,8 +64,10 @@ def as_element_type(dtype) -> ScalarType:
 
 
 def storage_dtype(t: ScalarType) -> np.dtype:
-    """numpy dtype of one storage unit of ``t`` (uint8 bytes for packed types)."""
-    return np.dtype(_STORAGE.get(t.name, np.uint8))
+    """numpy dtype of one storage unit of ``t``: the values' own dtype where numpy has one
+    (f32, f16, i8, u8, i32), else unsigned codes (uint16 for bf16; uint8 for fp8/fp6/e8m0, and
+    bytes for the packed types): the row's ``storage``."""
+    return np.dtype(t.spec.storage)
 
 
 def storage_shape(t: ScalarType, shape) -> tuple:
