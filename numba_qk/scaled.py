@@ -200,7 +200,8 @@ class ScaledTensor:
 
     # ---- conversion ----
     def astype(self, dtype, *, out=None, threads=1, tensor_scale=None):
-        """``numba_qk.astype(self, dtype, ...)``: decodes (or re-encodes to a block-scaled format)."""
+        """``numba_qk.astype(self, dtype, ...)``: the decode (or a re-encode to a block-scaled
+        format)."""
         return OPERATIONS["astype"](self, dtype, out=out, threads=threads,
                                     tensor_scale=tensor_scale)
 
