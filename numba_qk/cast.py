@@ -24,7 +24,7 @@ from ._validate import check_threads
 from .scaled import ScaledTensor, as_scaled_format, decode, encode
 from .tensor import astype_codes
 
-__all__ = ["astype", "astype_codes", "dot"]
+__all__ = ["astype", "astype_codes"]
 
 # casts validate ``threads`` exactly as the products do (one copy: ``_validate.check_threads``;
 # None = every core this process may run on)

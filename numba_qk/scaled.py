@@ -15,6 +15,10 @@ float32 decode, then :func:`numba_qk.astype`'s rules).  Integer indexing on lead
 block-aligned slices of the last axis give views sharing storage (both parts in lockstep); bools
 are not indices.  A ScaledTensor is not a numpy array: ``numpy.asarray``, ufuncs and array
 functions on it raise a TypeError pointing at the decode and the parts.
+
+Layering: above the element-type conversion (:mod:`numba_qk._convert`, which encode and decode
+use for their float32 input and non-f32 outputs) and below ``astype``'s dispatch
+(:mod:`numba_qk.cast`), which ``ScaledTensor.astype`` reaches through ``tensor.OPERATIONS``.
 """
 
 from __future__ import annotations

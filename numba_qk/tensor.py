@@ -27,8 +27,7 @@ from .dtypes import (PACKED_TYPES, Scalar, dtype_lookup, from_dtype, from_name, 
                      u1, value_dtype)
 from .formats import ScalarType
 
-__all__ = ["Tensor", "as_element_type", "storage_dtype", "storage_shape", "astype_codes",
-           "OPERATIONS", "UNSIGNED"]
+__all__ = ["Tensor", "as_element_type", "storage_dtype"]
 
 #: What a Tensor (and a ScaledTensor) does through the layers above it -- ``astype``
 #: (:func:`numba_qk.astype`, supplied by :mod:`numba_qk.cast`), ``to_dlpack`` and
