@@ -44,23 +44,21 @@ import operator
 import numpy as np
 
 from . import dtypes as _d
-from .formats import bf16, f16, f32, i8, i32
-from .tensor import Tensor
+from . import tensor as _tensor
+from ._convert import convert
+from .formats.scalars import (kDLBfloat, kDLBool, kDLFloat, kDLFloat4_e2m1fn,  # noqa: F401
+                               kDLFloat6_e2m3fn, kDLFloat6_e3m2fn, kDLFloat8_e4m3fn,
+                               kDLFloat8_e5m2, kDLFloat8_e8m0fnu, kDLInt, kDLUInt)
+from .tensor import Tensor, storage_dtype
 
 __all__ = ["to_dlpack", "from_dlpack"]
 
 kDLCPU = 1
-kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLBool = 0, 1, 2, 4, 6
-kDLFloat8_e4m3fn, kDLFloat8_e5m2, kDLFloat8_e8m0fnu = 10, 12, 14
-kDLFloat6_e2m3fn, kDLFloat6_e3m2fn, kDLFloat4_e2m1fn = 15, 16, 17
+# the DLDataTypeCode values (kDLInt ...) are declared with the element types (formats.scalars)
 FLAG_READ_ONLY, FLAG_IS_COPIED, FLAG_SUBBYTE_PADDED = 1, 2, 4
 
-_EXPORT = {f32: (kDLFloat, 32), f16: (kDLFloat, 16), bf16: (kDLBfloat, 16),
-           _d.e4m3: (kDLFloat8_e4m3fn, 8), _d.e5m2: (kDLFloat8_e5m2, 8),
-           _d.e8m0: (kDLFloat8_e8m0fnu, 8), _d.e2m3: (kDLFloat6_e2m3fn, 6),
-           _d.e3m2: (kDLFloat6_e3m2fn, 6), i8: (kDLInt, 8), _d.u8: (kDLUInt, 8),
-           i32: (kDLInt, 32), _d.i4: (kDLUInt, 8), _d.u4: (kDLUInt, 8), _d.u1: (kDLUInt, 8),
-           _d.e2m1: (kDLUInt, 8)}
+# numba_qk type -> exported DLPack dtype: the row's own, or the storage bytes of a packed type
+_EXPORT = {t: (kDLUInt, 8) if t.is_packed else t.spec.dlpack for t in _d.ALL_TYPES}
 
 
 class DLDevice(ctypes.Structure):
@@ -265,8 +263,7 @@ def to_dlpack(t: Tensor, *, stream=None, max_version=None, dl_device=None, copy=
 
 
 # numba_qk packed type -> DLPack's packed sub-byte dtype (element 0 in the LOW bits)
-_EXPORT_PACKED = {_d.e2m1: (kDLFloat4_e2m1fn, 4), _d.i4: (kDLInt, 4), _d.u4: (kDLUInt, 4),
-                  _d.u1: (kDLUInt, 1)}
+_EXPORT_PACKED = {t: t.spec.dlpack for t in _d.PACKED_TYPES}
 
 
 class PackedExport:
@@ -337,12 +334,9 @@ def _capsule(store, code, bits, shape, strides, flags, versioned):
     return _api.PyCapsule_New(addr, name, destructor)
 
 
-_IMPORT = {(kDLFloat, 32): f32, (kDLFloat, 16): f16, (kDLBfloat, 16): bf16,
-           (kDLFloat8_e4m3fn, 8): _d.e4m3, (kDLFloat8_e5m2, 8): _d.e5m2,
-           (kDLFloat8_e8m0fnu, 8): _d.e8m0, (kDLFloat6_e2m3fn, 6): _d.e2m3,
-           (kDLFloat6_e3m2fn, 6): _d.e3m2, (kDLInt, 8): i8, (kDLUInt, 8): _d.u8,
-           (kDLInt, 32): i32, (kDLFloat4_e2m1fn, 4): _d.e2m1, (kDLInt, 4): _d.i4,
-           (kDLUInt, 4): _d.u4, (kDLUInt, 1): _d.u1, (kDLBool, 8): _d.u8}
+# DLPack dtype -> numba_qk type: every row's own (packed ones in DLPack's sub-byte layout), and
+# bool bytes read as u8
+_IMPORT = {t.spec.dlpack: t for t in _d.ALL_TYPES} | {(kDLBool, 8): _d.u8}
 
 
 class _Owner:
@@ -408,8 +402,7 @@ def from_dlpack(obj) -> "Tensor | np.ndarray":
             else np.zeros(0, np.uint8)
         shifts = np.arange(0, 8, dl.dtype.bits, dtype=np.uint8)
         codes = ((raw[:, None] >> shifts) & np.uint8((1 << dl.dtype.bits) - 1)).reshape(-1)[:n]
-        from .cast import astype
-        result = astype(_code_tensor_source(codes.reshape(shape), t), t)
+        result = convert(_code_tensor_source(codes.reshape(shape), t), t)
         del owner, raw
         return result
     itemsize = unit
@@ -432,9 +425,7 @@ def from_dlpack(obj) -> "Tensor | np.ndarray":
     if flags & FLAG_READ_ONLY:
         arr.flags.writeable = False
     if sub:                                       # padded u1/i4/u4/e2m1: one code per byte
-        from .cast import astype
-        return astype(_code_tensor_source(np.array(arr), t), t)
-    from .tensor import storage_dtype
+        return convert(_code_tensor_source(np.array(arr), t), t)
     return Tensor._wrap(arr.view(storage_dtype(t)), t)
 
 
@@ -454,3 +445,7 @@ def _code_tensor_source(codes, t):
         vals = np.array([float(_d.Scalar._make(_d.e2m1, c)) for c in range(16)], np.float32)
         return vals[codes]
     return codes.astype(np.uint8)
+
+
+# Tensor.__dlpack__ / Tensor.dlpack_packed reach this module through the array types' table
+_tensor.OPERATIONS.update(to_dlpack=to_dlpack, dlpack_packed=PackedExport)

@@ -8,13 +8,17 @@ given.  Nothing is ever converted silently: a wrong dtype is an error, not a cas
 
 from __future__ import annotations
 
+import math
 
 import numpy as np
 
+from .dtypes import ml_dtypes_module, value_dtype
 from .formats import Format, ScalarType
+from .tensor import Tensor
 
 __all__ = ["as_array", "describe", "check_slot", "check_slot_in", "check_records",
-           "check_f32", "check_out", "prepare_out", "check_threads"]
+           "check_f32", "check_out", "prepare_out", "check_threads", "overlaps",
+           "check_astype_out", "check_tensor_scale"]
 
 
 def as_array(obj, name: str) -> np.ndarray:
@@ -134,3 +138,84 @@ def check_threads(threads) -> int:
     if threads < 1:
         raise ValueError(f"threads: expected a positive int or None, got {threads}")
     return int(threads)
+
+
+# ---- astype (numba_qk.cast, numba_qk.scaled): the same threads check, these for out ---------
+
+def overlaps(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two arrays share memory (exactly, up to a bounded amount of work)."""
+    if not np.may_share_memory(a, b):
+        return False
+    try:
+        return bool(np.shares_memory(a, b, max_work=1 << 20))
+    except np.exceptions.TooHardError:  # pragma: no cover - pathological strides
+        return True
+
+
+def check_astype_out(out, t: ScalarType, shape) -> np.ndarray:
+    """Validate an ``astype`` ``out`` for a result of element type ``t`` and logical ``shape``;
+    its storage array (C-contiguous, writable)."""
+    if isinstance(out, Tensor):
+        if out.dtype is not t:
+            raise TypeError(f"out: a Tensor of {out.dtype.name}, expected {t.name}")
+        if out.shape != tuple(shape):
+            raise ValueError(f"out: shape {out.shape}, expected {tuple(shape)}")
+        store = out.storage
+    else:
+        if isinstance(out, np.ndarray):
+            arr = out
+        else:
+            try:
+                arr = np.asarray(memoryview(out))
+            except TypeError:
+                raise TypeError(f"out: expected an ndarray, memoryview, Tensor or writable "
+                                f"buffer, got {type(out).__name__}") from None
+        if t.block_size > 1:
+            raise TypeError(f"out: a packed {t.name} result needs a numba_qk.Tensor out "
+                            f"(a plain buffer cannot say it holds {t.name})")
+        want = t.numpy_dtype
+        if want is None:
+            want = value_dtype(t) if ml_dtypes_module() is not None else None
+        if want is None or arr.dtype != want:
+            raise TypeError(f"out: dtype {arr.dtype}, expected {want if want is not None else t.name}"
+                            f" (or a numba_qk.Tensor of {t.name})")
+        if arr.shape != tuple(shape):
+            raise ValueError(f"out: shape {arr.shape}, expected {tuple(shape)}")
+        store = arr
+    if not store.flags.c_contiguous:
+        raise ValueError("out: must be C-contiguous")
+    if not store.flags.writeable:
+        raise ValueError("out: is read-only")
+    return store
+
+
+def check_tensor_scale(fmt, tensor_scale):
+    """float32 of a block-scaled format's tensor scale (finite, > 0), or None; errors name what
+    was wrong.
+
+    TypeError unless it is a real number (a Python int or float, or a numpy integer or
+    floating scalar; not a bool); ValueError, one line, for every real number that does not
+    round to a finite float32 > 0 -- zero, negatives, nan, +-inf, values below float32's
+    smallest subnormal, and values beyond its range (however large: a huge Python int too)."""
+    if not fmt.has_tensor_scale:
+        if tensor_scale is not None:
+            raise TypeError(f"tensor_scale: {fmt.name} has no tensor scale (only nvfp4 has one)")
+        return None
+    if tensor_scale is None:
+        return None
+    if isinstance(tensor_scale, (bool, np.bool_)) or not isinstance(
+            tensor_scale, (int, float, np.integer, np.floating)):
+        raise TypeError(f"tensor_scale: expected a real number, got {type(tensor_scale).__name__}")
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        try:
+            ts = np.float32(tensor_scale)
+        except OverflowError:                   # a Python int beyond float64's range
+            ts = None
+    if ts is None or not (math.isfinite(float(ts)) and ts > 0):
+        if isinstance(tensor_scale, int) and tensor_scale.bit_length() > 64:   # no 400 digits
+            sign = "a negative" if tensor_scale < 0 else "an"
+            got = f"{sign} int of {tensor_scale.bit_length()} bits"
+        else:
+            got = repr(tensor_scale)
+        raise ValueError(f"tensor_scale: must round to a finite float32 > 0, got {got}")
+    return ts

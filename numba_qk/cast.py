@@ -10,180 +10,25 @@ target dtype (f32, f16, i8, u8, i32), else a Tensor; or ``out`` when given.
 The kernels run without the GIL; ``threads=N`` splits the work over up to N threads (fewer when
 other processes keep cores busy: ``numba_qk._threads``); ``threads=None`` means every core, as
 for the products.
+
+This module is ``astype``'s dispatch, above both halves: the element types
+(:mod:`numba_qk._convert`) and the block-scaled formats (:mod:`numba_qk.scaled`).  Arguments
+are checked by :mod:`numba_qk._validate`, the products' validation module.
 """
 
 from __future__ import annotations
 
-
-import numpy as np
-from numpy.lib.stride_tricks import as_strided
-
-from . import _threads
-from . import dtypes as _d
+from . import tensor as _tensor
+from ._convert import convert, dot
 from ._validate import check_threads
-from .formats import ScalarType
-from numba_qk.kernels.simd import stream as _stream
-from numba_qk.kernels.lowp import codecs as _k
-from .tensor import Tensor, as_element_type, storage_dtype, storage_shape
+from .scaled import ScaledTensor, as_scaled_format, decode, encode
+from .tensor import astype_codes
 
 __all__ = ["astype", "astype_codes"]
 
-_KIND = {"F32": _k.K_F32, "F16": _k.K_F16, "BF16": _k.K_BF16, "E4M3": _k.K_E4M3,
-         "E5M2": _k.K_E5M2, "E2M3": _k.K_E2M3, "E3M2": _k.K_E3M2, "E2M1": _k.K_E2M1,
-         "E8M0": _k.K_E8M0, "I8": _k.K_I8, "U8": _k.K_U8, "I32": _k.K_I32, "I4": _k.K_I4,
-         "U4": _k.K_U4, "U1": _k.K_U1}
-
-_NUMPY_KIND = {"f8": _k.K_F64, "f4": _k.K_F32, "f2": _k.K_F16, "i1": _k.K_I8, "u1": _k.K_U8,
-               "i2": _k.K_I16, "u2": _k.K_U16, "i4": _k.K_I32, "u4": _k.K_U32, "i8": _k.K_I64,
-               "u8": _k.K_U64, "b1": _k.K_BOOL}
-
-# ml_dtypes dtype name -> numba_qk type (identical encodings, read as codes): dtypes' table
-_ML_TYPES = _d._ML_TYPES
-# ml_dtypes formats read by value through a decode table (no numba_qk type of that encoding)
-_ML_BY_VALUE = {"float8_e4m3"}
-_ML_REJECTED = _d._REJECTED              # spec 004's rejected formats, with the reasons
-
-_NO_TABLE = np.zeros(1, np.float64)
-_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-
-
-class _Source:
-    __slots__ = ("kind", "store", "spb", "shape", "table", "etype")
-
-
-def _source(a) -> _Source:
-    """Classify ``a``: its kind code, storage as unsigned ints (a view), logical shape."""
-    s = _Source()
-    s.table = _NO_TABLE
-    if isinstance(a, Tensor):
-        t = a.dtype
-        s.kind, s.spb, s.etype, s.shape = _KIND[t.name], t.block_size, t, a.shape
-        s.store = a.storage.view(_UNSIGNED[a.storage.dtype.itemsize])
-        return s
-    if isinstance(a, _d.Scalar):
-        raise TypeError("astype: expected an array or buffer, got a numba_qk scalar "
-                        "(use numba_qk.<type>(value))")
-    if not isinstance(a, np.ndarray):
-        try:
-            a = np.asarray(a) if hasattr(a, "__array_interface__") else np.asarray(memoryview(a))
-        except TypeError:
-            raise TypeError(f"astype: expected an array, Tensor or buffer, got "
-                            f"{type(a).__name__}") from None
-    dt = a.dtype
-    if dt.byteorder == ">" or (dt.byteorder == "=" and not np.little_endian):
-        a = a.astype(dt.newbyteorder("<"))
-        dt = a.dtype
-    s.shape = a.shape
-    s.spb = 1
-    code = dt.str[1:]
-    if code in _NUMPY_KIND and dt.type.__module__ == "numpy":  # numpy's own dtypes
-        s.kind = _NUMPY_KIND[code]
-        s.etype = {_k.K_F32: _d.f32, _k.K_F16: _d.f16, _k.K_I8: _d.i8, _k.K_U8: _d.u8,
-                   _k.K_I32: _d.i32}.get(s.kind)
-    elif (name := dt.name) in _ML_TYPES:
-        s.etype = _ML_TYPES[name]
-        s.kind = _KIND[s.etype.name]       # e2m1/i4/u4: one per byte, code in the low nibble
-    elif name in _ML_BY_VALUE:
-        s.kind, s.etype = _k.K_TABLE, None
-        s.table = np.arange(256, dtype=np.uint8).view(dt).astype(np.float64)
-    elif name in _ML_REJECTED:
-        raise TypeError(f"astype: ml_dtypes {name} is not accepted: {_ML_REJECTED[name]}")
-    else:
-        raise TypeError(f"astype: unsupported source dtype {dt}")
-    s.store = a.view(_UNSIGNED[dt.itemsize])
-    return s
-
-
-def _blocks(store: np.ndarray, spb: int):
-    """(3-d view, logical index offset) pieces covering ``store`` in C order, dims merged."""
-    if store.size == 0:
-        return []
-    if store.flags.c_contiguous:
-        return [(store.reshape(1, 1, -1), 0)]
-    dims = []
-    for n, st in zip(reversed(store.shape), reversed(store.strides)):
-        if n == 1:
-            continue
-        if dims and st == dims[0][0] * dims[0][1]:
-            dims[0] = (dims[0][0] * n, dims[0][1])
-        else:
-            dims.insert(0, (n, st))
-    if not dims:
-        dims = [(1, store.itemsize)]
-    full = as_strided(store, [n for n, _ in dims], [st for _, st in dims], writeable=False)
-    if len(dims) <= 3:
-        return [(full.reshape((1,) * (3 - len(dims)) + full.shape)
-                 if len(dims) < 3 else full, 0)]
-    inner = dims[-2][0] * dims[-1][0] * spb
-    out = []
-    for k, idx in enumerate(np.ndindex(*[n for n, _ in dims[:-2]])):
-        out.append((full[idx][None], k * inner))
-    return out
-
-
-def _split(view, idx0, spb, threads):
-    n0, n1, n2 = view.shape
-    if threads <= 1:
-        return [(view, idx0)]
-    if n0 > 1:
-        bounds = np.linspace(0, n0, min(threads, n0) + 1).astype(int)
-        return [(view[a:b], idx0 + a * n1 * n2 * spb) for a, b in zip(bounds, bounds[1:]) if b > a]
-    if n1 > 1:
-        bounds = np.linspace(0, n1, min(threads, n1) + 1).astype(int)
-        return [(view[:, a:b], idx0 + a * n2 * spb) for a, b in zip(bounds, bounds[1:]) if b > a]
-    step = max(64, -(-n2 // threads) // 64 * 64)
-    return [(view[:, :, a:a + step], idx0 + a * spb) for a in range(0, n2, step)]
-
-
 # casts validate ``threads`` exactly as the products do (one copy: ``_validate.check_threads``;
-# None = every core this process may run on); scaled.py imports it under this name
+# None = every core this process may run on)
 _check_threads = check_threads
-
-
-def _out_store(out, t: ScalarType, shape) -> np.ndarray:
-    """Validate ``out`` for a result of type ``t`` and logical ``shape``; its storage array."""
-    if isinstance(out, Tensor):
-        if out.dtype is not t:
-            raise TypeError(f"out: a Tensor of {out.dtype.name}, expected {t.name}")
-        if out.shape != tuple(shape):
-            raise ValueError(f"out: shape {out.shape}, expected {tuple(shape)}")
-        store = out.storage
-    else:
-        if isinstance(out, np.ndarray):
-            arr = out
-        else:
-            try:
-                arr = np.asarray(memoryview(out))
-            except TypeError:
-                raise TypeError(f"out: expected an ndarray, memoryview, Tensor or writable "
-                                f"buffer, got {type(out).__name__}") from None
-        if t.block_size > 1:
-            raise TypeError(f"out: a packed {t.name} result needs a numba_qk.Tensor out "
-                            f"(a plain buffer cannot say it holds {t.name})")
-        want = t.numpy_dtype
-        if want is None:
-            ml = _d._ml_dtypes()
-            want = _d.value_dtype(t) if ml is not None else None
-        if want is None or arr.dtype != want:
-            raise TypeError(f"out: dtype {arr.dtype}, expected {want if want is not None else t.name}"
-                            f" (or a numba_qk.Tensor of {t.name})")
-        if arr.shape != tuple(shape):
-            raise ValueError(f"out: shape {arr.shape}, expected {tuple(shape)}")
-        store = arr
-    if not store.flags.c_contiguous:
-        raise ValueError("out: must be C-contiguous")
-    if not store.flags.writeable:
-        raise ValueError("out: is read-only")
-    return store
-
-
-def _overlaps(a: np.ndarray, b: np.ndarray) -> bool:
-    if not np.may_share_memory(a, b):
-        return False
-    try:
-        return bool(np.shares_memory(a, b, max_work=1 << 20))
-    except np.exceptions.TooHardError:  # pragma: no cover - pathological strides
-        return True
 
 
 def astype(a, dtype, *, out=None, threads=1, tensor_scale=None):
@@ -201,90 +46,16 @@ def astype(a, dtype, *, out=None, threads=1, tensor_scale=None):
     (``tensor_scale=`` sets NVFP4's tensor scale; ``out`` a ScaledTensor or a tuple (elements,
     block_scales)); a ScaledTensor ``a`` is decoded to ``dtype``.
     """
-    from . import scaled as _scaled
-
-    fmt = _scaled.as_scaled_format(dtype)
+    fmt = as_scaled_format(dtype)
     if fmt is not None:                                 # block-scaled encode -> ScaledTensor
-        return _scaled.encode(a, fmt, out=out, threads=threads, tensor_scale=tensor_scale)
+        return encode(a, fmt, out=out, threads=threads, tensor_scale=tensor_scale)
     if tensor_scale is not None:
         raise TypeError("tensor_scale: only for encoding to a format with a tensor scale "
                         "(numba_qk.mx.nvfp4)")
-    if isinstance(a, _scaled.ScaledTensor):             # block-scaled decode
-        return _scaled.decode(a, dtype, out=out, threads=threads)
-    t = as_element_type(dtype)
-    threads = check_threads(threads)
-    src = _source(a)
-    shape = tuple(src.shape)
-    dshape = storage_shape(t, shape)                    # checks packed last axes
-    if out is not None:
-        store = _out_store(out, t, shape)
-        if _overlaps(store, src.store):
-            raise ValueError("out: overlaps the input")
-        result = out
-    else:
-        store = np.empty(dshape, storage_dtype(t))
-        result = store if t.numpy_dtype is not None and t.block_size == 1 else \
-            Tensor._wrap(store, t)
-    dst = store.reshape(-1).view(_UNSIGNED[store.dtype.itemsize])
-    if src.etype is t and src.spb == t.block_size:      # same type: an exact copy of the codes
-        np.copyto(store.view(_UNSIGNED[store.dtype.itemsize]).reshape(src.store.shape), src.store)
-        return result
-    kernel = _k.converter(src.kind, _KIND[t.name], src.spb, t.block_size)
-    # Large casts may bypass the caches with non-temporal stores (the same bits;
-    # kernels/simd/stream.py) where that measured faster on the CPU family (thresholds there):
-    # widening ones (f32 from bf16/f16/fp8/fp6), and f32 -> bf16/f16 where the vector kernels
-    # store straight from registers.  Other narrowing casts measured slower streamed.
-    dk = _KIND[t.name]
-    stream = _stream.HAVE_STREAM and src.spb == 1 and t.block_size == 1 and (
-        (dst.itemsize > src.store.itemsize and dst.nbytes >= _stream.STREAM_MIN_BYTES)
-        or (_k.register_stream(src.kind, dk) and dst.nbytes >= _stream.REG_STREAM_MIN_BYTES))
-    n = _threads.effective_threads(threads, dst.size) if threads > 1 else 1
-    jobs = []
-    for view, idx0 in _blocks(src.store, src.spb):
-        jobs.extend(_split(view, idx0, src.spb, n))
-    _threads.run([(kernel, (view, dst, src.table, idx0, stream)) for view, idx0 in jobs], n)
-    return result
+    if isinstance(a, ScaledTensor):                     # block-scaled decode
+        return decode(a, dtype, out=out, threads=threads)
+    return convert(a, dtype, out=out, threads=threads)
 
 
-def astype_codes(x: Tensor) -> np.ndarray:
-    """One code per logical element of a Tensor (unsigned ints; packed types unpacked)."""
-    t = x.dtype
-    store = x.storage
-    if t.block_size == 1:
-        return np.array(store.view(_UNSIGNED[store.dtype.itemsize]), copy=True)
-    pb = t.block_size
-    bits = 8 // pb
-    shifts = np.arange(8 - bits, -1, -bits, dtype=np.uint8)           # element 0: high bits
-    codes = (store[..., None] >> shifts) & np.uint8((1 << bits) - 1)
-    return codes.reshape(x.shape)
-
-
-def dot(a, b):
-    """Dot product of two arrays/Tensors of one element type and one shape (all elements).
-
-    Integer and packed types (i8, u8, i32, i4, u4, u1) give the exact Python int
-    (``dot(packed, packed) == int(codes @ codes)``).  Float types give a Python float: each
-    product of two decoded values is exact in float64, the products are summed left to right in
-    C order with one float64 rounding per addition (deterministic: no threads, no reassociation).
-    numpy float64 inputs are not an element type (use numpy.dot).
-    """
-    sa, sb = _source(a), _source(b)
-    ta, tb = sa.etype, sb.etype
-    if ta is None or tb is None:
-        raise TypeError("dot: inputs must hold a numba_qk element type (f32, f16, bf16, fp8/6/4, "
-                        "e8m0, i8, u8, i32, i4, u4, u1)")
-    if ta is not tb or sa.spb != sb.spb:
-        raise TypeError(f"dot: element types differ ({ta.name} and {tb.name}); convert with astype")
-    if tuple(sa.shape) != tuple(sb.shape):
-        raise ValueError(f"dot: shapes differ: {tuple(sa.shape)} and {tuple(sb.shape)}")
-    ca = np.ascontiguousarray(sa.store).reshape(-1)
-    cb = np.ascontiguousarray(sb.store).reshape(-1)
-    if ta is _d.i32:                   # exact: 16-bit halves keep every partial sum in int64
-        x, y = ca.view(np.int32).astype(np.int64), cb.view(np.int32).astype(np.int64)
-        xh, xl, yh, yl = x >> 16, x & 0xFFFF, y >> 16, y & 0xFFFF
-        return (int(xh @ yh) << 32) + (int(xh @ yl + xl @ yh) << 16) + int(xl @ yl)
-    n = ca.size * sa.spb
-    if not ta.is_float and n >= 1 << 47:  # pragma: no cover - 128 TiB of codes
-        raise ValueError("dot: too many elements for an exact int64 sum")
-    iacc, facc = _k.dot_kernel(sa.kind, sa.spb)(ca, cb)
-    return int(iacc) if not ta.is_float else float(facc)
+# Tensor.astype / ScaledTensor.astype reach this function through the array types' table
+_tensor.OPERATIONS["astype"] = astype

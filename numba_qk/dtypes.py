@@ -1,28 +1,11 @@
-"""Low-precision element types (spec 004): the facts table, the singletons, names and scalars.
+"""Low-precision element types (spec 004): the singletons, names, numpy dtypes and scalars.
 
 Every element type is a closed :class:`~numba_qk.formats.ScalarType` singleton, like
-``numba_qk.f32``.  This module declares the low-precision ones and attaches to *every* scalar
-type its numeric facts (one table, :data:`FACTS`):
-
-=========  =====  ==========  =====  ======================  ====  ====  ========
-type       bits   S+E+M       bias   range                   inf   NaN   per byte
-=========  =====  ==========  =====  ======================  ====  ====  ========
-f32        32     1+8+23      127    +-3.4e38                yes   yes   --
-f16        16     1+5+10      15     +-65504                 yes   yes   --
-bf16       16     1+8+7       127    +-3.39e38               yes   yes   --
-e4m3       8      1+4+3       7      +-448 (OCP E4M3 "fn")   no    yes   --
-e5m2       8      1+5+2       15     +-57344                 yes   yes   --
-e2m3       6      1+2+3       1      +-7.5  (1 per byte)     no    no    --
-e3m2       6      1+3+2       3      +-28   (1 per byte)     no    no    --
-e2m1       4      1+2+1       1      +-6                     no    no    2
-e8m0       8      0+8+0       127    2^-127 .. 2^127         no    yes   --
-i8/u8/i32  8/8/32 integers                                   --    --    --
-i4 / u4    4      -8..7 / 0..15                              --    --    2
-u1         1      0..1 (a number)                            --    --    8
-=========  =====  ==========  =====  ======================  ====  ====  ========
-
-Packed types put element 0 in the high nibble (i4, u4, e2m1) or the most significant bit (u1,
-the ``numpy.packbits`` order).  fp6 codes sit in the low 6 bits of a byte (ml_dtypes' layout).
+``numba_qk.f32``, declared once in :mod:`numba_qk.formats.scalars` (one row per type: bits,
+bias, inf/NaN, codes, storage, names, ml_dtypes and DLPack spellings; the table of facts is
+there).  This module presents them and derives from those rows the lookups by name
+(:func:`from_name`) and by numpy / ml_dtypes dtype (:func:`from_dtype`, :func:`value_dtype`),
+and makes scalars (``numba_qk.bf16(1.5)``, :class:`Scalar`).
 
 ``ml_dtypes`` is optional: without it everything works except ``ScalarType.dtype`` for the
 types numpy lacks (bf16, fp8/6/4, e8m0, i4/u4), which then raises a clear ``TypeError``.
@@ -30,97 +13,28 @@ types numpy lacks (bf16, fp8/6/4, e8m0, i4/u4), which then raises a clear ``Type
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 
 from . import formats as _formats
-from .formats import ScalarType, _TOKEN, bf16, f16, f32, i8, i32
+from .formats import ScalarType
+from .formats.scalars import ELEMENT_TYPES, FACTS  # noqa: F401  (FACTS: presented here)
+from .formats.scalars import (bf16, e2m1, e2m3, e3m2, e4m3, e5m2, e8m0, f16, f32,  # noqa: F401
+                              i4, i8, i32, u1, u4, u8)
 
 __all__ = ["e4m3", "e5m2", "e2m3", "e3m2", "e2m1", "e8m0", "u8", "i4", "u4", "u1",
            "ALL_TYPES", "FLOAT_TYPES", "INT_TYPES", "PACKED_TYPES", "FACTS", "from_name",
            "from_dtype", "value_dtype", "Scalar", "scalar"]
 
-# ScalarType(token, name, attr, payload bytes, numpy storage dtype, is_float, ggml type id)
-e4m3 = ScalarType(_TOKEN, "E4M3", "e4m3", 1, None, True, None)
-e5m2 = ScalarType(_TOKEN, "E5M2", "e5m2", 1, None, True, None)
-e2m3 = ScalarType(_TOKEN, "E2M3", "e2m3", 1, None, True, None)
-e3m2 = ScalarType(_TOKEN, "E3M2", "e3m2", 1, None, True, None)
-e2m1 = ScalarType(_TOKEN, "E2M1", "e2m1", 1, None, True, None)
-e8m0 = ScalarType(_TOKEN, "E8M0", "e8m0", 1, None, True, None)
-u8 = ScalarType(_TOKEN, "U8", "u8", 1, "u1", False, None)
-i4 = ScalarType(_TOKEN, "I4", "i4", 1, None, False, None)
-u4 = ScalarType(_TOKEN, "U4", "u4", 1, None, False, None)
-u1 = ScalarType(_TOKEN, "U1", "u1", 1, None, False, None)
-
-
-def _float_facts(sign, ebits, mbits, bias, has_inf, has_nan, max_mag_code, per_byte=1):
-    """Facts of a sign/exponent/mantissa format; ``max_mag_code``: the largest finite magnitude."""
-    e, m = max_mag_code >> mbits, max_mag_code & ((1 << mbits) - 1)
-    fmax = Fraction(2) ** (e - bias) * (1 + Fraction(m, 1 << mbits))
-    return dict(kind="float", bits=sign + ebits + mbits, sign_bits=sign, exponent_bits=ebits,
-                mantissa_bits=mbits, bias=bias, has_inf=has_inf, has_nan=has_nan,
-                per_byte=per_byte, max=float(fmax), min=-float(fmax),
-                tiny=math.ldexp(1.0, 1 - bias),                       # smallest normal
-                smallest_subnormal=math.ldexp(1.0, 1 - bias - mbits),
-                eps=math.ldexp(1.0, -mbits), max_code=max_mag_code)
-
-
-def _int_facts(bits, signed, per_byte=1):
-    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
-    return dict(kind="int" if signed else "uint", bits=bits, sign_bits=int(signed),
-                exponent_bits=0, mantissa_bits=0, bias=0, has_inf=False, has_nan=False,
-                per_byte=per_byte, max=hi, min=lo, tiny=None, smallest_subnormal=None, eps=None,
-                max_code=(1 << bits) - 1)
-
-
-FACTS = {
-    f32: _float_facts(1, 8, 23, 127, True, True, 0x7F7FFFFF),
-    f16: _float_facts(1, 5, 10, 15, True, True, 0x7BFF),
-    bf16: _float_facts(1, 8, 7, 127, True, True, 0x7F7F),
-    e4m3: _float_facts(1, 4, 3, 7, False, True, 0x7E),       # S.1111.111 is NaN
-    e5m2: _float_facts(1, 5, 2, 15, True, True, 0x7B),
-    e2m3: _float_facts(1, 2, 3, 1, False, False, 0x1F),
-    e3m2: _float_facts(1, 3, 2, 3, False, False, 0x1F),
-    e2m1: _float_facts(1, 2, 1, 1, False, False, 0x7, per_byte=2),
-    e8m0: dict(_float_facts(0, 8, 0, 127, False, True, 0xFE), kind="e8m0", min=2.0 ** -127,
-               tiny=2.0 ** -127, smallest_subnormal=2.0 ** -127, eps=1.0),
-    i8: _int_facts(8, True),
-    u8: _int_facts(8, False),
-    i32: _int_facts(32, True),
-    i4: _int_facts(4, True, per_byte=2),
-    u4: _int_facts(4, False, per_byte=2),
-    u1: _int_facts(1, False, per_byte=8),
-}
-FACTS[e8m0]["max"] = 2.0 ** 127
-
-for _t, _f in FACTS.items():
-    _f["payload_bytes"] = _t.block_bytes
-    _f["is_packed"] = _f["per_byte"] > 1
-    _f["code_bits"] = 8 * _t.block_bytes // _f["per_byte"]   # storage bits of one code
-    _formats._register_scalar(_t, _f)
-
-ALL_TYPES = tuple(FACTS)
+ALL_TYPES = ELEMENT_TYPES
 FLOAT_TYPES = tuple(t for t in ALL_TYPES if t.is_float)
 INT_TYPES = tuple(t for t in ALL_TYPES if not t.is_float)
-PACKED_TYPES = (i4, u4, u1, e2m1)
+PACKED_TYPES = tuple(t for t in INT_TYPES + FLOAT_TYPES if t.is_packed)   # i4, u4, u1, e2m1
 
 # --- names -----------------------------------------------------------------------------------
 
-_NAMES = {
-    f32: ("f32", "float32", "F32"), f16: ("f16", "float16", "half", "F16"),
-    bf16: ("bf16", "bfloat16", "BF16"),
-    e4m3: ("e4m3", "float8_e4m3", "float8_e4m3fn", "fp8_e4m3", "E4M3"),
-    e5m2: ("e5m2", "float8_e5m2", "fp8_e5m2", "E5M2"),
-    e2m3: ("e2m3", "float6_e2m3", "float6_e2m3fn", "fp6_e2m3", "E2M3"),
-    e3m2: ("e3m2", "float6_e3m2", "float6_e3m2fn", "fp6_e3m2", "E3M2"),
-    e2m1: ("e2m1", "float4_e2m1", "float4_e2m1fn", "fp4_e2m1", "E2M1"),
-    e8m0: ("e8m0", "float8_e8m0", "float8_e8m0fnu", "ue8m0", "E8M0"),
-    i8: ("i8", "int8", "I8"), u8: ("u8", "uint8", "U8"), i32: ("i32", "int32", "I32"),
-    i4: ("i4", "int4", "I4"), u4: ("u4", "uint4", "U4"), u1: ("u1", "uint1", "U1"),
-}
-_BY_NAME = {n: t for t, names in _NAMES.items() for n in names}
+_BY_NAME = {n: t for t in ALL_TYPES for n in t.spec.names}
 # Names of formats that look alike but are NOT these encodings (spec 004's "Rejected" rows).
-_REJECTED = {
+REJECTED = {
     "float8_e4m3fnuz": "different bias, NaN and zero encoding",
     "float8_e5m2fnuz": "different NaN and zero encoding",
     "float8_e4m3b11fnuz": "bias 11, incompatible encoding",
@@ -147,23 +61,18 @@ def from_name(name: str):
     t = _BY_NAME.get(name) or _BY_NAME.get(name.lower())
     if t is not None:
         return t
-    fmt = _formats.mx.find_scaled(name)   # block-scaled formats (declared in numba_qk.mx)
+    fmt = _formats.mx.find_scaled(name)   # block-scaled formats (numba_qk.mx)
     if fmt is not None:
         return fmt
-    if name.lower() in _REJECTED:
-        raise TypeError(f"element type {name!r} is not supported: {_REJECTED[name.lower()]}")
+    if name.lower() in REJECTED:
+        raise TypeError(f"element type {name!r} is not supported: {REJECTED[name.lower()]}")
     raise KeyError(f"unknown element type name {name!r}; known: {', '.join(sorted(_BY_NAME))}")
 
 
 # --- numpy / ml_dtypes value dtypes ----------------------------------------------------------
 
-_ML_NAMES = {bf16: "bfloat16", e4m3: "float8_e4m3fn", e5m2: "float8_e5m2",
-             e2m3: "float6_e2m3fn", e3m2: "float6_e3m2fn", e2m1: "float4_e2m1fn",
-             e8m0: "float8_e8m0fnu", i4: "int4", u4: "uint4"}
-
-
-# ml_dtypes dtype name -> the numba_qk type of the identical encoding (the inverse of _ML_NAMES)
-_ML_TYPES = {name: t for t, name in _ML_NAMES.items()}
+# ml_dtypes dtype name -> the numba_qk type of the identical encoding (the rows' ml_dtypes column)
+ML_TYPES = {t.spec.ml_dtypes: t for t in ALL_TYPES if t.spec.ml_dtypes is not None}
 _ML_NOT_E4M3 = ("ml_dtypes float8_e4m3 is the IEEE-like E4M3 (with infinities), not numba_qk.e4m3 "
                 "(OCP E4M3, ml_dtypes float8_e4m3fn); astype reads such arrays by value but no "
                 "numba_qk type holds that encoding")
@@ -177,21 +86,21 @@ def is_dtype_like(obj) -> bool:
     return isinstance(obj, np.dtype) or (isinstance(obj, type) and issubclass(obj, np.generic))
 
 
-def _dtype_lookup(dt):
+def dtype_lookup(dt):
     """(element type, None) for a numpy dtype of a numba_qk type's values, else (None, why)."""
     import numpy as np
 
     if dt.byteorder not in "=|" and (dt.byteorder == "<") != np.little_endian:
         return None, f"dtype {dt.str} is not in native byte order"
     if dt.type.__module__.split(".")[0] == "ml_dtypes":
-        t = _ML_TYPES.get(dt.name)
+        t = ML_TYPES.get(dt.name)
         if t is not None:
             return t, None
         if dt.name == "float8_e4m3":
             return None, _ML_NOT_E4M3
-        why = _REJECTED.get(dt.name, "no numba_qk element type has that encoding")
+        why = REJECTED.get(dt.name, "no numba_qk element type has that encoding")
         return None, f"ml_dtypes {dt.name} is not supported: {why}"
-    for t in FACTS:                       # numpy's own: f32, f16, i8, u8, i32
+    for t in ALL_TYPES:                   # numpy's own: f32, f16, i8, u8, i32
         if t.numpy_dtype is not None and t.numpy_dtype == dt and dt.type.__module__ == "numpy":
             return t, None
     return None, (f"numpy dtype {dt.name} has no numba_qk element type (numpy's float32, "
@@ -212,13 +121,14 @@ def from_dtype(dtype) -> ScalarType:
     except TypeError:
         raise TypeError(f"from_dtype: expected a numpy or ml_dtypes dtype, got "
                         f"{type(dtype).__name__}") from None
-    t, why = _dtype_lookup(dt)
+    t, why = dtype_lookup(dt)
     if t is None:
         raise TypeError(why)
     return t
 
 
-def _ml_dtypes():
+def ml_dtypes_module():
+    """The ml_dtypes module, or None where it is not installed."""
     try:
         import ml_dtypes
     except ImportError:  # pragma: no cover - exercised in an environment without ml_dtypes
@@ -238,11 +148,11 @@ def value_dtype(t: ScalarType):
         return t.numpy_dtype
     if t is u1:
         raise TypeError("numba_qk.u1 has no numpy dtype; use numba_qk.astype(a, numba_qk.u1)")
-    ml = _ml_dtypes()
+    ml = ml_dtypes_module()
     if ml is None:
         raise TypeError(f"numba_qk.{t._attr} needs ml_dtypes for a numpy dtype "
                         f"(pip install ml_dtypes); numba_qk.astype works without it")
-    return np.dtype(getattr(ml, _ML_NAMES[t]))
+    return np.dtype(getattr(ml, t.spec.ml_dtypes))
 
 
 # --- scalars ---------------------------------------------------------------------------------
@@ -272,7 +182,7 @@ class Scalar:
         if not isinstance(t, ScalarType):
             raise TypeError(f"from_bits: expected an element type, got {type(t).__name__}")
         bits = int(bits)
-        if not 0 <= bits < (1 << t.code_bits) or (t.code_bits == 8 and t.bits == 6 and bits >= 64):
+        if not 0 <= bits < (1 << t.bits):          # fp6: 6 bits of a byte
             raise ValueError(f"{bits:#x} is not a {t.name} code")
         return cls._make(t, bits)
 

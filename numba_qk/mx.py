@@ -18,26 +18,18 @@ format          block  element  block scale               tensor scale  emax  bi
 
 from __future__ import annotations
 
-from .dtypes import e2m1, e2m3, e3m2, e4m3, e5m2, e8m0
-from .formats import _TOKEN, i8
-from .formats.mx import ScaledFormat, _lookup, find_scaled  # noqa: F401  (_lookup: pickles)
+import numpy as np
+
+from .errors import QuantizationDomainError
+from .formats.mx import (FORMATS, ScaledFormat, find_scaled, mxfp4, mxfp6e2m3,  # noqa: F401
+                         mxfp6e3m2, mxfp8e4m3, mxfp8e5m2, mxint8, nvfp4)
+from .formats.mx import _lookup  # noqa: F401  (pickles name numba_qk.mx._lookup)
+from .scaled import ScaledTensor
 
 __all__ = ["ScaledFormat", "mxfp4", "mxfp6e2m3", "mxfp6e3m2", "mxfp8e4m3", "mxfp8e5m2", "mxint8",
            "nvfp4", "FORMATS", "find", "from_ggml", "to_ggml"]
 
-# ScaledFormat(token, name, block, element, scale, has tensor scale, emax_elem, doc)
-mxfp4 = ScaledFormat(_TOKEN, "mxfp4", 32, e2m1, e8m0, False, 2, "OCP MX FP4 (E2M1)")
-mxfp6e2m3 = ScaledFormat(_TOKEN, "mxfp6e2m3", 32, e2m3, e8m0, False, 2, "OCP MX FP6 (E2M3)")
-mxfp6e3m2 = ScaledFormat(_TOKEN, "mxfp6e3m2", 32, e3m2, e8m0, False, 4, "OCP MX FP6 (E3M2)")
-mxfp8e4m3 = ScaledFormat(_TOKEN, "mxfp8e4m3", 32, e4m3, e8m0, False, 8, "OCP MX FP8 (E4M3)")
-mxfp8e5m2 = ScaledFormat(_TOKEN, "mxfp8e5m2", 32, e5m2, e8m0, False, 15, "OCP MX FP8 (E5M2)")
-mxint8 = ScaledFormat(_TOKEN, "mxint8", 32, i8, e8m0, False, 0, "OCP MX INT8 (q * 2^X / 64)")
-nvfp4 = ScaledFormat(_TOKEN, "nvfp4", 16, e2m1, e4m3, True, None,
-                     "NVIDIA NVFP4: e2m1, ue4m3 block scale, f32 tensor scale")
-
-FORMATS = (mxfp4, mxfp6e2m3, mxfp6e3m2, mxfp8e4m3, mxfp8e5m2, mxint8, nvfp4)
-
-
+# The formats are declared in numba_qk.formats.mx (with the element types they are built from).
 find = find_scaled   # the block-scaled format named ``name`` (case-insensitive), or None
 
 
@@ -53,11 +45,6 @@ def from_ggml(records):
     becomes code 0 (+0) here.  A scale byte 0xFF (no OCP meaning; NaN in e8m0) is a
     QuantizationDomainError naming the block.
     """
-    import numpy as np
-
-    from .errors import QuantizationDomainError
-    from .scaled import ScaledTensor
-
     a = records if isinstance(records, np.ndarray) else np.asarray(memoryview(records))
     if a.dtype != np.uint8:
         raise TypeError(f"records: expected uint8 bytes, got dtype {a.dtype}")
@@ -79,10 +66,6 @@ def from_ggml(records):
 def to_ggml(st):
     """An ``mxfp4`` ScaledTensor -> ggml MXFP4 records (uint8, last axis 17 bytes per block),
     exact by value (same scale bytes and element codes; ggml's nibble layout)."""
-    import numpy as np
-
-    from .scaled import ScaledTensor
-
     if not isinstance(st, ScaledTensor) or st.dtype is not mxfp4:
         raise TypeError(f"to_ggml: expected an mxfp4 ScaledTensor, got {st!r}")
     scales = np.ascontiguousarray(st.block_scales.storage).view(np.uint8)
@@ -96,10 +79,6 @@ def to_ggml(st):
 
 
 def _check_scales(scales, what):
-    import numpy as np
-
-    from .errors import QuantizationDomainError
-
     bad = np.flatnonzero(scales.reshape(-1) == 0xFF)
     if bad.size:
         raise QuantizationDomainError(int(bad[0]), f"{what} scale byte 0xFF has no OCP MX "

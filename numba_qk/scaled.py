@@ -15,64 +15,36 @@ float32 decode, then :func:`numba_qk.astype`'s rules).  Integer indexing on lead
 block-aligned slices of the last axis give views sharing storage (both parts in lockstep); bools
 are not indices.  A ScaledTensor is not a numpy array: ``numpy.asarray``, ufuncs and array
 functions on it raise a TypeError pointing at the decode and the parts.
+
+Layering: above the element-type conversion (:mod:`numba_qk._convert`, which encode and decode
+use for their float32 input and non-f32 outputs) and below ``astype``'s dispatch
+(:mod:`numba_qk.cast`), which ``ScaledTensor.astype`` reaches through ``tensor.OPERATIONS``.
 """
 
 from __future__ import annotations
 
-import math
 import operator
 
 import numpy as np
 
-from . import mx as _mx
+from . import _threads
+from ._convert import convert
+from ._validate import check_astype_out, check_tensor_scale, check_threads, overlaps
 from .errors import QuantizationDomainError
-from .formats.mx import ScaledFormat
+from .formats import f32
+from .formats.mx import ScaledFormat, find_scaled
 from numba_qk.kernels.simd import stream as _stream
 from numba_qk.kernels.mx import codecs as _k
-from .tensor import Tensor
+from .tensor import OPERATIONS, Tensor, as_element_type, storage_dtype
 
 __all__ = ["ScaledTensor", "as_scaled_format", "encode", "decode"]
-
-_KIND = {"E2M1": _k.E2M1, "E2M3": _k.E2M3, "E3M2": _k.E3M2, "E4M3": _k.E4M3, "E5M2": _k.E5M2,
-         "I8": _k.INT8}
 
 
 def as_scaled_format(fmt):
     """The ScaledFormat ``fmt`` names (a ScaledFormat or its name), else None."""
     if isinstance(fmt, ScaledFormat):
         return fmt
-    return _mx.find(fmt)
-
-
-def _check_tensor_scale(fmt, tensor_scale):
-    """float32 of a tensor scale (finite, > 0), or None; errors name what was wrong.
-
-    TypeError unless it is a real number (a Python int or float, or a numpy integer or
-    floating scalar; not a bool); ValueError, one line, for every real number that does not
-    round to a finite float32 > 0 -- zero, negatives, nan, +-inf, values below float32's
-    smallest subnormal, and values beyond its range (however large: a huge Python int too)."""
-    if not fmt.has_tensor_scale:
-        if tensor_scale is not None:
-            raise TypeError(f"tensor_scale: {fmt.name} has no tensor scale (only nvfp4 has one)")
-        return None
-    if tensor_scale is None:
-        return None
-    if isinstance(tensor_scale, (bool, np.bool_)) or not isinstance(
-            tensor_scale, (int, float, np.integer, np.floating)):
-        raise TypeError(f"tensor_scale: expected a real number, got {type(tensor_scale).__name__}")
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        try:
-            ts = np.float32(tensor_scale)
-        except OverflowError:                   # a Python int beyond float64's range
-            ts = None
-    if ts is None or not (math.isfinite(float(ts)) and ts > 0):
-        if isinstance(tensor_scale, int) and tensor_scale.bit_length() > 64:   # no 400 digits
-            sign = "a negative" if tensor_scale < 0 else "an"
-            got = f"{sign} int of {tensor_scale.bit_length()} bits"
-        else:
-            got = repr(tensor_scale)
-        raise ValueError(f"tensor_scale: must round to a finite float32 > 0, got {got}")
-    return ts
+    return find_scaled(fmt)
 
 
 def _part(obj, t, what):
@@ -111,7 +83,7 @@ class ScaledTensor:
             raise ValueError(f"elements {el.shape} and block_scales {sc.shape} do not match: "
                              f"{fmt.name} has one scale per {fmt.block_size} elements of the "
                              f"last axis")
-        ts = _check_tensor_scale(fmt, tensor_scale)
+        ts = check_tensor_scale(fmt, tensor_scale)
         if fmt.has_tensor_scale and ts is None:
             ts = np.float32(1.0)
         self._set(el, sc, fmt, ts)
@@ -232,9 +204,10 @@ class ScaledTensor:
 
     # ---- conversion ----
     def astype(self, dtype, *, out=None, threads=1, tensor_scale=None):
-        from .cast import astype
-
-        return astype(self, dtype, out=out, threads=threads, tensor_scale=tensor_scale)
+        """``numba_qk.astype(self, dtype, ...)``: the decode (or a re-encode to a block-scaled
+        format)."""
+        return OPERATIONS["astype"](self, dtype, out=out, threads=threads,
+                                    tensor_scale=tensor_scale)
 
     def copy(self) -> "ScaledTensor":
         return ScaledTensor._make(self._elements.copy(), self._scales.copy(), self._format,
@@ -244,8 +217,6 @@ class ScaledTensor:
 # --------------------------------------------------------------------------- encode / decode
 
 def _jobs(nblocks, threads):
-    from . import _threads
-
     if threads > 1:
         threads = _threads.effective_threads(threads, nblocks)
     if threads <= 1 or nblocks < 2:
@@ -255,8 +226,6 @@ def _jobs(nblocks, threads):
 
 
 def _run(kernel, args_of, jobs):
-    from . import _threads
-
     _threads.run([(kernel, args_of(b0, b1)) for b0, b1 in jobs], len(jobs))
 
 
@@ -272,10 +241,7 @@ def _f32_input(a) -> np.ndarray:
     if isinstance(a, np.ndarray) and a.dtype == np.float32 and a.dtype.byteorder in "=<|":
         x = a
     else:
-        from .cast import astype
-        from .formats import f32
-
-        x = astype(a, f32)
+        x = convert(a, f32)
     if not (x.flags.c_contiguous and x.flags.aligned):
         x = np.array(x, dtype=np.float32, order="C")
     return x
@@ -291,8 +257,6 @@ def _block_where(shape, B, block):
 def _out_parts(out, fmt, shape, inputs=()):
     """Writable C-contiguous (elements, scales) Tensors of an encode ``out`` that overlap
     neither each other nor any array in ``inputs`` (the memory the input occupies)."""
-    from .cast import _overlaps
-
     if isinstance(out, ScaledTensor):
         if out.dtype is not fmt:
             raise TypeError(f"out: a {out.dtype.name} ScaledTensor, expected {fmt.name}")
@@ -312,11 +276,11 @@ def _out_parts(out, fmt, shape, inputs=()):
             raise ValueError(f"out: {what} must be C-contiguous")
         if not part.storage.flags.writeable:
             raise ValueError(f"out: {what} is read-only")
-    if _overlaps(el.storage, sc.storage):
+    if overlaps(el.storage, sc.storage):
         raise ValueError("out: elements and block_scales overlap each other (they must be "
                          "separate memory)")
     for part, what in ((el, "elements"), (sc, "block_scales")):
-        if any(_overlaps(part.storage, m) for m in inputs):
+        if any(overlaps(part.storage, m) for m in inputs):
             raise ValueError(f"out: {what} overlaps the input")
     return el, sc
 
@@ -345,10 +309,8 @@ def encode(a, fmt: ScaledFormat, *, out=None, threads=1, tensor_scale=None) -> S
     ``out``: a ScaledTensor of ``fmt`` or a tuple (elements, block_scales) of the right shapes,
     writable and C-contiguous, whose two parts overlap neither each other nor the input
     (ValueError naming the part otherwise); on any error nothing is written."""
-    from .cast import _check_threads
-
-    threads = _check_threads(threads)
-    ts = _check_tensor_scale(fmt, tensor_scale)
+    threads = check_threads(threads)
+    ts = check_tensor_scale(fmt, tensor_scale)
     x = _f32_input(a)
     shape = tuple(x.shape)
     B = fmt.block_size
@@ -373,7 +335,7 @@ def encode(a, fmt: ScaledFormat, *, out=None, threads=1, tensor_scale=None) -> S
         el, sc = _out_parts(out, fmt, shape, _input_memory(a, x))
     else:
         el = Tensor._wrap(np.empty(shape[:-1] + (shape[-1] // fmt.element.block_size,),
-                                   np.int8 if fmt.element.name == "I8" else np.uint8),
+                                   storage_dtype(fmt.element)),
                           fmt.element)
         sc = Tensor._wrap(np.empty(shape[:-1] + (shape[-1] // B,), np.uint8), fmt.scale)
     codes = el.storage.reshape(-1).view(np.uint8)
@@ -383,7 +345,7 @@ def encode(a, fmt: ScaledFormat, *, out=None, threads=1, tensor_scale=None) -> S
     if fmt.has_tensor_scale:
         _run(_k.nvfp4_encode, lambda b0, b1: (flat, ts, codes, scales, b0, b1), jobs)
     else:
-        kern = _k.mx_encoder(_KIND[fmt.element.name], fmt.emax, B)
+        kern = _k.mx_encoder(fmt.element.spec.mx_kernel_kind, fmt.emax, B)
         _run(kern, lambda b0, b1: (flat, codes, scales, b0, b1), jobs)
     if isinstance(out, ScaledTensor):
         ScaledTensor._set(out, el, sc, fmt, ts)           # out's tensor scale is the new one
@@ -397,19 +359,15 @@ def decode(st: ScaledTensor, dtype, *, out=None, threads=1):
 
     ``out`` (any target type, as numba_qk.astype takes it) must not overlap ``st``'s elements
     or block scales: ValueError before anything is decoded or written."""
-    from .cast import _check_threads, _out_store, _overlaps, astype
-    from .formats import f32
-    from .tensor import as_element_type
-
-    threads = _check_threads(threads)
+    threads = check_threads(threads)
     t = f32 if dtype is None else as_element_type(dtype)
     fmt = st.dtype
     shape = st.shape
     direct = t is f32 and (out is None or isinstance(out, np.ndarray))
     if out is not None:            # every path: checked before anything is decoded or written
-        store = _out_store(out, t, shape)
+        store = check_astype_out(out, t, shape)
         for part, what in ((st.elements, "elements"), (st.block_scales, "block_scales")):
-            if _overlaps(store, part.storage):
+            if overlaps(store, part.storage):
                 raise ValueError(f"out: overlaps the input (the ScaledTensor's {what})")
     codes = _flat_store(st.elements)
     scales = _flat_store(st.block_scales)
@@ -427,8 +385,8 @@ def decode(st: ScaledTensor, dtype, *, out=None, threads=1):
         _run(_k.nvfp4_decode, lambda b0, b1: (codes, scales, st._ts, dst, b0, b1, stream),
              jobs)
     else:
-        kern = _k.mx_decoder(_KIND[fmt.element.name], B)
+        kern = _k.mx_decoder(fmt.element.spec.mx_kernel_kind, B)
         _run(kern, lambda b0, b1: (codes, scales, dst, b0, b1, stream), jobs)
     if direct:
         return result
-    return astype(store, t, out=out, threads=threads)
+    return convert(store, t, out=out, threads=threads)

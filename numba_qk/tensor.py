@@ -23,15 +23,19 @@ import operator
 
 import numpy as np
 
-from .dtypes import (PACKED_TYPES, Scalar, _dtype_lookup, _ml_dtypes, from_dtype, from_name,
-                     is_dtype_like, value_dtype)
+from .dtypes import (PACKED_TYPES, Scalar, dtype_lookup, from_dtype, from_name, i4, is_dtype_like,
+                     u1, value_dtype)
 from .formats import ScalarType
 
 __all__ = ["Tensor", "as_element_type", "storage_dtype"]
 
-_STORAGE = {"F32": np.float32, "F16": np.float16, "I8": np.int8, "U8": np.uint8,
-            "I32": np.int32, "BF16": np.uint16}
-
+#: What a Tensor (and a ScaledTensor) does through the layers above it -- ``astype``
+#: (:func:`numba_qk.astype`, supplied by :mod:`numba_qk.cast`), ``to_dlpack`` and
+#: ``dlpack_packed`` (:mod:`numba_qk._dlpack`) -- filled when those modules are imported
+#: (``numba_qk`` imports them all).  A table filled from above instead of an import from here
+#: keeps the array types below the operations on them (``formats.scalars.BEHAVIOUR`` does the
+#: same for the element types).
+OPERATIONS: dict = {}
 
 def as_element_type(dtype) -> ScalarType:
     """A numba_qk element type from a ScalarType, a NumKong/ml_dtypes/ggml name, or a numpy /
@@ -39,8 +43,6 @@ def as_element_type(dtype) -> ScalarType:
     ``numpy.dtype(ml_dtypes.float8_e4m3fn)``: the type of the identical format, see
     :func:`numba_qk.dtypes.from_dtype`; others are a TypeError naming the dtype and why)."""
     if isinstance(dtype, ScalarType):
-        if dtype._facts is None:
-            raise TypeError(f"{dtype!r} is not an element type")
         return dtype
     if is_dtype_like(dtype):
         try:
@@ -61,8 +63,10 @@ def as_element_type(dtype) -> ScalarType:
 
 
 def storage_dtype(t: ScalarType) -> np.dtype:
-    """numpy dtype of one storage unit of ``t`` (uint8 bytes for packed types)."""
-    return np.dtype(_STORAGE.get(t.name, np.uint8))
+    """numpy dtype of one storage unit of ``t``: the values' own dtype where numpy has one
+    (f32, f16, i8, u8, i32), else unsigned codes (uint16 for bf16; uint8 for fp8/fp6/e8m0, and
+    bytes for the packed types): the row's ``storage``."""
+    return np.dtype(t.spec.storage)
 
 
 def storage_shape(t: ScalarType, shape) -> tuple:
@@ -107,8 +111,7 @@ class Tensor:
                 raise TypeError(f"Tensor: numpy dtype {arr.dtype} is not a numba_qk element type;"
                                 f" pass dtype= to reinterpret the bytes or use numba_qk.astype")
             if t in PACKED_TYPES:            # ml_dtypes int4/uint4/float4: one per byte -> pack
-                from .cast import astype
-                res = astype(arr, t)
+                res = OPERATIONS["astype"](arr, t)
                 self._set(res._store, t)
                 return
             self._set(arr.view(storage_dtype(t)), t)
@@ -280,40 +283,31 @@ class Tensor:
     # ---- conversion ----
     def codes(self) -> np.ndarray:
         """One code per logical element (uint8/uint16/uint32, packed types unpacked), a copy."""
-        from .cast import astype_codes
-
         return astype_codes(self)
 
     def numpy(self) -> np.ndarray:
         """A typed numpy array of the values (a copy): numpy's dtype where numpy has one,
         ml_dtypes' otherwise (TypeError without ml_dtypes: use ``.codes()``); u1 gives uint8 0/1."""
         t = self._dtype
-        from .dtypes import u1
-
         if t is u1:
             return self.codes().astype(np.uint8)
         vd = value_dtype(t)                                 # raises without ml_dtypes
         if t.block_size == 1:
             return np.array(self._store, copy=True).view(vd)
-        from .dtypes import i4
-
         codes = self.codes()
         if t is i4:
             return ((codes.astype(np.int8) ^ 8) - 8).astype(vd)
         return codes.view(vd)                            # u4 / e2m1: low-nibble one per byte
 
     def astype(self, dtype, *, out=None, threads=1):
-        from .cast import astype
-
-        return astype(self, dtype, out=out, threads=threads)
+        """``numba_qk.astype(self, dtype, out=out, threads=threads)``."""
+        return OPERATIONS["astype"](self, dtype, out=out, threads=threads)
 
     def copy(self) -> "Tensor":
         return Tensor._wrap(np.array(self._store, copy=True, order="C"), self._dtype)
 
     def __dlpack__(self, *args, **kwargs):
-        from ._dlpack import to_dlpack
-
-        return to_dlpack(self, *args, **kwargs)
+        return OPERATIONS["to_dlpack"](self, *args, **kwargs)
 
     def __dlpack_device__(self):
         return (1, 0)  # kDLCPU
@@ -324,9 +318,7 @@ class Tensor:
         element 0 in the LOW bits -- a copy.  ``__dlpack__`` itself exports the storage bytes
         zero-copy (kDLUInt 8, element 0 in the high nibble).  E.g.
         ``consumer.from_dlpack(st.elements.dlpack_packed())`` for an nvfp4/mxfp4 ScaledTensor."""
-        from ._dlpack import PackedExport
-
-        return PackedExport(self)
+        return OPERATIONS["dlpack_packed"](self)
 
 
 def _values_of(obj, what):
@@ -350,4 +342,21 @@ def _values_of(obj, what):
 
 def _numpy_element_type(arr):
     """The numba_qk element type whose values a numpy/ml_dtypes dtype holds, else None."""
-    return _dtype_lookup(arr.dtype)[0]
+    return dtype_lookup(arr.dtype)[0]
+
+
+#: The unsigned numpy integer of each storage unit size (codes are read as these).
+UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def astype_codes(x: Tensor) -> np.ndarray:
+    """One code per logical element of a Tensor (unsigned ints; packed types unpacked)."""
+    t = x.dtype
+    store = x.storage
+    if t.block_size == 1:
+        return np.array(store.view(UNSIGNED[store.dtype.itemsize]), copy=True)
+    pb = t.block_size
+    bits = 8 // pb
+    shifts = np.arange(8 - bits, -1, -bits, dtype=np.uint8)           # element 0: high bits
+    codes = (store[..., None] >> shifts) & np.uint8((1 << bits) - 1)
+    return codes.reshape(x.shape)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
-from numba_qk import cast as _cast
+from numba_qk import _convert
 from numba_qk.kernels.simd import stream as _stream
 from numba_qk.kernels.lowp import codecs as L
 from numba_qk.kernels._bits import f16_bits_to_f32_bits
@@ -269,7 +269,7 @@ def stream_flags(monkeypatch):
             return fn(*args)
         return wrapped
 
-    monkeypatch.setattr(_cast._k, "converter", spy)
+    monkeypatch.setattr(L, "converter", spy)
     return calls
 
 
@@ -338,7 +338,7 @@ def test_astype_streams_widening_casts_from_registers(monkeypatch):
                 out = np.empty(e.size + pad, np.float32)[pad:].reshape(e.shape)
                 assert qk.astype(c, qk.f32, out=out, threads=threads) is out
                 assert (out.view(np.uint32) == e.view(np.uint32)).all()
-                kind = _cast._source(c).kind
+                kind = _convert.source(c).kind
                 assert calls and all(calls) == (_stream.HAVE_STREAM
                                                 and L.register_stream(kind, L.K_F32))
 

@@ -213,3 +213,80 @@ def test_scalar_from_bits_and_bad_dtypes():
         qk.astype(x, "float7")
     with pytest.raises(TypeError, match="not supported"):
         qk.astype(x, "float8_e4m3fnuz")
+
+
+# ---- one declaration per element type (issue 22) ----------------------------------------------
+
+# sha256 over the pickles (protocols 0-5) of every element type, every block-scaled format and
+# one scalar of every type, taken before the declarations moved into formats.scalars: pickles
+# name the same lookups (numba_qk.formats._lookup_scalar, numba_qk.mx._lookup,
+# numba_qk.dtypes._scalar_from_bits) byte for byte.
+PICKLES_SHA256 = "ea663d3b7daf6fdadbf6748cfc5b87b282fd6324b277bbe76ac2240575d1a70f"
+
+
+def test_pickles_are_byte_identical_to_the_golden_ones():
+    import hashlib
+
+    objs = [*D.ALL_TYPES, *qk.mx.FORMATS, *(t(1) for t in D.ALL_TYPES)]
+    h = hashlib.sha256()
+    for o in objs:
+        for protocol in range(6):
+            h.update(pickle.dumps(o, protocol=protocol))
+    assert h.hexdigest() == PICKLES_SHA256
+
+
+def test_every_element_type_is_one_declaration():
+    """Each singleton carries its row (``t.spec``); the facts, names, ml_dtypes and DLPack
+    spellings and storage are read from it; nothing mutates a singleton after it is made."""
+    from numba_qk import _dlpack
+    from numba_qk.formats import scalars
+    from numba_qk.tensor import storage_dtype
+
+    assert D.ALL_TYPES == scalars.ELEMENT_TYPES and len(D.ALL_TYPES) == 15
+    assert qk.formats.SCALARS == (qk.f32, qk.f16, qk.bf16, qk.i8, qk.i32)
+    assert D.PACKED_TYPES == (qk.i4, qk.u4, qk.u1, qk.e2m1)
+    for t in D.ALL_TYPES:
+        s = t.spec
+        assert (s.attr, s.name, s.payload_bytes, s.ggml_type) == (t._attr, t.name, t.block_bytes,
+                                                                   t.ggml_type)
+        assert (t.bits, t.bias, t.has_inf, t.has_nan, t.block_size) == (
+            s.bits, s.bias, s.has_inf, s.has_nan, s.per_byte)
+        assert all(qk.from_name(n) is t for n in s.names)
+        assert storage_dtype(t) == np.dtype(s.storage)
+        assert (t.numpy_dtype is None) == (s.numpy is None)
+        if s.ml_dtypes is not None:
+            assert t.dtype == np.dtype(getattr(ml, s.ml_dtypes)) and D.from_dtype(t.dtype) is t
+        assert _dlpack._IMPORT[s.dlpack] is t
+        assert _dlpack._EXPORT[t] == ((_dlpack.kDLUInt, 8) if t.is_packed else s.dlpack)
+        with pytest.raises(TypeError):
+            t._facts["max"] = 0                      # the facts are a read-only mapping
+        with pytest.raises(AttributeError):
+            t.spec = s
+    for f in qk.mx.FORMATS:                          # declared beside them
+        assert qk.formats.mx.find_scaled(f.name) is f and f.element in D.ALL_TYPES
+
+
+def test_the_declarations_agree_with_the_kernels():
+    """The rows' kernel kinds are the codec kernels' codes, and the rows' overflow and NaN
+    codes are what the kernels (astype) and the oracle (scalars) encode inf, huge values and
+    NaNs of either sign to; decoding the row's largest finite code gives ``t.max``."""
+    from numba_qk.kernels.lowp import codecs as L
+    from numba_qk.kernels.mx import codecs as M
+
+    for t in D.ALL_TYPES:
+        assert t.spec.kernel_kind == getattr(L, f"K_{t.name}")
+    mx_kinds = {qk.e2m1: M.E2M1, qk.e2m3: M.E2M3, qk.e3m2: M.E3M2, qk.e4m3: M.E4M3,
+                qk.e5m2: M.E5M2, qk.i8: M.INT8}
+    assert {t: t.spec.mx_kernel_kind for t in D.ALL_TYPES
+            if t.spec.mx_kernel_kind is not None} == mx_kinds
+    x = np.tile(np.array([np.inf, 1e300, np.nan, -np.nan]), 2)
+    for t in D.ALL_TYPES:
+        s = t.spec
+        neg_nan = s.nan_code | (1 << (s.bits - 1)) if s.nan_signed else s.nan_code
+        want = [s.overflow_code, s.overflow_code, s.nan_code, neg_nan] * 2
+        r = qk.astype(x, t)
+        got = r.codes() if isinstance(r, qk.Tensor) else r.view(f"u{r.dtype.itemsize}")
+        assert got.tolist() == want, t
+        assert [t(float(v)).bits for v in x[:4]] == want[:4], t
+        if t.is_float:
+            assert float(D.Scalar.from_bits(t, s.max_code)) == t.max

@@ -5,7 +5,8 @@ A *format* says what the bytes of a tensor mean.  Two kinds exist:
 * :class:`Format` -- a block-quantized record format (``Q4_K``, ``Q8_K``): a fixed number of
   logical elements (``block_size``) packed into a fixed number of bytes (``block_bytes``), laid
   out as an ordered tuple of :class:`Field` s.
-* :class:`ScalarType` -- a plain element type (``f32``): one element per "block".
+* :class:`ScalarType` -- a plain element type (``f32``, ``bf16``, ``e4m3`` ...): one element
+  per "block" (two or eight per byte for the packed sub-byte types).
 
 Both answer the same questions (spec 001): ``block_size``, ``block_bytes``, ``is_quantized``,
 ``is_float`` and ``storage_bytes(n)`` (``None`` when ``n`` is not a whole number of blocks).
@@ -20,8 +21,10 @@ is either owned by one field or shared by fields whose bit widths fill it comple
 packed 6-bit ``sc``/``m``).
 
 Layout: ``_schema`` (``Field``, ``Format``, the tiling check), one declaration module per family
-(``kquants``, ``legacy``) and ``scalars`` (``ScalarType`` and the scalar types); this module
-collects them.  No numba anywhere in the package.
+(``kquants``, ``legacy``, ``mxrec``), ``scalars`` (``ScalarType`` and one declaration per element
+type, the table every element-type lookup derives from) and ``mx`` (``ScaledFormat`` and the
+block-scaled formats built from those element types); this module collects them.  No numba
+anywhere in the package.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from . import kquants, legacy, mxrec
 from ._schema import (_F, _TOKEN, Field, Format, _check_tiling, _Frozen,  # noqa: F401
                       _lookup_format, _no_subclass)
 from .scalars import SCALARS, ScalarType, _lookup_scalar, bf16, f16, f32, i8, i32  # noqa: F401
-from .mx import ScaledFormat  # noqa: F401  (singletons: numba_qk.mx, after the element types)
+from .mx import ScaledFormat  # noqa: F401  (the singletons: formats.mx, presented by numba_qk.mx)
 from .kquants import q2_k, q3_k, q4_k, q5_k, q6_k, q8_k  # noqa: F401
 from .legacy import q4_0, q4_1, q5_0, q5_1, q8_0, q8_1  # noqa: F401
 from .mxrec import mxfp4, nvfp4  # noqa: F401
@@ -44,8 +47,7 @@ __all__ = ["Field", "Format", "ScalarType", "ScaledFormat", "QuantNamespace", "q
 # family's FORMATS.
 _FAMILIES = (kquants, legacy, mxrec)
 _FORMATS = {f._attr: f for family in _FAMILIES for f in family.FORMATS}
-_SCALARS = {t._attr: t for t in SCALARS}
-_BY_GGML_TYPE = {t.ggml_type: t for t in (*_FORMATS.values(), *_SCALARS.values())}
+_BY_GGML_TYPE = {t.ggml_type: t for t in (*_FORMATS.values(), *SCALARS)}
 
 # Which activation format each weight format's dot pairs with (ggml's vec_dot_type).
 _ACTIVATION_FORMAT = {w: a for family in _FAMILIES for w, a in family.ACTIVATION.items()}
@@ -73,14 +75,6 @@ def activation_format(weight_format: Format) -> Format:
     except (KeyError, TypeError):
         raise TypeError(f"{weight_format!r} has no quantized dot; weight formats: "
                         f"{', '.join(repr(f) for f in _ACTIVATION_FORMAT)}") from None
-
-
-def _register_scalar(t: ScalarType, facts: dict) -> None:
-    """Hook for numba_qk.dtypes: attach the numeric facts and make ``t`` picklable/findable."""
-    object.__setattr__(t, "_facts", dict(facts))
-    _SCALARS[t._attr] = t
-    if t.ggml_type is not None:
-        _BY_GGML_TYPE[t.ggml_type] = t
 
 
 @_no_subclass

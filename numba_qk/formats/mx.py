@@ -2,8 +2,8 @@
 
 A block-scaled format stores a tensor as *element codes* of a low-precision element type, one
 *block scale* per ``block_size`` consecutive elements along the last axis, and -- NVFP4 only -- a
-float32 *tensor scale*.  The singletons (``numba_qk.mx.mxfp4`` ...) are declared in
-:mod:`numba_qk.mx`, after the element types they are built from.
+float32 *tensor scale*.  The singletons (``numba_qk.mx.mxfp4`` ...) are declared here, after
+the element types they are built from (:mod:`.scalars`); :mod:`numba_qk.mx` presents them.
 
 Spec 001's questions, answered for numba_qk's storage of a ``ScaledTensor``:
 
@@ -23,10 +23,12 @@ from __future__ import annotations
 from typing import Optional
 
 from ._schema import _TOKEN, _Frozen, _check_count, _no_subclass
+from .scalars import e2m1, e2m3, e3m2, e4m3, e5m2, e8m0, i8
 
-__all__ = ["ScaledFormat", "find_scaled"]
+__all__ = ["ScaledFormat", "find_scaled", "mxfp4", "mxfp6e2m3", "mxfp6e3m2", "mxfp8e4m3",
+           "mxfp8e5m2", "mxint8", "nvfp4", "FORMATS"]
 
-_SCALED_BY_NAME: dict = {}   # every ScaledFormat (declared in numba_qk.mx), by name
+_SCALED_BY_NAME: dict = {}   # every ScaledFormat (declared below), by name
 
 
 def _lookup(attr):
@@ -99,3 +101,18 @@ class ScaledFormat(_Frozen):
 
 
 ScaledFormat.__module__ = "numba_qk.formats"
+
+
+# ---- the declarations, one per format (the table in numba_qk.mx's docstring) ------------------
+# ScaledFormat(token, name, block, element, scale, has tensor scale, emax_elem, doc)
+mxfp4 = ScaledFormat(_TOKEN, "mxfp4", 32, e2m1, e8m0, False, 2, "OCP MX FP4 (E2M1)")
+mxfp6e2m3 = ScaledFormat(_TOKEN, "mxfp6e2m3", 32, e2m3, e8m0, False, 2, "OCP MX FP6 (E2M3)")
+mxfp6e3m2 = ScaledFormat(_TOKEN, "mxfp6e3m2", 32, e3m2, e8m0, False, 4, "OCP MX FP6 (E3M2)")
+mxfp8e4m3 = ScaledFormat(_TOKEN, "mxfp8e4m3", 32, e4m3, e8m0, False, 8, "OCP MX FP8 (E4M3)")
+mxfp8e5m2 = ScaledFormat(_TOKEN, "mxfp8e5m2", 32, e5m2, e8m0, False, 15, "OCP MX FP8 (E5M2)")
+mxint8 = ScaledFormat(_TOKEN, "mxint8", 32, i8, e8m0, False, 0, "OCP MX INT8 (q * 2^X / 64)")
+nvfp4 = ScaledFormat(_TOKEN, "nvfp4", 16, e2m1, e4m3, True, None,
+                     "NVIDIA NVFP4: e2m1, ue4m3 block scale, f32 tensor scale")
+
+#: Every block-scaled format, in declaration (= listing) order.
+FORMATS = tuple(_SCALED_BY_NAME.values())
