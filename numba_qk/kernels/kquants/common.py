@@ -285,8 +285,9 @@ def _fold_loop(value):
     return portable_dot
 
 
-# Placeholders resolved by the overloads below; called as plain Python only under
-# NUMBA_DISABLE_JIT=1, where they run the same loops.
+# Placeholders resolved by the overloads below (inlined into each entry point: as a call the
+# quantize loop measured 2-3 % slower than the hand-written loop it replaced); called as plain
+# Python only under NUMBA_DISABLE_JIT=1, where they run the same loops.
 def _quantize_blocks(code, values, out):
     return _quantize_loop(*_QUANTIZE[code])(code, values, out)
 
@@ -295,13 +296,13 @@ def _portable_dot(code, w, x):
     return _fold_loop(_VALUE[code])(code, w, x)
 
 
-@overload(_quantize_blocks, jit_options=JIT_OPTIONS)
+@overload(_quantize_blocks, jit_options=JIT_OPTIONS, inline="always")
 def _quantize_blocks_overload(code, values, out):
     impl = _literal(_QUANTIZE, code)
     return None if impl is None else _quantize_loop(*impl)
 
 
-@overload(_portable_dot, jit_options=JIT_OPTIONS)
+@overload(_portable_dot, jit_options=JIT_OPTIONS, inline="always")
 def _portable_dot_overload(code, w, x):
     value = _literal(_VALUE, code)
     return None if value is None else _fold_loop(value)
