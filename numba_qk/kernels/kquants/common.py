@@ -44,7 +44,7 @@ def f32_at(a, row, off):
     return f32_from_bits(bits)
 
 
-@kernel
+@inline_kernel
 def store_f16(out, row, off, x):
     """Write ``fp16(x)`` (round to nearest even, ggml's ``GGML_FP32_TO_FP16``) little-endian at
     ``out[row, off:off+2]``; returns the stored value widened back to f32 (exact)."""
@@ -94,6 +94,12 @@ def k4_scale_min(a, row, at, s):
         s >= 4: sc = (a[at+s+4] & 15) | (a[at+s-4] >> 6) << 4
                 m  = (a[at+s+4] >> 4) | (a[at+s]   >> 6) << 4
     """
+    return k4_scale_min_inline(a, row, at, s)
+
+
+@inline_kernel
+def k4_scale_min_inline(a, row, at, s):
+    """:func:`k4_scale_min` inlined into the caller (the encoders' per-block scale step)."""
     if s < 4:
         sc = a[row, at + s] & np.uint8(63)
         m = a[row, at + s + 4] & np.uint8(63)
@@ -103,7 +109,7 @@ def k4_scale_min(a, row, at, s):
     return np.int32(sc), np.int32(m)
 
 
-@kernel
+@inline_kernel
 def k4_pack_scale_min(out, row, at, s, ls, lm):
     """Store 6-bit ``ls``/``lm`` as sub-block ``s`` of the Q4_K/Q5_K packing (the bytes at
     ``out[row, at:at+12]`` must start zeroed), exactly as ggml's quantize_row_q{4,5}_K_ref."""
@@ -224,7 +230,7 @@ def k4_encode_scales(out, b, sc_at, d_at, dmin_at, scales, mins, dd):
     d_all = store_f16(out, b, d_at, np.float32(max_scale / np.float32(63.0)))
     dmin_all = store_f16(out, b, dmin_at, np.float32(max_min / np.float32(63.0)))
     for j in range(8):
-        sc, m = k4_scale_min(out, b, sc_at, j)
+        sc, m = k4_scale_min_inline(out, b, sc_at, j)
         dd[1, j] = np.float32(d_all * np.float32(sc))     # C: if (!d) continue; (lanes keep L)
         dd[0, j] = np.float32(dmin_all * np.float32(m))
 
