@@ -33,20 +33,22 @@ def _span(lhs_format) -> int:
     return lhs_format.block_size // activation_format(lhs_format).block_size
 
 
-def _g_mismatch(wg: int, xg: int, span: int) -> str:
+def _count_mismatch(wg: int, xg: int, span: int, lhs: str, rhs: str, per_row: bool) -> str:
+    """The message for ``xg`` activation records against ``wg`` weight records (per row)."""
     if span == 1:
-        return (f"lhs and rhs must hold the same number of records G: "
-                f"lhs has {wg}, rhs has {xg}")
-    return (f"rhs must hold {span} records per lhs record: lhs has {wg}, so rhs "
+        return (f"{lhs} and {rhs} must hold the same number of records G"
+                f"{' per row' if per_row else ''}: {lhs} has {wg}, {rhs} has {xg}")
+    per, has = ("weight record", f"G={wg} per row") if per_row else ("lhs record", f"{wg}")
+    return (f"{rhs} must hold {span} records per {per}: {lhs} has {has}, so {rhs} "
             f"needs {span * wg}, has {xg}")
+
+
+def _g_mismatch(wg: int, xg: int, span: int) -> str:
+    return _count_mismatch(wg, xg, span, "lhs", "rhs", False)
 
 
 def _per_row_mismatch(wg: int, xg: int, span: int) -> str:
-    if span == 1:
-        return (f"w and xq must hold the same number of records G per row: "
-                f"w has {wg}, xq has {xg}")
-    return (f"xq must hold {span} records per weight record: w has G={wg} per row, so xq "
-            f"needs {span * wg}, has {xg}")
+    return _count_mismatch(wg, xg, span, "w", "xq", True)
 
 
 def _check_pair(lhs_format, rhs_format, what: str) -> None:

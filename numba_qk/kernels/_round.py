@@ -9,12 +9,14 @@ Each kernel spells a rounding step by one of these names, never as an inline exp
 * ``roundf(x)``          -- C ``roundf``: nearest, halves away from zero.
 * ``c_int8(t)``          -- C's ``(int8_t)t`` of an f32 as x86 compilers emit it.
 * ``f32_to_f16_bits(x)`` -- IEEE binary16 bits of an f32, nearest-even (ggml's
-  ``GGML_FP32_TO_FP16``, numpy's ``astype(float16)``).
+  ``GGML_FP32_TO_FP16``, numpy's ``astype(float16)``): ``f16.f32_to_f16_bits_ggml``, named
+  here by its old name (``f16.py`` tables every f16/bf16 conversion and its NaN rule).
 """
 
 import numpy as np
 
 from numba_qk._jit import kernel
+from numba_qk.kernels.f16 import f32_to_f16_bits_ggml as f32_to_f16_bits  # noqa: F401
 
 _MAGIC = np.float32(12582912.0)  # 1.5 * 2**23: adding it rounds to an integer in the mantissa
 
@@ -56,37 +58,3 @@ def c_int8(t):
     i = np.int32(t if ok else np.float32(0.0))
     i = i if ok else np.int32(-2147483648)
     return np.int32(np.int8(np.uint8(i & 0xFF)))
-
-
-@kernel
-def f32_to_f16_bits(x):
-    """IEEE binary16 bits of float32 ``x``, rounded to nearest, ties to even (overflow -> inf,
-    gradual underflow to subnormals, NaN -> a quiet NaN with the sign kept) -- the conversion of
-    ggml's ``GGML_FP32_TO_FP16`` and numpy's ``astype(float16)`` for every non-NaN value."""
-    bits = np.float32(x).view(np.uint32)
-    sign = np.uint32((bits >> np.uint32(16)) & np.uint32(0x8000))
-    exp = np.int32((bits >> np.uint32(23)) & np.uint32(0xFF))
-    mant = np.uint32(bits & np.uint32(0x7FFFFF))
-    if exp == 0xFF:  # inf or NaN
-        if mant == 0:
-            return np.uint16(sign | np.uint32(0x7C00))
-        return np.uint16(sign | np.uint32(0x7E00) | (mant >> np.uint32(13)))
-    e = np.int32(exp - 127 + 15)  # f16 biased exponent
-    if e <= 0:  # f16 subnormal (or zero): value = m * 2**-24, rounded
-        if e < -10:  # below half the smallest subnormal: rounds to zero
-            return np.uint16(sign)
-        m = np.uint32(mant | np.uint32(0x800000))  # implicit bit (f32 subnormals land above)
-        shift = np.uint32(14 - e)
-        r = np.uint32(m >> shift)
-        rem = np.uint32(m & ((np.uint32(1) << shift) - np.uint32(1)))
-        half = np.uint32(np.uint32(1) << (shift - np.uint32(1)))
-        if rem > half or (rem == half and (r & np.uint32(1)) != 0):
-            r += np.uint32(1)  # may become 0x400: the smallest normal, correctly encoded
-        return np.uint16(sign | r)
-    if e >= 31:
-        return np.uint16(sign | np.uint32(0x7C00))
-    val = np.uint32((np.uint32(e) << np.uint32(10)) | (mant >> np.uint32(13)))
-    rem = np.uint32(mant & np.uint32(0x1FFF))
-    if rem > np.uint32(0x1000) or (rem == np.uint32(0x1000) and (val & np.uint32(1)) != 0):
-        val += np.uint32(1)  # a carry into the exponent is right; 0x7C00 is inf
-    return np.uint16(sign | val)

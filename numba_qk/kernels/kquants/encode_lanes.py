@@ -27,8 +27,9 @@ arrays ``[n, nl]``, ``nl`` 16 or a multiple of 8; per-lane values are rows of a 
   where ``d != 0``.
 
 ``qkx2_lanes``, ``qx_lanes``, ``q3_lanes`` (the searches) and ``requant_lanes`` drive them; the
-candidate bookkeeping between passes is plain numba over the lanes.  ``f16_bits`` is the f32 ->
-f16 conversion by F16C where available (same bits as ``_round.f32_to_f16_bits``).
+candidate bookkeeping between passes is plain numba over the lanes.  ``f16_bits`` (re-exported
+``f16.f32_to_f16_bits_ggml_hw``) is the f32 -> f16 conversion by F16C where available (same
+bits as ``_round.f32_to_f16_bits``).
 
 ``ENCODE_LANES`` is False under ``NUMBA_DISABLE_JIT`` (intrinsics cannot run there) or
 ``NUMBA_QK_PORTABLE=1``; the encoders then call the scalar transcriptions (same bits).
@@ -44,13 +45,13 @@ from numba import config
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from numba_qk._jit import kernel
-from numba_qk.kernels._round import f32_to_f16_bits, nearest_int
-from numba_qk.kernels.simd.base import HAVE_AVX2
+from numba_qk._jit import inline_kernel, kernel
+from numba_qk.kernels._round import nearest_int
+from numba_qk.kernels.f16 import HAVE_F16C  # noqa: F401 (re-exported)
+from numba_qk.kernels.f16 import f32_to_f16_bits_ggml_hw as f16_bits  # noqa: F401 (re-exported)
 
 ENCODE_LANES = (not config.DISABLE_JIT
                 and os.environ.get("NUMBA_QK_PORTABLE", "") in ("", "0"))
-HAVE_F16C = HAVE_AVX2  # _simd's flag: AVX2 and F16C, JIT on, NUMBA_QK_PORTABLE unset
 
 _f32 = ir.FloatType()
 _i32 = ir.IntType(32)
@@ -80,6 +81,33 @@ def _i64_of(builder, v):
     return builder.sext(v, _i64) if v.type.width < 64 else v
 
 
+def _nearest_int_v(builder, t, W):
+    """ggml's ``nearest_int`` lane by lane: the low 23 bits of ``R32(t + 1.5 * 2**23)`` - 2**22."""
+    bits = builder.bitcast(builder.fadd(t, ir.Constant(t.type, [12582912.0] * W)),
+                           ir.VectorType(_i32, W))
+    return builder.sub(builder.and_(bits, _cint(0x007FFFFF, W)), _cint(0x00400000, W))
+
+
+def _clamp_v(builder, l, lo, hi):
+    """``MAX(lo, MIN(hi, l))`` lane by lane (int32 vectors)."""
+    l = builder.select(builder.icmp_signed("<", hi, l), hi, l)     # MIN(hi, l)
+    return builder.select(builder.icmp_signed("<", l, lo), lo, l)  # MAX(lo, .)
+
+
+def _accumulate(builder, accs, terms):
+    """``acc += term`` for each running sum (an alloca) and its term, in order."""
+    for acc, term in zip(accs, terms):
+        builder.store(builder.fadd(builder.load(acc), term), acc)
+
+
+def _store_rows(builder, psc, at, s0_r, accs, VF):
+    """The running sums ``accs`` (allocas of ``VF``) into rows ``s0_r, s0_r + 1, ...`` of the
+    scratch ``psc`` (``at(row)``: the element index of this lane group in a row)."""
+    for k, acc in enumerate(accs):
+        row = builder.add(s0_r, ir.Constant(_i64, k))
+        builder.store(builder.load(acc), _vptr(builder, psc, at(row), VF), align=4)
+
+
 def _lanes_quant_sums(W):
     VF, VI = ir.VectorType(_f32, W), ir.VectorType(_i32, W)
 
@@ -104,24 +132,17 @@ def _lanes_quant_sums(W):
             nmaxv = _splat(builder, nmax_v, VI)
             zero_f = ir.Constant(VF, [0.0] * W)
             accs = [cgutils.alloca_once_value(builder, zero_f) for _ in range(3)]
-            magic = ir.Constant(VF, [12582912.0] * W)
             with cgutils.for_range(builder, n_v) as loop:
                 off = builder.add(builder.mul(loop.index, ld_v), c0_v)
                 xv = builder.load(_vptr(builder, px, off, VF), align=4)
                 wv = builder.load(_vptr(builder, pw, off, VF), align=4)
                 t = builder.fmul(iscv, builder.fsub(xv, mnv))
-                bits = builder.bitcast(builder.fadd(t, magic), VI)
-                l = builder.sub(builder.and_(bits, _cint(0x007FFFFF, W)), _cint(0x00400000, W))
-                l = builder.select(builder.icmp_signed("<", nmaxv, l), nmaxv, l)   # MIN(nmax, l)
-                l = builder.select(builder.icmp_signed("<", l, _cint(0, W)), _cint(0, W), l)  # MAX(0, .)
+                l = _clamp_v(builder, _nearest_int_v(builder, t, W), _cint(0, W), nmaxv)
                 builder.store(l, _vptr(builder, pl, off, VI), align=4)
                 fl = builder.sitofp(l, VF)
                 wl = builder.fmul(wv, fl)
-                for acc, term in zip(accs, (wl, builder.fmul(wl, fl), builder.fmul(wl, xv))):
-                    builder.store(builder.fadd(builder.load(acc), term), acc)
-            for k, acc in enumerate(accs):
-                row = builder.add(s0_r, ir.Constant(_i64, k))
-                builder.store(builder.load(acc), _vptr(builder, psc, at(row), VF), align=4)
+                _accumulate(builder, accs, (wl, builder.fmul(wl, fl), builder.fmul(wl, xv)))
+            _store_rows(builder, psc, at, s0_r, accs, VF)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -202,6 +223,25 @@ def _errors(xt, wt, laux, scr, a_row, b_row, use_mad, n, nl):
         lanes_error8(xt, wt, laux, scr, a_row, b_row, _ERR, use_mad, n, c0, nl)
 
 
+@inline_kernel
+def qkx2_fit(sum_w, sum_x, sum_l, sum_l2, sum_xl):
+    """One candidate of ggml's ``make_qkx2_quants``: ``(D, this_scale, this_min)`` from the
+    weighted sums, the least-squares scale and min with ``min <= 0`` (else ``min = 0`` and
+    ``scale = sum_xl / sum_l2``); scale and min are 0 where ``D <= 0`` (no candidate)."""
+    D = np.float32(np.float32(sum_w * sum_l2) - np.float32(sum_l * sum_l))
+    this_scale = np.float32(0.0)
+    this_min = np.float32(0.0)
+    if D > np.float32(0.0):
+        this_scale = np.float32(np.float32(np.float32(sum_w * sum_xl)
+                                           - np.float32(sum_x * sum_l)) / D)
+        this_min = np.float32(np.float32(np.float32(sum_l2 * sum_x)
+                                         - np.float32(sum_l * sum_xl)) / D)
+        if this_min > np.float32(0.0):
+            this_min = np.float32(0.0)
+            this_scale = np.float32(sum_xl / sum_l2)
+    return D, this_scale, this_min
+
+
 @kernel
 def qkx2_lanes(xt, wt, n, nl, nmax, rmin, rdelta, nstep, use_mad, Lt, scales, mins, scr, laux):
     """ggml's ``make_qkx2_quants(n, nmax, x_j, w_j, L_j, &min_j, Laux, rmin, rdelta, nstep,
@@ -257,17 +297,7 @@ def qkx2_lanes(xt, wt, n, nl, nmax, rmin, rdelta, nstep, use_mad, Lt, scales, mi
                 sum_l = scr[_S0, j]
                 sum_l2 = scr[_S0 + 1, j]
                 sum_xl = scr[_S0 + 2, j]
-                D = np.float32(np.float32(sum_w * sum_l2) - np.float32(sum_l * sum_l))
-                this_scale = np.float32(0.0)
-                this_min = np.float32(0.0)
-                if D > np.float32(0.0):
-                    this_scale = np.float32(np.float32(np.float32(sum_w * sum_xl)
-                                                       - np.float32(sum_x * sum_l)) / D)
-                    this_min = np.float32(np.float32(np.float32(sum_l2 * sum_x)
-                                                     - np.float32(sum_l * sum_xl)) / D)
-                    if this_min > np.float32(0.0):
-                        this_min = np.float32(0.0)
-                        this_scale = np.float32(sum_xl / sum_l2)
+                D, this_scale, this_min = qkx2_fit(sum_w, sum_x, sum_l, sum_l2, sum_xl)
                 scr[_D, j] = D
                 scr[_A, j] = this_scale
                 scr[_B, j] = this_min
@@ -288,6 +318,21 @@ def qkx2_lanes(xt, wt, n, nl, nmax, rmin, rdelta, nstep, use_mad, Lt, scales, mi
                 Lt[i, j] = 0
         scales[j] = scr[_SCALE, j]
         mins[j] = np.float32(-scr[_MN, j])
+
+
+@inline_kernel
+def column_absmax(xt, j, n):
+    """``(amax, mx)`` of sub-block ``j`` (column ``xt[:n, j]``): the largest ``|x|`` and the
+    first value reaching it -- ggml's ``if (ax > amax) { amax = ax; max = x[i]; }``."""
+    mx = np.float32(0.0)
+    amax = np.float32(0.0)
+    for i in range(n):
+        xi = np.float32(xt[i, j])
+        ax = abs(xi)
+        if ax > amax:
+            amax = ax
+            mx = xi
+    return amax, mx
 
 
 # ---- make_qx_quants (rmse_type 1, no importance weights): Q6_K -------------------------------
@@ -312,23 +357,16 @@ def _lanes_qx_sums(W):
             iscv = builder.load(_vptr(builder, psc, at(isc_r), VF), align=4)
             lov, hiv = _splat(builder, lo_v, VI), _splat(builder, hi_v, VI)
             accs = [cgutils.alloca_once_value(builder, ir.Constant(VF, [0.0] * W)) for _ in range(2)]
-            magic = ir.Constant(VF, [12582912.0] * W)
             with cgutils.for_range(builder, n_v) as loop:
                 off = builder.add(builder.mul(loop.index, ld_v), c0_v)
                 xv = builder.load(_vptr(builder, px, off, VF), align=4)
-                bits = builder.bitcast(builder.fadd(builder.fmul(iscv, xv), magic), VI)
-                l = builder.sub(builder.and_(bits, _cint(0x007FFFFF, W)), _cint(0x00400000, W))
-                l = builder.select(builder.icmp_signed("<", hiv, l), hiv, l)   # MIN(hi, l)
-                l = builder.select(builder.icmp_signed("<", l, lov), lov, l)   # MAX(lo, .)
+                l = _clamp_v(builder, _nearest_int_v(builder, builder.fmul(iscv, xv), W), lov, hiv)
                 builder.store(l, _vptr(builder, pl, off, VI), align=4)
                 fl = builder.sitofp(l, VF)
                 w = builder.fmul(xv, xv)
-                terms = (builder.fmul(builder.fmul(w, xv), fl), builder.fmul(builder.fmul(w, fl), fl))
-                for acc, term in zip(accs, terms):
-                    builder.store(builder.fadd(builder.load(acc), term), acc)
-            for k, acc in enumerate(accs):
-                row = builder.add(s0_r, ir.Constant(_i64, k))
-                builder.store(builder.load(acc), _vptr(builder, psc, at(row), VF), align=4)
+                _accumulate(builder, accs, (builder.fmul(builder.fmul(w, xv), fl),
+                                            builder.fmul(builder.fmul(w, fl), fl)))
+            _store_rows(builder, psc, at, s0_r, accs, VF)
             return context.get_dummy_value()
 
         return sig, codegen
@@ -368,14 +406,7 @@ def qx_lanes(xt, n, nl, nmax, Lt, scales, scr):
     nmax = np.int32(nmax)
     fnmax = np.float32(nmax)
     for j in range(nl):
-        mx = np.float32(0.0)
-        amax = np.float32(0.0)
-        for i in range(n):
-            xi = np.float32(xt[i, j])
-            ax = abs(xi)
-            if ax > amax:
-                amax = ax
-                mx = xi
+        amax, mx = column_absmax(xt, j, n)
         scr[_QMX, j] = mx
         scr[_QACT, j] = np.float32(0.0) if amax < _EPS else np.float32(1.0)
         scr[_QISC, j] = np.float32(np.float32(-fnmax) / mx)   # -nmax / max
@@ -446,7 +477,6 @@ def _lanes_q3_try(W):
                                                                        [0] * W))
             hiv = _splat(builder, builder.sub(nmax_v, ir.Constant(_i32, 1)), VI)
             lov = _splat(builder, builder.neg(nmax_v), VI)
-            magic = ir.Constant(VF, [12582912.0] * W)
             with cgutils.for_range(builder, n_v) as loop:
                 off = builder.add(builder.mul(loop.index, ld_v), c0_v)
                 xv = builder.load(_vptr(builder, px, off, VF), align=4)
@@ -461,10 +491,7 @@ def _lanes_q3_try(W):
                 c1 = builder.fcmp_ordered(">", slx, zero_f)
                 sl2 = builder.fsub(suml2, builder.fmul(builder.fmul(w, fli), fli))
                 q = builder.fdiv(builder.fmul(xv, sl2), slx)
-                bits = builder.bitcast(builder.fadd(q, magic), VI)
-                nl = builder.sub(builder.and_(bits, _cint(0x007FFFFF, W)), _cint(0x00400000, W))
-                nl = builder.select(builder.icmp_signed("<", hiv, nl), hiv, nl)
-                nl = builder.select(builder.icmp_signed("<", nl, lov), lov, nl)
+                nl = _clamp_v(builder, _nearest_int_v(builder, q, W), lov, hiv)
                 c2 = builder.icmp_signed("!=", nl, li)
                 fn = builder.sitofp(nl, VF)
                 slx2 = builder.fadd(slx, builder.fmul(wx, fn))
@@ -504,14 +531,7 @@ def q3_lanes(xt, n, nl, nmax, Lt, scales, scr):
     all-zero group), ``scales[j]`` the returned scale.  ``scr`` f32 [Q3_SCR_ROWS, nl]."""
     nmax = np.int32(nmax)
     for j in range(nl):
-        mx = np.float32(0.0)
-        amax = np.float32(0.0)
-        for i in range(n):
-            xi = np.float32(xt[i, j])
-            ax = abs(xi)
-            if ax > amax:
-                amax = ax
-                mx = xi
+        amax, mx = column_absmax(xt, j, n)
         scr[_3NZ, j] = np.float32(0.0) if amax < _EPS else np.float32(1.0)
         scr[_3ISC, j] = np.float32(np.float32(-np.float32(nmax)) / mx)   # -nmax / max
     _qx_sums(xt, scr, _3ISC, _3SLX, nmax, Lt, n, nl)  # sumlx, suml2 into rows _3SLX, _3SL2
@@ -566,15 +586,11 @@ def _lanes_requant(W):
             dv = builder.load(_vptr(builder, pd, c0_v, VF), align=4)
             take = builder.fcmp_unordered("!=", dv, ir.Constant(VF, [0.0] * W))
             lov, hiv, offv = (_splat(builder, v, VI) for v in (lo_v, hi_v, off_v))
-            magic = ir.Constant(VF, [12582912.0] * W)
             with cgutils.for_range(builder, n_v) as loop:
                 at = builder.add(builder.mul(loop.index, ld_v), c0_v)
                 xv = builder.load(_vptr(builder, px, at, VF), align=4)
                 q = builder.fdiv(builder.fadd(xv, dmv), dv)
-                bits = builder.bitcast(builder.fadd(q, magic), VI)
-                l = builder.sub(builder.and_(bits, _cint(0x007FFFFF, W)), _cint(0x00400000, W))
-                l = builder.select(builder.icmp_signed("<", hiv, l), hiv, l)
-                l = builder.select(builder.icmp_signed("<", l, lov), lov, l)
+                l = _clamp_v(builder, _nearest_int_v(builder, q, W), lov, hiv)
                 lp = _vptr(builder, pl, at, VI)
                 builder.store(builder.select(take, builder.add(l, offv),
                                              builder.load(lp, align=4)), lp, align=4)
@@ -609,26 +625,3 @@ def requant_lanes(xt, dm, d, lo, hi, off, lq, n, nl):
         for i in range(n):
             l = nearest_int(np.float32(np.float32(np.float32(xt[i, j]) + dm[j]) / d[j]))
             lq[i, j] = max(lo, min(hi, l)) + off
-
-
-# ---- f32 -> f16 bits with the F16C instruction -----------------------------------------------
-
-@intrinsic
-def _f16_bits_hw(typingctx, x):
-    """``fptrunc float -> half`` (``vcvtps2ph`` with F16C): IEEE round to nearest even,
-    overflow to inf, gradual underflow; a NaN keeps its sign and top payload bits, quietened."""
-    sig = types.uint16(types.float32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
-
-    return sig, codegen
-
-
-@kernel
-def f16_bits(x):
-    """IEEE binary16 bits of f32 ``x`` -- the same bits as ``_round.f32_to_f16_bits`` (ggml's
-    ``GGML_FP32_TO_FP16``), by the F16C instruction where the target has it."""
-    if HAVE_F16C:
-        return _f16_bits_hw(np.float32(x))
-    return f32_to_f16_bits(np.float32(x))

@@ -46,9 +46,8 @@ from numba_qk.kernels.kquants.drive import kernels_for, register
 from numba_qk.kernels.simd.kquants import q2_k_acts_x8, q2_k_q8_k_value, q2_k_rows_x8
 from numba_qk.formats.kquants import q2_k as _FMT
 from numba_qk.kernels._bits import f16_to_f32, load_u16
-from numba_qk.kernels.kquants.common import X_DS_AT, f16_at, first_nonfinite_block, store_f16, x_bsum, x_ds, x_q
-from numba_qk.kernels.kquants.q4_k_encode import make_qkx2_quants_mad, nearest_int
-from numba_qk.kernels.kquants.q4_k_encode import ENCODE_LANES, lanes_scratch, qkx2_lanes, requant_lanes
+from numba_qk.kernels.kquants.common import f16_at, max_scale_min, portable_dot_for, quantizer_for, pack_2bit, record_value_d_dmin, store_f16, transpose_out, x_bsum, x_q
+from numba_qk.kernels.kquants.q4_k_encode import nearest_int, qkx2_scratch, qkx2_search, requant_lanes
 
 Q2_K_RECORD_BYTES = _FMT.block_bytes
 Q2_K_BLOCK = _FMT.block_size
@@ -145,9 +144,15 @@ def dequantize_q2_k(records, out):
 # ---- quantize (ggml quantize_row_q2_K_ref) --------------------------------------------------
 
 @kernel
-def quantize_block_q2_k(values, b, out, L, scales, mins, lanes):
-    """One finite block ``values[b]`` into record ``out[b]``; the rest are scratch arrays:
-    ``L`` int32 [256], ``scales``/``mins`` f32 [16], ``lanes = lanes_scratch(16, 16)``."""
+def q2_k_scratch():
+    """Scratch of ``quantize_block_q2_k`` (16 sub-blocks of 16)."""
+    return qkx2_scratch(16, 16)
+
+
+@kernel
+def quantize_block_q2_k(values, b, out, work):
+    """One finite block ``values[b]`` into record ``out[b]`` (``work = q2_k_scratch()``)."""
+    L, scales, mins, lanes = work
     x = values[b]
     xt, wt, Lt, scr, laux, weights, sub, Laux, dd = lanes
     q4scale = np.float32(15.0)
@@ -156,26 +161,8 @@ def quantize_block_q2_k(values, b, out, L, scales, mins, lanes):
             xv = np.float32(x[16 * j + l])
             xt[l, j] = xv
             wt[l, j] = abs(xv)
-    if ENCODE_LANES:  # the 16 sub-blocks' searches side by side (same bits)
-        qkx2_lanes(xt, wt, 16, 16, 3, np.float32(-0.5), np.float32(0.1), 15, True, Lt,
-                   scales, mins, scr, laux)
-    else:
-        for j in range(16):
-            for l in range(16):
-                weights[l] = wt[l, j]
-            sc, mn = make_qkx2_quants_mad(x, 16 * j, 16, 3, weights, sub, Laux, np.float32(-0.5),
-                                          np.float32(0.1), 15, True)
-            for l in range(16):
-                Lt[l, j] = sub[l]
-            scales[j] = sc
-            mins[j] = mn
-    max_scale = np.float32(0.0)
-    max_min = np.float32(0.0)
-    for j in range(16):
-        if scales[j] > max_scale:
-            max_scale = scales[j]
-        if mins[j] > max_min:
-            max_min = mins[j]
+    qkx2_search(x, 16, 16, 3, np.float32(-0.5), np.float32(0.1), 15, True, lanes, scales, mins)
+    max_scale, max_min = max_scale_min(scales, mins, 16)
     if max_scale > np.float32(0.0):
         iscale = np.float32(q4scale / max_scale)
         for j in range(16):
@@ -198,32 +185,11 @@ def quantize_block_q2_k(values, b, out, L, scales, mins, lanes):
         dd[1, j] = np.float32(d_all * np.float32(byte & _LOW4))  # C: if (!d) continue;
         dd[0, j] = np.float32(dmin_all * np.float32(byte >> np.uint8(4)))
     requant_lanes(xt, dd[0], dd[1], 0, 3, 0, Lt, 16, 16)  # nearest_int((x + dm)/d), 0..3
-    for j in range(16):
-        for l in range(16):
-            L[16 * j + l] = Lt[l, j]
-    for c in range(2):
-        for l in range(32):
-            i = 128 * c + l
-            out[b, _Q_AT + 32 * c + l] = np.uint8(L[i] | (L[i + 32] << 2) | (L[i + 64] << 4)
-                                                  | (L[i + 96] << 6))
+    transpose_out(Lt, L, 16, 16)
+    pack_2bit(out, b, _Q_AT, L)
 
 
-@kernel
-def quantize_q2_k(values, out):
-    """ggml's ``quantize_row_q2_K_ref`` for f32 ``[G, 256]`` into ``out`` ``[G, 84]``.
-
-    Returns -1, or the first block holding a non-finite value (nothing written then).
-    """
-    bad = first_nonfinite_block(values)
-    if bad >= 0:
-        return bad
-    L = np.zeros(256, np.int32)
-    scales = np.empty(16, np.float32)
-    mins = np.empty(16, np.float32)
-    lanes = lanes_scratch(16, 16)
-    for b in range(values.shape[0]):
-        quantize_block_q2_k(values, b, out, L, scales, mins, lanes)
-    return -1
+quantize_q2_k = quantizer_for(_FMT, block=quantize_block_q2_k, scratch=q2_k_scratch)
 
 
 # ---- record dot against Q8_K ----------------------------------------------------------------
@@ -248,21 +214,10 @@ def record_sums_q2_k_q8_k(w, bw, x, bx):
 def record_value_q2_k_q8_k(w, bw, x, bx):
     """``v`` for records ``w[bw]`` (Q2_K) and ``x[bx]`` (Q8_K): the portable definition."""
     s_b, t_b = record_sums_q2_k_q8_k(w, bw, x, bx)
-    p = np.float32(f16_at(w, bw, _D_AT) * np.float32(s_b))      # R32(f32(d) * f32(S))
-    n = np.float32(f16_at(w, bw, _DMIN_AT) * np.float32(t_b))   # R32(f32(dmin) * f32(T))
-    diff = np.float32(p - n)                                     # R32(p - n)
-    return np.float32(x_ds(x, bx) * diff)                        # v = R32(ds * (p - n))
+    return record_value_d_dmin(w, bw, _D_AT, _DMIN_AT, s_b, t_b, x, bx)
 
 
-@kernel
-def dot_q2_k_q8_k_portable(w, x):
-    """The dot through the portable record definition (tests compare the fast paths with it)."""
-    if w.shape[0] == 0:
-        return np.float32(0.0)
-    acc = record_value_q2_k_q8_k(w, 0, x, 0)
-    for b in range(1, w.shape[0]):
-        acc = np.float32(acc + record_value_q2_k_q8_k(w, b, x, b))
-    return acc
+dot_q2_k_q8_k_portable = portable_dot_for(_FMT, value=record_value_q2_k_q8_k)
 
 
 @kernel

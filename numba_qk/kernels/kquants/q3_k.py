@@ -55,7 +55,7 @@ from numba_qk.kernels.kquants.drive import kernels_for, register
 from numba_qk.kernels.simd.kquants import q3_k_acts_x8, q3_k_q8_k_value, q3_k_rows_x8
 from numba_qk.formats.kquants import q3_k as _FMT
 from numba_qk.kernels._bits import f16_to_f32, load_u16
-from numba_qk.kernels.kquants.common import X_DS_AT, f16_at, first_nonfinite_block, store_f16, x_ds, x_q
+from numba_qk.kernels.kquants.common import f16_at, pack_2bit, portable_dot_for, quantizer_for, qx_sums, record_value_d, signed_absmax, store_f16, transpose_in, transpose_out, x_q
 from numba_qk.kernels.kquants.q4_k_encode import nearest_int
 from numba_qk.kernels.kquants.encode_lanes import ENCODE_LANES, Q3_SCR_ROWS, q3_lanes, requant_lanes
 
@@ -163,30 +163,13 @@ def dequantize_q3_k(records, out):
 def make_q3_quants_rmse(x, off, n, nmax, L, loff):
     """ggml's ``make_q3_quants(n, nmax, x + off, L + loff, do_rmse=true)``: writes ``l + nmax``
     (or 0 for an all-zero group) into ``L[loff:loff+n]`` and returns the scale (f32)."""
-    mx = np.float32(0.0)
-    amax = np.float32(0.0)
-    for i in range(n):
-        xi = np.float32(x[off + i])
-        ax = abs(xi)
-        if ax > amax:
-            amax = ax
-            mx = xi
+    amax, mx = signed_absmax(x, off, n)
     if amax < _GROUP_MAX_EPS:  # all zero
         for i in range(n):
             L[loff + i] = 0
         return np.float32(0.0)
     iscale = np.float32(np.float32(-np.float32(nmax)) / mx)   # -nmax / max
-    sumlx = np.float32(0.0)
-    suml2 = np.float32(0.0)
-    for i in range(n):
-        xi = np.float32(x[off + i])
-        l = nearest_int(np.float32(iscale * xi))
-        l = max(-nmax, min(nmax - 1, l))
-        L[loff + i] = l
-        w = np.float32(xi * xi)
-        fl = np.float32(l)
-        sumlx = np.float32(sumlx + np.float32(np.float32(w * xi) * fl))   # w*x[i]*l
-        suml2 = np.float32(suml2 + np.float32(np.float32(w * fl) * fl))   # w*l*l
+    sumlx, suml2 = qx_sums(x, off, n, nmax, iscale, L, loff, 0, True)
     for itry in range(5):
         n_changed = 0
         for i in range(n):
@@ -217,29 +200,28 @@ def make_q3_quants_rmse(x, off, n, nmax, L, loff):
 
 
 @kernel
-def quantize_block_q3_k(values, b, out, L, scales, lanes):
-    """One finite block ``values[b]`` into record ``out[b]``; ``L`` (int32 [256]), ``scales``
-    (f32 [16]) and ``lanes`` (``(xt, Lt, scr, dd)``) are scratch."""
+def q3_k_scratch():
+    """Scratch of ``quantize_block_q3_k``: ``L`` int32 [256], ``scales`` f32 [16] and the lanes'
+    ``(xt, Lt, scr, dd)``."""
+    return (np.zeros(256, np.int32), np.empty(16, np.float32),
+            (np.zeros((16, 16), np.float32), np.zeros((16, 16), np.int32),
+             np.zeros((Q3_SCR_ROWS, 16), np.float32), np.zeros((2, 16), np.float32)))
+
+
+@kernel
+def quantize_block_q3_k(values, b, out, work):
+    """One finite block ``values[b]`` into record ``out[b]`` (``work = q3_k_scratch()``)."""
+    L, scales, lanes = work
     x = values[b]
     xt, Lt, scr, dd = lanes
-    for j in range(16):
-        for i in range(16):
-            xt[i, j] = x[16 * j + i]
+    transpose_in(x, xt, 16, 16)
     if ENCODE_LANES:  # the 16 sub-blocks' searches side by side (same bits)
         q3_lanes(xt, 16, 16, 4, Lt, scales, scr)
     else:
         for j in range(16):
             scales[j] = make_q3_quants_rmse(x, 16 * j, 16, 4, L, 16 * j)
-            for i in range(16):
-                Lt[i, j] = L[16 * j + i]
-    max_scale = np.float32(0.0)
-    amax = np.float32(0.0)
-    for j in range(16):
-        s = scales[j]
-        a = abs(s)
-        if a > amax:
-            amax = a
-            max_scale = s
+        transpose_in(L, Lt, 16, 16)
+    amax, max_scale = signed_absmax(scales, 0, 16)
     for k in range(12):
         out[b, _SC_AT + k] = 0
     if max_scale != np.float32(0.0):
@@ -259,9 +241,7 @@ def quantize_block_q3_k(values, b, out, L, scales, lanes):
         dd[1, j] = np.float32(d_all * np.float32(_scale_at(out, b, j) - _SC_OFF))
         dd[0, j] = np.float32(-0.0)  # x + -0.0 == x: plain x / d
     requant_lanes(xt, dd[0], dd[1], -4, 3, 4, Lt, 16, 16)
-    for j in range(16):
-        for i in range(16):
-            L[16 * j + i] = Lt[i, j]
+    transpose_out(Lt, L, 16, 16)
     for l in range(32):  # high bit of element i = 32k + l -> bit k of hmask byte l
         m = np.int32(0)
         for k in range(8):
@@ -269,29 +249,10 @@ def quantize_block_q3_k(values, b, out, L, scales, lanes):
             m |= h << k
             L[32 * k + l] -= 4 * h
         out[b, _HM_AT + l] = np.uint8(m)
-    for c in range(2):
-        for l in range(32):
-            i = 128 * c + l
-            out[b, _QL_AT + 32 * c + l] = np.uint8(L[i] | (L[i + 32] << 2) | (L[i + 64] << 4)
-                                                   | (L[i + 96] << 6))
+    pack_2bit(out, b, _QL_AT, L)
 
 
-@kernel
-def quantize_q3_k(values, out):
-    """ggml's ``quantize_row_q3_K_ref`` for f32 ``[G, 256]`` into ``out`` ``[G, 110]``.
-
-    Returns -1, or the first block holding a non-finite value (nothing written then).
-    """
-    bad = first_nonfinite_block(values)
-    if bad >= 0:
-        return bad
-    L = np.zeros(256, np.int32)
-    scales = np.empty(16, np.float32)
-    lanes = (np.zeros((16, 16), np.float32), np.zeros((16, 16), np.int32),
-             np.zeros((Q3_SCR_ROWS, 16), np.float32), np.zeros((2, 16), np.float32))
-    for b in range(values.shape[0]):
-        quantize_block_q3_k(values, b, out, L, scales, lanes)
-    return -1
+quantize_q3_k = quantizer_for(_FMT, block=quantize_block_q3_k, scratch=q3_k_scratch)
 
 
 # ---- record dot against Q8_K ----------------------------------------------------------------
@@ -312,20 +273,10 @@ def record_sums_q3_k_q8_k(w, bw, x, bx):
 @kernel
 def record_value_q3_k_q8_k(w, bw, x, bx):
     """``v`` for records ``w[bw]`` (Q3_K) and ``x[bx]`` (Q8_K): the portable definition."""
-    s = record_sums_q3_k_q8_k(w, bw, x, bx)
-    p = np.float32(f16_at(w, bw, _D_AT) * np.float32(s))   # R32(f32(d) * f32(S))
-    return np.float32(x_ds(x, bx) * p)                      # v = R32(ds * p)
+    return record_value_d(w, bw, _D_AT, record_sums_q3_k_q8_k(w, bw, x, bx), x, bx)
 
 
-@kernel
-def dot_q3_k_q8_k_portable(w, x):
-    """The dot through the portable record definition (tests compare the fast paths with it)."""
-    if w.shape[0] == 0:
-        return np.float32(0.0)
-    acc = record_value_q3_k_q8_k(w, 0, x, 0)
-    for b in range(1, w.shape[0]):
-        acc = np.float32(acc + record_value_q3_k_q8_k(w, b, x, b))
-    return acc
+dot_q3_k_q8_k_portable = portable_dot_for(_FMT, value=record_value_q3_k_q8_k)
 
 
 @kernel

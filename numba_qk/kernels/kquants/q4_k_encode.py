@@ -20,11 +20,11 @@ minus 2**22 -- round half to even for |f| < 2**22, ggml's own garbage beyond (re
 
 import numpy as np
 
-from numba_qk._jit import kernel
-from numba_qk.kernels._bits import f16_to_f32
+from numba_qk._jit import inline_kernel, kernel
 from numba_qk.formats import quant
-from numba_qk.kernels.kquants.encode_lanes import ENCODE_LANES, lane_scratch, qkx2_lanes, requant_lanes
-from numba_qk.kernels._round import f32_to_f16_bits, nearest_int
+from numba_qk.kernels.kquants.common import av_weights_in, k4_encode_scales, quantizer_for, transpose_out
+from numba_qk.kernels.kquants.encode_lanes import ENCODE_LANES, lane_scratch, qkx2_fit, qkx2_lanes, requant_lanes
+from numba_qk.kernels._round import nearest_int
 
 # Byte offsets of the Q4_K fields, from the schema.
 _D_AT = quant.q4_k.field("d").start
@@ -45,6 +45,13 @@ def _qkx2_err(diff, use_mad):
     if use_mad:
         return abs(diff)
     return np.float32(diff * diff)
+
+
+@inline_kernel
+def _qkx2_quant(iscale, xi, mn, nmax):
+    """ggml: ``l = nearest_int(iscale*(x[i] - min)); L[i] = MAX(0, MIN(nmax, l))``."""
+    l = nearest_int(np.float32(iscale * np.float32(xi - mn)))
+    return max(0, min(nmax, l))
 
 
 @kernel
@@ -75,8 +82,7 @@ def make_qkx2_quants_mad(x, off, n, nmax, weights, L, Laux, rmin, rdelta, nstep,
     best_error = np.float32(0.0)
     for i in range(n):
         xi = np.float32(x[off + i])
-        l = nearest_int(np.float32(iscale * np.float32(xi - mn)))
-        l = max(0, min(nmax, l))
+        l = _qkx2_quant(iscale, xi, mn, nmax)
         L[i] = l
         diff = np.float32(np.float32(np.float32(scale * np.float32(l)) + mn) - xi)
         diff = _qkx2_err(diff, use_mad)
@@ -91,23 +97,15 @@ def make_qkx2_quants_mad(x, off, n, nmax, weights, L, Laux, rmin, rdelta, nstep,
         sum_xl = np.float32(0.0)
         for i in range(n):
             xi = np.float32(x[off + i])
-            l = nearest_int(np.float32(iscale * np.float32(xi - mn)))
-            l = max(0, min(nmax, l))
+            l = _qkx2_quant(iscale, xi, mn, nmax)
             Laux[i] = l
             w = np.float32(weights[i])
             fl = np.float32(l)
             sum_l = np.float32(sum_l + np.float32(w * fl))
             sum_l2 = np.float32(sum_l2 + np.float32(np.float32(w * fl) * fl))
             sum_xl = np.float32(sum_xl + np.float32(np.float32(w * fl) * xi))
-        D = np.float32(np.float32(sum_w * sum_l2) - np.float32(sum_l * sum_l))
+        D, this_scale, this_min = qkx2_fit(sum_w, sum_x, sum_l, sum_l2, sum_xl)
         if D > np.float32(0.0):
-            this_scale = np.float32(np.float32(np.float32(sum_w * sum_xl)
-                                               - np.float32(sum_x * sum_l)) / D)
-            this_min = np.float32(np.float32(np.float32(sum_l2 * sum_x)
-                                             - np.float32(sum_l * sum_xl)) / D)
-            if this_min > np.float32(0.0):
-                this_min = np.float32(0.0)
-                this_scale = np.float32(sum_xl / sum_l2)
             cur_error = np.float32(0.0)
             for i in range(n):
                 diff = np.float32(np.float32(np.float32(this_scale * np.float32(Laux[i]))
@@ -123,98 +121,58 @@ def make_qkx2_quants_mad(x, off, n, nmax, weights, L, Laux, rmin, rdelta, nstep,
     return scale, np.float32(-mn)
 
 
-@kernel
-def _quantize_block_q4_k(values, b, out, L, scales, mins, lanes):
-    x = values[b]
+@inline_kernel
+def qkx2_search(x, n, nl, nmax, rmin, rdelta, nstep, use_mad, lanes, scales, mins):
+    """ggml's ``make_qkx2_quants`` on the ``nl`` sub-blocks of ``n`` of block ``x`` (Q2_K, Q4_K,
+    Q5_K), transposed in ``lanes = lanes_scratch(n, nl)`` with their weights: quants into its
+    ``Lt``, ``scales[j]``/``mins[j]``.  The lanes side by side where ``ENCODE_LANES``, else one
+    :func:`make_qkx2_quants_mad` call per sub-block (same bits)."""
     xt, wt, Lt, scr, laux, weights, sub, Laux, dd = lanes
-    for j in range(8):  # ggml's weights: av_x + |x_i|, av_x = sqrtf(sum x^2 / 32) per sub-block
-        sum_x2 = np.float32(0.0)
-        for l in range(32):
-            xv = np.float32(x[32 * j + l])
-            sum_x2 = np.float32(sum_x2 + np.float32(xv * xv))
-        av_x = np.float32(np.sqrt(np.float32(sum_x2 / np.float32(32.0))))
-        for l in range(32):
-            xv = np.float32(x[32 * j + l])
-            xt[l, j] = xv
-            wt[l, j] = np.float32(av_x + abs(xv))
-    if ENCODE_LANES:  # the 8 sub-blocks' searches side by side (same bits)
-        qkx2_lanes(xt, wt, 32, 8, 15, np.float32(-1.0), np.float32(0.1), 20, False, Lt,
-                   scales, mins, scr, laux)
+    if ENCODE_LANES:  # the sub-blocks' searches side by side (same bits)
+        qkx2_lanes(xt, wt, n, nl, nmax, rmin, rdelta, nstep, use_mad, Lt, scales, mins, scr, laux)
     else:
-        for j in range(8):
-            for l in range(32):
+        for j in range(nl):
+            for l in range(n):
                 weights[l] = wt[l, j]
-            sc, mn = make_qkx2_quants(x, 32 * j, 32, 15, weights, sub, Laux, np.float32(-1.0),
-                                      np.float32(0.1), 20)
-            for l in range(32):
+            sc, mn = make_qkx2_quants_mad(x, n * j, n, nmax, weights, sub, Laux, rmin, rdelta,
+                                          nstep, use_mad)
+            for l in range(n):
                 Lt[l, j] = sub[l]
             scales[j] = sc
             mins[j] = mn
-    max_scale = np.float32(0.0)
-    max_min = np.float32(0.0)
-    for j in range(8):
-        if scales[j] > max_scale:
-            max_scale = scales[j]
-        if mins[j] > max_min:
-            max_min = mins[j]
-    inv_scale = np.float32(np.float32(63.0) / max_scale) if max_scale > 0 else np.float32(0.0)
-    inv_min = np.float32(np.float32(63.0) / max_min) if max_min > 0 else np.float32(0.0)
-    for k in range(_SC_AT, _QS_AT):
-        out[b, k] = 0
-    for j in range(8):
-        ls = min(63, nearest_int(np.float32(inv_scale * scales[j])) & 0xFF)  # uint8_t, MIN
-        lm = min(63, nearest_int(np.float32(inv_min * mins[j])) & 0xFF)
-        if j < 4:
-            out[b, _SC_AT + j] = np.uint8(ls)
-            out[b, _SC_AT + j + 4] = np.uint8(lm)
-        else:
-            out[b, _SC_AT + j + 4] = np.uint8((ls & 0xF) | ((lm & 0xF) << 4))
-            out[b, _SC_AT + j - 4] |= np.uint8((ls >> 4) << 6)
-            out[b, _SC_AT + j] |= np.uint8((lm >> 4) << 6)
-    hd = f32_to_f16_bits(np.float32(max_scale / np.float32(63.0)))
-    hm = f32_to_f16_bits(np.float32(max_min / np.float32(63.0)))
-    out[b, _D_AT] = np.uint8(hd & np.uint16(0xFF))
-    out[b, _D_AT + 1] = np.uint8(hd >> np.uint16(8))
-    out[b, _DMIN_AT] = np.uint8(hm & np.uint16(0xFF))
-    out[b, _DMIN_AT + 1] = np.uint8(hm >> np.uint16(8))
-    d_all = f16_to_f32(hd)
-    dmin_all = f16_to_f32(hm)
-    for j in range(8):
-        if j < 4:
-            sc = np.int32(out[b, _SC_AT + j] & 63)
-            m = np.int32(out[b, _SC_AT + 4 + j] & 63)
-        else:
-            sc = np.int32((out[b, _SC_AT + 4 + j] & 0xF) | ((out[b, _SC_AT + j - 4] >> 6) << 4))
-            m = np.int32((out[b, _SC_AT + 4 + j] >> 4) | ((out[b, _SC_AT + j] >> 6) << 4))
-        dd[1, j] = np.float32(d_all * np.float32(sc))     # C: if (!d) continue; (lanes keep L)
-        dd[0, j] = np.float32(dmin_all * np.float32(m))
+
+
+@kernel
+def qkx2_scratch(n, nl):
+    """Scratch of a block encoder built on :func:`qkx2_search` (``nl`` sub-blocks of ``n``):
+    ``L`` int32 [n * nl], ``scales``/``mins`` f32 [nl], ``lanes_scratch(n, nl)``."""
+    return (np.zeros(n * nl, np.int32), np.empty(nl, np.float32), np.empty(nl, np.float32),
+            lanes_scratch(n, nl))
+
+
+@kernel
+def k4_scratch():
+    """Scratch of the Q4_K/Q5_K block encoders (8 sub-blocks of 32)."""
+    return qkx2_scratch(32, 8)
+
+
+@kernel
+def quantize_block_q4_k(values, b, out, work):
+    """One finite block ``values[b]`` into record ``out[b]`` (``work = k4_scratch()``)."""
+    L, scales, mins, lanes = work
+    x = values[b]
+    xt, wt, Lt, scr, laux, weights, sub, Laux, dd = lanes
+    av_weights_in(x, xt, wt, 32, 8)  # ggml's weights: av_x + |x_i|, av_x = sqrtf(sum x^2 / 32)
+    qkx2_search(x, 32, 8, 15, np.float32(-1.0), np.float32(0.1), 20, False, lanes, scales, mins)
+    k4_encode_scales(out, b, _SC_AT, _D_AT, _DMIN_AT, scales, mins, dd)
     requant_lanes(xt, dd[0], dd[1], 0, 15, 0, Lt, 32, 8)  # nearest_int((x + dm)/d), 0..15
-    for j in range(8):
-        for l in range(32):
-            L[32 * j + l] = Lt[l, j]
+    transpose_out(Lt, L, 32, 8)
     for j in range(4):
         for l in range(32):
             out[b, _QS_AT + 32 * j + l] = np.uint8(L[64 * j + l] | (L[64 * j + l + 32] << 4))
 
 
-@kernel
-def quantize_q4_k(values, out):
-    """ggml's quantize_row_q4_K_ref for f32 ``[G, 256]`` into ``out`` ``[G, 144]``.
-
-    Returns -1, or the first block holding a non-finite value (nothing written then).
-    """
-    for b in range(values.shape[0]):
-        for i in range(values.shape[1]):
-            v = np.float32(values[b, i])
-            if (v - v) != np.float32(0.0):
-                return b
-    L = np.zeros(256, np.int32)
-    scales = np.empty(8, np.float32)
-    mins = np.empty(8, np.float32)
-    lanes = lanes_scratch(32, 8)
-    for b in range(values.shape[0]):
-        _quantize_block_q4_k(values, b, out, L, scales, mins, lanes)
-    return -1
+quantize_q4_k = quantizer_for(quant.q4_k, block=quantize_block_q4_k, scratch=k4_scratch)
 
 
 @kernel

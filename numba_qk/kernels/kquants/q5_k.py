@@ -46,9 +46,8 @@ from numba_qk.kernels.kquants.drive import kernels_for, register
 from numba_qk.kernels.simd.kquants import q5_k_acts_x8, q5_k_q8_k_value, q5_k_rows_x8
 from numba_qk.formats.kquants import q5_k as _FMT
 from numba_qk.kernels._bits import f16_to_f32, load_u16
-from numba_qk.kernels.kquants.common import X_DS_AT, X_Q_AT, f16_at, first_nonfinite_block, k4_pack_scale_min, k4_scale_min, store_f16, x_bsum, x_ds, x_q
-from numba_qk.kernels.kquants.q4_k_encode import make_qkx2_quants, nearest_int
-from numba_qk.kernels.kquants.q4_k_encode import ENCODE_LANES, lanes_scratch, qkx2_lanes, requant_lanes
+from numba_qk.kernels.kquants.common import X_Q_AT, av_weights_in, f16_at, portable_dot_for, quantizer_for, k4_encode_scales, k4_scale_min, record_value_d_dmin, transpose_out, x_bsum, x_q
+from numba_qk.kernels.kquants.q4_k_encode import k4_scratch, qkx2_search, requant_lanes
 
 Q5_K_RECORD_BYTES = _FMT.block_bytes
 Q5_K_BLOCK = _FMT.block_size
@@ -140,59 +139,16 @@ def dequantize_q5_k(records, out):
 # ---- quantize (ggml quantize_row_q5_K_ref) --------------------------------------------------
 
 @kernel
-def quantize_block_q5_k(values, b, out, L, scales, mins, lanes):
-    """One finite block ``values[b]`` into record ``out[b]``; the rest are scratch arrays:
-    ``L`` int32 [256], ``scales``/``mins`` f32 [8], ``lanes = lanes_scratch(32, 8)``."""
+def quantize_block_q5_k(values, b, out, work):
+    """One finite block ``values[b]`` into record ``out[b]`` (``work = k4_scratch()``)."""
+    L, scales, mins, lanes = work
     x = values[b]
     xt, wt, Lt, scr, laux, weights, sub, Laux, dd = lanes
-    for j in range(8):  # weights av_x + |x_i|, av_x = sqrtf(sum x^2 / 32) per sub-block
-        sum_x2 = np.float32(0.0)
-        for l in range(32):
-            xv = np.float32(x[32 * j + l])
-            sum_x2 = np.float32(sum_x2 + np.float32(xv * xv))
-        av_x = np.float32(np.sqrt(np.float32(sum_x2 / np.float32(32.0))))
-        for l in range(32):
-            xv = np.float32(x[32 * j + l])
-            xt[l, j] = xv
-            wt[l, j] = np.float32(av_x + abs(xv))
-    if ENCODE_LANES:  # the 8 sub-blocks' searches side by side (same bits)
-        qkx2_lanes(xt, wt, 32, 8, 31, np.float32(-0.5), np.float32(0.1), 15, False, Lt,
-                   scales, mins, scr, laux)
-    else:
-        for j in range(8):
-            for l in range(32):
-                weights[l] = wt[l, j]
-            sc, mn = make_qkx2_quants(x, 32 * j, 32, 31, weights, sub, Laux, np.float32(-0.5),
-                                      np.float32(0.1), 15)
-            for l in range(32):
-                Lt[l, j] = sub[l]
-            scales[j] = sc
-            mins[j] = mn
-    max_scale = np.float32(0.0)
-    max_min = np.float32(0.0)
-    for j in range(8):
-        if scales[j] > max_scale:
-            max_scale = scales[j]
-        if mins[j] > max_min:
-            max_min = mins[j]
-    inv_scale = np.float32(np.float32(63.0) / max_scale) if max_scale > 0 else np.float32(0.0)
-    inv_min = np.float32(np.float32(63.0) / max_min) if max_min > 0 else np.float32(0.0)
-    for k in range(12):
-        out[b, _SC_AT + k] = 0
-    for j in range(8):
-        ls = min(63, nearest_int(np.float32(inv_scale * scales[j])) & 0xFF)  # uint8_t, MIN
-        lm = min(63, nearest_int(np.float32(inv_min * mins[j])) & 0xFF)
-        k4_pack_scale_min(out, b, _SC_AT, j, ls, lm)
-    d_all = store_f16(out, b, _D_AT, np.float32(max_scale / np.float32(63.0)))
-    dmin_all = store_f16(out, b, _DMIN_AT, np.float32(max_min / np.float32(63.0)))
-    for j in range(8):
-        sc, m = k4_scale_min(out, b, _SC_AT, j)
-        dd[1, j] = np.float32(d_all * np.float32(sc))     # C: if (!d) continue; (lanes keep L)
-        dd[0, j] = np.float32(dmin_all * np.float32(m))
+    av_weights_in(x, xt, wt, 32, 8)  # weights av_x + |x_i|, av_x = sqrtf(sum x^2 / 32)
+    qkx2_search(x, 32, 8, 31, np.float32(-0.5), np.float32(0.1), 15, False, lanes, scales, mins)
+    k4_encode_scales(out, b, _SC_AT, _D_AT, _DMIN_AT, scales, mins, dd)
     requant_lanes(xt, dd[0], dd[1], 0, 31, 0, Lt, 32, 8)  # nearest_int((x + dm)/d), 0..31
-    for j in range(8):
-        for l in range(32):
-            L[32 * j + l] = Lt[l, j]
+    transpose_out(Lt, L, 32, 8)
     for l in range(32):  # bit 4 of L[64p + l] -> qh bit 2p, of L[64p + 32 + l] -> bit 2p + 1
         qh = np.int32(0)
         for p in range(4):
@@ -203,22 +159,7 @@ def quantize_block_q5_k(values, b, out, L, scales, mins, lanes):
         out[b, _QH_AT + l] = np.uint8(qh)
 
 
-@kernel
-def quantize_q5_k(values, out):
-    """ggml's ``quantize_row_q5_K_ref`` for f32 ``[G, 256]`` into ``out`` ``[G, 176]``.
-
-    Returns -1, or the first block holding a non-finite value (nothing written then).
-    """
-    bad = first_nonfinite_block(values)
-    if bad >= 0:
-        return bad
-    L = np.zeros(256, np.int32)
-    scales = np.empty(8, np.float32)
-    mins = np.empty(8, np.float32)
-    lanes = lanes_scratch(32, 8)
-    for b in range(values.shape[0]):
-        quantize_block_q5_k(values, b, out, L, scales, mins, lanes)
-    return -1
+quantize_q5_k = quantizer_for(_FMT, block=quantize_block_q5_k, scratch=k4_scratch)
 
 
 # ---- record dot against Q8_K ----------------------------------------------------------------
@@ -251,10 +192,7 @@ def record_sums_q5_k_q8_k(w, bw, x, bx):
 def record_value_q5_k_q8_k(w, bw, x, bx):
     """``v`` for records ``w[bw]`` (Q5_K) and ``x[bx]`` (Q8_K): the portable definition."""
     s_b, t_b = record_sums_q5_k_q8_k(w, bw, x, bx)
-    p = np.float32(f16_at(w, bw, _D_AT) * np.float32(s_b))      # R32(f32(d) * f32(S))
-    n = np.float32(f16_at(w, bw, _DMIN_AT) * np.float32(t_b))   # R32(f32(dmin) * f32(T))
-    diff = np.float32(p - n)                                     # R32(p - n)
-    return np.float32(x_ds(x, bx) * diff)                        # v = R32(ds * (p - n))
+    return record_value_d_dmin(w, bw, _D_AT, _DMIN_AT, s_b, t_b, x, bx)
 
 
 # ---- fast path: unpack a record's 256 quants once, then integer dots (as kernels/kquants/q6_k.py) ----
@@ -291,32 +229,17 @@ def q5_k_unpacked_sums(w, bw, qbuf, x, bx):
 
 
 @kernel
-def _value(w, bw, s_b, t_b, x, bx):
-    p = np.float32(f16_at(w, bw, _D_AT) * np.float32(s_b))
-    n = np.float32(f16_at(w, bw, _DMIN_AT) * np.float32(t_b))
-    return np.float32(x_ds(x, bx) * np.float32(p - n))
-
-
-@kernel
 def _dot_buf(w, x, qbuf):  # unpack-once loop
     acc = np.float32(0.0)
     for b in range(w.shape[0]):
         q5_k_unpack(w, b, qbuf)
         s_b, t_b = q5_k_unpacked_sums(w, b, qbuf, x, b)
-        v = _value(w, b, s_b, t_b, x, b)
+        v = record_value_d_dmin(w, b, _D_AT, _DMIN_AT, s_b, t_b, x, b)
         acc = v if b == 0 else np.float32(acc + v)
     return acc
 
 
-@kernel
-def dot_q5_k_q8_k_portable(w, x):
-    """The dot through the portable record definition (tests compare the fast paths with it)."""
-    if w.shape[0] == 0:
-        return np.float32(0.0)
-    acc = record_value_q5_k_q8_k(w, 0, x, 0)
-    for b in range(1, w.shape[0]):
-        acc = np.float32(acc + record_value_q5_k_q8_k(w, b, x, b))
-    return acc
+dot_q5_k_q8_k_portable = portable_dot_for(_FMT, value=record_value_q5_k_q8_k)
 
 
 @kernel

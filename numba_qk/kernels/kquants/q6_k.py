@@ -56,7 +56,7 @@ import numpy as np
 from numba_qk._jit import kernel
 from numba_qk.formats.kquants import q6_k as _FMT
 from numba_qk.kernels._bits import f16_to_f32, load_u16
-from numba_qk.kernels.kquants.common import X_DS_AT, X_Q_AT, f16_at, first_nonfinite_block, store_f16, x_ds, x_q
+from numba_qk.kernels.kquants.common import X_Q_AT, f16_at, portable_dot_for, quantizer_for, qx_sums, record_value_d, signed_absmax, store_f16, transpose_in, transpose_out, x_q
 from numba_qk.kernels.kquants.drive import kernels_for, register
 from numba_qk.kernels.simd.kquants import q6_k_acts_x8, q6_k_q8_k_value, q6_k_rows_x8
 from numba_qk.kernels.kquants.q4_k_encode import nearest_int
@@ -160,31 +160,14 @@ def dequantize_q6_k(records, out):
 def make_qx_quants_rmse1(x, off, n, nmax, L, loff):
     """ggml's ``make_qx_quants(n, nmax, x + off, L + loff, rmse_type=1, qw=NULL)``: writes
     ``l + nmax`` into ``L[loff:loff+n]`` and returns the scale (f32)."""
-    mx = np.float32(0.0)
-    amax = np.float32(0.0)
-    for i in range(n):
-        xi = np.float32(x[off + i])
-        ax = abs(xi)
-        if ax > amax:
-            amax = ax
-            mx = xi
+    amax, mx = signed_absmax(x, off, n)
     if amax < _GROUP_MAX_EPS:  # all zero
         for i in range(n):
             L[loff + i] = 0
         return np.float32(0.0)
     fnmax = np.float32(nmax)
     iscale = np.float32(np.float32(-fnmax) / mx)           # -nmax / max
-    sumlx = np.float32(0.0)
-    suml2 = np.float32(0.0)
-    for i in range(n):
-        xi = np.float32(x[off + i])
-        l = nearest_int(np.float32(iscale * xi))
-        l = max(-nmax, min(nmax - 1, l))
-        L[loff + i] = l + nmax
-        w = np.float32(xi * xi)                             # rmse_type 1: w = x*x
-        fl = np.float32(l)
-        sumlx = np.float32(sumlx + np.float32(np.float32(w * xi) * fl))   # w*x[i]*l
-        suml2 = np.float32(suml2 + np.float32(np.float32(w * fl) * fl))   # w*l*l
+    sumlx, suml2 = qx_sums(x, off, n, nmax, iscale, L, loff, nmax, True)  # rmse_type 1: w = x*x
     scale = np.float32(sumlx / suml2) if suml2 != np.float32(0.0) else np.float32(0.0)
     best = np.float32(scale * sumlx)
     for is_ in range(-9, 10):
@@ -192,16 +175,7 @@ def make_qx_quants_rmse1(x, off, n, nmax, L, loff):
             continue
         iscale = np.float32(np.float32(-np.float32(
             fnmax + np.float32(np.float32(0.1) * np.float32(is_)))) / mx)  # -(nmax + 0.1f*is)/max
-        sumlx = np.float32(0.0)
-        suml2 = np.float32(0.0)
-        for i in range(n):
-            xi = np.float32(x[off + i])
-            l = nearest_int(np.float32(iscale * xi))
-            l = max(-nmax, min(nmax - 1, l))
-            w = np.float32(xi * xi)
-            fl = np.float32(l)
-            sumlx = np.float32(sumlx + np.float32(np.float32(w * xi) * fl))
-            suml2 = np.float32(suml2 + np.float32(np.float32(w * fl) * fl))
+        sumlx, suml2 = qx_sums(x, off, n, nmax, iscale, L, loff, nmax, False)
         if suml2 > np.float32(0.0) and np.float32(sumlx * sumlx) > np.float32(best * suml2):
             for i in range(n):
                 l = nearest_int(np.float32(iscale * np.float32(x[off + i])))
@@ -212,29 +186,29 @@ def make_qx_quants_rmse1(x, off, n, nmax, L, loff):
 
 
 @kernel
-def quantize_block_q6_k(values, b, out, L, scales, lanes):
-    """One block ``values[b]`` into record ``out[b]``; ``L`` (int32 [256]), ``scales``
-    (f32 [16]) and ``lanes`` (``(xt, Lt, scr, dd)``) are scratch.  The block must be finite."""
+def q6_k_scratch():
+    """Scratch of ``quantize_block_q6_k``: ``L`` int32 [256], ``scales`` f32 [16] and the lanes'
+    ``(xt, Lt, scr, dd)``."""
+    return (np.zeros(256, np.int32), np.empty(16, np.float32),
+            (np.zeros((16, 16), np.float32), np.zeros((16, 16), np.int32),
+             np.zeros((QX_SCR_ROWS, 16), np.float32), np.zeros((2, 16), np.float32)))
+
+
+@kernel
+def quantize_block_q6_k(values, b, out, work):
+    """One block ``values[b]`` into record ``out[b]`` (``work = q6_k_scratch()``).  The block
+    must be finite."""
+    L, scales, lanes = work
     x = values[b]
     xt, Lt, scr, dd = lanes
-    for ib in range(16):
-        for i in range(16):
-            xt[i, ib] = x[16 * ib + i]
+    transpose_in(x, xt, 16, 16)
     if ENCODE_LANES:  # the 16 sub-blocks' searches side by side (same bits)
         qx_lanes(xt, 16, 16, 32, Lt, scales, scr)
     else:
         for ib in range(16):
             scales[ib] = make_qx_quants_rmse1(x, 16 * ib, 16, 32, L, 16 * ib)
-            for i in range(16):
-                Lt[i, ib] = L[16 * ib + i]
-    max_scale = np.float32(0.0)
-    max_abs_scale = np.float32(0.0)
-    for ib in range(16):
-        scale = scales[ib]
-        abs_scale = abs(scale)
-        if abs_scale > max_abs_scale:
-            max_abs_scale = abs_scale
-            max_scale = scale
+        transpose_in(L, Lt, 16, 16)
+    max_abs_scale, max_scale = signed_absmax(scales, 0, 16)
     if max_abs_scale < _GROUP_MAX_EPS:  # memset(0) and d = fp16(0.0f): all zero bytes
         for k in range(Q6_K_RECORD_BYTES):
             out[b, k] = 0
@@ -248,9 +222,7 @@ def quantize_block_q6_k(values, b, out, L, scales, lanes):
         dd[1, j] = np.float32(d_all * np.float32(np.int8(out[b, _SC_AT + j])))
         dd[0, j] = np.float32(-0.0)  # x + -0.0 == x: plain x / d
     requant_lanes(xt, dd[0], dd[1], -32, 31, 32, Lt, 16, 16)
-    for j in range(16):
-        for i in range(16):
-            L[16 * j + i] = Lt[i, j]
+    transpose_out(Lt, L, 16, 16)
     for c in range(2):
         for l in range(32):
             i = 128 * c + l
@@ -261,22 +233,7 @@ def quantize_block_q6_k(values, b, out, L, scales, lanes):
                                                    | (((L[i + 96] >> 4) & 3) << 6))
 
 
-@kernel
-def quantize_q6_k(values, out):
-    """ggml's ``quantize_row_q6_K_ref`` for f32 ``[G, 256]`` into ``out`` ``[G, 210]``.
-
-    Returns -1, or the first block holding a non-finite value (nothing written then).
-    """
-    bad = first_nonfinite_block(values)
-    if bad >= 0:
-        return bad
-    L = np.zeros(256, np.int32)
-    scales = np.empty(16, np.float32)
-    lanes = (np.zeros((16, 16), np.float32), np.zeros((16, 16), np.int32),
-             np.zeros((QX_SCR_ROWS, 16), np.float32), np.zeros((2, 16), np.float32))
-    for b in range(values.shape[0]):
-        quantize_block_q6_k(values, b, out, L, scales, lanes)
-    return -1
+quantize_q6_k = quantizer_for(_FMT, block=quantize_block_q6_k, scratch=q6_k_scratch)
 
 
 # ---- record dot against Q8_K ----------------------------------------------------------------
@@ -304,9 +261,7 @@ def record_sums_q6_k_q8_k(w, bw, x, bx):
 @kernel
 def record_value_q6_k_q8_k(w, bw, x, bx):
     """``v`` for records ``w[bw]`` (Q6_K) and ``x[bx]`` (Q8_K): the portable definition."""
-    s = record_sums_q6_k_q8_k(w, bw, x, bx)
-    p = np.float32(f16_at(w, bw, _D_AT) * np.float32(s))   # R32(f32(d) * f32(S))
-    return np.float32(x_ds(x, bx) * p)                      # v = R32(ds * p)
+    return record_value_d(w, bw, _D_AT, record_sums_q6_k_q8_k(w, bw, x, bx), x, bx)
 
 
 # ---- fast path: unpack a record's 256 signed quants once, then integer dots -----------------
@@ -347,12 +302,6 @@ def q6_k_unpacked_sums(w, bw, qbuf, x, bx):
 
 
 @kernel
-def _value(w, bw, s, x, bx):
-    p = np.float32(f16_at(w, bw, _D_AT) * np.float32(s))   # R32(f32(d) * f32(S))
-    return np.float32(x_ds(x, bx) * p)                      # v = R32(ds * p)
-
-
-@kernel
 def _sums_unpacked(w, bw, qbuf, x, bx):
     q6_k_unpack_signed(w, bw, qbuf)
     return q6_k_unpacked_sums(w, bw, qbuf, x, bx)
@@ -362,20 +311,12 @@ def _sums_unpacked(w, bw, qbuf, x, bx):
 def _dot_buf(w, x, qbuf):
     acc = np.float32(0.0)
     for b in range(w.shape[0]):
-        v = _value(w, b, _sums_unpacked(w, b, qbuf, x, b), x, b)
+        v = record_value_d(w, b, _D_AT, _sums_unpacked(w, b, qbuf, x, b), x, b)
         acc = v if b == 0 else np.float32(acc + v)
     return acc
 
 
-@kernel
-def dot_q6_k_q8_k_portable(w, x):
-    """``dot_q6_k_q8_k`` through the portable record definition (tests compare the two)."""
-    if w.shape[0] == 0:
-        return np.float32(0.0)
-    acc = record_value_q6_k_q8_k(w, 0, x, 0)
-    for b in range(1, w.shape[0]):
-        acc = np.float32(acc + record_value_q6_k_q8_k(w, b, x, b))
-    return acc
+dot_q6_k_q8_k_portable = portable_dot_for(_FMT, value=record_value_q6_k_q8_k)
 
 
 @kernel

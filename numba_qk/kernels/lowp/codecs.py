@@ -52,7 +52,10 @@ from numba.extending import intrinsic
 from numba_qk._jit import kernel
 from numba_qk.kernels.simd import base as _simd
 from numba_qk.kernels.simd import stream as _stream
-from numba_qk.kernels._bits import f16_to_f32
+from numba_qk.kernels.f16 import HW_F16, bf16_bits_to_f32_bits, f16_to_f32
+from numba_qk.kernels.f16 import f16_bits_to_f32_bits_hw as _f16_to_f32_bits_hw
+from numba_qk.kernels.f16 import f32_bits_to_bf16_canonical_nan as _bf16_from_f32_bits
+from numba_qk.kernels.f16 import f32_bits_to_f16_canonical_nan as _f16_from_f32_bits
 
 
 # Element/source kind codes (closure constants of the conversion kernels).
@@ -241,7 +244,7 @@ def _load(S, raw, table):
     if S == K_F16:
         return np.float64(f16_to_f32(np.uint16(raw)))
     if S == K_BF16:
-        return np.float64(np.uint32(np.uint32(raw) << np.uint32(16)).view(np.float32))
+        return np.float64(np.uint32(bf16_bits_to_f32_bits(raw)).view(np.float32))
     if S == K_E4M3:
         return _T_E4M3[raw]
     if S == K_E5M2:
@@ -307,18 +310,6 @@ def _encode(D, v):
     return _encode_int(v, 0, 1, 0x1)             # K_U1
 
 
-@kernel
-def _bf16_from_f32_bits(raw):
-    """bf16 code of the float32 with bits ``raw``: bf16 is f32's top half, so RNE is adding
-    0x7FFF plus the kept LSB (the tie-breaker) to the bits and truncating; a carry into the
-    exponent is right (overflow gives 0x7F80, inf).  NaN -> quiet NaN with the sign."""
-    u = np.uint32(raw)
-    r = np.uint32(np.uint32(u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1)))
-                  >> np.uint32(16))
-    nan = np.uint32(((u >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7FC0))
-    return np.int32(nan if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else r)
-
-
 def _vec_load(context, builder, signature, args, vt):
     """Codegen of the run intrinsics ``f(src, si, dst, di)``: the vector ``vt`` at element
     ``si`` of contiguous ``src`` (an unaligned load)."""
@@ -352,6 +343,29 @@ def _decode_sig(src, dst, nt, src_dtype):
             and _nt_arg(nt) is not None):
         return None
     return types.none(src, types.intp, dst, types.intp, nt)
+
+
+def _vec_decoder(src_dtype, body):
+    """Intrinsic ``f(src, si, dst, di, nt)``: ``dst[di:di + 16] = body(builder, v)``, ``v`` the
+    16 codes ``src[si:si + 16]`` (``src_dtype`` uint8 or uint16) as one vector, ``body``'s
+    result the 16 float32 bit patterns (``<16 x i32>``); ``nt`` (a literal 0/1): one aligned
+    non-temporal store (see :func:`_vec_store`).  The codegen of every 16-lane decoder."""
+    width = 8 if src_dtype == types.uint8 else 16
+
+    @intrinsic
+    def decode16(typingctx, src, si, dst, di, nt):
+        sig = _decode_sig(src, dst, nt, src_dtype)
+        if sig is None:
+            return None
+        NT = _nt_arg(nt)
+
+        def codegen(context, builder, signature, args):
+            v = _vec_load(context, builder, signature, args, ir.VectorType(ir.IntType(width), 16))
+            return _vec_store(context, builder, signature, args, body(builder, v), NT)
+
+        return sig, codegen
+
+    return decode16
 
 
 _VLANES = 16   # lanes of the explicit-vector f32 -> bf16/f16 encoders (one zmm with AVX-512)
@@ -460,65 +474,12 @@ def _encode_run_nt(D, src, dst):
         dst[k] = _encode_from_f32(D, np.int64(src[k]))
 
 
-def _host_has_f16c() -> bool:
-    try:
-        import llvmlite.binding as llvm
-        return bool(llvm.get_host_cpu_features().get("f16c", False))
-    except Exception:  # pragma: no cover - feature query unavailable
-        return False
-
-
 # The hardware f32 -> f16 conversion (x86 F16C ``vcvtps2ph``, round to nearest even) where the
 # host has it and the kernels are compiled; the integer encoder otherwise (and when interpreted).
-_HW_F16 = (not numba.config.DISABLE_JIT) and _host_has_f16c()
+_HW_F16 = HW_F16
 # The explicit-vector f32 -> bf16/f16 loops (portable LLVM vectors; same bits as the scalar rule) when
 # compiled, unless NUMBA_QK_PORTABLE=1 asks for the plain loops.
 _VEC_ENC = (not numba.config.DISABLE_JIT) and os.environ.get("NUMBA_QK_PORTABLE", "") in ("", "0")
-
-
-@intrinsic
-def _fptrunc_f32_to_f16_bits(typingctx, x):
-    """IEEE binary16 bits of float32 ``x`` by LLVM ``fptrunc`` (one RNE; F16C on x86)."""
-    if x != types.float32:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
-
-    return types.uint16(types.float32), codegen
-
-
-@intrinsic
-def _fpext_f16_bits_to_f32(typingctx, h):
-    """float32 value of binary16 bits ``h`` by LLVM ``fpext`` (exact; F16C on x86)."""
-    if h != types.uint16:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
-
-    return types.float32(types.uint16), codegen
-
-
-@kernel
-def _f16_to_f32_bits_hw(raw):
-    """float32 bits of an f16 code: the hardware widening, except NaNs, which keep their bits
-    exactly as :func:`f16_to_f32` does (the hardware would quieten a signalling NaN)."""
-    h = np.uint16(raw)
-    x = np.int64(np.float32(_fpext_f16_bits_to_f32(h)).view(np.uint32))
-    hi = np.int64(h)
-    nan = ((hi & 0x8000) << 16) | np.int64(0x7F800000) | ((hi & 0x3FF) << 13)
-    return nan if (hi & 0x7C00) == 0x7C00 and (hi & 0x3FF) != 0 else x
-
-
-@kernel
-def _f16_from_f32_bits(raw):
-    """f16 code of the float32 with bits ``raw``: the hardware conversion (same RNE, overflow to
-    inf, gradual underflow), with NaN replaced by the canonical quiet NaN and its sign."""
-    u = np.uint32(raw)
-    h = np.int32(_fptrunc_f32_to_f16_bits(u.view(np.float32)))
-    nan = np.int32(((u >> np.uint32(16)) & np.uint32(0x8000)) | np.uint32(0x7E00))
-    return nan if (u & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000) else h
 
 
 @kernel
@@ -559,7 +520,7 @@ def _decode_to_f32_bits(S, raw):
     if S == K_E8M0:
         return np.int64(_B_E8M0[raw & 0xFF])
     if S == K_BF16:
-        return np.int64(np.uint32(np.uint32(raw) << np.uint32(16)))
+        return np.int64(bf16_bits_to_f32_bits(raw))
     if S == K_F16:
         return _f16_to_f32_bits_hw(raw)
     return np.int64(-1)
@@ -567,35 +528,29 @@ def _decode_to_f32_bits(S, raw):
 
 # ---- explicit-vector f16 -> f32: 16 lanes of the hardware widening ---------------------------
 
-@intrinsic
-def _f16_decode_vec(typingctx, src, si, dst, di, nt):
-    """``dst[di:di + 16] = float32 bits of the f16 codes src[si:si + 16]`` (uint16 -> uint32):
-    one ``fpext <16 x half>`` (F16C ``vcvtph2ps``; exact for every non-NaN code), then a select
-    that gives NaN lanes :func:`_f16_to_f32_bits_hw`'s bits -- sign, all-ones exponent, payload
-    shifted up, *not* quietened (the hardware would set the quiet bit of a signalling NaN)."""
-    sig = _decode_sig(src, dst, nt, types.uint16)
-    if sig is None:
-        return None
-    NT = _nt_arg(nt)
+def _f16_decode_body(builder, h):
+    """float32 bits of 16 f16 codes ``h``: one ``fpext <16 x half>`` (F16C ``vcvtph2ps``; exact
+    for every non-NaN code), then a select that gives NaN lanes :func:`_f16_to_f32_bits_hw`'s
+    bits -- sign, all-ones exponent, payload shifted up, *not* quietened (the hardware would
+    set the quiet bit of a signalling NaN)."""
+    i32v = ir.VectorType(ir.IntType(32), _VLANES)
 
-    def codegen(context, builder, signature, args):
-        i32v = ir.VectorType(ir.IntType(32), _VLANES)
+    def splat(c):
+        return ir.Constant(i32v, [c] * _VLANES)
 
-        def splat(c):
-            return ir.Constant(i32v, [c] * _VLANES)
+    f = builder.fpext(builder.bitcast(h, ir.VectorType(ir.HalfType(), _VLANES)),
+                      ir.VectorType(ir.FloatType(), _VLANES))
+    x = builder.bitcast(f, i32v)
+    c = builder.zext(h, i32v)
+    isnan = builder.icmp_unsigned(">", builder.and_(c, splat(0x7FFF)), splat(0x7C00))
+    nan = builder.or_(builder.or_(builder.shl(builder.and_(c, splat(0x8000)), splat(16)),
+                                  splat(0x7F800000)),
+                      builder.shl(builder.and_(c, splat(0x3FF)), splat(13)))
+    return builder.select(isnan, nan, x)
 
-        h = _vec_load(context, builder, signature, args, ir.VectorType(ir.IntType(16), _VLANES))
-        f = builder.fpext(builder.bitcast(h, ir.VectorType(ir.HalfType(), _VLANES)),
-                          ir.VectorType(ir.FloatType(), _VLANES))
-        x = builder.bitcast(f, i32v)
-        c = builder.zext(h, i32v)
-        isnan = builder.icmp_unsigned(">", builder.and_(c, splat(0x7FFF)), splat(0x7C00))
-        nan = builder.or_(builder.or_(builder.shl(builder.and_(c, splat(0x8000)), splat(16)),
-                                      splat(0x7F800000)),
-                          builder.shl(builder.and_(c, splat(0x3FF)), splat(13)))
-        return _vec_store(context, builder, signature, args, builder.select(isnan, nan, x), NT)
 
-    return sig, codegen
+# ``dst[di:di + 16] = float32 bits of the f16 codes src[si:si + 16]`` (uint16 -> uint32)
+_f16_decode_vec = _vec_decoder(types.uint16, _f16_decode_body)
 
 
 @kernel
@@ -634,40 +589,30 @@ def _perm_spec(bits):
 def _make_perm_decode(bits):
     NMAG, SBIT, MASK, ROWS = _perm_spec(bits)
 
-    @intrinsic
-    def decode16(typingctx, src, si, dst, di, nt):
-        sig = _decode_sig(src, dst, nt, types.uint8)
-        if sig is None:
-            return None
-        NT = _nt_arg(nt)
+    def body(builder, b):
+        i32 = ir.IntType(32)
+        v = ir.VectorType(i32, 16)
 
-        def codegen(context, builder, signature, args):
-            i32 = ir.IntType(32)
-            v = ir.VectorType(i32, 16)
+        def splat(c):
+            return ir.Constant(v, [c] * 16)
 
-            def splat(c):
-                return ir.Constant(v, [c] * 16)
+        perm = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(v, [v, v, v]), "llvm.x86.avx512.vpermi2var.d.512")
+        c = builder.and_(builder.zext(b, v), splat(MASK))
+        idx = builder.and_(c, splat(NMAG - 1))
+        pairs = [builder.call(perm, [ir.Constant(v, ROWS[2 * p]), idx,
+                                     ir.Constant(v, ROWS[2 * p + 1])])
+                 for p in range(NMAG // 32)]
+        sel_bit = 32
+        while len(pairs) > 1:                # pick the pair by index bit 5, then bit 6
+            on = builder.icmp_unsigned("!=", builder.and_(idx, splat(sel_bit)), splat(0))
+            pairs = [builder.select(on, hi, lo) for lo, hi in zip(pairs[0::2], pairs[1::2])]
+            sel_bit *= 2
+        mag = pairs[0]
+        sign = builder.shl(builder.and_(builder.lshr(c, splat(SBIT)), splat(1)), splat(31))
+        return builder.or_(mag, sign)
 
-            perm = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(v, [v, v, v]), "llvm.x86.avx512.vpermi2var.d.512")
-            b = _vec_load(context, builder, signature, args, ir.VectorType(ir.IntType(8), 16))
-            c = builder.and_(builder.zext(b, v), splat(MASK))
-            idx = builder.and_(c, splat(NMAG - 1))
-            pairs = [builder.call(perm, [ir.Constant(v, ROWS[2 * p]), idx,
-                                         ir.Constant(v, ROWS[2 * p + 1])])
-                     for p in range(NMAG // 32)]
-            sel_bit = 32
-            while len(pairs) > 1:                # pick the pair by index bit 5, then bit 6
-                on = builder.icmp_unsigned("!=", builder.and_(idx, splat(sel_bit)), splat(0))
-                pairs = [builder.select(on, hi, lo) for lo, hi in zip(pairs[0::2], pairs[1::2])]
-                sel_bit *= 2
-            mag = pairs[0]
-            sign = builder.shl(builder.and_(builder.lshr(c, splat(SBIT)), splat(1)), splat(31))
-            return _vec_store(context, builder, signature, args, builder.or_(mag, sign), NT)
-
-        return sig, codegen
-
-    return decode16
+    return _vec_decoder(types.uint8, body)
 
 
 _perm_e4m3 = _make_perm_decode(_B_E4M3)
@@ -691,30 +636,24 @@ assert (_B_E5M2[_hn] == ((_hb[_hn] & np.uint32(0x80000000)) | np.uint32(_E5M2_NA
 del _h, _hb, _hn
 
 
-@intrinsic
-def _e5m2_decode_vec(typingctx, src, si, dst, di, nt):
-    """``dst[di:di + 16] = float32 bits of the e5m2 codes src[si:si + 16]`` (uint8 -> uint32):
-    code << 8 as f16, ``fpext`` (``vcvtph2ps``), NaN lanes -> the quiet NaN of their sign."""
-    sig = _decode_sig(src, dst, nt, types.uint8)
-    if sig is None:
-        return None
-    NT = _nt_arg(nt)
+def _e5m2_decode_body(builder, b):
+    """float32 bits of 16 e5m2 codes ``b``: code << 8 as f16, ``fpext`` (``vcvtph2ps``), NaN
+    lanes -> the quiet NaN of their sign."""
+    i16v = ir.VectorType(ir.IntType(16), 16)
+    i32v = ir.VectorType(ir.IntType(32), 16)
+    h = builder.shl(builder.zext(b, i16v), ir.Constant(i16v, [8] * 16))
+    f = builder.fpext(builder.bitcast(h, ir.VectorType(ir.HalfType(), 16)),
+                      ir.VectorType(ir.FloatType(), 16))
+    x = builder.bitcast(f, i32v)
+    isnan = builder.icmp_unsigned(">", builder.and_(x, ir.Constant(i32v, [0x7FFFFFFF] * 16)),
+                                  ir.Constant(i32v, [0x7F800000] * 16))
+    nan = builder.or_(builder.and_(x, ir.Constant(i32v, [0x80000000] * 16)),
+                      ir.Constant(i32v, [_E5M2_NAN] * 16))
+    return builder.select(isnan, nan, x)
 
-    def codegen(context, builder, signature, args):
-        i16v = ir.VectorType(ir.IntType(16), 16)
-        i32v = ir.VectorType(ir.IntType(32), 16)
-        b = _vec_load(context, builder, signature, args, ir.VectorType(ir.IntType(8), 16))
-        h = builder.shl(builder.zext(b, i16v), ir.Constant(i16v, [8] * 16))
-        f = builder.fpext(builder.bitcast(h, ir.VectorType(ir.HalfType(), 16)),
-                          ir.VectorType(ir.FloatType(), 16))
-        x = builder.bitcast(f, i32v)
-        isnan = builder.icmp_unsigned(">", builder.and_(x, ir.Constant(i32v, [0x7FFFFFFF] * 16)),
-                                      ir.Constant(i32v, [0x7F800000] * 16))
-        nan = builder.or_(builder.and_(x, ir.Constant(i32v, [0x80000000] * 16)),
-                          ir.Constant(i32v, [_E5M2_NAN] * 16))
-        return _vec_store(context, builder, signature, args, builder.select(isnan, nan, x), NT)
 
-    return sig, codegen
+# ``dst[di:di + 16] = float32 bits of the e5m2 codes src[si:si + 16]`` (uint8 -> uint32)
+_e5m2_decode_vec = _vec_decoder(types.uint8, _e5m2_decode_body)
 
 
 # e4m3 (bias 7, no infinities) with F16C: the magnitude bits (c & 0x7F) << 7 are an f16 code of
@@ -734,32 +673,26 @@ del _sg
 del _c, _hb, _hn
 
 
-@intrinsic
-def _e4m3_decode_vec(typingctx, src, si, dst, di, nt):
-    """``dst[di:di + 16] = float32 bits of the e4m3 codes src[si:si + 16]`` (uint8 -> uint32)."""
-    sig = _decode_sig(src, dst, nt, types.uint8)
-    if sig is None:
-        return None
-    NT = _nt_arg(nt)
+def _e4m3_decode_body(builder, b):
+    """float32 bits of 16 e4m3 codes ``b`` (the rule above)."""
+    i16v = ir.VectorType(ir.IntType(16), 16)
+    i32v = ir.VectorType(ir.IntType(32), 16)
+    f32v = ir.VectorType(ir.FloatType(), 16)
+    c = builder.zext(b, i16v)
+    mag = builder.and_(c, ir.Constant(i16v, [0x7F] * 16))
+    h = builder.shl(mag, ir.Constant(i16v, [7] * 16))
+    f = builder.fpext(builder.bitcast(h, ir.VectorType(ir.HalfType(), 16)), f32v)
+    f = builder.fmul(f, ir.Constant(f32v, [256.0] * 16))       # exact: a power of two
+    sign = builder.shl(builder.and_(builder.zext(b, i32v), ir.Constant(i32v, [0x80] * 16)),
+                       ir.Constant(i32v, [24] * 16))
+    x = builder.or_(builder.bitcast(f, i32v), sign)
+    isnan = builder.icmp_unsigned("==", mag, ir.Constant(i16v, [0x7F] * 16))
+    nan = builder.or_(sign, ir.Constant(i32v, [_E4M3_NAN] * 16))
+    return builder.select(isnan, nan, x)
 
-    def codegen(context, builder, signature, args):
-        i16v = ir.VectorType(ir.IntType(16), 16)
-        i32v = ir.VectorType(ir.IntType(32), 16)
-        f32v = ir.VectorType(ir.FloatType(), 16)
-        b = _vec_load(context, builder, signature, args, ir.VectorType(ir.IntType(8), 16))
-        c = builder.zext(b, i16v)
-        mag = builder.and_(c, ir.Constant(i16v, [0x7F] * 16))
-        h = builder.shl(mag, ir.Constant(i16v, [7] * 16))
-        f = builder.fpext(builder.bitcast(h, ir.VectorType(ir.HalfType(), 16)), f32v)
-        f = builder.fmul(f, ir.Constant(f32v, [256.0] * 16))       # exact: a power of two
-        sign = builder.shl(builder.and_(builder.zext(b, i32v), ir.Constant(i32v, [0x80] * 16)),
-                           ir.Constant(i32v, [24] * 16))
-        x = builder.or_(builder.bitcast(f, i32v), sign)
-        isnan = builder.icmp_unsigned("==", mag, ir.Constant(i16v, [0x7F] * 16))
-        nan = builder.or_(sign, ir.Constant(i32v, [_E4M3_NAN] * 16))
-        return _vec_store(context, builder, signature, args, builder.select(isnan, nan, x), NT)
 
-    return sig, codegen
+# ``dst[di:di + 16] = float32 bits of the e4m3 codes src[si:si + 16]`` (uint8 -> uint32)
+_e4m3_decode_vec = _vec_decoder(types.uint8, _e4m3_decode_body)
 
 
 def _make_decode16(NT):
@@ -800,22 +733,15 @@ def _decode_run(S, src, dst):
     _decode_scalar(S, src, dst, nv, n)
 
 
-@intrinsic
-def _bf16_decode_vec(typingctx, src, si, dst, di, nt):
-    """``dst[di:di + 16] = float32 bits of the bf16 codes src[si:si + 16]`` (uint16 -> uint32:
-    code << 16, every code, NaN payloads kept), for the streamed run below."""
-    sig = _decode_sig(src, dst, nt, types.uint16)
-    if sig is None:
-        return None
-    NT = _nt_arg(nt)
+def _bf16_decode_body(builder, h):
+    """float32 bits of 16 bf16 codes ``h``: code << 16, every code, NaN payloads kept."""
+    i32v = ir.VectorType(ir.IntType(32), 16)
+    return builder.shl(builder.zext(h, i32v), ir.Constant(i32v, [16] * 16))
 
-    def codegen(context, builder, signature, args):
-        i32v = ir.VectorType(ir.IntType(32), 16)
-        h = _vec_load(context, builder, signature, args, ir.VectorType(ir.IntType(16), 16))
-        return _vec_store(context, builder, signature, args,
-                          builder.shl(builder.zext(h, i32v), ir.Constant(i32v, [16] * 16)), NT)
 
-    return sig, codegen
+# ``dst[di:di + 16] = float32 bits of the bf16 codes src[si:si + 16]`` (uint16 -> uint32), for
+# the streamed run below
+_bf16_decode_vec = _vec_decoder(types.uint16, _bf16_decode_body)
 
 
 # Streamed widening runs: the same 16-lane decoders, each 64-byte line of f32 output written
@@ -968,6 +894,15 @@ def _convert_one(S, D, raw, table):
 
 # ---- the one-pass conversion kernels ---------------------------------------------------------
 
+def memoized(table, key, make):
+    """``table[key]``, built once by ``make(*key)`` (the compiled kernels of each closure-
+    constant combination, shared by every caller)."""
+    fn = table.get(key)
+    if fn is None:
+        fn = table[key] = make(*key)
+    return fn
+
+
 _CONVERTERS = {}
 _BLOCK = 1024   # elements of a strided row gathered at a time into a contiguous scratch row
 _SBLOCK = 4096  # elements converted into L1 at a time before they are streamed out
@@ -984,11 +919,7 @@ def converter(S, D, SPB, DPB):
     ``stream``: write unpacked-to-unpacked rows of at least ``_BLOCK`` elements through a scratch
     row and non-temporal stores (:mod:`._stream`; the same codes, fewer memory transfers).
     """
-    key = (S, D, SPB, DPB)
-    fn = _CONVERTERS.get(key)
-    if fn is None:
-        fn = _CONVERTERS[key] = _make_converter(S, D, SPB, DPB)
-    return fn
+    return memoized(_CONVERTERS, (S, D, SPB, DPB), _make_converter)
 
 
 def _make_converter(S, D, SPB, DPB):
@@ -1137,7 +1068,7 @@ def _make_converter(S, D, SPB, DPB):
 @kernel
 def decode_bf16(code):
     """float32 value of a bf16 code (exact)."""
-    return np.uint32(np.uint32(code) << np.uint32(16)).view(np.float32)
+    return np.uint32(bf16_bits_to_f32_bits(code)).view(np.float32)
 
 
 @kernel
@@ -1230,11 +1161,7 @@ def dot_kernel(S, SPB):
     float64 (<= 2 * 24 significant bits), summed left to right in element order, one f64
     rounding per ``+`` -- deterministic, whatever the threads or ISA.
     """
-    key = (S, SPB)
-    fn = _DOTS.get(key)
-    if fn is None:
-        fn = _DOTS[key] = _make_dot(S, SPB)
-    return fn
+    return memoized(_DOTS, (S, SPB), _make_dot)
 
 
 def _make_dot(S, SPB):

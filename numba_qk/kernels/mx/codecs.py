@@ -124,11 +124,7 @@ _MX_DECODERS = {}
 
 def mx_encoder(K, EMAX, B):
     """Compiled MX encoder ``enc(x, codes, scales, b0, b1)`` for element kind K."""
-    key = (K, EMAX, B)
-    fn = _MX_ENCODERS.get(key)
-    if fn is None:
-        fn = _MX_ENCODERS[key] = _make_mx_encoder(K, EMAX, B)
-    return fn
+    return _lowp.memoized(_MX_ENCODERS, (K, EMAX, B), _make_mx_encoder)
 
 
 def _make_mx_encoder(K, EMAX, B):
@@ -181,11 +177,7 @@ def _make_mx_encoder(K, EMAX, B):
 
 def mx_decoder(K, B):
     """Compiled MX decoder ``dec(codes, scales, out, b0, b1)`` to float32."""
-    key = (K, B)
-    fn = _MX_DECODERS.get(key)
-    if fn is None:
-        fn = _MX_DECODERS[key] = _make_mx_decoder(K, B)
-    return fn
+    return _lowp.memoized(_MX_DECODERS, (K, B), _make_mx_decoder)
 
 
 def _make_mx_decoder(K, B):

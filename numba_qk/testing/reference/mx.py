@@ -209,12 +209,17 @@ def encode_mx(x: np.ndarray, element: str, block: int = 32):
 SIGN_BIT = {"e2m1": 3, "e2m3": 5, "e3m2": 5, "e4m3": 7, "e5m2": 7, "i8": 99}
 
 
+def _flat_decode_views(scales: np.ndarray, codes: np.ndarray):
+    """``(out, codes, scales, out)``: a zero float32 output shaped as ``codes`` and the three
+    as 2-D row views (rows of codes, of scales, of outputs)."""
+    out = np.zeros(codes.shape, np.float32)
+    return (out, codes.reshape(-1, codes.shape[-1]), scales.reshape(-1, scales.shape[-1]),
+            out.reshape(-1, codes.shape[-1]))
+
+
 def decode_mx(scales: np.ndarray, codes: np.ndarray, element: str, block: int = 32):
     """float32 values of MX codes (one code per element) and scale codes."""
-    out = np.zeros(codes.shape, np.float32)
-    flat_c = codes.reshape(-1, codes.shape[-1])
-    flat_s = scales.reshape(-1, scales.shape[-1])
-    flat_o = out.reshape(-1, codes.shape[-1])
+    out, flat_c, flat_s, flat_o = _flat_decode_views(scales, codes)
     for r in range(flat_c.shape[0]):
         for b in range(flat_s.shape[1]):
             cs = [int(c) for c in flat_c[r, b * block:(b + 1) * block]]
@@ -262,10 +267,7 @@ def encode_nvfp4(x: np.ndarray, tensor_scale=None):
 
 def decode_nvfp4(scales: np.ndarray, codes: np.ndarray, tensor_scale) -> np.ndarray:
     tsx = exact(np.float32(tensor_scale))
-    out = np.zeros(codes.shape, np.float32)
-    flat_c = codes.reshape(-1, codes.shape[-1])
-    flat_s = scales.reshape(-1, scales.shape[-1])
-    flat_o = out.reshape(-1, codes.shape[-1])
+    out, flat_c, flat_s, flat_o = _flat_decode_views(scales, codes)
     for r in range(flat_c.shape[0]):
         for b in range(flat_s.shape[1]):
             sc = int(flat_s[r, b])
