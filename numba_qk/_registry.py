@@ -43,7 +43,8 @@ from numba_qk.kernels.kquants import q8_k as _k8
 from numba_qk.kernels.legacy import kernels as _klegacy
 
 __all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "TRAITS", "binding",
-           "capabilities", "Capabilities", "ScaledCapabilities", "check_bindings", "check_traits", "fields_types",
+           "capabilities", "Capabilities", "ScaledCapabilities", "check_bindings", "check_traits",
+           "fields_types",
            "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields", "Q5KFields",
            "Q6KFields", "MXFP4Fields", "NVFP4Fields"]
 

@@ -247,6 +247,9 @@ def test_every_element_type_is_one_declaration():
 
     assert D.ALL_TYPES == scalars.ELEMENT_TYPES and len(D.ALL_TYPES) == 15
     assert qk.formats.SCALARS == (qk.f32, qk.f16, qk.bf16, qk.i8, qk.i32)
+    from numba_qk.formats.ggml_types import GGML_TYPES
+    assert [t.ggml_type for t in qk.formats.SCALARS] == [0, 1, 30, 24, 26]   # ggml.h's ids
+    assert all(t.ggml_type == GGML_TYPES[t.name] for t in qk.formats.SCALARS)
     assert D.PACKED_TYPES == (qk.i4, qk.u4, qk.u1, qk.e2m1)
     for t in D.ALL_TYPES:
         s = t.spec

@@ -297,7 +297,7 @@ def test_readme_capability_table_is_generated_from_the_registry():
     assert _registry.markdown_table() in readme, \
         "README capability table is stale: run python tools/capabilities_table.py --write"
     assert _registry.markdown_scaled_table() in readme, \
-        "README block-scaled capability table is stale: run python tools/capabilities_table.py --write"
+        "README block-scaled table is stale: run python tools/capabilities_table.py --write"
 
 
 def test_declarations_need_no_numba():
