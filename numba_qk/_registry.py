@@ -18,7 +18,8 @@ One ``Binding`` per format says everything the public operations need to know ab
 ``ops``, ``gguf``, the CLI and the tests iterate over ``BINDINGS``; nothing else lists formats.
 At import ``check_bindings`` fails on a half-bound format (a quantizer without a domain reason,
 a dot without gemv/gemm, a weight format whose activation cannot be quantized, a declared
-format with no binding...).  ``capabilities`` is the public view of the table.
+format with no binding...).  ``capabilities`` is the public view of the table (and answers for
+the block-scaled formats of ``numba_qk.mx`` too: astype encodes and decodes them).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from .formats import Format, ScalarType, activation_format, quant
+from .formats import Format, ScalarType, activation_format, f32, quant
+from .formats.mx import FORMATS as SCALED_FORMATS
+from .formats.mx import ScaledFormat
 from .kernels.traits import DOMAINS, SLOTS, Traits
 from numba_qk.kernels.fp4 import mxrec as _kfp4
 from numba_qk.kernels.kquants import dot as _k4
@@ -40,7 +43,8 @@ from numba_qk.kernels.kquants import q8_k as _k8
 from numba_qk.kernels.legacy import kernels as _klegacy
 
 __all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "TRAITS", "binding",
-           "capabilities", "Capabilities", "check_bindings", "check_traits", "fields_types",
+           "capabilities", "Capabilities", "ScaledCapabilities", "check_bindings", "check_traits",
+           "fields_types",
            "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields", "Q5KFields",
            "Q6KFields", "MXFP4Fields", "NVFP4Fields"]
 
@@ -313,17 +317,58 @@ def _capabilities_of(fmt) -> Capabilities:
                         b.quantizer)
 
 
-def capabilities(format=None):
-    """What numba_qk supports for ``format`` (a ``Capabilities`` tuple), or for every
-    block-quantized format (a dict ``{Format: Capabilities}``, in ``numba_qk.quant`` order)
-    when called without an argument.  Scalar types (``numba_qk.f32`` ...) and the block-scaled
-    formats (``numba_qk.mx``, reached through ``astype``) have no registry kernels: every entry
-    is False/None for them."""
-    if format is None:
-        return {f: _capabilities_of(f) for f in quant}
-    from .formats.mx import ScaledFormat
+class ScaledCapabilities(NamedTuple):
+    """What numba_qk can do with one block-scaled format (``numba_qk.mx``;
+    ``numba_qk.capabilities(numba_qk.mx.mxfp4)``).
 
-    if not isinstance(format, (Format, ScalarType, ScaledFormat)):
+    The first fields are ``Capabilities``' with the same meaning: the registry's operations
+    (quantize, dequantize, decode, dot, gemv/gemm/matmul) take record formats only, so they are
+    False/None/() here.  A block-scaled format is encoded and decoded by ``numba_qk.astype``."""
+
+    format: ScaledFormat                # the ScaledFormat asked about
+    quantize: bool                      # (the registry's operations: never, as for scalars)
+    dequantize: bool
+    decode: bool
+    dot_partner: Optional[Format]
+    gemv: bool
+    gemm: bool
+    matmul: bool
+    activation_of: tuple
+    quantizer: str
+    astype_encode: bool                 # numba_qk.astype(x, fmt) -> ScaledTensor (x as float32)
+    astype_decode: bool                 # numba_qk.astype(st, t) for every element type t
+    block_size: int                     # elements per block, along the last axis
+    element: ScalarType                 # the element codes' type
+    scale: ScalarType                   # the block scales' type (one per block)
+    tensor_scale: Optional[ScalarType]  # the per-tensor scale's type (NVFP4: f32), or None
+    bits_per_element: float             # logical bits: element bits + scale bits / block
+
+
+def _scaled_capabilities_of(fmt: ScaledFormat) -> ScaledCapabilities:
+    return ScaledCapabilities(fmt, False, False, False, None, False, False, False, (), "",
+                              True, True, fmt.block_size, fmt.element, fmt.scale,
+                              f32 if fmt.has_tensor_scale else None,   # NVFP4's is a float32
+                              fmt.bits_per_element)
+
+
+def capabilities(format=None, *, scaled=False):
+    """What numba_qk supports for ``format`` (a ``Capabilities`` tuple; for a block-scaled
+    format of ``numba_qk.mx`` a ``ScaledCapabilities`` tuple, which adds what ``astype`` does
+    with it, its block size, element, scale and tensor-scale types and bits per element), or,
+    called without an argument, for every block-quantized format (a dict ``{Format:
+    Capabilities}``, in ``numba_qk.quant`` order); ``scaled=True`` appends the block-scaled
+    formats (``{ScaledFormat: ScaledCapabilities}``, in ``numba_qk.mx.FORMATS`` order).  Scalar
+    types (``numba_qk.f32`` ...) have no registry kernels: every entry is False/None for them."""
+    if format is None:
+        caps = {f: _capabilities_of(f) for f in quant}
+        if scaled:
+            caps.update((f, _scaled_capabilities_of(f)) for f in SCALED_FORMATS)
+        return caps
+    if scaled:
+        raise TypeError("capabilities: scaled=True lists every format; it takes no format")
+    if isinstance(format, ScaledFormat):
+        return _scaled_capabilities_of(format)
+    if not isinstance(format, (Format, ScalarType)):
         from ._validate import describe
 
         raise TypeError(f"format: capabilities expects a numba_qk Format or ScalarType, "
@@ -347,3 +392,20 @@ def markdown_table() -> str:
                      f"{c.quantizer if c.quantize else '-'} | {yes(c.dequantize)} | {partner} | "
                      f"{yes(c.gemv and c.gemm and c.matmul)} |")
     return "\n".join(lines)
+
+
+def markdown_scaled_table() -> str:
+    """The README's table of the block-scaled formats, generated from
+    ``capabilities(scaled=True)``."""
+    lines = ["| block-scaled format (`numba_qk.mx`) | block | element | block scale | tensor scale "
+             "| bits/element | astype encode / decode |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for fmt, c in capabilities(scaled=True).items():
+        if isinstance(c, ScaledCapabilities):
+            ts = c.tensor_scale.spec.attr if c.tensor_scale is not None else "-"
+            lines.append(f"| {fmt.name} | {c.block_size} | {c.element.spec.attr} | "
+                         f"{c.scale.spec.attr} | {ts} | {c.bits_per_element:g} | "
+                         f"{'yes' if c.astype_encode else '-'} / "
+                         f"{'yes' if c.astype_decode else '-'} |")
+    return "\n".join(lines)
+

@@ -1,5 +1,5 @@
-"""numba_qk's threading policy, in one place.  ``ops``, ``cast`` and ``scaled`` call ``run``;
-nothing else in numba_qk starts threads.
+"""numba_qk's threading policy, in one place.  ``ops``, ``_convert`` (astype's element
+conversion), ``scaled`` and ``repack`` call ``run``; nothing else in numba_qk starts threads.
 
 * **Own pool, not numba's.**  Every kernel is an ordinary ``nogil`` function; ``threads=N``
   runs pieces of the work (row chunks of a product, slices of a cast) on numba_qk's own pool of

@@ -5,7 +5,8 @@ Every element type is a closed :class:`~numba_qk.formats.ScalarType` singleton, 
 bias, inf/NaN, codes, storage, names, ml_dtypes and DLPack spellings; the table of facts is
 there).  This module presents them and derives from those rows the lookups by name
 (:func:`from_name`) and by numpy / ml_dtypes dtype (:func:`from_dtype`, :func:`value_dtype`),
-and makes scalars (``numba_qk.bf16(1.5)``, :class:`Scalar`).
+and makes scalars (``numba_qk.bf16(1.5)``, :class:`Scalar`), whose values and one-rounding
+encodes are the plain-Python exact code of :mod:`numba_qk.formats.exact`.
 
 ``ml_dtypes`` is optional: without it everything works except ``ScalarType.dtype`` for the
 types numpy lacks (bf16, fp8/6/4, e8m0, i4/u4), which then raises a clear ``TypeError``.
@@ -17,6 +18,7 @@ from fractions import Fraction
 
 from . import formats as _formats
 from .formats import ScalarType
+from .formats import exact as _exact
 from .formats.scalars import ELEMENT_TYPES, FACTS  # noqa: F401  (FACTS: presented here)
 from .formats.scalars import (bf16, e2m1, e2m3, e3m2, e4m3, e5m2, e8m0, f16, f32,  # noqa: F401
                               i4, i8, i32, u1, u4, u8)
@@ -199,9 +201,7 @@ class Scalar:
 
     def value(self):
         """The exact value: a Python float for float types (inf/NaN included), int for integers."""
-        from .reference_lowp import decode
-
-        return decode(self._dtype, self._bits)
+        return _exact.decode(self._dtype, self._bits)
 
     def __float__(self):
         return float(self.value())
@@ -267,8 +267,6 @@ def _scalar_from_bits(t, bits):
 
 def scalar(t: ScalarType, value) -> Scalar:
     """``t(value)``: one rounding of the exact value under the astype policy (DESIGN.md §8)."""
-    from .reference_lowp import encode
-
     if isinstance(value, Scalar):
         value = value.value()
     elif isinstance(value, bool):
@@ -286,7 +284,7 @@ def scalar(t: ScalarType, value) -> Scalar:
             value = int(value)
         if not isinstance(value, (int, float)):
             value = float(value)
-    return Scalar._make(t, encode(t, value))
+    return Scalar._make(t, _exact.encode(t, value))
 
 
 # What an element type does beyond its declaration (``formats.scalars.BEHAVIOUR``): numpy's

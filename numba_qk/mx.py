@@ -13,7 +13,9 @@ format          block  element  block scale               tensor scale  emax  bi
 ==============  =====  =======  ========================  ============  ====  ===========
 
 ``numba_qk.astype(x, numba_qk.mx.mxfp4)`` encodes to a :class:`numba_qk.ScaledTensor`;
-``numba_qk.astype(st, numba_qk.f32)`` decodes.  ``from_name("mxfp4")`` finds them too.
+``numba_qk.astype(st, numba_qk.f32)`` decodes.  ``from_name("mxfp4")`` finds them too;
+``numba_qk.capabilities(fmt)`` answers for each (``numba_qk.capabilities(scaled=True)`` lists
+them after the record formats).
 """
 
 from __future__ import annotations

@@ -20,9 +20,10 @@ TESTING = "numba_qk.testing"
 TESTING_ALIASES = {"numba_qk.reference", "numba_qk.reference_kquants", "numba_qk.reference_lowp",
                    "numba_qk.reference_mx", "numba_qk.reference_mxrec", "numba_qk._ggml_ctypes"}
 MAY_USE_TESTING = {"numba_qk.__main__"}  # the CLI (top layer): the demo checks the oracle
-# Production modules that still call an oracle (dtypes: a scalar's value and construction run
-# through the Fraction oracle of numba_qk.testing.reference.lowp).  Remove entries; never add.
-KNOWN_ORACLE_USERS = {"numba_qk.dtypes"}
+# Production modules that still call an oracle: none (the last one, dtypes, ran a scalar's value
+# and construction through the Fraction oracle; issue 22 gave it its own exact code,
+# numba_qk.formats.exact).  Never add one.
+KNOWN_ORACLE_USERS = set()
 # Imports of another module's ``_private`` names today; lower it when you remove some.
 MAX_PRIVATE_IMPORTS = 122
 
@@ -135,20 +136,43 @@ def _is_testing(mod: str) -> bool:
     return mod == TESTING or mod.startswith(TESTING + ".") or mod in TESTING_ALIASES
 
 
+def _testing_users(edges) -> dict:
+    """{production module: the numba_qk.testing modules (or aliases) it imports}."""
+    bad = {m: sorted(t for t in targets if _is_testing(t)) for m, targets in edges.items()
+           if not _is_testing(m) and m not in MAY_USE_TESTING | KNOWN_ORACLE_USERS}
+    return {m: t for m, t in bad.items() if t}
+
+
 def test_production_never_imports_numba_qk_testing():
     edges, _ = _graph()
     assert TESTING in edges and "numba_qk.testing.reference" in edges
-    bad = {m: sorted(t for t in targets if _is_testing(t)) for m, targets in edges.items()
-           if not _is_testing(m) and m not in MAY_USE_TESTING | KNOWN_ORACLE_USERS}
-    bad = {m: t for m, t in bad.items() if t}
+    bad = _testing_users(edges)
     assert not bad, f"production modules importing numba_qk.testing (or an alias of it): {bad}"
+    # the check is not blind: a function-level import of an oracle (or of an alias) is caught
+    fake = {"numba_qk.dtypes": ("numba_qk/dtypes.py",
+                                "def value():\n    from .reference_lowp import decode\n"),
+            "numba_qk.ops": ("numba_qk/ops.py", "from numba_qk.testing.reference import lowp\n"),
+            "numba_qk.reference_lowp": ("numba_qk/reference_lowp.py", ""),
+            "numba_qk.testing.reference": ("numba_qk/testing/reference/__init__.py", ""),
+            "numba_qk.testing.reference.lowp": ("numba_qk/testing/reference/lowp.py", "")}
+    assert _testing_users(_graph(fake)[0]) == {
+        "numba_qk.dtypes": ["numba_qk.reference_lowp"],
+        "numba_qk.ops": ["numba_qk.testing.reference.lowp"]}
+
+
+def test_the_oracles_import_no_production_code():
+    """The oracles stay independent of what they check: the element-type oracle (against which
+    the scalars' exact code, numba_qk.formats.exact, is tested) imports nothing of numba_qk."""
+    edges, _ = _graph()
+    assert edges["numba_qk.testing.reference.lowp"] == set()
 
 
 def test_the_graph_sees_function_level_imports():
     """The reader is not blind: a function-level import makes an edge, and a cycle made only
     of function-level imports is found (the test above would fail on it)."""
     edges, _ = _graph()
-    assert "numba_qk.reference_lowp" in edges["numba_qk.dtypes"]   # inside Scalar.value
+    assert "numba_qk.testing.reference.core" in edges["numba_qk.__main__"]   # inside the demo
+    assert "numba_qk.presets" in edges["numba_qk.gguf"]                      # inside functions
     assert "numba_qk.formats" in edges["numba_qk.dtypes"]
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [{"a", "b"}]
     fake = {"numba_qk.a": ("numba_qk/a.py", "def f():\n    from . import b\n"),

@@ -3,6 +3,9 @@
 import copy
 import math
 import pickle
+import random
+import struct
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -244,6 +247,9 @@ def test_every_element_type_is_one_declaration():
 
     assert D.ALL_TYPES == scalars.ELEMENT_TYPES and len(D.ALL_TYPES) == 15
     assert qk.formats.SCALARS == (qk.f32, qk.f16, qk.bf16, qk.i8, qk.i32)
+    from numba_qk.formats.ggml_types import GGML_TYPES
+    assert [t.ggml_type for t in qk.formats.SCALARS] == [0, 1, 30, 24, 26]   # ggml.h's ids
+    assert all(t.ggml_type == GGML_TYPES[t.name] for t in qk.formats.SCALARS)
     assert D.PACKED_TYPES == (qk.i4, qk.u4, qk.u1, qk.e2m1)
     for t in D.ALL_TYPES:
         s = t.spec
@@ -290,3 +296,99 @@ def test_the_declarations_agree_with_the_kernels():
         assert [t(float(v)).bits for v in x[:4]] == want[:4], t
         if t.is_float:
             assert float(D.Scalar.from_bits(t, s.max_code)) == t.max
+
+
+# ---- the scalar API's own exact code (formats/exact.py) is the oracle's twin ------------------
+
+def _same(a, b) -> bool:
+    """Identical Python values: same type, equal, same sign of zero and of NaN."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b) and math.copysign(1, a) == math.copysign(1, b)
+        return a == b and math.copysign(1, a) == math.copysign(1, b)
+    return a == b
+
+
+def _codes(t):
+    """Every code; for the 32-bit types every top 9 bits (f32: sign and exponent) with edge and
+    random low bits."""
+    if t.bits <= 16:
+        return range(1 << t.bits)
+    rng = random.Random(t.bits)
+    lows = [0, 1, 2, 3, 0x3FFFFF, 0x400000, 0x400001, 0x7FFFFE, 0x7FFFFF]
+    lows += [rng.getrandbits(23) for _ in range(23)]
+    return [(hi << 23) | lo for hi in range(512) for lo in lows]
+
+
+@pytest.mark.parametrize("t", D.ALL_TYPES, ids=str)
+def test_scalar_values_are_the_oracles_on_every_code(t):
+    from numba_qk.testing.reference import lowp as ref
+
+    for c in _codes(t):
+        assert _same(D.Scalar.from_bits(t, c).value(), ref.decode(t, c)), (t, hex(c))
+
+
+_TINY = Fraction(1, 2 ** 400)
+
+
+def _around(x):
+    """x and its neighbours just below and above, exactly (Fractions) and as float64s."""
+    out = [x, x - _TINY, x + _TINY]
+    f = float(x)
+    out += [f, math.nextafter(f, -math.inf), math.nextafter(f, math.inf)]
+    return out
+
+
+def _adversarial_values(t):
+    """A dense set of values for ``t``: the representable values, every tie between neighbours
+    and the values just beside them, the overflow and underflow thresholds, huge and tiny ints
+    and Fractions, subnormals, +-inf, NaNs of both signs, +-0; each with both signs."""
+    rng = random.Random(sum(map(ord, t.name)))
+    vals = [0, 0.0, math.inf, math.nan, Fraction(0)]
+    vals += [n for k in range(0, 1100, 7) for n in (2 ** k - 1, 2 ** k, 2 ** k + 1)]
+    vals += [10 ** 400, Fraction(1, 10 ** 400), Fraction(10 ** 400 + 1, 3), Fraction(1, 3)]
+    vals += [n / 2 for n in range(-40, 41)] + [Fraction(n, 2) for n in range(-600, 601)]
+    vals += [Fraction(n, 4) for n in range(-40, 41)] + [Fraction(n, 10) for n in range(-40, 41)]
+    vals += [math.ldexp(f, e) for e in range(-160, 140)
+             for f in (1.0, 1.25, 1.5, 1.75, 1 + 2 ** -24, 1 - 2 ** -25, 1 + 2 ** -9)]
+    vals += [struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0] for _ in range(2000)]
+    if t.is_float:
+        if t.bits <= 16:          # every representable magnitude and every tie between them
+            mags = sorted({Fraction(D.Scalar.from_bits(t, c).value()) for c in range(1 << t.bits)
+                           if math.isfinite(D.Scalar.from_bits(t, c).value())})
+            mags = [m for m in mags if m >= 0]
+        else:                     # f32: every binade, at edge and random significands
+            codes = [(e << 23) | m for e in range(255)
+                     for m in (0, 1, 2, 0x400000, 0x7FFFFE, 0x7FFFFF, *(rng.getrandbits(23)
+                                                                      for _ in range(4)))]
+            mags = sorted(Fraction(D.Scalar.from_bits(t, c).value()) for c in codes)
+        for lo, hi in zip(mags, mags[1:]):    # f16/bf16: the neighbours of 1 tie in 4
+            vals += [lo, (lo + hi) / 2]
+            if t.bits < 16 or rng.random() < 0.25:
+                vals += _around(lo) + _around((lo + hi) / 2)
+        if t is qk.e8m0:
+            vals += [Fraction(3, 2) * m for m in mags] + [Fraction(3, 4) * mags[0]]
+        top = mags[-1]
+        ulp = top - mags[-2]
+        vals += _around(top + ulp / 2) + _around(top + ulp) + _around(2 * top)
+        vals += _around(mags[1] / 2) + _around(mags[1] / 4 * 3)
+    else:
+        lo, hi = int(t.min), int(t.max)
+        for e in (lo, hi, 0):
+            for k in range(-3, 4):
+                vals += _around(Fraction(e + k)) + _around(Fraction(2 * (e + k) + 1, 2))
+        if t.bits < 32:
+            vals += [Fraction(2 * n + 1, 2) for n in range(lo - 2, hi + 2)]
+    return vals + [-v for v in vals]
+
+
+@pytest.mark.parametrize("t", D.ALL_TYPES, ids=str)
+def test_scalar_encode_is_the_oracles_on_adversarial_values(t):
+    """``t(value)`` gives the oracle's code for a dense set of values (one rounding of the exact
+    value of a Python int, float or Fraction)."""
+    from numba_qk.testing.reference import lowp as ref
+
+    for v in _adversarial_values(t):
+        assert t(v).bits == ref.encode(t, v), (t, v)

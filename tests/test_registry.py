@@ -265,6 +265,30 @@ def test_capabilities():
         qk.capabilities("q4_k")
 
 
+def test_capabilities_of_the_block_scaled_formats():
+    """numba_qk.mx's formats answer too (astype encodes and decodes them; the registry's
+    operations take record formats only), and ``scaled=True`` appends them to the listing."""
+    from numba_qk._registry import ScaledCapabilities
+
+    for f in qk.mx.FORMATS:
+        c = qk.capabilities(f)
+        assert isinstance(c, ScaledCapabilities) and c.format is f
+        assert c[1:10] == qk.capabilities(qk.f32)[1:]   # no registry operation, as for scalars
+        assert c._fields[:10] == qk.Capabilities._fields
+        assert c.astype_encode and c.astype_decode
+        assert (c.block_size, c.element, c.scale, c.bits_per_element) == (
+            f.block_size, f.element, f.scale, f.bits_per_element)
+        assert c.tensor_scale is (qk.f32 if f.has_tensor_scale else None)
+    assert qk.capabilities(qk.mx.nvfp4)[-5:] == (16, qk.e2m1, qk.e4m3, qk.f32, 4.5)
+    assert qk.capabilities(qk.mx.mxint8)[-5:] == (32, qk.i8, qk.e8m0, None, 8.25)
+    every = qk.capabilities(scaled=True)
+    assert list(every) == [*qk.quant, *qk.mx.FORMATS]
+    assert list(every.items())[:len(list(qk.quant))] == list(qk.capabilities().items())
+    assert all(every[f] == qk.capabilities(f) for f in qk.mx.FORMATS)
+    with pytest.raises(TypeError, match="scaled=True lists every format; it takes no format"):
+        qk.capabilities(qk.mx.mxfp4, scaled=True)
+
+
 def test_readme_capability_table_is_generated_from_the_registry():
     """README's table is ``python tools/capabilities_table.py`` output; regenerate on change."""
     from pathlib import Path
@@ -272,6 +296,8 @@ def test_readme_capability_table_is_generated_from_the_registry():
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     assert _registry.markdown_table() in readme, \
         "README capability table is stale: run python tools/capabilities_table.py --write"
+    assert _registry.markdown_scaled_table() in readme, \
+        "README block-scaled table is stale: run python tools/capabilities_table.py --write"
 
 
 def test_declarations_need_no_numba():

@@ -42,6 +42,7 @@ from types import MappingProxyType
 from typing import NamedTuple, Optional
 
 from ._schema import _TOKEN, _Frozen, _check_count, _no_subclass
+from .ggml_types import GGMLType
 
 __all__ = ["ScalarType", "ElementSpec", "f32", "f16", "bf16", "e4m3", "e5m2", "e2m3", "e3m2",
            "e2m1", "e8m0", "i8", "u8", "i32", "i4", "u4", "u1", "ELEMENT_TYPES", "SCALARS",
@@ -236,11 +237,11 @@ def _int(attr, bits, signed, storage, dlpack, ml, kernel, *aliases, ggml=None):
 #            storage (bytes, per byte, numpy)  DLPack (code, bits)   ml_dtypes    kernel kinds
 #            (lowp, MX)  aliases
 f32 = _float("f32", (1, 8, 23), 127, True, True, (0x7F7FFFFF, 0x7F800000, 0x7FC00000, True),
-             (4, 1, "<f4"), (kDLFloat, 32), None, (0, None), "float32", ggml=0)
+             (4, 1, "<f4"), (kDLFloat, 32), None, (0, None), "float32", ggml=GGMLType.F32)
 f16 = _float("f16", (1, 5, 10), 15, True, True, (0x7BFF, 0x7C00, 0x7E00, True),
-             (2, 1, "<f2"), (kDLFloat, 16), None, (1, None), "float16", "half", ggml=1)
+             (2, 1, "<f2"), (kDLFloat, 16), None, (1, None), "float16", "half", ggml=GGMLType.F16)
 bf16 = _float("bf16", (1, 8, 7), 127, True, True, (0x7F7F, 0x7F80, 0x7FC0, True),
-              (2, 1, None), (kDLBfloat, 16), "bfloat16", (2, None), "bfloat16", ggml=30)
+              (2, 1, None), (kDLBfloat, 16), "bfloat16", (2, None), "bfloat16", ggml=GGMLType.BF16)
 e4m3 = _float("e4m3", (1, 4, 3), 7, False, True, (0x7E, 0x7E, 0x7F, True),   # S.1111.111: NaN
               (1, 1, None), (kDLFloat8_e4m3fn, 8), "float8_e4m3fn", (3, 3),
               "float8_e4m3", "float8_e4m3fn", "fp8_e4m3")
@@ -258,9 +259,10 @@ e2m1 = _float("e2m1", (1, 2, 1), 1, False, False, (0x7, 0x7, 0, False),
 e8m0 = _float("e8m0", (0, 8, 0), 127, False, True, (0xFE, 0xFE, 0xFF, False),
               (1, 1, None), (kDLFloat8_e8m0fnu, 8), "float8_e8m0fnu", (8, None),
               "float8_e8m0", "float8_e8m0fnu", "ue8m0", kind="e8m0")
-i8 = _int("i8", 8, True, (1, 1, "i1"), (kDLInt, 8), None, (9, 5), "int8", ggml=24)
+i8 = _int("i8", 8, True, (1, 1, "i1"), (kDLInt, 8), None, (9, 5), "int8", ggml=GGMLType.I8)
 u8 = _int("u8", 8, False, (1, 1, "u1"), (kDLUInt, 8), None, (10, None), "uint8")
-i32 = _int("i32", 32, True, (4, 1, "<i4"), (kDLInt, 32), None, (11, None), "int32", ggml=26)
+i32 = _int("i32", 32, True, (4, 1, "<i4"), (kDLInt, 32), None, (11, None), "int32",
+           ggml=GGMLType.I32)
 i4 = _int("i4", 4, True, (1, 2, None), (kDLInt, 4), "int4", (12, None), "int4")
 u4 = _int("u4", 4, False, (1, 2, None), (kDLUInt, 4), "uint4", (13, None), "uint4")
 u1 = _int("u1", 1, False, (1, 8, None), (kDLUInt, 1), None, (14, None), "uint1")

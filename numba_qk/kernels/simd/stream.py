@@ -13,7 +13,7 @@ written are the scratch row's bits, so streaming cannot change a result -- only 
 Non-temporal stores are weakly ordered: a kernel that streamed ends with :func:`store_fence`
 (``sfence``) before it returns, so any thread that later synchronises with the caller (a join,
 a lock) sees the data.  They pay off only when the destination is much larger than the caches;
-callers stream only above ``STREAM_MIN_BYTES`` of output (``numba_qk.cast``), which is 16 MiB
+callers stream only above ``STREAM_MIN_BYTES`` of output (``_convert``, ``scaled``): 16 MiB
 on Intel CPUs and "never" elsewhere (measured; ``NUMBA_QK_STREAM_MIN_BYTES`` overrides).
 
 ``HAVE_STREAM`` is False (ordinary stores everywhere) off x86-64, under ``NUMBA_DISABLE_JIT``
@@ -78,7 +78,7 @@ def _default_min_bytes() -> int:
     return 16 << 20 if _vendor() == "GenuineIntel" else 1 << 62
 
 
-# numba_qk.cast and numba_qk.scaled read it at every call, so tests may lower it.
+# numba_qk._convert and numba_qk.scaled read it at every call, so tests may lower it.
 STREAM_MIN_BYTES = _default_min_bytes()
 
 
