@@ -26,7 +26,8 @@ import numpy as np
 from numba_qk._jit import kernel
 from numba_qk.formats import quant
 from numba_qk.kernels._bits import f16_to_f32, f32_from_bits
-from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_raw, prefetch_lines, prefetch_plan
+from numba_qk.kernels.drive import kernels_for, register
+from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_raw
 from numba_qk.kernels.simd.q4_k import R16_BYTES, R16_ROWS, accumulate_acts_x8, accumulate_rows16_vnni, accumulate_rows16_vnni_b2, accumulate_rows_x8, accumulate_rows_x8_vnni, array_address, q4_k_decode_rows16, q4_k_q8_k_sums
 from numba_qk.kernels.simd.amx_q4_k import ACT_BHI_AT, ACT_BLO_AT, ACT_DS_AT, AMX_ACT_BYTES, AMX_ACTS, AMX_CONFIG, AMX_DEC_BYTES, AMX_ROWS, HAVE_AMX, accumulate_amx, amx_begin, amx_end, q4_k_decode_amx
 from numba_qk.kernels.kquants.q4_k import q4_k_scale_min
@@ -135,108 +136,28 @@ def _simd_record_value(w, wo, x, xo):
 
 
 @kernel
-def _simd_dot_at(w, w_base, w_step, x, x_step, g):
-    """Fold over g records: Q4_K record b at byte w_base + b*w_step of w, Q8_K at b*x_step of x."""
-    acc = _simd_record_value(w, w_base, x, 0)
-    for b in range(1, g):
-        acc = np.float32(acc + _simd_record_value(w, w_base + b * w_step, x, b * x_step))
-    return acc
-
-
-@kernel
-def _simd_dot(w, x):
-    if w.strides[1] != 1 or x.strides[1] != 1:
-        return _dot_loop(w, x)
-    return _simd_dot_at(w, 0, w.strides[0], x, x.strides[0], w.shape[0])
-
-
-@kernel
-def _simd_gemv(w, x, out):
-    """Rows in tiles of 8: one vector lane per row, each lane its own in-order fold."""
-    if w.strides[2] != 1 or x.strides[1] != 1:
-        _gemv_loop(w, x, out)
-        return
-    rows, g = w.shape[0], w.shape[1]
-    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
-    acc = np.empty(8, np.float32)
-    ahead, per = prefetch_plan(8 * ws0, g)
-    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
-    r = 0
-    while rows - r >= 8:
-        # DRAM-streamed weights: while record b of this tile's rows is folded, prefetch share
-        # b of g of the tile some 64 KiB ahead, as one linear range (_simd.prefetch_plan).
-        for b in range(g):
-            prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
-            accumulate_rows_x8(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
-        for k in range(8):
-            out[r + k] = acc[k]
-        r += 8
-    for rr in range(r, rows):
-        out[rr] = _simd_dot_at(w, rr * ws0, ws1, x, xs0, g)
-
-
-@kernel
-def _vnni_gemv(w, x, out):
-    """``_simd_gemv`` with the AVX-512 VNNI tile (``accumulate_rows_x8_vnni``: the stored
-    nibbles go straight into vpdpbusd against the activation put in their order); same tiles,
-    prefetch, leftover rows and bits."""
-    if w.strides[2] != 1 or x.strides[1] != 1:
-        _gemv_loop(w, x, out)
-        return
-    rows, g = w.shape[0], w.shape[1]
-    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
-    acc = np.empty(8, np.float32)
-    ahead, per = prefetch_plan(8 * ws0, g)
-    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
-    r = 0
-    while rows - r >= 8:
-        for b in range(g):   # prefetch as in _simd_gemv
-            prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
-            accumulate_rows_x8_vnni(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
-        for k in range(8):
-            out[r + k] = acc[k]
-        r += 8
-    for rr in range(r, rows):
-        out[rr] = _simd_dot_at(w, rr * ws0, ws1, x, xs0, g)
-
-
-@kernel
 def _gemm_loop(w, x, out):
     for a in range(x.shape[0]):
         for r in range(w.shape[0]):
             out[a, r] = _dot_loop(w[r], x[a])
 
 
-_GEMM_RECORD_BLOCK = 8  # records per pass: 8 activations x 8 records x 292 B stay in L1
-
-
-@kernel
-def _simd_gemm(w, x, out):
-    """Activations in tiles of 8: each weight record is decoded once per tile; one vector
-    lane per activation, each lane its own in-order fold.  Records are taken in blocks so
-    that the tile's activation records stay in L1 while every row passes over them; the
-    per-(row, activation) accumulators live in ``acc`` between blocks.  Leftover
-    activations use gemv."""
-    if w.strides[2] != 1 or x.strides[2] != 1:
-        _gemm_loop(w, x, out)
-        return
-    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
-    ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], x.strides[1]
-    acc = np.empty((rows, 8), np.float32)
-    a0 = 0
-    while batch - a0 >= 8:
-        for b0 in range(0, g, _GEMM_RECORD_BLOCK):
-            b1 = min(b0 + _GEMM_RECORD_BLOCK, g)
-            for r in range(rows):
-                for b in range(b0, b1):
-                    accumulate_acts_x8(w, r * ws0 + b * ws1, x, a0 * xs0 + b * xs1, xs0,
-                                       acc, 8 * r, b == 0)
-        for r in range(rows):
-            for k in range(8):
-                out[a0 + k, r] = acc[r, k]
-        a0 += 8
-    for a in range(a0, batch):
-        _simd_gemv(w, x[a], out[a])
+# The AVX2 tiles (pmaddubsw) and the AVX-512 VNNI gemv tile (``accumulate_rows_x8_vnni``: the
+# stored nibbles go straight into vpdpbusd against the activation put in their order) run in the
+# shared driver (kernels/drive.py: 8-row gemv tiles with prefetch, leftover rows folded one
+# record at a time, 8-activation gemm tiles over blocks of 8 records).  The VNNI tile is a
+# second driver code over the same records; the row-lane and AMX gemm kernels below are loops
+# of their own (weights decoded once per call into 16-row groups, activation tiles of 8/4/2/1 or
+# repacked 16-activation blocks), not the driver's tile shapes.
+_Q4_K = quant.q4_k.ggml_type
+_Q4_K_VNNI = _Q4_K + 1000      # driver code of the VNNI gemv tile (a variant of Q4_K)
+register(_Q4_K, loop_dot=_dot_loop, value=_simd_record_value, rows_x8=accumulate_rows_x8,
+         acts_x8=accumulate_acts_x8)
+register(_Q4_K_VNNI, loop_dot=_dot_loop, value=_simd_record_value,
+         rows_x8=accumulate_rows_x8_vnni if HAVE_VNNI and HAVE_AVX512 else None,
+         acts_x8=accumulate_acts_x8)
+_simd_dot, _simd_gemv, _simd_gemm = kernels_for(_Q4_K)
+_, _vnni_gemv, _ = kernels_for(_Q4_K_VNNI)
 
 
 # ---- GEMM with AVX-512 VNNI: the row-lane kernel (16 rows x 8 activations per tile step) ----
@@ -468,11 +389,8 @@ def _amx_gemm_blocked(w, x, out, row_bytes, act_bytes):
     amx_end()
 
 
-_dot_impl = _simd_dot if HAVE_AVX2 else _dot_loop
-_gemv_impl = (_vnni_gemv if HAVE_VNNI and HAVE_AVX512 else _simd_gemv if HAVE_AVX2
-              else _gemv_loop)
-_gemm_small = (_vnni_gemm if HAVE_VNNI and HAVE_AVX512 else _simd_gemm if HAVE_AVX2
-               else _gemm_loop)
+_gemv_impl = _vnni_gemv if HAVE_VNNI and HAVE_AVX512 else _simd_gemv
+_gemm_small = _vnni_gemm if HAVE_VNNI and HAVE_AVX512 else _simd_gemm
 _AMX_MIN_BATCH = 9  # batch <= 8 (one VNNI tile): the VNNI pairs kernel, no per-call decode
 
 
@@ -509,18 +427,13 @@ def dot_q4_k_q8_k(w, x):
 
     Returns a float32 scalar.  ``w`` and ``x`` must have the same ``G`` (not checked here).
     """
-    if w.shape[0] == 0:
-        return np.float32(0.0)
-    return _dot_impl(w, x)
+    return _simd_dot(w, x)
 
 
 @kernel
 def gemv_q4_k_q8_k(w, x, out):
     """``out[r] = dot_q4_k_q8_k(w[r], x)`` for Q4_K weights ``[rows, G, 144]`` and one Q8_K
     activation ``[G, 292]`` (quantized once, shared by every row)."""
-    if w.shape[1] == 0:
-        out[:] = np.float32(0.0)
-        return
     _gemv_impl(w, x, out)
 
 
