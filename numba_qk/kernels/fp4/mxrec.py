@@ -67,6 +67,7 @@ AVX2 libggml-python build for NVFP4), and its x86 MXFP4 SIMD kernel sums lane-wi
 import math
 
 import numpy as np
+from numba import literally
 
 from numba_qk._jit import kernel
 from numba_qk.kernels._bits import f16_to_f32
@@ -396,21 +397,14 @@ def dot_nvfp4_q8_0(w, x):
 # (simd/mxrec.py) -------------------------------------------------------------------------------
 
 @kernel
-def gemm_mxfp4_q8_0_portable(w, x, out):
-    """``out[a, r] = dot_mxfp4_q8_0(w[r], x[a])``: x ``[batch, G, 34]``."""
+def _gemm_fp4_portable(nv, w, x, out):
+    """``out[a, r] = dot(w[r], x[a])`` of MXFP4 (NVFP4 for ``nv``) records ``w`` and Q8_0
+    activations ``x`` ``[batch, G, 34]`` (``[batch, 2G, 34]``) by the portable row dots."""
+    literally(nv)
     for r in range(w.shape[0]):
         wr = w[r]
         for a in range(x.shape[0]):
-            out[a, r] = dot_mxfp4_q8_0(wr, x[a])
-
-
-@kernel
-def gemm_nvfp4_q8_0_portable(w, x, out):
-    """``out[a, r] = dot_nvfp4_q8_0(w[r], x[a])``: x ``[batch, 2G, 34]``."""
-    for r in range(w.shape[0]):
-        wr = w[r]
-        for a in range(x.shape[0]):
-            out[a, r] = dot_nvfp4_q8_0(wr, x[a])
+            out[a, r] = dot_nvfp4_q8_0(wr, x[a]) if nv else dot_mxfp4_q8_0(wr, x[a])
 
 
 from numba_qk.formats.mxrec import mxfp4 as _MX_FMT, nvfp4 as _NV_FMT  # noqa: E402
@@ -539,59 +533,44 @@ def _q8_0_transpose(x, groups, xt):
 
 
 @kernel
-def _gemm_mxfp4_t(w, x, out):
+def _gemm_fp4_t(nv, w, x, out):
     """Per weight row, groups of 8 activations in the transposed layout
-    (``_simd_mxrec.mxfp4_acts_x8_t``; lane k = activation a0 + k); remainder activations by the
-    single-record SIMD dot."""
+    (``simd.mxrec.mxfp4_acts_x8_t`` / ``nvfp4_acts_x8_t`` for ``nv``, a literal; lane k =
+    activation a0 + k); remainder activations by the row dot.  Not the driver's gemm: the
+    activations are transposed once per call and each weight row stays in L1 while it passes
+    every activation group."""
+    literally(nv)
+    if w.shape[1] == 0:
+        out[:, :] = np.float32(0.0)
+        return
     if w.strides[2] != 1 or x.strides[2] != 1:
-        gemm_mxfp4_q8_0_portable(w, x, out)
+        _gemm_fp4_portable(nv, w, x, out)
         return
     batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
     ws0, ws1 = w.strides[0], w.strides[1]
+    nx = x.shape[1]                          # Q8_0 records per row: G (MXFP4), 2G (NVFP4)
     groups = batch // 8
-    xt = np.empty((groups, g, XT_ROWS, 8), np.int32)
+    xt = np.empty((groups, nx, XT_ROWS, 8), np.int32)
     _q8_0_transpose(x, groups, xt)
     rec = XT_ROWS * 32                       # bytes per transposed record
     acc = np.zeros(8, np.float32)
     for r in range(rows):
         for grp in range(groups):
             for b in range(g):
-                mxfp4_acts_x8_t(w, r * ws0 + b * ws1, xt, (grp * g + b) * rec, acc, b == 0)
+                if nv:
+                    nvfp4_acts_x8_t(w, r * ws0 + b * ws1, xt, (grp * nx + 2 * b) * rec, rec,
+                                    acc, b == 0)
+                else:
+                    mxfp4_acts_x8_t(w, r * ws0 + b * ws1, xt, (grp * nx + b) * rec, acc,
+                                    b == 0)
             for k in range(8):
                 out[8 * grp + k, r] = acc[k]
         for a in range(8 * groups, batch):
-            out[a, r] = _dot_mxfp4_simd(w[r], x[a])
+            out[a, r] = dot_nvfp4_q8_0(w[r], x[a]) if nv else _dot_mxfp4_simd(w[r], x[a])
 
 
-@kernel
-def _gemm_nvfp4_t(w, x, out):
-    """As ``_gemm_mxfp4_t`` for NVFP4 (``_simd_mxrec.nvfp4_acts_x8_t``)."""
-    if w.strides[2] != 1 or x.strides[2] != 1:
-        gemm_nvfp4_q8_0_portable(w, x, out)
-        return
-    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
-    ws0, ws1 = w.strides[0], w.strides[1]
-    nx = x.shape[1]
-    groups = batch // 8
-    xt = np.empty((groups, nx, XT_ROWS, 8), np.int32)
-    _q8_0_transpose(x, groups, xt)
-    rec = XT_ROWS * 32
-    acc = np.zeros(8, np.float32)
-    for r in range(rows):
-        for grp in range(groups):
-            for b in range(g):
-                nvfp4_acts_x8_t(w, r * ws0 + b * ws1, xt, (grp * nx + 2 * b) * rec, rec, acc,
-                                b == 0)
-            for k in range(8):
-                out[8 * grp + k, r] = acc[k]
-        for a in range(8 * groups, batch):
-            out[a, r] = dot_nvfp4_q8_0(w[r], x[a])
-
-
-if HAVE_AVX2:
-    _dot_mx, _gemm_mx, _gemm_nv = _dot_mxfp4_simd, _gemm_mxfp4_t, _gemm_nvfp4_t
-else:
-    _dot_mx, _gemm_mx, _gemm_nv = dot_mxfp4_q8_0, gemm_mxfp4_q8_0_portable, gemm_nvfp4_q8_0_portable
+_dot_mx = _dot_mxfp4_simd if HAVE_AVX2 else dot_mxfp4_q8_0
+_gemm_fp4 = _gemm_fp4_t if HAVE_AVX2 else _gemm_fp4_portable
 
 
 @kernel
@@ -609,10 +588,7 @@ def gemv_mxfp4_q8_0(w, x, out):
 @kernel
 def gemm_mxfp4_q8_0(w, x, out):
     """``out[a, r] = dot_mxfp4_q8_0(w[r], x[a])``: x ``[batch, G, 34]``."""
-    if w.shape[1] == 0:
-        out[:, :] = np.float32(0.0)
-        return
-    _gemm_mx(w, x, out)
+    _gemm_fp4(False, w, x, out)
 
 
 @kernel
@@ -624,7 +600,4 @@ def gemv_nvfp4_q8_0(w, x, out):
 @kernel
 def gemm_nvfp4_q8_0(w, x, out):
     """``out[a, r] = dot_nvfp4_q8_0(w[r], x[a])``: x ``[batch, 2G, 34]``."""
-    if w.shape[1] == 0:
-        out[:, :] = np.float32(0.0)
-        return
-    _gemm_nv(w, x, out)
+    _gemm_fp4(True, w, x, out)
