@@ -25,7 +25,7 @@ import numpy as np
 
 from numba_qk._jit import kernel
 from numba_qk.formats import quant
-from numba_qk.kernels._bits import f16_to_f32, f32_from_bits
+from numba_qk.kernels.kquants.common import f16_at, f32_at, x_bsum
 from numba_qk.kernels.drive import kernels_for, register
 from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_raw
 from numba_qk.kernels.simd.q4_k import R16_BYTES, R16_ROWS, accumulate_acts_x8, accumulate_rows16_vnni, accumulate_rows16_vnni_b2, accumulate_rows_x8, accumulate_rows_x8_vnni, array_address, q4_k_decode_rows16, q4_k_q8_k_sums
@@ -43,13 +43,6 @@ _X_BSUM_AT = quant.q8_k.field("bsum").start   # Q8_K: int16 group sums
 # Record-level building blocks take 2-D record arrays and record indices -- w[bw] is the Q4_K
 # record, x[bx] the Q8_K record -- and never build sub-array views in the hot loop (a view costs
 # two reference-count updates in numba).
-
-
-@kernel
-def _bsum(x, bx, j):
-    lo = np.int32(x[bx, _X_BSUM_AT + 2 * j])
-    hi = np.int32(x[bx, _X_BSUM_AT + 2 * j + 1])
-    return np.int32(np.int16(np.uint16(lo | (hi << np.int32(8)))))
 
 
 @kernel
@@ -73,24 +66,9 @@ def record_sums_loop(w, bw, x, bx):
         sc_hi, m_hi = q4_k_scale_min(w[bw], 2 * j + 1)
         s_total += sc_lo * lo + sc_hi * hi
         # bsum[4j .. 4j+3] cover sub-blocks 2j and 2j+1
-        t_total += m_lo * (_bsum(x, bx, 4 * j) + _bsum(x, bx, 4 * j + 1))
-        t_total += m_hi * (_bsum(x, bx, 4 * j + 2) + _bsum(x, bx, 4 * j + 3))
+        t_total += m_lo * (x_bsum(x, bx, 4 * j) + x_bsum(x, bx, 4 * j + 1))
+        t_total += m_hi * (x_bsum(x, bx, 4 * j + 2) + x_bsum(x, bx, 4 * j + 3))
     return np.int32(s_total), np.int32(t_total)
-
-
-@kernel
-def _f16_at(a, row, off):
-    """Exact f16 -> f32 of bytes a[row, off:off+2] (portable)."""
-    return f16_to_f32(np.uint16(np.uint16(a[row, off]) | (np.uint16(a[row, off + 1]) << np.uint16(8))))
-
-
-@kernel
-def _f32_at(a, row, off):
-    """f32 of bytes a[row, off:off+4] (portable, bits kept)."""
-    bits = np.uint32(0)
-    for k in range(4):
-        bits |= np.uint32(a[row, off + k]) << np.uint32(8 * k)
-    return f32_from_bits(bits)
 
 
 @kernel
@@ -106,8 +84,8 @@ def record_value_from_terms(s_b, t_b, d, dmin, ds):
 def record_value_loop(w, bw, x, bx):
     """``v_b`` for records ``w[bw]`` (Q4_K) and ``x[bx]`` (Q8_K): the portable definition."""
     s_b, t_b = record_sums_loop(w, bw, x, bx)
-    return record_value_from_terms(s_b, t_b, _f16_at(w, bw, _W_D_AT), _f16_at(w, bw, _W_DMIN_AT),
-                                   _f32_at(x, bx, _X_DS_AT))
+    return record_value_from_terms(s_b, t_b, f16_at(w, bw, _W_D_AT), f16_at(w, bw, _W_DMIN_AT),
+                                   f32_at(x, bx, _X_DS_AT))
 
 
 @kernel
