@@ -77,10 +77,11 @@ def kernels(pkg, name: str):
 
 
 def best_interleaved(fns, calls, rounds):
-    """fns: name -> callable(i); the best seconds per call of each, alternating names."""
+    """fns: name -> callable(i); the best seconds per call of each, alternating names (and
+    their order, round by round)."""
     best = {k: float("inf") for k in fns}
-    for _ in range(rounds):
-        for k, f in fns.items():
+    for n in range(rounds):
+        for k, f in (list(fns.items()) if n % 2 == 0 else list(fns.items())[::-1]):
             t0 = time.perf_counter()
             for i in range(calls):
                 f(i)
@@ -102,6 +103,7 @@ def main():
     ap.add_argument("--batch", type=int, default=11)
     ap.add_argument("--stream-mb", type=float, default=1229.0)
     ap.add_argument("--rounds", type=int, default=100, help="hot: best of this many calls")
+    ap.add_argument("--stream-rounds", type=int, default=5, help="streamed: best of this many")
     ap.add_argument("--quick", action="store_true", help="1024x1024, 64 MB streamed, 20 rounds")
     args = ap.parse_args()
     if args.quick:
@@ -139,7 +141,7 @@ def main():
         n = int(args.stream_mb * 1e6 / w.nbytes) + 1
         ws = [w.copy() for _ in range(n)]
         streamed = best_interleaved({s: (lambda i, f=f[1], o=outs[s]: f(ws[i], x, o))
-                                     for s, f in k.items()}, n, 3)
+                                     for s, f in k.items()}, n, args.stream_rounds)
         del ws
         mm = best_interleaved({s: (lambda i, f=f[2], o=mouts[s]: f(w, xs, o))
                                for s, f in k.items()}, 1, max(5, args.rounds // 4))

@@ -69,7 +69,7 @@ import math
 import numpy as np
 from numba import literally
 
-from numba_qk._jit import kernel
+from numba_qk._jit import inline_kernel, kernel
 from numba_qk.kernels._bits import f16_to_f32
 from numba_qk.kernels.kquants.common import first_nonfinite_block
 
@@ -477,14 +477,14 @@ def _nvfp4_prep(x):
 
 
 if HAVE_AVX2:
-    @kernel
+    @inline_kernel
     def _mxfp4_rows(w, w_off, x, x_off, w_step, acc, first, state, b):
         """The driver's gemv tile: 8 rows in the transposed layout
         (``simd.mxrec.mxfp4_rows_x8_t``; lane k = row r + k, no horizontal sums)."""
         dyf, corr = state
         mxfp4_rows_x8_t(w, w_off, w_step, x, x_off, corr[b], dyf[b], acc, first)
 
-    @kernel
+    @inline_kernel
     def _nvfp4_rows(w, w_off, x, x_off, w_step, acc, first, state, b):
         """As ``_mxfp4_rows`` for NVFP4 (``simd.mxrec.nvfp4_rows_x8_t``): weight record b
         meets the Q8_0 records 2b and 2b + 1 (``x_off`` is record 2b's)."""

@@ -333,15 +333,15 @@ def _drive_pieces(code):
     """Register legacy weight format ``code``'s pieces with the driver under its GGML type
     id; returns that id.  The pieces are closures over the int code (a literal inside)."""
 
-    @kernel
+    @inline_kernel
     def value(w, w_off, x, x_off):
         return legacy_block_value(code, w, w_off, x, x_off)
 
-    @kernel
+    @inline_kernel
     def rows_x8(w, w_off, x, x_off, step, acc, at, first):
         legacy_accumulate_x8(code, True, w, w_off, x, x_off, step, acc, at, first)
 
-    @kernel
+    @inline_kernel
     def acts_x8(w, w_off, x, x_off, step, acc, at, first):
         legacy_accumulate_x8(code, False, w, w_off, x, x_off, step, acc, at, first)
 
