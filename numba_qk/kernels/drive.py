@@ -132,7 +132,7 @@ def _fold_overload(code, w, w_at, w_step, x, x_at, x_step, g):
     return fold_impl
 
 
-@overload(_prep, jit_options=JIT_OPTIONS)
+@overload(_prep, jit_options=JIT_OPTIONS, inline="always")
 def _prep_overload(code, x):
     impl = _lookup(code)
     if impl is None:

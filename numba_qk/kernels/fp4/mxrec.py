@@ -449,7 +449,7 @@ def _q8_0_prep(x, dyf, half_sums):
             half_sums[i, h] = s
 
 
-@kernel
+@inline_kernel
 def _mxfp4_prep(x):
     """Per-call tables of the MXFP4 gemv tile: f32(d_y) and ``-12 *`` the quant sum of every
     Q8_0 record of ``x``."""
@@ -463,7 +463,7 @@ def _mxfp4_prep(x):
     return dyf, corr
 
 
-@kernel
+@inline_kernel
 def _nvfp4_prep(x):
     """Per-call tables of the NVFP4 gemv tile: f32(d_y) and ``-12 *`` the sums of quants
     0..15 and 16..31 of every Q8_0 record of ``x``."""
