@@ -393,8 +393,22 @@ def dot_nvfp4_q8_0(w, x):
     return acc
 
 
-# ---- products: portable loops (the definition; gemv's is the driver's) and the SIMD tiles
+# ---- products: portable loops (the definition; the tests' reference) and the SIMD tiles
 # (simd/mxrec.py) -------------------------------------------------------------------------------
+
+@kernel
+def gemv_mxfp4_q8_0_portable(w, x, out):
+    """``out[r] = dot_mxfp4_q8_0(w[r], x)``: weights ``[rows, G, 17]``, x ``[G, 34]``."""
+    for r in range(w.shape[0]):
+        out[r] = dot_mxfp4_q8_0(w[r], x)
+
+
+@kernel
+def gemv_nvfp4_q8_0_portable(w, x, out):
+    """``out[r] = dot_nvfp4_q8_0(w[r], x)``: weights ``[rows, G, 36]``, x ``[2G, 34]``."""
+    for r in range(w.shape[0]):
+        out[r] = dot_nvfp4_q8_0(w[r], x)
+
 
 @kernel
 def _gemm_fp4_portable(nv, w, x, out):
@@ -405,6 +419,18 @@ def _gemm_fp4_portable(nv, w, x, out):
         wr = w[r]
         for a in range(x.shape[0]):
             out[a, r] = dot_nvfp4_q8_0(wr, x[a]) if nv else dot_mxfp4_q8_0(wr, x[a])
+
+
+@kernel
+def gemm_mxfp4_q8_0_portable(w, x, out):
+    """``out[a, r] = dot_mxfp4_q8_0(w[r], x[a])``: x ``[batch, G, 34]``."""
+    _gemm_fp4_portable(False, w, x, out)
+
+
+@kernel
+def gemm_nvfp4_q8_0_portable(w, x, out):
+    """``out[a, r] = dot_nvfp4_q8_0(w[r], x[a])``: x ``[batch, 2G, 34]``."""
+    _gemm_fp4_portable(True, w, x, out)
 
 
 from numba_qk.formats.mxrec import mxfp4 as _MX_FMT, nvfp4 as _NV_FMT  # noqa: E402
