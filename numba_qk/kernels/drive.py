@@ -37,8 +37,9 @@ tile needs more (VNNI) registers the tile that its target has.  The loops:
 Every output is the left fold of the record values in record order, seeded with v_0 (G = 0 gives
 +0.0), so all paths equal the portable dot bit for bit.
 
-The per-record helpers (``fold``, the tile call, the leftover row) are inlined at numba's IR level
-(``inline="always"``), and SIMD pieces that wrap an intrinsic should be ``_jit.inline_kernel``s:
+The per-record helpers (``fold``, the tile call, ``prep``) are inlined at numba's IR level
+(``inline="always"``), the leftover row is not (inlined, its fold made the tile loop of the
+Q4_K gemv 5% slower), and SIMD pieces that wrap an intrinsic should be ``_jit.inline_kernel``s:
 a call per record that passes arrays costs reference-count updates that LLVM's inlining does not
 always remove (measured: NVFP4's gemv tile through a plain wrapper ran 1.5x, through two 2.8x the
 time of the tile called in the loop).
@@ -162,7 +163,7 @@ def _rows_tile_overload(code, w, w_off, x, x_off, w_step, acc, first, state, b):
     return tile
 
 
-@overload(_row, jit_options=JIT_OPTIONS, inline="always")
+@overload(_row, jit_options=JIT_OPTIONS)
 def _row_overload(code, w, r, x, x_step, g):
     """Row ``r`` of gemv (records contiguous): the fold of ``value`` where there is one,
     else ``loop_dot`` of the row's view."""
