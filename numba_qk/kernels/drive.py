@@ -37,12 +37,13 @@ tile needs more (VNNI) registers the tile that its target has.  The loops:
 Every output is the left fold of the record values in record order, seeded with v_0 (G = 0 gives
 +0.0), so all paths equal the portable dot bit for bit.
 
-The per-record helpers (``fold``, the tile call, ``prep``) are inlined at numba's IR level
-(``inline="always"``), the leftover row is not (inlined, its fold made the tile loop of the
-Q4_K gemv 5% slower), and SIMD pieces that wrap an intrinsic should be ``_jit.inline_kernel``s:
-a call per record that passes arrays costs reference-count updates that LLVM's inlining does not
-always remove (measured: NVFP4's gemv tile through a plain wrapper ran 1.5x, through two 2.8x the
-time of the tile called in the loop).
+The per-record helpers are inlined at numba's IR level (``fold`` an ``inline="always"``
+overload, the tile call and ``prep`` ``inline_kernel``s: the same as an overload, the NVFP4 gemv
+ran 7% slower), the leftover row is not (inlined, its fold made the Q4_K gemv's tile loop 5%
+slower), and SIMD pieces that wrap an intrinsic should be ``_jit.inline_kernel``s: a call per
+record that passes arrays costs reference-count updates that LLVM's inlining does not always
+remove (measured: NVFP4's gemv tile through a plain wrapper ran 1.5x the time of the tile
+called in the loop).
 
 The entry points are closures over the int code only, and the per-format pieces are picked at
 typing time by the ``@overload``s below from the table ``_IMPL``: numba's cache keys a closure by
@@ -55,7 +56,7 @@ import numpy as np
 from numba.core import types
 from numba.extending import overload
 
-from numba_qk._jit import JIT_OPTIONS, kernel
+from numba_qk._jit import JIT_OPTIONS, inline_kernel, kernel
 from numba_qk.kernels.simd.base import HAVE_AVX2, prefetch_lines, prefetch_plan
 
 _IMPL = {}  # code -> dict of the pieces (see register)
@@ -105,14 +106,6 @@ def gemm(code, w, x, out):
         gemv(code, w, x[a], out[a])
 
 
-def _prep(code, x):
-    raise NotImplementedError
-
-
-def _rows_tile(code, w, w_off, x, x_off, w_step, acc, first, state, b):
-    raise NotImplementedError
-
-
 def _row(code, w, r, x, x_step, g):
     raise NotImplementedError
 
@@ -133,33 +126,29 @@ def _fold_overload(code, w, w_at, w_step, x, x_at, x_step, g):
     return fold_impl
 
 
-@overload(_prep, jit_options=JIT_OPTIONS, inline="always")
-def _prep_overload(code, x):
-    impl = _lookup(code)
-    if impl is None:
-        return None
-    prep = impl["prep"]
-    if prep is None:
-        return lambda code, x: 0
-    return lambda code, x: prep(x)
+@inline_kernel
+def _no_prep(x):
+    return 0
 
 
-@overload(_rows_tile, jit_options=JIT_OPTIONS, inline="always")
-def _rows_tile_overload(code, w, w_off, x, x_off, w_step, acc, first, state, b):
-    impl = _lookup(code)
-    if impl is None:
-        return None
+@inline_kernel
+def _no_tile(w, w_off, x, x_off, w_step, acc, first, state, b):
+    pass   # never called (gemv checks has_tile); typed all the same
+
+
+def _tile(impl):
+    """The gemv tile of ``impl`` with the driver's calling convention ``(w, w_off, x, x_off,
+    w_step, acc, first, state, b)``, inlined at numba's IR level (an inlined overload here cost
+    the NVFP4 gemv 7%)."""
     rows_x8 = impl["rows_x8"]
-    if rows_x8 is None:   # never called (gemv checks has_tile); typed all the same
-        def no_tile(code, w, w_off, x, x_off, w_step, acc, first, state, b):
-            pass
-        return no_tile
-    if impl["prep"] is None:
-        def tile(code, w, w_off, x, x_off, w_step, acc, first, state, b):
-            rows_x8(w, w_off, x, x_off, w_step, acc, 0, first)
-    else:
-        def tile(code, w, w_off, x, x_off, w_step, acc, first, state, b):
-            rows_x8(w, w_off, x, x_off, w_step, acc, first, state, b)
+    if rows_x8 is None:
+        return _no_tile
+    if impl["prep"] is not None:
+        return rows_x8
+
+    @inline_kernel
+    def tile(w, w_off, x, x_off, w_step, acc, first, state, b):
+        rows_x8(w, w_off, x, x_off, w_step, acc, 0, first)
     return tile
 
 
@@ -217,6 +206,9 @@ def _gemv_overload(code, w, x, out):
                 out[r] = np.float32(0.0) if w.shape[1] == 0 else loop_dot(w[r], x)
         return gemv_loop
 
+    tile = _tile(impl)
+    prep = impl["prep"] if impl["prep"] is not None else _no_prep
+
     def gemv_tiles(code, w, x, out):
         rows, g = w.shape[0], w.shape[1]
         if g == 0:
@@ -229,8 +221,8 @@ def _gemv_overload(code, w, x, out):
         ws0, ws1, xs = w.strides[0], w.strides[1], xpw * x.strides[0]
         r = 0
         if has_tile:
-            state = _prep(code, x)
             acc = np.empty(8, np.float32)
+            state = prep(x)
             ahead, per = prefetch_plan(8 * ws0, g)
             prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
             while rows - r >= 8:
@@ -238,8 +230,7 @@ def _gemv_overload(code, w, x, out):
                     # DRAM-streamed weights: prefetch share b of g of a tile ~64 KiB ahead,
                     # one linear range
                     prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
-                    _rows_tile(code, w, r * ws0 + b * ws1, x, b * xs, ws0, acc, b == 0,
-                               state, b)
+                    tile(w, r * ws0 + b * ws1, x, b * xs, ws0, acc, b == 0, state, b)
                 for k in range(8):
                     out[r + k] = acc[k]
                 r += 8
