@@ -433,9 +433,9 @@ def gemm_nvfp4_q8_0_portable(w, x, out):
     _gemm_fp4_portable(True, w, x, out)
 
 
-from numba_qk.formats.mxrec import mxfp4 as _MX_FMT, nvfp4 as _NV_FMT  # noqa: E402
+from numba_qk.formats.mxrec import mxfp4 as _MX_FMT  # noqa: E402
 from numba_qk.kernels.drive import gemv as drive_gemv, register  # noqa: E402
-from numba_qk.kernels.simd.base import HAVE_AVX2, load_f16_fpext  # noqa: E402  (after the tables)
+from numba_qk.kernels.simd.base import HAVE_AVX2, load_f16_fpext, prefetch_lines, prefetch_plan  # noqa: E402  (after the tables)
 # (numba's own cache key is this file only; _jit.DependencyCache adds _simd_mxrec.py's source
 # and every other kernel-layer module this one imports, so IR edits there recompile these.)
 
@@ -489,19 +489,6 @@ def _mxfp4_prep(x):
     return dyf, corr
 
 
-@inline_kernel
-def _nvfp4_prep(x):
-    """Per-call tables of the NVFP4 gemv tile: f32(d_y) and ``-12 *`` the sums of quants
-    0..15 and 16..31 of every Q8_0 record of ``x``."""
-    dyf = np.empty(x.shape[0], np.float32)
-    hs = np.empty((x.shape[0], 2), np.int32)
-    _q8_0_prep(x, dyf, hs)
-    for i in range(x.shape[0]):
-        for h in range(2):
-            hs[i, h] = np.int32(-12) * hs[i, h]
-    return dyf, hs
-
-
 if HAVE_AVX2:
     @inline_kernel
     def _mxfp4_rows(w, w_off, x, x_off, w_step, acc, first, state, b):
@@ -510,26 +497,50 @@ if HAVE_AVX2:
         dyf, corr = state
         mxfp4_rows_x8_t(w, w_off, w_step, x, x_off, corr[b], dyf[b], acc, first)
 
-    @inline_kernel
-    def _nvfp4_rows(w, w_off, x, x_off, w_step, acc, first, state, b):
-        """As ``_mxfp4_rows`` for NVFP4 (``simd.mxrec.nvfp4_rows_x8_t``): weight record b
-        meets the Q8_0 records 2b and 2b + 1 (``x_off`` is record 2b's)."""
-        dyf, hs = state
-        i = 2 * b
-        nvfp4_rows_x8_t(w, w_off, w_step, x, x_off, x.strides[0], hs[i, 0], hs[i, 1],
-                        hs[i + 1, 0], hs[i + 1, 1], dyf[i], dyf[i + 1], acc, first)
 else:
-    _mxfp4_rows = _nvfp4_rows = None
+    _mxfp4_rows = None
 
 
-# gemv: the shared driver (kernels/drive.py: 8-row tiles with prefetch, leftover rows by the
-# row dot) over the transposed tiles above, with their per-call tables (``prep``).  gemm keeps
+# MXFP4 gemv: the shared driver (kernels/drive.py: 8-row tiles with prefetch, leftover rows by
+# the row dot) over the transposed tile above, with its per-call tables (``prep``).  NVFP4
+# keeps its own copy of that loop (below): through the driver (tables as a prep tuple, two Q8_0
+# records per record) its tile loop ran 6% slower, measured in several layouts, not found why.  gemm keeps
 # its own loop below: the activations are transposed once per call (all of them, not one tile's
 # records at a time) and each weight row passes over every activation group in turn.
-_MX, _NV = _MX_FMT.ggml_type, _NV_FMT.ggml_type   # driver codes (GGML type ids)
+_MX = _MX_FMT.ggml_type   # driver code (GGML type id)
 register(_MX, loop_dot=_dot_mxfp4_simd if HAVE_AVX2 else dot_mxfp4_q8_0, rows_x8=_mxfp4_rows,
          prep=_mxfp4_prep)
-register(_NV, loop_dot=dot_nvfp4_q8_0, rows_x8=_nvfp4_rows, prep=_nvfp4_prep, x_per_w=2)
+
+
+@kernel
+def _gemv_nvfp4_t(w, x, out):
+    """As ``_gemv_mxfp4_t`` for NVFP4 (``_simd_mxrec.nvfp4_rows_x8_t``)."""
+    if w.strides[2] != 1 or x.strides[1] != 1:
+        gemv_nvfp4_q8_0_portable(w, x, out)
+        return
+    rows, g = w.shape[0], w.shape[1]
+    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
+    dyf = np.empty(x.shape[0], np.float32)
+    hs = np.empty((x.shape[0], 2), np.int32)
+    _q8_0_prep(x, dyf, hs)
+    for i in range(x.shape[0]):
+        for h in range(2):
+            hs[i, h] = np.int32(-12) * hs[i, h]
+    acc = np.zeros(8, np.float32)
+    ahead, per = prefetch_plan(8 * ws0, g)
+    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
+    r = 0
+    while rows - r >= 8:
+        for b in range(g):
+            prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
+            i = 2 * b
+            nvfp4_rows_x8_t(w, r * ws0 + b * ws1, ws0, x, i * xs0, xs0, hs[i, 0], hs[i, 1],
+                            hs[i + 1, 0], hs[i + 1, 1], dyf[i], dyf[i + 1], acc, b == 0)
+        for k in range(8):
+            out[r + k] = acc[k]
+        r += 8
+    for rr in range(r, rows):
+        out[rr] = dot_nvfp4_q8_0(w[rr], x)
 
 
 @kernel
@@ -596,6 +607,7 @@ def _gemm_fp4_t(nv, w, x, out):
 
 
 _dot_mx = _dot_mxfp4_simd if HAVE_AVX2 else dot_mxfp4_q8_0
+_gemv_nv = _gemv_nvfp4_t if HAVE_AVX2 else gemv_nvfp4_q8_0_portable
 _gemm_fp4 = _gemm_fp4_t if HAVE_AVX2 else _gemm_fp4_portable
 
 
@@ -620,7 +632,10 @@ def gemm_mxfp4_q8_0(w, x, out):
 @kernel
 def gemv_nvfp4_q8_0(w, x, out):
     """``out[r] = dot_nvfp4_q8_0(w[r], x)``: weights ``[rows, G, 36]``, x ``[2G, 34]``."""
-    drive_gemv(_NV, w, x, out)
+    if w.shape[1] == 0:
+        out[:] = np.float32(0.0)
+        return
+    _gemv_nv(w, x, out)
 
 
 @kernel
