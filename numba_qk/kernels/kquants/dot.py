@@ -27,7 +27,7 @@ from numba_qk._jit import kernel
 from numba_qk.formats import quant
 from numba_qk.kernels.kquants.common import f16_at, f32_at, x_bsum
 from numba_qk.kernels.drive import kernels_for, register
-from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_raw
+from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_raw, prefetch_lines, prefetch_plan
 from numba_qk.kernels.simd.q4_k import R16_BYTES, R16_ROWS, accumulate_acts_x8, accumulate_rows16_vnni, accumulate_rows16_vnni_b2, accumulate_rows_x8, accumulate_rows_x8_vnni, array_address, q4_k_decode_rows16, q4_k_q8_k_sums
 from numba_qk.kernels.simd.amx_q4_k import ACT_BHI_AT, ACT_BLO_AT, ACT_DS_AT, AMX_ACT_BYTES, AMX_ACTS, AMX_CONFIG, AMX_DEC_BYTES, AMX_ROWS, HAVE_AMX, accumulate_amx, amx_begin, amx_end, q4_k_decode_amx
 from numba_qk.kernels.kquants.q4_k import q4_k_scale_min
@@ -123,19 +123,41 @@ def _gemm_loop(w, x, out):
 # The AVX2 tiles (pmaddubsw) and the AVX-512 VNNI gemv tile (``accumulate_rows_x8_vnni``: the
 # stored nibbles go straight into vpdpbusd against the activation put in their order) run in the
 # shared driver (kernels/drive.py: 8-row gemv tiles with prefetch, leftover rows folded one
-# record at a time, 8-activation gemm tiles over blocks of 8 records).  The VNNI tile is a
-# second driver code over the same records; the row-lane and AMX gemm kernels below are loops
+# record at a time, 8-activation gemm tiles over blocks of 8 records).  The VNNI gemv keeps its
+# own copy of that loop (see _vnni_gemv); the row-lane and AMX gemm kernels below are loops
 # of their own (weights decoded once per call into 16-row groups, activation tiles of 8/4/2/1 or
 # repacked 16-activation blocks), not the driver's tile shapes.
 _Q4_K = quant.q4_k.ggml_type
-_Q4_K_VNNI = _Q4_K + 1000      # driver code of the VNNI gemv tile (a variant of Q4_K)
 register(_Q4_K, loop_dot=_dot_loop, value=_simd_record_value, rows_x8=accumulate_rows_x8,
          acts_x8=accumulate_acts_x8)
-register(_Q4_K_VNNI, loop_dot=_dot_loop, value=_simd_record_value,
-         rows_x8=accumulate_rows_x8_vnni if HAVE_VNNI and HAVE_AVX512 else None,
-         acts_x8=accumulate_acts_x8)
 _simd_dot, _simd_gemv, _simd_gemm = kernels_for(_Q4_K)
-_, _vnni_gemv, _ = kernels_for(_Q4_K_VNNI)
+
+
+@kernel
+def _vnni_gemv(w, x, out):
+    """The driver's gemv (kernels/drive.py) with the AVX-512 VNNI tile
+    (``accumulate_rows_x8_vnni``: the stored nibbles go straight into vpdpbusd against the
+    activation put in their order), as its own loop: through the driver this tile loop measured
+    3-5% slower (0.95-1.02 across processes, not found why).  Same tiles, prefetch, leftover
+    rows and bits."""
+    if w.strides[2] != 1 or x.strides[1] != 1:
+        _gemv_loop(w, x, out)
+        return
+    rows, g = w.shape[0], w.shape[1]
+    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
+    acc = np.empty(8, np.float32)
+    ahead, per = prefetch_plan(8 * ws0, g)
+    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
+    r = 0
+    while rows - r >= 8:
+        for b in range(g):   # prefetch as in _simd_gemv
+            prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
+            accumulate_rows_x8_vnni(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
+        for k in range(8):
+            out[r + k] = acc[k]
+        r += 8
+    for rr in range(r, rows):
+        out[rr] = _simd_dot(w[rr], x)
 
 
 # ---- GEMM with AVX-512 VNNI: the row-lane kernel (16 rows x 8 activations per tile step) ----
@@ -412,6 +434,9 @@ def dot_q4_k_q8_k(w, x):
 def gemv_q4_k_q8_k(w, x, out):
     """``out[r] = dot_q4_k_q8_k(w[r], x)`` for Q4_K weights ``[rows, G, 144]`` and one Q8_K
     activation ``[G, 292]`` (quantized once, shared by every row)."""
+    if w.shape[1] == 0:
+        out[:] = np.float32(0.0)
+        return
     _gemv_impl(w, x, out)
 
 
