@@ -17,7 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: _comm
 import numba_qk as qk  # noqa: E402
 from numba_qk._jit import kernel  # noqa: E402
 from numba_qk.kernels.simd.q4_k import accumulate_rows_x8  # noqa: E402
-from numba_qk.kernels.kquants.dot import _simd_dot_at, _simd_gemv  # noqa: E402
+from numba_qk.kernels.drive import fold  # noqa: E402
+from numba_qk.kernels.kquants.dot import _Q4_K, _simd_gemv  # noqa: E402
 from numba import literally  # noqa: E402
 from numba_qk.kernels.legacy import layout as _LL
 from numba_qk.kernels.legacy import kernels as legacy  # noqa: E402
@@ -41,7 +42,7 @@ def gemv_no_prefetch(w, x, out):
             out[r + k] = acc[k]
         r += 8
     for rr in range(r, rows):
-        out[rr] = _simd_dot_at(w, rr * ws0, ws1, x, xs0, g)
+        out[rr] = fold(_Q4_K, w, rr * ws0, ws1, x, 0, xs0, g)
 
 
 @kernel
@@ -70,10 +71,7 @@ def _legacy_pair(code):
     def old_fn(w, x, out):
         legacy_gemv_no_prefetch(code, w, x, out)
 
-    @kernel
-    def new_fn(w, x, out):
-        legacy._simd_gemv(code, w, x, out)
-    return old_fn, new_fn
+    return old_fn, legacy.DRIVEN[code][1]   # the driver's pmaddwd tile loop
 
 
 def legacy_ab(name, rows, cols, repeat):

@@ -4,7 +4,7 @@
     python bench/experiments/kquant_ab.py --old-rev HEAD~3 --formats q6_k --quick
 
 The old revision's ``numba_qk`` package is extracted with ``git archive`` into a temporary
-folder and imported as ``numba_qk_old`` (its imports are relative), next to the working tree's
+folder and imported as ``numba_qk_old`` (every ``numba_qk`` name in its sources renamed so), next to the working tree's
 ``numba_qk``.  Per format, old and new calls alternate and the best single call of each is kept,
 so a loaded machine slows both alike: gemv 4096x4096 hot (one matrix) and DRAM-streamed (distinct
 copies totalling ``--stream-mb``, called round robin), and dequantize of 65,536 records.  Both
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import importlib
+import re
 import shutil
 import subprocess
 import sys
@@ -49,6 +50,8 @@ def extract_old(rev: str) -> Path:
                    check=True)
     with tarfile.open(archive) as tar:
         tar.extractall(tmp)
+    for f in (tmp / "numba_qk").rglob("*.py"):   # its imports are absolute: rename them
+        f.write_text(re.sub(r"\bnumba_qk\b", "numba_qk_old", f.read_text()))
     (tmp / "numba_qk").rename(tmp / "numba_qk_old")
     return tmp
 

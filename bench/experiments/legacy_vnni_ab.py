@@ -1,4 +1,4 @@
-"""A/B of the legacy gemv: the pmaddwd tile loop (one record per call, ``legacy._simd_gemv``)
+"""A/B of the legacy gemv: the pmaddwd tile loop (one record per call, the driver's ``legacy.DRIVEN[code][1]``)
 against the AVX-512 VNNI loop (``legacy._vnni_gemv_trip``, 8 rows x ``trip`` records per call),
 interleaved in one process (alternating batches, best batch of each), weights hot and
 DRAM-streamed (distinct copies totalling >= 4x L3).  Results are checked bit-equal first.
@@ -25,10 +25,7 @@ from compare import cycling, l3_bytes, race  # noqa: E402
 
 def _variants(code, trips):
     """The old loop and the VNNI loop per trip, with the format code a compile-time constant."""
-    @kernel
-    def old_fn(w, x, out):
-        legacy._simd_gemv(code, w, x, out)
-    fns = {"pmaddwd": old_fn}
+    fns = {"pmaddwd": legacy.DRIVEN[code][1]}   # the driver's pmaddwd tile loop
     for t in trips:
         def make(t=t):
             @kernel

@@ -21,7 +21,8 @@ import numba_qk as qk  # noqa: E402
 from numba_qk._jit import kernel  # noqa: E402
 from numba_qk.kernels.simd.base import _byte_ptr, _decl, _i8, _i32  # noqa: E402
 from numba_qk.kernels.simd.q4_k import accumulate_rows_x8_vnni  # noqa: E402
-from numba_qk.kernels.kquants.dot import _simd_dot_at, _vnni_gemv  # noqa: E402
+from numba_qk.kernels.drive import fold  # noqa: E402
+from numba_qk.kernels.kquants.dot import _Q4_K, _vnni_gemv  # noqa: E402
 
 from _common import activations, q4_k_weights  # noqa: E402
 from compare import cycling, l3_bytes, race, read_bandwidth  # noqa: E402
@@ -62,7 +63,7 @@ def g_none(w, x, out):
             out[r + k] = acc[k]
         r += 8
     for rr in range(r, rows):
-        out[rr] = _simd_dot_at(w, rr * ws0, ws1, x, xs0, g)
+        out[rr] = fold(_Q4_K, w, rr * ws0, ws1, x, 0, xs0, g)
 
 
 def _make_linear(dist_tiles, which, stride=64):
@@ -93,7 +94,7 @@ def _make_linear(dist_tiles, which, stride=64):
                 out[r + k] = acc[k]
             r += 8
         for rr in range(r, rows):
-            out[rr] = _simd_dot_at(w, rr * ws0, ws1, x, xs0, g)
+            out[rr] = fold(_Q4_K, w, rr * ws0, ws1, x, 0, xs0, g)
     return fn
 
 
@@ -122,7 +123,7 @@ def _make_rec(dist_tiles, which):
                 out[r + k] = acc[k]
             r += 8
         for rr in range(r, rows):
-            out[rr] = _simd_dot_at(w, rr * ws0, ws1, x, xs0, g)
+            out[rr] = fold(_Q4_K, w, rr * ws0, ws1, x, 0, xs0, g)
     return fn
 
 

@@ -67,8 +67,9 @@ AVX2 libggml-python build for NVFP4), and its x86 MXFP4 SIMD kernel sums lane-wi
 import math
 
 import numpy as np
+from numba import literally
 
-from numba_qk._jit import kernel
+from numba_qk._jit import inline_kernel, kernel
 from numba_qk.kernels._bits import f16_to_f32
 from numba_qk.kernels.kquants.common import first_nonfinite_block
 
@@ -392,22 +393,14 @@ def dot_nvfp4_q8_0(w, x):
     return acc
 
 
-# ---- products: portable loops (the definition) and the SIMD tiles (_simd_mxrec.py) -----------
+# ---- products: portable loops (the definition; the tests' reference) and the SIMD tiles
+# (simd/mxrec.py) -------------------------------------------------------------------------------
 
 @kernel
 def gemv_mxfp4_q8_0_portable(w, x, out):
     """``out[r] = dot_mxfp4_q8_0(w[r], x)``: weights ``[rows, G, 17]``, x ``[G, 34]``."""
     for r in range(w.shape[0]):
         out[r] = dot_mxfp4_q8_0(w[r], x)
-
-
-@kernel
-def gemm_mxfp4_q8_0_portable(w, x, out):
-    """``out[a, r] = dot_mxfp4_q8_0(w[r], x[a])``: x ``[batch, G, 34]``."""
-    for r in range(w.shape[0]):
-        wr = w[r]
-        for a in range(x.shape[0]):
-            out[a, r] = dot_mxfp4_q8_0(wr, x[a])
 
 
 @kernel
@@ -418,14 +411,30 @@ def gemv_nvfp4_q8_0_portable(w, x, out):
 
 
 @kernel
-def gemm_nvfp4_q8_0_portable(w, x, out):
-    """``out[a, r] = dot_nvfp4_q8_0(w[r], x[a])``: x ``[batch, 2G, 34]``."""
+def _gemm_fp4_portable(nv, w, x, out):
+    """``out[a, r] = dot(w[r], x[a])`` of MXFP4 (NVFP4 for ``nv``) records ``w`` and Q8_0
+    activations ``x`` ``[batch, G, 34]`` (``[batch, 2G, 34]``) by the portable row dots."""
+    literally(nv)
     for r in range(w.shape[0]):
         wr = w[r]
         for a in range(x.shape[0]):
-            out[a, r] = dot_nvfp4_q8_0(wr, x[a])
+            out[a, r] = dot_nvfp4_q8_0(wr, x[a]) if nv else dot_mxfp4_q8_0(wr, x[a])
 
 
+@kernel
+def gemm_mxfp4_q8_0_portable(w, x, out):
+    """``out[a, r] = dot_mxfp4_q8_0(w[r], x[a])``: x ``[batch, G, 34]``."""
+    _gemm_fp4_portable(False, w, x, out)
+
+
+@kernel
+def gemm_nvfp4_q8_0_portable(w, x, out):
+    """``out[a, r] = dot_nvfp4_q8_0(w[r], x[a])``: x ``[batch, 2G, 34]``."""
+    _gemm_fp4_portable(True, w, x, out)
+
+
+from numba_qk.formats.mxrec import mxfp4 as _MX_FMT  # noqa: E402
+from numba_qk.kernels.drive import gemv as drive_gemv, register  # noqa: E402
 from numba_qk.kernels.simd.base import HAVE_AVX2, load_f16_fpext, prefetch_lines, prefetch_plan  # noqa: E402  (after the tables)
 # (numba's own cache key is this file only; _jit.DependencyCache adds _simd_mxrec.py's source
 # and every other kernel-layer module this one imports, so IR edits there recompile these.)
@@ -466,37 +475,41 @@ def _q8_0_prep(x, dyf, half_sums):
             half_sums[i, h] = s
 
 
-@kernel
-def _gemv_mxfp4_t(w, x, out):
-    """8-row tiles in the transposed layout (``_simd_mxrec.mxfp4_rows_x8_t``): lane k = row
-    r + k, no horizontal sums.  A tile ~64 KiB ahead is prefetched as one linear range, a share per
-    record step (``_simd.prefetch_plan``: eight interleaved row streams defeat the hardware
-    prefetcher)."""
-    if w.strides[2] != 1 or x.strides[1] != 1:
-        gemv_mxfp4_q8_0_portable(w, x, out)
-        return
-    rows, g = w.shape[0], w.shape[1]
-    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
+@inline_kernel
+def _mxfp4_prep(x):
+    """Per-call tables of the MXFP4 gemv tile: f32(d_y) and ``-12 *`` the quant sum of every
+    Q8_0 record of ``x``."""
+    g = x.shape[0]
     dyf = np.empty(g, np.float32)
     hs = np.empty((g, 2), np.int32)
     _q8_0_prep(x, dyf, hs)
     corr = np.empty(g, np.int32)
     for b in range(g):
         corr[b] = np.int32(-12) * (hs[b, 0] + hs[b, 1])
-    acc = np.zeros(8, np.float32)
-    ahead, per = prefetch_plan(8 * ws0, g)
-    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
-    r = 0
-    while rows - r >= 8:
-        for b in range(g):
-            prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
-            mxfp4_rows_x8_t(w, r * ws0 + b * ws1, ws0, x, b * xs0, corr[b], dyf[b], acc,
-                            b == 0)
-        for k in range(8):
-            out[r + k] = acc[k]
-        r += 8
-    for rr in range(r, rows):
-        out[rr] = _dot_mxfp4_simd(w[rr], x)
+    return dyf, corr
+
+
+if HAVE_AVX2:
+    @inline_kernel
+    def _mxfp4_rows(w, w_off, x, x_off, w_step, acc, first, state, b):
+        """The driver's gemv tile: 8 rows in the transposed layout
+        (``simd.mxrec.mxfp4_rows_x8_t``; lane k = row r + k, no horizontal sums)."""
+        dyf, corr = state
+        mxfp4_rows_x8_t(w, w_off, w_step, x, x_off, corr[b], dyf[b], acc, first)
+
+else:
+    _mxfp4_rows = None
+
+
+# MXFP4 gemv: the shared driver (kernels/drive.py: 8-row tiles with prefetch, leftover rows by
+# the row dot) over the transposed tile above, with its per-call tables (``prep``).  NVFP4
+# keeps its own copy of that loop (below): through the driver (tables as a prep tuple, two Q8_0
+# records per record) its tile loop ran 6% slower, measured in several layouts, not found why.  gemm keeps
+# its own loop below: the activations are transposed once per call (all of them, not one tile's
+# records at a time) and each weight row passes over every activation group in turn.
+_MX = _MX_FMT.ggml_type   # driver code (GGML type id)
+register(_MX, loop_dot=_dot_mxfp4_simd if HAVE_AVX2 else dot_mxfp4_q8_0, rows_x8=_mxfp4_rows,
+         prep=_mxfp4_prep)
 
 
 @kernel
@@ -557,61 +570,45 @@ def _q8_0_transpose(x, groups, xt):
 
 
 @kernel
-def _gemm_mxfp4_t(w, x, out):
+def _gemm_fp4_t(nv, w, x, out):
     """Per weight row, groups of 8 activations in the transposed layout
-    (``_simd_mxrec.mxfp4_acts_x8_t``; lane k = activation a0 + k); remainder activations by the
-    single-record SIMD dot."""
+    (``simd.mxrec.mxfp4_acts_x8_t`` / ``nvfp4_acts_x8_t`` for ``nv``, a literal; lane k =
+    activation a0 + k); remainder activations by the row dot.  Not the driver's gemm: the
+    activations are transposed once per call and each weight row stays in L1 while it passes
+    every activation group."""
+    literally(nv)
+    if w.shape[1] == 0:
+        out[:, :] = np.float32(0.0)
+        return
     if w.strides[2] != 1 or x.strides[2] != 1:
-        gemm_mxfp4_q8_0_portable(w, x, out)
+        _gemm_fp4_portable(nv, w, x, out)
         return
     batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
     ws0, ws1 = w.strides[0], w.strides[1]
+    nx = x.shape[1]                          # Q8_0 records per row: G (MXFP4), 2G (NVFP4)
     groups = batch // 8
-    xt = np.empty((groups, g, XT_ROWS, 8), np.int32)
+    xt = np.empty((groups, nx, XT_ROWS, 8), np.int32)
     _q8_0_transpose(x, groups, xt)
     rec = XT_ROWS * 32                       # bytes per transposed record
     acc = np.zeros(8, np.float32)
     for r in range(rows):
         for grp in range(groups):
             for b in range(g):
-                mxfp4_acts_x8_t(w, r * ws0 + b * ws1, xt, (grp * g + b) * rec, acc, b == 0)
+                if nv:
+                    nvfp4_acts_x8_t(w, r * ws0 + b * ws1, xt, (grp * nx + 2 * b) * rec, rec,
+                                    acc, b == 0)
+                else:
+                    mxfp4_acts_x8_t(w, r * ws0 + b * ws1, xt, (grp * nx + b) * rec, acc,
+                                    b == 0)
             for k in range(8):
                 out[8 * grp + k, r] = acc[k]
         for a in range(8 * groups, batch):
-            out[a, r] = _dot_mxfp4_simd(w[r], x[a])
+            out[a, r] = dot_nvfp4_q8_0(w[r], x[a]) if nv else _dot_mxfp4_simd(w[r], x[a])
 
 
-@kernel
-def _gemm_nvfp4_t(w, x, out):
-    """As ``_gemm_mxfp4_t`` for NVFP4 (``_simd_mxrec.nvfp4_acts_x8_t``)."""
-    if w.strides[2] != 1 or x.strides[2] != 1:
-        gemm_nvfp4_q8_0_portable(w, x, out)
-        return
-    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
-    ws0, ws1 = w.strides[0], w.strides[1]
-    nx = x.shape[1]
-    groups = batch // 8
-    xt = np.empty((groups, nx, XT_ROWS, 8), np.int32)
-    _q8_0_transpose(x, groups, xt)
-    rec = XT_ROWS * 32
-    acc = np.zeros(8, np.float32)
-    for r in range(rows):
-        for grp in range(groups):
-            for b in range(g):
-                nvfp4_acts_x8_t(w, r * ws0 + b * ws1, xt, (grp * nx + 2 * b) * rec, rec, acc,
-                                b == 0)
-            for k in range(8):
-                out[8 * grp + k, r] = acc[k]
-        for a in range(8 * groups, batch):
-            out[a, r] = dot_nvfp4_q8_0(w[r], x[a])
-
-
-if HAVE_AVX2:
-    _dot_mx, _gemv_mx, _gemm_mx = _dot_mxfp4_simd, _gemv_mxfp4_t, _gemm_mxfp4_t
-    _gemv_nv, _gemm_nv = _gemv_nvfp4_t, _gemm_nvfp4_t
-else:
-    _dot_mx, _gemv_mx, _gemm_mx = dot_mxfp4_q8_0, gemv_mxfp4_q8_0_portable, gemm_mxfp4_q8_0_portable
-    _gemv_nv, _gemm_nv = gemv_nvfp4_q8_0_portable, gemm_nvfp4_q8_0_portable
+_dot_mx = _dot_mxfp4_simd if HAVE_AVX2 else dot_mxfp4_q8_0
+_gemv_nv = _gemv_nvfp4_t if HAVE_AVX2 else gemv_nvfp4_q8_0_portable
+_gemm_fp4 = _gemm_fp4_t if HAVE_AVX2 else _gemm_fp4_portable
 
 
 @kernel
@@ -623,19 +620,13 @@ def dot_mxfp4_q8_0_fast(w, x):
 @kernel
 def gemv_mxfp4_q8_0(w, x, out):
     """``out[r] = dot_mxfp4_q8_0(w[r], x)``: weights ``[rows, G, 17]``, x ``[G, 34]``."""
-    if w.shape[1] == 0:
-        out[:] = np.float32(0.0)
-        return
-    _gemv_mx(w, x, out)
+    drive_gemv(_MX, w, x, out)
 
 
 @kernel
 def gemm_mxfp4_q8_0(w, x, out):
     """``out[a, r] = dot_mxfp4_q8_0(w[r], x[a])``: x ``[batch, G, 34]``."""
-    if w.shape[1] == 0:
-        out[:, :] = np.float32(0.0)
-        return
-    _gemm_mx(w, x, out)
+    _gemm_fp4(False, w, x, out)
 
 
 @kernel
@@ -650,10 +641,7 @@ def gemv_nvfp4_q8_0(w, x, out):
 @kernel
 def gemm_nvfp4_q8_0(w, x, out):
     """``out[a, r] = dot_nvfp4_q8_0(w[r], x[a])``: x ``[batch, 2G, 34]``."""
-    if w.shape[1] == 0:
-        out[:, :] = np.float32(0.0)
-        return
-    _gemm_nv(w, x, out)
+    _gemm_fp4(True, w, x, out)
 
 
 # ---- the registry's declaration of this module's formats (numba_qk/kernels/traits.py) ---------

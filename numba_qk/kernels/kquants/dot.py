@@ -25,7 +25,8 @@ import numpy as np
 
 from numba_qk._jit import kernel
 from numba_qk.formats import quant
-from numba_qk.kernels._bits import f16_to_f32, f32_from_bits
+from numba_qk.kernels.kquants.common import f16_at, f32_at, x_bsum
+from numba_qk.kernels.drive import kernels_for, register
 from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_raw, prefetch_lines, prefetch_plan
 from numba_qk.kernels.simd.q4_k import R16_BYTES, R16_ROWS, accumulate_acts_x8, accumulate_rows16_vnni, accumulate_rows16_vnni_b2, accumulate_rows_x8, accumulate_rows_x8_vnni, array_address, q4_k_decode_rows16, q4_k_q8_k_sums
 from numba_qk.kernels.simd.amx_q4_k import ACT_BHI_AT, ACT_BLO_AT, ACT_DS_AT, AMX_ACT_BYTES, AMX_ACTS, AMX_CONFIG, AMX_DEC_BYTES, AMX_ROWS, HAVE_AMX, accumulate_amx, amx_begin, amx_end, q4_k_decode_amx
@@ -42,13 +43,6 @@ _X_BSUM_AT = quant.q8_k.field("bsum").start   # Q8_K: int16 group sums
 # Record-level building blocks take 2-D record arrays and record indices -- w[bw] is the Q4_K
 # record, x[bx] the Q8_K record -- and never build sub-array views in the hot loop (a view costs
 # two reference-count updates in numba).
-
-
-@kernel
-def _bsum(x, bx, j):
-    lo = np.int32(x[bx, _X_BSUM_AT + 2 * j])
-    hi = np.int32(x[bx, _X_BSUM_AT + 2 * j + 1])
-    return np.int32(np.int16(np.uint16(lo | (hi << np.int32(8)))))
 
 
 @kernel
@@ -72,24 +66,9 @@ def record_sums_loop(w, bw, x, bx):
         sc_hi, m_hi = q4_k_scale_min(w[bw], 2 * j + 1)
         s_total += sc_lo * lo + sc_hi * hi
         # bsum[4j .. 4j+3] cover sub-blocks 2j and 2j+1
-        t_total += m_lo * (_bsum(x, bx, 4 * j) + _bsum(x, bx, 4 * j + 1))
-        t_total += m_hi * (_bsum(x, bx, 4 * j + 2) + _bsum(x, bx, 4 * j + 3))
+        t_total += m_lo * (x_bsum(x, bx, 4 * j) + x_bsum(x, bx, 4 * j + 1))
+        t_total += m_hi * (x_bsum(x, bx, 4 * j + 2) + x_bsum(x, bx, 4 * j + 3))
     return np.int32(s_total), np.int32(t_total)
-
-
-@kernel
-def _f16_at(a, row, off):
-    """Exact f16 -> f32 of bytes a[row, off:off+2] (portable)."""
-    return f16_to_f32(np.uint16(np.uint16(a[row, off]) | (np.uint16(a[row, off + 1]) << np.uint16(8))))
-
-
-@kernel
-def _f32_at(a, row, off):
-    """f32 of bytes a[row, off:off+4] (portable, bits kept)."""
-    bits = np.uint32(0)
-    for k in range(4):
-        bits |= np.uint32(a[row, off + k]) << np.uint32(8 * k)
-    return f32_from_bits(bits)
 
 
 @kernel
@@ -105,8 +84,8 @@ def record_value_from_terms(s_b, t_b, d, dmin, ds):
 def record_value_loop(w, bw, x, bx):
     """``v_b`` for records ``w[bw]`` (Q4_K) and ``x[bx]`` (Q8_K): the portable definition."""
     s_b, t_b = record_sums_loop(w, bw, x, bx)
-    return record_value_from_terms(s_b, t_b, _f16_at(w, bw, _W_D_AT), _f16_at(w, bw, _W_DMIN_AT),
-                                   _f32_at(x, bx, _X_DS_AT))
+    return record_value_from_terms(s_b, t_b, f16_at(w, bw, _W_D_AT), f16_at(w, bw, _W_DMIN_AT),
+                                   f32_at(x, bx, _X_DS_AT))
 
 
 @kernel
@@ -135,51 +114,32 @@ def _simd_record_value(w, wo, x, xo):
 
 
 @kernel
-def _simd_dot_at(w, w_base, w_step, x, x_step, g):
-    """Fold over g records: Q4_K record b at byte w_base + b*w_step of w, Q8_K at b*x_step of x."""
-    acc = _simd_record_value(w, w_base, x, 0)
-    for b in range(1, g):
-        acc = np.float32(acc + _simd_record_value(w, w_base + b * w_step, x, b * x_step))
-    return acc
+def _gemm_loop(w, x, out):
+    for a in range(x.shape[0]):
+        for r in range(w.shape[0]):
+            out[a, r] = _dot_loop(w[r], x[a])
 
 
-@kernel
-def _simd_dot(w, x):
-    if w.strides[1] != 1 or x.strides[1] != 1:
-        return _dot_loop(w, x)
-    return _simd_dot_at(w, 0, w.strides[0], x, x.strides[0], w.shape[0])
-
-
-@kernel
-def _simd_gemv(w, x, out):
-    """Rows in tiles of 8: one vector lane per row, each lane its own in-order fold."""
-    if w.strides[2] != 1 or x.strides[1] != 1:
-        _gemv_loop(w, x, out)
-        return
-    rows, g = w.shape[0], w.shape[1]
-    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
-    acc = np.empty(8, np.float32)
-    ahead, per = prefetch_plan(8 * ws0, g)
-    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
-    r = 0
-    while rows - r >= 8:
-        # DRAM-streamed weights: while record b of this tile's rows is folded, prefetch share
-        # b of g of the tile some 64 KiB ahead, as one linear range (_simd.prefetch_plan).
-        for b in range(g):
-            prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
-            accumulate_rows_x8(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
-        for k in range(8):
-            out[r + k] = acc[k]
-        r += 8
-    for rr in range(r, rows):
-        out[rr] = _simd_dot_at(w, rr * ws0, ws1, x, xs0, g)
+# The AVX2 tiles (pmaddubsw) and the AVX-512 VNNI gemv tile (``accumulate_rows_x8_vnni``: the
+# stored nibbles go straight into vpdpbusd against the activation put in their order) run in the
+# shared driver (kernels/drive.py: 8-row gemv tiles with prefetch, leftover rows folded one
+# record at a time, 8-activation gemm tiles over blocks of 8 records).  The VNNI gemv keeps its
+# own copy of that loop (see _vnni_gemv); the row-lane and AMX gemm kernels below are loops
+# of their own (weights decoded once per call into 16-row groups, activation tiles of 8/4/2/1 or
+# repacked 16-activation blocks), not the driver's tile shapes.
+_Q4_K = quant.q4_k.ggml_type
+register(_Q4_K, loop_dot=_dot_loop, value=_simd_record_value, rows_x8=accumulate_rows_x8,
+         acts_x8=accumulate_acts_x8)
+_simd_dot, _simd_gemv, _simd_gemm = kernels_for(_Q4_K)
 
 
 @kernel
 def _vnni_gemv(w, x, out):
-    """``_simd_gemv`` with the AVX-512 VNNI tile (``accumulate_rows_x8_vnni``: the stored
-    nibbles go straight into vpdpbusd against the activation put in their order); same tiles,
-    prefetch, leftover rows and bits."""
+    """The driver's gemv (kernels/drive.py) with the AVX-512 VNNI tile
+    (``accumulate_rows_x8_vnni``: the stored nibbles go straight into vpdpbusd against the
+    activation put in their order), as its own loop: through the driver this tile loop measured
+    3-5% slower (0.95-1.02 across processes, not found why).  Same tiles, prefetch, leftover
+    rows and bits."""
     if w.strides[2] != 1 or x.strides[1] != 1:
         _gemv_loop(w, x, out)
         return
@@ -197,46 +157,7 @@ def _vnni_gemv(w, x, out):
             out[r + k] = acc[k]
         r += 8
     for rr in range(r, rows):
-        out[rr] = _simd_dot_at(w, rr * ws0, ws1, x, xs0, g)
-
-
-@kernel
-def _gemm_loop(w, x, out):
-    for a in range(x.shape[0]):
-        for r in range(w.shape[0]):
-            out[a, r] = _dot_loop(w[r], x[a])
-
-
-_GEMM_RECORD_BLOCK = 8  # records per pass: 8 activations x 8 records x 292 B stay in L1
-
-
-@kernel
-def _simd_gemm(w, x, out):
-    """Activations in tiles of 8: each weight record is decoded once per tile; one vector
-    lane per activation, each lane its own in-order fold.  Records are taken in blocks so
-    that the tile's activation records stay in L1 while every row passes over them; the
-    per-(row, activation) accumulators live in ``acc`` between blocks.  Leftover
-    activations use gemv."""
-    if w.strides[2] != 1 or x.strides[2] != 1:
-        _gemm_loop(w, x, out)
-        return
-    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
-    ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], x.strides[1]
-    acc = np.empty((rows, 8), np.float32)
-    a0 = 0
-    while batch - a0 >= 8:
-        for b0 in range(0, g, _GEMM_RECORD_BLOCK):
-            b1 = min(b0 + _GEMM_RECORD_BLOCK, g)
-            for r in range(rows):
-                for b in range(b0, b1):
-                    accumulate_acts_x8(w, r * ws0 + b * ws1, x, a0 * xs0 + b * xs1, xs0,
-                                       acc, 8 * r, b == 0)
-        for r in range(rows):
-            for k in range(8):
-                out[a0 + k, r] = acc[r, k]
-        a0 += 8
-    for a in range(a0, batch):
-        _simd_gemv(w, x[a], out[a])
+        out[rr] = _simd_dot(w[rr], x)
 
 
 # ---- GEMM with AVX-512 VNNI: the row-lane kernel (16 rows x 8 activations per tile step) ----
@@ -468,11 +389,8 @@ def _amx_gemm_blocked(w, x, out, row_bytes, act_bytes):
     amx_end()
 
 
-_dot_impl = _simd_dot if HAVE_AVX2 else _dot_loop
-_gemv_impl = (_vnni_gemv if HAVE_VNNI and HAVE_AVX512 else _simd_gemv if HAVE_AVX2
-              else _gemv_loop)
-_gemm_small = (_vnni_gemm if HAVE_VNNI and HAVE_AVX512 else _simd_gemm if HAVE_AVX2
-               else _gemm_loop)
+_gemv_impl = _vnni_gemv if HAVE_VNNI and HAVE_AVX512 else _simd_gemv
+_gemm_small = _vnni_gemm if HAVE_VNNI and HAVE_AVX512 else _simd_gemm
 _AMX_MIN_BATCH = 9  # batch <= 8 (one VNNI tile): the VNNI pairs kernel, no per-call decode
 
 
@@ -509,9 +427,7 @@ def dot_q4_k_q8_k(w, x):
 
     Returns a float32 scalar.  ``w`` and ``x`` must have the same ``G`` (not checked here).
     """
-    if w.shape[0] == 0:
-        return np.float32(0.0)
-    return _dot_impl(w, x)
+    return _simd_dot(w, x)
 
 
 @kernel

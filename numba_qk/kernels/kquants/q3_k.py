@@ -51,7 +51,7 @@ if ``new != L_i``: ``slx += (w*x)*new``, ``sl2 += (w*new)*new`` and accept when 
 import numpy as np
 
 from numba_qk._jit import kernel
-from numba_qk.kernels.kquants.drive import kernels_for, register
+from numba_qk.kernels.drive import kernels_for, register
 from numba_qk.kernels.simd.kquants import q3_k_acts_x8, q3_k_q8_k_value, q3_k_rows_x8
 from numba_qk.formats.kquants import q3_k as _FMT
 from numba_qk.kernels._bits import f16_to_f32, load_u16
@@ -284,7 +284,7 @@ def _dot_loop(w, x):
     return dot_q3_k_q8_k_portable(w, x)
 
 
-# ---- dot / gemv / gemm: the shared K-quant driver (kernels/kquants/drive.py) over the SIMD
+# ---- dot / gemv / gemm: the shared driver (kernels/drive.py) over the SIMD
 # record values and 8-lane tiles of kernels/simd/kquants.py; results equal
 # dot_q3_k_q8_k_portable bit for bit (tests/test_kquants_fast.py).  _dot_loop is the fallback
 # for strided records.

@@ -42,7 +42,7 @@ Quantize (ggml ``quantize_row_q5_K_ref``, no importance matrix): the Q4_K recipe
 import numpy as np
 
 from numba_qk._jit import kernel
-from numba_qk.kernels.kquants.drive import kernels_for, register
+from numba_qk.kernels.drive import kernels_for, register
 from numba_qk.kernels.simd.kquants import q5_k_acts_x8, q5_k_q8_k_value, q5_k_rows_x8
 from numba_qk.formats.kquants import q5_k as _FMT
 from numba_qk.kernels._bits import f16_to_f32, load_u16
@@ -247,7 +247,7 @@ def _dot_loop(w, x):
     return _dot_buf(w, x, np.empty(256, np.int8))
 
 
-# ---- dot / gemv / gemm: the shared K-quant driver (kernels/kquants/drive.py) over the SIMD
+# ---- dot / gemv / gemm: the shared driver (kernels/drive.py) over the SIMD
 # record values and 8-lane tiles of kernels/simd/kquants.py; results equal
 # dot_q5_k_q8_k_portable bit for bit (tests/test_kquants_fast.py).  _dot_loop is the fallback
 # for strided records.

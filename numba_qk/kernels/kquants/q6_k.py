@@ -57,7 +57,7 @@ from numba_qk._jit import kernel
 from numba_qk.formats.kquants import q6_k as _FMT
 from numba_qk.kernels._bits import f16_to_f32, load_u16
 from numba_qk.kernels.kquants.common import X_Q_AT, f16_at, portable_dot_for, quantizer_for, qx_sums, record_value_d, signed_absmax, store_f16, transpose_in, transpose_out, x_q
-from numba_qk.kernels.kquants.drive import kernels_for, register
+from numba_qk.kernels.drive import kernels_for, register
 from numba_qk.kernels.simd.kquants import q6_k_acts_x8, q6_k_q8_k_value, q6_k_rows_x8
 from numba_qk.kernels.kquants.q4_k_encode import nearest_int
 from numba_qk.kernels.kquants.encode_lanes import ENCODE_LANES, QX_SCR_ROWS, qx_lanes, requant_lanes
@@ -325,7 +325,7 @@ def _dot_loop(w, x):
     return _dot_buf(w, x, np.empty(256, np.int8))
 
 
-# ---- dot / gemv / gemm: the shared K-quant driver (kernels/kquants/drive.py) over the SIMD
+# ---- dot / gemv / gemm: the shared driver (kernels/drive.py) over the SIMD
 # record values and 8-lane tiles of kernels/simd/kquants.py; results equal
 # dot_q6_k_q8_k_portable bit for bit (tests/test_kquants_fast.py).
 

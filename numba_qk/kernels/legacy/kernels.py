@@ -47,6 +47,7 @@ from numba_qk.kernels._bits import f16_to_f32
 from numba_qk.kernels._round import c_int8, roundf
 from numba_qk.kernels.kquants.encode_lanes import f16_bits
 from numba_qk.kernels.kquants.q8_k import _order_key
+from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, kernels_for, register
 from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch_lines, prefetch_plan
 from numba_qk.kernels.simd.legacy import legacy_accumulate_x8, legacy_block_value, legacy_rows_vnni, legacy_rows_vnni_inserts
 
@@ -308,13 +309,6 @@ def _gemv_loop(wcode, w, x, out):
         out[r] = _dot_loop(wcode, w[r], x)
 
 
-@kernel
-def _gemm_loop(wcode, w, x, out):
-    for a in range(x.shape[0]):
-        for r in range(w.shape[0]):
-            out[a, r] = _dot_loop(wcode, w[r], x[a])
-
-
 # ---- fast path (AVX2): explicit SIMD for the exact block sums, float steps lane by lane in
 # spec order (_simd.py); records addressed by byte offsets.  ``wcode`` is made a compile-time
 # literal (one specialization per format).
@@ -328,27 +322,43 @@ def _simd_dot_at(wcode, w, w_base, w_step, x, x_step, g):
     return acc
 
 
-@kernel
-def _simd_gemv(wcode, w, x, out):
-    literally(wcode)
-    rows, g = w.shape[0], w.shape[1]
-    ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
-    acc = np.empty(8, np.float32)
-    ahead, per = prefetch_plan(8 * ws0, g)
-    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
-    r = 0
-    while rows - r >= 8:
-        for b in range(g):
-            # software prefetch of a tile ~64 KiB ahead, one linear share per record step
-            # (see q4_k's gemv in dot.py)
-            prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
-            legacy_accumulate_x8(wcode, True, w, r * ws0 + b * ws1, x, b * xs0, ws0, acc,
-                                 0, b == 0)
-        for k in range(8):
-            out[r + k] = acc[k]
-        r += 8
-    for rr in range(r, rows):
-        out[rr] = _simd_dot_at(wcode, w, rr * ws0, ws1, x, xs0, g)
+# gemv (8-row pmaddwd tiles with prefetch), gemm (8-activation tiles over blocks of
+# _RECORD_BLOCK records) and the dot's fold run in the shared driver (kernels/drive.py), over the
+# per-format pieces of ``_drive_pieces``; the VNNI gemv below is a loop of its own (a trip of
+# records per intrinsic call and a tail of records per tile).
+_RECORD_BLOCK = 32  # blocks per pass in gemm: 8 activations x 32 x <= 36 B stay in L1
+
+
+def _drive_pieces(code):
+    """Register legacy weight format ``code``'s pieces with the driver under its GGML type
+    id; returns that id.  The pieces are closures over the int code (a literal inside)."""
+
+    @inline_kernel
+    def value(w, w_off, x, x_off):
+        return legacy_block_value(code, w, w_off, x, x_off)
+
+    @inline_kernel
+    def rows_x8(w, w_off, x, x_off, step, acc, at, first):
+        legacy_accumulate_x8(code, True, w, w_off, x, x_off, step, acc, at, first)
+
+    @inline_kernel
+    def acts_x8(w, w_off, x, x_off, step, acc, at, first):
+        legacy_accumulate_x8(code, False, w, w_off, x, x_off, step, acc, at, first)
+
+    @kernel
+    def loop_dot(w, x):
+        return _dot_loop(code, w, x)
+
+    dcode = FORMATS[code].ggml_type
+    register(dcode, loop_dot=loop_dot, value=value, rows_x8=rows_x8, acts_x8=acts_x8,
+             record_block=_RECORD_BLOCK)
+    return dcode
+
+
+# legacy code -> (dot, gemv, gemm) of the driver alone (the pmaddwd tiles, no VNNI loop: tests, bench)
+_DRIVE_CODES = tuple(_drive_pieces(c) if FORMATS[c] in WEIGHT_FORMATS else -1
+                     for c in range(len(FORMATS)))
+DRIVEN = {c: kernels_for(d) for c, d in enumerate(_DRIVE_CODES) if d >= 0}
 
 
 # AVX-512 VNNI gemv: 8 rows x _VNNI_TRIP records per intrinsic call (see _simd_legacy.py);
@@ -379,7 +389,7 @@ def _vnni_gemv_trip(wcode, w, x, out, trip, gather):
         nxt = r * ws0 + ahead
         b = 0
         while g - b >= trip:
-            # shares b .. b+trip-1 of a tile ~64 KiB ahead (see _simd_gemv)
+            # shares b .. b+trip-1 of a tile ~64 KiB ahead (as in kernels/drive.py)
             prefetch_lines(w, nxt + b * per * 64, per * trip, rows * ws0)
             if gather:
                 legacy_rows_vnni(wcode, trip, w, r * ws0 + b * ws1, _W_BYTES[wcode], x,
@@ -401,39 +411,17 @@ def _vnni_gemv_trip(wcode, w, x, out, trip, gather):
 
 
 @kernel
-def _vnni_gemv(wcode, w, x, out):
+def _vnni_gemv(wcode, dcode, w, x, out):
     """The VNNI gemv for contiguous records (the record strides are compile-time constants in
-    the intrinsic); other layouts take the pmaddwd tile loop."""
+    the intrinsic); other layouts take the driver's pmaddwd tile loop (driver code ``dcode``)."""
     literally(wcode)
-    if (w.strides[1] == _W_BYTES[wcode] and x.strides[0] == _X_BYTES[wcode]
+    literally(dcode)
+    if (w.shape[1] != 0 and w.strides[2] == 1 and x.strides[1] == 1
+            and w.strides[1] == _W_BYTES[wcode] and x.strides[0] == _X_BYTES[wcode]
             and abs(w.strides[0]) < _GATHER_STEP_MAX):
         _vnni_gemv_trip(wcode, w, x, out, _VNNI_TRIP, True)
     else:
-        _simd_gemv(wcode, w, x, out)
-
-
-_RECORD_BLOCK = 32  # blocks per pass in gemm: 8 activations x 32 x <= 36 B stay in L1
-
-
-@kernel
-def _simd_gemm(wcode, w, x, out):
-    literally(wcode)
-    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
-    ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], x.strides[1]
-    acc = np.empty((rows, 8), np.float32)
-    a0 = 0
-    while batch - a0 >= 8:
-        for b0 in range(0, g, _RECORD_BLOCK):
-            for r in range(rows):
-                for b in range(b0, min(b0 + _RECORD_BLOCK, g)):
-                    legacy_accumulate_x8(wcode, False, w, r * ws0 + b * ws1, x,
-                                         a0 * xs0 + b * xs1, xs0, acc, 8 * r, b == 0)
-        for r in range(rows):
-            for k in range(8):
-                out[a0 + k, r] = acc[r, k]
-        a0 += 8
-    for a in range(a0, batch):
-        _simd_gemv(wcode, w, x[a], out[a])
+        drive_gemv(dcode, w, x, out)
 
 
 # ---- per-format entry points.  ``bind(fmt)`` builds them as closures over the format's int
@@ -450,6 +438,7 @@ class Entry:
 
 def bind(fmt) -> Entry:
     code = CODES[fmt]
+    dcode = _DRIVE_CODES[code]
 
     @kernel
     def quantize(values, out):
@@ -472,33 +461,20 @@ def bind(fmt) -> Entry:
     def dot(w, x):
         """Left fold of v_b over the G blocks of weight records ``w`` and activation records
         ``x``."""
-        if w.shape[0] == 0:
-            return np.float32(0.0)
-        if HAVE_AVX2 and w.strides[1] == 1 and x.strides[1] == 1:
-            return _simd_dot_at(code, w, 0, w.strides[0], x, x.strides[0], w.shape[0])
-        return _dot_loop(code, w, x)
+        return drive_dot(dcode, w, x)
 
     @kernel
     def gemv(w, x, out):
         """``out[r] = dot(w[r], x)`` for weights ``[rows, G, bytes]``."""
-        if w.shape[1] == 0:
-            out[:] = np.float32(0.0)
-        elif HAVE_LEGACY_VNNI and w.strides[2] == 1 and x.strides[1] == 1:
-            _vnni_gemv(code, w, x, out)
-        elif HAVE_AVX2 and w.strides[2] == 1 and x.strides[1] == 1:
-            _simd_gemv(code, w, x, out)
+        if HAVE_LEGACY_VNNI:
+            _vnni_gemv(code, dcode, w, x, out)
         else:
-            _gemv_loop(code, w, x, out)
+            drive_gemv(dcode, w, x, out)
 
     @kernel
     def gemm(w, x, out):
         """``out[a, r] = dot(w[r], x[a])`` for activations ``[batch, G, bytes]``."""
-        if w.shape[1] == 0:
-            out[:, :] = np.float32(0.0)
-        elif HAVE_AVX2 and w.strides[2] == 1 and x.strides[2] == 1:
-            _simd_gemm(code, w, x, out)
-        else:
-            _gemm_loop(code, w, x, out)
+        drive_gemm(dcode, w, x, out)
 
     entry = Entry()
     entry.format, entry.code = fmt, code

@@ -54,7 +54,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from numba_qk.formats import quant
-from numba_qk.kernels.simd.base import HAVE_AVX512, _FEATURES, _float_array_ptr, _i8, _i16, _i32, _i64, _load, _ptr, _splat_lanes, _vec, _fold_into
+from numba_qk.kernels.simd.base import HAVE_AVX512, _FEATURES, _float_array_ptr, _i8, _i16, _i32, _i64, _load, _ptr, _splat_lanes, _vec, _fold_into, fold_signature
 from numba_qk.kernels.simd.q4_k import _unpack_scales
 
 __all__ = ["HAVE_AMX", "AMX_ROWS", "AMX_ACTS", "AMX_DEC_BYTES", "AMX_ACT_BYTES", "AMX_CONFIG",
@@ -191,12 +191,9 @@ def accumulate_amx(typingctx, dec, dec_off, t, t_off, scr, scr_off, acc, acc_at,
     ``acc.flat[acc_at + 16 m + n]`` (row m, activation n; acc = v if ``first`` else
     R32(acc + v)).  ``scr`` at ``scr_off``: 4096 bytes of scratch (64-byte aligned is best).
     The tile configuration must be loaded (``amx_begin``)."""
-    if not (isinstance(dec, types.Array) and isinstance(t, types.Array)
-            and isinstance(scr, types.Array) and isinstance(acc, types.Array)
-            and acc.dtype == types.float32):
+    sig = fold_signature(acc, dec, t, scr)
+    if sig is None:
         return None
-    sig = types.none(dec, types.intp, t, types.intp, scr, types.intp, acc, types.intp,
-                     types.intp)
 
     def codegen(context, builder, signature, args):
         d_arr, d_off, t_arr, t_off_v, s_arr, s_off, acc_arr, acc_at_v, first_v = args

@@ -229,6 +229,42 @@ def _literal_int(t):
     return t.literal_value if isinstance(t, types.IntegerLiteral) else None
 
 
+def fold_signature(acc, *arrays, step=False):
+    """Typing of the fold intrinsics ``(a0, off0, a1, off1, ..., [step,] acc, acc_at, first)``:
+    their signature for the arrays ``arrays`` (each with an intp byte offset), an intp ``step``
+    where asked and an f32 array ``acc``, else None."""
+    if not (all(isinstance(a, types.Array) for a in arrays)
+            and isinstance(acc, types.Array) and acc.dtype == types.float32):
+        return None
+    args = [t for a in arrays for t in (a, types.intp)] + ([types.intp] if step else [])
+    return types.none(*args, acc, types.intp, types.intp)
+
+
+def tile_signature(w, x, acc):
+    """``fold_signature`` of the 8-lane tiles ``(w, w_off, x, x_off, step, acc, acc_at,
+    first)``."""
+    return fold_signature(acc, w, x, step=True)
+
+
+def tile_intrinsic(over_rows: bool, n: int, make_values):
+    """The intrinsic ``accumulate(w, w_off, x, x_off, step, acc, acc_at, first)`` folding ``n``
+    record values into ``acc.flat[acc_at : acc_at + n]`` (``_tile_fold``): over_rows (gemv)
+    pairs weight record ``w_off + k*step`` with the activation record at ``x_off``, otherwise
+    (gemm) the weight record at ``w_off`` with activation record ``x_off + k*step``.
+    ``make_values(builder)`` gives the ``values(wbs, xbs)`` of the format's lanes."""
+    @intrinsic
+    def accumulate(typingctx, w, w_off, x, x_off, step, acc, acc_at, first):
+        sig = tile_signature(w, x, acc)
+        if sig is None:
+            return None
+
+        def codegen(context, builder, signature, args):
+            return _tile_fold(context, builder, signature, args, 0, over_rows, n,
+                              make_values(builder))
+        return sig, codegen
+    return accumulate
+
+
 @intrinsic
 def load_f16_fpext(typingctx, arr, off):
     """IEEE f16 at byte ``off`` of uint8 array ``arr``, widened to f32 by ``fpext`` (exact for

@@ -49,7 +49,7 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from numba_qk.formats import quant
-from numba_qk.kernels.simd.base import _FEATURES, HAVE_AVX512, HAVE_GFNI, HAVE_VNNI, _Ops, _decl, _gather_f16, _gather_f32, _i8, _i16, _i32, _load, _ptr, _reduce_many, _splat_lanes, _tile_fold, _vec
+from numba_qk.kernels.simd.base import _FEATURES, HAVE_AVX512, HAVE_GFNI, HAVE_VNNI, _Ops, _decl, _gather_f16, _gather_f32, _i8, _i16, _i32, _load, _ptr, _reduce_many, _splat_lanes, _vec, tile_intrinsic
 from numba_qk.kernels.simd.q4_k import _record_values, _unpack_scales
 
 _A_DS_AT = quant.q8_k.field("ds").start
@@ -497,19 +497,10 @@ def _make_accumulate(kq, wide, vnni, over_rows, n=8):
     contiguous): over_rows (gemv) pairs weight records ``w_off + k*step`` with the activation
     record at ``x_off``; otherwise (gemm) the weight record at ``w_off`` with activation records
     ``x_off + k*step``.  ``first`` != 0 starts each lane's fold (acc = v), else acc = R32(acc + v)."""
-    @intrinsic
-    def accumulate(typingctx, w, w_off, x, x_off, step, acc, acc_at, first):
-        if not (isinstance(w, types.Array) and isinstance(x, types.Array)
-                and isinstance(acc, types.Array) and acc.dtype == types.float32):
-            return None
-        sig = types.none(w, types.intp, x, types.intp, types.intp, acc, types.intp, types.intp)
-
-        def codegen(context, builder, signature, args):
-            ops = _Ops(builder, wide, vnni)
-            return _tile_fold(context, builder, signature, args, 0, over_rows, n,
-                              lambda wbs, xbs: _values(builder, ops, kq, wbs, xbs))
-        return sig, codegen
-    return accumulate
+    def make_values(builder):
+        ops = _Ops(builder, wide, vnni)
+        return lambda wbs, xbs: _values(builder, ops, kq, wbs, xbs)
+    return tile_intrinsic(over_rows, n, make_values)
 
 
 # Variants: {t}_q8_k_s_{avx2, avx2vnni, avx512, avx512vnni} (the tests check each against the

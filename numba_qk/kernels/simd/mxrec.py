@@ -207,6 +207,14 @@ def _row_bases(context, builder, wty, w_arr, w_off, step):
             for k in range(8)]
 
 
+def _fold_term(builder, acc_ptr, dy, scale, s, first):
+    """Fold the 8 lanes' v = R32(R32(dy * scale) * f32(S)) into the accumulators at
+    ``acc_ptr`` (acc = v if ``first`` else R32(acc + v)): the float steps of every FP4 term."""
+    t = builder.fmul(dy, scale)                              # R32(d_y * scale)
+    v = builder.fmul(t, builder.sitofp(s, _vec(_F32, 8)))    # R32(t * f32(S))
+    _fold_into(builder, acc_ptr, v, first)
+
+
 @intrinsic
 def mxfp4_rows_x8_t(typingctx, w, w_off, step, x, x_off, corr, dy, acc, first):
     """Fold v = R32(R32(dy * 2^(e-128)) * f32(S)) of 8 MXFP4 records (rows ``step`` bytes
@@ -232,10 +240,9 @@ def mxfp4_rows_x8_t(typingctx, w, w_off, step, x, x_off, corr, dy, acc, first):
             acc_hi = dot4(acc_hi, hi, _splat_word(builder, xb, Y_QS_AT + 16 + 4 * c))
         s = builder.add(acc_lo, acc_hi)
         e = builder.and_(_gather_i32(builder, wbs, MX_E_AT), ir.Constant(_vec(_i32, 8), [0xFF] * 8))
-        t = builder.fmul(_splat(builder, dy_v), _e8m0_half(builder, e))  # R32(d_y * h(e))
-        v = builder.fmul(t, builder.sitofp(s, _vec(_F32, 8)))             # R32(t * f32(S))
-        _fold_into(builder, _float_array_ptr(context, builder, signature.args[7], acc_arr), v,
-                   first_v)
+        dy = _splat(builder, dy_v)
+        _fold_term(builder, _float_array_ptr(context, builder, signature.args[7], acc_arr), dy,
+                   _e8m0_half(builder, e), s, first_v)
         return context.get_dummy_value()
     return sig, codegen
 
@@ -281,10 +288,8 @@ def nvfp4_rows_x8_t(typingctx, w, w_off, step, x, x_off, x_next, c0, c1, c2, c3,
             d_s = builder.and_(builder.lshr(scales, ir.Constant(vi, [8 * s_idx] * 8)),
                                ir.Constant(vi, [0xFF] * 8))
             u = _ue4m3_half(builder, d_s)
-            t = builder.fmul(_splat(builder, dy0 if s_idx < 2 else dy1), u)   # R32(d_y * u)
-            v = builder.fmul(t, builder.sitofp(sums[s_idx], _vec(_F32, 8)))   # R32(t * f32(S))
-            _fold_into(builder, acc_ptr, v,
-                       first_v if s_idx == 0 else ir.Constant(first_v.type, 0))
+            _fold_term(builder, acc_ptr, _splat(builder, dy0 if s_idx < 2 else dy1), u,
+                       sums[s_idx], first_v if s_idx == 0 else ir.Constant(first_v.type, 0))
         return context.get_dummy_value()
     return sig, codegen
 
@@ -337,10 +342,8 @@ def mxfp4_acts_x8_t(typingctx, w, w_off, xt, xt_off, acc, first):
         e = builder.zext(_load(builder, wb, MX_E_AT, _i8), _i32)
         h = _e8m0_half(builder, _splat(builder, e))
         dy = builder.bitcast(_xt_row(builder, xtb, 10), _vec(_F32, 8))
-        t = builder.fmul(dy, h)                                       # R32(d_y * h(e))
-        v = builder.fmul(t, builder.sitofp(s, _vec(_F32, 8)))         # R32(t * f32(S))
-        _fold_into(builder, _float_array_ptr(context, builder, signature.args[4], acc_arr), v,
-                   first_v)
+        _fold_term(builder, _float_array_ptr(context, builder, signature.args[4], acc_arr), dy,
+                   h, s, first_v)
         return context.get_dummy_value()
     return sig, codegen
 
@@ -379,9 +382,7 @@ def nvfp4_acts_x8_t(typingctx, w, w_off, xt, xt_off, xt_next, acc, first):
                                ir.Constant(vi, [0xFF] * 8))
             u = _ue4m3_half(builder, d_s)
             dy = builder.bitcast(_xt_row(builder, xtb, 10), _vec(_F32, 8))
-            t_v = builder.fmul(dy, u)                                     # R32(d_y * u(d_s))
-            v = builder.fmul(t_v, builder.sitofp(s, _vec(_F32, 8)))      # R32(t * f32(S))
-            _fold_into(builder, acc_ptr, v,
+            _fold_term(builder, acc_ptr, dy, u, s,
                        first_v if s_idx == 0 else ir.Constant(first_v.type, 0))
         return context.get_dummy_value()
     return sig, codegen

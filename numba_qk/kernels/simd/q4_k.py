@@ -36,7 +36,7 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from numba_qk.formats import quant
-from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI, _Ops, _decl, _vcall, _float_array_ptr, _fold_into, _gather_f16, _gather_f32, _i8, _i16, _i32, _i64, _load, _ptr, _reduce_many, _literal_int, _splat_lanes, _tile_fold, _vec
+from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI, _Ops, _decl, _vcall, _float_array_ptr, _fold_into, _gather_f16, _gather_f32, _i8, _i16, _i32, _i64, _load, _ptr, _reduce_many, _literal_int, _splat_lanes, _tile_fold, _vec, fold_signature, tile_intrinsic, tile_signature
 
 __all__ = ["q4_k_q8_k_sums", "q4_k_q8_k_sums_avx2", "q4_k_q8_k_sums_avx512",
            "accumulate_rows_x8", "accumulate_rows_x8_avx2", "accumulate_rows_x8_avx512",
@@ -181,23 +181,15 @@ def _make_accumulate(wide: bool, over_rows: bool, n: int = 8):
                      with activation record ``x_off + k*step``.
     ``first`` != 0 starts each lane's fold (acc = v), else acc = R32(acc + v).
     """
-    @intrinsic
-    def accumulate(typingctx, w, w_off, x, x_off, step, acc, acc_at, first):
-        if not (isinstance(w, types.Array) and isinstance(x, types.Array)
-                and isinstance(acc, types.Array) and acc.dtype == types.float32):
-            return None
-        sig = types.none(w, types.intp, x, types.intp, types.intp, acc, types.intp, types.intp)
-
-        def codegen(context, builder, signature, args):
-            def values(wbs, xbs):
-                s_vec, t_vec = _gen_sums(builder, _Ops(builder, wide), wbs, xbs)
-                d = _gather_f16(builder, wbs, _K_D_AT)
-                dmin = _gather_f16(builder, wbs, _K_DMIN_AT)
-                ds = _gather_f32(builder, xbs, _A_DS_AT)
-                return _record_values(builder, s_vec, t_vec, d, dmin, ds)
-            return _tile_fold(context, builder, signature, args, 0, over_rows, n, values)
-        return sig, codegen
-    return accumulate
+    def make_values(builder):
+        def values(wbs, xbs):
+            s_vec, t_vec = _gen_sums(builder, _Ops(builder, wide), wbs, xbs)
+            d = _gather_f16(builder, wbs, _K_D_AT)
+            dmin = _gather_f16(builder, wbs, _K_DMIN_AT)
+            ds = _gather_f32(builder, xbs, _A_DS_AT)
+            return _record_values(builder, s_vec, t_vec, d, dmin, ds)
+        return values
+    return tile_intrinsic(over_rows, n, make_values)
 
 
 q4_k_q8_k_sums_avx2 = _make_sums(wide=False)
@@ -384,10 +376,9 @@ def accumulate_rows_x8_vnni(typingctx, w, w_off, x, x_off, step, acc, acc_at, fi
     R32(acc + v)); same contract and same bits as ``accumulate_rows_x8``.  The 8 records' heads
     are decoded together (``_gemv_vnni_decode_scales``); T of two rows per vpmaddwd; S and T
     reduced by one labelled shuffle tree."""
-    if not (isinstance(w, types.Array) and isinstance(x, types.Array)
-            and isinstance(acc, types.Array) and acc.dtype == types.float32):
+    sig = tile_signature(w, x, acc)
+    if sig is None:
         return None
-    sig = types.none(w, types.intp, x, types.intp, types.intp, acc, types.intp, types.intp)
 
     def codegen(context, builder, signature, args):
         def values(wbs, xbs):
@@ -746,12 +737,9 @@ def _make_x16(pair16: bool):
         ``acc[acc_at : acc_at + 16]`` (float32, contiguous; acc = v if ``first`` else
         R32(acc + v), lane = row).  ``ps`` at byte ``ps_off``: the
         record's 8 pair sums, as int16 (pair16 form) or int32."""
-        if not (isinstance(tiles, types.Array) and isinstance(x, types.Array)
-                and isinstance(ps, types.Array) and isinstance(acc, types.Array)
-                and acc.dtype == types.float32):
+        sig = fold_signature(acc, tiles, x, ps)
+        if sig is None:
             return None
-        sig = types.none(tiles, types.intp, x, types.intp, ps, types.intp, acc, types.intp,
-                         types.intp)
 
         def codegen(context, builder, signature, args):
             t_arr, t_off_v, x_arr, x_off_v, p_arr, p_off_v, acc_arr, acc_at_v, first_v = args

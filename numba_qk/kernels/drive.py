@@ -1,0 +1,323 @@
+"""The one dot / gemv / gemm driver of the record formats (the loops, the fold, prefetch and
+leftover rows), for any format that brings a portable record dot; SIMD tiles are optional.
+
+A format module registers its pieces under an int code (its GGML type id; a variant of a format,
+e.g. a second tile for the same records, takes another unused int) and gets its three entry
+points from ``kernels_for(code)``::
+
+    register(code, loop_dot=..., value=..., rows_x8=..., acts_x8=..., prep=..., record_block=8,
+             x_per_w=1)
+    dot_<t>_<a>, gemv_<t>_<a>, gemm_<t>_<a> = kernels_for(code)
+
+* ``loop_dot(w, x)`` (required): the dot of one row of records, any strides (the generic tier;
+  with it alone the three entry points are complete: gemv and gemm call it per output);
+* ``value(w, w_off, x, x_off)`` (optional): the record value v (DESIGN.md section 7) from byte
+  offsets, records contiguous; the dot and the leftover rows of gemv fold it in record order;
+* ``rows_x8(w, w_off, x, x_off, w_step, acc, at, first)`` (optional): the 8-row tile fold of
+  gemv (lane k: the record ``w_step`` bytes further per row); with ``prep``, the tile is called
+  ``rows_x8(w, w_off, x, x_off, w_step, acc, first, state, b)`` instead, ``state = prep(x)``
+  computed once per gemv call (per-activation tables such as the FP4 formats' scale/sum rows);
+* ``acts_x8(w, w_off, x, x_off, x_step, acc, at, first)`` (optional): the 8-activation tile of
+  gemm (each weight record decoded once per tile of activations), blocks of ``record_block``
+  records so that the tile's activation records stay in L1 while every row passes;
+* ``x_per_w``: activation records per weight record (NVFP4: 2 Q8_0 records per record).
+
+The SIMD slots are used where the target has AVX2 (``simd.base.HAVE_AVX2``); a format whose
+tile needs more (VNNI) registers the tile that its target has.  The loops:
+
+* dot: with ``value``, the left fold of the record values (strided records: ``loop_dot``);
+* gemv: with ``rows_x8``, tiles of 8 rows (one lane per row, each lane its own in-order fold)
+  with a software prefetch of a tile ~64 KiB ahead (one linear share per record step:
+  ``simd.base.prefetch_plan``; eight interleaved short row streams defeat the hardware
+  prefetcher), leftover rows folded one record at a time (``value``) or by ``loop_dot``;
+  without ``rows_x8``, every row that way;
+* gemm: with ``acts_x8``, tiles of 8 activations over blocks of ``record_block`` records,
+  leftover activations through gemv; without it, gemv per activation.
+
+Every output is the left fold of the record values in record order, seeded with v_0 (G = 0 gives
++0.0), so all paths equal the portable dot bit for bit.
+
+The per-record helpers are inlined at numba's IR level (``fold`` an ``inline="always"``
+overload, the tile call and ``prep`` ``inline_kernel``s: the same as an overload, the NVFP4 gemv
+ran 7% slower), the leftover row is not (inlined, its fold made the Q4_K gemv's tile loop 5%
+slower), and SIMD pieces that wrap an intrinsic should be ``_jit.inline_kernel``s: a call per
+record that passes arrays costs reference-count updates that LLVM's inlining does not always
+remove (measured: NVFP4's gemv tile through a plain wrapper ran 1.5x the time of the tile
+called in the loop).
+
+The entry points are closures over the int code only, and the per-format pieces are picked at
+typing time by the ``@overload``s below from the table ``_IMPL``: numba's cache keys a closure by
+its pickled cell values, so an int keeps each entry point cached across processes (a closure
+over a dispatcher would carry a fresh uuid each process and compile again).  The placeholders
+``fold``, ``dot``, ``gemv``, ``gemm`` may be called from ``@njit`` code with a literal code.
+"""
+
+import numpy as np
+from numba.core import types
+from numba.extending import overload
+
+from numba_qk._jit import JIT_OPTIONS, inline_kernel, kernel
+from numba_qk.kernels.simd.base import HAVE_AVX2, prefetch_lines, prefetch_plan
+
+_IMPL = {}  # code -> dict of the pieces (see register)
+
+
+def register(code: int, *, loop_dot, value=None, rows_x8=None, acts_x8=None, prep=None,
+             record_block: int = 8, x_per_w: int = 1) -> None:
+    """Bind a format's record-level pieces to ``code`` (see the module docstring)."""
+    impl = dict(loop_dot=loop_dot, value=value, rows_x8=rows_x8, acts_x8=acts_x8, prep=prep,
+                record_block=int(record_block), x_per_w=int(x_per_w))
+    if code in _IMPL and _IMPL[code] != impl:
+        raise AssertionError(f"driver code {code} bound twice")
+    _IMPL[code] = impl
+
+
+def _lookup(code):
+    if not isinstance(code, types.IntegerLiteral):
+        return None
+    return _IMPL[code.literal_value]
+
+
+def _simd(impl, slot):
+    """The SIMD piece in ``slot`` where the target runs it, else None."""
+    return impl[slot] if HAVE_AVX2 else None
+
+
+# Placeholders resolved by the overloads below.  Called as plain Python (only under
+# NUMBA_DISABLE_JIT=1, where HAVE_AVX2 is False) they run the portable loops, as the overloads do.
+def fold(code, w, w_at, w_step, x, x_at, x_step, g):
+    """Left fold of the g record values at bytes w_at + b*w_step of w, x_at + b*x_step of x."""
+    raise NotImplementedError  # only reached through the SIMD drivers
+
+
+def dot(code, w, x):
+    if w.shape[0] == 0:
+        return np.float32(0.0)
+    return _IMPL[code]["loop_dot"](w, x)
+
+
+def gemv(code, w, x, out):
+    for r in range(w.shape[0]):
+        out[r] = dot(code, w[r], x)
+
+
+def gemm(code, w, x, out):
+    for a in range(x.shape[0]):
+        gemv(code, w, x[a], out[a])
+
+
+def _row(code, w, r, x, x_step, g):
+    raise NotImplementedError
+
+
+@overload(fold, jit_options=JIT_OPTIONS, inline="always")
+def _fold_overload(code, w, w_at, w_step, x, x_at, x_step, g):
+    impl = _lookup(code)
+    if impl is None or impl["value"] is None:
+        return None
+    value = impl["value"]
+
+    def fold_impl(code, w, w_at, w_step, x, x_at, x_step, g):
+        acc = np.float32(0.0)
+        for b in range(g):
+            v = value(w, w_at + b * w_step, x, x_at + b * x_step)
+            acc = v if b == 0 else np.float32(acc + v)
+        return acc
+    return fold_impl
+
+
+@inline_kernel
+def _no_prep(x):
+    return 0
+
+
+@inline_kernel
+def _no_tile(w, w_off, x, x_off, w_step, acc, first, state, b):
+    pass   # never called (gemv checks has_tile); typed all the same
+
+
+def _tile(impl):
+    """The gemv tile of ``impl`` with the driver's calling convention ``(w, w_off, x, x_off,
+    w_step, acc, first, state, b)``, inlined at numba's IR level (an inlined overload here cost
+    the NVFP4 gemv 7%)."""
+    rows_x8 = impl["rows_x8"]
+    if rows_x8 is None:
+        return _no_tile
+    if impl["prep"] is not None:
+        return rows_x8
+
+    @inline_kernel
+    def tile(w, w_off, x, x_off, w_step, acc, first, state, b):
+        rows_x8(w, w_off, x, x_off, w_step, acc, 0, first)
+    return tile
+
+
+@overload(_row, jit_options=JIT_OPTIONS)
+def _row_overload(code, w, r, x, x_step, g):
+    """Row ``r`` of gemv (records contiguous): the fold of ``value`` where there is one,
+    else ``loop_dot`` of the row's view."""
+    impl = _lookup(code)
+    if impl is None:
+        return None
+    if _simd(impl, "value") is not None:
+        def row_fold(code, w, r, x, x_step, g):
+            return fold(code, w, r * w.strides[0], w.strides[1], x, 0, x_step, g)
+        return row_fold
+    loop_dot = impl["loop_dot"]
+
+    def row_loop(code, w, r, x, x_step, g):
+        return loop_dot(w[r], x)
+    return row_loop
+
+
+@overload(dot, jit_options=JIT_OPTIONS)
+def _dot_overload(code, w, x):
+    impl = _lookup(code)
+    if impl is None:
+        return None
+    loop_dot = impl["loop_dot"]
+    if _simd(impl, "value") is None:
+        def dot_loop(code, w, x):
+            if w.shape[0] == 0:
+                return np.float32(0.0)
+            return loop_dot(w, x)
+        return dot_loop
+    xpw = impl["x_per_w"]
+
+    def dot_fold(code, w, x):
+        if w.shape[0] == 0:
+            return np.float32(0.0)
+        if w.strides[1] != 1 or x.strides[1] != 1:
+            return loop_dot(w, x)
+        return fold(code, w, 0, w.strides[0], x, 0, xpw * x.strides[0], w.shape[0])
+    return dot_fold
+
+
+@overload(gemv, jit_options=JIT_OPTIONS)
+def _gemv_overload(code, w, x, out):
+    impl = _lookup(code)
+    if impl is None:
+        return None
+    loop_dot, xpw = impl["loop_dot"], impl["x_per_w"]
+    has_tile, has_value = _simd(impl, "rows_x8") is not None, _simd(impl, "value") is not None
+    if not has_tile and not has_value:
+        def gemv_loop(code, w, x, out):
+            for r in range(w.shape[0]):
+                out[r] = np.float32(0.0) if w.shape[1] == 0 else loop_dot(w[r], x)
+        return gemv_loop
+
+    tile = _tile(impl)
+    prep = impl["prep"] if impl["prep"] is not None else _no_prep
+
+    def gemv_tiles(code, w, x, out):
+        rows, g = w.shape[0], w.shape[1]
+        if g == 0:
+            out[:] = np.float32(0.0)
+            return
+        if w.strides[2] != 1 or x.strides[1] != 1:
+            for r in range(rows):
+                out[r] = loop_dot(w[r], x)
+            return
+        ws0, ws1, xs = w.strides[0], w.strides[1], xpw * x.strides[0]
+        r = 0
+        if has_tile:
+            acc = np.empty(8, np.float32)
+            state = prep(x)
+            ahead, per = prefetch_plan(8 * ws0, g)
+            prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
+            while rows - r >= 8:
+                for b in range(g):
+                    # DRAM-streamed weights: prefetch share b of g of a tile ~64 KiB ahead,
+                    # one linear range
+                    prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
+                    tile(w, r * ws0 + b * ws1, x, b * xs, ws0, acc, b == 0, state, b)
+                for k in range(8):
+                    out[r + k] = acc[k]
+                r += 8
+        for rr in range(r, rows):
+            out[rr] = _row(code, w, rr, x, xs, g)
+    return gemv_tiles
+
+
+@overload(gemm, jit_options=JIT_OPTIONS)
+def _gemm_overload(code, w, x, out):
+    impl = _lookup(code)
+    if impl is None:
+        return None
+    loop_dot, acts_x8 = impl["loop_dot"], _simd(impl, "acts_x8")
+    record_block, xpw = impl["record_block"], impl["x_per_w"]
+    if acts_x8 is None:
+        if _simd(impl, "rows_x8") is None and _simd(impl, "value") is None:
+            def gemm_loop(code, w, x, out):
+                if w.shape[1] == 0:
+                    out[:, :] = np.float32(0.0)
+                    return
+                for r in range(w.shape[0]):
+                    for a in range(x.shape[0]):
+                        out[a, r] = loop_dot(w[r], x[a])
+            return gemm_loop
+
+        def gemm_rows(code, w, x, out):
+            for a in range(x.shape[0]):
+                gemv(code, w, x[a], out[a])
+        return gemm_rows
+
+    def gemm_tiles(code, w, x, out):
+        batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
+        if g == 0:
+            out[:, :] = np.float32(0.0)
+            return
+        if w.strides[2] != 1 or x.strides[2] != 1:
+            for r in range(rows):
+                for a in range(batch):
+                    out[a, r] = loop_dot(w[r], x[a])
+            return
+        ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], xpw * x.strides[1]
+        acc = np.empty((rows, 8), np.float32)
+        a0 = 0
+        while batch - a0 >= 8:
+            for b0 in range(0, g, record_block):
+                b1 = min(b0 + record_block, g)
+                for r in range(rows):
+                    for b in range(b0, b1):
+                        acts_x8(w, r * ws0 + b * ws1, x, a0 * xs0 + b * xs1, xs0,
+                                acc, 8 * r, b == 0)
+            for r in range(rows):
+                for k in range(8):
+                    out[a0 + k, r] = acc[r, k]
+            a0 += 8
+        for a in range(a0, batch):
+            gemv(code, w, x[a], out[a])
+    return gemm_tiles
+
+
+def kernels_for(code: int):
+    """``(dot, gemv, gemm)`` entry points of the pieces registered under ``code``."""
+    if code not in _IMPL:
+        raise KeyError(f"no driver pieces registered under code {code}")
+    loop_dot = _IMPL[code]["loop_dot"]
+    home = getattr(loop_dot, "py_func", loop_dot).__module__
+
+    def dot_entry(w, x):
+        """Canonical dot of weight records ``w`` ``[G, B]`` and activation records ``x``:
+        left fold seeded with ``v_0``; ``G = 0`` gives ``+0.0``.  ``G`` must agree (not
+        checked)."""
+        return dot(code, w, x)
+
+    def gemv_entry(w, x, out):
+        """``out[r] = dot(w[r], x)`` for weights ``[rows, G, B]`` and one activation."""
+        gemv(code, w, x, out)
+
+    def gemm_entry(w, x, out):
+        """``out[a, r] = dot(w[r], x[a])`` for weights ``[rows, G, B]`` and activations
+        ``[batch, ...]``."""
+        gemm(code, w, x, out)
+
+    # Cached under the format's module: the cache key's dependency digest
+    # (_jit.DependencyCache) is then that of the module holding the pieces (which imports this
+    # one), so an edit of either recompiles the entry points.
+    entries = []
+    for f in (dot_entry, gemv_entry, gemm_entry):
+        f.__module__ = home
+        entries.append(kernel(f))
+    return tuple(entries)
