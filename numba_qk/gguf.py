@@ -990,7 +990,7 @@ def quantize_file(src, dst, *, to=None, preset=None,
 
 # ----------------------------------------------------------------------------- gguf-py backend
 
-# Formats whose gguf-py codecs numba_qk can stand in for, bit for bit (tests/test_gguf_py_accel.py
+# Formats whose gguf-py codecs numba_qk can stand in for, bit for bit (tests/io/test_gguf_py_accel.py
 # checks each against gguf-py's own output).  Dequantize: every weight format gguf-py decodes.
 # Quantize: the legacy formats (gguf-py's numpy encoders, themselves ggml's _ref except for the
 # sign of a zero extreme, below) and the K-quants, which gguf-py cannot encode

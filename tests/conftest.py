@@ -7,7 +7,7 @@ from numba_qk.testing.asserts import assert_same_f32, assert_same_records, bits_
 @pytest.fixture(autouse=True)
 def _fixed_thread_counts(monkeypatch):
     """Tests ask for ``threads=N`` to exercise N-thread runs: switch off the adaptive thread
-    count (which would run serially on a busy CI machine); tests/test_threads.py tests it."""
+    count (which would run serially on a busy CI machine); tests/runtime/test_threads.py tests it."""
     from numba_qk import _threads
 
     monkeypatch.setattr(_threads, "ADAPTIVE", False)

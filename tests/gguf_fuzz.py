@@ -15,7 +15,7 @@ an address-space limit.  The worker is restarted after a crash.  Outcomes per fi
 
 ``--pythonpath`` points the worker at another numba_qk checkout (used for the before/after
 figures in docs/decisions/010-gguf-hardening.md).  The mutants are a function of the seed
-only (``make_mutants``), shared with tests/test_gguf_hardening.py.
+only (``make_mutants``), shared with tests/io/test_gguf_hardening.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The tables are ``numba_qk._registry.markdown_table()`` (the block-quantized record formats,
 ``qk.capabilities()``) and ``markdown_scaled_table()`` (the block-scaled formats of
 ``numba_qk.mx``, ``qk.capabilities(scaled=True)``): generated from the registry, so they cannot
-drift from what it binds (tests/test_registry.py checks the README holds them).  ``--write``
+drift from what it binds (tests/conformance/test_registry.py checks the README holds them).  ``--write``
 replaces each table between its markers; the block-scaled one, where README has no markers for
 it yet, goes right after the first.
 """

@@ -20,7 +20,7 @@ One exception, kept bit for bit from the first implementation: ``f32(-0.0)`` is 
 though a negative f32 that rounds to zero is -0 and astype keeps the sign of -0.0.
 
 :mod:`numba_qk.testing.reference.lowp` is the independent oracle these are tested against, code
-by code and over a dense set of adversarial values (``tests/test_lowp_types.py``).
+by code and over a dense set of adversarial values (``tests/lowp/test_lowp_types.py``).
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ __all__ = [
 ]
 
 # The registry's kernels, as module globals (numba resolves a global at compile time; an
-# attribute of a Python object it cannot).  tests/test_njit_blocks.py checks that each wrapper
+# attribute of a Python object it cannot).  tests/conformance/test_njit_blocks.py checks that each wrapper
 # calls exactly the kernel the registry binds for its format and slot.
 
 

@@ -41,8 +41,8 @@ name (module)                             direction  NaN                        
 ``reference.f16_bits`` / ``f16_value``    both       ``sign|0x7E00`` / any NaN                the Fraction oracles (tests)
 ========================================  =========  =======================================  ====================================
 
-The ggml and spec-004 narrowings agree on every non-NaN f32 (tests/test_encode_rounding.py,
-tests/test_rounding.py, tests/test_lowp_fast_paths.py check each row against its oracle).
+The ggml and spec-004 narrowings agree on every non-NaN f32 (tests/package/test_encode_rounding.py,
+tests/package/test_rounding.py, tests/lowp/test_lowp_fast_paths.py check each row against its oracle).
 """
 
 import numba

@@ -12,7 +12,7 @@
   ``assert_same_records`` (bytes), ``bits_equal``; re-exported here.
 
 For tests, benchmarks and the CLI's self-check only: nothing else in numba_qk imports this
-package (tests/test_layering.py).  It ships in the wheel because ``numba_qk.reference`` (a
+package (tests/package/test_layering.py).  It ships in the wheel because ``numba_qk.reference`` (a
 documented path) and ``python -m numba_qk`` use the oracles.
 """
 

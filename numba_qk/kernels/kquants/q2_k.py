@@ -227,7 +227,7 @@ def _dot_loop(w, x):
 
 # ---- dot / gemv / gemm: the shared driver (kernels/drive.py) over the SIMD
 # record values and 8-lane tiles of kernels/simd/kquants.py; results equal
-# dot_q2_k_q8_k_portable bit for bit (tests/test_kquants_fast.py).  _dot_loop is the fallback
+# dot_q2_k_q8_k_portable bit for bit (tests/kquants/test_kquants_fast.py).  _dot_loop is the fallback
 # for strided records.
 
 register(_FMT.ggml_type, value=q2_k_q8_k_value, rows_x8=q2_k_rows_x8, acts_x8=q2_k_acts_x8,

@@ -197,7 +197,7 @@ def record_value_q5_k_q8_k(w, bw, x, bx):
 
 # ---- fast path: unpack a record's 256 quants once, then integer dots (as kernels/kquants/q6_k.py) ----
 # S and T are exact int32 sums (order-free) and the float steps are record_value_q5_k_q8_k's,
-# so results equal the portable definition bit for bit (tests/test_kquants_fast.py).
+# so results equal the portable definition bit for bit (tests/kquants/test_kquants_fast.py).
 
 @kernel
 def q5_k_unpack(w, bw, qbuf):
@@ -249,7 +249,7 @@ def _dot_loop(w, x):
 
 # ---- dot / gemv / gemm: the shared driver (kernels/drive.py) over the SIMD
 # record values and 8-lane tiles of kernels/simd/kquants.py; results equal
-# dot_q5_k_q8_k_portable bit for bit (tests/test_kquants_fast.py).  _dot_loop is the fallback
+# dot_q5_k_q8_k_portable bit for bit (tests/kquants/test_kquants_fast.py).  _dot_loop is the fallback
 # for strided records.
 
 register(_FMT.ggml_type, value=q5_k_q8_k_value, rows_x8=q5_k_rows_x8, acts_x8=q5_k_acts_x8,

@@ -267,7 +267,7 @@ def record_value_q6_k_q8_k(w, bw, x, bx):
 # ---- fast path: unpack a record's 256 signed quants once, then integer dots -----------------
 # The integer sums are exact in int32 (any order gives the same S), and the float steps are the
 # ones of record_value_q6_k_q8_k, so every result equals the portable definition bit for bit
-# (tests/test_kquants_fast.py); the unpack and the 16-lane products are plain loops over
+# (tests/kquants/test_kquants_fast.py); the unpack and the 16-lane products are plain loops over
 # contiguous bytes that LLVM vectorises.
 
 @kernel
@@ -327,7 +327,7 @@ def _dot_loop(w, x):
 
 # ---- dot / gemv / gemm: the shared driver (kernels/drive.py) over the SIMD
 # record values and 8-lane tiles of kernels/simd/kquants.py; results equal
-# dot_q6_k_q8_k_portable bit for bit (tests/test_kquants_fast.py).
+# dot_q6_k_q8_k_portable bit for bit (tests/kquants/test_kquants_fast.py).
 
 register(_FMT.ggml_type, value=q6_k_q8_k_value, rows_x8=q6_k_rows_x8, acts_x8=q6_k_acts_x8,
          loop_dot=_dot_loop)

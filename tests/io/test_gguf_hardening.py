@@ -29,7 +29,7 @@ import gguf_build as B  # noqa: E402
 import gguf_fuzz  # noqa: E402
 from numba_qk.testing.asserts import assert_same_f32, assert_same_records  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 F32, F16, Q4_0, Q8_0, Q8_1, Q4_K, BF16 = 0, 1, 2, 8, 9, 12, 30
 Q4K = qk.quant.q4_k
 

@@ -17,7 +17,7 @@ from numba_qk import gguf  # noqa: E402
 
 from numba_qk.testing.asserts import assert_same_f32, assert_same_records  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from numba_qk.kernels.kquants.q4_k_encode import nearest_int
 
 from numba_qk.testing.asserts import assert_same_records
 
-GOLDEN = np.load(Path(__file__).parent / "golden" / "q4_k_ggml.npz")
+GOLDEN = np.load(Path(__file__).resolve().parents[1] / "golden" / "q4_k_ggml.npz")
 GROUPS = sorted(k[2:] for k in GOLDEN.files if k.startswith("x_"))
 GGML = ggml_bridge.load()
 Q4 = qk.quant.q4_k

@@ -21,7 +21,7 @@ import numba_qk as qk  # noqa: E402
 from numba_qk import _registry, presets  # noqa: E402
 from numba_qk import gguf as G  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _compare_tool():

@@ -293,7 +293,7 @@ def test_readme_capability_table_is_generated_from_the_registry():
     """README's table is ``python tools/capabilities_table.py`` output; regenerate on change."""
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert _registry.markdown_table() in readme, \
         "README capability table is stale: run python tools/capabilities_table.py --write"
     assert _registry.markdown_scaled_table() in readme, \

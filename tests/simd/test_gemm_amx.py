@@ -148,7 +148,7 @@ def test_gemm_without_amx(tmp_path):
     batch that would take it still equals the portable loops; fresh process and numba cache.
     (Without AMX the default run already takes that path: tested in-process.)"""
     env = dict(os.environ, NUMBA_QK_NO_AMX="1", NUMBA_CACHE_DIR=str(tmp_path / "cache"))
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     env["PYTHONPATH"] = str(root / "tests") + os.pathsep + str(root) + os.pathsep + env.get(
         "PYTHONPATH", "")
     script = (

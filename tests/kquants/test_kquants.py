@@ -24,7 +24,7 @@ from numba_qk.kernels.kquants.q8_k import quantize_q8_k
 from numba_qk.testing.asserts import assert_same_f32, assert_same_records
 from records import F16_SPECIALS, F32_SPECIALS, pack_q8_k, random_q8_k
 
-GOLDEN_DIR = Path(__file__).parent / "golden"
+GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden"
 INPUTS = np.load(GOLDEN_DIR / "kquant_inputs.npz")
 GROUPS = sorted(k[2:] for k in INPUTS.files if k.startswith("x_"))
 GGML = ggml_bridge.load()

@@ -430,7 +430,7 @@ def test_against_llama_cpp_quantizer(tmp_path):
                                                capture_output=True).returncode != 0:
         pytest.skip("no llama-cpp-python interpreter")
     pytest.importorskip("gguf")
-    tool = Path(__file__).resolve().parents[1] / "tools" / "compare_presets.py"
+    tool = Path(__file__).resolve().parents[2] / "tools" / "compare_presets.py"
     r = subprocess.run([sys.executable, str(tool), "--python", py, "--models", "gqa4,l16gqa8",
                         "--presets", "Q4_K_M,Q3_K_M,Q2_K,Q4_0,Q5_K_S,Q2_K_S", "--keep",
                         str(tmp_path)], capture_output=True, text=True)

@@ -17,8 +17,7 @@ from numba_qk.kernels.kquants import q4_k_x16
 from numba_qk.kernels.legacy import layout as _LL
 
 from numba_qk.testing.asserts import assert_same_f32
-from records import extreme_q4_k_q8_k, random_q4_k, random_q8_k
-from test_legacy_vnni import _extremes
+from records import extreme_q4_k_q8_k, legacy_extremes, random_q4_k, random_q8_k
 
 NAMES = ["q4_0", "q4_k"]
 KERNEL_NAMES = ["q4_0", "q8_0", "q4_k"]
@@ -125,7 +124,7 @@ def test_adversarial_extremes(name, rng):
         _q4_k_extremes(f, act, rng)
         return
     for rows, g in ((16, 8), (24, 5), (8, 1)):
-        w, x = _extremes(f, act, rows, g, rng)
+        w, x = legacy_extremes(f, act, rows, g, rng)
         rp = _repack_any(f, w)
         assert_same_f32(_gemv_any(f, act, rp, x), _loop(f, w, x), f"{name} extremes")
         assert_same_f32(_portable_tiles(f, rp, x), _loop(f, w, x), f"{name} portable")
@@ -279,7 +278,7 @@ def test_without_the_vnni_kernel(env, tmp_path):
 
     e = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), **env)
     here = Path(__file__).resolve()
-    e["PYTHONPATH"] = str(here.parent.parent) + os.pathsep + e.get("PYTHONPATH", "")
+    e["PYTHONPATH"] = str(here.parents[2]) + os.pathsep + e.get("PYTHONPATH", "")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         "-p", "no:xdist", str(here), "-k", "random_bytes or extremes"],
                        env=e, capture_output=True, text=True, timeout=600)

@@ -14,6 +14,7 @@ from numba_qk.kernels.legacy import kernels as legacy
 from numba_qk.kernels.legacy import layout as _LL
 
 from numba_qk.testing.asserts import assert_same_f32
+from records import legacy_extremes
 
 NAMES = [f.name.lower() for f in legacy_family.FORMATS if f in WEIGHTS]
 needs_vnni = pytest.mark.skipif(not legacy.HAVE_LEGACY_VNNI,
@@ -57,31 +58,11 @@ def test_matches_the_oracle(name, rng):
     assert_same_f32(_gemv(f, act, w, x), want)
 
 
-def _extremes(f, act, rows, g, rng):
-    """Every quant at its extremes (0x00 / 0xFF / 0x80 bytes, all fifth bits set or clear),
-    activations at -128 / 127, scales from +-0, subnormal, 1, max, inf and NaN patterns."""
-    scales = np.array([0x0000, 0x8000, 0x0001, 0x83FF, 0x3C00, 0x7BFF, 0xFBFF, 0x7C00, 0xFC00,
-                       0x7E00, 0x7C01], np.uint16)
-    w = np.empty((rows, g, f.block_bytes), np.uint8)
-    x = np.empty((g, act.block_bytes), np.uint8)
-    fill = np.array([0x00, 0xFF, 0x80, 0x7F, 0x0F, 0xF0], np.uint8)
-    w[...] = fill[rng.integers(0, len(fill), (rows, g, 1))]
-    x[...] = np.array([0x80, 0x7F], np.uint8)[rng.integers(0, 2, (g, 1))]
-    sw = scales[rng.integers(0, len(scales), (rows, g, 2))]
-    sx = scales[rng.integers(0, len(scales), (g, 2))]
-    # mostly finite scales so the integer sums show through the float steps
-    sw[rng.random(sw.shape) < 0.6] = 0x3C00
-    sx[rng.random(sx.shape) < 0.6] = 0x3C00
-    w[..., 0:4] = sw.view(np.uint8).reshape(rows, g, 4)
-    x[..., 0:4] = sx.view(np.uint8).reshape(g, 4)
-    return w, x
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_adversarial_extremes(name, rng):
     f, act = _fmt(name)
     for rows, g in ((16, 8), (24, 5)):
-        w, x = _extremes(f, act, rows, g, rng)
+        w, x = legacy_extremes(f, act, rows, g, rng)
         assert_same_f32(_gemv(f, act, w, x), _loop(f, w, x), f"{name} extremes")
     # the largest |S|: every weight and activation quant at the extreme of its range
     for wb, xb in ((0xFF, 0x80), (0x00, 0x80), (0x80, 0x80), (0xFF, 0x7F), (0x00, 0x7F)):

@@ -27,7 +27,7 @@ from numba_qk.kernels.fp4 import mxrec as K
 
 from numba_qk.testing.asserts import assert_same_f32, assert_same_records
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 GGML = ggml_bridge.load(os.environ.get("NUMBA_QK_GGML_LIB")) or ggml_bridge.load()
 Q8 = qk.quant.q8_0
 MX, NV = qk.quant.mxfp4, qk.quant.nvfp4
@@ -419,7 +419,7 @@ def test_fast_products_without_vnni(tmp_path):
         pytest.skip("no AVX-512 VNNI: the default run already takes the pmaddubsw path")
     env = dict(os.environ, NUMBA_QK_NO_VNNI="1", NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     here = Path(__file__).resolve()
-    env["PYTHONPATH"] = str(here.parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(here.parents[2]) + os.pathsep + env.get("PYTHONPATH", "")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         "-p", "no:xdist", str(here), "-k", "fast_products_equal"],
                        env=env, capture_output=True, text=True, timeout=600)
