@@ -61,7 +61,7 @@ def legacy_gemv_no_prefetch(wcode, w, x, out):
             out[r + k] = acc[k]
         r += 8
     for rr in range(r, rows):
-        out[rr] = legacy._simd_dot_at(wcode, w, rr * ws0, ws1, x, xs0, g)
+        out[rr] = legacy.simd_dot_at(wcode, w, rr * ws0, ws1, x, xs0, g)
 
 
 def _legacy_pair(code):

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/: _comm
 
 import numba_qk as qk  # noqa: E402
 from numba_qk._jit import kernel  # noqa: E402
-from numba_qk.kernels.simd.base import _byte_ptr, _decl, _i8, _i32  # noqa: E402
+from numba_qk.kernels.simd.base import byte_ptr, decl, i8, i32  # noqa: E402
 from numba_qk.kernels.simd.q4_k import accumulate_rows_x8_vnni  # noqa: E402
 from numba_qk.kernels.drive import fold  # noqa: E402
 from numba_qk.kernels.kquants.dot import _Q4_K, _vnni_gemv  # noqa: E402
@@ -34,11 +34,11 @@ def _make_prefetch(locality):
         sig = types.none(arr, types.intp)
 
         def codegen(context, builder, signature, args):
-            ptr = _byte_ptr(context, builder, signature.args[0], args[0], args[1])
-            fn = _decl(builder, "llvm.prefetch.p0i8", ir.VoidType(),
-                       [_i8.as_pointer(), _i32, _i32, _i32])
-            builder.call(fn, [ptr, ir.Constant(_i32, 0), ir.Constant(_i32, locality),
-                              ir.Constant(_i32, 1)])
+            ptr = byte_ptr(context, builder, signature.args[0], args[0], args[1])
+            fn = decl(builder, "llvm.prefetch.p0i8", ir.VoidType(),
+                       [i8.as_pointer(), i32, i32, i32])
+            builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, locality),
+                              ir.Constant(i32, 1)])
             return context.get_dummy_value()
         return sig, codegen
     return pf

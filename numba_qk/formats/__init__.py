@@ -32,8 +32,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from . import kquants, legacy, mxrec
-from ._schema import (_F, _TOKEN, Field, Format, _check_tiling, _Frozen,  # noqa: F401
-                      _lookup_format, _no_subclass)
+from ._schema import (F, TOKEN, Field, Format, check_tiling, Frozen,  # noqa: F401
+                      _lookup_format, no_subclass)
 from .scalars import SCALARS, ScalarType, _lookup_scalar, bf16, f16, f32, i8, i32  # noqa: F401
 from .mx import ScaledFormat  # noqa: F401  (the singletons: formats.mx, presented by numba_qk.mx)
 from .kquants import q2_k, q3_k, q4_k, q5_k, q6_k, q8_k  # noqa: F401
@@ -77,8 +77,8 @@ def activation_format(weight_format: Format) -> Format:
                         f"{', '.join(repr(f) for f in _ACTIVATION_FORMAT)}") from None
 
 
-@_no_subclass
-class QuantNamespace(_Frozen):
+@no_subclass
+class QuantNamespace(Frozen):
     """``numba_qk.quant``: the closed set of block-quantized formats."""
 
     __slots__ = ()

@@ -1,6 +1,6 @@
 """The schema machinery: ``Field``, ``Format`` and the import-time layout checks (no numba).
 
-Instances are created only inside ``numba_qk.formats`` (they need ``_TOKEN``); the declarations
+Instances are created only inside ``numba_qk.formats`` (they need ``TOKEN``); the declarations
 live in one module per family (``kquants``, ``legacy``, ``scalars``) and are collected, named and
 looked up in ``numba_qk.formats`` (``__init__``).  See that module's docstring.
 """
@@ -11,10 +11,10 @@ from typing import Optional
 
 __all__ = ["Field", "Format"]
 
-_TOKEN = object()  # only this module can construct schema objects
+TOKEN = object()  # only this module can construct schema objects
 
 
-class _Frozen:
+class Frozen:
     """Base for immutable, unsubclassable schema objects."""
 
     __slots__ = ()
@@ -30,7 +30,7 @@ class _Frozen:
             object.__setattr__(self, key, value)
 
 
-def _no_subclass(cls):
+def no_subclass(cls):
     def __init_subclass__(sub, **kwargs):
         raise TypeError(f"{cls.__name__} is closed: it cannot be subclassed")
 
@@ -38,8 +38,8 @@ def _no_subclass(cls):
     return cls
 
 
-@_no_subclass
-class Field(_Frozen):
+@no_subclass
+class Field(Frozen):
     """One field of a record: a name, a byte span and how its elements are stored.
 
     Attributes
@@ -55,7 +55,7 @@ class Field(_Frozen):
     __slots__ = ("name", "start", "stop", "element", "count", "bits", "signed")
 
     def __init__(self, token, name, start, stop, element, count, bits, signed):
-        if token is not _TOKEN:
+        if token is not TOKEN:
             raise TypeError("Field objects are created by numba_qk only")
         self._init(name=name, start=start, stop=stop, element=element, count=count,
                    bits=bits, signed=signed)
@@ -76,8 +76,8 @@ class Field(_Frozen):
         raise TypeError("Field objects are not picklable on their own; pickle the Format")
 
 
-@_no_subclass
-class Format(_Frozen):
+@no_subclass
+class Format(Frozen):
     """A block-quantized record format (closed singleton, compare with ``is``)."""
 
     __slots__ = ("name", "block_size", "block_bytes", "fields", "ggml_type", "_attr", "_doc")
@@ -86,11 +86,11 @@ class Format(_Frozen):
     is_float = False
 
     def __init__(self, token, name, attr, block_size, block_bytes, fields, doc, ggml_type):
-        if token is not _TOKEN:
+        if token is not TOKEN:
             raise TypeError("Format objects are created by numba_qk only; use numba_qk.quant.*")
         self._init(name=name, _attr=attr, block_size=block_size, block_bytes=block_bytes,
                    fields=tuple(fields), _doc=doc, ggml_type=ggml_type)
-        _check_tiling(self)
+        check_tiling(self)
         _check_ggml_type(self)
         _FORMATS_BY_ATTR[attr] = self
 
@@ -116,7 +116,7 @@ class Format(_Frozen):
 
     def storage_bytes(self, n: int) -> Optional[int]:
         """Bytes needed for ``n`` logical elements, or ``None`` if ``n`` is not whole records."""
-        n = _check_count(n)
+        n = check_count(n)
         if n % self.block_size:
             return None
         return n // self.block_size * self.block_bytes
@@ -148,7 +148,7 @@ def _lookup_format(attr):
 _lookup_format.__module__ = "numba_qk.formats"   # pickles name numba_qk.formats._lookup_format
 
 
-def _check_count(n) -> int:
+def check_count(n) -> int:
     import operator
 
     if isinstance(n, bool):
@@ -163,7 +163,7 @@ def _check_count(n) -> int:
     return n
 
 
-def _check_tiling(fmt: Format) -> None:
+def check_tiling(fmt: Format) -> None:
     """Fields must tile [0, block_bytes) exactly; shared spans must be filled bit for bit."""
     spans: dict[tuple[int, int], int] = {}
     for f in fmt.fields:
@@ -194,8 +194,8 @@ def _check_ggml_type(fmt) -> None:
                              f"{BLOCK_SIZE[fmt.ggml_type]}")
 
 
-def _F(*args):
-    return Field(_TOKEN, *args)
+def F(*args):
+    return Field(TOKEN, *args)
 
 
 

@@ -48,79 +48,79 @@ Q2_K (84 B, ggml type 10; ``x = d*sc[j]*q - dmin*m[j]``, 16 sub-blocks ``j = i /
     [82, 84)    dmin  f16     scale of the mins
 """
 
-from ._schema import _F, _TOKEN, Format
+from ._schema import F, TOKEN, Format
 from .ggml_types import GGMLType
 
 q4_k = Format(
-    _TOKEN, "Q4_K", "q4_k", 256, 144,
+    TOKEN, "Q4_K", "q4_k", 256, 144,
     [
-        _F("d", 0, 2, "f16", 1, 16, True),        # super-block scale for the sub-block scales
-        _F("dmin", 2, 4, "f16", 1, 16, True),     # super-block scale for the sub-block mins
-        _F("sc", 4, 16, "u6", 8, 6, False),       # packed with m: 8 x 6-bit scales
-        _F("m", 4, 16, "u6", 8, 6, False),        # packed with sc: 8 x 6-bit mins
-        _F("q", 16, 144, "u4", 256, 4, False),    # 256 x 4-bit quants
+        F("d", 0, 2, "f16", 1, 16, True),        # super-block scale for the sub-block scales
+        F("dmin", 2, 4, "f16", 1, 16, True),     # super-block scale for the sub-block mins
+        F("sc", 4, 16, "u6", 8, 6, False),       # packed with m: 8 x 6-bit scales
+        F("m", 4, 16, "u6", 8, 6, False),        # packed with sc: 8 x 6-bit mins
+        F("q", 16, 144, "u4", 256, 4, False),    # 256 x 4-bit quants
     ],
     "Q4_K weights: 256 elements in 8 sub-blocks of 32, 4-bit quants, 6-bit scales and mins",
     GGMLType.Q4_K,
 )
 
 q8_k = Format(
-    _TOKEN, "Q8_K", "q8_k", 256, 292,
+    TOKEN, "Q8_K", "q8_k", 256, 292,
     [
-        _F("ds", 0, 4, "f32", 1, 32, True),       # block scale
-        _F("q", 4, 260, "i8", 256, 8, True),      # 256 x 8-bit quants
-        _F("bsum", 260, 292, "i16", 16, 16, True),  # sums of q over groups of 16
+        F("ds", 0, 4, "f32", 1, 32, True),       # block scale
+        F("q", 4, 260, "i8", 256, 8, True),      # 256 x 8-bit quants
+        F("bsum", 260, 292, "i16", 16, 16, True),  # sums of q over groups of 16
     ],
     "Q8_K activations: 256 elements, 8-bit quants, f32 scale, 16 group sums",
     GGMLType.Q8_K,
 )
 
 q6_k = Format(
-    _TOKEN, "Q6_K", "q6_k", 256, 210,
+    TOKEN, "Q6_K", "q6_k", 256, 210,
     [
-        _F("ql", 0, 128, "u4", 256, 4, False),    # low 4 bits of the 6-bit quants
-        _F("qh", 128, 192, "u2", 256, 2, False),  # high 2 bits of the 6-bit quants
-        _F("sc", 192, 208, "i8", 16, 8, True),    # 16 signed 8-bit sub-block scales
-        _F("d", 208, 210, "f16", 1, 16, True),    # super-block scale
+        F("ql", 0, 128, "u4", 256, 4, False),    # low 4 bits of the 6-bit quants
+        F("qh", 128, 192, "u2", 256, 2, False),  # high 2 bits of the 6-bit quants
+        F("sc", 192, 208, "i8", 16, 8, True),    # 16 signed 8-bit sub-block scales
+        F("d", 208, 210, "f16", 1, 16, True),    # super-block scale
     ],
     "Q6_K weights: 256 elements in 16 sub-blocks of 16, 6-bit quants (q - 32), int8 scales",
     GGMLType.Q6_K,
 )
 
 q5_k = Format(
-    _TOKEN, "Q5_K", "q5_k", 256, 176,
+    TOKEN, "Q5_K", "q5_k", 256, 176,
     [
-        _F("d", 0, 2, "f16", 1, 16, True),        # scale of the sub-block scales
-        _F("dmin", 2, 4, "f16", 1, 16, True),     # scale of the sub-block mins
-        _F("sc", 4, 16, "u6", 8, 6, False),       # packed with m, as Q4_K
-        _F("m", 4, 16, "u6", 8, 6, False),        # packed with sc, as Q4_K
-        _F("qh", 16, 48, "u1", 256, 1, False),    # bit 4 of the 5-bit quants
-        _F("ql", 48, 176, "u4", 256, 4, False),   # low 4 bits of the 5-bit quants
+        F("d", 0, 2, "f16", 1, 16, True),        # scale of the sub-block scales
+        F("dmin", 2, 4, "f16", 1, 16, True),     # scale of the sub-block mins
+        F("sc", 4, 16, "u6", 8, 6, False),       # packed with m, as Q4_K
+        F("m", 4, 16, "u6", 8, 6, False),        # packed with sc, as Q4_K
+        F("qh", 16, 48, "u1", 256, 1, False),    # bit 4 of the 5-bit quants
+        F("ql", 48, 176, "u4", 256, 4, False),   # low 4 bits of the 5-bit quants
     ],
     "Q5_K weights: 256 elements in 8 sub-blocks of 32, 5-bit quants, 6-bit scales and mins",
     GGMLType.Q5_K,
 )
 
 q3_k = Format(
-    _TOKEN, "Q3_K", "q3_k", 256, 110,
+    TOKEN, "Q3_K", "q3_k", 256, 110,
     [
-        _F("hmask", 0, 32, "u1", 256, 1, False),  # set: q = low bits; clear: low bits - 4
-        _F("ql", 32, 96, "u2", 256, 2, False),    # low 2 bits of the quants
-        _F("sc", 96, 108, "u6", 16, 6, False),    # 16 six-bit scales stored +32
-        _F("d", 108, 110, "f16", 1, 16, True),    # super-block scale
+        F("hmask", 0, 32, "u1", 256, 1, False),  # set: q = low bits; clear: low bits - 4
+        F("ql", 32, 96, "u2", 256, 2, False),    # low 2 bits of the quants
+        F("sc", 96, 108, "u6", 16, 6, False),    # 16 six-bit scales stored +32
+        F("d", 108, 110, "f16", 1, 16, True),    # super-block scale
     ],
     "Q3_K weights: 256 elements in 16 sub-blocks of 16, 3-bit quants (-4..3), 6-bit scales",
     GGMLType.Q3_K,
 )
 
 q2_k = Format(
-    _TOKEN, "Q2_K", "q2_k", 256, 84,
+    TOKEN, "Q2_K", "q2_k", 256, 84,
     [
-        _F("sc", 0, 16, "u4", 16, 4, False),      # low nibbles: sub-block scales
-        _F("m", 0, 16, "u4", 16, 4, False),       # high nibbles: sub-block mins
-        _F("q", 16, 80, "u2", 256, 2, False),     # 2-bit quants
-        _F("d", 80, 82, "f16", 1, 16, True),      # scale of the scales
-        _F("dmin", 82, 84, "f16", 1, 16, True),   # scale of the mins
+        F("sc", 0, 16, "u4", 16, 4, False),      # low nibbles: sub-block scales
+        F("m", 0, 16, "u4", 16, 4, False),       # high nibbles: sub-block mins
+        F("q", 16, 80, "u2", 256, 2, False),     # 2-bit quants
+        F("d", 80, 82, "f16", 1, 16, True),      # scale of the scales
+        F("dmin", 82, 84, "f16", 1, 16, True),   # scale of the mins
     ],
     "Q2_K weights: 256 elements in 16 sub-blocks of 16, 2-bit quants, 4-bit scales and mins",
     GGMLType.Q2_K,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ._schema import _TOKEN, _Frozen, _check_count, _no_subclass
+from ._schema import TOKEN, Frozen, check_count, no_subclass
 from .scalars import e2m1, e2m3, e3m2, e4m3, e5m2, e8m0, i8
 
 __all__ = ["ScaledFormat", "find_scaled", "mxfp4", "mxfp6e2m3", "mxfp6e3m2", "mxfp8e4m3",
@@ -44,8 +44,8 @@ def find_scaled(name):
     return _SCALED_BY_NAME.get(name.lower()) if isinstance(name, str) else None
 
 
-@_no_subclass
-class ScaledFormat(_Frozen):
+@no_subclass
+class ScaledFormat(Frozen):
     """A block-scaled composite format (closed singleton): ``numba_qk.mx.mxfp4`` ..."""
 
     __slots__ = ("name", "_attr", "block_size", "element", "scale", "has_tensor_scale", "emax",
@@ -55,7 +55,7 @@ class ScaledFormat(_Frozen):
     ggml_type = None
 
     def __init__(self, token, name, block_size, element, scale, has_tensor_scale, emax, doc):
-        if token is not _TOKEN:
+        if token is not TOKEN:
             raise TypeError("ScaledFormat objects are created by numba_qk only; use "
                             "numba_qk.mx.mxfp4 ...")
         self._init(name=name, _attr=name, block_size=block_size, element=element, scale=scale,
@@ -81,7 +81,7 @@ class ScaledFormat(_Frozen):
         return self.element.bits + 8 / self.block_size
 
     def storage_bytes(self, n: int) -> Optional[int]:
-        n = _check_count(n)
+        n = check_count(n)
         return None if n % self.block_size else n // self.block_size * self.block_bytes
 
     def __repr__(self):
@@ -105,13 +105,13 @@ ScaledFormat.__module__ = "numba_qk.formats"
 
 # ---- the declarations, one per format (the table in numba_qk.mx's docstring) ------------------
 # ScaledFormat(token, name, block, element, scale, has tensor scale, emax_elem, doc)
-mxfp4 = ScaledFormat(_TOKEN, "mxfp4", 32, e2m1, e8m0, False, 2, "OCP MX FP4 (E2M1)")
-mxfp6e2m3 = ScaledFormat(_TOKEN, "mxfp6e2m3", 32, e2m3, e8m0, False, 2, "OCP MX FP6 (E2M3)")
-mxfp6e3m2 = ScaledFormat(_TOKEN, "mxfp6e3m2", 32, e3m2, e8m0, False, 4, "OCP MX FP6 (E3M2)")
-mxfp8e4m3 = ScaledFormat(_TOKEN, "mxfp8e4m3", 32, e4m3, e8m0, False, 8, "OCP MX FP8 (E4M3)")
-mxfp8e5m2 = ScaledFormat(_TOKEN, "mxfp8e5m2", 32, e5m2, e8m0, False, 15, "OCP MX FP8 (E5M2)")
-mxint8 = ScaledFormat(_TOKEN, "mxint8", 32, i8, e8m0, False, 0, "OCP MX INT8 (q * 2^X / 64)")
-nvfp4 = ScaledFormat(_TOKEN, "nvfp4", 16, e2m1, e4m3, True, None,
+mxfp4 = ScaledFormat(TOKEN, "mxfp4", 32, e2m1, e8m0, False, 2, "OCP MX FP4 (E2M1)")
+mxfp6e2m3 = ScaledFormat(TOKEN, "mxfp6e2m3", 32, e2m3, e8m0, False, 2, "OCP MX FP6 (E2M3)")
+mxfp6e3m2 = ScaledFormat(TOKEN, "mxfp6e3m2", 32, e3m2, e8m0, False, 4, "OCP MX FP6 (E3M2)")
+mxfp8e4m3 = ScaledFormat(TOKEN, "mxfp8e4m3", 32, e4m3, e8m0, False, 8, "OCP MX FP8 (E4M3)")
+mxfp8e5m2 = ScaledFormat(TOKEN, "mxfp8e5m2", 32, e5m2, e8m0, False, 15, "OCP MX FP8 (E5M2)")
+mxint8 = ScaledFormat(TOKEN, "mxint8", 32, i8, e8m0, False, 0, "OCP MX INT8 (q * 2^X / 64)")
+nvfp4 = ScaledFormat(TOKEN, "nvfp4", 16, e2m1, e4m3, True, None,
                      "NVIDIA NVFP4: e2m1, ue4m3 block scale, f32 tensor scale")
 
 #: Every block-scaled format, in declaration (= listing) order.

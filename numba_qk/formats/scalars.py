@@ -41,7 +41,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import NamedTuple, Optional
 
-from ._schema import _TOKEN, _Frozen, _check_count, _no_subclass
+from ._schema import TOKEN, Frozen, check_count, no_subclass
 from .ggml_types import GGMLType
 
 __all__ = ["ScalarType", "ElementSpec", "f32", "f16", "bf16", "e4m3", "e5m2", "e2m3", "e3m2",
@@ -134,8 +134,8 @@ def _lookup_scalar(attr):
 _lookup_scalar.__module__ = "numba_qk.formats"   # pickles name numba_qk.formats._lookup_scalar
 
 
-@_no_subclass
-class ScalarType(_Frozen):
+@no_subclass
+class ScalarType(Frozen):
     """A plain element type (closed singleton), made from its declaration (``spec``).
 
     Packed sub-byte types (``i4``, ``u4``, ``e2m1``: two per byte; ``u1``: eight) count
@@ -150,7 +150,7 @@ class ScalarType(_Frozen):
     is_quantized = False
 
     def __init__(self, token, *spec):
-        if token is not _TOKEN:
+        if token is not TOKEN:
             raise TypeError("ScalarType objects are created by numba_qk only; use numba_qk.f32")
         (spec,) = spec
         self._init(name=spec.name, _attr=spec.attr, block_bytes=spec.payload_bytes,
@@ -179,7 +179,7 @@ class ScalarType(_Frozen):
         return None if self._numpy is None else np.dtype(self._numpy)
 
     def storage_bytes(self, n: int) -> Optional[int]:
-        n = _check_count(n)
+        n = check_count(n)
         return None if n % self.block_size else n // self.block_size * self.block_bytes
 
     def __getattr__(self, key):  # the numeric facts (bits, max, has_inf, ...)
@@ -219,7 +219,7 @@ def _float(attr, sem, bias, inf, nan, codes, storage, dlpack, ml, kernel, *alias
     +inf/overflow, NaN, whether NaN keeps its sign); storage = (bytes, per byte, numpy dtype);
     kernel = (lowp kind, MX kind)."""
     (s, e, m), (max_code, ovf, nan_code, nan_signed) = sem, codes
-    return ScalarType(_TOKEN, ElementSpec(
+    return ScalarType(TOKEN, ElementSpec(
         attr, attr.upper(), aliases, kind, s, e, m, s + e + m, bias, inf, nan, max_code, ovf,
         nan_code, nan_signed, *storage, ggml, ml, dlpack, *kernel))
 
@@ -227,7 +227,7 @@ def _float(attr, sem, bias, inf, nan, codes, storage, dlpack, ml, kernel, *alias
 def _int(attr, bits, signed, storage, dlpack, ml, kernel, *aliases, ggml=None):
     """An integer type (two's complement when signed): saturating, NaN encodes to 0."""
     top = (1 << (bits - 1)) - 1 if signed else (1 << bits) - 1
-    return ScalarType(_TOKEN, ElementSpec(
+    return ScalarType(TOKEN, ElementSpec(
         attr, attr.upper(), aliases, "int" if signed else "uint", int(signed), 0, 0, bits, 0,
         False, False, (1 << bits) - 1, top, 0, False, *storage, ggml, ml, dlpack, *kernel))
 

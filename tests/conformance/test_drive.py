@@ -37,7 +37,7 @@ def test_optional_slots_give_the_same_bits(rng, slots):
                    (w[:, :0], xs[:, :0])):
         want = np.zeros((batch, rows), np.float32)   # the portable loops (G = 0: +0.0)
         for a in range(batch if ww.shape[1] else 0):
-            legacy._gemv_loop(legacy.CODES[fmt], ww, xx[a], want[a])
+            legacy.gemv_loop(legacy.CODES[fmt], ww, xx[a], want[a])
         got = np.full((batch, rows), np.nan, np.float32)
         gemm(ww, xx, got)
         assert (_bits(got) == _bits(want)).all()

@@ -29,7 +29,7 @@ def _fmt(name):
 def _loop(f, w, x):
     """The portable definition (the record loop of legacy.py), one row at a time."""
     out = np.empty(w.shape[0], np.float32)
-    legacy._gemv_loop(_LL.CODES[f], np.ascontiguousarray(w), np.ascontiguousarray(x), out)
+    legacy.gemv_loop(_LL.CODES[f], np.ascontiguousarray(w), np.ascontiguousarray(x), out)
     return out
 
 

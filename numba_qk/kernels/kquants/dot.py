@@ -38,7 +38,7 @@ _W_DMIN_AT = quant.q4_k.field("dmin").start
 _W_QS_AT = quant.q4_k.field("q").start        # Q4_K: 4-bit quants
 _X_DS_AT = quant.q8_k.field("ds").start
 _X_Q_AT = quant.q8_k.field("q").start         # Q8_K: int8 quants
-_X_BSUM_AT = quant.q8_k.field("bsum").start   # Q8_K: int16 group sums
+X_BSUM_AT = quant.q8_k.field("bsum").start   # Q8_K: int16 group sums
 
 # Record-level building blocks take 2-D record arrays and record indices -- w[bw] is the Q4_K
 # record, x[bx] the Q8_K record -- and never build sub-array views in the hot loop (a view costs
@@ -89,7 +89,7 @@ def record_value_loop(w, bw, x, bx):
 
 
 @kernel
-def _dot_loop(w, x):
+def dot_loop(w, x):
     acc = record_value_loop(w, 0, x, 0)
     for b in range(1, w.shape[0]):
         acc = np.float32(acc + record_value_loop(w, b, x, b))
@@ -99,7 +99,7 @@ def _dot_loop(w, x):
 @kernel
 def _gemv_loop(w, x, out):
     for r in range(w.shape[0]):
-        out[r] = _dot_loop(w[r], x)
+        out[r] = dot_loop(w[r], x)
 
 
 # ---- fast path (AVX2 + F16C): records addressed by byte offsets into the arrays' data, no
@@ -117,7 +117,7 @@ def _simd_record_value(w, wo, x, xo):
 def _gemm_loop(w, x, out):
     for a in range(x.shape[0]):
         for r in range(w.shape[0]):
-            out[a, r] = _dot_loop(w[r], x[a])
+            out[a, r] = dot_loop(w[r], x[a])
 
 
 # The AVX2 tiles (pmaddubsw) and the AVX-512 VNNI gemv tile (``accumulate_rows_x8_vnni``: the
@@ -128,7 +128,7 @@ def _gemm_loop(w, x, out):
 # of their own (weights decoded once per call into 16-row groups, activation tiles of 8/4/2/1 or
 # repacked 16-activation blocks), not the driver's tile shapes.
 _Q4_K = quant.q4_k.ggml_type
-register(_Q4_K, loop_dot=_dot_loop, value=_simd_record_value, rows_x8=accumulate_rows_x8,
+register(_Q4_K, loop_dot=dot_loop, value=_simd_record_value, rows_x8=accumulate_rows_x8,
          acts_x8=accumulate_acts_x8)
 _simd_dot, _simd_gemv, _simd_gemm = kernels_for(_Q4_K)
 
@@ -164,8 +164,8 @@ def _vnni_gemv(w, x, out):
 
 @kernel
 def _bsum2(x, a, b, j):
-    lo = np.int32(x[a, b, _X_BSUM_AT + 2 * j])
-    hi = np.int32(x[a, b, _X_BSUM_AT + 2 * j + 1])
+    lo = np.int32(x[a, b, X_BSUM_AT + 2 * j])
+    hi = np.int32(x[a, b, X_BSUM_AT + 2 * j + 1])
     return np.int32(np.int16(np.uint16(lo | (hi << np.int32(8)))))
 
 
@@ -330,8 +330,8 @@ def _repack_acts_amx(x, t, t_base):
                 t[at + 64 * (e >> 2) + (e & 3)] = x[a, b, _X_Q_AT + e]
             for j in range(16):
                 o = at + 64 * (j >> 2) + (j & 3)
-                t[o + ACT_BLO_AT] = x[a, b, _X_BSUM_AT + 2 * j]
-                t[o + ACT_BHI_AT] = x[a, b, _X_BSUM_AT + 2 * j + 1]
+                t[o + ACT_BLO_AT] = x[a, b, X_BSUM_AT + 2 * j]
+                t[o + ACT_BHI_AT] = x[a, b, X_BSUM_AT + 2 * j + 1]
             for e in range(4):
                 t[at + ACT_DS_AT + e] = x[a, b, _X_DS_AT + e]
 

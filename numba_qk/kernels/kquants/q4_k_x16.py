@@ -17,7 +17,7 @@ import numpy as np
 from numba_qk._jit import kernel
 from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI
 from numba_qk.kernels.simd.q4_k import X16_BYTES, X16_D_AT, X16_DMIN_AT, X16_Q_AT, X16_ROWS, X16_U_AT, q4_k_x16_rows_p16, q4_k_x16_rows_p32
-from numba_qk.kernels.kquants.dot import _X_BSUM_AT, _dot_loop, gemv_q4_k_q8_k
+from numba_qk.kernels.kquants.dot import X_BSUM_AT, dot_loop, gemv_q4_k_q8_k
 
 HAVE_X16 = HAVE_VNNI and HAVE_AVX512
 _REC = 144
@@ -63,8 +63,8 @@ def unpack_x16(tiles, tail, g):
 
 @kernel
 def _bsum_at(x, b, j):
-    lo = np.int32(x[b, _X_BSUM_AT + 2 * j])
-    hi = np.int32(x[b, _X_BSUM_AT + 2 * j + 1])
+    lo = np.int32(x[b, X_BSUM_AT + 2 * j])
+    hi = np.int32(x[b, X_BSUM_AT + 2 * j + 1])
     return np.int32(np.int16(np.uint16(lo | (hi << np.int32(8)))))
 
 
@@ -124,7 +124,7 @@ def _gemv_x16_simd(tiles, x, out):
 @kernel
 def _tile_rows_portable(tiles, x, out, rec):
     """The portable loops on tiles (targets without AVX-512 VNNI): rebuild each row's record
-    in ``rec`` ``[G, 144]`` and fold it as ``dot._dot_loop`` does."""
+    in ``rec`` ``[G, 144]`` and fold it as ``dot.dot_loop`` does."""
     g = x.shape[0]
     for t in range(tiles.shape[0]):
         for r in range(X16_ROWS):
@@ -139,7 +139,7 @@ def _tile_rows_portable(tiles, x, out, rec):
                 for k in range(3):
                     for e in range(4):
                         rec[b, 4 + 4 * k + e] = tiles[t, o + X16_U_AT + 64 * k + 4 * r + e]
-            out[X16_ROWS * t + r] = _dot_loop(rec, x)
+            out[X16_ROWS * t + r] = dot_loop(rec, x)
 
 
 @kernel

@@ -63,7 +63,7 @@ _MAGNITUDE = np.int32(0x7FFFFFFF)      # all bits but the sign
 
 
 @kernel
-def _order_key(bits):
+def order_key(bits):
     """Map f32 bits to an int32 whose signed order is the float order (finite values)."""
     return np.int32(bits ^ np.int32((bits >> np.int32(31)) & _MAGNITUDE))
 
@@ -84,13 +84,13 @@ def q8_k_block_inverse(values, b):
     for i in range(values.shape[1]):
         bits = np.float32(values[b, i]).view(np.int32)
         nonfinite |= np.int32((bits & _EXP_ALL_ONES) == _EXP_ALL_ONES)
-        key = _order_key(bits)
+        key = order_key(bits)
         kmax = max(kmax, key)
         kmin = min(kmin, key)
     if nonfinite != 0:
         return -1, np.float32(0.0)
-    mx = np.int32(_order_key(kmax)).view(np.float32)  # the key map is its own inverse
-    mn = np.int32(_order_key(kmin)).view(np.float32)
+    mx = np.int32(order_key(kmax)).view(np.float32)  # the key map is its own inverse
+    mn = np.int32(order_key(kmin)).view(np.float32)
     if mx == np.float32(0.0) and mn == np.float32(0.0):
         return 1, np.float32(0.0)
     extreme = mx if abs(mx) > abs(mn) else mn  # equal magnitudes: the minimum

@@ -46,19 +46,19 @@ from numba_qk.formats import activation_format
 from numba_qk.kernels._bits import f16_to_f32
 from numba_qk.kernels._round import c_int8, roundf
 from numba_qk.kernels.kquants.encode_lanes import f16_bits
-from numba_qk.kernels.kquants.q8_k import _order_key
+from numba_qk.kernels.kquants.q8_k import order_key
 from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, kernels_for, register
 from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch_lines, prefetch_plan
 from numba_qk.kernels.simd.legacy import legacy_accumulate_x8, legacy_block_value, legacy_rows_vnni, legacy_rows_vnni_inserts
 
-from numba_qk.kernels.legacy.layout import CODES, FORMATS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, WEIGHT_FORMATS, _D_AT, _M_AT, _QH_AT, _QS_AT, _S_AT, _X_D_AT, _X_QS_AT, _X_S_AT, _ZERO
+from numba_qk.kernels.legacy.layout import CODES, FORMATS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, WEIGHT_FORMATS, D_AT, M_AT, QH_AT, QS_AT, S_AT, X_D_AT, X_QS_AT, X_S_AT, ZERO
 
 _MAGNITUDE = np.int32(0x7FFFFFFF)  # all bits but the sign
 _EXP_ALL_ONES = np.int32(0x7F800000)  # f32 exponent of inf/NaN
 
 
 @kernel
-def _f16(a, row, off):
+def f16(a, row, off):
     """Exact f32 of the f16 at bytes a[row, off:off+2]."""
     return f16_to_f32(np.uint16(np.uint16(a[row, off]) | (np.uint16(a[row, off + 1]) << np.uint16(8))))
 
@@ -121,11 +121,11 @@ def _min_max(values, b):
     kmin = np.int32(2147483647)
     kmax = np.int32(-2147483648)
     for j in range(values.shape[1]):
-        key = _order_key(np.float32(values[b, j]).view(np.int32))
+        key = order_key(np.float32(values[b, j]).view(np.int32))
         kmin = min(kmin, key)
         kmax = max(kmax, key)
-    mn = np.int32(_order_key(kmin)).view(np.float32)
-    mx = np.int32(_order_key(kmax)).view(np.float32)
+    mn = np.int32(order_key(kmin)).view(np.float32)
+    mx = np.int32(order_key(kmax)).view(np.float32)
     if mn == np.float32(0.0):
         mn = _first_zero(values, b)
     if mx == np.float32(0.0):
@@ -153,8 +153,8 @@ def _quantize_block(code, values, out):
     instead of branches and no scratch array, so LLVM vectorizes them.)
     Quants are packed as ggml stores them: the low nibbles of elements j and j + 16 share
     byte j, the fifth bits go to bit j of the little-endian u32 ``qh`` (Q5_0/Q5_1)."""
-    qs_at = _QS_AT[code]
-    qh_at = _QH_AT[code]
+    qs_at = QS_AT[code]
+    qh_at = QH_AT[code]
     if code == Q8_0 or code == Q8_1:
         for b in range(values.shape[0]):
             m = np.int32(0)   # amax on the magnitude bits (finite input: the same order)
@@ -163,14 +163,14 @@ def _quantize_block(code, values, out):
             amax = np.int32(m).view(np.float32)
             d = np.float32(amax / np.float32(127.0))
             inv = _inverse(d)
-            _store_f16(out, b, _D_AT[code], d)
+            _store_f16(out, b, D_AT[code], d)
             total = np.int32(0)
             for j in range(32):
                 qj = c_int8(roundf(np.float32(np.float32(values[b, j]) * inv)))
                 total += qj
                 out[b, qs_at + j] = np.uint8(qj & 0xFF)
             if code == Q8_1:
-                _store_f16(out, b, _S_AT[code], np.float32(np.float32(total) * d))
+                _store_f16(out, b, S_AT[code], np.float32(np.float32(total) * d))
         return
     if code == Q4_0 or code == Q5_0:
         five = code == Q5_0
@@ -180,7 +180,7 @@ def _quantize_block(code, values, out):
             mx = _signed_absmax(values, b)
             d = np.float32(mx / np.float32(-16.0 if five else -8.0))
             inv = _inverse(d)
-            _store_f16(out, b, _D_AT[code], d)
+            _store_f16(out, b, D_AT[code], d)
             qh = np.uint32(0)
             for j in range(16):
                 lo = min(cap, c_int8(np.float32(np.float32(np.float32(values[b, j]) * inv)
@@ -199,8 +199,8 @@ def _quantize_block(code, values, out):
         mn, mx = _min_max(values, b)
         d = np.float32(np.float32(mx - mn) / np.float32(31.0 if five else 15.0))
         inv = _inverse(d)
-        _store_f16(out, b, _D_AT[code], d)
-        _store_f16(out, b, _M_AT[code], mn)
+        _store_f16(out, b, D_AT[code], d)
+        _store_f16(out, b, M_AT[code], mn)
         qh = np.uint32(0)
         for j in range(16):
             tl = np.float32(np.float32(np.float32(np.float32(values[b, j]) - mn) * inv)
@@ -243,13 +243,13 @@ def weight_quant(code, a, row, j):
     """The integer a dot multiplies for element j of a weight record: q-8 (Q4_0), q (Q4_1),
     q-16 (Q5_0), q (Q5_1), q (Q8_0/Q8_1, int8)."""
     if code == Q8_0 or code == Q8_1:
-        return np.int32(np.int8(a[row, _QS_AT[code] + j]))
-    byte = np.int32(a[row, _QS_AT[code] + (j % 16)])
+        return np.int32(np.int8(a[row, QS_AT[code] + j]))
+    byte = np.int32(a[row, QS_AT[code] + (j % 16)])
     q = (byte & 15) if j < 16 else (byte >> 4)
-    if _QH_AT[code] >= 0:
-        qh = _u32(a, row, _QH_AT[code])
+    if QH_AT[code] >= 0:
+        qh = _u32(a, row, QH_AT[code])
         q |= np.int32((qh >> np.uint32(j)) & np.uint32(1)) << 4
-    return np.int32(q - _ZERO[code])
+    return np.int32(q - ZERO[code])
 
 
 @kernel
@@ -258,16 +258,16 @@ def _decode(code, records, q):
     int8), without the -8/-16 offsets of Q4_0/Q5_0."""
     for b in range(records.shape[0]):
         for j in range(32):
-            q[b, j] = weight_quant(code, records, b, j) + _ZERO[code]
+            q[b, j] = weight_quant(code, records, b, j) + ZERO[code]
 
 
 @kernel
 def _dequantize(code, records, out):
     """ggml's dequantize_row_*: R32(f32(q') * d) or R32(R32(q * d) + m)."""
     for b in range(records.shape[0]):
-        d = _f16(records, b, _D_AT[code])
-        has_min = _M_AT[code] >= 0
-        m = _f16(records, b, _M_AT[code]) if has_min else np.float32(0.0)
+        d = f16(records, b, D_AT[code])
+        has_min = M_AT[code] >= 0
+        m = f16(records, b, M_AT[code]) if has_min else np.float32(0.0)
         for j in range(32):
             y = np.float32(np.float32(weight_quant(code, records, b, j)) * d)
             out[b, j] = np.float32(y + m) if has_min else y
@@ -276,7 +276,7 @@ def _dequantize(code, records, out):
 @kernel
 def block_sum(wcode, w, bw, x, bx):
     """S_b: exact int32 sum of weight quants times Q8_0/Q8_1 activation quants."""
-    x_at = _X_QS_AT[wcode]
+    x_at = X_QS_AT[wcode]
     s = np.int32(0)
     for j in range(32):
         s += weight_quant(wcode, w, bw, j) * np.int32(np.int8(x[bx, x_at + j]))
@@ -287,11 +287,11 @@ def block_sum(wcode, w, bw, x, bx):
 def block_value(wcode, w, bw, x, bx):
     """v_b of the canonical legacy dot (see the module docstring)."""
     s_b = block_sum(wcode, w, bw, x, bx)
-    dw = _f16(w, bw, _D_AT[wcode])
-    dx = _f16(x, bx, _X_D_AT[wcode])
+    dw = f16(w, bw, D_AT[wcode])
+    dx = f16(x, bx, X_D_AT[wcode])
     v = np.float32(dx * np.float32(dw * np.float32(s_b)))
-    if _M_AT[wcode] >= 0:  # the min formats (paired with Q8_1): + R32(mw * sx)
-        v = np.float32(v + np.float32(_f16(w, bw, _M_AT[wcode]) * _f16(x, bx, _X_S_AT[wcode])))
+    if M_AT[wcode] >= 0:  # the min formats (paired with Q8_1): + R32(mw * sx)
+        v = np.float32(v + np.float32(f16(w, bw, M_AT[wcode]) * f16(x, bx, X_S_AT[wcode])))
     return v
 
 
@@ -304,7 +304,7 @@ def _dot_loop(wcode, w, x):
 
 
 @kernel
-def _gemv_loop(wcode, w, x, out):
+def gemv_loop(wcode, w, x, out):
     for r in range(w.shape[0]):
         out[r] = _dot_loop(wcode, w[r], x)
 
@@ -314,7 +314,7 @@ def _gemv_loop(wcode, w, x, out):
 # literal (one specialization per format).
 
 @kernel
-def _simd_dot_at(wcode, w, w_base, w_step, x, x_step, g):
+def simd_dot_at(wcode, w, w_base, w_step, x, x_step, g):
     literally(wcode)
     acc = legacy_block_value(wcode, w, w_base, x, 0)
     for b in range(1, g):
@@ -407,7 +407,7 @@ def _vnni_gemv_trip(wcode, w, x, out, trip, gather):
             out[r + k] = acc[k]
         r += 8
     for rr in range(r, rows):
-        out[rr] = _simd_dot_at(wcode, w, rr * ws0, ws1, x, xs0, g)
+        out[rr] = simd_dot_at(wcode, w, rr * ws0, ws1, x, xs0, g)
 
 
 @kernel

@@ -19,11 +19,11 @@ def _field_at(name):
     return tuple(next((f.start for f in fmt.fields if f.name == name), -1) for fmt in FORMATS)
 
 
-_D_AT = _field_at("d")     # f16 scale
-_M_AT = _field_at("m")     # f16 min (Q4_1, Q5_1)
-_S_AT = _field_at("s")     # f16 d * sum(q) (Q8_1)
-_QH_AT = _field_at("qh")   # u32 of fifth bits (Q5_0, Q5_1)
-_QS_AT = _field_at("qs")   # quants: nibbles, or int8 (Q8_0, Q8_1)
+D_AT = _field_at("d")     # f16 scale
+M_AT = _field_at("m")     # f16 min (Q4_1, Q5_1)
+S_AT = _field_at("s")     # f16 d * sum(q) (Q8_1)
+QH_AT = _field_at("qh")   # u32 of fifth bits (Q5_0, Q5_1)
+QS_AT = _field_at("qs")   # quants: nibbles, or int8 (Q8_0, Q8_1)
 
 
 def _paired(fmt):
@@ -42,9 +42,9 @@ def _paired_at(table):
     return tuple(table[CODES[_paired(fmt)]] if _paired(fmt) else -1 for fmt in FORMATS)
 
 
-_X_D_AT, _X_S_AT, _X_QS_AT = _paired_at(_D_AT), _paired_at(_S_AT), _paired_at(_QS_AT)
+X_D_AT, X_S_AT, X_QS_AT = _paired_at(D_AT), _paired_at(S_AT), _paired_at(QS_AT)
 # Unsigned quants of a format without a min are centred: the dot multiplies q - 2**(bits - 1)
 # (q - 8 for Q4_0, q - 16 for Q5_0); the int8 and min formats use q as stored.
-_ZERO = tuple(0 if (fmt.field("qs").signed or _M_AT[c] >= 0)
-              else 1 << (fmt.field("qs").bits + (1 if _QH_AT[c] >= 0 else 0) - 1)
+ZERO = tuple(0 if (fmt.field("qs").signed or M_AT[c] >= 0)
+              else 1 << (fmt.field("qs").bits + (1 if QH_AT[c] >= 0 else 0) - 1)
               for c, fmt in enumerate(FORMATS))

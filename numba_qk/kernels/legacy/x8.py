@@ -20,14 +20,14 @@ import numpy as np
 from numba import literally
 
 from numba_qk._jit import kernel
-from numba_qk.kernels.legacy.layout import _D_AT, _QS_AT, _X_D_AT, _X_QS_AT, _ZERO, Q4_0, Q8_0
+from numba_qk.kernels.legacy.layout import D_AT, QS_AT, X_D_AT, X_QS_AT, ZERO, Q4_0, Q8_0
 from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI, prefetch, prefetch_plan
 from numba_qk.kernels.simd.legacy import X8_QS_BYTES, legacy_x8_rows
-from numba_qk.kernels.legacy.kernels import _f16, _gemv_loop, _simd_dot_at, HAVE_AVX2
+from numba_qk.kernels.legacy.kernels import f16, gemv_loop, simd_dot_at, HAVE_AVX2
 
 HAVE_X8 = HAVE_VNNI and HAVE_AVX512
 X8_CODES = (Q4_0, Q8_0)
-_U8_BIAS = {Q4_0: _ZERO[Q4_0], Q8_0: 128}   # the dot's integer is u - bias of the u8 in the tile
+_U8_BIAS = {Q4_0: ZERO[Q4_0], Q8_0: 128}   # the dot's integer is u - bias of the u8 in the tile
 _TRIP = 8   # records per intrinsic call (4 was ~10 % faster hot, ~10 % slower streamed)
 
 
@@ -47,7 +47,7 @@ def repack_x8(code, w):
     ``tiles`` starts on a 64-byte boundary."""
     rows, g, nb = w.shape
     t = rows // 8
-    qs_at, d_at = _QS_AT[code], _D_AT[code]
+    qs_at, d_at = QS_AT[code], D_AT[code]
     qs_n = nb - qs_at
     dp, tb = x8_planes(code, g)
     buf = np.zeros(t * tb + 64, np.uint8)
@@ -64,7 +64,7 @@ def repack_x8(code, w):
 def unpack_x8(code, tiles, tail, g, nb):
     """The plain records ``[rows, G, bytes]`` of (tiles, tail) (inverse of ``repack_x8``)."""
     t = tiles.shape[0]
-    qs_at, d_at = _QS_AT[code], _D_AT[code]
+    qs_at, d_at = QS_AT[code], D_AT[code]
     qs_n = nb - qs_at
     dp = x8_planes(code, g)[0]
     out = np.empty((8 * t + tail.shape[0], g, nb), np.uint8)
@@ -82,9 +82,9 @@ def _x8_prepare(code, x, xc8, dx8):
     for b in range(x.shape[0]):
         s = np.int32(0)
         for j in range(32):
-            s += np.int32(np.int8(x[b, _X_QS_AT[code] + j]))
+            s += np.int32(np.int8(x[b, X_QS_AT[code] + j]))
         cz = np.int32(_U8_BIAS_T[code] * s)
-        dx = _f16(x, b, _X_D_AT[code])
+        dx = f16(x, b, X_D_AT[code])
         for k in range(8):
             xc8[8 * b + k] = cz
             dx8[8 * b + k] = dx
@@ -151,20 +151,20 @@ X8_QS_BYTES_T = tuple(X8_QS_BYTES.get(c, 0) for c in range(max(X8_CODES) + 1))
 @kernel
 def _tile_rows_portable(code, tiles, x, out, rec):
     """The portable loops on tiles (targets without AVX-512 VNNI): rebuild each row's record
-    in ``rec`` ``[G, bytes]`` and fold it as ``legacy._gemv_loop`` does."""
+    in ``rec`` ``[G, bytes]`` and fold it as ``legacy.gemv_loop`` does."""
     g = x.shape[0]
-    qs_n = rec.shape[1] - _QS_AT[code]
+    qs_n = rec.shape[1] - QS_AT[code]
     one = np.empty(1, np.float32)
     for t in range(tiles.shape[0]):
         for k in range(8):
             for b in range(g):
-                rec[b, _D_AT[code]] = tiles[t, 16 * b + 2 * k]
-                rec[b, _D_AT[code] + 1] = tiles[t, 16 * b + 2 * k + 1]
+                rec[b, D_AT[code]] = tiles[t, 16 * b + 2 * k]
+                rec[b, D_AT[code] + 1] = tiles[t, 16 * b + 2 * k + 1]
                 q0 = (16 * g + 63) // 64 * 64 + 8 * qs_n * b
                 for c in range(qs_n // 8):
                     for j in range(8):
-                        rec[b, _QS_AT[code] + 8 * c + j] = tiles[t, q0 + 64 * c + 8 * k + j]
-            _gemv_loop(code, rec.reshape(1, rec.shape[0], rec.shape[1]), x, one)
+                        rec[b, QS_AT[code] + 8 * c + j] = tiles[t, q0 + 64 * c + 8 * k + j]
+            gemv_loop(code, rec.reshape(1, rec.shape[0], rec.shape[1]), x, one)
             out[8 * t + k] = one[0]
 
 
@@ -185,7 +185,7 @@ def gemv_x8(code, tiles, tail, x, out):
         _tile_rows_portable(code, tiles, x, out, rec)
     for r in range(tail.shape[0]):
         if HAVE_AVX2:
-            out[8 * t_n + r] = _simd_dot_at(code, tail, r * tail.strides[0], tail.strides[1], x,
+            out[8 * t_n + r] = simd_dot_at(code, tail, r * tail.strides[0], tail.strides[1], x,
                                             x.strides[0], g)
         else:
-            _gemv_loop(code, tail[r:r + 1], x, out[8 * t_n + r:8 * t_n + r + 1])
+            gemv_loop(code, tail[r:r + 1], x, out[8 * t_n + r:8 * t_n + r + 1])

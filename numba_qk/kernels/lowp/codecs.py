@@ -108,7 +108,7 @@ def _encode_float(v, EBITS, MBITS, BIAS, MAXMAG, OVF, NAN, NAN_SIGNED):
 
 
 @kernel
-def _encode_narrow_f32(raw, EBITS, MBITS, BIAS, MAXMAG, OVF, NAN, NAN_SIGNED):
+def encode_narrow_f32(raw, EBITS, MBITS, BIAS, MAXMAG, OVF, NAN, NAN_SIGNED):
     """:func:`_encode_float` for a float32 source given as its bits ``raw`` (the same single RNE:
     widening f32 -> f64 is exact, so both round the same exact value), for targets whose
     smallest normal 2^(1-BIAS) is above f32's (fp8/fp6/fp4/f16), written branch-free in 32-bit
@@ -188,15 +188,15 @@ def _decode_table(ebits, mbits, bias, has_inf, nan_all_ones):
     return out
 
 
-_T_E4M3 = _decode_table(4, 3, 7, False, True)
-_T_E5M2 = _decode_table(5, 2, 15, True, False)
-_T_E2M3 = _decode_table(2, 3, 1, False, False)
-_T_E3M2 = _decode_table(3, 2, 3, False, False)
-_T_E2M1 = _decode_table(2, 1, 1, False, False)
+T_E4M3 = _decode_table(4, 3, 7, False, True)
+T_E5M2 = _decode_table(5, 2, 15, True, False)
+T_E2M3 = _decode_table(2, 3, 1, False, False)
+T_E3M2 = _decode_table(3, 2, 3, False, False)
+T_E2M1 = _decode_table(2, 1, 1, False, False)
 _T_E8M0 = np.array([np.ldexp(1.0, c - 127) for c in range(255)] + [np.nan], np.float64)
 # the same values as float32 bit patterns (exact), for the decode-to-f32 fast path
 _B_E4M3, _B_E5M2, _B_E2M3, _B_E3M2, _B_E2M1, _B_E8M0 = (
-    t.astype(np.float32).view(np.uint32) for t in (_T_E4M3, _T_E5M2, _T_E2M3, _T_E3M2, _T_E2M1,
+    t.astype(np.float32).view(np.uint32) for t in (T_E4M3, T_E5M2, T_E2M3, T_E3M2, T_E2M1,
                                                     _T_E8M0))
 # every NaN code of e4m3 / e5m2 decodes to the quiet NaN of its sign (0x7FC00000 / 0xFFC00000)
 for _t, _nan in ((_B_E4M3, (0x7F, 0xFF)), (_B_E5M2, (0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF))):
@@ -246,15 +246,15 @@ def _load(S, raw, table):
     if S == K_BF16:
         return np.float64(np.uint32(bf16_bits_to_f32_bits(raw)).view(np.float32))
     if S == K_E4M3:
-        return _T_E4M3[raw]
+        return T_E4M3[raw]
     if S == K_E5M2:
-        return _T_E5M2[raw]
+        return T_E5M2[raw]
     if S == K_E2M3:
-        return _T_E2M3[raw & 0x3F]
+        return T_E2M3[raw & 0x3F]
     if S == K_E3M2:
-        return _T_E3M2[raw & 0x3F]
+        return T_E3M2[raw & 0x3F]
     if S == K_E2M1:
-        return _T_E2M1[raw & 0xF]
+        return T_E2M1[raw & 0xF]
     if S == K_E8M0:
         return _T_E8M0[raw]
     if S == K_I8:
@@ -488,19 +488,19 @@ def _encode_from_f32(D, raw):
     if D == K_F16:
         if _HW_F16:
             return _f16_from_f32_bits(raw)
-        return _encode_narrow_f32(raw, 5, 10, 15, 0x7BFF, 0x7C00, 0x7E00, True)
+        return encode_narrow_f32(raw, 5, 10, 15, 0x7BFF, 0x7C00, 0x7E00, True)
     if D == K_BF16:
         return _bf16_from_f32_bits(raw)
     if D == K_E4M3:
-        return _encode_narrow_f32(raw, 4, 3, 7, 0x7E, 0x7E, 0x7F, True)
+        return encode_narrow_f32(raw, 4, 3, 7, 0x7E, 0x7E, 0x7F, True)
     if D == K_E5M2:
-        return _encode_narrow_f32(raw, 5, 2, 15, 0x7B, 0x7C, 0x7E, True)
+        return encode_narrow_f32(raw, 5, 2, 15, 0x7B, 0x7C, 0x7E, True)
     if D == K_E2M3:
-        return _encode_narrow_f32(raw, 2, 3, 1, 0x1F, 0x1F, 0, False)
+        return encode_narrow_f32(raw, 2, 3, 1, 0x1F, 0x1F, 0, False)
     if D == K_E3M2:
-        return _encode_narrow_f32(raw, 3, 2, 3, 0x1F, 0x1F, 0, False)
+        return encode_narrow_f32(raw, 3, 2, 3, 0x1F, 0x1F, 0, False)
     if D == K_E2M1:
-        return _encode_narrow_f32(raw, 2, 1, 1, 0x7, 0x7, 0, False)
+        return encode_narrow_f32(raw, 2, 1, 1, 0x7, 0x7, 0, False)
     return _encode(D, _load(K_F32, raw, _T_E8M0))
 
 

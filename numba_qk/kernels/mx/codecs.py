@@ -33,7 +33,7 @@ import numpy as np
 from numba_qk._jit import kernel
 from numba_qk.kernels.simd import stream as _stream
 from numba_qk.kernels.lowp import codecs as _lowp
-from numba_qk.kernels.lowp.codecs import _T_E2M1, _T_E2M3, _T_E3M2, _T_E4M3, _T_E5M2, _encode_narrow_f32
+from numba_qk.kernels.lowp.codecs import T_E2M1, T_E2M3, T_E3M2, T_E4M3, T_E5M2, encode_narrow_f32
 
 # element kinds (closure constants)
 E2M1, E2M3, E3M2, E4M3, E5M2, INT8 = range(6)
@@ -44,11 +44,11 @@ _ELEMENT = {E2M1: (2, 1, 1, 0x7), E2M3: (2, 3, 1, 0x1F), E3M2: (3, 2, 3, 0x1F),
 # float32 values of every code (exact), from lowp's tables.  numba freezes these arrays into
 # the compiled code; _jit.DependencyCache keys the cache on lowp.py's source too, so a table
 # change recompiles these kernels.
-_F32 = {E2M1: _T_E2M1.astype(np.float32), E2M3: _T_E2M3.astype(np.float32),
-        E3M2: _T_E3M2.astype(np.float32), E4M3: _T_E4M3.astype(np.float32),
-        E5M2: _T_E5M2.astype(np.float32),
+_F32 = {E2M1: T_E2M1.astype(np.float32), E2M3: T_E2M3.astype(np.float32),
+        E3M2: T_E3M2.astype(np.float32), E4M3: T_E4M3.astype(np.float32),
+        E5M2: T_E5M2.astype(np.float32),
         INT8: np.arange(-128, 128, dtype=np.float32)[np.arange(256) ^ 0x80]}
-_E4M3_F32 = _T_E4M3.astype(np.float32)
+_E4M3_F32 = T_E4M3.astype(np.float32)
 _LOWP_KIND = {E4M3: _lowp.K_E4M3, E5M2: _lowp.K_E5M2, E2M3: _lowp.K_E2M3, E3M2: _lowp.K_E3M2}
 _STREAM_VALUES = 4096   # float32 values decoded into L1 before they are streamed out
 
@@ -162,7 +162,7 @@ def _make_mx_encoder(K, EMAX, B):
             inv = pow2_f32(-X)                                       # 2^-X
             for j in range(B):
                 y = np.float32(x[u0 + np.uint64(j)] * inv)           # exact where it matters
-                tmp[j] = _encode_narrow_f32(y.view(np.uint32), EBITS, MBITS, BIAS, MAXMAG,
+                tmp[j] = encode_narrow_f32(y.view(np.uint32), EBITS, MBITS, BIAS, MAXMAG,
                                             MAXMAG, 0, False)        # RNE, saturating
             if PACK:                                                 # element 0: high nibble
                 h0 = np.uint64(base >> 1)
@@ -256,7 +256,7 @@ def nvfp4_encode(x, ts, codes, scales, b0, b1):
             amax = a if a > amax else amax
         s = np.float32(np.uint32(amax).view(np.float32) / np.float32(6.0))     # R32(amax_b / 6)
         s = np.float32(s / ts)                                       # R32(... / ts)
-        sc = _encode_narrow_f32(s.view(np.uint32), 4, 3, 7, 0x7E, 0x7E, 0x7F, True)  # ue4m3
+        sc = encode_narrow_f32(s.view(np.uint32), 4, 3, 7, 0x7E, 0x7E, 0x7F, True)  # ue4m3
         scales[b] = np.uint8(sc)
         d = np.float32(_E4M3_F32[sc] * ts)                           # R32(f32(s_b) * ts)
         if d == np.float32(0.0):                                     # signed zeros
@@ -265,7 +265,7 @@ def nvfp4_encode(x, ts, codes, scales, b0, b1):
         else:
             for j in range(16):
                 y = np.float32(x[u0 + np.uint64(j)] / d)             # R32(v / d)
-                tmp[j] = _encode_narrow_f32(y.view(np.uint32), 2, 1, 1, 0x7, 0x7, 0, False)
+                tmp[j] = encode_narrow_f32(y.view(np.uint32), 2, 1, 1, 0x7, 0x7, 0, False)
         h0 = np.uint64(b * 8)
         for j in range(8):
             codes[h0 + np.uint64(j)] = np.uint8((tmp[2 * j] << 4) | tmp[2 * j + 1])

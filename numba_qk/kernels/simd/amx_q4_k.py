@@ -54,8 +54,8 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from numba_qk.formats import quant
-from numba_qk.kernels.simd.base import HAVE_AVX512, _FEATURES, _float_array_ptr, _i8, _i16, _i32, _i64, _load, _ptr, _splat_lanes, _vec, _fold_into, fold_signature
-from numba_qk.kernels.simd.q4_k import _unpack_scales
+from numba_qk.kernels.simd.base import HAVE_AVX512, FEATURES, float_array_ptr, i8, i16, i32, i64, load, byte_ptr, splat_lanes, vec, fold_into, fold_signature
+from numba_qk.kernels.simd.q4_k import unpack_scales
 
 __all__ = ["HAVE_AMX", "AMX_ROWS", "AMX_ACTS", "AMX_DEC_BYTES", "AMX_ACT_BYTES", "AMX_CONFIG",
            "amx_begin", "amx_end", "q4_k_decode_amx", "accumulate_amx"]
@@ -83,7 +83,7 @@ def _request_tile_state() -> bool:
         return False
 
 
-HAVE_AMX = (HAVE_AVX512 and {"amx-tile", "amx-int8"} <= _FEATURES
+HAVE_AMX = (HAVE_AVX512 and {"amx-tile", "amx-int8"} <= FEATURES
             and os.environ.get("NUMBA_QK_NO_AMX", "") in ("", "0") and _request_tile_state())
 
 
@@ -108,7 +108,7 @@ def _amx(builder, name, *args):
 
 
 def _tile(k):
-    return ir.Constant(_i8, k)
+    return ir.Constant(i8, k)
 
 
 @intrinsic
@@ -119,8 +119,8 @@ def amx_begin(typingctx, cfg):
     sig = types.none(cfg)
 
     def codegen(context, builder, signature, args):
-        _amx(builder, "ldtilecfg", _ptr(context, builder, signature.args[0], args[0],
-                                        ir.Constant(_i64, 0)))
+        _amx(builder, "ldtilecfg", byte_ptr(context, builder, signature.args[0], args[0],
+                                        ir.Constant(i64, 0)))
         return context.get_dummy_value()
     return sig, codegen
 
@@ -146,40 +146,40 @@ def q4_k_decode_amx(typingctx, w, w_off, dec, blk_off, m):
 
     def codegen(context, builder, signature, args):
         w_arr, w_off_v, d_arr, blk_v, m_v = args
-        wb = _ptr(context, builder, signature.args[0], w_arr, w_off_v)
+        wb = byte_ptr(context, builder, signature.args[0], w_arr, w_off_v)
 
         def at(base, stride):
-            off = builder.add(blk_v, builder.add(ir.Constant(_i64, base),
-                                                 builder.mul(m_v, ir.Constant(_i64, stride))))
-            return _ptr(context, builder, signature.args[2], d_arr, off)
+            off = builder.add(blk_v, builder.add(ir.Constant(i64, base),
+                                                 builder.mul(m_v, ir.Constant(i64, stride))))
+            return byte_ptr(context, builder, signature.args[2], d_arr, off)
 
         def store(ptr, offset, v):
-            p = builder.gep(ptr, [ir.Constant(_i64, offset)])
+            p = builder.gep(ptr, [ir.Constant(i64, offset)])
             builder.store(v, builder.bitcast(p, v.type.as_pointer()), align=1)
 
         lp, hp = at(DEC_L_AT, 256), at(DEC_H_AT, 256)
-        sc16, m16 = _unpack_scales(builder, wb)
-        low4 = ir.Constant(_vec(_i8, 64), [0x0F] * 64)
-        four = ir.Constant(_vec(_i8, 64), [4] * 64)
-        eight = ir.Constant(_vec(_i16, 64), [8] * 64)
+        sc16, m16 = unpack_scales(builder, wb)
+        low4 = ir.Constant(vec(i8, 64), [0x0F] * 64)
+        four = ir.Constant(vec(i8, 64), [4] * 64)
+        eight = ir.Constant(vec(i16, 64), [8] * 64)
         for h in range(2):
-            qs = _load(builder, wb, _K_QS_AT + 64 * h, _vec(_i8, 64))
+            qs = load(builder, wb, _K_QS_AT + 64 * h, vec(i8, 64))
             lo = builder.and_(qs, low4)
             hi = builder.lshr(qs, four)
             for c in range(2):   # chunk j = 2h + c: elements 64j.. (low nibbles), 64j+32.. (high)
                 j = 2 * h + c
                 order = [32 * c + k for k in range(32)] + [64 + 32 * c + k for k in range(32)]
-                q = builder.zext(builder.shuffle_vector(lo, hi, ir.Constant(_vec(_i32, 64), order)),
-                                 _vec(_i16, 64))
-                prod = builder.mul(q, _splat_lanes(builder, sc16, [2 * j] * 32 + [2 * j + 1] * 32))
-                store(lp, 64 * j, builder.trunc(prod, _vec(_i8, 64)))
-                store(hp, 64 * j, builder.trunc(builder.lshr(prod, eight), _vec(_i8, 64)))
-        mpat = _splat_lanes(builder, m16, [k // 2 for k in range(16)])
-        store(at(DEC_M_AT, 16), 0, builder.trunc(mpat, _vec(_i8, 16)))
-        dd = builder.fpext(_load(builder, wb, _K_D_AT, _vec(ir.HalfType(), 2)),
-                           _vec(ir.FloatType(), 2))
-        store(at(DEC_D_AT, 4), 0, builder.extract_element(dd, ir.Constant(_i32, 0)))
-        store(at(DEC_DMIN_AT, 4), 0, builder.extract_element(dd, ir.Constant(_i32, 1)))
+                q = builder.zext(builder.shuffle_vector(lo, hi, ir.Constant(vec(i32, 64), order)),
+                                 vec(i16, 64))
+                prod = builder.mul(q, splat_lanes(builder, sc16, [2 * j] * 32 + [2 * j + 1] * 32))
+                store(lp, 64 * j, builder.trunc(prod, vec(i8, 64)))
+                store(hp, 64 * j, builder.trunc(builder.lshr(prod, eight), vec(i8, 64)))
+        mpat = splat_lanes(builder, m16, [k // 2 for k in range(16)])
+        store(at(DEC_M_AT, 16), 0, builder.trunc(mpat, vec(i8, 16)))
+        dd = builder.fpext(load(builder, wb, _K_D_AT, vec(ir.HalfType(), 2)),
+                           vec(ir.FloatType(), 2))
+        store(at(DEC_D_AT, 4), 0, builder.extract_element(dd, ir.Constant(i32, 0)))
+        store(at(DEC_DMIN_AT, 4), 0, builder.extract_element(dd, ir.Constant(i32, 1)))
         return context.get_dummy_value()
     return sig, codegen
 
@@ -197,15 +197,15 @@ def accumulate_amx(typingctx, dec, dec_off, t, t_off, scr, scr_off, acc, acc_at,
 
     def codegen(context, builder, signature, args):
         d_arr, d_off, t_arr, t_off_v, s_arr, s_off, acc_arr, acc_at_v, first_v = args
-        db = _ptr(context, builder, signature.args[0], d_arr, d_off)
-        tb = _ptr(context, builder, signature.args[2], t_arr, t_off_v)
-        sb = _ptr(context, builder, signature.args[4], s_arr, s_off)
+        db = byte_ptr(context, builder, signature.args[0], d_arr, d_off)
+        tb = byte_ptr(context, builder, signature.args[2], t_arr, t_off_v)
+        sb = byte_ptr(context, builder, signature.args[4], s_arr, s_off)
 
         def gep(base, off):
-            return builder.gep(base, [ir.Constant(_i64, off)])
+            return builder.gep(base, [ir.Constant(i64, off)])
 
         def stride(n):
-            return ir.Constant(_i64, n)
+            return ir.Constant(i64, n)
 
         for c in (_C_L, _C_H, _T_LO, _T_HI):
             _amx(builder, "tilezero", _tile(c))
@@ -224,21 +224,21 @@ def accumulate_amx(typingctx, dec, dec_off, t, t_off, scr, scr_off, acc, acc_at,
             _amx(builder, "tilestored64", _tile(c), gep(sb, 1024 * k), stride(64))
 
         f32 = ir.FloatType()
-        v16 = _vec(_i32, 16)
+        v16 = vec(i32, 16)
         sh8 = ir.Constant(v16, [8] * 16)
-        ds = _load(builder, tb, ACT_DS_AT, _vec(f32, 16))
-        acc_base = _float_array_ptr(context, builder, signature.args[6], acc_arr)
+        ds = load(builder, tb, ACT_DS_AT, vec(f32, 16))
+        acc_base = float_array_ptr(context, builder, signature.args[6], acc_arr)
         for m in range(16):
-            cl, ch, tl, th = (_load(builder, sb, 1024 * k + 64 * m, v16) for k in range(4))
+            cl, ch, tl, th = (load(builder, sb, 1024 * k + 64 * m, v16) for k in range(4))
             s = builder.add(cl, builder.shl(ch, sh8))       # exact (see bounds above)
             tt = builder.add(tl, builder.shl(th, sh8))
-            d = _splat_lanes(builder, _load(builder, db, DEC_D_AT + 4 * m, _vec(f32, 1)), [0] * 16)
-            dmin = _splat_lanes(builder, _load(builder, db, DEC_DMIN_AT + 4 * m, _vec(f32, 1)),
+            d = splat_lanes(builder, load(builder, db, DEC_D_AT + 4 * m, vec(f32, 1)), [0] * 16)
+            dmin = splat_lanes(builder, load(builder, db, DEC_DMIN_AT + 4 * m, vec(f32, 1)),
                                 [0] * 16)
-            p = builder.fmul(d, builder.sitofp(s, _vec(f32, 16)))       # R32(d * f32(S))
-            n = builder.fmul(dmin, builder.sitofp(tt, _vec(f32, 16)))   # R32(dmin * f32(T))
+            p = builder.fmul(d, builder.sitofp(s, vec(f32, 16)))       # R32(d * f32(S))
+            n = builder.fmul(dmin, builder.sitofp(tt, vec(f32, 16)))   # R32(dmin * f32(T))
             v = builder.fmul(ds, builder.fsub(p, n))                    # R32(ds * R32(p - n))
-            ptr = builder.gep(acc_base, [builder.add(acc_at_v, ir.Constant(_i64, 16 * m))])
-            _fold_into(builder, ptr, v, first_v)
+            ptr = builder.gep(acc_base, [builder.add(acc_at_v, ir.Constant(i64, 16 * m))])
+            fold_into(builder, ptr, v, first_v)
         return context.get_dummy_value()
     return sig, codegen

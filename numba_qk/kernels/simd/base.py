@@ -2,9 +2,9 @@
 
 This module holds what every explicit-SIMD fast path needs: the target's features
 (``HAVE_AVX2``, ``HAVE_AVX512``, the ``NUMBA_QK_PORTABLE`` / ``NUMBA_QK_NO_AVX512`` switches),
-unaligned loads from a record's byte offset, the vector-instruction declarations (``_Ops``),
-horizontal sums of many vectors (``_reduce_many``), lane gathers of f16/f32 fields, the lane-wise
-in-order fold (``_fold_into``), the tile pointer helper and two exact scalar loads.  The
+unaligned loads from a record's byte offset, the vector-instruction declarations (``Ops``),
+horizontal sums of many vectors (``reduce_many``), lane gathers of f16/f32 fields, the lane-wise
+in-order fold (``fold_into``), the tile pointer helper and two exact scalar loads.  The
 per-format decoders live beside it: ``_simd_q4_k.py`` (Q4_K x Q8_K) and ``_simd_legacy.py``
 (ggml's legacy formats).  Only exact integer work and exact loads are done in IR; the float steps
 are one IEEE instruction each, with no fast-math flags, so nothing is fused.
@@ -42,53 +42,53 @@ def _target_features() -> set[str]:
     return {f[1:] for f in feats.split(",") if f.startswith("+")}
 
 
-_FEATURES = _target_features()
+FEATURES = _target_features()
 # NUMBA_QK_PORTABLE=1 forces the portable loops (they give the same bits, only slower);
 # under NUMBA_DISABLE_JIT=1 the intrinsics cannot run, so the portable loops are used too.
-HAVE_AVX2 = ({"avx2", "f16c"} <= _FEATURES and not config.DISABLE_JIT
+HAVE_AVX2 = ({"avx2", "f16c"} <= FEATURES and not config.DISABLE_JIT
              and os.environ.get("NUMBA_QK_PORTABLE", "") in ("", "0"))
 # 512-bit vectors: AVX-512BW (byte/word ops); NUMBA_QK_NO_AVX512=1 keeps the 256-bit code.
-HAVE_AVX512 = (HAVE_AVX2 and {"avx512f", "avx512bw"} <= _FEATURES
+HAVE_AVX512 = (HAVE_AVX2 and {"avx512f", "avx512bw"} <= FEATURES
                and os.environ.get("NUMBA_QK_NO_AVX512", "") in ("", "0"))
 # AVX-512 VNNI (with VL for the 256-bit forms): vpdpwssd / vpdpbusd fuse a multiply-add with the
 # i32 accumulation (exact integer sums, so they change no value); NUMBA_QK_NO_VNNI=1 keeps
 # pmaddwd + add.
-HAVE_VNNI = (HAVE_AVX2 and {"avx512f", "avx512bw", "avx512vl", "avx512vnni"} <= _FEATURES
+HAVE_VNNI = (HAVE_AVX2 and {"avx512f", "avx512bw", "avx512vl", "avx512vnni"} <= FEATURES
              and os.environ.get("NUMBA_QK_NO_VNNI", "") in ("", "0"))
 
 # GFNI (vgf2p8affineqb: an 8x8 bit-matrix per qword applied to every byte) moves nibbles and
 # single bits in one op; NUMBA_QK_NO_GFNI=1 keeps the shift/mask/blend code.
-HAVE_GFNI = (HAVE_AVX2 and "gfni" in _FEATURES
+HAVE_GFNI = (HAVE_AVX2 and "gfni" in FEATURES
              and os.environ.get("NUMBA_QK_NO_GFNI", "") in ("", "0"))
 
-_i8, _i16, _i32, _i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
+i8, i16, i32, i64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 
 
-def _vec(t, n):
+def vec(t, n):
     return ir.VectorType(t, n)
 
 
-def _decl(builder, name, ret, args):
+def decl(builder, name, ret, args):
     return cgutils.get_or_insert_function(builder.module, ir.FunctionType(ret, args), name)
 
 
-def _load(builder, base, offset: int, ty):
-    ptr = builder.gep(base, [ir.Constant(_i64, offset)])
+def load(builder, base, offset: int, ty):
+    ptr = builder.gep(base, [ir.Constant(i64, offset)])
     return builder.load(builder.bitcast(ptr, ty.as_pointer()), align=1)
 
 
-def _splat_lanes(builder, v, lanes):
+def splat_lanes(builder, v, lanes):
     """shufflevector v with constant lane indices ``lanes``."""
     return builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
-                                  ir.Constant(_vec(_i32, len(lanes)), list(lanes)))
+                                  ir.Constant(vec(i32, len(lanes)), list(lanes)))
 
 
-def _byte_ptr(context, builder, arrty, arr, offset):
+def byte_ptr(context, builder, arrty, arr, offset):
     """data pointer of a uint8 array plus a byte offset (the caller computed it from strides)."""
     return builder.gep(context.make_array(arrty)(context, builder, arr).data, [offset])
 
 
-class _Ops:
+class Ops:
     """Declarations of the vector instructions used, for one vector width.  With ``vnni``
     (callers check ``HAVE_VNNI``) the AVX-512 VNNI forms are declared too: ``dpwssd``
     (acc + pmaddwd(a, b)) and ``dpbusd`` (acc + sums of four u8 x i8 products), at the width of
@@ -100,25 +100,25 @@ class _Ops:
         if vnni:
             n = 16 if wide else 8
             w = 512 if wide else 256
-            self.dpwssd = _decl(builder, f"llvm.x86.avx512.vpdpwssd.{w}", _vec(_i32, n),
-                                [_vec(_i32, n), _vec(_i16, 2 * n), _vec(_i16, 2 * n)])
-            self.dpbusd = _decl(builder, f"llvm.x86.avx512.vpdpbusd.{w}", _vec(_i32, n),
-                                [_vec(_i32, n), _vec(_i8, 4 * n), _vec(_i8, 4 * n)])
+            self.dpwssd = decl(builder, f"llvm.x86.avx512.vpdpwssd.{w}", vec(i32, n),
+                                [vec(i32, n), vec(i16, 2 * n), vec(i16, 2 * n)])
+            self.dpbusd = decl(builder, f"llvm.x86.avx512.vpdpbusd.{w}", vec(i32, n),
+                                [vec(i32, n), vec(i8, 4 * n), vec(i8, 4 * n)])
         self.lanes = 64 if wide else 32  # int8 lanes per vector
-        self.maddwd8 = _decl(builder, "llvm.x86.avx2.pmadd.wd", _vec(_i32, 8),
-                             [_vec(_i16, 16), _vec(_i16, 16)])
+        self.maddwd8 = decl(builder, "llvm.x86.avx2.pmadd.wd", vec(i32, 8),
+                             [vec(i16, 16), vec(i16, 16)])
         if wide:
-            self.maddubs = _decl(builder, "llvm.x86.avx512.pmaddubs.w.512", _vec(_i16, 32),
-                                 [_vec(_i8, 64), _vec(_i8, 64)])
-            self.maddwd = _decl(builder, "llvm.x86.avx512.pmaddw.d.512", _vec(_i32, 16),
-                                [_vec(_i16, 32), _vec(_i16, 32)])
+            self.maddubs = decl(builder, "llvm.x86.avx512.pmaddubs.w.512", vec(i16, 32),
+                                 [vec(i8, 64), vec(i8, 64)])
+            self.maddwd = decl(builder, "llvm.x86.avx512.pmaddw.d.512", vec(i32, 16),
+                                [vec(i16, 32), vec(i16, 32)])
         else:
-            self.maddubs = _decl(builder, "llvm.x86.avx2.pmadd.ub.sw", _vec(_i16, 16),
-                                 [_vec(_i8, 32), _vec(_i8, 32)])
+            self.maddubs = decl(builder, "llvm.x86.avx2.pmadd.ub.sw", vec(i16, 16),
+                                 [vec(i8, 32), vec(i8, 32)])
             self.maddwd = self.maddwd8
 
 
-def _vcall(builder, fn, args):
+def vcall(builder, fn, args):
     """Call ``fn`` with each vector argument bitcast to the parameter type it declares (same
     bit width): the VNNI intrinsics take <64 x i8> / <32 x i16> operands, callers often hold
     the same bits as <16 x i32>."""
@@ -127,7 +127,7 @@ def _vcall(builder, fn, args):
                              for x, t in zip(args, params)])
 
 
-def _reduce_many(builder, vecs):
+def reduce_many(builder, vecs):
     """Horizontal sums of n equal-length i32 vectors as one <n x i32> vector (n a power of
     two, at most the lane count): pairwise lane sums that keep each vector's lanes together,
     so n sums cost about as much as two single reductions."""
@@ -139,39 +139,35 @@ def _reduce_many(builder, vecs):
             even = [2 * i for i in range(width // 2)] + [width + 2 * i for i in range(width // 2)]
             odd = [e + 1 for e in even]
             merged.append(builder.add(
-                builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, width), even)),
-                builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, width), odd))))
+                builder.shuffle_vector(a, b, ir.Constant(vec(i32, width), even)),
+                builder.shuffle_vector(a, b, ir.Constant(vec(i32, width), odd))))
         vecs = merged
     v = vecs[0]
     while v.type.count > n:  # halve: lane i = v[2i] + v[2i+1]; groups keep their order
         half = v.type.count // 2
         und = ir.Constant(v.type, ir.Undefined)
         v = builder.add(
-            builder.shuffle_vector(v, und, ir.Constant(_vec(_i32, half), [2 * i for i in range(half)])),
-            builder.shuffle_vector(v, und, ir.Constant(_vec(_i32, half), [2 * i + 1 for i in range(half)])))
+            builder.shuffle_vector(v, und, ir.Constant(vec(i32, half), [2 * i for i in range(half)])),
+            builder.shuffle_vector(v, und, ir.Constant(vec(i32, half), [2 * i + 1 for i in range(half)])))
     return v
 
 
-def _ptr(context, builder, arrty, arr, offset):
-    return _byte_ptr(context, builder, arrty, arr, offset)
-
-
-def _gather_f16(builder, bases, offset):
+def gather_f16(builder, bases, offset):
     """<n x float> from the f16 at ``offset`` of each base (exact widening, vcvtph2ps)."""
-    v = ir.Constant(_vec(ir.HalfType(), len(bases)), None)
+    v = ir.Constant(vec(ir.HalfType(), len(bases)), None)
     for i, b in enumerate(bases):
-        v = builder.insert_element(v, _load(builder, b, offset, ir.HalfType()), ir.Constant(_i32, i))
-    return builder.fpext(v, _vec(ir.FloatType(), len(bases)))
+        v = builder.insert_element(v, load(builder, b, offset, ir.HalfType()), ir.Constant(i32, i))
+    return builder.fpext(v, vec(ir.FloatType(), len(bases)))
 
 
-def _gather_f32(builder, bases, offset):
-    v = ir.Constant(_vec(ir.FloatType(), len(bases)), None)
+def gather_f32(builder, bases, offset):
+    v = ir.Constant(vec(ir.FloatType(), len(bases)), None)
     for i, b in enumerate(bases):
-        v = builder.insert_element(v, _load(builder, b, offset, ir.FloatType()), ir.Constant(_i32, i))
+        v = builder.insert_element(v, load(builder, b, offset, ir.FloatType()), ir.Constant(i32, i))
     return v
 
 
-def _fold_into(builder, acc_ptr, v, first):
+def fold_into(builder, acc_ptr, v, first):
     """acc = v if first else R32(acc + v), lane by lane (each lane its own in-order fold)."""
     ptr = builder.bitcast(acc_ptr, v.type.as_pointer())
     old = builder.load(ptr, align=4)
@@ -186,19 +182,19 @@ def _tile_bases(context, builder, wty, w_arr, w_off, xty, x_arr, x_off, step, ov
     shared record is the same IR value n times, so it is decoded/loaded once."""
     offs = [builder.mul(step, ir.Constant(step.type, k)) for k in range(n)]
     if over_rows:
-        wbs = [_ptr(context, builder, wty, w_arr, builder.add(w_off, o)) for o in offs]
-        xbs = [_ptr(context, builder, xty, x_arr, x_off)] * n
+        wbs = [byte_ptr(context, builder, wty, w_arr, builder.add(w_off, o)) for o in offs]
+        xbs = [byte_ptr(context, builder, xty, x_arr, x_off)] * n
     else:
-        wbs = [_ptr(context, builder, wty, w_arr, w_off)] * n
-        xbs = [_ptr(context, builder, xty, x_arr, builder.add(x_off, o)) for o in offs]
+        wbs = [byte_ptr(context, builder, wty, w_arr, w_off)] * n
+        xbs = [byte_ptr(context, builder, xty, x_arr, builder.add(x_off, o)) for o in offs]
     return wbs, xbs
 
 
-def _float_array_ptr(context, builder, arrty, arr):
+def float_array_ptr(context, builder, arrty, arr):
     return context.make_array(arrty)(context, builder, arr).data
 
 
-def _tile_fold(context, builder, signature, args, at, over_rows, n, values):
+def tile_fold(context, builder, signature, args, at, over_rows, n, values):
     """Codegen shared by the accumulate intrinsics.  ``args[at:at + 8]`` are (w, w_off, x,
     x_off, step, acc, acc_at, first); ``values(wbs, xbs)`` builds the <n x float> record values
     of the tile, which are folded into ``acc.flat[acc_at : acc_at + n]`` lane by lane."""
@@ -206,26 +202,26 @@ def _tile_fold(context, builder, signature, args, at, over_rows, n, values):
     wbs, xbs = _tile_bases(context, builder, signature.args[at], w_arr, w_off_v,
                            signature.args[at + 2], x_arr, x_off_v, step_v, over_rows, n)
     v = values(wbs, xbs)
-    acc_ptr = builder.gep(_float_array_ptr(context, builder, signature.args[at + 5], acc_arr),
+    acc_ptr = builder.gep(float_array_ptr(context, builder, signature.args[at + 5], acc_arr),
                           [acc_at_v])
-    _fold_into(builder, acc_ptr, v, first_v)
+    fold_into(builder, acc_ptr, v, first_v)
     return context.get_dummy_value()
 
 
-def _pmaddwd32(builder, ops, a, b):
+def pmaddwd32(builder, ops, a, b):
     """pmaddwd of two <32 x i16>: one 512-bit instruction, or two 256-bit ones added."""
     if ops.wide:
         return builder.call(ops.maddwd, [a, b])
     halves = []
     for h in range(2):
-        idx = ir.Constant(_vec(_i32, 16), list(range(16 * h, 16 * h + 16)))
+        idx = ir.Constant(vec(i32, 16), list(range(16 * h, 16 * h + 16)))
         halves.append(builder.call(ops.maddwd8, [
             builder.shuffle_vector(a, ir.Constant(a.type, ir.Undefined), idx),
             builder.shuffle_vector(b, ir.Constant(b.type, ir.Undefined), idx)]))
     return builder.add(halves[0], halves[1])
 
 
-def _literal_int(t):
+def literal_int(t):
     return t.literal_value if isinstance(t, types.IntegerLiteral) else None
 
 
@@ -248,7 +244,7 @@ def tile_signature(w, x, acc):
 
 def tile_intrinsic(over_rows: bool, n: int, make_values):
     """The intrinsic ``accumulate(w, w_off, x, x_off, step, acc, acc_at, first)`` folding ``n``
-    record values into ``acc.flat[acc_at : acc_at + n]`` (``_tile_fold``): over_rows (gemv)
+    record values into ``acc.flat[acc_at : acc_at + n]`` (``tile_fold``): over_rows (gemv)
     pairs weight record ``w_off + k*step`` with the activation record at ``x_off``, otherwise
     (gemm) the weight record at ``w_off`` with activation record ``x_off + k*step``.
     ``make_values(builder)`` gives the ``values(wbs, xbs)`` of the format's lanes."""
@@ -259,7 +255,7 @@ def tile_intrinsic(over_rows: bool, n: int, make_values):
             return None
 
         def codegen(context, builder, signature, args):
-            return _tile_fold(context, builder, signature, args, 0, over_rows, n,
+            return tile_fold(context, builder, signature, args, 0, over_rows, n,
                               make_values(builder))
         return sig, codegen
     return accumulate
@@ -272,7 +268,7 @@ def load_f16_fpext(typingctx, arr, off):
     sig = types.float32(arr, types.intp)
 
     def codegen(context, builder, signature, args):
-        ptr = builder.bitcast(_byte_ptr(context, builder, signature.args[0], args[0], args[1]),
+        ptr = builder.bitcast(byte_ptr(context, builder, signature.args[0], args[0], args[1]),
                               ir.HalfType().as_pointer())
         return builder.fpext(builder.load(ptr, align=1), ir.FloatType())
 
@@ -285,7 +281,7 @@ def load_f32_raw(typingctx, arr, off):
     sig = types.float32(arr, types.intp)
 
     def codegen(context, builder, signature, args):
-        ptr = builder.bitcast(_byte_ptr(context, builder, signature.args[0], args[0], args[1]),
+        ptr = builder.bitcast(byte_ptr(context, builder, signature.args[0], args[0], args[1]),
                               ir.FloatType().as_pointer())
         return builder.load(ptr, align=1)
 
@@ -302,10 +298,10 @@ def prefetch(typingctx, arr, off):
     sig = types.none(arr, types.intp)
 
     def codegen(context, builder, signature, args):
-        ptr = _byte_ptr(context, builder, signature.args[0], args[0], args[1])
-        fn = _decl(builder, "llvm.prefetch.p0i8", ir.VoidType(),
-                   [_i8.as_pointer(), _i32, _i32, _i32])
-        builder.call(fn, [ptr, ir.Constant(_i32, 0), ir.Constant(_i32, 2), ir.Constant(_i32, 1)])
+        ptr = byte_ptr(context, builder, signature.args[0], args[0], args[1])
+        fn = decl(builder, "llvm.prefetch.p0i8", ir.VoidType(),
+                   [i8.as_pointer(), i32, i32, i32])
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])
         return context.get_dummy_value()
 
     return sig, codegen

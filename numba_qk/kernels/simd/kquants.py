@@ -31,14 +31,14 @@ vpmulld instead would cost more than the pack.)
 
 (i16 lane sums of the subtraction may wrap only if the true value does not fit; it always fits,
 and i32 adds are modular, so the final S is exact.)  The float steps are the lane-wise IEEE
-operations of ``_simd._record_values`` / ``_s_values`` (one instruction per rounding, no fast-math),
+operations of ``_simd.record_values`` / ``_s_values`` (one instruction per rounding, no fast-math),
 in DESIGN §7's order, so every result equals the portable definition bit for bit.
 
 Wide (AVX-512BW) variants decode 64-lane units straight from 64-byte loads (each format's
 ``wide_weights``: two 32-element groups whose bits sit in the same bytes, e.g. Q2_K's groups
 (0, g) and (1, g)); the activation side gathers the matching two element ranges once per tile.  Tiles: 8 weight
 records against one activation record (gemv) or one weight record against 8 activation records
-(gemm), the shared record decoded once, the 8 values folded lane by lane (``_simd._fold_into``).
+(gemm), the shared record decoded once, the 8 values folded lane by lane (``_simd.fold_into``).
 
 The record's bytes must be contiguous (unit stride along the byte axis); the callers check it
 and use the portable loops otherwise.
@@ -49,20 +49,20 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from numba_qk.formats import quant
-from numba_qk.kernels.simd.base import _FEATURES, HAVE_AVX512, HAVE_GFNI, HAVE_VNNI, _Ops, _decl, _gather_f16, _gather_f32, _i8, _i16, _i32, _load, _ptr, _reduce_many, _splat_lanes, _vec, tile_intrinsic
-from numba_qk.kernels.simd.q4_k import _record_values, _unpack_scales
+from numba_qk.kernels.simd.base import FEATURES, HAVE_AVX512, HAVE_GFNI, HAVE_VNNI, Ops, decl, gather_f16, gather_f32, i8, i16, i32, load, byte_ptr, reduce_many, splat_lanes, vec, tile_intrinsic
+from numba_qk.kernels.simd.q4_k import record_values, unpack_scales
 
 _A_DS_AT = quant.q8_k.field("ds").start
 _A_Q_AT = quant.q8_k.field("q").start
 _A_BSUM_AT = quant.q8_k.field("bsum").start
-# Q5_K packs sc/m exactly as Q4_K (spec 000), at the same offset: _unpack_scales reads both.
+# Q5_K packs sc/m exactly as Q4_K (spec 000), at the same offset: unpack_scales reads both.
 assert quant.q5_k.field("sc").start == quant.q4_k.field("sc").start
 
-_V32 = _vec(_i8, 32)
+_V32 = vec(i8, 32)
 
 
 def _c8(value, n=32):
-    return ir.Constant(_vec(_i8, n), [value] * n)
+    return ir.Constant(vec(i8, n), [value] * n)
 
 
 def _shl(b, v, n):
@@ -81,19 +81,19 @@ def _bit_to(b, v, src, dst, mask):
 
 def _pairs(b, sc16, j):
     """<16 x i16>: lanes 0..7 sc16[j], lanes 8..15 sc16[j + 1] (pmaddubsw lanes of 2x16 elements)."""
-    return _splat_lanes(b, sc16, [j] * 8 + [j + 1] * 8)
+    return splat_lanes(b, sc16, [j] * 8 + [j + 1] * 8)
 
 
 def _quad(b, sc16, g):
     """<32 x i16> for the 64-lane unit of groups (0, g) and (1, g): sub-blocks 2g, 2g + 1,
     8 + 2g, 9 + 2g, each over 8 pmaddubsw lanes."""
-    return _splat_lanes(b, sc16, [j for j in (2 * g, 2 * g + 1, 8 + 2 * g, 9 + 2 * g)
+    return splat_lanes(b, sc16, [j for j in (2 * g, 2 * g + 1, 8 + 2 * g, 9 + 2 * g)
                                   for _ in range(8)])
 
 
 def _cat(b, u, v):
     n = u.type.count
-    return b.shuffle_vector(u, v, ir.Constant(_vec(_i32, 2 * n), list(range(2 * n))))
+    return b.shuffle_vector(u, v, ir.Constant(vec(i32, 2 * n), list(range(2 * n))))
 
 
 class _Q6:
@@ -104,12 +104,12 @@ class _Q6:
 
     @classmethod
     def weights(cls, b, wb):
-        sc16 = b.sext(_load(b, wb, cls.SC, _vec(_i8, 16)), _vec(_i16, 16))
+        sc16 = b.sext(load(b, wb, cls.SC, vec(i8, 16)), vec(i16, 16))
         units = []
         for c in range(2):
-            qh = _load(b, wb, cls.QH + 32 * c, _V32)
+            qh = load(b, wb, cls.QH + 32 * c, _V32)
             for g in range(4):
-                ql = _load(b, wb, cls.QL + 64 * c + 32 * (g & 1), _V32)
+                ql = load(b, wb, cls.QL + 64 * c + 32 * (g & 1), _V32)
                 nib = b.and_(ql, _c8(0x0F)) if g < 2 else _shr(b, ql, 4)
                 high = _bit_to(b, qh, 2 * g, 4, 0x30)         # bits 2g, 2g+1 -> 4, 5
                 units.append((b.or_(nib, high), _pairs(b, sc16, 8 * c + 2 * g)))
@@ -122,16 +122,16 @@ class _Q6:
 
     @classmethod
     def wide_weights(cls, b, wb):
-        sc16 = b.sext(_load(b, wb, cls.SC, _vec(_i8, 16)), _vec(_i16, 16))
+        sc16 = b.sext(load(b, wb, cls.SC, vec(i8, 16)), vec(i16, 16))
         units = []
         for c in range(2):
-            ql = _load(b, wb, cls.QL + 64 * c, _vec(_i8, 64))
-            qh = _load(b, wb, cls.QH + 32 * c, _V32)
+            ql = load(b, wb, cls.QL + 64 * c, vec(i8, 64))
+            qh = load(b, wb, cls.QH + 32 * c, _V32)
             qhh = _cat(b, qh, _shr(b, qh, 2))
             units.append((b.or_(b.and_(ql, _c8(0x0F, 64)), _bit_to(b, qhh, 0, 4, 0x30)),
-                          _splat_lanes(b, sc16, [8 * c + k // 8 for k in range(32)])))
+                          splat_lanes(b, sc16, [8 * c + k // 8 for k in range(32)])))
             units.append((b.or_(_shr(b, ql, 4), b.and_(qhh, _c8(0x30, 64))),
-                          _splat_lanes(b, sc16, [8 * c + 4 + k // 8 for k in range(32)])))
+                          splat_lanes(b, sc16, [8 * c + 4 + k // 8 for k in range(32)])))
         return units, None
 
     @classmethod
@@ -143,17 +143,17 @@ class _Q6:
         scale 8c + m (r < 4) or 8c + 4 + m.  High bits: qh_c loaded as [qh_c | qh_c]; one
         vgf2p8affineqb per unit moves bits 0, 1 (lanes 0-31; 2, 3 in lanes 32-63) or 4, 5
         (6, 7) to bits 4, 5."""
-        sc16 = b.sext(_load(b, wb, cls.SC, _vec(_i8, 16)), _vec(_i16, 16))
+        sc16 = b.sext(load(b, wb, cls.SC, vec(i8, 16)), vec(i16, 16))
         units, scales = [], []
         for c in range(2):
-            ql = _load(b, wb, cls.QL + 64 * c, _vec(_i8, 64))
-            qh = _load(b, wb, cls.QH + 32 * c, _V32)
+            ql = load(b, wb, cls.QL + 64 * c, vec(i8, 64))
+            qh = load(b, wb, cls.QH + 32 * c, _V32)
             qq = _cat(b, qh, qh)
             units.append(b.or_(b.and_(ql, _c8(0x0F, 64)),
                                _gf_bits(b, qq, [{0: 4, 1: 5}] * 4 + [{2: 4, 3: 5}] * 4)))
             units.append(b.or_(_shr(b, ql, 4),
                                _gf_bits(b, qq, [{4: 4, 5: 5}] * 4 + [{6: 4, 7: 5}] * 4)))
-            scales.append(_splat_lanes(b, sc16, [8 * c + 4 * (r >= 4) + m
+            scales.append(splat_lanes(b, sc16, [8 * c + 4 * (r >= 4) + m
                                                  for m in range(4) for r in range(8)]))
         return (units, scales), None
 
@@ -166,17 +166,17 @@ class _Q5:
 
     @classmethod
     def weights(cls, b, wb):
-        sc8, m8 = _unpack_scales(b, wb)                    # <8 x i16> each
-        qh = _load(b, wb, cls.QH, _V32)
+        sc8, m8 = unpack_scales(b, wb)                    # <8 x i16> each
+        qh = load(b, wb, cls.QH, _V32)
         units = []
         for p in range(4):
-            ql = _load(b, wb, cls.QL + 32 * p, _V32)
+            ql = load(b, wb, cls.QL + 32 * p, _V32)
             for half in range(2):
                 k = 2 * p + half
                 nib = _shr(b, ql, 4) if half else b.and_(ql, _c8(0x0F))
                 units.append((b.or_(nib, _bit_to(b, qh, k, 4, 0x10)),
-                              _splat_lanes(b, sc8, [k] * 16)))
-        return units, _splat_lanes(b, m8, [k // 2 for k in range(16)])
+                              splat_lanes(b, sc8, [k] * 16)))
+        return units, splat_lanes(b, m8, [k // 2 for k in range(16)])
 
     # 64-lane units: 64 ql bytes (chunks p = 2h, 2h + 1) give units 4h + n and 4h + 2 + n
     # (n = 0: low nibbles, 1: high); qh as [qh | qh >> 2] aligns the second unit's bit.
@@ -184,18 +184,18 @@ class _Q5:
 
     @classmethod
     def wide_weights(cls, b, wb):
-        sc8, m8 = _unpack_scales(b, wb)
-        qh = _load(b, wb, cls.QH, _V32)
+        sc8, m8 = unpack_scales(b, wb)
+        qh = load(b, wb, cls.QH, _V32)
         qhh = _cat(b, qh, _shr(b, qh, 2))
         units = []
         for h in range(2):
-            ql = _load(b, wb, cls.QL + 64 * h, _vec(_i8, 64))
+            ql = load(b, wb, cls.QL + 64 * h, vec(i8, 64))
             for n in range(2):
                 k = 4 * h + n
                 nib = _shr(b, ql, 4) if n else b.and_(ql, _c8(0x0F, 64))
                 units.append((b.or_(nib, _bit_to(b, qhh, k, 4, 0x10)),
-                              _splat_lanes(b, sc8, [k] * 16 + [k + 2] * 16)))
-        return units, _splat_lanes(b, m8, [k // 2 for k in range(16)])
+                              splat_lanes(b, sc8, [k] * 16 + [k + 2] * 16)))
+        return units, splat_lanes(b, m8, [k // 2 for k in range(16)])
 
     @classmethod
     def busd_weights(cls, b, wb):
@@ -208,35 +208,35 @@ class _Q5:
         [qh | qh] and one ``vgf2p8affineqb`` per unit moves bit k (lanes 0-31; bit k + 2 in
         lanes 32-63: the matrix is per qword) to bit 4 and clears the rest, so the unit is
         ``nibble | that`` (one vpternlog with the low-nibble mask)."""
-        sc8, m8 = _unpack_scales(b, wb)
-        qh = _load(b, wb, cls.QH, _V32)
+        sc8, m8 = unpack_scales(b, wb)
+        qh = load(b, wb, cls.QH, _V32)
         qq = _cat(b, qh, qh)
         units = []
         for h in range(2):
-            ql = _load(b, wb, cls.QL + 64 * h, _vec(_i8, 64))
+            ql = load(b, wb, cls.QL + 64 * h, vec(i8, 64))
             for n in range(2):
                 k = 4 * h + n
                 nib = _shr(b, ql, 4) if n else b.and_(ql, _c8(0x0F, 64))
                 units.append(b.or_(nib, _gf_bits(b, qq, [{k: 4}] * 4 + [{k + 2: 4}] * 4)))
-        scales = [_splat_lanes(b, sc8, [4 * h + (r >= 4) + (2 if m >= 2 else 0)
+        scales = [splat_lanes(b, sc8, [4 * h + (r >= 4) + (2 if m >= 2 else 0)
                                         for m in range(4) for r in range(8)])
                   for h in range(2)]
-        return (units, scales), _splat_lanes(b, m8, [k // 2 for k in range(16)])
+        return (units, scales), splat_lanes(b, m8, [k // 2 for k in range(16)])
 
 
 def _gf_bits(b, v, moves):
     """<64 x i8>: in each byte of qword j of ``v``, bit ``src`` moved to bit ``dst`` for each
     ``src: dst`` of ``moves[j]``, every other bit 0 -- one ``vgf2p8affineqb`` (result bit i =
     parity(matrix byte 7 - i & x), so the matrix qword holds 1 << src in byte 7 - dst)."""
-    gf = _decl(b, "llvm.x86.vgf2p8affineqb.512", _vec(_i8, 64),
-               [_vec(_i8, 64), _vec(_i8, 64), _i8])
+    gf = decl(b, "llvm.x86.vgf2p8affineqb.512", vec(i8, 64),
+               [vec(i8, 64), vec(i8, 64), i8])
     mat = []
     for mv in moves:
         q = [0] * 8
         for src, dst in mv.items():
             q[7 - dst] |= 1 << src
         mat += q
-    return b.call(gf, [v, ir.Constant(_vec(_i8, 64), mat), ir.Constant(_i8, 0)])
+    return b.call(gf, [v, ir.Constant(vec(i8, 64), mat), ir.Constant(i8, 0)])
 
 
 class _Q3:
@@ -250,29 +250,29 @@ class _Q3:
         """<16 x i16>: sc_j - 32.  With the 12 scale bytes as words a0, a1, a2 (4 scales per
         word): low nibbles from a0, a1 (j < 8) and a0 >> 4, a1 >> 4 (j >= 8); the top 2 bits
         from byte j % 4 of a2, bits 2 * (j // 4)."""
-        a0, a1, a2 = (_load(b, wb, cls.SC + 4 * k, _i32) for k in range(3))
-        k2, k1 = ir.Constant(_i32, 0x0F0F0F0F), ir.Constant(_i32, 0x03030303)
+        a0, a1, a2 = (load(b, wb, cls.SC + 4 * k, i32) for k in range(3))
+        k2, k1 = ir.Constant(i32, 0x0F0F0F0F), ir.Constant(i32, 0x03030303)
 
         def sh(v, n):
-            return b.lshr(v, ir.Constant(_i32, n)) if n else v
+            return b.lshr(v, ir.Constant(i32, n)) if n else v
 
         words = []
         for k, (lo, s) in enumerate(((a0, 0), (a1, 0), (a0, 4), (a1, 4))):
-            hi = b.shl(b.and_(sh(a2, 2 * k), k1), ir.Constant(_i32, 4))
+            hi = b.shl(b.and_(sh(a2, 2 * k), k1), ir.Constant(i32, 4))
             words.append(b.or_(b.and_(sh(lo, s), k2), hi))
-        v = ir.Constant(_vec(_i32, 4), None)
+        v = ir.Constant(vec(i32, 4), None)
         for k, wd in enumerate(words):
-            v = b.insert_element(v, wd, ir.Constant(_i32, k))
-        sc = b.zext(b.bitcast(v, _vec(_i8, 16)), _vec(_i16, 16))
-        return b.sub(sc, ir.Constant(_vec(_i16, 16), [32] * 16))
+            v = b.insert_element(v, wd, ir.Constant(i32, k))
+        sc = b.zext(b.bitcast(v, vec(i8, 16)), vec(i16, 16))
+        return b.sub(sc, ir.Constant(vec(i16, 16), [32] * 16))
 
     @classmethod
     def weights(cls, b, wb):
         sc16 = cls.scales(b, wb)
-        hm = _load(b, wb, cls.HM, _V32)
+        hm = load(b, wb, cls.HM, _V32)
         units = []
         for c in range(2):
-            ql = _load(b, wb, cls.QL + 32 * c, _V32)
+            ql = load(b, wb, cls.QL + 32 * c, _V32)
             for g in range(4):
                 low = b.and_(_shr(b, ql, 2 * g), _c8(3))
                 u = b.or_(low, _bit_to(b, hm, 4 * c + g, 2, 0x04))
@@ -286,9 +286,9 @@ class _Q3:
     @classmethod
     def wide_weights(cls, b, wb):
         sc16 = cls.scales(b, wb)
-        hm = _load(b, wb, cls.HM, _V32)
+        hm = load(b, wb, cls.HM, _V32)
         hmm = _cat(b, hm, _shr(b, hm, 4))
-        ql = _load(b, wb, cls.QL, _vec(_i8, 64))
+        ql = load(b, wb, cls.QL, vec(i8, 64))
         units = []
         for g in range(4):
             u = b.or_(b.and_(_shr(b, ql, 2 * g), _c8(3, 64)), _bit_to(b, hmm, g, 2, 0x04))
@@ -304,46 +304,46 @@ class _Q2:
 
     @classmethod
     def weights(cls, b, wb):
-        scm = _load(b, wb, cls.SC, _vec(_i8, 16))
-        sc16 = b.zext(b.and_(scm, _c8(0x0F, 16)), _vec(_i16, 16))
+        scm = load(b, wb, cls.SC, vec(i8, 16))
+        sc16 = b.zext(b.and_(scm, _c8(0x0F, 16)), vec(i16, 16))
         units = []
         for c in range(2):
-            qs = _load(b, wb, cls.Q + 32 * c, _V32)
+            qs = load(b, wb, cls.Q + 32 * c, _V32)
             for g in range(4):
                 units.append((b.and_(_shr(b, qs, 2 * g), _c8(3)), _pairs(b, sc16, 8 * c + 2 * g)))
-        return units, b.zext(_shr(b, scm, 4), _vec(_i16, 16))
+        return units, b.zext(_shr(b, scm, 4), vec(i16, 16))
 
     # 64-lane units: the 64 quant bytes (chunks c = 0, 1) shifted by 2g: groups (0, g), (1, g).
     XR_WIDE = [(32 * g, 128 + 32 * g) for g in range(4)]
 
     @classmethod
     def wide_weights(cls, b, wb):
-        scm = _load(b, wb, cls.SC, _vec(_i8, 16))
-        sc16 = b.zext(b.and_(scm, _c8(0x0F, 16)), _vec(_i16, 16))
-        qs = _load(b, wb, cls.Q, _vec(_i8, 64))
+        scm = load(b, wb, cls.SC, vec(i8, 16))
+        sc16 = b.zext(b.and_(scm, _c8(0x0F, 16)), vec(i16, 16))
+        qs = load(b, wb, cls.Q, vec(i8, 64))
         units = [(b.and_(_shr(b, qs, 2 * g), _c8(3, 64)), _quad(b, sc16, g)) for g in range(4)]
-        return units, b.zext(_shr(b, scm, 4), _vec(_i16, 16))
+        return units, b.zext(_shr(b, scm, 4), vec(i16, 16))
 
     @classmethod
     def wide_products(cls, b, wb):
         """With AVX-512 VBMI + VNNI: the u8 products q * sc (<= 3 * 15) of the four 64-lane
         units, looked up in a 64-byte table tt[4j + q] = q * sc_j (vpermb), for vpdpbusd
         against the activation quants (lane sums of four u8 x i8 products: exact)."""
-        scm = _load(b, wb, cls.SC, _vec(_i8, 16))
-        s4 = _splat_lanes(b, b.and_(scm, _c8(0x0F, 16)), [k // 4 for k in range(64)])
-        odd = ir.Constant(_vec(_i8, 64), [0xFF if k % 4 in (1, 3) else 0 for k in range(64)])
-        two = ir.Constant(_vec(_i8, 64), [0xFF if k % 4 in (2, 3) else 0 for k in range(64)])
+        scm = load(b, wb, cls.SC, vec(i8, 16))
+        s4 = splat_lanes(b, b.and_(scm, _c8(0x0F, 16)), [k // 4 for k in range(64)])
+        odd = ir.Constant(vec(i8, 64), [0xFF if k % 4 in (1, 3) else 0 for k in range(64)])
+        two = ir.Constant(vec(i8, 64), [0xFF if k % 4 in (2, 3) else 0 for k in range(64)])
         tt = b.add(b.and_(s4, odd), b.and_(b.add(s4, s4), two))   # q * sc, q = k % 4
-        perm = _decl(b, "llvm.x86.avx512.permvar.qi.512", _vec(_i8, 64),
-                     [_vec(_i8, 64), _vec(_i8, 64)])
-        qs = _load(b, wb, cls.Q, _vec(_i8, 64))
+        perm = decl(b, "llvm.x86.avx512.permvar.qi.512", vec(i8, 64),
+                     [vec(i8, 64), vec(i8, 64)])
+        qs = load(b, wb, cls.Q, vec(i8, 64))
         units = []
         for g in range(4):
             js = (2 * g, 2 * g + 1, 8 + 2 * g, 9 + 2 * g)
             idx = b.or_(b.and_(_shr(b, qs, 2 * g), _c8(3, 64)),
-                        ir.Constant(_vec(_i8, 64), [4 * js[k // 16] for k in range(64)]))
+                        ir.Constant(vec(i8, 64), [4 * js[k // 16] for k in range(64)]))
             units.append(b.call(perm, [tt, idx]))
-        return units, b.zext(_shr(b, scm, 4), _vec(_i16, 16))
+        return units, b.zext(_shr(b, scm, 4), vec(i16, 16))
 
 
 KQUANTS = {k.name: k for k in (_Q6, _Q5, _Q3, _Q2)}
@@ -357,14 +357,14 @@ def _x_side(b, ops, kq, xb):
     if ops.wide:
         for r0, r1 in kq.XR_WIDE:
             if r1 == r0 + 32:
-                xv = _load(b, xb, _A_Q_AT + r0, _vec(_i8, 64))
+                xv = load(b, xb, _A_Q_AT + r0, vec(i8, 64))
             else:
-                xv = _cat(b, _load(b, xb, _A_Q_AT + r0, _V32), _load(b, xb, _A_Q_AT + r1, _V32))
+                xv = _cat(b, load(b, xb, _A_Q_AT + r0, _V32), load(b, xb, _A_Q_AT + r1, _V32))
             xs.append(xv)
     else:
-        xs = [_load(b, xb, _A_Q_AT + 32 * v, _V32) for v in range(8)]
+        xs = [load(b, xb, _A_Q_AT + 32 * v, _V32) for v in range(8)]
     if kq.offset and _busd(ops, kq):  # i32 lanes -sum(off * xq): each vpdpbusd's start value
-        zero = ir.Constant(_vec(_i32, 16), None)
+        zero = ir.Constant(vec(i32, 16), None)
         offs = [b.sub(zero, b.call(ops.dpbusd, [zero, _c8(kq.offset, 64), xv])) for xv in xs]
     elif kq.offset:
         offs = [b.call(ops.maddubs, [_c8(kq.offset, ops.lanes), xv]) for xv in xs]
@@ -372,7 +372,7 @@ def _x_side(b, ops, kq, xb):
 
 
 # Q2_K's table-lookup products need AVX-512 VBMI (vpermb) besides VNNI.
-HAVE_VBMI = "avx512vbmi" in _FEATURES
+HAVE_VBMI = "avx512vbmi" in FEATURES
 
 
 def _products(ops, kq):
@@ -405,9 +405,9 @@ def _pair(b, ops, kq, wdec, xdec, xb):
         units = []
     elif _busd(ops, kq):  # u8 quants: vpdpbusd per unit, pairs packed to i16, then scaled
         quants, scales = units
-        pack = _decl(b, "llvm.x86.avx512.packssdw.512", _vec(_i16, 32),
-                     [_vec(_i32, 16), _vec(_i32, 16)])
-        zero = ir.Constant(_vec(_i32, 16), None)
+        pack = decl(b, "llvm.x86.avx512.packssdw.512", vec(i16, 32),
+                     [vec(i32, 16), vec(i32, 16)])
+        zero = ir.Constant(vec(i32, 16), None)
         for j, scv in enumerate(scales):  # Q6_K: each lane starts at -sum(32 * xq)
             d = [b.call(ops.dpbusd, [offs[v] if kq.offset else zero, quants[v], xs[v]])
                  for v in (2 * j, 2 * j + 1)]
@@ -423,7 +423,7 @@ def _pair(b, ops, kq, wdec, xdec, xb):
             acc = b.add(acc, b.call(ops.maddwd, [p, sc]))
     t = None
     if kq.has_t:
-        t = b.call(ops.maddwd8, [_load(b, xb, _A_BSUM_AT, _vec(_i16, 16)), mins])
+        t = b.call(ops.maddwd8, [load(b, xb, _A_BSUM_AT, vec(i16, 16)), mins])
     return acc, t
 
 
@@ -440,17 +440,17 @@ def _gen_sums(b, ops, kq, wbases, xbases):
         s, t = _pair(b, ops, kq, wdec[id(wb)], xdec[id(xb)], xb)
         s_vecs.append(s)
         t_vecs.append(t)
-    return _reduce_many(b, s_vecs), (_reduce_many(b, t_vecs) if kq.has_t else None)
+    return reduce_many(b, s_vecs), (reduce_many(b, t_vecs) if kq.has_t else None)
 
 
 def _values(b, ops, kq, wbs, xbs):
     """<n x float> record values, DESIGN §7's float steps lane by lane."""
     s, t = _gen_sums(b, ops, kq, wbs, xbs)
-    d = _gather_f16(b, wbs, kq.D)
-    ds = _gather_f32(b, xbs, _A_DS_AT)
+    d = gather_f16(b, wbs, kq.D)
+    ds = gather_f32(b, xbs, _A_DS_AT)
     if kq.has_t:
-        return _record_values(b, s, t, d, _gather_f16(b, wbs, kq.DMIN), ds)
-    f32v = _vec(ir.FloatType(), len(wbs))
+        return record_values(b, s, t, d, gather_f16(b, wbs, kq.DMIN), ds)
+    f32v = vec(ir.FloatType(), len(wbs))
     return b.fmul(ds, b.fmul(d, b.sitofp(s, f32v)))     # v = R32(ds * R32(d * f32(S)))
 
 
@@ -464,11 +464,11 @@ def _make_s(kq, wide, vnni):
         sig = types.int32(w, types.intp, x, types.intp)
 
         def codegen(context, builder, signature, args):
-            ops = _Ops(builder, wide, vnni)
-            wb = _ptr(context, builder, signature.args[0], args[0], args[1])
-            xb = _ptr(context, builder, signature.args[2], args[2], args[3])
+            ops = Ops(builder, wide, vnni)
+            wb = byte_ptr(context, builder, signature.args[0], args[0], args[1])
+            xb = byte_ptr(context, builder, signature.args[2], args[2], args[3])
             s, _ = _gen_sums(builder, ops, kq, [wb], [xb])
-            return builder.extract_element(s, ir.Constant(_i32, 0))
+            return builder.extract_element(s, ir.Constant(i32, 0))
         return sig, codegen
     return record_s
 
@@ -483,11 +483,11 @@ def _make_value(kq, wide, vnni):
         sig = types.float32(w, types.intp, x, types.intp)
 
         def codegen(context, builder, signature, args):
-            ops = _Ops(builder, wide, vnni)
-            wb = _ptr(context, builder, signature.args[0], args[0], args[1])
-            xb = _ptr(context, builder, signature.args[2], args[2], args[3])
+            ops = Ops(builder, wide, vnni)
+            wb = byte_ptr(context, builder, signature.args[0], args[0], args[1])
+            xb = byte_ptr(context, builder, signature.args[2], args[2], args[3])
             return builder.extract_element(_values(builder, ops, kq, [wb], [xb]),
-                                           ir.Constant(_i32, 0))
+                                           ir.Constant(i32, 0))
         return sig, codegen
     return record_value
 
@@ -498,7 +498,7 @@ def _make_accumulate(kq, wide, vnni, over_rows, n=8):
     record at ``x_off``; otherwise (gemm) the weight record at ``w_off`` with activation records
     ``x_off + k*step``.  ``first`` != 0 starts each lane's fold (acc = v), else acc = R32(acc + v)."""
     def make_values(builder):
-        ops = _Ops(builder, wide, vnni)
+        ops = Ops(builder, wide, vnni)
         return lambda wbs, xbs: _values(builder, ops, kq, wbs, xbs)
     return tile_intrinsic(over_rows, n, make_values)
 

@@ -12,7 +12,7 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from numba_qk.kernels.legacy import layout as _LL
-from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_GFNI, _Ops, _decl, _float_array_ptr, _gather_f16, _i8, _i16, _i32, _i64, _literal_int, _load, _pmaddwd32, _ptr, _reduce_many, _splat_lanes, _tile_fold, _vcall, _vec
+from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_GFNI, Ops, decl, float_array_ptr, gather_f16, i8, i16, i32, i64, literal_int, load, pmaddwd32, byte_ptr, reduce_many, splat_lanes, tile_fold, vcall, vec
 
 __all__ = ["legacy_block_value", "legacy_accumulate_x8"]
 
@@ -22,46 +22,46 @@ _L_WEIGHT = {c for c, fmt in enumerate(_LL.FORMATS) if fmt in _LL.WEIGHT_FORMATS
 
 def _legacy_weights(builder, code, wbase):
     """<32 x i16>: the integers a dot multiplies, for one legacy weight record."""
-    v32i16 = _vec(_i16, 32)
+    v32i16 = vec(i16, 32)
     if _LL.FORMATS[code].field("qs").signed:  # int8 quants
-        return builder.sext(_load(builder, wbase, _LL._QS_AT[code], _vec(_i8, 32)), v32i16)
-    qs = _load(builder, wbase, _LL._QS_AT[code], _vec(_i8, 16))
-    lo = builder.and_(qs, ir.Constant(_vec(_i8, 16), [0x0F] * 16))
-    hi = builder.lshr(qs, ir.Constant(_vec(_i8, 16), [4] * 16))
-    q = builder.shuffle_vector(lo, hi, ir.Constant(_vec(_i32, 32), list(range(32))))
-    if _LL._QH_AT[code] >= 0:  # fifth bits: bit j of the u32 qh -> 16 in lane j
-        qh = _load(builder, wbase, _LL._QH_AT[code], _i32)
-        mask = builder.bitcast(qh, _vec(ir.IntType(1), 32))
-        q = builder.or_(q, builder.select(mask, ir.Constant(_vec(_i8, 32), [16] * 32),
-                                          ir.Constant(_vec(_i8, 32), [0] * 32)))
+        return builder.sext(load(builder, wbase, _LL.QS_AT[code], vec(i8, 32)), v32i16)
+    qs = load(builder, wbase, _LL.QS_AT[code], vec(i8, 16))
+    lo = builder.and_(qs, ir.Constant(vec(i8, 16), [0x0F] * 16))
+    hi = builder.lshr(qs, ir.Constant(vec(i8, 16), [4] * 16))
+    q = builder.shuffle_vector(lo, hi, ir.Constant(vec(i32, 32), list(range(32))))
+    if _LL.QH_AT[code] >= 0:  # fifth bits: bit j of the u32 qh -> 16 in lane j
+        qh = load(builder, wbase, _LL.QH_AT[code], i32)
+        mask = builder.bitcast(qh, vec(ir.IntType(1), 32))
+        q = builder.or_(q, builder.select(mask, ir.Constant(vec(i8, 32), [16] * 32),
+                                          ir.Constant(vec(i8, 32), [0] * 32)))
     q16 = builder.zext(q, v32i16)
-    if _LL._ZERO[code]:  # q - 8 (Q4_0), q - 16 (Q5_0)
-        q16 = builder.sub(q16, ir.Constant(v32i16, [_LL._ZERO[code]] * 32))
+    if _LL.ZERO[code]:  # q - 8 (Q4_0), q - 16 (Q5_0)
+        q16 = builder.sub(q16, ir.Constant(v32i16, [_LL.ZERO[code]] * 32))
     return q16
 
 
 def _legacy_sums(builder, ops, code, wbases, xbases):
     """S for the record pairs zip(wbases, xbases) as one <n x i32> vector."""
     decoded, xs, accs = {}, {}, []
-    x_at = _LL._X_QS_AT[code]
+    x_at = _LL.X_QS_AT[code]
     for wb, xb in zip(wbases, xbases):
         if id(wb) not in decoded:
             decoded[id(wb)] = _legacy_weights(builder, code, wb)
         if id(xb) not in xs:
-            xs[id(xb)] = builder.sext(_load(builder, xb, x_at, _vec(_i8, 32)), _vec(_i16, 32))
-        accs.append(_pmaddwd32(builder, ops, decoded[id(wb)], xs[id(xb)]))
-    return _reduce_many(builder, accs)
+            xs[id(xb)] = builder.sext(load(builder, xb, x_at, vec(i8, 32)), vec(i16, 32))
+        accs.append(pmaddwd32(builder, ops, decoded[id(wb)], xs[id(xb)]))
+    return reduce_many(builder, accs)
 
 
 def _legacy_values(builder, code, s_vec, wbs, xbs):
     """Lane-wise float steps: v = R32(dx * R32(dw * f32(S))) [+ R32(mw * sx)]."""
-    f32v = _vec(ir.FloatType(), s_vec.type.count)
-    dw = _gather_f16(builder, wbs, _LL._D_AT[code])
-    dx = _gather_f16(builder, xbs, _LL._X_D_AT[code])
+    f32v = vec(ir.FloatType(), s_vec.type.count)
+    dw = gather_f16(builder, wbs, _LL.D_AT[code])
+    dx = gather_f16(builder, xbs, _LL.X_D_AT[code])
     v = builder.fmul(dx, builder.fmul(dw, builder.sitofp(s_vec, f32v)))
-    if _LL._M_AT[code] >= 0:
-        v = builder.fadd(v, builder.fmul(_gather_f16(builder, wbs, _LL._M_AT[code]),
-                                         _gather_f16(builder, xbs, _LL._X_S_AT[code])))
+    if _LL.M_AT[code] >= 0:
+        v = builder.fadd(v, builder.fmul(gather_f16(builder, wbs, _LL.M_AT[code]),
+                                         gather_f16(builder, xbs, _LL.X_S_AT[code])))
     return v
 
 
@@ -70,18 +70,18 @@ def _make_legacy_value(wide: bool):
     def legacy_block_value(typingctx, code, w, w_off, x, x_off):
         """v_b of the canonical legacy dot for the weight record at byte ``w_off`` of ``w`` and
         the activation record at byte ``x_off`` of ``x``; ``code`` must be a literal."""
-        c = _literal_int(code)
+        c = literal_int(code)
         if c is None or c not in _L_WEIGHT or not isinstance(w, types.Array):
             return None
         sig = types.float32(code, w, types.intp, x, types.intp)
 
         def codegen(context, builder, signature, args):
-            ops = _Ops(builder, wide)
-            wb = _ptr(context, builder, signature.args[1], args[1], args[2])
-            xb = _ptr(context, builder, signature.args[3], args[3], args[4])
+            ops = Ops(builder, wide)
+            wb = byte_ptr(context, builder, signature.args[1], args[1], args[2])
+            xb = byte_ptr(context, builder, signature.args[3], args[3], args[4])
             s_vec = _legacy_sums(builder, ops, c, [wb], [xb])
             v = _legacy_values(builder, c, s_vec, [wb], [xb])
-            return builder.extract_element(v, ir.Constant(_i32, 0))
+            return builder.extract_element(v, ir.Constant(i32, 0))
         return sig, codegen
     return legacy_block_value
 
@@ -93,7 +93,7 @@ def _make_legacy_accumulate(wide: bool, n: int = 8):
         """As the Q4_K accumulate intrinsics, for legacy format ``code`` (a literal);
         ``over_rows`` (a literal bool) picks the gemv (8 weight rows) or gemm (8 activations)
         tiling."""
-        c = _literal_int(code)
+        c = literal_int(code)
         rows = over_rows.literal_value if isinstance(over_rows, types.BooleanLiteral) else None
         if c is None or c not in _L_WEIGHT or rows is None:
             return None
@@ -102,9 +102,9 @@ def _make_legacy_accumulate(wide: bool, n: int = 8):
 
         def codegen(context, builder, signature, args):
             def values(wbs, xbs):
-                s_vec = _legacy_sums(builder, _Ops(builder, wide), c, wbs, xbs)
+                s_vec = _legacy_sums(builder, Ops(builder, wide), c, wbs, xbs)
                 return _legacy_values(builder, c, s_vec, wbs, xbs)
-            return _tile_fold(context, builder, signature, args, 2, rows, n, values)
+            return tile_fold(context, builder, signature, args, 2, rows, n, values)
         return sig, codegen
     return legacy_accumulate
 
@@ -132,38 +132,38 @@ _GF_LOW = sum((1 << i) << (8 * (7 - i)) for i in range(4))
 _GF_HIGH = sum((1 << (i + 4)) << (8 * (7 - i)) for i in range(4))
 _GF_LOW -= (1 << 64) if _GF_LOW >= 1 << 63 else 0    # as signed i64 constants
 _GF_HIGH -= (1 << 64) if _GF_HIGH >= 1 << 63 else 0
-_U8_BIAS = {c: (128 if _LL.FORMATS[c].field("qs").signed else _LL._ZERO[c]) for c in _L_WEIGHT}
+_U8_BIAS = {c: (128 if _LL.FORMATS[c].field("qs").signed else _LL.ZERO[c]) for c in _L_WEIGHT}
 
 
 def _pair_weights(builder, code, wb0, wb1):
     """<64 x i8>: the u8 quants (stored nibble/5-bit value, or int8 + 128) of two records."""
-    qs_at = _LL._QS_AT[code]
+    qs_at = _LL.QS_AT[code]
     if _LL.FORMATS[code].field("qs").signed:
-        q = builder.shuffle_vector(_load(builder, wb0, qs_at, _vec(_i8, 32)),
-                                   _load(builder, wb1, qs_at, _vec(_i8, 32)),
-                                   ir.Constant(_vec(_i32, 64), list(range(64))))
-        return builder.xor(q, ir.Constant(_vec(_i8, 64), [0x80] * 64))
-    a = _load(builder, wb0, qs_at, _vec(_i8, 16))
-    b = _load(builder, wb1, qs_at, _vec(_i8, 16))
+        q = builder.shuffle_vector(load(builder, wb0, qs_at, vec(i8, 32)),
+                                   load(builder, wb1, qs_at, vec(i8, 32)),
+                                   ir.Constant(vec(i32, 64), list(range(64))))
+        return builder.xor(q, ir.Constant(vec(i8, 64), [0x80] * 64))
+    a = load(builder, wb0, qs_at, vec(i8, 16))
+    b = load(builder, wb1, qs_at, vec(i8, 16))
     dup = list(range(16)) * 2 + list(range(16, 32)) * 2   # [qs0, qs0, qs1, qs1]
-    y = builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, 64), dup))
+    y = builder.shuffle_vector(a, b, ir.Constant(vec(i32, 64), dup))
     if HAVE_GFNI:  # one affine bit-matrix per qword: low nibble, or high nibble moved down
-        fn = _decl(builder, "llvm.x86.vgf2p8affineqb.512", _vec(_i8, 64),
-                   [_vec(_i8, 64), _vec(_i8, 64), _i8])
-        mats = builder.bitcast(ir.Constant(_vec(_i64, 8), [_GF_LOW, _GF_LOW, _GF_HIGH, _GF_HIGH] * 2),
-                               _vec(_i8, 64))
-        q = builder.call(fn, [y, mats, ir.Constant(_i8, 0)])
+        fn = decl(builder, "llvm.x86.vgf2p8affineqb.512", vec(i8, 64),
+                   [vec(i8, 64), vec(i8, 64), i8])
+        mats = builder.bitcast(ir.Constant(vec(i64, 8), [_GF_LOW, _GF_LOW, _GF_HIGH, _GF_HIGH] * 2),
+                               vec(i8, 64))
+        q = builder.call(fn, [y, mats, ir.Constant(i8, 0)])
     else:
-        y = builder.bitcast(y, _vec(_i64, 8))
-        y = builder.lshr(y, ir.Constant(_vec(_i64, 8), [0, 0, 4, 4, 0, 0, 4, 4]))
-        q = builder.and_(builder.bitcast(y, _vec(_i8, 64)),
-                         ir.Constant(_vec(_i8, 64), [0x0F] * 64))
-    if _LL._QH_AT[code] >= 0:  # bit j of record r's qh -> + 16 in byte 32r + j (masked add)
-        qh0 = builder.zext(_load(builder, wb0, _LL._QH_AT[code], _i32), _i64)
-        qh1 = builder.zext(_load(builder, wb1, _LL._QH_AT[code], _i32), _i64)
-        bits = builder.or_(qh0, builder.shl(qh1, ir.Constant(_i64, 32)))
-        mask = builder.bitcast(bits, _vec(ir.IntType(1), 64))
-        q = builder.select(mask, builder.add(q, ir.Constant(_vec(_i8, 64), [16] * 64)), q)
+        y = builder.bitcast(y, vec(i64, 8))
+        y = builder.lshr(y, ir.Constant(vec(i64, 8), [0, 0, 4, 4, 0, 0, 4, 4]))
+        q = builder.and_(builder.bitcast(y, vec(i8, 64)),
+                         ir.Constant(vec(i8, 64), [0x0F] * 64))
+    if _LL.QH_AT[code] >= 0:  # bit j of record r's qh -> + 16 in byte 32r + j (masked add)
+        qh0 = builder.zext(load(builder, wb0, _LL.QH_AT[code], i32), i64)
+        qh1 = builder.zext(load(builder, wb1, _LL.QH_AT[code], i32), i64)
+        bits = builder.or_(qh0, builder.shl(qh1, ir.Constant(i64, 32)))
+        mask = builder.bitcast(bits, vec(ir.IntType(1), 64))
+        q = builder.select(mask, builder.add(q, ir.Constant(vec(i8, 64), [16] * 64)), q)
     return q
 
 
@@ -182,8 +182,8 @@ def _merge_labelled(builder, a, la, b, lb):
             labels.append(lab)
     other = b if b is not None else ir.Constant(a.type, ir.Undefined)
     n = len(lo)
-    v = builder.add(builder.shuffle_vector(a, other, ir.Constant(_vec(_i32, n), lo)),
-                    builder.shuffle_vector(a, other, ir.Constant(_vec(_i32, n), hi)))
+    v = builder.add(builder.shuffle_vector(a, other, ir.Constant(vec(i32, n), lo)),
+                    builder.shuffle_vector(a, other, ir.Constant(vec(i32, n), hi)))
     return v, labels
 
 
@@ -209,33 +209,33 @@ def _pick(builder, items, want):
     a = items[used[0]][0]
     b = items[used[1]][0] if len(used) > 1 else ir.Constant(a.type, ir.Undefined)
     idx = [where[w][1] + (a.type.count if where[w][0] != used[0] else 0) for w in want]
-    return builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, len(want)), idx))
+    return builder.shuffle_vector(a, b, ir.Constant(vec(i32, len(want)), idx))
 
 
 def _splat_pair_f16(builder, xb0, xb1, offset, n):
     """<2n x float>: the f16 at ``offset`` of xb0 in lanes 0..n-1, of xb1 in lanes n..2n-1."""
-    return _gather_f16(builder, [xb0] * n + [xb1] * n, offset)
+    return gather_f16(builder, [xb0] * n + [xb1] * n, offset)
 
 
 def _gather_tile_f16(builder, base, step, rec, r0, offset, high=False):
     """<16 x float>: the f16 at ``offset`` of row k's record r0 + h in lane 8h + k, row k at
     ``base + k*step`` (i32 offsets: the caller bounds 8*|step|), records ``rec`` bytes apart;
     one vpgatherdd of the dwords there, the low (or ``high``) halves widened exactly."""
-    v16i32 = _vec(_i32, 16)
-    fn = _decl(builder, "llvm.x86.avx512.mask.gather.dpi.512", v16i32,
-               [v16i32, _i8.as_pointer(), v16i32, _vec(ir.IntType(1), 16), _i32])
-    st = builder.trunc(step, _i32)
-    idx = builder.mul(_splat_lanes(builder, builder.insert_element(
-        ir.Constant(v16i32, ir.Undefined), st, ir.Constant(_i32, 0)), [0] * 16),
+    v16i32 = vec(i32, 16)
+    fn = decl(builder, "llvm.x86.avx512.mask.gather.dpi.512", v16i32,
+               [v16i32, i8.as_pointer(), v16i32, vec(ir.IntType(1), 16), i32])
+    st = builder.trunc(step, i32)
+    idx = builder.mul(splat_lanes(builder, builder.insert_element(
+        ir.Constant(v16i32, ir.Undefined), st, ir.Constant(i32, 0)), [0] * 16),
         ir.Constant(v16i32, [k for _ in range(2) for k in range(8)]))
     idx = builder.add(idx, ir.Constant(v16i32, [(r0 + h) * rec + offset
                                                 for h in range(2) for _ in range(8)]))
     g = builder.call(fn, [ir.Constant(v16i32, [0] * 16), base, idx,
-                          ir.Constant(_vec(ir.IntType(1), 16), [1] * 16), ir.Constant(_i32, 1)])
+                          ir.Constant(vec(ir.IntType(1), 16), [1] * 16), ir.Constant(i32, 1)])
     if high:
         g = builder.lshr(g, ir.Constant(v16i32, [16] * 16))
-    h16 = builder.bitcast(builder.trunc(g, _vec(_i16, 16)), _vec(ir.HalfType(), 16))
-    return builder.fpext(h16, _vec(ir.FloatType(), 16))
+    h16 = builder.bitcast(builder.trunc(g, vec(i16, 16)), vec(ir.HalfType(), 16))
+    return builder.fpext(h16, vec(ir.FloatType(), 16))
 
 
 def _make_legacy_rows_vnni(gather: bool):
@@ -247,18 +247,18 @@ def _make_legacy_rows_vnni(gather: bool):
         ``w_off + k*step + r*w_rec`` of ``w``, the activation record r at byte
         ``x_off + r*x_rec`` of ``x``; acc[k] = R32(acc[k] + v) for each record in order, the
         first record of a fold (``first`` != 0) taking acc[k] = v.  AVX-512 VNNI only."""
-        c = _literal_int(code)
-        nr = _literal_int(nrec)
+        c = literal_int(code)
+        nr = literal_int(nrec)
         if c is None or c not in _L_WEIGHT or nr is None or nr < 2 or nr % 2:
             return None
         # record strides given as literals become constant offsets (no per-record pointers
         # for LLVM to carry through the loop)
-        w_rec_c, x_rec_c = _literal_int(w_rec), _literal_int(x_rec)
+        w_rec_c, x_rec_c = literal_int(w_rec), literal_int(x_rec)
         sig = types.none(code, nrec, w, types.intp, types.intp, x, types.intp, types.intp,
                          types.intp, acc, types.intp)
 
         def codegen(context, builder, signature, args):
-            ops = _Ops(builder, True, vnni=True)
+            ops = Ops(builder, True, vnni=True)
             (_, _, w_arr, w_off_v, w_rec_v, x_arr, x_off_v, x_rec_v, step_v, acc_arr,
              first_v) = args
             wty, xty, accty = signature.args[2], signature.args[5], signature.args[9]
@@ -269,33 +269,33 @@ def _make_legacy_rows_vnni(gather: bool):
 
             def rec(stride_c, stride_v, r):
                 return k(stride_c * r) if stride_c is not None else builder.mul(stride_v, k(r))
-            rows0 = [_ptr(context, builder, wty, w_arr,
+            rows0 = [byte_ptr(context, builder, wty, w_arr,
                           builder.add(w_off_v, builder.mul(step_v, k(row)))) for row in range(8)]
             wb = [[builder.gep(rows0[row], [rec(w_rec_c, w_rec_v, r)]) for r in range(nr)]
                   for row in range(8)]
-            x0 = _ptr(context, builder, xty, x_arr, x_off_v)
+            x0 = byte_ptr(context, builder, xty, x_arr, x_off_v)
             xb = [builder.gep(x0, [rec(x_rec_c, x_rec_v, r)]) for r in range(nr)]
-            x_at = _LL._X_QS_AT[c]
+            x_at = _LL.X_QS_AT[c]
             bias = _U8_BIAS[c]
-            zero16 = ir.Constant(_vec(_i32, 16), [0] * 16)
+            zero16 = ir.Constant(vec(i32, 16), [0] * 16)
             vecs, labels = [], []
             for p in range(nr // 2):
-                xv = builder.shuffle_vector(_load(builder, xb[2 * p], x_at, _vec(_i8, 32)),
-                                            _load(builder, xb[2 * p + 1], x_at, _vec(_i8, 32)),
-                                            ir.Constant(_vec(_i32, 64), list(range(64))))
+                xv = builder.shuffle_vector(load(builder, xb[2 * p], x_at, vec(i8, 32)),
+                                            load(builder, xb[2 * p + 1], x_at, vec(i8, 32)),
+                                            ir.Constant(vec(i32, 64), list(range(64))))
                 start = zero16
                 if bias:
-                    zx = _vcall(builder, ops.dpbusd,
-                                [zero16, ir.Constant(_vec(_i8, 64), [bias] * 64), xv])
+                    zx = vcall(builder, ops.dpbusd,
+                                [zero16, ir.Constant(vec(i8, 64), [bias] * 64), xv])
                     start = builder.sub(zero16, zx)
                 for row in range(8):
                     wv = _pair_weights(builder, c, wb[row][2 * p], wb[row][2 * p + 1])
-                    vecs.append(_vcall(builder, ops.dpbusd, [start, wv, xv]))
+                    vecs.append(vcall(builder, ops.dpbusd, [start, wv, xv]))
                     labels.append([(row, 2 * p + (lane >= 8)) for lane in range(16)])
             items = _reduce_labelled(builder, vecs, labels)
-            f32v = _vec(ir.FloatType(), 16)
+            f32v = vec(ir.FloatType(), 16)
             acc_ptr = builder.bitcast(
-                _float_array_ptr(context, builder, accty, acc_arr), _vec(ir.FloatType(), 8).as_pointer())
+                float_array_ptr(context, builder, accty, acc_arr), vec(ir.FloatType(), 8).as_pointer())
             a = builder.load(acc_ptr, align=4)
             is_first = builder.icmp_signed("!=", first_v, ir.Constant(first_v.type, 0))
             for p in range(nr // 2):
@@ -303,23 +303,23 @@ def _make_legacy_rows_vnni(gather: bool):
                 s = _pick(builder, items, [(row, r0) for row in range(8)]
                           + [(row, r1) for row in range(8)])
                 wbs = [wb[row][r0] for row in range(8)] + [wb[row][r1] for row in range(8)]
-                has_m = _LL._M_AT[c] >= 0
+                has_m = _LL.M_AT[c] >= 0
                 if gather and w_rec_c is not None:
-                    dw = _gather_tile_f16(builder, rows0[0], step_v, w_rec_c, r0, _LL._D_AT[c])
+                    dw = _gather_tile_f16(builder, rows0[0], step_v, w_rec_c, r0, _LL.D_AT[c])
                     if has_m:  # m sits in the high half of the dword at d (bytes 0..3)
-                        assert _LL._M_AT[c] == _LL._D_AT[c] + 2
+                        assert _LL.M_AT[c] == _LL.D_AT[c] + 2
                         mw = _gather_tile_f16(builder, rows0[0], step_v, w_rec_c, r0,
-                                              _LL._D_AT[c], high=True)
+                                              _LL.D_AT[c], high=True)
                 else:
-                    dw = _gather_f16(builder, wbs, _LL._D_AT[c])
-                    mw = _gather_f16(builder, wbs, _LL._M_AT[c]) if has_m else None
-                dx = _splat_pair_f16(builder, xb[r0], xb[r1], _LL._X_D_AT[c], 8)
+                    dw = gather_f16(builder, wbs, _LL.D_AT[c])
+                    mw = gather_f16(builder, wbs, _LL.M_AT[c]) if has_m else None
+                dx = _splat_pair_f16(builder, xb[r0], xb[r1], _LL.X_D_AT[c], 8)
                 v = builder.fmul(dx, builder.fmul(dw, builder.sitofp(s, f32v)))
                 if has_m:
                     v = builder.fadd(v, builder.fmul(
-                        mw, _splat_pair_f16(builder, xb[r0], xb[r1], _LL._X_S_AT[c], 8)))
+                        mw, _splat_pair_f16(builder, xb[r0], xb[r1], _LL.X_S_AT[c], 8)))
                 for h in range(2):
-                    vh = _splat_lanes(builder, v, range(8 * h, 8 * h + 8))
+                    vh = splat_lanes(builder, v, range(8 * h, 8 * h + 8))
                     added = builder.fadd(a, vh)
                     a = builder.select(is_first, vh, added) if p == 0 and h == 0 else added
             builder.store(a, acc_ptr, align=4)
@@ -352,34 +352,34 @@ X8_QS_BYTES = {_LL.Q4_0: 128, _LL.Q8_0: 256}   # qs bytes of 8 rows' record, per
 
 def _bcast_q(builder, base, offset):
     """<64 x i8>: the 8 bytes at ``offset`` of ``base`` repeated in every 64-bit lane."""
-    q = _load(builder, base, offset, _i64)
-    v = builder.insert_element(ir.Constant(_vec(_i64, 8), ir.Undefined), q, ir.Constant(_i32, 0))
-    return builder.bitcast(_splat_lanes(builder, v, [0] * 8), _vec(_i8, 64))
+    q = load(builder, base, offset, i64)
+    v = builder.insert_element(ir.Constant(vec(i64, 8), ir.Undefined), q, ir.Constant(i32, 0))
+    return builder.bitcast(splat_lanes(builder, v, [0] * 8), vec(i8, 64))
 
 
 def _x8_record_sums(builder, ops, code, qrec, xrec):
     """<16 x i32>: sum(u * x) of one record of 8 rows, row k in lanes 2k and 2k + 1."""
-    x_at = _LL._X_QS_AT[code]
-    a = ir.Constant(_vec(_i32, 16), [0] * 16)
-    v64 = _vec(_i8, 64)
+    x_at = _LL.X_QS_AT[code]
+    a = ir.Constant(vec(i32, 16), [0] * 16)
+    v64 = vec(i8, 64)
     for ch in range(X8_QS_BYTES[code] // 64):
-        w = _load(builder, qrec, 64 * ch, v64)
+        w = load(builder, qrec, 64 * ch, v64)
         if code == _LL.Q8_0:   # int8 q -> u8 q + 128
-            a = _vcall(builder, ops.dpbusd, [a, builder.xor(w, ir.Constant(v64, [0x80] * 64)),
+            a = vcall(builder, ops.dpbusd, [a, builder.xor(w, ir.Constant(v64, [0x80] * 64)),
                                              _bcast_q(builder, xrec, x_at + 8 * ch)])
             continue
         lo = builder.and_(w, ir.Constant(v64, [0x0F] * 64))
         if HAVE_GFNI:
-            fn = _decl(builder, "llvm.x86.vgf2p8affineqb.512", v64, [v64, v64, _i8])
-            mat = builder.bitcast(ir.Constant(_vec(_i64, 8), [_GF_HIGH] * 8), v64)
-            hi = builder.call(fn, [w, mat, ir.Constant(_i8, 0)])
+            fn = decl(builder, "llvm.x86.vgf2p8affineqb.512", v64, [v64, v64, i8])
+            mat = builder.bitcast(ir.Constant(vec(i64, 8), [_GF_HIGH] * 8), v64)
+            hi = builder.call(fn, [w, mat, ir.Constant(i8, 0)])
         else:
-            w16 = builder.bitcast(w, _vec(_i16, 32))
-            hi = builder.and_(builder.bitcast(builder.lshr(w16, ir.Constant(_vec(_i16, 32),
+            w16 = builder.bitcast(w, vec(i16, 32))
+            hi = builder.and_(builder.bitcast(builder.lshr(w16, ir.Constant(vec(i16, 32),
                                                                              [4] * 32)), v64),
                               ir.Constant(v64, [0x0F] * 64))
-        a = _vcall(builder, ops.dpbusd, [a, lo, _bcast_q(builder, xrec, x_at + 8 * ch)])
-        a = _vcall(builder, ops.dpbusd, [a, hi, _bcast_q(builder, xrec, x_at + 16 + 8 * ch)])
+        a = vcall(builder, ops.dpbusd, [a, lo, _bcast_q(builder, xrec, x_at + 8 * ch)])
+        a = vcall(builder, ops.dpbusd, [a, hi, _bcast_q(builder, xrec, x_at + 16 + 8 * ch)])
     return a
 
 
@@ -393,50 +393,50 @@ def legacy_x8_rows(typingctx, code, nrec, w, d_off, q_off, x, x_off, xc8, dx8, e
     and f32(dx) of each activation record 8 times, the first record's at element ``e_off``.
     acc[k] = R32(acc[k] + v) for each record in order, the first of a fold (``first`` != 0)
     taking acc[k] = v.  ``code``: Q4_0 or Q8_0; AVX-512 VNNI only."""
-    c = _literal_int(code)
-    nr = _literal_int(nrec)
+    c = literal_int(code)
+    nr = literal_int(nrec)
     if c is None or c not in X8_QS_BYTES or nr is None or nr < 1:
         return None
     sig = types.none(code, nrec, w, types.intp, types.intp, x, types.intp, xc8, dx8, types.intp,
                      acc, types.intp)
 
     def codegen(context, builder, signature, args):
-        ops = _Ops(builder, True, vnni=True)
+        ops = Ops(builder, True, vnni=True)
         (_, _, w_arr, d_off_v, q_off_v, x_arr, x_off_v, xc_arr, dx_arr, e_off_v, acc_arr,
          first_v) = args
         sa = signature.args
-        dbase = _ptr(context, builder, sa[2], w_arr, d_off_v)
-        qbase = _ptr(context, builder, sa[2], w_arr, q_off_v)
-        xbase = _ptr(context, builder, sa[5], x_arr, x_off_v)
+        dbase = byte_ptr(context, builder, sa[2], w_arr, d_off_v)
+        qbase = byte_ptr(context, builder, sa[2], w_arr, q_off_v)
+        xbase = byte_ptr(context, builder, sa[5], x_arr, x_off_v)
         xrec = _LL.FORMATS[_LL.CODES[_LL.activation_format(_LL.FORMATS[c])]].block_bytes
-        xc_p = builder.gep(_float_array_ptr(context, builder, sa[7], xc_arr), [e_off_v])
-        dx_p = builder.gep(_float_array_ptr(context, builder, sa[8], dx_arr), [e_off_v])
+        xc_p = builder.gep(float_array_ptr(context, builder, sa[7], xc_arr), [e_off_v])
+        dx_p = builder.gep(float_array_ptr(context, builder, sa[8], dx_arr), [e_off_v])
         qb = X8_QS_BYTES[c]
-        sums = [_x8_record_sums(builder, ops, c, builder.gep(qbase, [ir.Constant(_i64, qb * r)]),
-                                builder.gep(xbase, [ir.Constant(_i64, xrec * r)]))
+        sums = [_x8_record_sums(builder, ops, c, builder.gep(qbase, [ir.Constant(i64, qb * r)]),
+                                builder.gep(xbase, [ir.Constant(i64, xrec * r)]))
                 for r in range(nr)]
         f32 = ir.FloatType()
-        acc_ptr = builder.bitcast(_float_array_ptr(context, builder, sa[10], acc_arr),
-                                  _vec(f32, 8).as_pointer())
+        acc_ptr = builder.bitcast(float_array_ptr(context, builder, sa[10], acc_arr),
+                                  vec(f32, 8).as_pointer())
         a = builder.load(acc_ptr, align=4)
         is_first = builder.icmp_signed("!=", first_v, ir.Constant(first_v.type, 0))
         for r0 in range(0, nr, 2):
             n = 16 if r0 + 1 < nr else 8
-            other = sums[r0 + 1] if n == 16 else ir.Constant(_vec(_i32, 16), ir.Undefined)
-            ev = ir.Constant(_vec(_i32, n), list(range(0, 2 * n, 2)))
-            od = ir.Constant(_vec(_i32, n), list(range(1, 2 * n, 2)))
+            other = sums[r0 + 1] if n == 16 else ir.Constant(vec(i32, 16), ir.Undefined)
+            ev = ir.Constant(vec(i32, n), list(range(0, 2 * n, 2)))
+            od = ir.Constant(vec(i32, n), list(range(1, 2 * n, 2)))
             s = builder.add(builder.shuffle_vector(sums[r0], other, ev),
                             builder.shuffle_vector(sums[r0], other, od))
-            vi, vf, vh = _vec(_i32, n), _vec(f32, n), _vec(ir.HalfType(), n)
-            xc = builder.load(builder.bitcast(builder.gep(xc_p, [ir.Constant(_i64, 8 * r0)]),
+            vi, vf, vh = vec(i32, n), vec(f32, n), vec(ir.HalfType(), n)
+            xc = builder.load(builder.bitcast(builder.gep(xc_p, [ir.Constant(i64, 8 * r0)]),
                                               vi.as_pointer()), align=4)
             s = builder.sub(s, xc)
-            dw = builder.fpext(_load(builder, dbase, 16 * r0, vh), vf)
-            dx = builder.load(builder.bitcast(builder.gep(dx_p, [ir.Constant(_i64, 8 * r0)]),
+            dw = builder.fpext(load(builder, dbase, 16 * r0, vh), vf)
+            dx = builder.load(builder.bitcast(builder.gep(dx_p, [ir.Constant(i64, 8 * r0)]),
                                               vf.as_pointer()), align=4)
             v = builder.fmul(dx, builder.fmul(dw, builder.sitofp(s, vf)))
             for h in range(n // 8):
-                vh8 = _splat_lanes(builder, v, range(8 * h, 8 * h + 8)) if n == 16 else v
+                vh8 = splat_lanes(builder, v, range(8 * h, 8 * h + 8)) if n == 16 else v
                 added = builder.fadd(a, vh8)
                 a = builder.select(is_first, vh8, added) if r0 == 0 and h == 0 else added
         builder.store(a, acc_ptr, align=4)

@@ -15,7 +15,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from numba_qk.kernels.simd.base import HAVE_VNNI, _decl, _float_array_ptr, _fold_into, _i8, _i16, _i32, _load, _ptr, _reduce_many, _vcall, _vec
+from numba_qk.kernels.simd.base import HAVE_VNNI, decl, float_array_ptr, fold_into, i8, i16, i32, load, byte_ptr, reduce_many, vcall, vec
 from numba_qk.kernels.fp4.layout import KVALUES, MX_E_AT, MX_QS_AT, NV_D_AT, NV_QS_AT, Y_QS_AT
 
 __all__ = ["mxfp4_q8_0_s", "mxfp4_rows_x8_t",
@@ -26,31 +26,31 @@ _F32 = ir.FloatType()
 
 def _kvalues_i8(builder, packed16):
     """<32 x i8> k values (element order) of 16 packed MXFP4 code bytes."""
-    pshufb = _decl(builder, "llvm.x86.ssse3.pshuf.b.128", _vec(_i8, 16),
-                   [_vec(_i8, 16), _vec(_i8, 16)])
-    table = ir.Constant(_vec(_i8, 16), [int(v) for v in KVALUES])
-    lo = builder.and_(packed16, ir.Constant(_vec(_i8, 16), [0x0F] * 16))
-    hi = builder.lshr(packed16, ir.Constant(_vec(_i8, 16), [4] * 16))
+    pshufb = decl(builder, "llvm.x86.ssse3.pshuf.b.128", vec(i8, 16),
+                   [vec(i8, 16), vec(i8, 16)])
+    table = ir.Constant(vec(i8, 16), [int(v) for v in KVALUES])
+    lo = builder.and_(packed16, ir.Constant(vec(i8, 16), [0x0F] * 16))
+    hi = builder.lshr(packed16, ir.Constant(vec(i8, 16), [4] * 16))
     return builder.shuffle_vector(builder.call(pshufb, [table, lo]),
                                   builder.call(pshufb, [table, hi]),
-                                  ir.Constant(_vec(_i32, 32), list(range(32))))
+                                  ir.Constant(vec(i32, 32), list(range(32))))
 
 
 def _maddubs_sum(builder, k, q):
     """<8 x i32> pair sums of k * q for <32 x i8> k (|k| <= 12) and Q8_0 quants q: pmaddubsw of
     |q| (unsigned; |-128| = 128 fits) and k with q's sign (|k * sgn q| <= 12 fits), each i16
     pair sum <= 2 * 128 * 12 = 3072 (no saturation), then pmaddwd with ones: exact."""
-    v = _vec(_i8, 32)
+    v = vec(i8, 32)
     zero = ir.Constant(v, [0] * 32)
     neg = builder.icmp_signed("<", q, zero)
     absq = builder.select(neg, builder.sub(zero, q), q)         # -128 wraps to 0x80 = 128
     ks = builder.select(neg, builder.sub(zero, k),
                         builder.select(builder.icmp_signed("==", q, zero), zero, k))
-    maddubs = _decl(builder, "llvm.x86.avx2.pmadd.ub.sw", _vec(_i16, 16), [v, v])
-    maddwd = _decl(builder, "llvm.x86.avx2.pmadd.wd", _vec(_i32, 8),
-                   [_vec(_i16, 16), _vec(_i16, 16)])
+    maddubs = decl(builder, "llvm.x86.avx2.pmadd.ub.sw", vec(i16, 16), [v, v])
+    maddwd = decl(builder, "llvm.x86.avx2.pmadd.wd", vec(i32, 8),
+                   [vec(i16, 16), vec(i16, 16)])
     p16 = builder.call(maddubs, [absq, ks])
-    return builder.call(maddwd, [p16, ir.Constant(_vec(_i16, 16), [1] * 16)])
+    return builder.call(maddwd, [p16, ir.Constant(vec(i16, 16), [1] * 16)])
 
 
 def _mxfp4_sums(builder, wbs, xbs):
@@ -58,21 +58,21 @@ def _mxfp4_sums(builder, wbs, xbs):
     decoded, accs = {}, []
     for wb, xb in zip(wbs, xbs):
         if id(wb) not in decoded:
-            decoded[id(wb)] = _kvalues_i8(builder, _load(builder, wb, MX_QS_AT, _vec(_i8, 16)))
+            decoded[id(wb)] = _kvalues_i8(builder, load(builder, wb, MX_QS_AT, vec(i8, 16)))
         accs.append(_maddubs_sum(builder, decoded[id(wb)],
-                                 _load(builder, xb, Y_QS_AT, _vec(_i8, 32))))
-    return _reduce_many(builder, accs)
+                                 load(builder, xb, Y_QS_AT, vec(i8, 32))))
+    return reduce_many(builder, accs)
 
 
 def _e8m0_half(builder, e):
     """2^(e - 128) lane-wise from <n x i32> bytes: bits 0x00200000 << e for e < 2, else
     (e - 1) << 23 (ggml_e8m0_to_fp32_half)."""
     n = e.type.count
-    vi = _vec(_i32, n)
+    vi = vec(i32, n)
     small = builder.shl(ir.Constant(vi, [0x00200000] * n), e)
     big = builder.shl(builder.sub(e, ir.Constant(vi, [1] * n)), ir.Constant(vi, [23] * n))
     bits = builder.select(builder.icmp_unsigned("<", e, ir.Constant(vi, [2] * n)), small, big)
-    return builder.bitcast(bits, _vec(_F32, n))
+    return builder.bitcast(bits, vec(_F32, n))
 
 
 def _ue4m3_half(builder, d):
@@ -80,7 +80,7 @@ def _ue4m3_half(builder, d):
     E > 0: (1 + M/8) * 2^(E - 8), built as f32 bits ((E + 119) << 23) | (M << 20); E = 0:
     R32(f32(M) * 2^-10) (exact); d == 0x7F: 0 (0x00 is 0 by the E = 0 rule)."""
     n = d.type.count
-    vi, vf = _vec(_i32, n), _vec(_F32, n)
+    vi, vf = vec(i32, n), vec(_F32, n)
     e = builder.and_(builder.lshr(d, ir.Constant(vi, [3] * n)), ir.Constant(vi, [15] * n))
     m = builder.and_(d, ir.Constant(vi, [7] * n))
     normal = builder.bitcast(builder.or_(
@@ -101,10 +101,10 @@ def mxfp4_q8_0_s(typingctx, w, w_off, x, x_off):
     sig = types.int32(w, types.intp, x, types.intp)
 
     def codegen(context, builder, signature, args):
-        wb = _ptr(context, builder, signature.args[0], args[0], args[1])
-        xb = _ptr(context, builder, signature.args[2], args[2], args[3])
+        wb = byte_ptr(context, builder, signature.args[0], args[0], args[1])
+        xb = byte_ptr(context, builder, signature.args[2], args[2], args[3])
         s = _mxfp4_sums(builder, [wb], [xb])
-        return builder.extract_element(s, ir.Constant(_i32, 0))
+        return builder.extract_element(s, ir.Constant(i32, 0))
     return sig, codegen
 
 
@@ -130,13 +130,13 @@ KVALUES_U12 = [int(v) + 12 for v in KVALUES]  # 12, 13, ..., 24, 12, 11, ..., 0
 def _transpose_words(builder, bases, at):
     """4 <8 x i32> vectors: vector c, lane k = i32 word c of the 16 bytes at ``at`` of
     ``bases[k]`` (8 bases)."""
-    v4 = _vec(_i32, 4)
-    rows = [_load(builder, b, at, v4) for b in bases]
-    cat = ir.Constant(_vec(_i32, 8), list(range(8)))
+    v4 = vec(i32, 4)
+    rows = [load(builder, b, at, v4) for b in bases]
+    cat = ir.Constant(vec(i32, 8), list(range(8)))
     y = [builder.shuffle_vector(rows[k], rows[k + 4], cat) for k in range(4)]  # [r_k | r_k+4]
 
     def sh(a, b, idx):
-        return builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, 8), idx))
+        return builder.shuffle_vector(a, b, ir.Constant(vec(i32, 8), idx))
 
     lo32, hi32 = [0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15]   # unpack{lo,hi}_epi32
     lo64, hi64 = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]   # unpack{lo,hi}_epi64
@@ -147,8 +147,8 @@ def _transpose_words(builder, bases, at):
 
 def _codes_u12(builder, words):
     """(<32 x i8>, <32 x i8>): ``k + 12`` of the low and the high nibbles of each byte."""
-    v = _vec(_i8, 32)
-    pshufb = _decl(builder, "llvm.x86.avx2.pshuf.b", v, [v, v])
+    v = vec(i8, 32)
+    pshufb = decl(builder, "llvm.x86.avx2.pshuf.b", v, [v, v])
     table = ir.Constant(v, KVALUES_U12 * 2)
     b8 = builder.bitcast(words, v)
     lo = builder.and_(b8, ir.Constant(v, [0x0F] * 32))
@@ -158,17 +158,17 @@ def _codes_u12(builder, words):
 
 def _splat_word(builder, base, at):
     """<32 x i8>: the 4 bytes at ``at`` of ``base`` repeated in every i32 lane."""
-    w = _load(builder, base, at, _i32)
-    v = builder.insert_element(ir.Constant(_vec(_i32, 8), None), w, ir.Constant(_i32, 0))
-    v = builder.shuffle_vector(v, ir.Constant(_vec(_i32, 8), None),
-                               ir.Constant(_vec(_i32, 8), [0] * 8))
-    return builder.bitcast(v, _vec(_i8, 32))
+    w = load(builder, base, at, i32)
+    v = builder.insert_element(ir.Constant(vec(i32, 8), None), w, ir.Constant(i32, 0))
+    v = builder.shuffle_vector(v, ir.Constant(vec(i32, 8), None),
+                               ir.Constant(vec(i32, 8), [0] * 8))
+    return builder.bitcast(v, vec(i8, 32))
 
 
 def _splat(builder, value, n=8):
-    v = builder.insert_element(ir.Constant(_vec(value.type, n), None), value, ir.Constant(_i32, 0))
-    return builder.shuffle_vector(v, ir.Constant(_vec(value.type, n), None),
-                                  ir.Constant(_vec(_i32, n), [0] * n))
+    v = builder.insert_element(ir.Constant(vec(value.type, n), None), value, ir.Constant(i32, 0))
+    return builder.shuffle_vector(v, ir.Constant(vec(value.type, n), None),
+                                  ir.Constant(vec(i32, n), [0] * n))
 
 
 class _Dot4:
@@ -177,32 +177,32 @@ class _Dot4:
 
     def __init__(self, builder):
         self.b = builder
-        v8, v16 = _vec(_i8, 32), _vec(_i16, 16)
+        v8, v16 = vec(i8, 32), vec(i16, 16)
         if HAVE_VNNI:
-            self.dpbusd = _decl(builder, "llvm.x86.avx512.vpdpbusd.256", _vec(_i32, 8),
-                                [_vec(_i32, 8), _vec(_i32, 8), _vec(_i32, 8)])
+            self.dpbusd = decl(builder, "llvm.x86.avx512.vpdpbusd.256", vec(i32, 8),
+                                [vec(i32, 8), vec(i32, 8), vec(i32, 8)])
         else:
             self.dpbusd = None
-            self.maddubs = _decl(builder, "llvm.x86.avx2.pmadd.ub.sw", v16, [v8, v8])
-            self.maddwd = _decl(builder, "llvm.x86.avx2.pmadd.wd", _vec(_i32, 8), [v16, v16])
+            self.maddubs = decl(builder, "llvm.x86.avx2.pmadd.ub.sw", v16, [v8, v8])
+            self.maddwd = decl(builder, "llvm.x86.avx2.pmadd.wd", vec(i32, 8), [v16, v16])
 
     def __call__(self, acc, u, s):
         b = self.b
         if self.dpbusd is not None:
-            return _vcall(b, self.dpbusd, [acc, u, s])
-        p16 = _vcall(b, self.maddubs, [u, s])
-        return b.add(acc, b.call(self.maddwd, [p16, ir.Constant(_vec(_i16, 16), [1] * 16)]))
+            return vcall(b, self.dpbusd, [acc, u, s])
+        p16 = vcall(b, self.maddubs, [u, s])
+        return b.add(acc, b.call(self.maddwd, [p16, ir.Constant(vec(i16, 16), [1] * 16)]))
 
 
 def _gather_i32(builder, bases, offset):
-    v = ir.Constant(_vec(_i32, len(bases)), None)
+    v = ir.Constant(vec(i32, len(bases)), None)
     for i, b in enumerate(bases):
-        v = builder.insert_element(v, _load(builder, b, offset, _i32), ir.Constant(_i32, i))
+        v = builder.insert_element(v, load(builder, b, offset, i32), ir.Constant(i32, i))
     return v
 
 
 def _row_bases(context, builder, wty, w_arr, w_off, step):
-    return [_ptr(context, builder, wty, w_arr,
+    return [byte_ptr(context, builder, wty, w_arr,
                  builder.add(w_off, builder.mul(step, ir.Constant(step.type, k))))
             for k in range(8)]
 
@@ -211,8 +211,8 @@ def _fold_term(builder, acc_ptr, dy, scale, s, first):
     """Fold the 8 lanes' v = R32(R32(dy * scale) * f32(S)) into the accumulators at
     ``acc_ptr`` (acc = v if ``first`` else R32(acc + v)): the float steps of every FP4 term."""
     t = builder.fmul(dy, scale)                              # R32(d_y * scale)
-    v = builder.fmul(t, builder.sitofp(s, _vec(_F32, 8)))    # R32(t * f32(S))
-    _fold_into(builder, acc_ptr, v, first)
+    v = builder.fmul(t, builder.sitofp(s, vec(_F32, 8)))    # R32(t * f32(S))
+    fold_into(builder, acc_ptr, v, first)
 
 
 @intrinsic
@@ -229,19 +229,19 @@ def mxfp4_rows_x8_t(typingctx, w, w_off, step, x, x_off, corr, dy, acc, first):
     def codegen(context, builder, signature, args):
         w_arr, w_off_v, step_v, x_arr, x_off_v, corr_v, dy_v, acc_arr, first_v = args
         wbs = _row_bases(context, builder, signature.args[0], w_arr, w_off_v, step_v)
-        xb = _ptr(context, builder, signature.args[3], x_arr, x_off_v)
+        xb = byte_ptr(context, builder, signature.args[3], x_arr, x_off_v)
         dot4 = _Dot4(builder)
         words = _transpose_words(builder, wbs, MX_QS_AT)
         acc_lo = _splat(builder, corr_v)
-        acc_hi = ir.Constant(_vec(_i32, 8), [0] * 8)
+        acc_hi = ir.Constant(vec(i32, 8), [0] * 8)
         for c in range(4):
             lo, hi = _codes_u12(builder, words[c])
             acc_lo = dot4(acc_lo, lo, _splat_word(builder, xb, Y_QS_AT + 4 * c))
             acc_hi = dot4(acc_hi, hi, _splat_word(builder, xb, Y_QS_AT + 16 + 4 * c))
         s = builder.add(acc_lo, acc_hi)
-        e = builder.and_(_gather_i32(builder, wbs, MX_E_AT), ir.Constant(_vec(_i32, 8), [0xFF] * 8))
+        e = builder.and_(_gather_i32(builder, wbs, MX_E_AT), ir.Constant(vec(i32, 8), [0xFF] * 8))
         dy = _splat(builder, dy_v)
-        _fold_term(builder, _float_array_ptr(context, builder, signature.args[7], acc_arr), dy,
+        _fold_term(builder, float_array_ptr(context, builder, signature.args[7], acc_arr), dy,
                    _e8m0_half(builder, e), s, first_v)
         return context.get_dummy_value()
     return sig, codegen
@@ -264,8 +264,8 @@ def nvfp4_rows_x8_t(typingctx, w, w_off, step, x, x_off, x_next, c0, c1, c2, c3,
         (w_arr, w_off_v, step_v, x_arr, x_off_v, x_next_v, c0, c1, c2, c3, dy0, dy1, acc_arr,
          first_v) = args
         wbs = _row_bases(context, builder, signature.args[0], w_arr, w_off_v, step_v)
-        xbs = [_ptr(context, builder, signature.args[3], x_arr, x_off_v),
-               _ptr(context, builder, signature.args[3], x_arr, builder.add(x_off_v, x_next_v))]
+        xbs = [byte_ptr(context, builder, signature.args[3], x_arr, x_off_v),
+               byte_ptr(context, builder, signature.args[3], x_arr, builder.add(x_off_v, x_next_v))]
         dot4 = _Dot4(builder)
         corr = [c0, c1, c2, c3]
         sums = []
@@ -278,12 +278,12 @@ def nvfp4_rows_x8_t(typingctx, w, w_off, step, x, x_off, x_next, c0, c1, c2, c3,
                 xb = xbs[g]
                 a = dot4(_splat(builder, corr[2 * g + t]), lo0, _splat_word(builder, xb, o))
                 a = dot4(a, hi0, _splat_word(builder, xb, o + 8))
-                a2 = dot4(ir.Constant(_vec(_i32, 8), [0] * 8), lo1, _splat_word(builder, xb, o + 4))
+                a2 = dot4(ir.Constant(vec(i32, 8), [0] * 8), lo1, _splat_word(builder, xb, o + 4))
                 a2 = dot4(a2, hi1, _splat_word(builder, xb, o + 12))
                 sums.append(builder.add(a, a2))
-        vi = _vec(_i32, 8)
+        vi = vec(i32, 8)
         scales = _gather_i32(builder, wbs, NV_D_AT)  # the 4 scale bytes of each record
-        acc_ptr = _float_array_ptr(context, builder, signature.args[12], acc_arr)
+        acc_ptr = float_array_ptr(context, builder, signature.args[12], acc_arr)
         for s_idx in range(4):
             d_s = builder.and_(builder.lshr(scales, ir.Constant(vi, [8 * s_idx] * 8)),
                                ir.Constant(vi, [0xFF] * 8))
@@ -309,12 +309,12 @@ XT_ROWS = 11   # i32 rows of 8 lanes per (group, Q8_0 record)
 
 def _xt_row(builder, xtb, row):
     """<8 x i32> row ``row`` of the transposed record at byte pointer ``xtb``."""
-    return _load(builder, xtb, 32 * row, _vec(_i32, 8))
+    return load(builder, xtb, 32 * row, vec(i32, 8))
 
 
 def _xt_ptr(context, builder, xty, xt, off):
     data = context.make_array(xty)(context, builder, xt).data
-    return builder.gep(builder.bitcast(data, _i8.as_pointer()), [off])
+    return builder.gep(builder.bitcast(data, i8.as_pointer()), [off])
 
 
 @intrinsic
@@ -328,21 +328,21 @@ def mxfp4_acts_x8_t(typingctx, w, w_off, xt, xt_off, acc, first):
 
     def codegen(context, builder, signature, args):
         w_arr, w_off_v, xt_arr, xt_off_v, acc_arr, first_v = args
-        wb = _ptr(context, builder, signature.args[0], w_arr, w_off_v)
+        wb = byte_ptr(context, builder, signature.args[0], w_arr, w_off_v)
         xtb = _xt_ptr(context, builder, signature.args[2], xt_arr, xt_off_v)
         dot4 = _Dot4(builder)
         acc_lo = builder.add(_xt_row(builder, xtb, 8), _xt_row(builder, xtb, 9))
-        acc_hi = ir.Constant(_vec(_i32, 8), [0] * 8)
+        acc_hi = ir.Constant(vec(i32, 8), [0] * 8)
         for c in range(4):
             lo, hi = _codes_u12(builder, builder.bitcast(_splat_word(builder, wb, MX_QS_AT + 4 * c),
-                                                         _vec(_i32, 8)))
+                                                         vec(i32, 8)))
             acc_lo = dot4(acc_lo, lo, _xt_row(builder, xtb, c))
             acc_hi = dot4(acc_hi, hi, _xt_row(builder, xtb, 4 + c))
         s = builder.add(acc_lo, acc_hi)
-        e = builder.zext(_load(builder, wb, MX_E_AT, _i8), _i32)
+        e = builder.zext(load(builder, wb, MX_E_AT, i8), i32)
         h = _e8m0_half(builder, _splat(builder, e))
-        dy = builder.bitcast(_xt_row(builder, xtb, 10), _vec(_F32, 8))
-        _fold_term(builder, _float_array_ptr(context, builder, signature.args[4], acc_arr), dy,
+        dy = builder.bitcast(_xt_row(builder, xtb, 10), vec(_F32, 8))
+        _fold_term(builder, float_array_ptr(context, builder, signature.args[4], acc_arr), dy,
                    h, s, first_v)
         return context.get_dummy_value()
     return sig, codegen
@@ -359,14 +359,14 @@ def nvfp4_acts_x8_t(typingctx, w, w_off, xt, xt_off, xt_next, acc, first):
 
     def codegen(context, builder, signature, args):
         w_arr, w_off_v, xt_arr, xt_off_v, xt_next_v, acc_arr, first_v = args
-        wb = _ptr(context, builder, signature.args[0], w_arr, w_off_v)
+        wb = byte_ptr(context, builder, signature.args[0], w_arr, w_off_v)
         xtbs = [_xt_ptr(context, builder, signature.args[2], xt_arr, xt_off_v),
                 _xt_ptr(context, builder, signature.args[2], xt_arr,
                         builder.add(xt_off_v, xt_next_v))]
         dot4 = _Dot4(builder)
-        vi = _vec(_i32, 8)
-        scales = _splat(builder, _load(builder, wb, NV_D_AT, _i32))
-        acc_ptr = _float_array_ptr(context, builder, signature.args[5], acc_arr)
+        vi = vec(i32, 8)
+        scales = _splat(builder, load(builder, wb, NV_D_AT, i32))
+        acc_ptr = float_array_ptr(context, builder, signature.args[5], acc_arr)
         for s_idx in range(4):
             g, t = divmod(s_idx, 2)
             xtb = xtbs[g]
@@ -381,7 +381,7 @@ def nvfp4_acts_x8_t(typingctx, w, w_off, xt, xt_off, xt_next, acc, first):
             d_s = builder.and_(builder.lshr(scales, ir.Constant(vi, [8 * s_idx] * 8)),
                                ir.Constant(vi, [0xFF] * 8))
             u = _ue4m3_half(builder, d_s)
-            dy = builder.bitcast(_xt_row(builder, xtb, 10), _vec(_F32, 8))
+            dy = builder.bitcast(_xt_row(builder, xtb, 10), vec(_F32, 8))
             _fold_term(builder, acc_ptr, dy, u, s,
                        first_v if s_idx == 0 else ir.Constant(first_v.type, 0))
         return context.get_dummy_value()

@@ -36,7 +36,7 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from numba_qk.formats import quant
-from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI, _Ops, _decl, _vcall, _float_array_ptr, _fold_into, _gather_f16, _gather_f32, _i8, _i16, _i32, _i64, _load, _ptr, _reduce_many, _literal_int, _splat_lanes, _tile_fold, _vec, fold_signature, tile_intrinsic, tile_signature
+from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI, Ops, decl, vcall, float_array_ptr, fold_into, gather_f16, gather_f32, i8, i16, i32, i64, load, byte_ptr, reduce_many, literal_int, splat_lanes, tile_fold, vec, fold_signature, tile_intrinsic, tile_signature
 
 __all__ = ["q4_k_q8_k_sums", "q4_k_q8_k_sums_avx2", "q4_k_q8_k_sums_avx512",
            "accumulate_rows_x8", "accumulate_rows_x8_avx2", "accumulate_rows_x8_avx512",
@@ -52,7 +52,7 @@ _A_Q_AT = quant.q8_k.field("q").start          # 256 x int8
 _A_BSUM_AT = quant.q8_k.field("bsum").start    # 16 x int16
 
 
-def _unpack_scales(builder, wbase):
+def unpack_scales(builder, wbase):
     """sc[0..7] and m[0..7] of a Q4_K record as two <8 x i16> vectors.
 
     The 12 scale bytes as little-endian words u0, u1, u2:
@@ -60,18 +60,18 @@ def _unpack_scales(builder, wbase):
       sc[4..7] = (u2 & 0x0f0f0f0f) | (((u0 >> 6) & 0x03030303) << 4)
       m[4..7]  = ((u2 >> 4) & 0x0f0f0f0f) | (((u1 >> 6) & 0x03030303) << 4)
     """
-    u0 = _load(builder, wbase, _K_SCALES_AT, _i32)
-    u1 = _load(builder, wbase, _K_SCALES_AT + 4, _i32)
-    u2 = _load(builder, wbase, _K_SCALES_AT + 8, _i32)
-    low6 = ir.Constant(_i32, 0x3F3F3F3F)
-    nib = ir.Constant(_i32, 0x0F0F0F0F)
-    top2 = ir.Constant(_i32, 0x03030303)
+    u0 = load(builder, wbase, _K_SCALES_AT, i32)
+    u1 = load(builder, wbase, _K_SCALES_AT + 4, i32)
+    u2 = load(builder, wbase, _K_SCALES_AT + 8, i32)
+    low6 = ir.Constant(i32, 0x3F3F3F3F)
+    nib = ir.Constant(i32, 0x0F0F0F0F)
+    top2 = ir.Constant(i32, 0x03030303)
 
     def shr(v, n):
-        return builder.lshr(v, ir.Constant(_i32, n))
+        return builder.lshr(v, ir.Constant(i32, n))
 
     def shl(v, n):
-        return builder.shl(v, ir.Constant(_i32, n))
+        return builder.shl(v, ir.Constant(i32, n))
 
     sc_lo = builder.and_(u0, low6)
     m_lo = builder.and_(u1, low6)
@@ -79,54 +79,54 @@ def _unpack_scales(builder, wbase):
     m_hi = builder.or_(builder.and_(shr(u2, 4), nib), shl(builder.and_(shr(u1, 6), top2), 4))
 
     def bytes8(lo, hi):
-        word = builder.or_(builder.zext(lo, _i64),
-                           builder.shl(builder.zext(hi, _i64), ir.Constant(_i64, 32)))
-        return builder.zext(builder.bitcast(word, _vec(_i8, 8)), _vec(_i16, 8))
+        word = builder.or_(builder.zext(lo, i64),
+                           builder.shl(builder.zext(hi, i64), ir.Constant(i64, 32)))
+        return builder.zext(builder.bitcast(word, vec(i8, 8)), vec(i16, 8))
 
     return bytes8(sc_lo, sc_hi), bytes8(m_lo, m_hi)
 
 
-def _decode_weights(builder, ops: _Ops, wbase):
+def _decode_weights(builder, ops: Ops, wbase):
     """Weight side of one Q4_K record: quants in element order (one vector per ``lanes``
     elements), the matching vectors of sub-block scales (each scale repeated over its 16
     pmaddubsw lanes) and the [m0, m0, m1, m1, ...] vector for T_b."""
     lanes = ops.lanes
-    sc16, m16 = _unpack_scales(builder, wbase)
-    low4 = ir.Constant(_vec(_i8, lanes), [0x0F] * lanes)
-    four = ir.Constant(_vec(_i8, lanes), [4] * lanes)
+    sc16, m16 = unpack_scales(builder, wbase)
+    low4 = ir.Constant(vec(i8, lanes), [0x0F] * lanes)
+    four = ir.Constant(vec(i8, lanes), [4] * lanes)
     quants, scales = [], []
     for h in range(0, 128, lanes):  # `lanes` bytes of packed nibbles at a time
-        qs = _load(builder, wbase, _K_QS_AT + h, _vec(_i8, lanes))
+        qs = load(builder, wbase, _K_QS_AT + h, vec(i8, lanes))
         lo = builder.and_(qs, low4)
         hi = builder.lshr(qs, four)
         for c in range(lanes // 32):  # each 32-byte chunk: low nibbles, then high nibbles
             j = h // 32 + c
             if ops.wide:
                 order = [32 * c + k for k in range(32)] + [64 + 32 * c + k for k in range(32)]
-                quants.append(builder.shuffle_vector(lo, hi, ir.Constant(_vec(_i32, 64), order)))
-                scales.append(_splat_lanes(builder, sc16, [2 * j] * 16 + [2 * j + 1] * 16))
+                quants.append(builder.shuffle_vector(lo, hi, ir.Constant(vec(i32, 64), order)))
+                scales.append(splat_lanes(builder, sc16, [2 * j] * 16 + [2 * j + 1] * 16))
             else:
                 quants += [lo, hi]
-                scales += [_splat_lanes(builder, sc16, [2 * j] * 16),
-                           _splat_lanes(builder, sc16, [2 * j + 1] * 16)]
-    m_pairs = _splat_lanes(builder, m16, [k // 2 for k in range(16)])
+                scales += [splat_lanes(builder, sc16, [2 * j] * 16),
+                           splat_lanes(builder, sc16, [2 * j + 1] * 16)]
+    m_pairs = splat_lanes(builder, m16, [k // 2 for k in range(16)])
     return quants, scales, m_pairs
 
 
-def _pair_vectors(builder, ops: _Ops, weights, xbase):
+def _pair_vectors(builder, ops: Ops, weights, xbase):
     """Unreduced S and T vectors of one decoded weight record against the Q8_K record at
     ``xbase``.  Element e of a Q8_K record lives at byte _A_Q_AT + e, so activation vector v covers
     elements [lanes*v, lanes*v + lanes) -- the order of the decoded quants."""
     quants, scales, m_pairs = weights
     acc = ir.Constant(ops.maddwd.function_type.return_type, None)
     for v, (q, sc) in enumerate(zip(quants, scales)):
-        xv = _load(builder, xbase, _A_Q_AT + ops.lanes * v, _vec(_i8, ops.lanes))
+        xv = load(builder, xbase, _A_Q_AT + ops.lanes * v, vec(i8, ops.lanes))
         acc = builder.add(acc, builder.call(ops.maddwd, [builder.call(ops.maddubs, [q, xv]), sc]))
-    bsum = _load(builder, xbase, _A_BSUM_AT, _vec(_i16, 16))
+    bsum = load(builder, xbase, _A_BSUM_AT, vec(i16, 16))
     return acc, builder.call(ops.maddwd8, [bsum, m_pairs])
 
 
-def _gen_sums(builder, ops: _Ops, wbases, xbases):
+def _gen_sums(builder, ops: Ops, wbases, xbases):
     """(S, T) as two <n x i32> vectors for the record pairs zip(wbases, xbases).  A weight
     record listed several times (same IR value) is decoded once."""
     decoded = {}
@@ -137,13 +137,13 @@ def _gen_sums(builder, ops: _Ops, wbases, xbases):
         s_acc, t_vec = _pair_vectors(builder, ops, decoded[id(wb)], xb)
         s_vecs.append(s_acc)
         t_vecs.append(t_vec)
-    return _reduce_many(builder, s_vecs), _reduce_many(builder, t_vecs)
+    return reduce_many(builder, s_vecs), reduce_many(builder, t_vecs)
 
 
-def _record_values(builder, s_vec, t_vec, d, dmin, ds):
+def record_values(builder, s_vec, t_vec, d, dmin, ds):
     """The float steps, lane by lane -- each lane is one record pair, each IR instruction one
     IEEE operation in round-to-nearest-even (no fast-math flags, so nothing is fused)."""
-    f32v = _vec(ir.FloatType(), s_vec.type.count)
+    f32v = vec(ir.FloatType(), s_vec.type.count)
     p = builder.fmul(d, builder.sitofp(s_vec, f32v))       # p_b = R32(d * f32(S_b))
     n = builder.fmul(dmin, builder.sitofp(t_vec, f32v))    # n_b = R32(dmin * f32(T_b))
     return builder.fmul(ds, builder.fsub(p, n))            # v_b = R32(ds * R32(p_b - n_b))
@@ -159,11 +159,11 @@ def _make_sums(wide: bool):
         sig = types.UniTuple(types.int32, 2)(w, types.intp, x, types.intp)
 
         def codegen(context, builder, signature, args):
-            ops = _Ops(builder, wide)
-            wb = _ptr(context, builder, signature.args[0], args[0], args[1])
-            xb = _ptr(context, builder, signature.args[2], args[2], args[3])
+            ops = Ops(builder, wide)
+            wb = byte_ptr(context, builder, signature.args[0], args[0], args[1])
+            xb = byte_ptr(context, builder, signature.args[2], args[2], args[3])
             s_vec, t_vec = _gen_sums(builder, ops, [wb], [xb])
-            zero = ir.Constant(_i32, 0)
+            zero = ir.Constant(i32, 0)
             return context.make_tuple(builder, signature.return_type,
                                       [builder.extract_element(s_vec, zero),
                                        builder.extract_element(t_vec, zero)])
@@ -183,11 +183,11 @@ def _make_accumulate(wide: bool, over_rows: bool, n: int = 8):
     """
     def make_values(builder):
         def values(wbs, xbs):
-            s_vec, t_vec = _gen_sums(builder, _Ops(builder, wide), wbs, xbs)
-            d = _gather_f16(builder, wbs, _K_D_AT)
-            dmin = _gather_f16(builder, wbs, _K_DMIN_AT)
-            ds = _gather_f32(builder, xbs, _A_DS_AT)
-            return _record_values(builder, s_vec, t_vec, d, dmin, ds)
+            s_vec, t_vec = _gen_sums(builder, Ops(builder, wide), wbs, xbs)
+            d = gather_f16(builder, wbs, _K_D_AT)
+            dmin = gather_f16(builder, wbs, _K_DMIN_AT)
+            ds = gather_f32(builder, xbs, _A_DS_AT)
+            return record_values(builder, s_vec, t_vec, d, dmin, ds)
         return values
     return tile_intrinsic(over_rows, n, make_values)
 
@@ -226,8 +226,8 @@ def _merge_labeled(builder, a, la, b, lb):
     assert len(pa) == len(pb) == width // 2
     first = [i for _, i, _ in pa] + [width + i for _, i, _ in pb]
     second = [j for _, _, j in pa] + [width + j for _, _, j in pb]
-    v = builder.add(builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, width), first)),
-                    builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, width), second)))
+    v = builder.add(builder.shuffle_vector(a, b, ir.Constant(vec(i32, width), first)),
+                    builder.shuffle_vector(a, b, ir.Constant(vec(i32, width), second)))
     return v, [lab for lab, _, _ in pa] + [lab for lab, _, _ in pb]
 
 
@@ -246,8 +246,8 @@ def array_address(typingctx, arr):
     sig = types.intp(arr)
 
     def codegen(context, builder, signature, args):
-        data = _float_array_ptr(context, builder, signature.args[0], args[0])
-        return builder.ptrtoint(data, _i64)
+        data = float_array_ptr(context, builder, signature.args[0], args[0])
+        return builder.ptrtoint(data, i64)
     return sig, codegen
 
 
@@ -278,9 +278,9 @@ def _gemv_vnni_acts(builder, xbase):
     out = []
     for h in range(2):
         for off in (0, 32):
-            a = _load(builder, xbase, _A_Q_AT + 128 * h + off, _vec(_i8, 32))
-            b = _load(builder, xbase, _A_Q_AT + 128 * h + 64 + off, _vec(_i8, 32))
-            out.append(builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, 64), list(range(64)))))
+            a = load(builder, xbase, _A_Q_AT + 128 * h + off, vec(i8, 32))
+            b = load(builder, xbase, _A_Q_AT + 128 * h + 64 + off, vec(i8, 32))
+            out.append(builder.shuffle_vector(a, b, ir.Constant(vec(i32, 64), list(range(64)))))
     return out
 
 
@@ -302,11 +302,11 @@ assert (_K_D_AT, _K_DMIN_AT, _K_SCALES_AT) == (0, 2, 4)   # the record head read
 def _gemv_vnni_heads(builder, wbs):
     """Record heads (bytes 0..15: d, dmin, the 12 scale bytes) of 8 rows as two <64 x i8>,
     rows 4q .. 4q+3 in the 128-bit lanes of vector q."""
-    heads = [_load(builder, wb, 0, _vec(_i8, 16)) for wb in wbs]
+    heads = [load(builder, wb, 0, vec(i8, 16)) for wb in wbs]
 
     def cat(a, b):
         n = a.type.count
-        return builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, 2 * n), list(range(2 * n))))
+        return builder.shuffle_vector(a, b, ir.Constant(vec(i32, 2 * n), list(range(2 * n))))
     return [cat(cat(heads[4 * q], heads[4 * q + 1]), cat(heads[4 * q + 2], heads[4 * q + 3]))
             for q in range(len(wbs) // 4)]
 
@@ -314,18 +314,18 @@ def _gemv_vnni_heads(builder, wbs):
 def _gemv_vnni_decode_scales(builder, raw):
     """The 6-bit fields of the four records in ``raw`` (<64 x i8> of heads), all at once: in
     each 128-bit lane bytes [sc0..sc7, m0..m7].  With r = the lane's head bytes (scales at
-    r[4..15]) -- the byte form of ``_unpack_scales``' SWAR:
+    r[4..15]) -- the byte form of ``unpack_scales``' SWAR:
         sc[0..3] = r[4..7] & 63                  m[0..3] = r[8..11] & 63
         sc[4..7] = (r[12..15] & 15) | ((r[4..7] >> 6) << 4)
         m[4..7]  = (r[12..15] >> 4) | ((r[8..11] >> 6) << 4)"""
-    zero = ir.Constant(_vec(_i8, 64), [0] * 64)
+    zero = ir.Constant(vec(i8, 64), [0] * 64)
 
     def in_lane(pattern):   # entries None -> 0
         idx = [16 * q + p if p is not None else 64 for q in range(4) for p in pattern]
-        return builder.shuffle_vector(raw, zero, ir.Constant(_vec(_i32, 64), idx))
+        return builder.shuffle_vector(raw, zero, ir.Constant(vec(i32, 64), idx))
 
     def const(pattern):
-        return ir.Constant(_vec(_i8, 64), list(pattern) * 4)
+        return ir.Constant(vec(i8, 64), list(pattern) * 4)
     a = in_lane([4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15])
     b = in_lane([None] * 4 + [4, 5, 6, 7] + [None] * 4 + [8, 9, 10, 11])
     low = builder.or_(builder.and_(a, const([63] * 4 + [15] * 4 + [63] * 4 + [0] * 4)),
@@ -336,12 +336,12 @@ def _gemv_vnni_decode_scales(builder, raw):
 
 def _zext_pick(builder, dec, picks):
     """<n x i16> whose lane e is byte ``dec[picks[e]]`` zero-extended (one byte permute)."""
-    zero = ir.Constant(_vec(_i8, 64), [0] * 64)
+    zero = ir.Constant(vec(i8, 64), [0] * 64)
     idx = []
     for p in picks:
         idx += [p, 64]
-    v = builder.shuffle_vector(dec, zero, ir.Constant(_vec(_i32, len(idx)), idx))
-    return builder.bitcast(v, _vec(_i16, len(picks)))
+    v = builder.shuffle_vector(dec, zero, ir.Constant(vec(i32, len(idx)), idx))
+    return builder.bitcast(v, vec(i16, len(picks)))
 
 
 def _gemv_vnni_row_pair(builder, ops, wbases, acts, dec, k):
@@ -349,22 +349,22 @@ def _gemv_vnni_row_pair(builder, ops, wbases, acts, dec, k):
     4c+2, 4c+3: B; their sums are S_b of each) against the activation vectors ``acts``; the
     rows' scales are bytes 16k .. 16k+7 and 16(k+1) .. of ``dec``.  Packing the two rows' lanes
     together (|lane| <= 7680: exact) leaves one vector per row pair for the reduction."""
-    low4 = ir.Constant(_vec(_i8, 64), [0x0F] * 64)
-    four = ir.Constant(_vec(_i8, 64), [4] * 64)
-    zero = ir.Constant(_vec(_i32, 16), [0] * 16)
+    low4 = ir.Constant(vec(i8, 64), [0x0F] * 64)
+    four = ir.Constant(vec(i8, 64), [4] * 64)
+    zero = ir.Constant(vec(i32, 16), [0] * 16)
     s_acc = zero
     for h in range(2):
         lanes = {}
         for row, wb in enumerate(wbases):
-            qs = _load(builder, wb, _K_QS_AT + 64 * h, _vec(_i8, 64))
-            lanes[row, 0] = _vcall(builder, ops.dpbusd, [zero, builder.and_(qs, low4), acts[2 * h]])
-            lanes[row, 1] = _vcall(builder, ops.dpbusd,
+            qs = load(builder, wb, _K_QS_AT + 64 * h, vec(i8, 64))
+            lanes[row, 0] = vcall(builder, ops.dpbusd, [zero, builder.and_(qs, low4), acts[2 * h]])
+            lanes[row, 1] = vcall(builder, ops.dpbusd,
                                    [zero, builder.lshr(qs, four), acts[2 * h + 1]])
         for part in range(2):
             packed = builder.call(ops.packssdw, [lanes[0, part], lanes[1, part]])
             pat = _zext_pick(builder, dec, [16 * (k + row) + sb
                                             for row, sb in _gemv_vnni_pair_pattern(h, part)])
-            s_acc = _vcall(builder, ops.dpwssd, [s_acc, packed, pat])
+            s_acc = vcall(builder, ops.dpwssd, [s_acc, packed, pat])
     return s_acc
 
 
@@ -382,9 +382,9 @@ def accumulate_rows_x8_vnni(typingctx, w, w_off, x, x_off, step, acc, acc_at, fi
 
     def codegen(context, builder, signature, args):
         def values(wbs, xbs):
-            ops = _Ops(builder, True, vnni=True)
-            ops.packssdw = _decl(builder, "llvm.x86.avx512.packssdw.512", _vec(_i16, 32),
-                                 [_vec(_i32, 16), _vec(_i32, 16)])
+            ops = Ops(builder, True, vnni=True)
+            ops.packssdw = decl(builder, "llvm.x86.avx512.packssdw.512", vec(i16, 32),
+                                 [vec(i32, 16), vec(i32, 16)])
             xb = xbs[0]
             acts = _gemv_vnni_acts(builder, xb)
             raws = _gemv_vnni_heads(builder, wbs)
@@ -395,8 +395,8 @@ def accumulate_rows_x8_vnni(typingctx, w, w_off, x, x_off, step, acc, acc_at, fi
                                         2 * p % 4)
                 s_items.append((s, [("S", 2 * p), ("S", 2 * p), ("S", 2 * p + 1),
                                     ("S", 2 * p + 1)] * 4))
-            bsum = _load(builder, xb, _A_BSUM_AT, _vec(_i16, 16))
-            bsum2 = _splat_lanes(builder, bsum, list(range(16)) * 2)
+            bsum = load(builder, xb, _A_BSUM_AT, vec(i16, 16))
+            bsum2 = splat_lanes(builder, bsum, list(range(16)) * 2)
             t_items = []
             for p in range(4):   # rows 2p, 2p+1: lanes [m_s * (bsum[2s] + bsum[2s+1])]
                 k = 2 * p % 4
@@ -410,19 +410,19 @@ def accumulate_rows_x8_vnni(typingctx, w, w_off, x, x_off, step, acc, acc_at, fi
             st, labels = _merge_labeled(builder, s_vec, s_lab, t_vec, t_lab)
             assert labels == [("S", k) for k in range(8)] + [("T", k) for k in range(8)], labels
             # [d_0..d_7, dmin_0..dmin_7]: i16 8k (d) and 8k + 1 (dmin) of each head
-            h16 = [builder.bitcast(r, _vec(_i16, 32)) for r in raws]
+            h16 = [builder.bitcast(r, vec(i16, 32)) for r in raws]
             idx = [8 * k for k in range(4)] + [32 + 8 * k for k in range(4)]
             idx += [i + 1 for i in idx]
-            dd = builder.shuffle_vector(h16[0], h16[1], ir.Constant(_vec(_i32, 16), idx))
-            dd = builder.fpext(builder.bitcast(dd, _vec(ir.HalfType(), 16)),
-                               _vec(ir.FloatType(), 16))
-            prod = builder.fmul(dd, builder.sitofp(st, _vec(ir.FloatType(), 16)))  # [p.., n..]
-            ds = _load(builder, xb, _A_DS_AT, ir.FloatType())
-            ds = _splat_lanes(builder, builder.insert_element(
-                ir.Constant(_vec(ir.FloatType(), 1), None), ds, ir.Constant(_i32, 0)), [0] * 8)
-            return builder.fmul(ds, builder.fsub(_splat_lanes(builder, prod, range(8)),
-                                                 _splat_lanes(builder, prod, range(8, 16))))
-        return _tile_fold(context, builder, signature, args, 0, True, 8, values)
+            dd = builder.shuffle_vector(h16[0], h16[1], ir.Constant(vec(i32, 16), idx))
+            dd = builder.fpext(builder.bitcast(dd, vec(ir.HalfType(), 16)),
+                               vec(ir.FloatType(), 16))
+            prod = builder.fmul(dd, builder.sitofp(st, vec(ir.FloatType(), 16)))  # [p.., n..]
+            ds = load(builder, xb, _A_DS_AT, ir.FloatType())
+            ds = splat_lanes(builder, builder.insert_element(
+                ir.Constant(vec(ir.FloatType(), 1), None), ds, ir.Constant(i32, 0)), [0] * 8)
+            return builder.fmul(ds, builder.fsub(splat_lanes(builder, prod, range(8)),
+                                                 splat_lanes(builder, prod, range(8, 16))))
+        return tile_fold(context, builder, signature, args, 0, True, 8, values)
     return sig, codegen
 
 
@@ -475,7 +475,7 @@ def _pick_lanes(builder, vecs, sources):
             else:
                 idx.append(0)   # don't care (llvmlite takes no undef mask lanes)
         if defined:
-            parts.append((builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, m), idx)), defined))
+            parts.append((builder.shuffle_vector(a, b, ir.Constant(vec(i32, m), idx)), defined))
     while len(parts) > 1:
         nxt = []
         for i in range(0, len(parts), 2):
@@ -484,7 +484,7 @@ def _pick_lanes(builder, vecs, sources):
                 continue
             (a, da), (b, db) = parts[i], parts[i + 1]
             idx = [l if l in da else (m + l if l in db else 0) for l in range(m)]
-            nxt.append((builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, m), idx)), da | db))
+            nxt.append((builder.shuffle_vector(a, b, ir.Constant(vec(i32, m), idx)), da | db))
         parts = nxt
     return parts[0][0]
 
@@ -500,8 +500,8 @@ def _transpose16(builder, rows):
             a, b = m[i], m[i | h]
             lo = [j if not j & h else 16 + (j ^ h) for j in range(16)]
             hi = [(j ^ h) if not j & h else 16 + j for j in range(16)]
-            m[i] = builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, 16), lo))
-            m[i | h] = builder.shuffle_vector(a, b, ir.Constant(_vec(_i32, 16), hi))
+            m[i] = builder.shuffle_vector(a, b, ir.Constant(vec(i32, 16), lo))
+            m[i | h] = builder.shuffle_vector(a, b, ir.Constant(vec(i32, 16), hi))
     return m
 
 
@@ -515,34 +515,34 @@ def q4_k_decode_rows16(typingctx, w, w_off, w_step, dec, dec_off):
 
     def codegen(context, builder, signature, args):
         w_arr, w_off_v, step_v, d_arr, d_off_v = args
-        db = _ptr(context, builder, signature.args[3], d_arr, d_off_v)
-        wbs = [_ptr(context, builder, signature.args[0], w_arr,
+        db = byte_ptr(context, builder, signature.args[3], d_arr, d_off_v)
+        wbs = [byte_ptr(context, builder, signature.args[0], w_arr,
                     builder.add(w_off_v, builder.mul(step_v, ir.Constant(step_v.type, r))))
                for r in range(R16_ROWS)]
 
         def store(offset, v):
-            ptr = builder.gep(db, [ir.Constant(_i64, offset)])
+            ptr = builder.gep(db, [ir.Constant(i64, offset)])
             builder.store(v, builder.bitcast(ptr, v.type.as_pointer()), align=1)
 
         # Transpose the packed quants first (16 rows x 32 dwords), then split the nibbles:
         # packed dword 8j + i of a row holds elements 64j + 4i .. + 3 (low nibbles: k-step
         # 8(2j) + i) and 64j + 32 + 4i .. + 3 (high nibbles: k-step 8(2j+1) + i).
-        nib = ir.Constant(_vec(_i32, 16), [0x0F0F0F0F] * 16)
-        four = ir.Constant(_vec(_i32, 16), [4] * 16)
+        nib = ir.Constant(vec(i32, 16), [0x0F0F0F0F] * 16)
+        four = ir.Constant(vec(i32, 16), [4] * 16)
         for h in range(2):
-            t = _transpose16(builder, [_load(builder, wb, _K_QS_AT + 64 * h, _vec(_i32, 16))
+            t = _transpose16(builder, [load(builder, wb, _K_QS_AT + 64 * h, vec(i32, 16))
                                        for wb in wbs])
             for l in range(16):
                 j, i = divmod(16 * h + l, 8)
                 store(R16_Q_AT + 64 * (8 * (2 * j) + i), builder.and_(t[l], nib))
                 store(R16_Q_AT + 64 * (8 * (2 * j + 1) + i),
                       builder.and_(builder.lshr(t[l], four), nib))
-        heads = [_load(builder, wb, 0, _vec(_i32, 4)) for wb in wbs]   # d|dmin, u0, u1, u2
+        heads = [load(builder, wb, 0, vec(i32, 4)) for wb in wbs]   # d|dmin, u0, u1, u2
         f = [_pick_lanes(builder, heads, [(r, k) for r in range(R16_ROWS)]) for k in range(4)]
         h0, u0, u1, u2 = f
 
         def c32(x):
-            return ir.Constant(_vec(_i32, 16), [x] * 16)
+            return ir.Constant(vec(i32, 16), [x] * 16)
 
         def field(v, shift, mask):
             return builder.and_(builder.lshr(v, c32(shift)), c32(mask))
@@ -562,9 +562,9 @@ def q4_k_decode_rows16(typingctx, w, w_off, w_step, dec, dec_off):
             store(R16_M2_AT + 64 * p, builder.or_(ms[2 * p], builder.shl(ms[2 * p + 1], c32(16))))
 
         def half(v):
-            return builder.fpext(builder.bitcast(builder.trunc(v, _vec(_i16, 16)),
-                                                 _vec(ir.HalfType(), 16)),
-                                 _vec(ir.FloatType(), 16))
+            return builder.fpext(builder.bitcast(builder.trunc(v, vec(i16, 16)),
+                                                 vec(ir.HalfType(), 16)),
+                                 vec(ir.FloatType(), 16))
         store(R16_D_AT, half(h0))
         store(R16_DMIN_AT, half(builder.lshr(h0, c32(16))))
         return context.get_dummy_value()
@@ -573,9 +573,9 @@ def q4_k_decode_rows16(typingctx, w, w_off, w_step, dec, dec_off):
 
 def _bcast_dword(builder, base, offset):
     """<16 x i32> of the dword at ``offset`` repeated (a broadcast load)."""
-    v = builder.insert_element(ir.Constant(_vec(_i32, 1), None),
-                               _load(builder, base, offset, _i32), ir.Constant(_i32, 0))
-    return _splat_lanes(builder, v, [0] * 16)
+    v = builder.insert_element(ir.Constant(vec(i32, 1), None),
+                               load(builder, base, offset, i32), ir.Constant(i32, 0))
+    return splat_lanes(builder, v, [0] * 16)
 
 
 def _rows16_st(builder, ops, db, xbs, b2s, per=2):
@@ -587,52 +587,52 @@ def _rows16_st(builder, ops, db, xbs, b2s, per=2):
     against [m[2p], m[2p+1]] lanes, else one per sub-block against [m[s], m[s]] lanes and the
     stored bsum dword (bsum[2s], bsum[2s+1])."""
     n = len(xbs)
-    zero = ir.Constant(_vec(_i32, 16), [0] * 16)
+    zero = ir.Constant(vec(i32, 16), [0] * 16)
     pre = builder.block
     loop = builder.append_basic_block("r16.sub_blocks")
     after = builder.append_basic_block("r16.done")
     builder.branch(loop)
     builder.position_at_end(loop)
-    p_idx = builder.phi(_i64)
-    p_idx.add_incoming(ir.Constant(_i64, 0), pre)
-    s_phi = [builder.phi(_vec(_i32, 16)) for _ in range(n)]
-    t_phi = [builder.phi(_vec(_i32, 16)) for _ in range(n)]
+    p_idx = builder.phi(i64)
+    p_idx.add_incoming(ir.Constant(i64, 0), pre)
+    s_phi = [builder.phi(vec(i32, 16)) for _ in range(n)]
+    t_phi = [builder.phi(vec(i32, 16)) for _ in range(n)]
     for ph in s_phi + t_phi:
         ph.add_incoming(zero, pre)
-    wq = builder.gep(db, [builder.mul(p_idx, ir.Constant(_i64, per * 8 * 64))])
-    xq = [builder.gep(xb, [builder.mul(p_idx, ir.Constant(_i64, per * 32))]) for xb in xbs]
-    d128 = builder.gep(db, [builder.mul(p_idx, ir.Constant(_i64, per * 64))])
+    wq = builder.gep(db, [builder.mul(p_idx, ir.Constant(i64, per * 8 * 64))])
+    xq = [builder.gep(xb, [builder.mul(p_idx, ir.Constant(i64, per * 32))]) for xb in xbs]
+    d128 = builder.gep(db, [builder.mul(p_idx, ir.Constant(i64, per * 64))])
     s_new, t_new = list(s_phi), list(t_phi)
     for h in range(per):   # sub-block s = per*p + h
         part = [zero] * n
         for i in range(8):   # |part| <= 32 * 15 * 128 = 61440
-            wv = _load(builder, wq, R16_Q_AT + 64 * (8 * h + i), _vec(_i32, 16))
+            wv = load(builder, wq, R16_Q_AT + 64 * (8 * h + i), vec(i32, 16))
             for a in range(n):
                 xv = _bcast_dword(builder, xq[a], _A_Q_AT + 32 * h + 4 * i)
-                part[a] = _vcall(builder, ops.dpbusd, [part[a], wv, xv])
-        sc = _load(builder, d128, R16_SC_AT + 64 * h, _vec(_i32, 16))
+                part[a] = vcall(builder, ops.dpbusd, [part[a], wv, xv])
+        sc = load(builder, d128, R16_SC_AT + 64 * h, vec(i32, 16))
         s_new = [builder.add(s_new[a], builder.mul(part[a], sc)) for a in range(n)]
         if b2s is None:
-            mv = _load(builder, d128, R16_M_AT + 64 * h, _vec(_i32, 16))
+            mv = load(builder, d128, R16_M_AT + 64 * h, vec(i32, 16))
             for a in range(n):
                 bs = _bcast_dword(builder, builder.gep(xbs[a], [builder.mul(
-                    p_idx, ir.Constant(_i64, 4 * per))]), _A_BSUM_AT + 4 * h)
-                t_new[a] = _vcall(builder, ops.dpwssd, [t_new[a], mv, bs])
+                    p_idx, ir.Constant(i64, 4 * per))]), _A_BSUM_AT + 4 * h)
+                t_new[a] = vcall(builder, ops.dpwssd, [t_new[a], mv, bs])
     if b2s is not None:
         assert per % 2 == 0
         for q in range(per // 2):   # sub-block pair per//2 * p + q
-            mv = _load(builder, builder.gep(db, [builder.mul(p_idx, ir.Constant(_i64, 32 * per))]),
-                       R16_M2_AT + 64 * q, _vec(_i32, 16))
+            mv = load(builder, builder.gep(db, [builder.mul(p_idx, ir.Constant(i64, 32 * per))]),
+                       R16_M2_AT + 64 * q, vec(i32, 16))
             for a in range(n):
                 bs = _bcast_dword(builder, builder.gep(b2s[a], [builder.mul(
-                    p_idx, ir.Constant(_i64, 2 * per))]), 4 * q)
-                t_new[a] = _vcall(builder, ops.dpwssd, [t_new[a], mv, bs])
-    p_next = builder.add(p_idx, ir.Constant(_i64, 1))
+                    p_idx, ir.Constant(i64, 2 * per))]), 4 * q)
+                t_new[a] = vcall(builder, ops.dpwssd, [t_new[a], mv, bs])
+    p_next = builder.add(p_idx, ir.Constant(i64, 1))
     end = builder.block
     p_idx.add_incoming(p_next, end)
     for ph, v in zip(s_phi + t_phi, s_new + t_new):
         ph.add_incoming(v, end)
-    builder.cbranch(builder.icmp_unsigned("<", p_next, ir.Constant(_i64, 8 // per)), loop,
+    builder.cbranch(builder.icmp_unsigned("<", p_next, ir.Constant(i64, 8 // per)), loop,
                     after)
     builder.position_at_end(after)
     return s_new, t_new
@@ -650,7 +650,7 @@ def _make_rows16(pair_sums: bool, per=2):
                 and isinstance(b2, types.Array) and isinstance(acc, types.Array)
                 and acc.dtype == types.float32):
             return None
-        n = _literal_int(nacts)
+        n = literal_int(nacts)
         if n is None:
             return None
         sig = types.none(dec, types.intp, x, types.intp, types.intp, b2, types.intp, acc,
@@ -659,28 +659,28 @@ def _make_rows16(pair_sums: bool, per=2):
         def codegen(context, builder, signature, args):
             (d_arr, d_off_v, x_arr, x_off_v, step_v, b2_arr, b2_off_v, acc_arr, acc_at_v,
              first_v, _) = args
-            ops = _Ops(builder, True, vnni=True)
-            db = _ptr(context, builder, signature.args[0], d_arr, d_off_v)
-            xbs = [_ptr(context, builder, signature.args[2], x_arr,
+            ops = Ops(builder, True, vnni=True)
+            db = byte_ptr(context, builder, signature.args[0], d_arr, d_off_v)
+            xbs = [byte_ptr(context, builder, signature.args[2], x_arr,
                         builder.add(x_off_v, builder.mul(step_v, ir.Constant(step_v.type, a))))
                    for a in range(n)]
             b2s = None
             if pair_sums:
-                b2s = [_ptr(context, builder, signature.args[5], b2_arr,
+                b2s = [byte_ptr(context, builder, signature.args[5], b2_arr,
                             builder.add(b2_off_v, ir.Constant(b2_off_v.type, 16 * a)))
                        for a in range(n)]
             s_acc, t_acc = _rows16_st(builder, ops, db, xbs, b2s, per)
-            f32v = _vec(ir.FloatType(), 16)
-            d = _load(builder, db, R16_D_AT, f32v)
-            dmin = _load(builder, db, R16_DMIN_AT, f32v)
-            acc_base = _float_array_ptr(context, builder, signature.args[7], acc_arr)
+            f32v = vec(ir.FloatType(), 16)
+            d = load(builder, db, R16_D_AT, f32v)
+            dmin = load(builder, db, R16_DMIN_AT, f32v)
+            acc_base = float_array_ptr(context, builder, signature.args[7], acc_arr)
             for a in range(n):
                 p = builder.fmul(d, builder.sitofp(s_acc[a], f32v))       # p = R32(d * f32(S))
                 q = builder.fmul(dmin, builder.sitofp(t_acc[a], f32v))    # n = R32(dmin * f32(T))
                 ds = builder.bitcast(_bcast_dword(builder, xbs[a], _A_DS_AT), f32v)
                 v = builder.fmul(ds, builder.fsub(p, q))                  # v = R32(ds * R32(p - n))
                 at = builder.add(acc_at_v, ir.Constant(acc_at_v.type, 16 * a))
-                _fold_into(builder, builder.gep(acc_base, [at]), v, first_v)
+                fold_into(builder, builder.gep(acc_base, [at]), v, first_v)
             return context.get_dummy_value()
         return sig, codegen
     return accumulate_rows16_vnni
@@ -726,7 +726,7 @@ X16_BYTES = 2304
 def _raw_byte_ptr(context, builder, arrty, arr, offset):
     """i8* to byte ``offset`` of ``arr``'s data, whatever its dtype."""
     data = context.make_array(arrty)(context, builder, arr).data
-    return builder.gep(builder.bitcast(data, _i8.as_pointer()), [offset])
+    return builder.gep(builder.bitcast(data, i8.as_pointer()), [offset])
 
 
 def _make_x16(pair16: bool):
@@ -743,18 +743,18 @@ def _make_x16(pair16: bool):
 
         def codegen(context, builder, signature, args):
             t_arr, t_off_v, x_arr, x_off_v, p_arr, p_off_v, acc_arr, acc_at_v, first_v = args
-            ops = _Ops(builder, True, vnni=True)
-            tb = _ptr(context, builder, signature.args[0], t_arr, t_off_v)
-            xb = _ptr(context, builder, signature.args[2], x_arr, x_off_v)
+            ops = Ops(builder, True, vnni=True)
+            tb = byte_ptr(context, builder, signature.args[0], t_arr, t_off_v)
+            xb = byte_ptr(context, builder, signature.args[2], x_arr, x_off_v)
             pb = _raw_byte_ptr(context, builder, signature.args[4], p_arr, p_off_v)
-            v16 = _vec(_i32, 16)
+            v16 = vec(i32, 16)
 
             def c32(val):
                 return ir.Constant(v16, [val] * 16)
 
             def field(v, shift, mask):
                 return builder.and_(builder.lshr(v, c32(shift)) if shift else v, c32(mask))
-            u0, u1, u2 = (_load(builder, tb, X16_U_AT + 64 * k, v16) for k in range(3))
+            u0, u1, u2 = (load(builder, tb, X16_U_AT + 64 * k, v16) for k in range(3))
             scs, ms = [], []
             for s in range(8):
                 if s < 4:
@@ -770,11 +770,11 @@ def _make_x16(pair16: bool):
             for j in range(4):
                 p_lo, p_hi = zero, zero
                 for i in range(8):
-                    q = _load(builder, tb, X16_Q_AT + 64 * (8 * j + i), v16)
-                    p_lo = _vcall(builder, ops.dpbusd, [
+                    q = load(builder, tb, X16_Q_AT + 64 * (8 * j + i), v16)
+                    p_lo = vcall(builder, ops.dpbusd, [
                         p_lo, builder.and_(q, lo_mask),
                         _bcast_dword(builder, xb, _A_Q_AT + 64 * j + 4 * i)])
-                    p_hi = _vcall(builder, ops.dpbusd, [
+                    p_hi = vcall(builder, ops.dpbusd, [
                         p_hi, builder.and_(q, hi_mask),
                         _bcast_dword(builder, xb, _A_Q_AT + 64 * j + 32 + 4 * i)])
                 s_lo = builder.add(s_lo, builder.mul(p_lo, scs[2 * j]))
@@ -784,22 +784,22 @@ def _make_x16(pair16: bool):
             for p in range(4):
                 if pair16:
                     mv = builder.or_(ms[2 * p], builder.shl(ms[2 * p + 1], c32(16)))
-                    t_acc = _vcall(builder, ops.dpwssd,
+                    t_acc = vcall(builder, ops.dpwssd,
                                    [t_acc, mv, _bcast_dword(builder, pb, 4 * p)])
                 else:
                     for s in (2 * p, 2 * p + 1):
                         t_acc = builder.add(t_acc, builder.mul(
                             ms[s], _bcast_dword(builder, pb, 4 * s)))
-            f32v = _vec(ir.FloatType(), 16)
-            hv = _vec(ir.HalfType(), 16)
-            d = builder.fpext(_load(builder, tb, X16_D_AT, hv), f32v)
-            dmin = builder.fpext(_load(builder, tb, X16_DMIN_AT, hv), f32v)
+            f32v = vec(ir.FloatType(), 16)
+            hv = vec(ir.HalfType(), 16)
+            d = builder.fpext(load(builder, tb, X16_D_AT, hv), f32v)
+            dmin = builder.fpext(load(builder, tb, X16_DMIN_AT, hv), f32v)
             p_v = builder.fmul(d, builder.sitofp(s_acc, f32v))       # p = R32(d * f32(S))
             n_v = builder.fmul(dmin, builder.sitofp(t_acc, f32v))    # n = R32(dmin * f32(T))
             ds = builder.bitcast(_bcast_dword(builder, xb, _A_DS_AT), f32v)
             v = builder.fmul(ds, builder.fsub(p_v, n_v))             # v = R32(ds * R32(p - n))
-            acc_base = _float_array_ptr(context, builder, signature.args[6], acc_arr)
-            _fold_into(builder, builder.gep(acc_base, [acc_at_v]), v, first_v)
+            acc_base = float_array_ptr(context, builder, signature.args[6], acc_arr)
+            fold_into(builder, builder.gep(acc_base, [acc_at_v]), v, first_v)
             return context.get_dummy_value()
         return sig, codegen
     return q4_k_x16_rows
