@@ -236,25 +236,28 @@ class Model:
         """The new token ids after prompt ``ids`` (one batch, then one token at a time with the
         KV cache): greedy (argmax, lowest id on ties) at ``temperature == 0``, otherwise sampled
         from ``softmax(logits / temperature)`` with ``numpy.random.default_rng(seed)``."""
+        return list(self.stream(ids, max_new_tokens, temperature, seed))
+
+    def stream(self, ids, max_new_tokens, temperature=0.0, seed=None):
+        """``generate`` one token at a time: yields each new id as soon as it is chosen."""
         ids = list(ids)
         if not ids:
             raise ValueError("generate needs at least one prompt token")
         rng = np.random.default_rng(seed)
         cache = self.new_cache(len(ids) + max_new_tokens)
-        out = []
+        if max_new_tokens <= 0:
+            return
         logits = self.forward(ids, cache, all_logits=False)[-1]
-        for _ in range(max_new_tokens):
+        for n in range(max_new_tokens):
             if temperature == 0:
                 nxt = int(np.argmax(logits))
             else:
                 z = logits.astype(np.float64) / temperature
                 p = np.exp(z - z.max())
                 nxt = int(rng.choice(len(p), p=p / p.sum()))
-            out.append(nxt)
-            if len(out) == max_new_tokens:
-                break
-            logits = self.forward([nxt], cache, all_logits=False)[-1]
-        return out
+            yield nxt
+            if n + 1 < max_new_tokens:
+                logits = self.forward([nxt], cache, all_logits=False)[-1]
 
 
 def load(path, threads=1) -> Model:

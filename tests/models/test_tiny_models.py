@@ -78,3 +78,19 @@ def test_unsupported_architecture_is_refused(tmp_path):
     w.close()
     with pytest.raises(ValueError, match="architecture 'mamba' is not supported"):
         models.load(tmp_path / "x.gguf")
+
+
+def test_cli_generate(tiny, capsys):
+    import json
+
+    from numba_qk.__main__ import main
+
+    arch, path, m = tiny
+    ids = ",".join(map(str, PROMPT[:5]))
+    assert main(["generate", str(path), "--tokens", ids, "-n", "4", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["prompt_tokens"] == PROMPT[:5]
+    assert r["tokens"] == m.generate(PROMPT[:5], 4)
+    assert r["prompt_tokens_per_s"] > 0 and r["decode_tokens_per_s"] > 0
+    assert main(["generate", str(path), "--tokens", "1,999", "-n", "2"]) == 1
+    assert "outside the vocabulary" in capsys.readouterr().err
