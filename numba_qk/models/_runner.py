@@ -199,9 +199,11 @@ class Model:
             vc = cache["v"][il]
             kc[:, n_past:n_past + T] = k.transpose(1, 0, 2)
             vc[:, n_past:n_past + T] = v.reshape(T, Hkv, hd).transpose(1, 0, 2)
-            q16 = q.astype(np.float16).view(np.uint16)
-            K.attention(q16, kc.view(np.uint16), vc.view(np.uint16), n_past, self.kq_scale,
-                        L.window, attn)
+            n_kv = n_past + T
+            lo = max(0, n_past - L.window + 1) if L.window else 0  # keys a window can reach
+            K.attention(q.astype(np.float16).astype(np.float32),
+                        kc[:, lo:n_kv].astype(np.float32), vc[:, lo:n_kv].astype(np.float32),
+                        n_past - lo, self.kq_scale, L.window, attn)
             (o,) = _quantized(attn.reshape(T, H * hd), (L.wo,))
             if gemma:
                 o = self._norm(o, L.post_attn_norm)

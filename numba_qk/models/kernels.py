@@ -68,23 +68,24 @@ def rope(x, pos, n_rot, freq_base, neox):
 
 
 @kernel
-def attention(q16, k16, v16, n_past, scale, window, out):
+def attention(q, k, v, n_past, scale, window, out):
     """Causal multi-head attention with grouped K/V heads over an f16 KV cache, as llama.cpp's
-    CPU graph without flash attention: ``q16`` f16 bits ``[T, Hq, hd]`` (Q rounded to f16, as
-    ``ggml_mul_mat`` converts it to K's vec_dot_type), ``k16``/``v16`` f16 bits
-    ``[Hkv, n_ctx, hd]`` holding positions ``0 .. n_past + T - 1``; query ``t`` sits at
-    position ``n_past + t``.  Query head ``h`` reads K/V head ``h // (Hq // Hkv)`` (GQA, as
-    ggml_mul_mat broadcasts).  Scores: f16·f16 products summed in f32, then
+    CPU graph without flash attention.  ``q`` f32 ``[T, Hq, hd]`` holds Q rounded to f16 (as
+    ``ggml_mul_mat`` converts it to K's vec_dot_type); ``k``/``v`` f32 ``[Hkv, n_kv, hd]`` hold
+    the cache's f16 values widened (exactly) for positions ``0 .. n_past + T - 1``; query ``t``
+    sits at position ``n_past + t``.  Query head ``h`` reads K/V head ``h // (Hq // Hkv)`` (GQA,
+    as ggml_mul_mat broadcasts).  Scores: f16·f16 products (exact in f32) summed in f32, then
     ``ggml_soft_max_ext``: ``s*scale``, masked to keys ``j <= pos`` (and ``pos - j < window``
     when ``window > 0``: LLAMA_SWA_TYPE_STANDARD), ``expf(s - max)`` summed in double,
     multiplied by ``(float)(1/sum)``.  The probabilities are rounded to f16 (ggml_mul_mat of the
-    f16 V converts them) and ``sum_j p_j v_j`` is summed in f32 -> ``out`` f32 ``[T, Hq, hd]``."""
-    T, Hq, hd = q16.shape
-    Hkv = k16.shape[0]
+    f16 V converts them) and ``sum_j p_j v_j`` is summed in f32 -> ``out`` f32 ``[T, Hq, hd]``.
+    ggml's SIMD dot products sum in another order: equal to float32 rounding, not bit for bit."""
+    T, Hq, hd = q.shape
+    Hkv = k.shape[0]
     group = Hq // Hkv
     n_kv = n_past + T
     sc = np.empty(n_kv, np.float32)
-    p16 = np.empty(n_kv, np.float32)
+    acc_v = np.empty(hd, np.float32)
     for t in range(T):
         pos = n_past + t
         j0 = 0
@@ -96,7 +97,7 @@ def attention(q16, k16, v16, n_past, scale, window, out):
             for j in range(j0, pos + 1):
                 acc = np.float32(0.0)
                 for i in range(hd):
-                    acc += f16_to_f32(q16[t, h, i]) * f16_to_f32(k16[kh, j, i])
+                    acc += q[t, h, i] * k[kh, j, i]
                 s = np.float32(acc * scale)
                 sc[j] = s
                 if s > mx:
@@ -107,13 +108,14 @@ def attention(q16, k16, v16, n_past, scale, window, out):
                 sc[j] = e
                 total += np.float64(e)
             inv = np.float32(1.0 / total)
-            for j in range(j0, pos + 1):
-                p16[j] = f16_to_f32(encode_f16(np.float32(sc[j] * inv)))
             for i in range(hd):
-                acc = np.float32(0.0)
-                for j in range(j0, pos + 1):
-                    acc += p16[j] * f16_to_f32(v16[kh, j, i])
-                out[t, h, i] = acc
+                acc_v[i] = np.float32(0.0)
+            for j in range(j0, pos + 1):
+                p = f16_to_f32(encode_f16(np.float32(sc[j] * inv)))
+                for i in range(hd):
+                    acc_v[i] += p * v[kh, j, i]
+            for i in range(hd):
+                out[t, h, i] = acc_v[i]
 
 
 @kernel
