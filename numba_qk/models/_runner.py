@@ -106,15 +106,34 @@ class Model:
         self.n_ctx_train = int(kv("context_length", 2048))
         freq_base = float(kv("rope.freq_base", 10000.0))
         self.neox = arch == "gemma3"
+        self.softcap = None
+        swa_layers = set()
+        freq_base_swa = freq_base
         if arch == "gemma3":
-            # llama-model.cpp, LLM_ARCH_GEMMA3: attention scale 1/sqrt(n_embd_head_k); the
-            # embeddings scaled by sqrtf(n_embd); sliding-window layers where il % 6 < 5
-            # (set_swa_pattern(6)) with rope base 10000 (rope_freq_base_train_swa).
-            self.kq_scale = np.float32(1.0 / math.sqrt(float(self.head_dim)))
-            self.embd_scale = np.float32(math.sqrt(float(self.n_embd)))
+            # src/models/gemma3.cpp: Q scaled in f32 by f_attention_scale = 1.0f/sqrtf(n_embd_head_k)
+            # before attention (kq_scale 1); embeddings scaled by sqrtf(n_embd); with a sliding
+            # window, layers il % n_pattern < n_pattern - 1 slide (set_swa_pattern, n_pattern 6
+            # unless attention.sliding_window_pattern says otherwise, an array naming each layer)
+            # with rope base rope.freq_base_swa (default 10000, llama-hparams.h); an optional final
+            # logit soft-capping.
+            self.q_scale = np.float32(np.float32(1.0) / np.float32(math.sqrt(self.head_dim)))
+            self.kq_scale = np.float32(1.0)
+            self.embd_scale = np.float32(math.sqrt(self.n_embd))
             n_swa = int(kv("attention.sliding_window", 0))
+            if n_swa > 0:
+                pattern = kv("attention.sliding_window_pattern", 6)
+                if isinstance(pattern, list):
+                    swa_layers = {i for i, p in enumerate(pattern) if p}
+                else:
+                    n = int(pattern)
+                    swa_layers = {i for i in range(self.n_layer) if n == 0 or i % n < n - 1}
+                freq_base_swa = float(kv("rope.freq_base_swa", 10000.0))
+            cap = float(kv("final_logit_softcapping", 0.0) or 0.0)
+            self.softcap = np.float32(cap) if cap else None
         else:
-            self.kq_scale = np.float32(1.0 / math.sqrt(float(self.head_dim)))
+            # src/models/llama.cpp: kq_scale = 1.0f/sqrtf(n_embd_head) inside the softmax
+            self.q_scale = None
+            self.kq_scale = np.float32(np.float32(1.0) / np.float32(math.sqrt(self.head_dim)))
             self.embd_scale = None
             n_swa = 0
 
@@ -139,9 +158,9 @@ class Model:
                 layer.k_norm = vec(p + "attn_k_norm.weight")
                 layer.post_attn_norm = vec(p + "post_attention_norm.weight")
                 layer.post_ffn_norm = vec(p + "post_ffw_norm.weight")
-                if n_swa and i % 6 < 5:
+                if i in swa_layers:
                     layer.window = n_swa
-                    layer.freq_base = 10000.0
+                    layer.freq_base = freq_base_swa
             self.layers.append(layer)
         self.output_norm = vec("output_norm.weight")
         embd = f.tensor("token_embd.weight")
@@ -195,6 +214,8 @@ class Model:
                 k = self._norm(k.reshape(T * Hkv, hd), L.k_norm).reshape(T, Hkv, hd)
             K.rope(q, pos, self.n_rot, L.freq_base, self.neox)
             K.rope(k, pos, self.n_rot, L.freq_base, self.neox)
+            if self.q_scale is not None:
+                q = q * self.q_scale
             kc = cache["k"][il]
             vc = cache["v"][il]
             kc[:, n_past:n_past + T] = k.transpose(1, 0, 2)
@@ -224,6 +245,9 @@ class Model:
             x = x[-1:]
         h = self._norm(np.ascontiguousarray(x), self.output_norm)
         (logits,) = _quantized(h, (self.output,))
+        if self.softcap is not None:   # ggml_scale(1/c), ggml_tanh, ggml_scale(c)
+            inv = np.float32(np.float32(1.0) / self.softcap)
+            logits = np.tanh(logits * inv) * self.softcap
         return logits
 
     # -- API ------------------------------------------------------------------------------------
