@@ -74,7 +74,7 @@ def write_tiny_model(path, arch="llama", seed=0):
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
     d, hd, ff = s["n_embd"], s["head_dim"], s["n_ff"]
-    add("token_embd.weight", mat(s["n_vocab"], d, "q8_0", scale=1.0))
+    add("token_embd.weight", mat(s["n_vocab"], d, "q8_0", scale=0.3))
     for i in range(s["n_layer"]):
         p = f"blk.{i}."
         w.add_tensor(p + "attn_norm.weight", norm(d))
