@@ -64,9 +64,10 @@ def test_logits_agree_with_llama_cpp_golden(tiny):
     for t in range(len(ref)):
         assert np.corrcoef(got[t], ref[t])[0, 1] >= 0.9995, t
         assert np.abs(got[t] - ref[t]).max() <= 0.02 * np.abs(ref[t]).max(), t
-    # at these sizes llama.cpp's SIMD sums happen to round as numba_qk's serial ones: when the
-    # golden file was made, every position was bit-identical (a margin of 2 for other CPUs)
-    assert (got == ref).all(axis=1).sum() >= len(ref) - 2
+    # at these sizes the activation quantization picks the same codes as llama.cpp's and only the
+    # order of float32 sums differs: when the golden file was made every logit agreed to 1 ulp
+    # of the largest (max |diff| 9.5e-7 at |logit| <= 13.4); 10x that margin here
+    assert np.abs(got - ref).max() <= 1e-5 * np.abs(ref).max()
     assert m.generate([int(i) for i in g["ids"]], len(g["greedy"])) == list(g["greedy"])
 
 
