@@ -1,8 +1,8 @@
 """The two real GGUF models of issue 23 (opt-in: ``-m models``).  Files are read from
 ``$NUMBA_QK_MODELS`` or ``~/.cache/numba_qk-models``; a missing file skips its tests.  Agreement
 with llama.cpp is checked against ``golden/real_<model>.npz`` (tools/models_agreement.py):
-llama.cpp's top-1 per position, its top-2 gap and its own batched-vs-stepwise noise, and its
-greedy tokens."""
+llama.cpp's top-1 per position, its top-2 gap and its own batched-vs-stepwise noise, its logits
+at a sample of the vocabulary, and its greedy tokens."""
 
 import os
 from pathlib import Path
@@ -51,9 +51,12 @@ def test_agreement_with_llama_cpp(real):
     got = m.logits(ids)
     clear = (g["gap"] >= 0.5) & (g["gap"] >= 2 * g["noise"])
     assert (got.argmax(1)[clear] == g["top1"][clear]).all()
-    # the top-k logits llama.cpp recorded: correlation per position
-    for t in range(len(ids)):
-        assert np.corrcoef(got[t][g["topk_ids"][t]], g["topk"][t])[0, 1] >= 0.99, t
+    # llama.cpp's logits at a fixed random sample of 2048 vocabulary ids: correlation per
+    # position (issue 23's targets on the full vector: median >= 0.999, minimum >= 0.99; the
+    # sample's median gets a little slack)
+    corr = [np.corrcoef(got[t][g["sample_ids"]], g["sample"][t])[0, 1] for t in range(len(ids))]
+    assert min(corr) >= 0.99
+    assert np.median(corr) >= 0.998
     gen = m.generate(ids, len(g["greedy"]))
     first_unclear = int(g["greedy_clear"])
     assert gen[:first_unclear] == list(g["greedy"][:first_unclear])
