@@ -6,7 +6,8 @@
 For each file: prompt processing (a batch of ``--prompt`` token ids, fresh context) and decode
 (``--decode`` greedy tokens with the KV cache) in tokens/s, best of ``--repeat`` alternating runs
 of both (numba_qk's first, cache-loading run not timed); llama.cpp runs in a subprocess
-(tools/llama_cpp_ref.py) of the interpreter that has llama_cpp.  Then where numba_qk's decode
+(tools/llama_cpp_ref.py) of the interpreter that has llama_cpp, with logits of the last
+position only (as numba_qk's prompt pass here: the output head runs once).  Then where numba_qk's decode
 time goes (wall time per token: quantized matmuls, activation quantization, attention, the
 rest).  Writes bench/RESULTS_models.md with the machine (lscpu's model name) and the date.
 Without MODEL: the two files of issue 23 from ~/.cache/numba_qk-models ($NUMBA_QK_MODELS).
@@ -48,7 +49,8 @@ def run_llama(py, path, ids, n_decode, threads):
         out = Path(d) / "r.npz"
         subprocess.run([py, str(ROOT / "tools" / "llama_cpp_ref.py"), str(path), "--out",
                         str(out), "--ids", ",".join(map(str, ids)), "--greedy",
-                        str(n_decode + 1), "--threads", str(threads)], check=True)
+                        str(n_decode + 1), "--threads", str(threads), "--last-logits"],
+                       check=True)
         r = np.load(out)
         return len(ids) / float(r["prompt_s"]), int(r["decode_n"]) / float(r["decode_s"])
 
@@ -116,6 +118,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--llama-python", default="/work/.native-ggml/bin/python")
     ap.add_argument("--out", default=str(ROOT / "bench" / "RESULTS_models.md"))
+    ap.add_argument("--note", default="", help="a sentence about the run (load, conditions)")
     a = ap.parse_args()
     from numba_qk import models
 
@@ -149,7 +152,8 @@ def main():
         "",
         f"Machine: {machine()}; Python {platform.python_version()}; "
         f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. "
-        "llama.cpp: llama-cpp-python built -march=native (shared/tools/build-native-ggml.sh).",
+        "llama.cpp: llama-cpp-python built -march=native (shared/tools/build-native-ggml.sh)."
+        + (f" {a.note}" if a.note else ""),
         "",
         "| model | llama.cpp prompt tok/s | numba_qk prompt tok/s | ratio | llama.cpp decode "
         "tok/s | numba_qk decode tok/s | ratio |",

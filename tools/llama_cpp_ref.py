@@ -25,6 +25,9 @@ def main():
     ap.add_argument("--greedy", type=int, default=0)
     ap.add_argument("--stepwise", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--last-logits", action="store_true",
+                    help="logits of the last position only (for timing: no output head over "
+                         "the whole prompt; ``logits`` then holds zeros before the last row)")
     a = ap.parse_args()
     import llama_cpp
 
@@ -33,7 +36,7 @@ def main():
         ids = [int(s) for s in a.ids.split(",")]
         n_ctx = max(64, len(ids) + a.greedy + 8)
     llm = llama_cpp.Llama(a.model, n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=a.threads,
-                          n_threads_batch=a.threads, logits_all=True, verbose=False)
+                          n_threads_batch=a.threads, logits_all=not a.last_logits, verbose=False)
     if a.text is not None:
         ids = llm.tokenize(a.text.encode(), add_bos=True, special=True)
     res = {"n_threads": a.threads}
