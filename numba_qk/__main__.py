@@ -239,6 +239,7 @@ def cmd_generate(path: str, tokens: str, n: int, threads: int, as_json: bool) ->
     if bad:
         raise ValueError(f"--tokens: id {bad[0]} is outside the vocabulary (0..{m.n_vocab - 1})")
     out = []
+    text = m.vocab.decoder() if m.vocab.tokens else str   # ids when the file has no vocabulary
     t0 = time.perf_counter()
     t_first = None
     for tok in m.stream(ids, n):
@@ -246,12 +247,13 @@ def cmd_generate(path: str, tokens: str, n: int, threads: int, as_json: bool) ->
             t_first = time.perf_counter()
         out.append(tok)
         if not as_json:
-            print(tok, end=" ", flush=True)
+            print(text(tok) if m.vocab.tokens else f"{tok} ", end="", flush=True)
     t1 = time.perf_counter()
     prompt_s = (t_first or t1) - t0
     decode_tps = (len(out) - 1) / (t1 - t_first) if len(out) > 1 else None
     if as_json:
-        print(json.dumps({"prompt_tokens": ids, "tokens": out, "text": None,
+        print(json.dumps({"prompt_tokens": ids, "tokens": out,
+                          "text": m.detokenize(out) if m.vocab.tokens else None,
                           "prompt_tokens_per_s": len(ids) / prompt_s,
                           "decode_tokens_per_s": decode_tps}))
     else:
@@ -305,11 +307,12 @@ def main(argv=None) -> int:
     p_gen = sub.add_parser("generate", help="run a GGUF model (llama, gemma3): greedy tokens")
     p_gen.add_argument("model", help="GGUF model file (architecture llama or gemma3)")
     p_gen.add_argument("--tokens", required=True,
-                       help="prompt token ids, comma-separated (no tokenizer yet)")
+                       help="prompt token ids, comma-separated (no tokenizer yet; the output "
+                            "is text from the file's vocabulary)")
     p_gen.add_argument("-n", type=int, default=16, help="new tokens (default 16)")
     p_gen.add_argument("--threads", type=int, default=1, help="threads per matmul (default 1)")
     p_gen.add_argument("--json", action="store_true",
-                       help="one JSON object: prompt_tokens, tokens, text (null), "
+                       help="one JSON object: prompt_tokens, tokens, text, "
                             "prompt_tokens_per_s, decode_tokens_per_s")
     for p in (p_inspect, p_quant, p_bench):
         p.add_argument("--demo-dim", type=int, default=512,

@@ -56,6 +56,7 @@ def main():
     res["decode_s"] = time.perf_counter() - t
     res["decode_n"] = max(len(greedy) - 1, 0)
     res["greedy"] = np.array(greedy, dtype=np.int64)
+    res["greedy_text"] = np.array(llm.detokenize(greedy).decode("utf-8", "replace"))
     if a.stepwise:
         llm.reset()
         for i in ids:

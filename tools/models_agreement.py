@@ -58,6 +58,7 @@ def main():
                           greedy=N_GEN, stepwise=True)
             ids = [int(i) for i in r["ids"]]
             lc, greedy = r["logits"], [int(t) for t in r["greedy"]]
+            r = dict(r)
             noise = float(np.abs(lc - r["stepwise"]).max())
             # llama.cpp's gaps along its own greedy continuation
             r2 = llama_ref(a.llama_python, path, Path(d) / "b.npz", ids=ids + greedy)
@@ -86,7 +87,8 @@ def main():
         np.savez_compressed(
             ROOT / "tests" / "models" / "golden" / f"real_{key}.npz", ids=np.array(ids),
             top1=lc.argmax(1), gap=gap, noise=np.float32(noise), sample_ids=sample,
-            sample=lc[:, sample], greedy=np.array(greedy), greedy_clear=np.int64(greedy_clear))
+            sample=lc[:, sample], greedy=np.array(greedy), greedy_clear=np.int64(greedy_clear),
+            greedy_text=r["greedy_text"])
         sys.stdout.flush()
 
 

@@ -12,6 +12,7 @@ from .. import gguf as _gguf
 from ..formats import activation_format
 from ..ops import dequantize, gemm, gemv, quantize
 from . import kernels as K
+from ._vocab import Vocab
 
 ARCHITECTURES = ("llama", "gemma3")
 
@@ -168,6 +169,12 @@ class Model:
         self.tok_embd = w("token_embd.weight")
         self.output = w("output.weight") if "output.weight" in names else self.tok_embd
         self._gelu = K.gelu_f16_table() if arch == "gemma3" else None
+        self.vocab = Vocab(md)
+
+    def detokenize(self, ids, special=False) -> str:
+        """Text of token ids from the file's vocabulary, as llama.cpp's ``llama_detokenize``
+        (control tokens left out unless ``special``)."""
+        return self.vocab.detokenize(ids, special)
 
     # -- pieces -------------------------------------------------------------------------------
     def embed(self, ids) -> np.ndarray:

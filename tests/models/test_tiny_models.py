@@ -95,6 +95,15 @@ def test_cli_generate(tiny, capsys):
     r = json.loads(capsys.readouterr().out)
     assert r["prompt_tokens"] == PROMPT[:5]
     assert r["tokens"] == m.generate(PROMPT[:5], 4)
+    assert r["text"] == "".join(f"t{i}" for i in r["tokens"])      # the tiny vocabulary's pieces
+    assert main(["generate", str(path), "--tokens", ids, "-n", "4"]) == 0
+    assert capsys.readouterr().out.strip() == r["text"]
     assert r["prompt_tokens_per_s"] > 0 and r["decode_tokens_per_s"] > 0
     assert main(["generate", str(path), "--tokens", "1,999", "-n", "2"]) == 1
     assert "outside the vocabulary" in capsys.readouterr().err
+
+
+def test_detokenize_kinds(tiny):
+    arch, path, m = tiny
+    assert m.detokenize([1, 5, 6, 2]) == "t5t6"                 # control tokens left out
+    assert m.detokenize([1, 5], special=True) == "<s>t5"
