@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import gguf as _gguf
+from .. import kernels as _blocks
+from ..errors import QuantizationDomainError
 from ..formats import activation_format
 from ..ops import dequantize, gemm, gemv, quantize
 from . import kernels as K
@@ -30,6 +32,10 @@ class _Weight:
             self.act = activation_format(info.format)
             self.recs = f.records(name)
             self.mat = None
+            # one token, one thread: the @njit building block itself (same bits as ops.gemv,
+            # without the public layer's checks, which cost ~10 us a call)
+            self.block = getattr(_blocks, f"gemv_{self.fmt.name.lower()}_{self.act.name.lower()}",
+                                 None) if threads == 1 else None
         elif info.type_name in ("F32", "F16"):
             self.fmt = self.act = None
             self.recs = None
@@ -42,6 +48,10 @@ class _Weight:
         """``x @ W.T`` for ``x`` f32 ``[T, K]`` whose activation records are ``xq``."""
         if self.mat is not None:
             return x @ self.mat.T
+        if xq.shape[0] == 1 and self.block is not None:
+            out = np.empty((1, self.rows), np.float32)
+            self.block(self.recs, xq[0], out[0])
+            return out
         if xq.shape[0] == 1:
             return gemv(self.recs, xq[0], lhs_format=self.fmt, rhs_format=self.act,
                         threads=self.threads)[None, :]
@@ -56,8 +66,20 @@ def _quantized(x, weights):
         if w.act is not None and w.act not in cache:
             T, n = x.shape
             b = w.act.block_size
-            cache[w.act] = quantize(np.ascontiguousarray(x).reshape(-1, b),
-                                    format=w.act).reshape(T, n // b, -1)
+            if T == 1:   # the @njit building block (same bits as ops.quantize)
+                xq = np.empty((1, n // b, w.act.block_bytes), np.uint8)
+                x32 = np.ascontiguousarray(x[0], dtype=np.float32)
+                if b == 256:
+                    bad = _blocks.quantize_q8_k(x32.reshape(-1, 256), xq[0])
+                else:
+                    bad = getattr(_blocks, f"quantize_{w.act.name.lower()}")(x32, xq[0])
+                if bad >= 0:
+                    raise QuantizationDomainError(int(bad), "the model's activations cannot "
+                                                  "be quantized (a NaN or inf)", row=0)
+                cache[w.act] = xq
+            else:
+                cache[w.act] = quantize(np.ascontiguousarray(x).reshape(-1, b),
+                                        format=w.act).reshape(T, n // b, -1)
     return [w.apply(cache.get(w.act), x) for w in weights]
 
 
