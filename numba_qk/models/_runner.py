@@ -133,7 +133,7 @@ class Model:
         swa_layers = set()
         freq_base_swa = freq_base
         if arch == "gemma3":
-            # src/models/gemma3.cpp: Q scaled in f32 by f_attention_scale = 1.0f/sqrtf(n_embd_head_k)
+            # src/models/gemma3.cpp: Q scaled in f32 by f_attention_scale (1.0f/sqrtf(head_dim))
             # before attention (kq_scale 1); embeddings scaled by sqrtf(n_embd); with a sliding
             # window, layers il % n_pattern < n_pattern - 1 slide (set_swa_pattern, n_pattern 6
             # unless attention.sliding_window_pattern says otherwise, an array naming each layer)

@@ -142,7 +142,8 @@ def gelu_f16_table():
     for code in range(65536):
         x = f16_to_f32(np.uint16(code))
         inner = np.float32(c * x) * np.float32(np.float32(1.0) + np.float32(np.float32(a * x) * x))
-        y = np.float32(np.float32(0.5) * x) * np.float32(np.float32(1.0) + np.float32(math.tanh(inner)))
+        th = np.float32(math.tanh(inner))
+        y = np.float32(np.float32(0.5) * x) * np.float32(np.float32(1.0) + th)
         tab[code] = f16_to_f32(encode_f16(y))
     return tab
 
