@@ -9,7 +9,8 @@ of both (numba_qk's first, cache-loading run not timed); llama.cpp runs in a sub
 (tools/llama_cpp_ref.py) of the interpreter that has llama_cpp, with logits of the last
 position only (as numba_qk's prompt pass here: the output head runs once).  Then where
 numba_qk's decode time goes (wall time per token: quantized matmuls, activation
-quantization, attention, the rest).  Writes bench/RESULTS_models.md with the machine (lscpu's model name) and the date.
+quantization, attention, the rest).  Writes bench/RESULTS_models.md with the machine
+(lscpu's model name) and the date.
 Without MODEL: the two files of issue 23 from ~/.cache/numba_qk-models ($NUMBA_QK_MODELS).
 """
 
