@@ -107,3 +107,13 @@ def test_detokenize_kinds(tiny):
     arch, path, m = tiny
     assert m.detokenize([1, 5, 6, 2]) == "t5t6"                 # control tokens left out
     assert m.detokenize([1, 5], special=True) == "<s>t5"
+
+
+def test_non_finite_activations_raise(tiny, monkeypatch):
+    import numba_qk as qk
+
+    arch, path, m = tiny
+    monkeypatch.setattr(m, "embed", lambda ids: np.full((len(ids), m.n_embd), np.nan, np.float32))
+    for ids in ([5], [5, 6]):            # one token (the @njit blocks) and a batch (ops)
+        with pytest.raises(qk.QuantizationDomainError):
+            m.logits(ids)
