@@ -83,6 +83,15 @@ def breakdown(m, ids, n_decode):
                 spent[key] = spent.get(key, 0.0) + time.perf_counter() - t
         return wrapper
 
+    class TimedBlocks:   # numba_qk.kernels as the runner sees it, its quantizers timed
+        def __getattr__(self, name):
+            fn = getattr(real_blocks, name)
+            return timed("activation quantize", fn) if name.startswith("quantize") else fn
+
+    real_blocks = _runner._blocks
+    weights = [w for L in m.layers for w in (L.wq, L.wk, L.wv, L.wo, L.gate, L.up, L.down)]
+    weights = list({id(w): w for w in weights + [m.output]}.values())
+    blocks = [w.block for w in weights]
     saved = {n: getattr(_runner, n) for n in ("gemv", "gemm", "quantize", "dequantize")}
     saved_k = {n: getattr(kernels, n) for n in ("attention", "rms_norm", "rope", "swiglu", "geglu")}
     try:
@@ -93,6 +102,10 @@ def breakdown(m, ids, n_decode):
         for n, fn in saved_k.items():
             setattr(kernels, n, timed("attention" if n == "attention" else
                                       "norms, rope, GLU", fn))
+        _runner._blocks = TimedBlocks()
+        for w, b in zip(weights, blocks):
+            if b is not None:
+                w.block = timed("matmul (gemv)", b)
         cache = m.new_cache(len(ids) + n_decode + 1)
         tok = int(np.argmax(m.forward(ids, cache, all_logits=False)[-1]))
         spent.clear()
@@ -105,6 +118,9 @@ def breakdown(m, ids, n_decode):
             setattr(_runner, n, fn)
         for n, fn in saved_k.items():
             setattr(kernels, n, fn)
+        _runner._blocks = real_blocks
+        for w, b in zip(weights, blocks):
+            w.block = b
     parts = {k: v / n_decode for k, v in spent.items()}
     parts["Python, numpy, rest"] = total / n_decode - sum(parts.values())
     return total / n_decode, parts
@@ -152,7 +168,8 @@ def main():
         f"KV cache, best of {a.repeat} alternating runs).",
         "",
         f"Machine: {machine()}; Python {platform.python_version()}; "
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC. "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; load average at "
+        f"the end {os.getloadavg()[0]:.1f}. "
         "llama.cpp: llama-cpp-python built -march=native (shared/tools/build-native-ggml.sh)."
         + (f" {a.note}" if a.note else ""),
         "",
