@@ -222,6 +222,47 @@ def cmd_bench(path: str, repeat: int) -> int:
     return 0
 
 
+def cmd_generate(path: str, tokens: str, n: int, threads: int, as_json: bool) -> int:
+    import json
+    import time
+
+    from numba_qk import models
+
+    try:
+        ids = [int(t) for t in tokens.split(",") if t.strip()]
+    except ValueError:
+        raise ValueError(f"--tokens takes comma-separated token ids, got {tokens!r}") from None
+    if not ids:
+        raise ValueError("--tokens: at least one prompt token id is needed")
+    m = models.load(path, threads=threads)
+    bad = [i for i in ids if not 0 <= i < m.n_vocab]
+    if bad:
+        raise ValueError(f"--tokens: id {bad[0]} is outside the vocabulary (0..{m.n_vocab - 1})")
+    out = []
+    text = m.vocab.decoder() if m.vocab.tokens else str   # ids when the file has no vocabulary
+    t0 = time.perf_counter()
+    t_first = None
+    for tok in m.stream(ids, n):
+        if t_first is None:
+            t_first = time.perf_counter()
+        out.append(tok)
+        if not as_json:
+            print(text(tok) if m.vocab.tokens else f"{tok} ", end="", flush=True)
+    t1 = time.perf_counter()
+    prompt_s = (t_first or t1) - t0
+    decode_tps = (len(out) - 1) / (t1 - t_first) if len(out) > 1 else None
+    if as_json:
+        print(json.dumps({"prompt_tokens": ids, "tokens": out,
+                          "text": m.detokenize(out) if m.vocab.tokens else None,
+                          "prompt_tokens_per_s": len(ids) / prompt_s,
+                          "decode_tokens_per_s": decode_tps}))
+    else:
+        print()
+        print(f"prompt: {len(ids)} tokens, {len(ids) / prompt_s:.1f} tokens/s; decode: "
+              + (f"{decode_tps:.1f} tokens/s" if decode_tps else "-"), file=sys.stderr)
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m numba_qk",
@@ -263,6 +304,16 @@ def main(argv=None) -> int:
     p_bench = sub.add_parser("bench", help="matvec speed per accelerated tensor")
     p_bench.add_argument("file", nargs="?", help="GGUF file (default: the embedded demo model)")
     p_bench.add_argument("--repeat", type=int, default=20, help="timed repeats (default 20)")
+    p_gen = sub.add_parser("generate", help="run a GGUF model (llama, gemma3): greedy tokens")
+    p_gen.add_argument("model", help="GGUF model file (architecture llama or gemma3)")
+    p_gen.add_argument("--tokens", required=True,
+                       help="prompt token ids, comma-separated (no tokenizer yet; the output "
+                            "is text from the file's vocabulary)")
+    p_gen.add_argument("-n", type=int, default=16, help="new tokens (default 16)")
+    p_gen.add_argument("--threads", type=int, default=1, help="threads per matmul (default 1)")
+    p_gen.add_argument("--json", action="store_true",
+                       help="one JSON object: prompt_tokens, tokens, text, "
+                            "prompt_tokens_per_s, decode_tokens_per_s")
     for p in (p_inspect, p_quant, p_bench):
         p.add_argument("--demo-dim", type=int, default=512,
                        help="width of the embedded demo model used when no file is given "
@@ -300,6 +351,10 @@ def main(argv=None) -> int:
                 if args.dst is None and args.src is None:
                     dst = os.path.join(os.getcwd(), f"numba_qk-demo-{label}.gguf")
                 return cmd_quantize(src, dst, args.type or "q4_k", args.to, options)
+            if args.command == "generate":
+                if args.n < 1 or args.threads < 1:
+                    parser.error("-n and --threads must be >= 1")
+                return cmd_generate(args.model, args.tokens, args.n, args.threads, args.json)
             if args.repeat < 1:
                 parser.error("--repeat must be >= 1")
             return cmd_bench(args.file or _default_model(tmp, args.demo_dim), args.repeat)

@@ -20,12 +20,15 @@ def rng():
 
 def pytest_collection_modifyitems(config, items):
     """``@pytest.mark.slow`` sweeps run on purpose only: with ``-m slow`` (any marker expression
-    naming ``slow``) or ``NUMBA_QK_SLOW=1``; the default run skips them with that reason."""
+    naming ``slow``) or ``NUMBA_QK_SLOW=1``; the default run skips them with that reason.
+    ``@pytest.mark.models`` (real GGUF models) likewise: ``-m models`` or
+    ``NUMBA_QK_MODELS_RUN=1``."""
     import os
 
-    if "slow" in (config.option.markexpr or "") or os.environ.get("NUMBA_QK_SLOW"):
-        return
-    skip = pytest.mark.skip(reason="slow: run with -m slow or NUMBA_QK_SLOW=1")
-    for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+    for marker, env in (("slow", "NUMBA_QK_SLOW"), ("models", "NUMBA_QK_MODELS_RUN")):
+        if marker in (config.option.markexpr or "") or os.environ.get(env):
+            continue
+        skip = pytest.mark.skip(reason=f"{marker}: run with -m {marker} or {env}=1")
+        for item in items:
+            if item.get_closest_marker(marker) is not None:  # (keywords hold folder names)
+                item.add_marker(skip)

@@ -1,0 +1,20 @@
+"""Run GGUF language models end to end through numba_qk's kernels.
+
+>>> from numba_qk import models
+>>> m = models.load("SmolLM2-135M-Instruct.Q4_1.gguf")        # doctest: +SKIP
+>>> m.logits([1, 2, 3]).shape                                  # doctest: +SKIP
+(3, 49152)
+>>> m.generate([1, 2, 3], 8)                                   # doctest: +SKIP
+
+Architectures: ``llama`` (SmolLM2, Llama 3, Mistral and kin) and ``gemma3``.  Weights stay in
+the file's memory map (numba_qk's zero-copy records); nothing is dequantized up front, and
+embeddings are looked up row by row.  Every quantized matmul runs numba_qk's ``gemv``/``gemm``;
+activations are quantized once per weight group sharing them (q/k/v, gate/up) with numba_qk's
+``quantize``, i.e. ggml's ``quantize_row_*_ref`` numerics, where llama.cpp runs ggml's CPU
+quantizer (they differ in a few blocks per thousand; see ISSUE 23).  The elementwise parts
+are in :mod:`numba_qk.models.kernels`.
+"""
+
+from ._runner import Model, load
+
+__all__ = ["Model", "load"]

@@ -1,0 +1,320 @@
+"""The forward pass of the ``llama`` and ``gemma3`` GGUF architectures (llama.cpp's
+src/models/llama.cpp and gemma3.cpp graphs), with an f16 KV cache and batched prompts."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import gguf as _gguf
+from .. import kernels as _blocks
+from ..errors import QuantizationDomainError
+from ..formats import activation_format
+from ..ops import dequantize, gemm, gemv, quantize
+from . import kernels as K
+from ._vocab import Vocab
+
+ARCHITECTURES = ("llama", "gemma3")
+
+
+class _Weight:
+    """A 2-D weight: numba_qk records over the memory map (or an F32/F16 matrix)."""
+
+    def __init__(self, f, name, threads):
+        info = f.tensor(name)
+        self.name = name
+        self.rows = info.shape[0]
+        self.threads = threads
+        if info.accelerated:
+            self.fmt = info.format
+            self.act = activation_format(info.format)
+            self.recs = f.records(name)
+            self.mat = None
+            # one token, one thread: the @njit building block itself (same bits as ops.gemv,
+            # without the public layer's checks, which cost ~10 us a call)
+            self.block = getattr(_blocks, f"gemv_{self.fmt.name.lower()}_{self.act.name.lower()}",
+                                 None) if threads == 1 else None
+        elif info.type_name in ("F32", "F16"):
+            self.fmt = self.act = None
+            self.recs = None
+            self.mat = np.asarray(f.raw(name), dtype=np.float32)
+        else:
+            raise _gguf.GGUFError(f"tensor {name!r} is {info.type_name}: not supported by "
+                                  f"numba_qk.models")
+
+    def apply(self, xq, x):
+        """``x @ W.T`` for ``x`` f32 ``[T, K]`` whose activation records are ``xq``."""
+        if self.mat is not None:
+            return x @ self.mat.T
+        if xq.shape[0] == 1 and self.block is not None:
+            out = np.empty((1, self.rows), np.float32)
+            self.block(self.recs, xq[0], out[0])
+            return out
+        if xq.shape[0] == 1:
+            return gemv(self.recs, xq[0], lhs_format=self.fmt, rhs_format=self.act,
+                        threads=self.threads)[None, :]
+        return gemm(self.recs, xq, lhs_format=self.fmt, rhs_format=self.act, threads=self.threads)
+
+
+def _quantized(x, weights):
+    """Activation records of ``x`` f32 ``[T, K]`` for each activation format the weights need:
+    one quantization shared by every weight of that format (llama.cpp quantizes per matmul)."""
+    cache = {}
+    for w in weights:
+        if w.act is not None and w.act not in cache:
+            T, n = x.shape
+            b = w.act.block_size
+            if T == 1:   # the @njit building block (same bits as ops.quantize)
+                xq = np.empty((1, n // b, w.act.block_bytes), np.uint8)
+                x32 = np.ascontiguousarray(x[0], dtype=np.float32)
+                if b == 256:
+                    bad = _blocks.quantize_q8_k(x32.reshape(-1, 256), xq[0])
+                else:
+                    bad = getattr(_blocks, f"quantize_{w.act.name.lower()}")(x32, xq[0])
+                if bad >= 0:
+                    raise QuantizationDomainError(int(bad), "the model's activations cannot "
+                                                  "be quantized (a NaN or inf)", row=0)
+                cache[w.act] = xq
+            else:
+                cache[w.act] = quantize(np.ascontiguousarray(x).reshape(-1, b),
+                                        format=w.act).reshape(T, n // b, -1)
+    return [w.apply(cache.get(w.act), x) for w in weights]
+
+
+@dataclass
+class _Layer:
+    attn_norm: np.ndarray
+    wq: _Weight
+    wk: _Weight
+    wv: _Weight
+    wo: _Weight
+    ffn_norm: np.ndarray
+    gate: _Weight
+    up: _Weight
+    down: _Weight
+    q_norm: np.ndarray = None
+    k_norm: np.ndarray = None
+    post_attn_norm: np.ndarray = None
+    post_ffn_norm: np.ndarray = None
+    window: int = 0
+    freq_base: float = 10000.0
+
+
+class Model:
+    """A loaded GGUF model: ``logits(ids)`` and ``generate(ids, n)``."""
+
+    def __init__(self, path, threads=1):
+        f = _gguf.open(path)
+        self.file = f
+        md = f.metadata
+        arch = md.get("general.architecture")
+        if arch not in ARCHITECTURES:
+            raise _gguf.GGUFError(f"{path}: architecture {arch!r} is not supported by "
+                                  f"numba_qk.models (supported: {', '.join(ARCHITECTURES)})")
+        self.arch = arch
+        self.threads = threads
+
+        def kv(key, default=None):
+            return md.get(f"{arch}.{key}", default)
+
+        self.n_layer = int(kv("block_count"))
+        self.n_embd = int(kv("embedding_length"))
+        self.n_head = int(kv("attention.head_count"))
+        self.n_head_kv = int(kv("attention.head_count_kv", self.n_head))
+        self.head_dim = int(kv("attention.key_length", self.n_embd // self.n_head))
+        self.n_rot = int(kv("rope.dimension_count", self.head_dim))
+        self.eps = np.float32(kv("attention.layer_norm_rms_epsilon"))
+        self.n_ctx_train = int(kv("context_length", 2048))
+        freq_base = float(kv("rope.freq_base", 10000.0))
+        self.neox = arch == "gemma3"
+        self.softcap = None
+        swa_layers = set()
+        freq_base_swa = freq_base
+        if arch == "gemma3":
+            # src/models/gemma3.cpp: Q scaled in f32 by f_attention_scale (1.0f/sqrtf(head_dim))
+            # before attention (kq_scale 1); embeddings scaled by sqrtf(n_embd); with a sliding
+            # window, layers il % n_pattern < n_pattern - 1 slide (set_swa_pattern, n_pattern 6
+            # unless attention.sliding_window_pattern says otherwise, an array naming each layer)
+            # with rope base rope.freq_base_swa (default 10000, llama-hparams.h); an optional final
+            # logit soft-capping.
+            self.q_scale = np.float32(np.float32(1.0) / np.float32(math.sqrt(self.head_dim)))
+            self.kq_scale = np.float32(1.0)
+            self.embd_scale = np.float32(math.sqrt(self.n_embd))
+            n_swa = int(kv("attention.sliding_window", 0))
+            if n_swa > 0:
+                pattern = kv("attention.sliding_window_pattern", 6)
+                if isinstance(pattern, list):
+                    swa_layers = {i for i, p in enumerate(pattern) if p}
+                else:
+                    n = int(pattern)
+                    swa_layers = {i for i in range(self.n_layer) if n == 0 or i % n < n - 1}
+                freq_base_swa = float(kv("rope.freq_base_swa", 10000.0))
+            cap = float(kv("final_logit_softcapping", 0.0) or 0.0)
+            self.softcap = np.float32(cap) if cap else None
+        else:
+            # src/models/llama.cpp: kq_scale = 1.0f/sqrtf(n_embd_head) inside the softmax
+            self.q_scale = None
+            self.kq_scale = np.float32(np.float32(1.0) / np.float32(math.sqrt(self.head_dim)))
+            self.embd_scale = None
+            n_swa = 0
+
+        names = {t.name for t in f.tensors}
+
+        def vec(name):
+            return np.asarray(f.raw(name), dtype=np.float32)
+
+        def w(name):
+            return _Weight(f, name, threads)
+
+        self.layers = []
+        for i in range(self.n_layer):
+            p = f"blk.{i}."
+            layer = _Layer(vec(p + "attn_norm.weight"), w(p + "attn_q.weight"),
+                           w(p + "attn_k.weight"), w(p + "attn_v.weight"),
+                           w(p + "attn_output.weight"), vec(p + "ffn_norm.weight"),
+                           w(p + "ffn_gate.weight"), w(p + "ffn_up.weight"),
+                           w(p + "ffn_down.weight"), freq_base=freq_base)
+            if arch == "gemma3":
+                layer.q_norm = vec(p + "attn_q_norm.weight")
+                layer.k_norm = vec(p + "attn_k_norm.weight")
+                layer.post_attn_norm = vec(p + "post_attention_norm.weight")
+                layer.post_ffn_norm = vec(p + "post_ffw_norm.weight")
+                if i in swa_layers:
+                    layer.window = n_swa
+                    layer.freq_base = freq_base_swa
+            self.layers.append(layer)
+        self.output_norm = vec("output_norm.weight")
+        embd = f.tensor("token_embd.weight")
+        self.n_vocab = embd.shape[0]
+        self.tok_embd = w("token_embd.weight")
+        self.output = w("output.weight") if "output.weight" in names else self.tok_embd
+        self._gelu = K.gelu_f16_table() if arch == "gemma3" else None
+        self.vocab = Vocab(md)
+
+    def detokenize(self, ids, special=False) -> str:
+        """Text of token ids from the file's vocabulary, as llama.cpp's ``llama_detokenize``
+        (control tokens left out unless ``special``)."""
+        return self.vocab.detokenize(ids, special)
+
+    # -- pieces -------------------------------------------------------------------------------
+    def embed(self, ids) -> np.ndarray:
+        """f32 ``[T, n_embd]``: the embedding rows of ``ids`` (only those records are read)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        e = self.tok_embd
+        if e.mat is not None:
+            x = e.mat[ids].astype(np.float32)
+        else:
+            rows = e.recs[ids]
+            x = dequantize(rows.reshape(-1, rows.shape[-1]), e.fmt).reshape(len(ids), -1)
+        if self.embd_scale is not None:
+            x = x * self.embd_scale
+        return x
+
+    def _norm(self, x, w):
+        out = np.empty_like(x)
+        K.rms_norm(x, w, self.eps, out)
+        return out
+
+    def new_cache(self, n_ctx):
+        shape = (self.n_layer, self.n_head_kv, n_ctx, self.head_dim)
+        return {"k": np.zeros(shape, np.float16), "v": np.zeros(shape, np.float16), "n": 0}
+
+    def forward(self, ids, cache, all_logits=True) -> np.ndarray:
+        """Run ``ids`` at positions ``cache['n'] ...`` (one batch), append their K/V to the cache,
+        return logits f32 ``[T, n_vocab]`` (or ``[1, n_vocab]`` for the last token only)."""
+        T = len(ids)
+        n_past = cache["n"]
+        if n_past + T > cache["k"].shape[2]:
+            raise ValueError(f"context full: {n_past} + {T} > {cache['k'].shape[2]}")
+        pos = np.arange(n_past, n_past + T, dtype=np.int64)
+        hd, H, Hkv = self.head_dim, self.n_head, self.n_head_kv
+        x = self.embed(ids)
+        gemma = self.arch == "gemma3"
+        attn = np.empty((T, H, hd), np.float32)
+        for il, L in enumerate(self.layers):
+            h = self._norm(x, L.attn_norm)
+            q, k, v = _quantized(h, (L.wq, L.wk, L.wv))
+            q = q.reshape(T, H, hd)
+            k = k.reshape(T, Hkv, hd)
+            if gemma:
+                q = self._norm(q.reshape(T * H, hd), L.q_norm).reshape(T, H, hd)
+                k = self._norm(k.reshape(T * Hkv, hd), L.k_norm).reshape(T, Hkv, hd)
+            K.rope(q, pos, self.n_rot, L.freq_base, self.neox)
+            K.rope(k, pos, self.n_rot, L.freq_base, self.neox)
+            if self.q_scale is not None:
+                q = q * self.q_scale
+            kc = cache["k"][il]
+            vc = cache["v"][il]
+            kc[:, n_past:n_past + T] = k.transpose(1, 0, 2)
+            vc[:, n_past:n_past + T] = v.reshape(T, Hkv, hd).transpose(1, 0, 2)
+            n_kv = n_past + T
+            lo = max(0, n_past - L.window + 1) if L.window else 0  # keys a window can reach
+            K.attention(q.astype(np.float16).astype(np.float32),
+                        kc[:, lo:n_kv].astype(np.float32), vc[:, lo:n_kv].astype(np.float32),
+                        n_past - lo, self.kq_scale, L.window, attn)
+            (o,) = _quantized(attn.reshape(T, H * hd), (L.wo,))
+            if gemma:
+                o = self._norm(o, L.post_attn_norm)
+            x = x + o
+            h = self._norm(x, L.ffn_norm)
+            g, u = _quantized(h, (L.gate, L.up))
+            a = np.empty_like(g)
+            if gemma:
+                K.geglu(g, u, self._gelu, a)
+            else:
+                K.swiglu(g, u, a)
+            (d,) = _quantized(a, (L.down,))
+            if gemma:
+                d = self._norm(d, L.post_ffn_norm)
+            x = x + d
+        cache["n"] = n_past + T
+        if not all_logits:
+            x = x[-1:]
+        h = self._norm(np.ascontiguousarray(x), self.output_norm)
+        (logits,) = _quantized(h, (self.output,))
+        if self.softcap is not None:   # ggml_scale(1/c), ggml_tanh, ggml_scale(c)
+            inv = np.float32(np.float32(1.0) / self.softcap)
+            logits = np.tanh(logits * inv) * self.softcap
+        return logits
+
+    # -- API ------------------------------------------------------------------------------------
+    def logits(self, ids) -> np.ndarray:
+        """float32 ``[len(ids), n_vocab]``: the logits at every position of ``ids``, run as one
+        batch in a fresh context."""
+        ids = list(ids)
+        cache = self.new_cache(len(ids))
+        return self.forward(ids, cache, all_logits=True)
+
+    def generate(self, ids, max_new_tokens, temperature=0.0, seed=None) -> list:
+        """The new token ids after prompt ``ids`` (one batch, then one token at a time with the
+        KV cache): greedy (argmax, lowest id on ties) at ``temperature == 0``, otherwise sampled
+        from ``softmax(logits / temperature)`` with ``numpy.random.default_rng(seed)``."""
+        return list(self.stream(ids, max_new_tokens, temperature, seed))
+
+    def stream(self, ids, max_new_tokens, temperature=0.0, seed=None):
+        """``generate`` one token at a time: yields each new id as soon as it is chosen."""
+        ids = list(ids)
+        if not ids:
+            raise ValueError("generate needs at least one prompt token")
+        rng = np.random.default_rng(seed)
+        cache = self.new_cache(len(ids) + max_new_tokens)
+        if max_new_tokens <= 0:
+            return
+        logits = self.forward(ids, cache, all_logits=False)[-1]
+        for n in range(max_new_tokens):
+            if temperature == 0:
+                nxt = int(np.argmax(logits))
+            else:
+                z = logits.astype(np.float64) / temperature
+                p = np.exp(z - z.max())
+                nxt = int(rng.choice(len(p), p=p / p.sum()))
+            yield nxt
+            if n + 1 < max_new_tokens:
+                logits = self.forward([nxt], cache, all_logits=False)[-1]
+
+
+def load(path, threads=1) -> Model:
+    """Open a GGUF model of architecture ``llama`` or ``gemma3`` (weights memory-mapped)."""
+    return Model(path, threads=threads)

@@ -1,0 +1,167 @@
+"""The elementwise parts of a transformer forward pass, as ``@njit`` kernels (numba_qk's JIT
+policy), each following the arithmetic of llama.cpp's CPU backend (ggml-cpu, scalar paths).
+
+Where ggml's SIMD paths evaluate a function differently from its scalar code (``expf`` by a
+polynomial in ``ggml_v_expf`` for SiLU and softmax; reduction order of ``ggml_vec_dot_f16``),
+these kernels follow the scalar code: results agree to float32 rounding, not bit for bit.
+"""
+
+import math
+
+import numpy as np
+
+from .._jit import kernel
+from ..kernels import encode_f16, f16_to_f32
+
+
+@kernel
+def rms_norm(x, w, eps, out):
+    """``out[t] = x[t] * 1/sqrtf(mean(x[t]^2) + eps) * w`` for each row of ``x`` f32 ``[T, D]``
+    (``w`` f32 ``[D]``), as ggml_compute_forward_rms_norm_f32 then ggml_mul: squares in f32,
+    summed in double (ggml_float), ``mean = (float)(sum / D)``, ``scale = 1.0f/sqrtf(mean +
+    eps)``, ``y = x * scale`` then ``y * w`` (two f32 roundings)."""
+    T, D = x.shape
+    for t in range(T):
+        s = 0.0
+        for i in range(D):
+            v = x[t, i] * x[t, i]
+            s += np.float64(v)
+        mean = np.float32(s / D)
+        scale = np.float32(1.0) / np.float32(math.sqrt(np.float32(mean + eps)))
+        for i in range(D):
+            out[t, i] = np.float32(x[t, i] * scale) * w[i]
+
+
+@kernel
+def rope(x, pos, n_rot, freq_base, neox):
+    """Rotary position embedding in place on ``x`` f32 ``[T, H, head_dim]`` at positions ``pos``
+    (int ``[T]``), as ggml_rope_cache_init + rotate_pairs (ext_factor 0, freq_scale 1,
+    attn_factor 1): ``theta_scale = powf(freq_base, -2.0f/n_rot)``; per pair ``i0 = 0, 2, ...``
+    ``theta`` starts at ``(float)pos`` and is multiplied by ``theta_scale`` in f32 after each
+    pair; ``cos = cosf(theta)``, ``sin = sinf(theta)``; ``y0 = x0*cos - x1*sin``,
+    ``y1 = x0*sin + x1*cos``.  Pairs are ``(i0, i0+1)`` in the normal layout (LLAMA_ROPE_TYPE_NORM,
+    llama) and ``(i0/2, i0/2 + n_rot/2)`` in the NeoX layout (gemma3); dims past ``n_rot`` are
+    left as they are."""
+    T, H, hd = x.shape
+    theta_scale = np.float32(math.pow(np.float32(freq_base), np.float32(-2.0) / np.float32(n_rot)))
+    cs = np.empty(n_rot, np.float32)
+    for t in range(T):
+        theta = np.float32(pos[t])
+        for i0 in range(0, n_rot, 2):
+            cs[i0] = np.float32(math.cos(theta))
+            cs[i0 + 1] = np.float32(math.sin(theta))
+            theta = np.float32(theta * theta_scale)
+        for h in range(H):
+            for i0 in range(0, n_rot, 2):
+                if neox:
+                    a = i0 // 2
+                    b = a + n_rot // 2
+                else:
+                    a = i0
+                    b = i0 + 1
+                c = cs[i0]
+                s = cs[i0 + 1]
+                x0 = x[t, h, a]
+                x1 = x[t, h, b]
+                x[t, h, a] = np.float32(x0 * c) - np.float32(x1 * s)
+                x[t, h, b] = np.float32(x0 * s) + np.float32(x1 * c)
+
+
+@kernel
+def attention(q, k, v, n_past, scale, window, out):
+    """Causal multi-head attention with grouped K/V heads over an f16 KV cache, as llama.cpp's
+    CPU graph without flash attention.  ``q`` f32 ``[T, Hq, hd]`` holds Q rounded to f16 (as
+    ``ggml_mul_mat`` converts it to K's vec_dot_type); ``k``/``v`` f32 ``[Hkv, n_kv, hd]`` hold
+    the cache's f16 values widened (exactly) for positions ``0 .. n_past + T - 1``; query ``t``
+    sits at position ``n_past + t``.  Query head ``h`` reads K/V head ``h // (Hq // Hkv)`` (GQA,
+    as ggml_mul_mat broadcasts).  Scores: f16·f16 products (exact in f32) summed in f32, then
+    ``ggml_soft_max_ext``: ``s*scale``, masked to keys ``j <= pos`` (and ``pos - j < window``
+    when ``window > 0``: LLAMA_SWA_TYPE_STANDARD), ``expf(s - max)`` summed in double,
+    multiplied by ``(float)(1/sum)``.  The probabilities are rounded to f16 (ggml_mul_mat of the
+    f16 V converts them) and ``sum_j p_j v_j`` is summed in f32 -> ``out`` f32 ``[T, Hq, hd]``.
+    ggml's SIMD dot products sum in another order: equal to float32 rounding, not bit for bit."""
+    T, Hq, hd = q.shape
+    Hkv = k.shape[0]
+    group = Hq // Hkv
+    n_kv = n_past + T
+    sc = np.empty(n_kv, np.float32)
+    acc_v = np.empty(hd, np.float32)
+    for t in range(T):
+        pos = n_past + t
+        j0 = 0
+        if window > 0 and pos - window + 1 > 0:
+            j0 = pos - window + 1
+        for h in range(Hq):
+            kh = h // group
+            mx = -np.inf
+            for j in range(j0, pos + 1):
+                acc = np.float32(0.0)
+                for i in range(hd):
+                    acc += q[t, h, i] * k[kh, j, i]
+                s = np.float32(acc * scale)
+                sc[j] = s
+                if s > mx:
+                    mx = s
+            total = 0.0
+            for j in range(j0, pos + 1):
+                e = np.float32(math.exp(np.float32(sc[j] - mx)))
+                sc[j] = e
+                total += np.float64(e)
+            inv = np.float32(1.0 / total)
+            for i in range(hd):
+                acc_v[i] = np.float32(0.0)
+            for j in range(j0, pos + 1):
+                p = f16_to_f32(encode_f16(np.float32(sc[j] * inv)))
+                for i in range(hd):
+                    acc_v[i] += p * v[kh, j, i]
+            for i in range(hd):
+                out[t, h, i] = acc_v[i]
+
+
+@kernel
+def swiglu(g, u, out):
+    """``out = silu(g) * u`` (f32, any shape flattened): ggml_silu_f32 ``x / (1.0f +
+    expf(-x))`` then the product, as ggml_swiglu (LLM_FFN_SILU, LLM_FFN_PAR: llama)."""
+    gf = g.ravel()
+    uf = u.ravel()
+    of = out.ravel()
+    for i in range(gf.size):
+        x = gf[i]
+        s = np.float32(x / np.float32(np.float32(1.0) + np.float32(math.exp(-x))))
+        of[i] = s * uf[i]
+
+
+@kernel
+def gelu_f16_table():
+    """ggml's GELU table (``ggml_table_gelu_f16``, used since GGML_GELU_FP16 is defined in
+    ggml-cpu): for every f16 code, ``fp16(0.5f*x*(1.0f + tanhf(sqrt(2/pi)*x*(1.0f +
+    0.044715f*x*x))))`` of its value ``x``."""
+    tab = np.empty(65536, np.float32)
+    c = np.float32(0.79788456080286535587989211986876)
+    a = np.float32(0.044715)
+    for code in range(65536):
+        x = f16_to_f32(np.uint16(code))
+        inner = np.float32(c * x) * np.float32(np.float32(1.0) + np.float32(np.float32(a * x) * x))
+        th = np.float32(math.tanh(inner))
+        y = np.float32(np.float32(0.5) * x) * np.float32(np.float32(1.0) + th)
+        tab[code] = f16_to_f32(encode_f16(y))
+    return tab
+
+
+@kernel
+def geglu(g, u, table, out):
+    """``out = gelu(g) * u`` as ggml_geglu with GGML_GELU_FP16 (gemma3's LLM_FFN_GELU,
+    LLM_FFN_PAR): ``gelu(x) = 0`` for ``x <= -10``, ``x`` for ``x >= 10``, else the table value of
+    ``fp16(x)`` (``table`` from ``gelu_f16_table``)."""
+    gf = g.ravel()
+    uf = u.ravel()
+    of = out.ravel()
+    for i in range(gf.size):
+        x = gf[i]
+        if x <= np.float32(-10.0):
+            y = np.float32(0.0)
+        elif x >= np.float32(10.0):
+            y = x
+        else:
+            y = table[encode_f16(x)]
+        of[i] = y * uf[i]

@@ -1,0 +1,71 @@
+"""numba_qk.models.kernels against numpy emulations of ggml-cpu's arithmetic."""
+
+import numpy as np
+
+from numba_qk.models import kernels as K
+
+
+def test_rms_norm_follows_ggml_step_by_step(rng):
+    x = rng.standard_normal((5, 96)).astype(np.float32) * 3
+    w = rng.standard_normal(96).astype(np.float32)
+    eps = np.float32(1e-5)
+    out = np.empty_like(x)
+    K.rms_norm(x, w, eps, out)
+    for t in range(5):
+        s = 0.0
+        for v in x[t]:
+            s += float(np.float32(v * v))        # f32 squares, double sum
+        mean = np.float32(s / 96)
+        scale = np.float32(1) / np.float32(np.sqrt(np.float32(mean + eps)))
+        np.testing.assert_array_equal(out[t], (x[t] * scale) * w)
+
+
+def test_rope_layouts(rng):
+    x = rng.standard_normal((3, 2, 8)).astype(np.float32)
+    pos = np.array([0, 1, 7])
+    for neox in (False, True):
+        y = x.copy()
+        K.rope(y, pos, 8, 10000.0, neox)
+        np.testing.assert_array_equal(y[0], x[0])          # position 0: the identity
+        pairs = [(i, i + 4) for i in range(4)] if neox else [(i, i + 1) for i in range(0, 8, 2)]
+        for t in range(3):
+            for n, (a, b) in enumerate(pairs):
+                theta = pos[t] * 10000.0 ** (-2 * n / 8)
+                c, s = np.cos(theta), np.sin(theta)
+                np.testing.assert_allclose(y[t, :, a], x[t, :, a] * c - x[t, :, b] * s, atol=1e-5)
+                np.testing.assert_allclose(y[t, :, b], x[t, :, a] * s + x[t, :, b] * c, atol=1e-5)
+    y = x.copy()
+    K.rope(y, pos, 4, 10000.0, False)                       # dims past n_rot stay
+    np.testing.assert_array_equal(y[..., 4:], x[..., 4:])
+
+
+def test_geglu_table_and_swiglu(rng):
+    tab = K.gelu_f16_table()
+    g = np.array([-12.0, -10.0, -1.0, 0.0, 0.5, 3.0, 10.0, 11.0], np.float32)
+    u = np.full_like(g, 2.0)
+    out = np.empty_like(g)
+    K.geglu(g, u, tab, out)
+    gelu = 0.5 * g * (1 + np.tanh(np.sqrt(2 / np.pi) * (g + 0.044715 * g.astype(np.float64) ** 3)))
+    np.testing.assert_allclose(out, 2 * gelu, rtol=2e-3, atol=1e-6)   # the f16 table's rounding
+    assert out[0] == 0 and out[1] == 0 and out[-1] == 22 and out[-2] == 20
+    K.swiglu(g, u, out)
+    np.testing.assert_allclose(out, 2 * g / (1 + np.exp(-g.astype(np.float64))), rtol=1e-6)
+
+
+def test_attention_window_and_groups():
+    """One key per position with one-hot values: the output of each query head is the softmax
+    weight it gives each position, so the mask is visible."""
+    T, Hq, Hkv, hd = 6, 4, 2, 8
+    q = np.zeros((T, Hq, hd), np.float32)
+    k = np.zeros((Hkv, T, hd), np.float32)
+    v = np.zeros((Hkv, T, hd), np.float32)
+    for j in range(T):
+        v[:, j, j] = 1.0
+    out = np.empty((T, Hq, hd), np.float32)
+    K.attention(q, k, v, 0, np.float32(1.0), 3, out)          # equal scores: uniform weights
+    for t in range(T):
+        lo = max(0, t - 2)
+        want = np.zeros(hd, np.float32)
+        want[lo:t + 1] = np.float32(np.float16(1.0 / (t + 1 - lo)))
+        for h in range(Hq):
+            np.testing.assert_array_equal(out[t, h], want)

@@ -1,0 +1,64 @@
+"""The two real GGUF models of issue 23 (opt-in: ``-m models``).  Files are read from
+``$NUMBA_QK_MODELS`` or ``~/.cache/numba_qk-models``; a missing file skips its tests.  Agreement
+with llama.cpp is checked against ``golden/real_<model>.npz`` (tools/models_agreement.py):
+llama.cpp's top-1 per position, its top-2 gap and its own batched-vs-stepwise noise, its logits
+at a sample of the vocabulary, and its greedy tokens."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.models
+
+FILES = {"smollm2": "SmolLM2-135M-Instruct.Q4_1.gguf", "gemma3": "gemma-3-270m-q4_k_m.gguf"}
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def model_path(key):
+    root = Path(os.environ.get("NUMBA_QK_MODELS", Path.home() / ".cache" / "numba_qk-models"))
+    p = root / FILES[key]
+    if not p.exists():
+        pytest.skip(f"{p} not found (set NUMBA_QK_MODELS)")
+    return p
+
+
+@pytest.fixture(scope="module", params=sorted(FILES))
+def real(request):
+    from numba_qk import models
+
+    return request.param, models.load(model_path(request.param))
+
+
+def test_greedy_generation_is_consistent_with_batched_logits(real):
+    key, m = real
+    prompt = [int(i) for i in np.load(GOLDEN / f"real_{key}.npz")["ids"][:8]] \
+        if (GOLDEN / f"real_{key}.npz").exists() else [1, 2, 3, 4]
+    gen = m.generate(prompt, 6)
+    logits = m.logits(prompt + gen)
+    assert np.isfinite(logits).all()
+    assert gen == [int(r.argmax()) for r in logits[len(prompt) - 1:-1]]
+
+
+def test_agreement_with_llama_cpp(real):
+    key, m = real
+    golden = GOLDEN / f"real_{key}.npz"
+    if not golden.exists():
+        pytest.skip(f"{golden.name} not generated (tools/models_agreement.py)")
+    g = np.load(golden)
+    ids = [int(i) for i in g["ids"]]
+    got = m.logits(ids)
+    clear = (g["gap"] >= 0.5) & (g["gap"] >= 2 * g["noise"])
+    assert (got.argmax(1)[clear] == g["top1"][clear]).all()
+    # llama.cpp's logits at a fixed random sample of 2048 vocabulary ids: correlation per
+    # position (issue 23's targets on the full vector: median >= 0.999, minimum >= 0.99; the
+    # sample's median gets a little slack)
+    corr = [np.corrcoef(got[t][g["sample_ids"]], g["sample"][t])[0, 1] for t in range(len(ids))]
+    assert min(corr) >= 0.99
+    assert np.median(corr) >= 0.998
+    # the file's vocabulary gives llama.cpp's text for llama.cpp's greedy tokens
+    assert m.detokenize(g["greedy"]) == str(g["greedy_text"])
+    gen = m.generate(ids, len(g["greedy"]))
+    first_unclear = int(g["greedy_clear"])
+    assert gen[:first_unclear] == list(g["greedy"][:first_unclear])

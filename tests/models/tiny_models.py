@@ -1,0 +1,189 @@
+"""Tiny llama- and gemma3-shaped GGUF models (random weights, seeded: the same bytes every run)
+and an independent float64 numpy forward pass over them (weights decoded by gguf-py)."""
+
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+
+PROMPT = [1, 17, 42, 5, 33, 60, 8, 21, 9, 50, 3]
+
+SHAPES = {
+    "llama": dict(n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=96, n_vocab=64,
+                  n_layer=2, eps=1e-5, freq_base=10000.0),
+    "gemma3": dict(n_embd=64, n_head=2, n_head_kv=1, head_dim=32, n_ff=96, n_vocab=64,
+                   n_layer=6, eps=1e-6, freq_base=1000000.0, window=4),
+}
+
+
+def write_tiny_model(path, arch="llama", seed=0):
+    """Write a tiny model of ``arch`` to ``path``: Q8_0 tied embedding, Q4_0 / Q8_0 / F32
+    matrices, F32 norms, a placeholder SentencePiece vocabulary (so llama.cpp loads it)."""
+    import gguf
+
+    import numba_qk as qk
+
+    s = SHAPES[arch]
+    rng = np.random.default_rng(seed)
+    T = gguf.GGMLQuantizationType
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"numba_qk tiny {arch}")
+    w.add_context_length(64)
+    w.add_embedding_length(s["n_embd"])
+    w.add_feed_forward_length(s["n_ff"])
+    w.add_block_count(s["n_layer"])
+    w.add_head_count(s["n_head"])
+    w.add_head_count_kv(s["n_head_kv"])
+    w.add_layer_norm_rms_eps(s["eps"])
+    w.add_rope_freq_base(s["freq_base"])
+    w.add_vocab_size(s["n_vocab"])
+    if arch == "llama":
+        w.add_rope_dimension_count(s["head_dim"])
+    else:
+        w.add_key_length(s["head_dim"])
+        w.add_value_length(s["head_dim"])
+        w.add_sliding_window(s["window"])
+    w.add_tokenizer_model("llama")
+    w.add_tokenizer_pre("default")
+    toks = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, s["n_vocab"])]
+    w.add_token_list(toks)
+    w.add_token_scores([0.0] * len(toks))
+    w.add_token_types([2, 3, 3] + [1] * (len(toks) - 3))
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+
+    def mat(rows, cols, kind, scale=None):
+        scale = scale if scale is not None else 1.0 / math.sqrt(cols)
+        m = (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+        if kind == "f32":
+            return m, None
+        fmt = {"q4_0": qk.quant.q4_0, "q8_0": qk.quant.q8_0}[kind]
+        recs = qk.quantize(m.reshape(-1, 32), format=fmt).reshape(rows, -1)
+        return recs, {"q4_0": T.Q4_0, "q8_0": T.Q8_0}[kind]
+
+    def add(name, arr_kind):
+        arr, raw = arr_kind
+        if raw is None:
+            w.add_tensor(name, arr)
+        else:
+            w.add_tensor(name, arr, raw_dtype=raw)
+
+    def norm(n):
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    d, hd, ff = s["n_embd"], s["head_dim"], s["n_ff"]
+    add("token_embd.weight", mat(s["n_vocab"], d, "q8_0", scale=0.3))
+    for i in range(s["n_layer"]):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", norm(d))
+        add(p + "attn_q.weight", mat(s["n_head"] * hd, d, "q4_0"))
+        add(p + "attn_k.weight", mat(s["n_head_kv"] * hd, d, "q8_0"))
+        add(p + "attn_v.weight", mat(s["n_head_kv"] * hd, d, "f32"))
+        add(p + "attn_output.weight", mat(d, s["n_head"] * hd, "q4_0"))
+        w.add_tensor(p + "ffn_norm.weight", norm(d))
+        add(p + "ffn_gate.weight", mat(ff, d, "q4_0"))
+        add(p + "ffn_up.weight", mat(ff, d, "q8_0"))
+        add(p + "ffn_down.weight", mat(d, ff, "q4_0"))
+        if arch == "gemma3":
+            w.add_tensor(p + "attn_q_norm.weight", norm(hd))
+            w.add_tensor(p + "attn_k_norm.weight", norm(hd))
+            w.add_tensor(p + "post_attention_norm.weight", norm(d))
+            w.add_tensor(p + "post_ffw_norm.weight", norm(d))
+    w.add_tensor("output_norm.weight", norm(d))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return Path(path)
+
+
+def sha256(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- reference
+
+def _weights(path):
+    import gguf
+
+    r = gguf.GGUFReader(str(path))
+    out = {}
+    for t in r.tensors:
+        shape = tuple(int(n) for n in reversed(t.shape))  # numpy order
+        v = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
+        out[t.name] = np.asarray(v, dtype=np.float64).reshape(shape)
+    return out
+
+
+def reference_logits(path, arch, ids):
+    """float64 logits ``[len(ids), n_vocab]``: the architecture's math with no quantized
+    activations, written from the model definitions (HF's LlamaForCausalLM and
+    Gemma3ForCausalLM), not from numba_qk."""
+    s = SHAPES[arch]
+    W = _weights(path)
+    T = len(ids)
+    H, Hkv, hd = s["n_head"], s["n_head_kv"], s["head_dim"]
+    gemma = arch == "gemma3"
+
+    def rms(x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + s["eps"]) * w
+
+    def rope(x, base):  # x [T, heads, hd]
+        half = hd // 2
+        inv = base ** (-np.arange(half) * 2.0 / hd)
+        ang = np.arange(T)[:, None] * inv[None, :]
+        c, sn = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        y = x.copy()
+        if gemma:  # NeoX / HF rotate_half: pairs (i, i + hd/2)
+            a, b = x[..., :half], x[..., half:]
+            y[..., :half], y[..., half:] = a * c - b * sn, a * sn + b * c
+        else:      # GGUF llama (q/k rows permuted by the converter): adjacent pairs
+            a, b = x[..., 0::2], x[..., 1::2]
+            y[..., 0::2], y[..., 1::2] = a * c - b * sn, a * sn + b * c
+        return y
+
+    x = W["token_embd.weight"][np.asarray(ids)]
+    if gemma:
+        x = x * math.sqrt(s["n_embd"])
+    for i in range(s["n_layer"]):
+        p = f"blk.{i}."
+        h = rms(x, W[p + "attn_norm.weight"])
+        q = (h @ W[p + "attn_q.weight"].T).reshape(T, H, hd)
+        k = (h @ W[p + "attn_k.weight"].T).reshape(T, Hkv, hd)
+        v = (h @ W[p + "attn_v.weight"].T).reshape(T, Hkv, hd)
+        window = 0
+        base = s["freq_base"]
+        if gemma:
+            q = rms(q, W[p + "attn_q_norm.weight"])
+            k = rms(k, W[p + "attn_k_norm.weight"])
+            if i % 6 < 5:
+                window, base = s["window"], 10000.0
+        q, k = rope(q, base), rope(k, base)
+        att = np.zeros((T, H, hd))
+        for t in range(T):
+            for hh in range(H):
+                kh = hh // (H // Hkv)
+                js = [j for j in range(t + 1) if not window or t - j < window]
+                sc = np.array([q[t, hh] @ k[j, kh] for j in js]) / math.sqrt(hd)
+                pr = np.exp(sc - sc.max())
+                pr /= pr.sum()
+                att[t, hh] = sum(pr[n] * v[j, kh] for n, j in enumerate(js))
+        o = att.reshape(T, H * hd) @ W[p + "attn_output.weight"].T
+        if gemma:
+            o = rms(o, W[p + "post_attention_norm.weight"])
+        x = x + o
+        h = rms(x, W[p + "ffn_norm.weight"])
+        g = h @ W[p + "ffn_gate.weight"].T
+        u = h @ W[p + "ffn_up.weight"].T
+        if gemma:
+            act = 0.5 * g * (1 + np.tanh(math.sqrt(2 / math.pi) * (g + 0.044715 * g ** 3)))
+        else:
+            act = g / (1 + np.exp(-g))
+        d = (act * u) @ W[p + "ffn_down.weight"].T
+        if gemma:
+            d = rms(d, W[p + "post_ffw_norm.weight"])
+        x = x + d
+    x = rms(x, W["output_norm.weight"])
+    return x @ W["token_embd.weight"].T
