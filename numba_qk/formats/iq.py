@@ -22,10 +22,15 @@ IQ4_XS (136 B, 256 elements in 8 sub-blocks of 32, ggml type 23; pairs with Q8_K
                             of it in the low nibble of byte j, element j + 16 in the high one
 """
 
-from ._schema import _F, _TOKEN, Format
+from ._schema import _TOKEN, Field, Format
 from .ggml_types import GGMLType
 from .kquants import q8_k
 from .legacy import q8_0
+
+
+def _F(*args):
+    """A field of a declared format."""
+    return Field(_TOKEN, *args)
 
 #: ggml's ``kvalues_iq4nl`` (ggml/src/ggml-common.h), the IQ4 code -> integer value table.
 KVALUES_IQ4NL = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
