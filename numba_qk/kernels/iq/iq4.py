@@ -32,7 +32,7 @@ from numba_qk.formats.kquants import q8_k as _Q8K
 from numba_qk.formats.legacy import q8_0 as _Q80
 from numba_qk.kernels._round import nearest_int
 from numba_qk.kernels.drive import kernels_for, register
-from numba_qk.kernels.kquants.common import f16_at, first_nonfinite_block, store_f16, x_ds
+from numba_qk.kernels.kquants.common import f16_at, first_nonfinite_block, portable_dot_for, store_f16, x_ds
 
 KVALUES = np.array(KVALUES_IQ4NL, np.int8)
 KVALUES_F32 = KVALUES.astype(np.float32)
@@ -150,24 +150,10 @@ def record_value_iq4_xs_q8_k(w, bw, x, bx):
     return np.float32(x_ds(x, bx) * p)
 
 
-@kernel
-def dot_iq4_nl_q8_0_portable(w, x):
-    """Left fold of the record values seeded with ``v_0``; ``G = 0`` gives ``+0.0``."""
-    acc = np.float32(0.0)
-    for b in range(w.shape[0]):
-        v = record_value_iq4_nl_q8_0(w, b, x, b)
-        acc = v if b == 0 else np.float32(acc + v)
-    return acc
-
-
-@kernel
-def dot_iq4_xs_q8_k_portable(w, x):
-    """Left fold of the record values seeded with ``v_0``; ``G = 0`` gives ``+0.0``."""
-    acc = np.float32(0.0)
-    for b in range(w.shape[0]):
-        v = record_value_iq4_xs_q8_k(w, b, x, b)
-        acc = v if b == 0 else np.float32(acc + v)
-    return acc
+# The portable row dots: the left fold of the record values seeded with v_0 (G = 0 gives +0.0),
+# built by kquants.common.portable_dot_for.
+dot_iq4_nl_q8_0_portable = portable_dot_for(_NL, value=record_value_iq4_nl_q8_0)
+dot_iq4_xs_q8_k_portable = portable_dot_for(_XS, value=record_value_iq4_xs_q8_k)
 
 
 # The shared driver (kernels/drive.py) makes dot / gemv / gemm from the portable row dots.
