@@ -1,4 +1,5 @@
-"""Legacy matvec (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; 4096x4096, 1 thread, f32 x) against native ggml,
+"""Legacy matvec (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; also any record format named, e.g. iq4_nl
+iq4_xs; 4096x4096, 1 thread, f32 x) against native ggml,
 hot and DRAM-streamed, each pair interleaved in one process -- the legacy rows of
 bench/compare.py without the rest of its table (a short check while working on these kernels).
 
@@ -38,8 +39,9 @@ def main() -> None:
     xv = rng.standard_normal(4096).astype(np.float32)
     for name in a.formats:
         fmt = getattr(qk.quant, name)
-        w = qk.quantize(rng.standard_normal((4096 * 128, 32)).astype(np.float32),
-                        format=fmt).reshape(4096, 128, -1)
+        bs = fmt.block_size
+        w = qk.quantize(rng.standard_normal((4096 * 4096 // bs, bs)).astype(np.float32),
+                        format=fmt).reshape(4096, 4096 // bs, -1)
         pair_rows(tab, f"{fmt.name} matvec 4096x4096, hot", "matmul threads=1",
                   lambda: qk.matmul(w, xv, lhs_format=fmt, threads=1), gb, w, fmt.ggml_type, 1,
                   0, xv, w.nbytes)

@@ -15,6 +15,7 @@ from . import _registry as registry
 from . import _threads
 from ._registry import (BlockFields, MXFP4Fields, NVFP4Fields, Q2KFields, Q3KFields,  # noqa: F401
                         Q4KFields, Q5KFields, Q6KFields, Q8KFields)
+from ._registry import IQ4NLFields, IQ4XSFields  # noqa: F401
 from ._validate import (as_array, check_f32, check_out, check_records, check_slot, check_slot_in,
                         check_threads, describe, prepare_out)
 from .errors import QuantizationDomainError
@@ -25,6 +26,7 @@ __all__ = [
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
     "gemv", "gemm", "matmul", "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields",
     "Q5KFields", "Q6KFields", "MXFP4Fields", "NVFP4Fields",
+    "IQ4NLFields", "IQ4XSFields",
 ]
 
 

@@ -1,7 +1,7 @@
 """``@njit`` building blocks for every record format, one naming pattern (issue 22).
 
 For a weight format ``f`` and its activation format ``a`` (``numba_qk.activation_format(f)``:
-Q4_K/Q2_K/Q3_K/Q5_K/Q6_K -> Q8_K, Q4_0/Q5_0/Q8_0/MXFP4/NVFP4 -> Q8_0, Q4_1/Q5_1 -> Q8_1)::
+Q4_K/Q2_K/Q3_K/Q5_K/Q6_K/IQ4_XS -> Q8_K, Q4_0/Q5_0/Q8_0/MXFP4/NVFP4/IQ4_NL -> Q8_0, Q4_1/Q5_1 -> Q8_1)::
 
     dot_<f>_<a>(w_row, xq) -> float32   w_row uint8 [G, bytes_f], xq uint8 [G', bytes_a]
     gemv_<f>_<a>(w, xq, out)            w uint8 [rows, G, bytes_f], out float32 [rows]
@@ -42,6 +42,7 @@ imported here too, so an edit to a wrapped kernel's module recompiles them.
 from numba_qk.formats import quant
 from numba_qk.kernels.legacy import kernels as _legacy
 from numba_qk.kernels.fp4 import mxrec as _fp4
+from numba_qk.kernels.iq import iq4 as _iq4
 from numba_qk.kernels.kquants import q2_k as _k2
 from numba_qk.kernels.kquants import q3_k as _k3
 from numba_qk.kernels.kquants import q5_k as _k5
@@ -62,6 +63,8 @@ __all__ = [
     "dequantize_q5_k", "quantize_q5_k", "dot_q6_k_q8_k", "gemv_q6_k_q8_k", "dequantize_q6_k",
     "quantize_q6_k", "dot_mxfp4_q8_0", "gemv_mxfp4_q8_0", "dequantize_mxfp4", "quantize_mxfp4",
     "dot_nvfp4_q8_0", "gemv_nvfp4_q8_0", "dequantize_nvfp4", "quantize_nvfp4",
+    "dot_iq4_nl_q8_0", "gemv_iq4_nl_q8_0", "dequantize_iq4_nl", "quantize_iq4_nl",
+    "dot_iq4_xs_q8_k", "gemv_iq4_xs_q8_k", "dequantize_iq4_xs", "quantize_iq4_xs",
 ]
 
 # The registry's kernels, as module globals (numba resolves a global at compile time; an
@@ -92,6 +95,10 @@ _mxfp4_dequantize, _mxfp4_quantize = _fp4.dequantize_mxfp4, _fp4.quantize_mxfp4
 _mxfp4_dot, _mxfp4_gemv = _fp4.dot_mxfp4_q8_0_fast, _fp4.gemv_mxfp4_q8_0
 _nvfp4_dequantize, _nvfp4_quantize = _fp4.dequantize_nvfp4, _fp4.quantize_nvfp4
 _nvfp4_dot, _nvfp4_gemv = _fp4.dot_nvfp4_q8_0, _fp4.gemv_nvfp4_q8_0
+_iq4_nl_dequantize, _iq4_nl_quantize = _iq4.dequantize_iq4_nl, _iq4.quantize_iq4_nl
+_iq4_nl_dot, _iq4_nl_gemv = _iq4.dot_iq4_nl_q8_0, _iq4.gemv_iq4_nl_q8_0
+_iq4_xs_dequantize, _iq4_xs_quantize = _iq4.dequantize_iq4_xs, _iq4.quantize_iq4_xs
+_iq4_xs_dot, _iq4_xs_gemv = _iq4.dot_iq4_xs_q8_k, _iq4.gemv_iq4_xs_q8_k
 # ---- Q8_K --------------------------------------------------------------------------------------
 
 
@@ -450,3 +457,61 @@ def quantize_nvfp4(x, out):
     """x float32 [G * 64] (C-contiguous) -> NVFP4 records out uint8 [G, 36]; -1, or the
     first block holding a non-finite value (out untouched then)."""
     return _nvfp4_quantize(x.reshape(out.shape[0], 64), out)
+
+
+# ---- IQ4_NL ------------------------------------------------------------------------------------
+
+
+@kernel
+def dot_iq4_nl_q8_0(w_row, xq):
+    """IQ4_NL x Q8_0 dot: w_row uint8 [G, 18], xq uint8 [G, 34] -> float32."""
+    return _iq4_nl_dot(w_row, xq)
+
+
+@kernel
+def gemv_iq4_nl_q8_0(w, xq, out):
+    """out[r] = dot_iq4_nl_q8_0(w[r], xq): w uint8 [rows, G, 18], xq uint8 [G, 34], out float32
+    [rows]."""
+    _iq4_nl_gemv(w, xq, out)
+
+
+@kernel
+def dequantize_iq4_nl(w, out):
+    """IQ4_NL records w uint8 [G, 18] -> out float32 [G * 32] (C-contiguous)."""
+    _iq4_nl_dequantize(w, out.reshape(w.shape[0], 32))
+
+
+@kernel
+def quantize_iq4_nl(x, out):
+    """x float32 [G * 32] (C-contiguous) -> IQ4_NL records out uint8 [G, 18]; -1, or the
+    first block holding a non-finite value (out untouched then)."""
+    return _iq4_nl_quantize(x.reshape(out.shape[0], 32), out)
+
+
+# ---- IQ4_XS ------------------------------------------------------------------------------------
+
+
+@kernel
+def dot_iq4_xs_q8_k(w_row, xq):
+    """IQ4_XS x Q8_K dot: w_row uint8 [G, 136], xq uint8 [G, 292] -> float32."""
+    return _iq4_xs_dot(w_row, xq)
+
+
+@kernel
+def gemv_iq4_xs_q8_k(w, xq, out):
+    """out[r] = dot_iq4_xs_q8_k(w[r], xq): w uint8 [rows, G, 136], xq uint8 [G, 292], out
+    float32 [rows]."""
+    _iq4_xs_gemv(w, xq, out)
+
+
+@kernel
+def dequantize_iq4_xs(w, out):
+    """IQ4_XS records w uint8 [G, 136] -> out float32 [G * 256] (C-contiguous)."""
+    _iq4_xs_dequantize(w, out.reshape(w.shape[0], 256))
+
+
+@kernel
+def quantize_iq4_xs(x, out):
+    """x float32 [G * 256] (C-contiguous) -> IQ4_XS records out uint8 [G, 136]; -1, or the
+    first block holding a non-finite value (out untouched then)."""
+    return _iq4_xs_quantize(x.reshape(out.shape[0], 256), out)

@@ -11,7 +11,7 @@
 ``oracle(fmt)`` returns the ``Oracle`` row; ``ORACLES`` is the table (format name -> row).
 The family modules keep their own conventions and more detail (fields, record terms):
 ``core`` (spec 000's Q4_K/Q8_K, ggml's legacy formats), ``kquants`` (Q2_K..Q6_K), ``mxrec``
-(ggml's MXFP4/NVFP4 records), ``lowp`` (element types: ``decode(t, code)``,
+(ggml's MXFP4/NVFP4 records), ``iq`` (IQ4_NL, IQ4_XS), ``lowp`` (element types: ``decode(t, code)``,
 ``encode(t, value)``) and ``mx`` (OCP MX / NVFP4 block-scaled tensors).
 
 Nothing here imports numba_qk's kernels, registry or declarations: a format is looked up by
@@ -23,10 +23,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable, NamedTuple, Optional
 
-from . import core, kquants, lowp, mx, mxrec
+from . import core, iq, kquants, lowp, mx, mxrec
 
 __all__ = ["Oracle", "ORACLES", "oracle", "dequantize", "dot", "quantize",
-           "core", "kquants", "lowp", "mx", "mxrec"]
+           "core", "kquants", "lowp", "mx", "mxrec", "iq"]
 
 
 class Oracle(NamedTuple):
@@ -68,6 +68,10 @@ ORACLES = {
                     "ggml-common.h / ggml-quants.c (MXFP4), numba_qk.kernels.fp4.mxrec"),
     "NVFP4": Oracle(mxrec.dequantize_nvfp4, mxrec.dot_nvfp4_q8_0, mxrec.quantize_nvfp4,
                     "ggml-common.h / ggml-quants.c (NVFP4), numba_qk.kernels.fp4.mxrec"),
+    "IQ4_NL": Oracle(iq.dequantize_iq4_nl, iq.dot_iq4_nl_q8_0, iq.quantize_iq4_nl,
+                     "ggml-common.h / ggml-quants.c (IQ4_NL), docs/numerics.md"),
+    "IQ4_XS": Oracle(iq.dequantize_iq4_xs, iq.dot_iq4_xs_q8_k, iq.quantize_iq4_xs,
+                     "ggml-common.h / ggml-quants.c (IQ4_XS), docs/numerics.md"),
 }
 
 
