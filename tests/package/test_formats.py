@@ -93,14 +93,14 @@ def test_tiling_check_catches_bad_layouts():
     from numba_qk import formats as F
 
     with pytest.raises(AssertionError, match="not covered"):
-        Format(F._TOKEN, "Bad", "bad", 32, 6,
-               [F._F("a", 0, 2, "f16", 1, 16, True), F._F("b", 3, 6, "u8", 3, 8, False)], "", 99)
+        Format(F.TOKEN, "Bad", "bad", 32, 6,
+               [F.F("a", 0, 2, "f16", 1, 16, True), F.F("b", 3, 6, "u8", 3, 8, False)], "", 99)
     with pytest.raises(AssertionError, match="holds 40 bits"):
-        Format(F._TOKEN, "Bad", "bad", 32, 6,
-               [F._F("a", 0, 2, "f16", 1, 16, True), F._F("b", 2, 6, "u8", 5, 8, False)], "", 99)
+        Format(F.TOKEN, "Bad", "bad", 32, 6,
+               [F.F("a", 0, 2, "f16", 1, 16, True), F.F("b", 2, 6, "u8", 5, 8, False)], "", 99)
     with pytest.raises(AssertionError, match="fields end at byte 5"):
-        Format(F._TOKEN, "Bad", "bad", 32, 6,
-               [F._F("a", 0, 2, "f16", 1, 16, True), F._F("b", 2, 5, "u8", 3, 8, False)], "", 99)
+        Format(F.TOKEN, "Bad", "bad", 32, 6,
+               [F.F("a", 0, 2, "f16", 1, 16, True), F.F("b", 2, 5, "u8", 3, 8, False)], "", 99)
 
 
 LEGACY = {  # ggml's block structs: name, bytes, fields (name, span)
@@ -169,9 +169,9 @@ def test_one_ggml_type_table():
         sorted(GGML_TYPES.values())
     assert {GGML_TYPE_NAMES[v]: v for v in GGML_TYPE_NAMES.keys()} == GGML_TYPES
     with pytest.raises(AssertionError, match="ggml_type 99 is not ggml's id 2"):
-        Format(F._TOKEN, "Q4_0", "bad", 32, 18, qk.quant.q4_0.fields, "", 99)
+        Format(F.TOKEN, "Q4_0", "bad", 32, 18, qk.quant.q4_0.fields, "", 99)
     with pytest.raises(AssertionError, match="block size 64 is not ggml's 32"):
-        Format(F._TOKEN, "Q4_0", "bad", 64, 18, qk.quant.q4_0.fields, "", 2)
+        Format(F.TOKEN, "Q4_0", "bad", 64, 18, qk.quant.q4_0.fields, "", 2)
     gq = pytest.importorskip("gguf")
     for t in gq.GGMLQuantizationType:
         if t.name in GGML_TYPES:

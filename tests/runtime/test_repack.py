@@ -38,7 +38,7 @@ def _loop(f, w, x):
     """The portable definition (the record loop of legacy.py / dot.py), one row at a time."""
     out = np.empty(w.shape[0], np.float32)
     if f is qk.quant.q4_k:
-        dot.gemv_loop(np.ascontiguousarray(w), np.ascontiguousarray(x), out)
+        dot._gemv_loop(np.ascontiguousarray(w), np.ascontiguousarray(x), out)
     else:
         legacy.gemv_loop(_LL.CODES[f], np.ascontiguousarray(w), np.ascontiguousarray(x), out)
     return out
