@@ -41,16 +41,18 @@ from numba_qk.kernels.kquants import q5_k as _k5
 from numba_qk.kernels.kquants import q6_k as _k6
 from numba_qk.kernels.kquants import q8_k as _k8
 from numba_qk.kernels.legacy import kernels as _klegacy
+from numba_qk.kernels.ternary import tq as _ktq
 
 __all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "TRAITS", "binding",
            "capabilities", "Capabilities", "ScaledCapabilities", "check_bindings", "check_traits",
            "fields_types",
            "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields", "Q5KFields",
-           "Q6KFields", "MXFP4Fields", "NVFP4Fields"]
+           "Q6KFields", "MXFP4Fields", "NVFP4Fields", "TQFields"]
 
 # The kernel modules, each ending with its ``TRAITS`` declaration (numba_qk/kernels/traits.py).
 # Order matters only for messages and listings: activation Q8_K first, then the weight formats.
-KERNEL_MODULES = (_k8, _k4, _klegacy, _k2, _k3, _k5, _k6, _kfp4)
+KERNEL_MODULES = (_k8, _k4, _klegacy, _k2, _k3, _k5, _k6, _kfp4,
+                  _ktq)
 
 
 def _collect(modules) -> tuple:
@@ -136,6 +138,7 @@ Q5KFields = _FIELDS_TYPES["Q5KFields"]
 Q6KFields = _FIELDS_TYPES["Q6KFields"]
 MXFP4Fields = _FIELDS_TYPES["MXFP4Fields"]
 NVFP4Fields = _FIELDS_TYPES["NVFP4Fields"]
+TQFields = _FIELDS_TYPES["TQFields"]
 
 
 def _f16_field(arr: np.ndarray, field) -> np.ndarray:

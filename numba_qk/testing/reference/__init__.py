@@ -23,10 +23,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable, NamedTuple, Optional
 
-from . import core, kquants, lowp, mx, mxrec
+from . import core, kquants, lowp, mx, mxrec, ternary
 
 __all__ = ["Oracle", "ORACLES", "oracle", "dequantize", "dot", "quantize",
-           "core", "kquants", "lowp", "mx", "mxrec"]
+           "core", "kquants", "lowp", "mx", "mxrec", "ternary"]
 
 
 class Oracle(NamedTuple):
@@ -69,6 +69,13 @@ ORACLES = {
     "NVFP4": Oracle(mxrec.dequantize_nvfp4, mxrec.dot_nvfp4_q8_0, mxrec.quantize_nvfp4,
                     "ggml-common.h / ggml-quants.c (NVFP4), numba_qk.kernels.fp4.mxrec"),
 }
+for _name in ("TQ1_0", "TQ2_0"):
+    ORACLES[_name] = Oracle(partial(ternary.dequantize, _name),
+                            partial(ternary.quantized_dot, _name),
+                            partial(ternary.quantize_block, _name),
+                            "ggml dequantize_row/quantize_row_" + _name.lower()
+                            + "_ref, docs/numerics.md")
+del _name
 
 
 def oracle(fmt) -> Oracle:
