@@ -1,7 +1,7 @@
 """``@njit`` building blocks for every record format, one naming pattern (issue 22).
 
 For a weight format ``f`` and its activation format ``a`` (``numba_qk.activation_format(f)``:
-Q4_K/Q2_K/Q3_K/Q5_K/Q6_K -> Q8_K, Q4_0/Q5_0/Q8_0/MXFP4/NVFP4 -> Q8_0, Q4_1/Q5_1 -> Q8_1)::
+Q4_K/Q2_K/Q3_K/Q5_K/Q6_K/TQ1_0/TQ2_0 -> Q8_K, Q4_0/Q5_0/Q8_0/MXFP4/NVFP4 -> Q8_0, Q4_1/Q5_1 -> Q8_1)::
 
     dot_<f>_<a>(w_row, xq) -> float32   w_row uint8 [G, bytes_f], xq uint8 [G', bytes_a]
     gemv_<f>_<a>(w, xq, out)            w uint8 [rows, G, bytes_f], out float32 [rows]
@@ -46,6 +46,7 @@ from numba_qk.kernels.kquants import q2_k as _k2
 from numba_qk.kernels.kquants import q3_k as _k3
 from numba_qk.kernels.kquants import q5_k as _k5
 from numba_qk.kernels.kquants import q6_k as _k6
+from numba_qk.kernels.ternary import tq as _ktq
 from numba_qk._jit import kernel
 from numba_qk.kernels.kquants.q4_k import q4_k_dequantize_records as _q4_k_dequantize
 from numba_qk.kernels.kquants.q4_k_encode import quantize_q4_k as _q4_k_quantize
@@ -62,6 +63,8 @@ __all__ = [
     "dequantize_q5_k", "quantize_q5_k", "dot_q6_k_q8_k", "gemv_q6_k_q8_k", "dequantize_q6_k",
     "quantize_q6_k", "dot_mxfp4_q8_0", "gemv_mxfp4_q8_0", "dequantize_mxfp4", "quantize_mxfp4",
     "dot_nvfp4_q8_0", "gemv_nvfp4_q8_0", "dequantize_nvfp4", "quantize_nvfp4",
+    "dot_tq1_0_q8_k", "gemv_tq1_0_q8_k", "dequantize_tq1_0", "quantize_tq1_0",
+    "dot_tq2_0_q8_k", "gemv_tq2_0_q8_k", "dequantize_tq2_0", "quantize_tq2_0",
 ]
 
 # The registry's kernels, as module globals (numba resolves a global at compile time; an
@@ -92,6 +95,10 @@ _mxfp4_dequantize, _mxfp4_quantize = _fp4.dequantize_mxfp4, _fp4.quantize_mxfp4
 _mxfp4_dot, _mxfp4_gemv = _fp4.dot_mxfp4_q8_0_fast, _fp4.gemv_mxfp4_q8_0
 _nvfp4_dequantize, _nvfp4_quantize = _fp4.dequantize_nvfp4, _fp4.quantize_nvfp4
 _nvfp4_dot, _nvfp4_gemv = _fp4.dot_nvfp4_q8_0, _fp4.gemv_nvfp4_q8_0
+_tq1_0_dequantize, _tq1_0_quantize = _ktq.dequantize_tq1_0, _ktq.quantize_tq1_0
+_tq1_0_dot, _tq1_0_gemv = _ktq.dot_tq1_0_q8_k, _ktq.gemv_tq1_0_q8_k
+_tq2_0_dequantize, _tq2_0_quantize = _ktq.dequantize_tq2_0, _ktq.quantize_tq2_0
+_tq2_0_dot, _tq2_0_gemv = _ktq.dot_tq2_0_q8_k, _ktq.gemv_tq2_0_q8_k
 # ---- Q8_K --------------------------------------------------------------------------------------
 
 
@@ -450,3 +457,61 @@ def quantize_nvfp4(x, out):
     """x float32 [G * 64] (C-contiguous) -> NVFP4 records out uint8 [G, 36]; -1, or the
     first block holding a non-finite value (out untouched then)."""
     return _nvfp4_quantize(x.reshape(out.shape[0], 64), out)
+
+
+# ---- TQ1_0 -------------------------------------------------------------------------------------
+
+
+@kernel
+def dot_tq1_0_q8_k(w_row, xq):
+    """TQ1_0 x Q8_K dot: w_row uint8 [G, 54], xq uint8 [G, 292] -> float32."""
+    return _tq1_0_dot(w_row, xq)
+
+
+@kernel
+def gemv_tq1_0_q8_k(w, xq, out):
+    """out[r] = dot_tq1_0_q8_k(w[r], xq): w uint8 [rows, G, 54], xq uint8 [G, 292], out
+    float32 [rows]."""
+    _tq1_0_gemv(w, xq, out)
+
+
+@kernel
+def dequantize_tq1_0(w, out):
+    """TQ1_0 records w uint8 [G, 54] -> out float32 [G * 256] (C-contiguous)."""
+    _tq1_0_dequantize(w, out.reshape(w.shape[0], 256))
+
+
+@kernel
+def quantize_tq1_0(x, out):
+    """x float32 [G * 256] (C-contiguous) -> TQ1_0 records out uint8 [G, 54]; -1, or the
+    first block holding a non-finite value (out untouched then)."""
+    return _tq1_0_quantize(x.reshape(out.shape[0], 256), out)
+
+
+# ---- TQ2_0 -------------------------------------------------------------------------------------
+
+
+@kernel
+def dot_tq2_0_q8_k(w_row, xq):
+    """TQ2_0 x Q8_K dot: w_row uint8 [G, 66], xq uint8 [G, 292] -> float32."""
+    return _tq2_0_dot(w_row, xq)
+
+
+@kernel
+def gemv_tq2_0_q8_k(w, xq, out):
+    """out[r] = dot_tq2_0_q8_k(w[r], xq): w uint8 [rows, G, 66], xq uint8 [G, 292], out
+    float32 [rows]."""
+    _tq2_0_gemv(w, xq, out)
+
+
+@kernel
+def dequantize_tq2_0(w, out):
+    """TQ2_0 records w uint8 [G, 66] -> out float32 [G * 256] (C-contiguous)."""
+    _tq2_0_dequantize(w, out.reshape(w.shape[0], 256))
+
+
+@kernel
+def quantize_tq2_0(x, out):
+    """x float32 [G * 256] (C-contiguous) -> TQ2_0 records out uint8 [G, 66]; -1, or the
+    first block holding a non-finite value (out untouched then)."""
+    return _tq2_0_quantize(x.reshape(out.shape[0], 256), out)
