@@ -21,7 +21,7 @@ is either owned by one field or shared by fields whose bit widths fill it comple
 packed 6-bit ``sc``/``m``).
 
 Layout: ``_schema`` (``Field``, ``Format``, the tiling check), one declaration module per family
-(``kquants``, ``legacy``, ``mxrec``, ``ternary``), ``scalars`` (``ScalarType`` and one declaration per element
+(``kquants``, ``legacy``, ``mxrec``), ``scalars`` (``ScalarType`` and one declaration per element
 type, the table every element-type lookup derives from) and ``mx`` (``ScaledFormat`` and the
 block-scaled formats built from those element types); this module collects them.  No numba
 anywhere in the package.
@@ -31,22 +31,21 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from . import kquants, legacy, mxrec, ternary
+from . import kquants, legacy, mxrec
 from ._schema import (_F, _TOKEN, Field, Format, _check_tiling, _Frozen,  # noqa: F401
                       _lookup_format, _no_subclass)
 from .scalars import SCALARS, ScalarType, _lookup_scalar, bf16, f16, f32, i8, i32  # noqa: F401
 from .mx import ScaledFormat  # noqa: F401  (the singletons: formats.mx, presented by numba_qk.mx)
-from .kquants import q2_k, q3_k, q4_k, q5_k, q6_k, q8_k  # noqa: F401
+from .kquants import q2_k, q3_k, q4_k, q5_k, q6_k, q8_k, tq1_0, tq2_0  # noqa: F401
 from .legacy import q4_0, q4_1, q5_0, q5_1, q8_0, q8_1  # noqa: F401
 from .mxrec import mxfp4, nvfp4  # noqa: F401
-from .ternary import tq1_0, tq2_0  # noqa: F401
 
 __all__ = ["Field", "Format", "ScalarType", "ScaledFormat", "QuantNamespace", "quant", "f32", "f16", "bf16", "i8",
            "i32", "from_ggml_type", "activation_format"]
 
 # The families, in listing order; a new family module is added here, a new format only in its
 # family's FORMATS.
-_FAMILIES = (kquants, legacy, mxrec, ternary)
+_FAMILIES = (kquants, legacy, mxrec)
 _FORMATS = {f._attr: f for family in _FAMILIES for f in family.FORMATS}
 _BY_GGML_TYPE = {t.ggml_type: t for t in (*_FORMATS.values(), *SCALARS)}
 

@@ -36,11 +36,13 @@ def test_registry_is_whole_and_ordered():
                                              qk.quant.q4_1, qk.quant.q5_0, qk.quant.q5_1,
                                              qk.quant.q8_0, qk.quant.q8_1, qk.quant.q2_k,
                                              qk.quant.q3_k, qk.quant.q5_k, qk.quant.q6_k,
-                                             qk.quant.mxfp4, qk.quant.nvfp4]
+                                             qk.quant.mxfp4, qk.quant.nvfp4,
+                                             qk.quant.tq1_0, qk.quant.tq2_0]
     assert set(ALL) == set(qk.quant)
     assert WEIGHTS == (qk.quant.q4_k, qk.quant.q4_0, qk.quant.q4_1, qk.quant.q5_0,
                        qk.quant.q5_1, qk.quant.q8_0, qk.quant.q2_k, qk.quant.q3_k,
-                       qk.quant.q5_k, qk.quant.q6_k, qk.quant.mxfp4, qk.quant.nvfp4)
+                       qk.quant.q5_k, qk.quant.q6_k, qk.quant.mxfp4, qk.quant.nvfp4,
+                       qk.quant.tq1_0, qk.quant.tq2_0)
     assert QUANTIZABLE == tuple(ALL)
     from numba_qk import gguf
 
@@ -254,7 +256,8 @@ def test_capabilities():
     q4k = qk.capabilities(qk.quant.q4_k)
     assert q4k.dot_partner is qk.quant.q8_k and q4k.quantizer == "ggml quantize_row_q4_K_ref"
     assert qk.capabilities(qk.quant.q8_k).activation_of == (
-        qk.quant.q4_k, qk.quant.q2_k, qk.quant.q3_k, qk.quant.q5_k, qk.quant.q6_k)
+        qk.quant.q4_k, qk.quant.q2_k, qk.quant.q3_k, qk.quant.q5_k, qk.quant.q6_k,
+        qk.quant.tq1_0, qk.quant.tq2_0)
     assert qk.capabilities(qk.quant.q6_k).quantizer == "ggml quantize_row_q6_K_ref"
     assert qk.capabilities(qk.quant.q8_1).activation_of == (qk.quant.q4_1, qk.quant.q5_1)
     for scalar in (qk.f32, qk.f16, qk.bf16, qk.i8, qk.i32):

@@ -1,6 +1,7 @@
-"""TQ1_0 and TQ2_0 records (ggml's ternary formats, ``numba_qk.formats.ternary``): field
-decoders, ggml's dequantizers and reference quantizers, and the exact record dot against Q8_K.
-All ``@njit``; callable from user ``@njit`` code.  Layouts: ``numba_qk/formats/ternary.py``.
+"""TQ1_0 and TQ2_0 records (ggml's ternary formats): field decoders, ggml's dequantizers and
+reference quantizers, and the exact record dot against Q8_K.  All ``@njit``; callable from user
+``@njit`` code.  Layouts: ``numba_qk/formats/kquants.py`` (declared with the K-quants: the same
+256-element super-block and Q8_K activation).
 
 Digits (TQ1_0): digit ``n`` of a byte ``q`` is ``((u8)(q * 3^n) * 3) >> 8`` (0..2; the byte is
 a fixed-point base-3 fraction), ``t = digit - 1``.  TQ2_0: ``t = ((byte >> 2g) & 3) - 1``
@@ -28,8 +29,8 @@ TQ1_0 packs five digits most significant first, ``q = sum digit_n * 3^(4-n)``, a
 import numpy as np
 
 from numba_qk._jit import kernel
-from numba_qk.formats.ternary import tq1_0 as _FMT1
-from numba_qk.formats.ternary import tq2_0 as _FMT2
+from numba_qk.formats.kquants import tq1_0 as _FMT1
+from numba_qk.formats.kquants import tq2_0 as _FMT2
 from numba_qk.kernels._round import roundf
 from numba_qk.kernels.drive import kernels_for, register
 from numba_qk.kernels.kquants.common import (f16_at, portable_dot_for, quantizer_for,
