@@ -69,7 +69,7 @@ def main() -> int:
         same = (y.view(np.uint32) == yg.view(np.uint32)) | (np.isnan(y) & np.isnan(yg))
         dec_eq = int(same.all(axis=1).sum())
         # dots: 4096 pairs of 16-record rows, ggml-quantized weights and activations
-        n_dot, dot_eq, maxrel = 2048, 0, 0.0
+        n_dot, dot_eq, maxrel = min(2048, enc.shape[0] // 16), 0, 0.0
         w = enc[: n_dot * 16].reshape(n_dot, 16, fmt.block_bytes)
         act = np.random.default_rng(3).standard_normal((n_dot * 16, 256)).astype(np.float32)
         xq = np.zeros((n_dot * 16, 292), np.uint8)

@@ -220,11 +220,13 @@ def record_sum_tq2_0_q8_k(w, bw, x, bx):
     """``S = sum_i t_i * xq[i]`` (int32) of TQ2_0 record ``w[bw]`` and Q8_K record ``x[bx]``."""
     s = np.int32(0)
     for c in range(2):
-        for g in range(4):
-            shift = np.uint8(2 * g)
-            for l in range(32):
-                t = np.int32((w[bw, _QS2_AT + 32 * c + l] >> shift) & np.uint8(3)) - np.int32(1)
-                s += t * np.int32(np.int8(x[bx, X_Q_AT + 128 * c + 32 * g + l]))
+        for l in range(32):   # one weight byte, its four codes (g = 0..3); same integer sum
+            byte = np.int32(w[bw, _QS2_AT + 32 * c + l])
+            at = X_Q_AT + 128 * c + l
+            s += ((byte & 3) - 1) * np.int32(np.int8(x[bx, at]))
+            s += (((byte >> 2) & 3) - 1) * np.int32(np.int8(x[bx, at + 32]))
+            s += (((byte >> 4) & 3) - 1) * np.int32(np.int8(x[bx, at + 64]))
+            s += (((byte >> 6) & 3) - 1) * np.int32(np.int8(x[bx, at + 96]))
     return s
 
 
