@@ -42,16 +42,18 @@ from numba_qk.kernels.kquants import q6_k as _k6
 from numba_qk.kernels.kquants import q8_k as _k8
 from numba_qk.kernels.legacy import kernels as _klegacy
 from numba_qk.kernels.iq import iq4 as _kiq4
+from numba_qk.kernels.ternary import tq as _ktq
 
 __all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "TRAITS", "binding",
            "capabilities", "Capabilities", "ScaledCapabilities", "check_bindings", "check_traits",
            "fields_types",
            "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields", "Q5KFields",
-           "Q6KFields", "MXFP4Fields", "NVFP4Fields", "IQ4NLFields", "IQ4XSFields"]
+           "Q6KFields", "MXFP4Fields", "NVFP4Fields", "IQ4NLFields", "IQ4XSFields",
+           "TQFields"]
 
 # The kernel modules, each ending with its ``TRAITS`` declaration (numba_qk/kernels/traits.py).
 # Order matters only for messages and listings: activation Q8_K first, then the weight formats.
-KERNEL_MODULES = (_k8, _k4, _klegacy, _k2, _k3, _k5, _k6, _kfp4, _kiq4)
+KERNEL_MODULES = (_k8, _k4, _klegacy, _k2, _k3, _k5, _k6, _kfp4, _kiq4, _ktq)
 
 
 def _collect(modules) -> tuple:
@@ -139,6 +141,7 @@ MXFP4Fields = _FIELDS_TYPES["MXFP4Fields"]
 NVFP4Fields = _FIELDS_TYPES["NVFP4Fields"]
 IQ4NLFields = _FIELDS_TYPES["IQ4NLFields"]
 IQ4XSFields = _FIELDS_TYPES["IQ4XSFields"]
+TQFields = _FIELDS_TYPES["TQFields"]
 
 
 def _f16_field(arr: np.ndarray, field) -> np.ndarray:

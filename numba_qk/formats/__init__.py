@@ -36,7 +36,7 @@ from ._schema import (F, TOKEN, Field, Format, check_tiling, Frozen,  # noqa: F4
                       _lookup_format, no_subclass)
 from .scalars import SCALARS, ScalarType, _lookup_scalar, bf16, f16, f32, i8, i32  # noqa: F401
 from .mx import ScaledFormat  # noqa: F401  (the singletons: formats.mx, presented by numba_qk.mx)
-from .kquants import q2_k, q3_k, q4_k, q5_k, q6_k, q8_k  # noqa: F401
+from .kquants import q2_k, q3_k, q4_k, q5_k, q6_k, q8_k, tq1_0, tq2_0  # noqa: F401
 from .legacy import q4_0, q4_1, q5_0, q5_1, q8_0, q8_1  # noqa: F401
 from .mxrec import mxfp4, nvfp4  # noqa: F401
 from .iq import iq4_nl, iq4_xs  # noqa: F401

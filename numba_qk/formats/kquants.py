@@ -46,6 +46,27 @@ Q2_K (84 B, ggml type 10; ``x = d*sc[j]*q - dmin*m[j]``, 16 sub-blocks ``j = i /
     [16, 80)    q[256]         u2  byte 16 + 32c + l, bits [2g, 2g+2); q in 0..3
     [80, 82)    d     f16     scale of the scales
     [82, 84)    dmin  f16     scale of the mins
+
+ggml's ternary (BitNet b1.58 / TriLM) formats TQ1_0 and TQ2_0 (``block_tq1_0``, ``block_tq2_0``)
+share the 256-element super-block and the Q8_K activation; declared here, their kernels live in
+``numba_qk/kernels/ternary/``.
+
+Both hold 256 elements of ``x = d * t`` with one f16 scale ``d``; ``ACTIVATION`` pairs both with
+Q8_K (ggml's ``vec_dot_type``).  f16 ``d`` is IEEE binary16, little-endian; every bit pattern
+is a legal record (inf/NaN/subnormal kept, any byte of ``qs``/``qh`` decodes).
+
+TQ1_0 (54 B, ggml type 34; ``t`` in -1..1, 1.6875 bits per element)::
+
+    [0, 48)    qs[48]  five base-3 digits per byte, stored as a fixed-point fraction: digit
+                       n (0..4) of byte k is ``((u8)(qs[k] * 3^n) * 3) >> 8`` (0..2), t = digit - 1.
+                       Bytes 0..31: element 32n + k; bytes 32..47: element 160 + 16n + (k - 32)
+    [48, 52)   qh[4]   four digits per byte the same way (n = 0..3): element 240 + 4n + k
+    [52, 54)   d       f16 scale
+
+TQ2_0 (66 B, ggml type 35; ``t = q - 1`` in -1..2, q = 3 is decoded as ggml does)::
+
+    [0, 64)    qs[256] u2  byte 32c + l, bits [2g, 2g + 2): element 128c + 32g + l
+    [64, 66)   d       f16 scale
 """
 
 from ._schema import F, TOKEN, Format
@@ -126,5 +147,27 @@ q2_k = Format(
     GGMLType.Q2_K,
 )
 
-FORMATS = (q4_k, q8_k, q2_k, q3_k, q5_k, q6_k)
-ACTIVATION = {q4_k: q8_k, q2_k: q8_k, q3_k: q8_k, q5_k: q8_k, q6_k: q8_k}
+tq1_0 = Format(
+    TOKEN, "TQ1_0", "tq1_0", 256, 54,
+    [
+        F("qs", 0, 48, "t5", 48, 8, False),      # 48 bytes of 5 base-3 digits (240 elements)
+        F("qh", 48, 52, "t4", 4, 8, False),      # 4 bytes of 4 base-3 digits (16 elements)
+        F("d", 52, 54, "f16", 1, 16, True),      # scale
+    ],
+    "TQ1_0 (ggml): 256 ternary elements, base-3 packed, x = d * (digit - 1)",
+    GGMLType.TQ1_0,
+)
+
+tq2_0 = Format(
+    TOKEN, "TQ2_0", "tq2_0", 256, 66,
+    [
+        F("qs", 0, 64, "u2", 256, 2, False),     # 2-bit codes q, x = d * (q - 1)
+        F("d", 64, 66, "f16", 1, 16, True),      # scale
+    ],
+    "TQ2_0 (ggml): 256 ternary elements, 2 bits each, x = d * (q - 1)",
+    GGMLType.TQ2_0,
+)
+
+FORMATS = (q4_k, q8_k, q2_k, q3_k, q5_k, q6_k, tq1_0, tq2_0)
+ACTIVATION = {q4_k: q8_k, q2_k: q8_k, q3_k: q8_k, q5_k: q8_k, q6_k: q8_k, tq1_0: q8_k,
+              tq2_0: q8_k}

@@ -1,7 +1,8 @@
 """``@njit`` building blocks for every record format, one naming pattern (issue 22).
 
 For a weight format ``f`` and its activation format ``a`` (``numba_qk.activation_format(f)``:
-Q4_K/Q2_K/Q3_K/Q5_K/Q6_K/IQ4_XS -> Q8_K, Q4_0/Q5_0/Q8_0/MXFP4/NVFP4/IQ4_NL -> Q8_0, Q4_1/Q5_1 -> Q8_1)::
+Q4_K/Q2_K/Q3_K/Q5_K/Q6_K/TQ1_0/TQ2_0/IQ4_XS -> Q8_K, Q4_0/Q5_0/Q8_0/MXFP4/NVFP4/IQ4_NL -> Q8_0,
+Q4_1/Q5_1 -> Q8_1)::
 
     dot_<f>_<a>(w_row, xq) -> float32   w_row uint8 [G, bytes_f], xq uint8 [G', bytes_a]
     gemv_<f>_<a>(w, xq, out)            w uint8 [rows, G, bytes_f], out float32 [rows]
@@ -47,6 +48,7 @@ from numba_qk.kernels.kquants import q2_k as _k2
 from numba_qk.kernels.kquants import q3_k as _k3
 from numba_qk.kernels.kquants import q5_k as _k5
 from numba_qk.kernels.kquants import q6_k as _k6
+from numba_qk.kernels.ternary import tq as _ktq
 from numba_qk._jit import kernel
 from numba_qk.kernels.kquants.q4_k import q4_k_dequantize_records as _q4_k_dequantize
 from numba_qk.kernels.kquants.q4_k_encode import quantize_q4_k as _q4_k_quantize
@@ -65,6 +67,8 @@ __all__ = [
     "dot_nvfp4_q8_0", "gemv_nvfp4_q8_0", "dequantize_nvfp4", "quantize_nvfp4",
     "dot_iq4_nl_q8_0", "gemv_iq4_nl_q8_0", "dequantize_iq4_nl", "quantize_iq4_nl",
     "dot_iq4_xs_q8_k", "gemv_iq4_xs_q8_k", "dequantize_iq4_xs", "quantize_iq4_xs",
+    "dot_tq1_0_q8_k", "gemv_tq1_0_q8_k", "dequantize_tq1_0", "quantize_tq1_0",
+    "dot_tq2_0_q8_k", "gemv_tq2_0_q8_k", "dequantize_tq2_0", "quantize_tq2_0",
 ]
 
 # The registry's kernels, as module globals (numba resolves a global at compile time; an
@@ -99,6 +103,10 @@ _iq4_nl_dequantize, _iq4_nl_quantize = _iq4.dequantize_iq4_nl, _iq4.quantize_iq4
 _iq4_nl_dot, _iq4_nl_gemv = _iq4.dot_iq4_nl_q8_0, _iq4.gemv_iq4_nl_q8_0
 _iq4_xs_dequantize, _iq4_xs_quantize = _iq4.dequantize_iq4_xs, _iq4.quantize_iq4_xs
 _iq4_xs_dot, _iq4_xs_gemv = _iq4.dot_iq4_xs_q8_k, _iq4.gemv_iq4_xs_q8_k
+_tq1_0_dequantize, _tq1_0_quantize = _ktq.dequantize_tq1_0, _ktq.quantize_tq1_0
+_tq1_0_dot, _tq1_0_gemv = _ktq.dot_tq1_0_q8_k, _ktq.gemv_tq1_0_q8_k
+_tq2_0_dequantize, _tq2_0_quantize = _ktq.dequantize_tq2_0, _ktq.quantize_tq2_0
+_tq2_0_dot, _tq2_0_gemv = _ktq.dot_tq2_0_q8_k, _ktq.gemv_tq2_0_q8_k
 # ---- Q8_K --------------------------------------------------------------------------------------
 
 
@@ -515,3 +523,61 @@ def quantize_iq4_xs(x, out):
     """x float32 [G * 256] (C-contiguous) -> IQ4_XS records out uint8 [G, 136]; -1, or the
     first block holding a non-finite value (out untouched then)."""
     return _iq4_xs_quantize(x.reshape(out.shape[0], 256), out)
+
+
+# ---- TQ1_0 -------------------------------------------------------------------------------------
+
+
+@kernel
+def dot_tq1_0_q8_k(w_row, xq):
+    """TQ1_0 x Q8_K dot: w_row uint8 [G, 54], xq uint8 [G, 292] -> float32."""
+    return _tq1_0_dot(w_row, xq)
+
+
+@kernel
+def gemv_tq1_0_q8_k(w, xq, out):
+    """out[r] = dot_tq1_0_q8_k(w[r], xq): w uint8 [rows, G, 54], xq uint8 [G, 292], out
+    float32 [rows]."""
+    _tq1_0_gemv(w, xq, out)
+
+
+@kernel
+def dequantize_tq1_0(w, out):
+    """TQ1_0 records w uint8 [G, 54] -> out float32 [G * 256] (C-contiguous)."""
+    _tq1_0_dequantize(w, out.reshape(w.shape[0], 256))
+
+
+@kernel
+def quantize_tq1_0(x, out):
+    """x float32 [G * 256] (C-contiguous) -> TQ1_0 records out uint8 [G, 54]; -1, or the
+    first block holding a non-finite value (out untouched then)."""
+    return _tq1_0_quantize(x.reshape(out.shape[0], 256), out)
+
+
+# ---- TQ2_0 -------------------------------------------------------------------------------------
+
+
+@kernel
+def dot_tq2_0_q8_k(w_row, xq):
+    """TQ2_0 x Q8_K dot: w_row uint8 [G, 66], xq uint8 [G, 292] -> float32."""
+    return _tq2_0_dot(w_row, xq)
+
+
+@kernel
+def gemv_tq2_0_q8_k(w, xq, out):
+    """out[r] = dot_tq2_0_q8_k(w[r], xq): w uint8 [rows, G, 66], xq uint8 [G, 292], out
+    float32 [rows]."""
+    _tq2_0_gemv(w, xq, out)
+
+
+@kernel
+def dequantize_tq2_0(w, out):
+    """TQ2_0 records w uint8 [G, 66] -> out float32 [G * 256] (C-contiguous)."""
+    _tq2_0_dequantize(w, out.reshape(w.shape[0], 256))
+
+
+@kernel
+def quantize_tq2_0(x, out):
+    """x float32 [G * 256] (C-contiguous) -> TQ2_0 records out uint8 [G, 66]; -1, or the
+    first block holding a non-finite value (out untouched then)."""
+    return _tq2_0_quantize(x.reshape(out.shape[0], 256), out)

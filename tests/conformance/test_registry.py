@@ -37,12 +37,12 @@ def test_registry_is_whole_and_ordered():
                                              qk.quant.q8_0, qk.quant.q8_1, qk.quant.q2_k,
                                              qk.quant.q3_k, qk.quant.q5_k, qk.quant.q6_k,
                                              qk.quant.mxfp4, qk.quant.nvfp4, qk.quant.iq4_nl,
-                                             qk.quant.iq4_xs]
+                                             qk.quant.iq4_xs, qk.quant.tq1_0, qk.quant.tq2_0]
     assert set(ALL) == set(qk.quant)
     assert WEIGHTS == (qk.quant.q4_k, qk.quant.q4_0, qk.quant.q4_1, qk.quant.q5_0,
                        qk.quant.q5_1, qk.quant.q8_0, qk.quant.q2_k, qk.quant.q3_k,
                        qk.quant.q5_k, qk.quant.q6_k, qk.quant.mxfp4, qk.quant.nvfp4,
-                       qk.quant.iq4_nl, qk.quant.iq4_xs)
+                       qk.quant.iq4_nl, qk.quant.iq4_xs, qk.quant.tq1_0, qk.quant.tq2_0)
     assert QUANTIZABLE == tuple(ALL)
     from numba_qk import gguf
 
@@ -257,7 +257,7 @@ def test_capabilities():
     assert q4k.dot_partner is qk.quant.q8_k and q4k.quantizer == "ggml quantize_row_q4_K_ref"
     assert qk.capabilities(qk.quant.q8_k).activation_of == (
         qk.quant.q4_k, qk.quant.q2_k, qk.quant.q3_k, qk.quant.q5_k, qk.quant.q6_k,
-        qk.quant.iq4_xs)
+        qk.quant.iq4_xs, qk.quant.tq1_0, qk.quant.tq2_0)
     assert qk.capabilities(qk.quant.q6_k).quantizer == "ggml quantize_row_q6_K_ref"
     assert qk.capabilities(qk.quant.q8_1).activation_of == (qk.quant.q4_1, qk.quant.q5_1)
     for scalar in (qk.f32, qk.f16, qk.bf16, qk.i8, qk.i32):
@@ -372,4 +372,4 @@ def test_inspect_prints_capabilities(tmp_path, capsys):
     assert "  F32: no kernels (stored values only)" in out
     assert cli._quantizable_weights() == ["q4_k", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k",
                                           "q3_k", "q5_k", "q6_k", "mxfp4", "nvfp4", "iq4_nl",
-                                          "iq4_xs"]
+                                          "iq4_xs", "tq1_0", "tq2_0"]

@@ -82,7 +82,7 @@ def test_singletons_survive_copy_and_pickle():
 
 
 def test_namespace():
-    assert list(qk.quant)[:2] == [Q4, Q8] and len(list(qk.quant)) == 16
+    assert list(qk.quant)[:2] == [Q4, Q8] and len(list(qk.quant)) == 18
     assert [f.name for f in qk.quant][-4:] == ["MXFP4", "NVFP4", "IQ4_NL", "IQ4_XS"]
     assert [f.name for f in qk.quant][2:6] == ["Q2_K", "Q3_K", "Q5_K", "Q6_K"]
     assert Q4 in qk.quant and qk.f32 not in qk.quant and "q4_k" not in qk.quant

@@ -23,10 +23,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable, NamedTuple, Optional
 
-from . import core, iq, kquants, lowp, mx, mxrec
+from . import core, iq, kquants, lowp, mx, mxrec, ternary
 
 __all__ = ["Oracle", "ORACLES", "oracle", "dequantize", "dot", "quantize",
-           "core", "kquants", "lowp", "mx", "mxrec", "iq"]
+           "core", "kquants", "lowp", "mx", "mxrec", "iq", "ternary"]
 
 
 class Oracle(NamedTuple):
@@ -73,6 +73,13 @@ ORACLES = {
     "IQ4_XS": Oracle(iq.dequantize_iq4_xs, iq.dot_iq4_xs_q8_k, iq.quantize_iq4_xs,
                      "ggml-common.h / ggml-quants.c (IQ4_XS), docs/numerics.md"),
 }
+for _name in ("TQ1_0", "TQ2_0"):
+    ORACLES[_name] = Oracle(partial(ternary.dequantize, _name),
+                            partial(ternary.quantized_dot, _name),
+                            partial(ternary.quantize_block, _name),
+                            "ggml dequantize_row/quantize_row_" + _name.lower()
+                            + "_ref, docs/numerics.md")
+del _name
 
 
 def oracle(fmt) -> Oracle:

@@ -1,0 +1,1 @@
+"""Ternary record formats (ggml TQ1_0, TQ2_0)."""
