@@ -161,7 +161,14 @@ def test_unbound_combinations_are_explicit_errors(fmt):
                                  lhs_format=fmt, rhs_format=other)
 
 
-@pytest.mark.parametrize("fmt", WEIGHTS, ids=[f.name for f in WEIGHTS])
+# One weight format per kernel family by default (each carrier compiles its own
+# specialisations of every kernel it reaches); the others under -m slow.  The K-quants'
+# own carrier test (tests/kquants/test_kquants.py) covers Q2_K..Q6_K in every default run.
+CARRIER_DEFAULT = {"Q4_K", "Q4_0", "Q8_0", "MXFP4", "IQ4_NL", "TQ2_0"}
+
+
+@pytest.mark.parametrize("fmt", [f if f.name in CARRIER_DEFAULT else pytest.param(
+    f, marks=pytest.mark.slow) for f in WEIGHTS], ids=[f.name for f in WEIGHTS])
 def test_carriers(fmt, rng):
     """Read-only, unaligned, strided and memoryview records give the same bits."""
     act, w, x = _pair(rng, fmt, (5,), (5,))
