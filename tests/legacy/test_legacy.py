@@ -186,7 +186,10 @@ def test_gemv_gemm_matmul_equal_dot(name, rng):
         assert_same_f32(qk.matmul(w, xf[1], lhs_format=fmt(name), threads=threads), want[1])
 
 
-@pytest.mark.parametrize("name", WEIGHTS)
+# One weight format per activation pairing by default (Q4_0 with Q8_0, Q4_1 with Q8_1): each
+# compiles the strided threaded gemv anew; the others under -m slow.
+@pytest.mark.parametrize("name", [n if n in ("q4_0", "q4_1") else pytest.param(
+    n, marks=pytest.mark.slow) for n in WEIGHTS])
 def test_gemv_prefetching_tiles_strided_rows(name, rng):
     """Rows in several 8-row tiles (the gemv prefetches the next tile's records) taken as a
     strided view of every other row: each output equals its row's dot."""
