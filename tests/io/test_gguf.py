@@ -187,39 +187,20 @@ def test_cli_errors_are_one_line_and_write_nothing(demo, tmp_path):
                 if "numba_qk-tmp" in p.name or p.name.endswith(".tmp")]
 
 
-@pytest.mark.parametrize("name", ["q2_k", "q3_k", "q5_k", "q6_k"])
-def test_kquant_files_are_accelerated_end_to_end(demo, tmp_path, name):
-    """quantize_file(to=Q*_K), then inspect / dequantize / matmul accelerate those tensors: the
-    records equal qk.quantize of the source, dequantize equals gguf-py's, matmul equals gemm."""
-    fmt = getattr(qk.quant, name)
-    out = tmp_path / f"{name}.gguf"
-    gguf.quantize_file(demo, out, to=fmt)
-    with gguf.open(demo) as a, gguf.open(out) as b:
-        t = b.tensor("blk.0.attn_q.weight")
-        assert t.format is fmt and t.accelerated
-        want = qk.quantize(a.dequantize(t.name).reshape(-1, 256), format=fmt)
-        assert_same_records(b.records(t.name).reshape(-1, fmt.block_bytes), want, t.name)
-        raw = np.asarray(b.raw(t.name))
-        assert_same_f32(b.dequantize(t.name).reshape(-1),
-                        gguf_py.quants.dequantize(raw, gguf_py.GGMLQuantizationType[fmt.name])
-                        .reshape(-1))
-        x = np.random.default_rng(0).standard_normal((2, t.shape[-1])).astype(np.float32)
-        w = b.records(t.name)
-        xq = qk.quantize(x.reshape(-1, 256), format=qk.quant.q8_k).reshape(2, w.shape[1], -1)
-        assert_same_f32(b.matmul(t.name, x), qk.gemm(w, xq, lhs_format=fmt,
-                                                      rhs_format=qk.quant.q8_k))
-
-
-@pytest.mark.parametrize("name", ["mxfp4", "nvfp4"])
-def test_fp4_record_files_are_accelerated_end_to_end(demo, tmp_path, name, capsys):
-    """quantize_file(to=MXFP4/NVFP4): records equal qk.quantize of the source (ggml's _ref),
-    dequantize equals gguf-py's, matmul equals gemm against Q8_0 (two Q8_0 records per NVFP4
-    record), inspect lists the format's kernels."""
+@pytest.mark.parametrize("name", ["q2_k", "q3_k", "q5_k", "q6_k", "mxfp4", "nvfp4", "iq4_nl",
+                                  "iq4_xs"])
+def test_record_files_are_accelerated_end_to_end(demo, tmp_path, name, capsys):
+    """quantize_file(to=FORMAT), then inspect / dequantize / matmul accelerate those tensors: the
+    records equal qk.quantize of the source, dequantize equals gguf-py's numpy decoders, matmul
+    equals gemm against the paired activation (two Q8_0 records per NVFP4 record), inspect lists
+    the format's kernels."""
     from numba_qk import __main__ as cli
 
     fmt = getattr(qk.quant, name)
+    act = qk.activation_format(fmt)
     out = tmp_path / f"{name}.gguf"
     gguf.quantize_file(demo, out, to=fmt)
+    assert fmt in gguf.ACCELERATED
     with gguf.open(demo) as a, gguf.open(out) as b:
         t = b.tensor("blk.0.attn_q.weight")
         assert t.format is fmt and t.accelerated
@@ -231,11 +212,11 @@ def test_fp4_record_files_are_accelerated_end_to_end(demo, tmp_path, name, capsy
                         .reshape(-1))
         x = np.random.default_rng(0).standard_normal((2, t.shape[-1])).astype(np.float32)
         w = b.records(t.name)
-        xq = qk.quantize(x.reshape(-1, 32), format=qk.quant.q8_0).reshape(2, -1, 34)
-        assert xq.shape[1] == w.shape[1] * fmt.block_size // 32
-        assert_same_f32(b.matmul(t.name, x), qk.gemm(w, xq, lhs_format=fmt,
-                                                      rhs_format=qk.quant.q8_0))
+        xq = qk.quantize(x.reshape(-1, act.block_size), format=act).reshape(2, -1,
+                                                                             act.block_bytes)
+        assert xq.shape[1] * act.block_size == w.shape[1] * fmt.block_size
+        assert_same_f32(b.matmul(t.name, x), qk.gemm(w, xq, lhs_format=fmt, rhs_format=act))
     capsys.readouterr()
     assert cli.cmd_inspect(str(out)) == 0
-    assert f"  {fmt.name}: quantize, dequantize, decode, dot with Q8_0, gemv/gemm/matmul" in \
-        capsys.readouterr().out
+    assert f"  {fmt.name}: quantize, dequantize, decode, dot with {act.name}, gemv/gemm/matmul" \
+        in capsys.readouterr().out
