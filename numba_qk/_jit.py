@@ -11,6 +11,11 @@
   what a kernel is built from recompiles it, and nothing else.
 * ``nogil=True``: kernels release the GIL; callers may run them from several threads.
 * ``parallel=False``: record order is part of the semantics; kernels never reorder it.
+* Closures made by a factory (one per format: ``bind(fmt).<locals>.quantize``) get a qualified
+  name of their own, ``<qualname>__<digest of the closure's values>``: numba names compiled
+  symbols after the qualified name and a per-process counter, so two closures compiled in two
+  processes could carry one symbol, and once both were loaded from the cache into one process,
+  calls to the second ran the first (Q8_1's quantizer ran Q8_0's).  See ``closure_named``.
 """
 
 import ast
@@ -33,14 +38,56 @@ JIT_OPTIONS = dict(
 
 def kernel(fn):
     """Compile ``fn`` with numba_qk's JIT policy."""
-    return _with_dependency_cache(njit(**JIT_OPTIONS)(fn))
+    return _with_dependency_cache(njit(**JIT_OPTIONS)(closure_named(fn)))
 
 
 def inline_kernel(fn):
     """``kernel`` inlined into its callers at numba's IR level (``inline='always'``): for small
     per-block helpers called once per block from a hot loop, where LLVM kept the call (measured:
     the legacy encoders' absmax / min-max helpers cost 0.19 ms per 1 M floats as calls)."""
-    return _with_dependency_cache(njit(inline="always", **JIT_OPTIONS)(fn))
+    return _with_dependency_cache(njit(inline="always", **JIT_OPTIONS)(closure_named(fn)))
+
+
+def closure_named(fn):
+    """``fn`` itself; when it is a closure, first renamed ``<qualname>__<12 hex digits>``, the
+    digits a sha256 of what its cells hold (``kernel_identity``), so that closures from one
+    factory with different values have different names in every process -- and so different
+    compiled symbols and cache files.  Cells may hold plain numbers, strings, None, tuples of
+    these, and compiled kernels (named by their own qualified name); anything else raises
+    TypeError here, at import, as it would give no name that is the same in every process."""
+    if fn.__closure__:
+        digest = hashlib.sha256(_cells_key(fn).encode()).hexdigest()[:12]
+        fn.__qualname__ = f"{fn.__qualname__}__{digest}"
+    return fn
+
+
+def kernel_identity(dispatcher) -> str:
+    """The module and qualified name of a compiled kernel: unique within the package and the
+    same in every process (closures are named by their values, ``closure_named``)."""
+    f = dispatcher.py_func
+    return f"{f.__module__}.{f.__qualname__}"
+
+
+def _cells_key(fn) -> str:
+    parts = []
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            raise TypeError(f"kernel {fn.__qualname__}: closure cell {name!r} is empty") from None
+        parts.append(f"{name}={_value_key(fn, name, value)}")
+    return ";".join(parts)
+
+
+def _value_key(fn, name, v) -> str:
+    if v is None or isinstance(v, (bool, int, float, str, bytes)):
+        return repr(v)
+    if isinstance(v, tuple):
+        return "(" + ",".join(_value_key(fn, name, e) for e in v) + ")"
+    if hasattr(v, "py_func"):
+        return kernel_identity(v)
+    raise TypeError(f"kernel {fn.__qualname__}: closure cell {name!r} holds a "
+                    f"{type(v).__name__}, which has no name that is the same in every process")
 
 
 # ----------------------------------------------------------------------------- cache keys

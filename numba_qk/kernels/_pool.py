@@ -25,10 +25,10 @@ import numpy as np
 from llvmlite import ir
 from numba import config
 from numba.core import cgutils, types
-from numba.core.caching import FunctionCache, NullCache
+from numba.core.caching import FunctionCache
 from numba.extending import intrinsic
 
-from numba_qk._jit import kernel, module_digest
+from numba_qk._jit import kernel, kernel_identity, module_digest
 
 HAVE_ATOMICS = not config.DISABLE_JIT
 _X86 = platform.machine().lower() in ("x86_64", "amd64")
@@ -144,23 +144,6 @@ def wait_count(ctl, at, target, iters):
 _RUNNERS: dict = {}
 
 
-def _kernel_identity(fn):
-    """A stable description of the compiled kernel ``fn`` (module, qualified name and the plain
-    values its closure holds, e.g. legacy's per-format code), or None if it has other closure
-    values."""
-    f = fn.py_func
-    cells = []
-    for c in f.__closure__ or ():
-        v = c.cell_contents
-        if isinstance(v, (bool, int, float, str)):
-            cells.append(repr(v))
-        elif hasattr(v, "py_func"):
-            cells.append(f"{v.py_func.__module__}.{v.py_func.__qualname__}")
-        else:
-            return None
-    return f"{f.__module__}.{f.__qualname__}{tuple(cells)}"
-
-
 class _RunnerCache(FunctionCache):
     """The on-disk cache of one ``rows_runner`` closure.  numba keys a closure's entries by a
     pickle of its cell contents, and a compiled function pickles with a random per-process
@@ -221,8 +204,6 @@ def rows_runner(gemv):
                     cpu_relax()
             return np.int64(1)
 
-        identity = _kernel_identity(gemv)
-        run._cache = (_RunnerCache(run.py_func, identity, gemv.py_func.__module__)
-                      if identity else NullCache())
+        run._cache = _RunnerCache(run.py_func, kernel_identity(gemv), gemv.py_func.__module__)
         _RUNNERS[gemv] = run
     return run

@@ -138,3 +138,56 @@ def test_cache_follows_edits_of_modules_a_kernel_is_built_from(tmp_path):
     os.utime(pkg / "kern.py", ns=(kern_stat.st_atime_ns, kern_stat.st_mtime_ns))
     assert _run_depcheck(tmp_path, env) == (2.0, 0)       # recompiled, not the stale 1.0
     assert _run_depcheck(tmp_path, env) == (2.0, 1)
+
+
+def test_every_compiled_kernel_has_a_name_of_its_own():
+    """numba names a compiled symbol after the kernel's qualified name and a per-process
+    counter: two closures of one factory (``bind(fmt).<locals>.quantize``), compiled in two
+    processes, could carry one symbol, and once both were loaded from the cache into one
+    process the second ran the first's code.  ``kernel`` names closures by their values."""
+    import gc
+
+    from numba.core.registry import CPUDispatcher
+
+    import numba_qk.gguf  # noqa: F401  (everything that makes kernels, imported)
+    import numba_qk.models  # noqa: F401
+
+    list(_bound_kernels())
+    owners = {}
+    for d in gc.get_objects():
+        if isinstance(d, CPUDispatcher) and d.py_func.__module__.startswith("numba_qk"):
+            key = (d.py_func.__module__, d.py_func.__qualname__)
+            assert owners.setdefault(key, d.py_func) is d.py_func, f"two kernels named {key}"
+    assert sum("<locals>" in q for _, q in owners) >= 40
+
+
+_CROSS_PROCESS = """
+import sys
+import numpy as np
+import numba_qk as qk
+from numba_qk import kernels
+from numba_qk.testing.reference import quantize
+x = np.random.default_rng(7).standard_normal(64).astype(np.float32)
+for name in sys.argv[1].split(","):
+    fmt = getattr(qk.quant, name)
+    got = np.zeros((2, fmt.block_bytes), np.uint8)
+    getattr(kernels, "quantize_" + name)(x, got)
+    ref = b"".join(quantize(fmt, x[i:i + 32]) for i in (0, 32))
+    assert got.tobytes() == ref, name
+"""
+
+
+def test_closures_compiled_in_two_processes_keep_their_own_code(tmp_path):
+    """The regression test of the collision above: Q8_1's and Q8_0's quantizers (closures of
+    one factory) compiled into one cache by two processes, then both loaded by a third."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": os.pathsep.join(
+        [str(ROOT.parent), os.environ.get("PYTHONPATH", "")])}
+    env.pop("NUMBA_DISABLE_JIT", None)
+    for formats in ("q8_1", "q8_0", "q8_0,q8_1"):
+        r = subprocess.run([sys.executable, "-c", _CROSS_PROCESS, formats], env=env,
+                           capture_output=True, text=True)
+        assert r.returncode == 0, f"{formats}: {r.stderr[-2000:]}"

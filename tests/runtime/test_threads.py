@@ -212,13 +212,15 @@ def test_run_rows_without_compiled_atomics_uses_python_pieces(monkeypatch, rng):
 
 
 def test_runner_cache_is_keyed_by_the_serial_kernel():
+    from numba_qk._jit import kernel_identity
+
     """Each serial kernel gets its own runner, cached under the kernel's stable identity
     (numba's default key for a closure would pickle a per-process UUID and never hit)."""
     from numba_qk import _registry as registry
 
     gemvs = [b.gemv for b in registry.BY_FORMAT.values() if b.gemv is not None]
-    idents = {_pool._kernel_identity(g) for g in gemvs}
-    assert None not in idents and len(idents) == len(set(gemvs))
+    idents = {kernel_identity(g) for g in gemvs}
+    assert len(idents) == len(set(gemvs))
     r = _pool.rows_runner(gemvs[0])
     assert r is _pool.rows_runner(gemvs[0])
     assert isinstance(r._cache, _pool._RunnerCache)
