@@ -202,11 +202,11 @@ class Vocab:
         if self._ready:
             return
         if self.kind not in ("gpt2", "llama"):
-            raise NotImplementedError(f"tokenizer.ggml.model {self.kind!r}: numba_qk.models "
-                                      f"tokenizes 'gpt2' (BPE) and 'llama' (SentencePiece)")
+            raise ValueError(f"tokenizer.ggml.model {self.kind!r}: numba_qk.models tokenizes "
+                             f"'gpt2' (BPE) and 'llama' (SentencePiece) vocabularies")
         if self.kind == "gpt2":
             if self.pre not in PRE_TOKENIZERS:
-                raise NotImplementedError(
+                raise ValueError(
                     f"tokenizer.ggml.pre {self.pre!r} is not supported by numba_qk.models "
                     f"(supported: {', '.join(sorted(PRE_TOKENIZERS))})")
             self._exprs, self._ignore_merges, _ = PRE_TOKENIZERS[self.pre]

@@ -77,3 +77,20 @@ def test_tokenize_api(tmp_path):
                                        vocab=VARIANTS["bpe_smollm"]()))
     with pytest.raises(ValueError, match="U\\+1FFFFF"):       # llama.cpp aborts on these
         bpe.tokenize(b"\xf7\xbf\xbf\xbf")
+
+
+def test_cli_generate_from_prompt_text(tmp_path, capsys):
+    from numba_qk.__main__ import main
+
+    path = write_tiny_model(tmp_path / "spm.gguf", "llama", vocab=VARIANTS["spm"]())
+    m = models.load(path)
+    prompt = "Hello<ctrl> world"
+    assert main(["generate", str(path), prompt, "-n", "3", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["prompt_tokens"] == m.tokenize(prompt, special=True)   # as llama.cpp's programs
+    assert m.vocab.tokens.index("<ctrl>") in r["prompt_tokens"]
+    assert r["tokens"] == m.generate(r["prompt_tokens"], 3)
+    assert r["text"] == m.detokenize(r["tokens"])
+    with pytest.raises(SystemExit):                            # neither PROMPT nor --tokens
+        main(["generate", str(path), "-n", "2"])
+    assert "PROMPT or --tokens" in capsys.readouterr().err
