@@ -122,131 +122,104 @@ LLAMA3_REGEXES = (
 )
 
 
-def _split_gpt2(s, fl, offsets):
-    out = []
-    start = 0
-    for off in offsets:
-        end = start + off
-        pos = prev = start
-        start = end
-
-        def f(p):
-            return fl[p] if p < end else 0
-
-        while pos < end:
-            c = s[pos]
-            if c == "'" and pos + 1 < end:
-                c1 = s[pos + 1]
-                if c1 in "stmd":
-                    pos += 2
-                    out.append(pos - prev)
-                    prev = pos
-                    continue
-                if pos + 2 < end and c1 + s[pos + 2] in ("re", "ve", "ll"):
-                    pos += 3
-                    out.append(pos - prev)
-                    prev = pos
-                    continue
-            f2 = f(pos + 1) if c == " " else fl[pos]
-            if f2 & LETTER:
-                pos += c == " "
-                while f(pos) & LETTER:
-                    pos += 1
-            elif f2 & NUMBER:
-                pos += c == " "
-                while f(pos) & NUMBER:
-                    pos += 1
-            elif not f2 & (WHITESPACE | LETTER | NUMBER) and f2:
-                pos += c == " "
-                while True:
-                    g = f(pos)
-                    if g & (WHITESPACE | LETTER | NUMBER) or not g:
-                        break
-                    pos += 1
-            else:
-                n = 0
-                while f(pos + n) & WHITESPACE:
-                    n += 1
-                if n > 1 and pos + n < end:
-                    pos += n - 1
-                elif n > 0:
-                    pos += n
-                else:
-                    pos += 1
-            if pos > prev:
-                out.append(pos - prev)
-            prev = pos
-    return out
+def _contraction(s, pos, end, fold):
+    """Length of 's|'t|'re|'ve|'m|'ll|'d at ``pos`` (0 if none); ``fold``: ASCII case-folded."""
+    if s[pos] != "'" or pos + 1 >= end:
+        return 0
+    c1 = s[pos + 1].lower() if fold and s[pos + 1] < "\x80" else s[pos + 1]
+    if c1 in "stmd":
+        return 2
+    if pos + 2 < end:
+        c2 = s[pos + 2].lower() if fold and s[pos + 2] < "\x80" else s[pos + 2]
+        if c1 + c2 in ("re", "ve", "ll"):
+            return 3
+    return 0
 
 
-def _split_llama3(s, fl, offsets):
-    out = []
-    start = 0
-    for off in offsets:
-        end = start + off
-        pos = prev = start
-        start = end
+def _symbols(f, pos):
+    """End of the run of [^\\s\\p{L}\\p{N}] (defined code points) from ``pos``."""
+    while True:
+        g = f(pos)
+        if g & (WHITESPACE | LETTER | NUMBER) or not g:
+            return pos
+        pos += 1
 
-        def f(p):
-            return fl[p] if p < end else 0
 
-        while pos < end:
-            c = s[pos]
-            fc = fl[pos]
-            if c == "'" and pos + 1 < end:
-                c1 = s[pos + 1].lower() if s[pos + 1] < "\x80" else s[pos + 1]
-                if c1 in "stmd":
-                    pos += 2
-                    out.append(pos - prev)
-                    prev = pos
-                    continue
-                if pos + 2 < end:
-                    c2 = s[pos + 2].lower() if s[pos + 2] < "\x80" else s[pos + 2]
-                    if c1 + c2 in ("re", "ve", "ll"):
-                        pos += 3
-                        out.append(pos - prev)
-                        prev = pos
-                        continue
-            if not (c == "\r" or c == "\n" or fc & NUMBER) and (fc & LETTER or f(pos + 1) & LETTER):
+def _spaces(s, f, pos, end, newlines):
+    """The white-space alternatives: (\\s*[\\r\\n]+ when ``newlines``,) \\s+(?!\\S), \\s+,
+    or one code point when none matches."""
+    n = 0
+    last_rn = 0
+    while f(pos + n) & WHITESPACE:
+        if newlines and s[pos + n] in "\r\n":
+            last_rn = pos + n + 1
+        n += 1
+    if last_rn > 0:
+        return last_rn
+    if n > 1 and pos + n < end:
+        return pos + n - 1
+    return pos + (n or 1)
+
+
+def _gpt2_word(s, fl, f, pos, end):
+    """End of the word at ``pos`` under unicode_regex_split_custom_gpt2."""
+    n = _contraction(s, pos, end, False)
+    if n:
+        return pos + n
+    c = s[pos]
+    f2 = f(pos + 1) if c == " " else fl[pos]
+    for cls in (LETTER, NUMBER):
+        if f2 & cls:
+            pos += c == " "
+            while f(pos) & cls:
                 pos += 1
-                while f(pos) & LETTER:
-                    pos += 1
-            elif fc & NUMBER:
-                ini = pos
-                while f(pos) & NUMBER:
-                    pos += 1
-                    if pos - ini >= 3:
-                        out.append(pos - prev)
-                        prev = ini = pos
-            else:
-                f2 = f(pos + 1) if c == " " else fc
-                if not f2 & (WHITESPACE | LETTER | NUMBER) and fc:
-                    pos += c == " "
-                    while True:
-                        g = f(pos)
-                        if g & (WHITESPACE | LETTER | NUMBER) or not g:
-                            break
-                        pos += 1
-                    while pos < end and s[pos] in "\r\n":
-                        pos += 1
-                else:
-                    n = 0
-                    last_rn = 0
-                    while f(pos + n) & WHITESPACE:
-                        if s[pos + n] in "\r\n":
-                            last_rn = pos + n + 1
-                        n += 1
-                    if last_rn > 0:
-                        pos = last_rn
-                    elif n > 1 and pos + n < end:
-                        pos += n - 1
-                    elif n > 0:
-                        pos += n
-                    else:
-                        pos += 1
-            if pos > prev:
-                out.append(pos - prev)
-            prev = pos
+            return pos
+    if not f2 & (WHITESPACE | LETTER | NUMBER) and f2:
+        return _symbols(f, pos + (c == " "))
+    return _spaces(s, f, pos, end, False)
+
+
+def _llama3_word(s, fl, f, pos, end):
+    """End of the word at ``pos`` under unicode_regex_split_custom_llama3."""
+    n = _contraction(s, pos, end, True)
+    if n:
+        return pos + n
+    c = s[pos]
+    fc = fl[pos]
+    if not (c == "\r" or c == "\n" or fc & NUMBER) and (fc & LETTER or f(pos + 1) & LETTER):
+        pos += 1
+        while f(pos) & LETTER:
+            pos += 1
+        return pos
+    if fc & NUMBER:                      # \p{N}{1,3}: the rest of a longer run comes next
+        ini = pos
+        while f(pos) & NUMBER and pos - ini < 3:
+            pos += 1
+        return pos
+    f2 = f(pos + 1) if c == " " else fc
+    if not f2 & (WHITESPACE | LETTER | NUMBER) and fc:
+        pos = _symbols(f, pos + (c == " "))
+        while pos < end and s[pos] in "\r\n":
+            pos += 1
+        return pos
+    return _spaces(s, f, pos, end, True)
+
+
+def _split_custom(s, fl, offsets, word):
+    out = []
+    start = 0
+    for off in offsets:
+        end = start + off
+        pos = start
+        start = end
+
+        def f(p):
+            return fl[p] if p < end else 0
+
+        while pos < end:
+            nxt = word(s, fl, f, pos, end)
+            out.append(nxt - pos)
+            pos = nxt
     return out
 
 
@@ -350,9 +323,9 @@ def regex_split(s: str, exprs) -> list:
     collapsed = plain = None
     for expr in exprs:
         if expr == GPT2_REGEX:
-            offsets = _split_gpt2(s, fl, offsets)
+            offsets = _split_custom(s, fl, offsets, _gpt2_word)
         elif expr in LLAMA3_REGEXES:
-            offsets = _split_llama3(s, fl, offsets)
+            offsets = _split_custom(s, fl, offsets, _llama3_word)
         elif any(k in expr for k in _UCAT):
             if collapsed is None:
                 collapsed = _collapsed_text(s, fl)

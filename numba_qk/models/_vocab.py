@@ -88,7 +88,7 @@ PRE_TOKENIZERS = {name: (exprs, ignore, bos) for names, exprs, ignore, bos in _P
                   for name in names}
 
 
-def _gpt2_byte_to_unicode() -> dict:
+def gpt2_byte_to_unicode() -> dict:
     bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
           + list(range(ord("®"), ord("ÿ") + 1)))
     cs = bs[:]
@@ -101,9 +101,36 @@ def _gpt2_byte_to_unicode() -> dict:
     return {b: chr(c) for b, c in zip(bs, cs)}
 
 
-_B2U = _gpt2_byte_to_unicode()
+_B2U = gpt2_byte_to_unicode()
 _U2B = {c: b for b, c in _B2U.items()}
 _LATIN1_TO_GPT2 = str.maketrans({chr(b): c for b, c in _B2U.items()})
+
+
+def _merge_pairs(heap, size, add, stale):
+    """The merge loop both tokenizers share (llm_tokenizer_spm/bpe_session): symbols
+    ``0 .. len(size) - 1`` in a linked list, ``add(left, right)`` pushes a candidate pair onto
+    ``heap`` (best first), popped pairs whose symbols are gone or ``stale(entry)`` are skipped,
+    the others merge right into left and offer the new neighbours.  Returns ``next`` links."""
+    m = len(size)
+    nxt = list(range(1, m)) + [-1]
+    prv = list(range(-1, m - 1))
+    for i in range(1, m):
+        add(i - 1, i)
+    while heap:
+        e = heapq.heappop(heap)
+        left, right = e[1], e[2]
+        if size[left] == 0 or size[right] == 0 or stale(e):
+            continue
+        size[left] += size[right]
+        size[right] = 0
+        nxt[left] = nxt[right]
+        if nxt[right] >= 0:
+            prv[nxt[right]] = left
+        if prv[left] != -1:
+            add(prv[left], left)
+        if nxt[left] != -1:
+            add(left, nxt[left])
+    return nxt
 
 
 class Vocab:
@@ -318,35 +345,21 @@ class Vocab:
         n = len(word)
         start = list(range(n))
         size = [1] * n
-        nxt = list(range(1, n)) + [-1]
-        prv = list(range(-1, n - 1))
         heap = []
 
         def add(left, right):
-            if left == -1 or right == -1:
-                return
             a = word[start[left]:start[left] + size[left]]
             b = word[start[right]:start[right] + size[right]]
             r = ranks.get((a, b))
             if r is not None:
                 heapq.heappush(heap, (r, left, right, a + b))
 
-        for i in range(1, n):
-            add(i - 1, i)
-        while heap:
-            _, left, right, text = heapq.heappop(heap)
-            if size[left] == 0 or size[right] == 0:
-                continue
-            if word[start[left]:start[left] + size[left]] + \
-                    word[start[right]:start[right] + size[right]] != text:
-                continue
-            size[left] += size[right]
-            size[right] = 0
-            nxt[left] = nxt[right]
-            if nxt[right] >= 0:
-                prv[nxt[right]] = left
-            add(prv[left], left)
-            add(left, nxt[left])
+        def stale(e):   # llama.cpp re-reads both texts
+            _, left, right, text = e
+            return word[start[left]:start[left] + size[left]] + \
+                word[start[right]:start[right] + size[right]] != text
+
+        nxt = _merge_pairs(heap, size, add, stale)
         ids = []
         i = 0
         while i != -1:
@@ -378,15 +391,10 @@ class Vocab:
             start.append(off)
             size.append(ln)
             off += ln
-        m = len(start)
-        nxt = list(range(1, m)) + [-1]
-        prv = list(range(-1, m - 1))
         heap = []
         rev = {}
 
         def add(left, right):
-            if left == -1 or right == -1:
-                return
             s = text[start[left]:start[left] + size[left] + size[right]]
             t = tok.get(s)
             if t is None or t >= n_vocab:
@@ -394,19 +402,7 @@ class Vocab:
             heapq.heappush(heap, (-score[t], left, right, len(s)))
             rev[s] = (left, right)
 
-        for i in range(1, m):
-            add(i - 1, i)
-        while heap:
-            _, left, right, ln = heapq.heappop(heap)
-            if size[left] == 0 or size[right] == 0 or size[left] + size[right] != ln:
-                continue
-            size[left] += size[right]
-            size[right] = 0
-            nxt[left] = nxt[right]
-            if nxt[right] >= 0:
-                prv[nxt[right]] = left
-            add(prv[left], left)
-            add(left, nxt[left])
+        nxt = _merge_pairs(heap, size, add, lambda e: size[e[1]] + size[e[2]] != e[3])
 
         def resegment(i):
             s = text[start[i]:start[i] + size[i]]

@@ -13,6 +13,8 @@ are checked on against llama.cpp (golden/tokenizer.json, made by tools/gen_model
 import re
 from collections import Counter
 
+from numba_qk.models._vocab import gpt2_byte_to_unicode
+
 TRAIN = (
     "The quick brown fox jumps over the lazy dog. The dog sleeps; the fox runs away! "
     "Hello world, hello there. It's a test: we're testing the tokenizer and they've said "
@@ -44,22 +46,9 @@ SPM_SPECIALS = [("<unk>", 2), ("<s>", 3), ("</s>", 3), ("<ctrl>", 3), ("<ud>", 4
                 ("\n\n", 4), ("<unused0>", 5)]
 
 
-def _byte_to_unicode():
-    bs = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
-          + list(range(ord("®"), ord("ÿ") + 1)))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
 def bpe_vocab(pre="smollm", n_merges=260):
     """tokens, token types, merges (GPT-2 byte-level BPE learned from TRAIN)."""
-    b2u = _byte_to_unicode()
+    b2u = gpt2_byte_to_unicode()
     words = Counter("".join(b2u[b] for b in w.encode("utf-8"))
                     for w in re.findall(r" ?[^\W\d_]+| ?\d+| ?[^\s\w]+|\s+", TRAIN))
     seqs = {w: list(w) for w in words}
