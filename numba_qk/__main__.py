@@ -222,19 +222,29 @@ def cmd_bench(path: str, repeat: int) -> int:
     return 0
 
 
-def cmd_generate(path: str, tokens: str, n: int, threads: int, as_json: bool) -> int:
+def cmd_generate(path: str, tokens, n: int, threads: int, as_json: bool, prompt=None) -> int:
     import json
     import time
 
     from numba_qk import models
 
-    try:
-        ids = [int(t) for t in tokens.split(",") if t.strip()]
-    except ValueError:
-        raise ValueError(f"--tokens takes comma-separated token ids, got {tokens!r}") from None
-    if not ids:
-        raise ValueError("--tokens: at least one prompt token id is needed")
-    m = models.load(path, threads=threads)
+    m = None
+    if prompt is not None:
+        # as llama.cpp's programs tokenize a prompt: BOS where the file asks for it, special
+        # tokens written in the text ("<|im_start|>") parsed as such
+        m = models.load(path, threads=threads)
+        ids = m.tokenize(prompt, add_bos=True, special=True)
+        if not ids:
+            raise ValueError("the prompt gives no tokens (and the model adds no BOS)")
+    else:
+        try:
+            ids = [int(t) for t in tokens.split(",") if t.strip()]
+        except ValueError:
+            raise ValueError(f"--tokens takes comma-separated token ids, got {tokens!r}") \
+                from None
+        if not ids:
+            raise ValueError("--tokens: at least one prompt token id is needed")
+    m = m or models.load(path, threads=threads)
     bad = [i for i in ids if not 0 <= i < m.n_vocab]
     if bad:
         raise ValueError(f"--tokens: id {bad[0]} is outside the vocabulary (0..{m.n_vocab - 1})")
@@ -306,8 +316,12 @@ def main(argv=None) -> int:
     p_bench.add_argument("--repeat", type=int, default=20, help="timed repeats (default 20)")
     p_gen = sub.add_parser("generate", help="run a GGUF model (llama, gemma3): greedy tokens")
     p_gen.add_argument("model", help="GGUF model file (architecture llama or gemma3)")
-    p_gen.add_argument("--tokens", required=True,
-                       help="prompt token ids, comma-separated (no tokenizer yet; the output "
+    p_gen.add_argument("prompt", nargs="?",
+                       help="prompt text, tokenized with the file's vocabulary as llama.cpp "
+                            "does (BOS where the file asks for it; special tokens such as "
+                            "<|im_start|> written in the text are parsed)")
+    p_gen.add_argument("--tokens",
+                       help="prompt token ids, comma-separated, instead of PROMPT (the output "
                             "is text from the file's vocabulary)")
     p_gen.add_argument("-n", type=int, default=16, help="new tokens (default 16)")
     p_gen.add_argument("--threads", type=int, default=1, help="threads per matmul (default 1)")
@@ -354,7 +368,10 @@ def main(argv=None) -> int:
             if args.command == "generate":
                 if args.n < 1 or args.threads < 1:
                     parser.error("-n and --threads must be >= 1")
-                return cmd_generate(args.model, args.tokens, args.n, args.threads, args.json)
+                if (args.prompt is None) == (args.tokens is None):
+                    parser.error("generate takes a PROMPT or --tokens (one of them)")
+                return cmd_generate(args.model, args.tokens, args.n, args.threads, args.json,
+                                    args.prompt)
             if args.repeat < 1:
                 parser.error("--repeat must be >= 1")
             return cmd_bench(args.file or _default_model(tmp, args.demo_dim), args.repeat)

@@ -5,6 +5,8 @@
 >>> m.logits([1, 2, 3]).shape                                  # doctest: +SKIP
 (3, 49152)
 >>> m.generate([1, 2, 3], 8)                                   # doctest: +SKIP
+>>> ids = m.tokenize("Hello world")                            # doctest: +SKIP
+>>> m.detokenize(m.generate(ids, 8))                           # doctest: +SKIP
 
 Architectures: ``llama`` (SmolLM2, Llama 3, Mistral and kin) and ``gemma3``.  Weights stay in
 the file's memory map (numba_qk's zero-copy records); nothing is dequantized up front, and
@@ -13,6 +15,10 @@ activations are quantized once per weight group sharing them (q/k/v, gate/up) wi
 ``quantize``, i.e. ggml's ``quantize_row_*_ref`` numerics, where llama.cpp runs ggml's CPU
 quantizer (they differ in a few blocks per thousand; see ISSUE 23).  The elementwise parts
 are in :mod:`numba_qk.models.kernels`.
+
+Text goes through the file's own vocabulary as llama.cpp's does (``Model.tokenize`` /
+``Model.detokenize``, in plain Python: byte-level BPE with the ``tokenizer.ggml.pre``
+pre-tokenizer, or SentencePiece with byte fallback; ids equal llama.cpp's, see ``_vocab``).
 """
 
 from ._runner import Model, load

@@ -193,9 +193,20 @@ class Model:
         self._gelu = K.gelu_f16_table() if arch == "gemma3" else None
         self.vocab = Vocab(md)
 
+    def tokenize(self, text, add_bos=True, special=False) -> list:
+        """Token ids of ``text`` (str, or UTF-8 bytes) from the file's own vocabulary, equal to
+        llama.cpp's ``llama_tokenize(text, add_special=add_bos, parse_special=special)`` (BPE
+        and SentencePiece vocabularies).  ``add_bos`` adds BOS/EOS only where the file asks for
+        them (``tokenizer.ggml.add_bos_token``); special tokens written in the text
+        (``"<|im_start|>"``) are parsed as such only with ``special=True`` (llama-cpp-python's
+        ``Llama.tokenize`` default; llama.cpp's own programs pass true for prompts, as the
+        ``generate`` command does), user-defined tokens always."""
+        return self.vocab.tokenize(text, add_bos, special)
+
     def detokenize(self, ids, special=False) -> str:
-        """Text of token ids from the file's vocabulary, as llama.cpp's ``llama_detokenize``
-        (control tokens left out unless ``special``)."""
+        """Text of token ids from the file's vocabulary: llama.cpp's ``llama_token_to_piece``
+        of each id, concatenated and decoded as UTF-8 (control tokens left out unless
+        ``special``)."""
         return self.vocab.detokenize(ids, special)
 
     # -- pieces -------------------------------------------------------------------------------

@@ -62,3 +62,23 @@ def test_agreement_with_llama_cpp(real):
     gen = m.generate(ids, len(g["greedy"]))
     first_unclear = int(g["greedy_clear"])
     assert gen[:first_unclear] == list(g["greedy"][:first_unclear])
+
+
+def test_tokenizer_agrees_with_llama_cpp(real):
+    """Token ids of tiny_vocab.REAL_CORPUS (hard strings: CJK, emoji, digit and white-space
+    runs, contractions, special-token text, invalid UTF-8) with and without BOS and special-token
+    parsing, the detokenized text, and every token's piece, against llama.cpp's
+    (golden/tokenizer_real.json, tools/gen_models_golden.py --real)."""
+    import json
+
+    from test_tokenizer import check_against_llama_cpp, pieces_sha256
+
+    key, m = real
+    golden = GOLDEN / "tokenizer_real.json"
+    if not golden.exists():
+        pytest.skip(f"{golden.name} not generated (tools/gen_models_golden.py --real)")
+    g = json.loads(golden.read_text())[key]
+    agree, total = check_against_llama_cpp(m, g)
+    print(f"{key}: {agree}/{total} tokenize/detokenize results equal llama.cpp's")
+    for sp in ("0", "1"):
+        assert pieces_sha256(m, sp == "1") == g["pieces_sha256"][sp]

@@ -17,14 +17,17 @@ SHAPES = {
 }
 
 
-def write_tiny_model(path, arch="llama", seed=0):
+def write_tiny_model(path, arch="llama", seed=0, vocab=None):
     """Write a tiny model of ``arch`` to ``path``: Q8_0 tied embedding, Q4_0 / Q8_0 / F32
-    matrices, F32 norms, a placeholder SentencePiece vocabulary (so llama.cpp loads it)."""
+    matrices, F32 norms, a placeholder SentencePiece vocabulary (so llama.cpp loads it), or
+    ``vocab`` (a dict from tiny_vocab.py; the embedding then has a row per token)."""
     import gguf
 
     import numba_qk as qk
 
-    s = SHAPES[arch]
+    s = dict(SHAPES[arch])
+    if vocab is not None:
+        s["n_vocab"] = len(vocab["tokens"])
     rng = np.random.default_rng(seed)
     T = gguf.GGMLQuantizationType
     w = gguf.GGUFWriter(str(path), arch)
@@ -44,15 +47,29 @@ def write_tiny_model(path, arch="llama", seed=0):
         w.add_key_length(s["head_dim"])
         w.add_value_length(s["head_dim"])
         w.add_sliding_window(s["window"])
-    w.add_tokenizer_model("llama")
-    w.add_tokenizer_pre("default")
-    toks = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, s["n_vocab"])]
-    w.add_token_list(toks)
-    w.add_token_scores([0.0] * len(toks))
-    w.add_token_types([2, 3, 3] + [1] * (len(toks) - 3))
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
+    if vocab is None:
+        w.add_tokenizer_model("llama")
+        w.add_tokenizer_pre("default")
+        toks = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, s["n_vocab"])]
+        w.add_token_list(toks)
+        w.add_token_scores([0.0] * len(toks))
+        w.add_token_types([2, 3, 3] + [1] * (len(toks) - 3))
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_unk_token_id(0)
+    else:
+        w.add_tokenizer_model(vocab["model"])
+        w.add_tokenizer_pre(vocab["pre"])
+        w.add_token_list(vocab["tokens"])
+        if "scores" in vocab:
+            w.add_token_scores(vocab["scores"])
+        w.add_token_types(vocab["types"])
+        if "merges" in vocab:
+            w.add_token_merges(vocab["merges"])
+        if "add_space_prefix" in vocab:
+            w.add_add_space_prefix(vocab["add_space_prefix"])
+        w.add_bos_token_id(vocab["bos"])
+        w.add_eos_token_id(vocab["eos"])
 
     def mat(rows, cols, kind, scale=None):
         scale = scale if scale is not None else 1.0 / math.sqrt(cols)
