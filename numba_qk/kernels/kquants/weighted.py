@@ -41,7 +41,7 @@ _F0 = np.float32(0.0)
 
 # ---- ggml's searches with weights ---------------------------------------------------------------
 
-@kernel
+@inline_kernel
 def make_qx_quants_w(x, off, n, nmax, L, loff, w, woff):
     """ggml's ``make_qx_quants(n, nmax, x + off, L + loff, rmse_type=1, qw=w + woff)``: writes
     ``l + nmax`` into ``L[loff:loff+n]`` and returns the scale (f32)."""
