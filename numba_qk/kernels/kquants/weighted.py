@@ -41,7 +41,7 @@ _F0 = np.float32(0.0)
 
 # ---- ggml's searches with weights ---------------------------------------------------------------
 
-@inline_kernel
+@kernel
 def make_qx_quants_w(x, off, n, nmax, L, loff, w, woff):
     """ggml's ``make_qx_quants(n, nmax, x + off, L + loff, rmse_type=1, qw=w + woff)``: writes
     ``l + nmax`` into ``L[loff:loff+n]`` and returns the scale (f32)."""
@@ -87,6 +87,74 @@ def make_qx_quants_w(x, off, n, nmax, L, loff, w, woff):
             scale = np.float32(sumlx / suml2)
             best = np.float32(scale * sumlx)
     return scale
+
+
+@kernel
+def _qx_pass_w(xt, wt, isc, nmax, n, nl, s1, s2):
+    """One pass of make_qx_quants over the lanes ``j < nl`` of ``xt``/``wt`` [n, nl]: ``s1[j] =
+    sum (w*x)*l``, ``s2[j] = sum (w*l)*l`` in order of ``i`` (lanes side by side: same bits)."""
+    for j in range(nl):
+        s1[j] = _F0
+        s2[j] = _F0
+    for i in range(n):
+        for j in range(nl):
+            xi = xt[i, j]
+            l = nearest_int(np.float32(isc[j] * xi))
+            fl = np.float32(max(-nmax, min(nmax - 1, l)))
+            wi = wt[i, j]
+            s1[j] = np.float32(s1[j] + np.float32(np.float32(wi * xi) * fl))
+            s2[j] = np.float32(s2[j] + np.float32(np.float32(wi * fl) * fl))
+
+
+@kernel
+def make_qx_lanes_w(xt, wt, n, nl, nmax, Lt, scales, scr):
+    """:func:`make_qx_quants_w` for the ``nl`` sub-blocks ``x_j = xt[:n, j]`` with weights
+    ``wt[:n, j]`` at once (the same bits: each lane's sums keep their order; the quants of the
+    chosen candidate are recomputed from its ``iscale``): ``Lt[i, j]`` gets ``l + nmax``,
+    ``scales[j]`` the scale.  ``scr``: f32 [8, >= nl]."""
+    mxs, act, isc, bisc, best, sc, s1, s2 = scr[0], scr[1], scr[2], scr[3], scr[4], scr[5], scr[6], scr[7]
+    fnmax = np.float32(nmax)
+    for j in range(nl):
+        amax = _F0
+        mx = _F0
+        for i in range(n):
+            xi = xt[i, j]
+            ax = abs(xi)
+            if ax > amax:
+                amax = ax
+                mx = xi
+        mxs[j] = mx
+        act[j] = _F0 if amax < GROUP_MAX_EPS else np.float32(1.0)
+        isc[j] = np.float32(np.float32(-fnmax) / mx)
+        bisc[j] = isc[j]
+    _qx_pass_w(xt, wt, isc, nmax, n, nl, s1, s2)
+    for j in range(nl):
+        scale = np.float32(s1[j] / s2[j]) if s2[j] != _F0 else _F0
+        sc[j] = scale
+        best[j] = np.float32(scale * s1[j])
+    for is_ in range(-9, 10):
+        if is_ == 0:
+            continue
+        num = np.float32(-np.float32(fnmax + np.float32(np.float32(0.1) * np.float32(is_))))
+        for j in range(nl):
+            isc[j] = np.float32(num / mxs[j])
+        _qx_pass_w(xt, wt, isc, nmax, n, nl, s1, s2)
+        for j in range(nl):
+            if s2[j] > _F0 and np.float32(s1[j] * s1[j]) > np.float32(best[j] * s2[j]):
+                bisc[j] = isc[j]
+                scale = np.float32(s1[j] / s2[j])
+                sc[j] = scale
+                best[j] = np.float32(scale * s1[j])
+    for j in range(nl):
+        if act[j] == _F0:
+            for i in range(n):
+                Lt[i, j] = 0
+            scales[j] = _F0
+        else:
+            for i in range(n):
+                l = nearest_int(np.float32(bisc[j] * xt[i, j]))
+                Lt[i, j] = max(-nmax, min(nmax - 1, l)) + nmax
+            scales[j] = sc[j]
 
 
 @kernel
@@ -292,6 +360,18 @@ def _k_scratch():
 
 
 @kernel
+def lanes_scratch():
+    """``(xt, wt, Lt, scr)`` of :func:`make_qx_lanes_w` for up to 16 lanes of up to 32."""
+    return (np.zeros((32, 16), np.float32), np.zeros((32, 16), np.float32),
+            np.zeros((32, 16), np.int32), np.zeros((8, 16), np.float32))
+
+
+@kernel
+def _kl_scratch():
+    return _k_scratch(), lanes_scratch()
+
+
+@kernel
 def quantize_block_q2_k_weighted(values, b, qw, qoff, out, work):
     L, Laux, weight, scales, mins, sw, Ls, Lm = work
     sigma2 = np.float32(sum_sq(values, b, 0, 256) / np.float32(256.0))
@@ -334,11 +414,17 @@ _Q3_D_AT = _Q3.field("d").start
 
 @kernel
 def quantize_block_q3_k_weighted(values, b, qw, qoff, out, work):
-    L, Laux, weight, scales, mins, sw, Ls, Lm = work
+    (L, Laux, weight, scales, mins, sw, Ls, Lm), (xt, wt, Lt, scr) = work
     sigma2 = np.float32(np.float32(np.float32(2.0) * sum_sq(values, b, 0, 256)) / np.float32(256.0))
     for j in range(16):
         sw[j] = imatrix_weights(values, b, 16 * j, 16, qw, qoff + 16 * j, sigma2, weight)
-        scales[j] = make_qx_quants_w(values[b], 16 * j, 16, 4, L, 16 * j, weight, 0)
+        for i in range(16):
+            xt[i, j] = values[b, 16 * j + i]
+            wt[i, j] = weight[i]
+    make_qx_lanes_w(xt, wt, 16, 16, 4, Lt, scales, scr)   # make_qx_quants(16, 4) per sub-block
+    for j in range(16):
+        for i in range(16):
+            L[16 * j + i] = Lt[i, j]
     for k in range(12):
         out[b, _Q3_SC_AT + k] = 0
     d_block = make_qx_quants_w(scales, 0, 16, 32, Ls, 0, sw, 0)
@@ -376,7 +462,7 @@ def quantize_block_q3_k_weighted(values, b, qw, qoff, out, work):
 @kernel
 def quantize_q3_k_weighted(values, qw, out):
     """f32 ``values`` [G, 256] (rows of ``len(qw)`` values) -> Q3_K records, weighted by ``qw``."""
-    return weighted_blocks(values, qw, out, quantize_block_q3_k_weighted, _k_scratch(), 256)
+    return weighted_blocks(values, qw, out, quantize_block_q3_k_weighted, _kl_scratch(), 256)
 
 
 # ---- Q4_K and Q5_K ---------------------------------------------------------------------------------
@@ -469,9 +555,15 @@ _Q6_BYTES = _Q6.block_bytes
 
 @kernel
 def quantize_block_q6_k_weighted(values, b, qw, qoff, out, work):
-    L, Laux, weight, scales, mins, sw, Ls, Lm = work
-    for ib in range(16):
-        scales[ib] = make_qx_quants_w(values[b], 16 * ib, 16, 32, L, 16 * ib, qw, qoff + 16 * ib)
+    (L, Laux, weight, scales, mins, sw, Ls, Lm), (xt, wt, Lt, scr) = work
+    for j in range(16):
+        for i in range(16):
+            xt[i, j] = values[b, 16 * j + i]
+            wt[i, j] = qw[qoff + 16 * j + i]
+    make_qx_lanes_w(xt, wt, 16, 16, 32, Lt, scales, scr)  # make_qx_quants(16, 32, qw) per sub-block
+    for j in range(16):
+        for i in range(16):
+            L[16 * j + i] = Lt[i, j]
     max_abs_scale, max_scale = signed_absmax(scales, 0, 16)
     if max_abs_scale < GROUP_MAX_EPS:
         for k in range(_Q6_BYTES):
@@ -502,7 +594,7 @@ def quantize_block_q6_k_weighted(values, b, qw, qoff, out, work):
 @kernel
 def quantize_q6_k_weighted(values, qw, out):
     """f32 ``values`` [G, 256] (rows of ``len(qw)`` values) -> Q6_K records, weighted by ``qw``."""
-    return weighted_blocks(values, qw, out, quantize_block_q6_k_weighted, _k_scratch(), 256)
+    return weighted_blocks(values, qw, out, quantize_block_q6_k_weighted, _kl_scratch(), 256)
 
 
 # The weighted path per format: (kernel, what it reproduces), read by numba_qk._registry.
