@@ -234,6 +234,115 @@ def make_qkx3_quants_w(x, off, n, nmax, w, L, loff, Laux):
 
 
 @kernel
+def _qkx3_pass(xt, wt, isc, mnv, nmax, n, nl, Laux, s):
+    """One pass of make_qkx3_quants over lanes ``j < nl``: ``Laux[i, j] = clamp(nearest_int(
+    isc_j * (x - min_j)), 0, nmax)``; ``s[0..2, j]`` = ``sum w*l``, ``sum (w*l)*l``, ``sum (w*l)*x``
+    in order of ``i``."""
+    for j in range(nl):
+        s[0, j] = _F0
+        s[1, j] = _F0
+        s[2, j] = _F0
+    for i in range(n):
+        for j in range(nl):
+            xi = xt[i, j]
+            l = nearest_int(np.float32(isc[j] * np.float32(xi - mnv[j])))
+            l = max(0, min(nmax, l))
+            Laux[i, j] = l
+            fl = np.float32(l)
+            wl = np.float32(wt[i, j] * fl)
+            s[0, j] = np.float32(s[0, j] + wl)
+            s[1, j] = np.float32(s[1, j] + np.float32(wl * fl))
+            s[2, j] = np.float32(s[2, j] + np.float32(wl * xi))
+
+
+@kernel
+def _qkx3_err(xt, wt, Laux, scl, mnv, n, nl, err):
+    """``err[j] = sum w * (scale_j * l + min_j - x)^2`` over lane ``j`` (in order of ``i``)."""
+    for j in range(nl):
+        err[j] = _F0
+    for i in range(n):
+        for j in range(nl):
+            diff = np.float32(np.float32(np.float32(scl[j] * np.float32(Laux[i, j])) + mnv[j])
+                              - xt[i, j])
+            err[j] = np.float32(err[j] + np.float32(wt[i, j] * np.float32(diff * diff)))
+
+
+@kernel
+def make_qkx3_lanes_w(xt, wt, n, nl, nmax, Lt, Laux, scales, the_mins, scr):
+    """:func:`make_qkx3_quants_w` for the ``nl`` sub-blocks ``xt[:n, j]`` (weights ``wt[:n, j]``)
+    at once, the same bits: ``Lt[i, j]`` the quants, ``scales[j]``, ``the_mins[j]``.  ``Laux``
+    int32 like ``Lt``; ``scr`` f32 [15, >= nl]."""
+    fnmax = np.float32(nmax)
+    mxv, mnv, isc, sw, sx, best, scl, ts, tm, ok, err = (scr[0], scr[1], scr[2], scr[3], scr[4],
+                                                         scr[5], scr[6], scr[7], scr[8], scr[9],
+                                                         scr[10])
+    sums = scr[11:14]
+    done = scr[14]
+    for j in range(nl):
+        mn = xt[0, j]
+        mx = xt[0, j]
+        sum_w = wt[0, j]
+        sum_x = np.float32(sum_w * mn)
+        for i in range(1, n):
+            xi = xt[i, j]
+            if xi < mn:
+                mn = xi
+            if xi > mx:
+                mx = xi
+            wi = wt[i, j]
+            sum_w = np.float32(sum_w + wi)
+            sum_x = np.float32(sum_x + np.float32(wi * xi))
+        if mn > _F0:
+            mn = _F0
+        done[j] = np.float32(1.0) if mx <= mn else _F0   # C: L = 0, the_min = -min, scale 0
+        mxv[j] = mx
+        mnv[j] = mn
+        sw[j] = sum_w
+        sx[j] = sum_x
+        isc[j] = np.float32(fnmax / np.float32(mx - mn))
+        scl[j] = np.float32(np.float32(1.0) / isc[j])
+    _qkx3_pass(xt, wt, isc, mnv, nmax, n, nl, Lt, sums)
+    _qkx3_err(xt, wt, Lt, scl, mnv, n, nl, best)
+    for is_ in range(37):
+        num = np.float32(np.float32(np.float32(-0.9) + np.float32(np.float32(0.05) * np.float32(is_)))
+                         + fnmax)
+        for j in range(nl):
+            isc[j] = np.float32(num / np.float32(mxv[j] - mnv[j]))
+        _qkx3_pass(xt, wt, isc, mnv, nmax, n, nl, Laux, sums)
+        for j in range(nl):
+            sum_l = sums[0, j]
+            sum_l2 = sums[1, j]
+            sum_xl = sums[2, j]
+            D = np.float32(np.float32(sw[j] * sum_l2) - np.float32(sum_l * sum_l))
+            ok[j] = np.float32(1.0) if (D > _F0 and done[j] == _F0) else _F0
+            this_scale = np.float32(np.float32(np.float32(sw[j] * sum_xl)
+                                               - np.float32(sx[j] * sum_l)) / D)
+            this_min = np.float32(np.float32(np.float32(sum_l2 * sx[j])
+                                             - np.float32(sum_l * sum_xl)) / D)
+            if this_min > _F0:
+                this_min = _F0
+                this_scale = np.float32(sum_xl / sum_l2)
+            ts[j] = this_scale
+            tm[j] = this_min
+        _qkx3_err(xt, wt, Laux, ts, tm, n, nl, err)
+        for j in range(nl):
+            if ok[j] != _F0 and err[j] < best[j]:
+                for i in range(n):
+                    Lt[i, j] = Laux[i, j]
+                best[j] = err[j]
+                scl[j] = ts[j]
+                mnv[j] = tm[j]
+    for j in range(nl):
+        if done[j] != _F0:
+            for i in range(n):
+                Lt[i, j] = 0
+            scales[j] = _F0
+        else:
+            scales[j] = scl[j]
+        the_mins[j] = np.float32(-mnv[j])
+
+
+@kernel
 def make_qp_quants(n, nmax, x, L, qw):
     """ggml's ``make_qp_quants(n, nmax, x, L, quant_weights)``: quants in ``L[:n]`` (stored as
     C's ``uint8_t``), returns the scale (f32)."""
@@ -361,9 +470,11 @@ def _k_scratch():
 
 @kernel
 def lanes_scratch():
-    """``(xt, wt, Lt, scr)`` of :func:`make_qx_lanes_w` for up to 16 lanes of up to 32."""
+    """``(xt, wt, Lt, scr, Laux)`` of :func:`make_qx_lanes_w` / :func:`make_qkx3_lanes_w` for up
+    to 16 lanes of up to 32."""
     return (np.zeros((32, 16), np.float32), np.zeros((32, 16), np.float32),
-            np.zeros((32, 16), np.int32), np.zeros((8, 16), np.float32))
+            np.zeros((32, 16), np.int32), np.zeros((16, 16), np.float32),
+            np.zeros((32, 16), np.int32))
 
 
 @kernel
@@ -373,13 +484,17 @@ def _kl_scratch():
 
 @kernel
 def quantize_block_q2_k_weighted(values, b, qw, qoff, out, work):
-    L, Laux, weight, scales, mins, sw, Ls, Lm = work
+    (L, Laux, weight, scales, mins, sw, Ls, Lm), (xt, wt, Lt, scr, Lx) = work
     sigma2 = np.float32(sum_sq(values, b, 0, 256) / np.float32(256.0))
     for j in range(16):
         sw[j] = imatrix_weights(values, b, 16 * j, 16, qw, qoff + 16 * j, sigma2, weight)
-        sc, mn = make_qkx3_quants_w(values[b], 16 * j, 16, 3, weight, L, 16 * j, Laux)
-        scales[j] = sc
-        mins[j] = mn
+        for i in range(16):
+            xt[i, j] = values[b, 16 * j + i]
+            wt[i, j] = weight[i]
+    make_qkx3_lanes_w(xt, wt, 16, 16, 3, Lt, Lx, scales, mins, scr)  # make_qkx3_quants(16, 3)
+    for j in range(16):
+        for i in range(16):
+            L[16 * j + i] = Lt[i, j]
     dm = make_qp_quants(16, 15, scales, Ls, sw)
     mm = make_qp_quants(16, 15, mins, Lm, sw)
     dm = store_f16(out, b, _Q2_D_AT, dm)
@@ -401,7 +516,7 @@ def quantize_block_q2_k_weighted(values, b, qw, qoff, out, work):
 @kernel
 def quantize_q2_k_weighted(values, qw, out):
     """f32 ``values`` [G, 256] (rows of ``len(qw)`` values) -> Q2_K records, weighted by ``qw``."""
-    return weighted_blocks(values, qw, out, quantize_block_q2_k_weighted, _k_scratch(), 256)
+    return weighted_blocks(values, qw, out, quantize_block_q2_k_weighted, _kl_scratch(), 256)
 
 
 # ---- Q3_K ------------------------------------------------------------------------------------------
@@ -414,7 +529,7 @@ _Q3_D_AT = _Q3.field("d").start
 
 @kernel
 def quantize_block_q3_k_weighted(values, b, qw, qoff, out, work):
-    (L, Laux, weight, scales, mins, sw, Ls, Lm), (xt, wt, Lt, scr) = work
+    (L, Laux, weight, scales, mins, sw, Ls, Lm), (xt, wt, Lt, scr, Lx) = work
     sigma2 = np.float32(np.float32(np.float32(2.0) * sum_sq(values, b, 0, 256)) / np.float32(256.0))
     for j in range(16):
         sw[j] = imatrix_weights(values, b, 16 * j, 16, qw, qoff + 16 * j, sigma2, weight)
@@ -482,13 +597,17 @@ _Q5_QL_AT = _Q5.field("ql").start
 def k45_weighted(values, b, qw, qoff, out, work, nmax, d_at, dmin_at, sc_at, clamp63):
     """Q4_K (``nmax = 15``) / Q5_K (``nmax = 31``, ``clamp63``): scales, mins, ``d``/``dmin``
     and the requantized quants in ``L`` (work[0])."""
-    L, Laux, weight, scales, mins, sw, Ls, Lm = work
+    (L, Laux, weight, scales, mins, sw, Ls, Lm), (xt, wt, Lt, scr, Lx) = work
     sigma2 = np.float32(np.float32(np.float32(2.0) * sum_sq(values, b, 0, 256)) / np.float32(256.0))
     for j in range(8):
         sw[j] = imatrix_weights(values, b, 32 * j, 32, qw, qoff + 32 * j, sigma2, weight)
-        sc, mn = make_qkx3_quants_w(values[b], 32 * j, 32, nmax, weight, L, 32 * j, Laux)
-        scales[j] = sc
-        mins[j] = mn
+        for i in range(32):
+            xt[i, j] = values[b, 32 * j + i]
+            wt[i, j] = weight[i]
+    make_qkx3_lanes_w(xt, wt, 32, 8, nmax, Lt, Lx, scales, mins, scr)  # make_qkx3_quants(32, nmax)
+    for j in range(8):
+        for i in range(32):
+            L[32 * j + i] = Lt[i, j]
     d_block = make_qp_quants(8, 63, scales, Ls, sw)
     m_block = make_qp_quants(8, 63, mins, Lm, sw)
     for j in range(8):
@@ -514,7 +633,7 @@ def k45_weighted(values, b, qw, qoff, out, work, nmax, d_at, dmin_at, sc_at, cla
 @kernel
 def quantize_block_q4_k_weighted(values, b, qw, qoff, out, work):
     k45_weighted(values, b, qw, qoff, out, work, 15, _Q4_D_AT, _Q4_DMIN_AT, _Q4_SC_AT, False)
-    L = work[0]
+    L = work[0][0]
     for j in range(4):
         for l in range(32):
             out[b, _Q4_Q_AT + 32 * j + l] = np.uint8(L[64 * j + l] | (L[64 * j + l + 32] << 4))
@@ -523,7 +642,7 @@ def quantize_block_q4_k_weighted(values, b, qw, qoff, out, work):
 @kernel
 def quantize_block_q5_k_weighted(values, b, qw, qoff, out, work):
     k45_weighted(values, b, qw, qoff, out, work, 31, _Q5_D_AT, _Q5_DMIN_AT, _Q5_SC_AT, True)
-    L = work[0]
+    L = work[0][0]
     for l in range(32):
         qh = np.int32(0)
         for p in range(4):
@@ -537,11 +656,11 @@ def quantize_block_q5_k_weighted(values, b, qw, qoff, out, work):
 @kernel
 def quantize_q4_k_weighted(values, qw, out):
     """f32 ``values`` [G, 256] (rows of ``len(qw)`` values) -> Q4_K records, weighted by ``qw``."""
-    return weighted_blocks(values, qw, out, quantize_block_q4_k_weighted, _k_scratch(), 256)
+    return weighted_blocks(values, qw, out, quantize_block_q4_k_weighted, _kl_scratch(), 256)
 @kernel
 def quantize_q5_k_weighted(values, qw, out):
     """f32 ``values`` [G, 256] (rows of ``len(qw)`` values) -> Q5_K records, weighted by ``qw``."""
-    return weighted_blocks(values, qw, out, quantize_block_q5_k_weighted, _k_scratch(), 256)
+    return weighted_blocks(values, qw, out, quantize_block_q5_k_weighted, _kl_scratch(), 256)
 
 
 # ---- Q6_K ------------------------------------------------------------------------------------------
@@ -555,7 +674,7 @@ _Q6_BYTES = _Q6.block_bytes
 
 @kernel
 def quantize_block_q6_k_weighted(values, b, qw, qoff, out, work):
-    (L, Laux, weight, scales, mins, sw, Ls, Lm), (xt, wt, Lt, scr) = work
+    (L, Laux, weight, scales, mins, sw, Ls, Lm), (xt, wt, Lt, scr, Lx) = work
     for j in range(16):
         for i in range(16):
             xt[i, j] = values[b, 16 * j + i]

@@ -21,7 +21,7 @@ import numpy as np
 from numba_qk._jit import inline_kernel, kernel
 from numba_qk.formats import legacy as _declared
 from numba_qk.kernels.kquants.common import first_nonfinite_block, store_f16
-from numba_qk.kernels.kquants.weighted import (imatrix_weights, lanes_scratch, make_qkx3_quants_w,
+from numba_qk.kernels.kquants.weighted import (imatrix_weights, lanes_scratch, make_qkx3_lanes_w,
                                                make_qx_lanes_w)
 
 _Q4_0, _Q4_1, _Q5_0, _Q5_1 = (_declared.q4_0, _declared.q4_1, _declared.q5_0, _declared.q5_1)
@@ -62,9 +62,9 @@ def _rows(values, qw, out, kind):
     per_row = qw.shape[0] // 32
     weight = np.zeros(32, np.float32)
     L = np.zeros(32, np.int32)
-    Laux = np.zeros(32, np.int32)
-    xt, wt, Lt, scr = lanes_scratch()
+    xt, wt, Lt, scr, Lx = lanes_scratch()
     scales = np.zeros(16, np.float32)
+    mins = np.zeros(16, np.float32)
     for r0 in range(0, values.shape[0], per_row):
         sum_x2 = _F0
         for b in range(r0, r0 + per_row):
@@ -72,41 +72,37 @@ def _rows(values, qw, out, kind):
                 xj = np.float32(values[b, j])
                 sum_x2 = np.float32(sum_x2 + np.float32(xj * xj))
         sigma2 = np.float32(sum_x2 / np.float32(qw.shape[0]))
-        if kind == 0 or kind == 2:   # make_qx_quants(32, 8 / 16): up to 16 blocks side by side
-            for c0 in range(0, per_row, 16):
-                nl = min(16, per_row - c0)
-                for jb in range(nl):
-                    imatrix_weights(values, r0 + c0 + jb, 0, 32, qw, 32 * (c0 + jb), sigma2, weight)
-                    for i in range(32):
-                        xt[i, jb] = values[r0 + c0 + jb, i]
-                        wt[i, jb] = weight[i]
+        for c0 in range(0, per_row, 16):   # up to 16 blocks of the row side by side
+            nl = min(16, per_row - c0)
+            for jb in range(nl):
+                imatrix_weights(values, r0 + c0 + jb, 0, 32, qw, 32 * (c0 + jb), sigma2, weight)
+                for i in range(32):
+                    xt[i, jb] = values[r0 + c0 + jb, i]
+                    wt[i, jb] = weight[i]
+            if kind == 0 or kind == 2:      # make_qx_quants(32, 8 / 16)
                 make_qx_lanes_w(xt, wt, 32, nl, 8 if kind == 0 else 16, Lt, scales, scr)
-                for jb in range(nl):
-                    b = r0 + c0 + jb
-                    for i in range(32):
-                        L[i] = Lt[i, jb]
-                    if kind == 0:
-                        store_f16(out, b, Q40_D, scales[jb])
-                        for j in range(16):
-                            out[b, Q40_QS + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
-                    else:
-                        store_f16(out, b, Q50_D, scales[jb])
-                        _pack5(out, b, Q50_QS, Q50_QH, L)
-            continue
-        for ib in range(per_row):
-            b = r0 + ib
-            imatrix_weights(values, b, 0, 32, qw, 32 * ib, sigma2, weight)
-            if kind == 1:
-                d, the_min = make_qkx3_quants_w(values[b], 0, 32, 15, weight, L, 0, Laux)
-                store_f16(out, b, Q41_D, d)
-                store_f16(out, b, Q41_M, np.float32(-the_min))
-                for j in range(16):
-                    out[b, Q41_QS + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
-            else:
-                d, the_min = make_qkx3_quants_w(values[b], 0, 32, 31, weight, L, 0, Laux)
-                store_f16(out, b, Q51_D, d)
-                store_f16(out, b, Q51_M, np.float32(-the_min))
-                _pack5(out, b, Q51_QS, Q51_QH, L)
+            else:                           # make_qkx3_quants(32, 15 / 31)
+                make_qkx3_lanes_w(xt, wt, 32, nl, 15 if kind == 1 else 31, Lt, Lx, scales, mins, scr)
+            for jb in range(nl):
+                b = r0 + c0 + jb
+                for i in range(32):
+                    L[i] = Lt[i, jb]
+                if kind == 0:
+                    store_f16(out, b, Q40_D, scales[jb])
+                    for j in range(16):
+                        out[b, Q40_QS + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
+                elif kind == 2:
+                    store_f16(out, b, Q50_D, scales[jb])
+                    _pack5(out, b, Q50_QS, Q50_QH, L)
+                elif kind == 1:
+                    store_f16(out, b, Q41_D, scales[jb])
+                    store_f16(out, b, Q41_M, np.float32(-mins[jb]))
+                    for j in range(16):
+                        out[b, Q41_QS + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
+                else:
+                    store_f16(out, b, Q51_D, scales[jb])
+                    store_f16(out, b, Q51_M, np.float32(-mins[jb]))
+                    _pack5(out, b, Q51_QS, Q51_QH, L)
     return -1
 
 
