@@ -43,8 +43,12 @@ from numba_qk.kernels.kquants import q8_k as _k8
 from numba_qk.kernels.legacy import kernels as _klegacy
 from numba_qk.kernels.iq import iq4 as _kiq4
 from numba_qk.kernels.ternary import tq as _ktq
+from numba_qk.kernels.kquants import weighted as _kwk
+from numba_qk.kernels.legacy import weighted as _kwl
+from numba_qk.kernels.iq import iq4_weighted as _kwiq
 
 __all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "TRAITS", "binding",
+           "WEIGHTED", "IMATRIX_IGNORED",
            "capabilities", "Capabilities", "ScaledCapabilities", "check_bindings", "check_traits",
            "fields_types",
            "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields", "Q5KFields",
@@ -249,6 +253,15 @@ BY_FORMAT = {b.format: b for b in BINDINGS}  # ops indexes this directly (no cal
 _BY_FORMAT = BY_FORMAT
 QUANTIZABLE = tuple(b.format for b in BINDINGS if b.quantize is not None)
 WEIGHTS = tuple(b.format for b in BINDINGS if b.dot is not None)
+
+# Importance-weighted encoders (``quantize(..., imatrix=w)``): format -> (kernel ``(values, qw,
+# out) -> -1 | first bad block``, what it reproduces), from the ``WEIGHTED`` tables of the
+# modules of ggml's ``quantize_row_*_impl`` paths.  ``IMATRIX_IGNORED``: formats whose
+# ``quantize_<t>`` in ggml takes and ignores the importance matrix (numba_qk does the same).
+WEIGHTED = {**_kwk.WEIGHTED, **_kwl.WEIGHTED, **_kwiq.WEIGHTED}
+IMATRIX_IGNORED = (quant.q8_0, quant.mxfp4, quant.nvfp4, quant.tq1_0, quant.tq2_0)
+if not all(f in QUANTIZABLE for f in (*WEIGHTED, *IMATRIX_IGNORED)):
+    raise AssertionError("registry: an importance-weighted encoder for a format without quantize")
 
 
 def binding(fmt) -> Binding:

@@ -63,7 +63,50 @@ def _check_pair(lhs_format, rhs_format, what: str) -> None:
 
 # ----------------------------------------------------------------------------- operations
 
-def quantize(values, format, *, out=None):
+def _check_imatrix(imatrix, format, arr) -> np.ndarray:
+    """The importance matrix as contiguous f32 ``[n_per_row]`` (see ``quantize``)."""
+    if format not in registry.WEIGHTED and format not in registry.IMATRIX_IGNORED:
+        raise ValueError(f"imatrix: {format.name} takes no importance matrix (ggml's "
+                         f"ggml_quantize_chunk does not produce {format.name})")
+    w = np.asarray(imatrix) if isinstance(imatrix, (list, tuple)) else as_array(imatrix, "imatrix")
+    kind = w.dtype.kind
+    if w.dtype == np.float32:
+        w32 = w
+    elif kind in "fiu" and w.dtype.itemsize <= 8:
+        with np.errstate(all="ignore"):
+            w32 = w.astype(np.float32)
+            if kind == "f":   # exact when the float64 values agree (NaN is left to the check below)
+                lossy = (w32.astype(np.float64) != w.astype(np.float64)) & ~np.isnan(w32)
+            else:             # integers up to 2**24 in magnitude are exact float32 values
+                lossy = (w > (1 << 24)) | ((w < -(1 << 24)) if kind == "i" else False)
+        lossy = np.flatnonzero(lossy)
+        if lossy.size:
+            i = int(lossy[0])
+            raise TypeError(f"imatrix: expected float32 weights (or values exactly representable "
+                            f"in float32), got dtype {w.dtype.name} with imatrix[{i}] = "
+                            f"{w.reshape(-1)[i]!r}, which float32 would round; no lossy cast is made")
+    else:
+        raise TypeError(f"imatrix: expected float32 weights, got dtype {w.dtype.str} "
+                        f"({w.dtype.name})")
+    if w32.ndim != 1:
+        raise ValueError(f"imatrix: expected a 1-D array of one weight per column of a row, got "
+                         f"shape {tuple(w32.shape)}")
+    n, bs = w32.shape[0], format.block_size
+    if n == 0 or n % bs:
+        raise ValueError(f"imatrix: expected one weight per column of a row, a positive multiple "
+                         f"of {bs} ({format.name} blocks), got {n} weights")
+    if (arr.shape[0] * bs) % n:
+        raise ValueError(f"values: {arr.shape[0]} blocks of {bs} do not make whole rows of {n} "
+                         f"values (the imatrix length)")
+    bad = np.flatnonzero(~(np.isfinite(w32) & (w32 >= 0)))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"imatrix: weights must be finite and >= 0; imatrix[{i}] is "
+                         f"{float(w32[i])!r}")
+    return np.ascontiguousarray(w32)
+
+
+def quantize(values, format, *, imatrix=None, out=None):
     """Quantize float32 ``values`` ``[G, block]`` into records uint8 ``[G, block_bytes]``.
 
     ``format``: ``numba_qk.quant.q8_k`` (blocks of 256, the canonical numerics of spec 000
@@ -75,12 +118,27 @@ def quantize(values, format, *, out=None):
     ``numba_qk.capabilities()`` lists them.  Returns a new
     C-contiguous array, or ``out`` (any writable uint8 buffer of that shape) filled in place.
 
+    ``imatrix``: an importance matrix, llama.cpp's ``quant_weights``: one weight per column of
+    a row, a 1-D float32 array (float16, float64 or integer arrays and lists are accepted when
+    every value is exactly a float32; nothing is rounded), finite and >= 0, of length
+    ``n_per_row`` a multiple of the block size; ``values`` then hold whole rows of that length
+    (``G * block_size`` a multiple of ``n_per_row``), blocks in row order.  The records are
+    byte-identical to ggml's ``ggml_quantize_chunk(type, values, dst, 0, nrows, n_per_row,
+    imatrix)`` -- the ``quantize_row_<t>_impl`` paths of Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q4_0,
+    Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS (Q4_0 ... Q5_1 weight each block by statistics of its
+    whole row, hence whole rows).  Q8_0, MXFP4, NVFP4, TQ1_0 and TQ2_0 accept and ignore it,
+    as ggml does (it is still checked); Q8_K and Q8_1, which ggml_quantize_chunk does not
+    produce, refuse it.  None of these ggml paths aborts on large values (only the IQ2/IQ3/IQ1
+    grid searches do), so finite values are the whole domain.
+
     Raises ``QuantizationDomainError`` (a ``ValueError``) naming the first block that holds a
     non-finite value (or, for Q8_K, whose extreme is too small to invert); ``out`` is then left
-    untouched.  (ggml's quantizers do not check; they turn NaN and inf into garbage.)
+    untouched, as on every other error.  (ggml's quantizers do not check; they turn NaN and inf
+    into garbage.)
     """
     check_slot_in(format, "format", registry.QUANTIZABLE, "quantize")
     arr = check_f32(as_array(values, "values"), "values", "values", format.block_size)
+    qw = None if imatrix is None else _check_imatrix(imatrix, format, arr)
     g = arr.shape[0]
     shape = (g, format.block_bytes)
     if out is None:
@@ -89,7 +147,8 @@ def quantize(values, format, *, out=None):
         target = check_out(out, shape, np.uint8, (arr,), f"{format.name} records")
     if g:
         b = registry.BY_FORMAT[format]
-        bad = b.quantize(arr, target)
+        weighted = None if qw is None else registry.WEIGHTED.get(format)
+        bad = b.quantize(arr, target) if weighted is None else weighted[0](arr, qw, target)
         if bad >= 0:
             raise QuantizationDomainError(int(bad), b.domain_reason(arr, int(bad)))
     return target if out is None else out

@@ -7,7 +7,8 @@ which numba_qk never requires; ``load()`` returns None when they are absent.  Wi
 has the backend registry it also reports the build's features (``ggml_backend_get_features``) and
 lists the CPU device's extra buffer types (CPU_REPACK, AMX), whose weight layouts ``matvec(...,
 buft=...)`` measures through ``ggml_backend_graph_compute``.  Exposes ggml's
-reference quantizers and dequantizers (``ggml_get_type_traits``), its CPU quantizers and
+reference quantizers and dequantizers (``ggml_get_type_traits``), ``ggml_quantize_chunk`` (with an
+optional importance matrix), its CPU quantizers and
 ``vec_dot`` kernels (``ggml_get_type_traits_cpu``) and a ``ggml_mul_mat`` graph.
 """
 
@@ -161,6 +162,32 @@ class GGML:
         x = np.ascontiguousarray(x, dtype=np.float32)
         out = np.zeros((x.shape[0], t.type_size), np.uint8)
         _FROM_FLOAT(t.from_float_ref)(x.ctypes.data, out.ctypes.data, x.size)
+        return out
+
+    def quantize_chunk(self, type_id: int, x: np.ndarray, imatrix=None) -> np.ndarray:
+        """ggml's ``ggml_quantize_chunk(type, x, dst, 0, nrows, n_per_row, imatrix)`` (the path
+        llama.cpp's quantizer takes; ``quantize_<t>`` of ggml-quants.c) for f32 rows ``x``
+        [nrows, n_per_row]; ``imatrix``: None or f32 [n_per_row] (one weight per column).
+        Returns the records as uint8 [nrows * n_per_row // block, type_size]."""
+        t = self._traits(type_id)
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] % t.blck_size:
+            raise ValueError(f"quantize_chunk: rows of whole blocks of {t.blck_size} expected, "
+                             f"got {x.shape}")
+        qc = self.base.ggml_quantize_chunk
+        qc.restype = C.c_size_t
+        qc.argtypes = [C.c_int, C.c_void_p, C.c_void_p, C.c_int64, C.c_int64, C.c_int64,
+                       C.c_void_p]
+        nrows, n_per_row = x.shape
+        out = np.zeros((nrows * n_per_row // t.blck_size, t.type_size), np.uint8)
+        qw = None
+        if imatrix is not None:
+            qw = np.ascontiguousarray(imatrix, dtype=np.float32)
+            if qw.shape != (n_per_row,):
+                raise ValueError(f"quantize_chunk: imatrix of {n_per_row} weights expected, "
+                                 f"got {qw.shape}")
+        qc(int(type_id), x.ctypes.data, out.ctypes.data, 0, nrows, n_per_row,
+           None if qw is None else qw.ctypes.data)
         return out
 
     def dequantize(self, type_id: int, records: np.ndarray) -> np.ndarray:

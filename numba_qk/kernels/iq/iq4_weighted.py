@@ -1,0 +1,155 @@
+"""IQ4_NL / IQ4_XS importance-weighted encoders: ggml's ``quantize_row_iq4_nl_impl`` as
+``quantize_iq4_nl`` / ``quantize_iq4_xs`` call it with ``quant_weights`` (``ntry = 7``), the path
+``ggml_quantize_chunk`` takes when it is given an importance matrix.  All ``@njit``.
+
+``quantize_<t>_weighted(values, qw, out)``: f32 ``values`` ``[G, 32]`` / ``[G, 256]`` whose
+blocks run along rows of ``len(qw)`` values; -1, or the first block holding a non-finite value
+(nothing written then).  Per super-block of ``S`` values (32 for IQ4_NL, 256 for IQ4_XS)::
+
+    sigma2 = (sum x^2) * (2 / S);  weight_i = qw_i * sqrtf(sigma2 + x_i * x_i)
+
+then the search of ``iq4.py`` with these weights instead of ``x * x`` (and ``d = 0`` where the
+weighted ``sum q^2`` is 0), and the same scale and code steps.
+"""
+
+import numpy as np
+
+from numba_qk._jit import kernel
+from numba_qk.formats.iq import iq4_nl as _NL, iq4_xs as _XS
+from numba_qk.kernels._round import nearest_int
+from numba_qk.kernels.iq.iq4 import (KVALUES, KVALUES_F32, NL_D_AT, NL_QS_AT, XS_D_AT, XS_QS_AT,
+                                     XS_SH_AT, XS_SL_AT, best_index_iq4)
+from numba_qk.kernels.kquants.common import first_nonfinite_block, store_f16
+
+_GROUP_MAX_EPS = np.float32(1e-15)
+_NTRY = 7
+_F0 = np.float32(0.0)
+
+
+@kernel
+def _weights(values, b, off, n, qw, qoff, weight):
+    """``weight[j] = qw[qoff + j] * sqrtf(sigma2 + x_j^2)`` for the ``n`` values at ``off``,
+    ``sigma2 = (sum x^2) * (2 / n)``."""
+    sigma2 = _F0
+    for j in range(n):
+        xj = np.float32(values[b, off + j])
+        sigma2 = np.float32(sigma2 + np.float32(xj * xj))
+    sigma2 = np.float32(sigma2 * np.float32(np.float32(2.0) / np.float32(n)))
+    for j in range(n):
+        xj = np.float32(values[b, off + j])
+        weight[j] = np.float32(np.float32(qw[qoff + j])
+                               * np.float32(np.sqrt(np.float32(sigma2 + np.float32(xj * xj)))))
+
+
+@kernel
+def iq4_block_scale_weighted(values, b, off, L, weight, woff):
+    """``iq4.iq4_block_scale`` with the weights ``weight[woff:woff+32]``."""
+    amax = _F0
+    mx = _F0
+    for j in range(32):
+        ax = abs(np.float32(values[b, off + j]))
+        if ax > amax:
+            amax = ax
+            mx = np.float32(values[b, off + j])
+    if amax < _GROUP_MAX_EPS:
+        return _F0
+    d = np.float32(-mx / KVALUES_F32[0])
+    idv = np.float32(np.float32(1.0) / d)
+    sumqx = _F0
+    sumq2 = _F0
+    for j in range(32):
+        xj = np.float32(values[b, off + j])
+        l = best_index_iq4(np.float32(idv * xj))
+        L[off + j] = l
+        q = KVALUES_F32[l]
+        wq = np.float32(weight[woff + j] * q)
+        sumqx = np.float32(sumqx + np.float32(wq * xj))
+        sumq2 = np.float32(sumq2 + np.float32(wq * q))
+    d = np.float32(sumqx / sumq2) if sumq2 > _F0 else _F0
+    best = np.float32(d * sumqx)
+    for itry in range(-_NTRY, _NTRY + 1):
+        idv = np.float32(np.float32(itry + np.int32(KVALUES[0])) / mx)
+        sumqx = _F0
+        sumq2 = _F0
+        for j in range(32):
+            xj = np.float32(values[b, off + j])
+            q = KVALUES_F32[best_index_iq4(np.float32(idv * xj))]
+            wq = np.float32(weight[woff + j] * q)
+            sumqx = np.float32(sumqx + np.float32(wq * xj))
+            sumq2 = np.float32(sumq2 + np.float32(wq * q))
+        if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best * sumq2):
+            d = np.float32(sumqx / sumq2)
+            best = np.float32(d * sumqx)
+    return d
+
+
+@kernel
+def quantize_iq4_nl_weighted(values, qw, out):
+    """f32 ``values`` [G, 32] (rows of ``len(qw)`` values) -> IQ4_NL records, weighted by ``qw``."""
+    bad = first_nonfinite_block(values)
+    if bad >= 0:
+        return bad
+    per_row = qw.shape[0] // 32
+    L = np.zeros(32, np.int64)
+    weight = np.zeros(32, np.float32)
+    for b in range(values.shape[0]):
+        _weights(values, b, 0, 32, qw, 32 * (b % per_row), weight)
+        sc = iq4_block_scale_weighted(values, b, 0, L, weight, 0)
+        store_f16(out, b, NL_D_AT, sc)
+        idv = np.float32(np.float32(1.0) / sc) if sc != _F0 else _F0
+        for j in range(32):
+            L[j] = best_index_iq4(np.float32(idv * np.float32(values[b, j])))
+        for j in range(16):
+            out[b, NL_QS_AT + j] = np.uint8(L[j] | (L[16 + j] << 4))
+    return -1
+
+
+@kernel
+def quantize_iq4_xs_weighted(values, qw, out):
+    """f32 ``values`` [G, 256] (rows of ``len(qw)`` values) -> IQ4_XS records, weighted by ``qw``."""
+    bad = first_nonfinite_block(values)
+    if bad >= 0:
+        return bad
+    per_row = qw.shape[0] // 256
+    L = np.zeros(256, np.int64)
+    weight = np.zeros(256, np.float32)
+    scales = np.zeros(8, np.float32)
+    for b in range(values.shape[0]):
+        _weights(values, b, 0, 256, qw, 256 * (b % per_row), weight)
+        max_scale = _F0
+        amax_scale = _F0
+        for s in range(8):
+            sc = iq4_block_scale_weighted(values, b, 32 * s, L, weight, 32 * s)
+            scales[s] = sc
+            if abs(sc) > amax_scale:
+                amax_scale = abs(sc)
+                max_scale = sc
+        d = np.float32(-max_scale / np.float32(32.0))
+        store_f16(out, b, XS_D_AT, d)
+        idv = np.float32(np.float32(1.0) / d) if d != _F0 else _F0
+        sh = np.int32(0)
+        for s in range(4):
+            out[b, XS_SL_AT + s] = np.uint8(0)
+        for s in range(8):
+            l = nearest_int(np.float32(idv * scales[s]))
+            l = max(-32, min(31, l))
+            dl = np.float32(d * np.float32(l))
+            idl = np.float32(np.float32(1.0) / dl) if dl != _F0 else _F0
+            for j in range(32):
+                L[32 * s + j] = best_index_iq4(np.float32(idl * np.float32(values[b, 32 * s + j])))
+            l += 32
+            out[b, XS_SL_AT + s // 2] |= np.uint8((l & 0xF) << (4 * (s % 2)))
+            sh |= np.int32(l >> 4) << np.int32(2 * s)
+        out[b, XS_SH_AT] = np.uint8(sh & 0xFF)
+        out[b, XS_SH_AT + 1] = np.uint8(sh >> 8)
+        for s in range(8):
+            for j in range(16):
+                out[b, XS_QS_AT + 16 * s + j] = np.uint8(L[32 * s + j] | (L[32 * s + 16 + j] << 4))
+    return -1
+
+
+# The weighted path per format: (kernel, what it reproduces), read by numba_qk._registry.
+WEIGHTED = {
+    _NL: (quantize_iq4_nl_weighted, "ggml quantize_iq4_nl with quant_weights (ntry = 7)"),
+    _XS: (quantize_iq4_xs_weighted, "ggml quantize_iq4_xs with quant_weights (ntry = 7)"),
+}

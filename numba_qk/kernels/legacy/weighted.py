@@ -1,0 +1,139 @@
+"""The legacy formats' importance-weighted encoders: ggml's ``quantize_row_q{4_0,4_1,5_0,5_1}_impl``,
+the path ``ggml_quantize_chunk`` takes when it is given an importance matrix (one f32 weight per
+column of the row).  All ``@njit``.  Without an importance matrix ggml uses the reference
+quantizers (``legacy/kernels.py``); Q8_0 ignores the importance matrix in ggml.
+
+``quantize_<t>_weighted(values, qw, out)``: f32 ``values`` ``[G, 32]`` whose blocks run along
+rows of ``n_per_row = len(qw)`` values (``G * 32`` a multiple of it); -1, or the first block
+holding a non-finite value (nothing written then).  Per row (every float step one f32 rounding
+in C's order)::
+
+    sigma2 = (sum over the whole row of x^2) / n_per_row
+    weight_i = qw_i * sqrtf(sigma2 + x_i * x_i)
+    Q4_0 / Q5_0:  d = make_qx_quants(32, 8 / 16, rmse_type 1, weight)   quants l + 8 / l + 16
+    Q4_1 / Q5_1:  (d, the_min) = make_qkx3_quants(32, 15 / 31, weight); m = -the_min
+
+(the searches of ``kernels/kquants/weighted.py``).
+"""
+
+import numpy as np
+
+from numba_qk._jit import inline_kernel, kernel
+from numba_qk.formats import legacy as _declared
+from numba_qk.kernels.kquants.common import first_nonfinite_block, store_f16
+from numba_qk.kernels.kquants.weighted import (imatrix_weights, lanes_scratch, make_qkx3_lanes_w,
+                                               make_qx_lanes_w)
+
+_Q4_0, _Q4_1, _Q5_0, _Q5_1 = (_declared.q4_0, _declared.q4_1, _declared.q5_0, _declared.q5_1)
+_F0 = np.float32(0.0)
+
+
+def _at(fmt, name):
+    return next((f.start for f in fmt.fields if f.name == name), -1)
+
+
+Q40_D, Q40_QS = _at(_Q4_0, "d"), _at(_Q4_0, "qs")
+Q41_D, Q41_M, Q41_QS = _at(_Q4_1, "d"), _at(_Q4_1, "m"), _at(_Q4_1, "qs")
+Q50_D, Q50_QH, Q50_QS = _at(_Q5_0, "d"), _at(_Q5_0, "qh"), _at(_Q5_0, "qs")
+Q51_D, Q51_M, Q51_QH, Q51_QS = _at(_Q5_1, "d"), _at(_Q5_1, "m"), _at(_Q5_1, "qh"), _at(_Q5_1, "qs")
+
+
+@inline_kernel
+def _pack5(out, b, qs_at, qh_at, L):
+    """Q5_0/Q5_1 quants 0..31: low nibbles at ``qs_at``, fifth bits as a little-endian u32."""
+    qh = np.uint32(0)
+    for j in range(16):
+        xi0 = np.uint32(L[j])
+        xi1 = np.uint32(L[j + 16])
+        out[b, qs_at + j] = np.uint8((xi0 & np.uint32(0xF)) | ((xi1 & np.uint32(0xF)) << np.uint32(4)))
+        qh |= ((xi0 & np.uint32(0x10)) >> np.uint32(4)) << np.uint32(j)
+        qh |= ((xi1 & np.uint32(0x10)) >> np.uint32(4)) << np.uint32(j + 16)
+    for k in range(4):
+        out[b, qh_at + k] = np.uint8((qh >> np.uint32(8 * k)) & np.uint32(0xFF))
+
+
+@inline_kernel
+def _rows(values, qw, out, kind):
+    """The rows of ``values`` (``len(qw) // 32`` blocks each) in order; ``kind``: 0 Q4_0,
+    1 Q4_1, 2 Q5_0, 3 Q5_1."""
+    bad = first_nonfinite_block(values)
+    if bad >= 0:
+        return bad
+    per_row = qw.shape[0] // 32
+    weight = np.zeros(32, np.float32)
+    L = np.zeros(32, np.int32)
+    xt, wt, Lt, scr, Lx = lanes_scratch()
+    scales = np.zeros(16, np.float32)
+    mins = np.zeros(16, np.float32)
+    for r0 in range(0, values.shape[0], per_row):
+        sum_x2 = _F0
+        for b in range(r0, r0 + per_row):
+            for j in range(32):
+                xj = np.float32(values[b, j])
+                sum_x2 = np.float32(sum_x2 + np.float32(xj * xj))
+        sigma2 = np.float32(sum_x2 / np.float32(qw.shape[0]))
+        for c0 in range(0, per_row, 16):   # up to 16 blocks of the row side by side
+            nl = min(16, per_row - c0)
+            for jb in range(nl):
+                imatrix_weights(values, r0 + c0 + jb, 0, 32, qw, 32 * (c0 + jb), sigma2, weight)
+                for i in range(32):
+                    xt[i, jb] = values[r0 + c0 + jb, i]
+                    wt[i, jb] = weight[i]
+            if kind == 0 or kind == 2:      # make_qx_quants(32, 8 / 16)
+                make_qx_lanes_w(xt, wt, 32, nl, 8 if kind == 0 else 16, Lt, scales, scr)
+            else:                           # make_qkx3_quants(32, 15 / 31)
+                make_qkx3_lanes_w(xt, wt, 32, nl, 15 if kind == 1 else 31, Lt, Lx, scales, mins, scr)
+            for jb in range(nl):
+                b = r0 + c0 + jb
+                for i in range(32):
+                    L[i] = Lt[i, jb]
+                if kind == 0:
+                    store_f16(out, b, Q40_D, scales[jb])
+                    for j in range(16):
+                        out[b, Q40_QS + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
+                elif kind == 2:
+                    store_f16(out, b, Q50_D, scales[jb])
+                    _pack5(out, b, Q50_QS, Q50_QH, L)
+                elif kind == 1:
+                    store_f16(out, b, Q41_D, scales[jb])
+                    store_f16(out, b, Q41_M, np.float32(-mins[jb]))
+                    for j in range(16):
+                        out[b, Q41_QS + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
+                else:
+                    store_f16(out, b, Q51_D, scales[jb])
+                    store_f16(out, b, Q51_M, np.float32(-mins[jb]))
+                    _pack5(out, b, Q51_QS, Q51_QH, L)
+    return -1
+
+
+@kernel
+def quantize_q4_0_weighted(values, qw, out):
+    """f32 ``values`` [G, 32] (rows of ``len(qw)`` values) -> Q4_0 records, weighted by ``qw``."""
+    return _rows(values, qw, out, 0)
+
+
+@kernel
+def quantize_q4_1_weighted(values, qw, out):
+    """f32 ``values`` [G, 32] (rows of ``len(qw)`` values) -> Q4_1 records, weighted by ``qw``."""
+    return _rows(values, qw, out, 1)
+
+
+@kernel
+def quantize_q5_0_weighted(values, qw, out):
+    """f32 ``values`` [G, 32] (rows of ``len(qw)`` values) -> Q5_0 records, weighted by ``qw``."""
+    return _rows(values, qw, out, 2)
+
+
+@kernel
+def quantize_q5_1_weighted(values, qw, out):
+    """f32 ``values`` [G, 32] (rows of ``len(qw)`` values) -> Q5_1 records, weighted by ``qw``."""
+    return _rows(values, qw, out, 3)
+
+
+# The weighted path per format: (kernel, what it reproduces), read by numba_qk._registry.
+WEIGHTED = {
+    _Q4_0: (quantize_q4_0_weighted, "ggml quantize_q4_0 with quant_weights (quantize_row_q4_0_impl)"),
+    _Q4_1: (quantize_q4_1_weighted, "ggml quantize_q4_1 with quant_weights (quantize_row_q4_1_impl)"),
+    _Q5_0: (quantize_q5_0_weighted, "ggml quantize_q5_0 with quant_weights (quantize_row_q5_0_impl)"),
+    _Q5_1: (quantize_q5_1_weighted, "ggml quantize_q5_1 with quant_weights (quantize_row_q5_1_impl)"),
+}
