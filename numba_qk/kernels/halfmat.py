@@ -1,0 +1,165 @@
+"""F16 and BF16 weight matrices times activations: the portable gemv/gemm kernels of
+docs/halfmat.md (numba_qk's canonical numerics for ``matmul`` with ``numba_qk.f16`` /
+``numba_qk.bf16`` weights).
+
+Inputs: weights as their 16-bit codes ``w`` uint16 ``[rows, K]`` (C-contiguous), activations
+already rounded to the weight's type and widened back, ``x`` float32 ``[K]`` (gemv) or
+``[batch, K]`` (gemm).  Every output is
+
+    lanes l = 0..31 start at +0.0;  for i = 0..K-1 in order: acc[i % 32] = R32(acc[i % 32] + R32(w_i * x_i))
+    then 16 -> 8 -> 4 -> 2 -> 1: acc[j] = R32(acc[j] + acc[j + h]) for j < h;  NaN -> 0x7FC00000
+
+so gemv and gemm give the same bits for every element, for any row split (threads).  The
+32 lanes are explicit arrays, so LLVM vectorizes them without fast-math (4 x 8 f32 lanes on
+AVX; the f16 weights widen with ``vcvtph2ps`` where the host has F16C).
+"""
+
+import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+from numba_qk._jit import inline_kernel, kernel
+from numba_qk.kernels.f16 import HW_F16, f16_to_f32, fpext_f16_bits_to_f32
+
+__all__ = ["LANES", "widen", "reduce_lanes", "dot_row", "gemv_f16", "gemv_bf16", "gemm_f16", "gemm_bf16"]
+
+#: Accumulator lanes of one dot (element i goes to lane i % LANES).
+LANES = 32
+_CANONICAL_NAN = 0x7FC00000
+
+
+def _make_fold(bf16: bool):
+    """Intrinsic ``fold(w, x, chunks, acc)``: for c in 0..chunks-1, the 32 lanes
+    ``acc[l] = R32(acc[l] + R32(widen(w[32c + l]) * x[32c + l]))`` as one <32 x float> vector
+    kept in registers (``w`` uint16 codes, ``x`` float32, ``acc`` float32 [32], all contiguous
+    from element 0).  Widening: ``fpext`` of half (F16C ``vcvtph2ps``) or ``code << 16``.  The
+    same operations, in the same order per lane, as the scalar definition: plain ``fmul`` then
+    ``fadd`` (no contraction flags)."""
+    @intrinsic
+    def fold(typingctx, w, x, chunks, acc):
+        if not all(isinstance(a, types.Array) and a.dtype == d and a.layout == "C"
+                   for a, d in ((w, types.uint16), (x, types.float32), (acc, types.float32))):
+            return None
+        sig = types.none(w, x, types.intp, acc)
+
+        def codegen(context, builder, signature, args):
+            wty, xty, _, aty = signature.args
+            i64 = ir.IntType(64)
+            f32v = ir.VectorType(ir.FloatType(), LANES)
+            i16v = ir.VectorType(ir.IntType(16), LANES)
+            wp = context.make_array(wty)(context, builder, args[0]).data
+            xp = context.make_array(xty)(context, builder, args[1]).data
+            accp = builder.bitcast(context.make_array(aty)(context, builder, args[3]).data,
+                                   f32v.as_pointer())
+            slot = cgutils.alloca_once(builder, f32v)
+            builder.store(builder.load(accp, align=4), slot)
+            with cgutils.for_range(builder, args[2]) as loop:
+                off = builder.mul(loop.index, ir.Constant(i64, LANES))
+                wv = builder.load(builder.bitcast(builder.gep(wp, [off]), i16v.as_pointer()),
+                                  align=2)
+                if bf16:
+                    i32v = ir.VectorType(ir.IntType(32), LANES)
+                    wide = builder.shl(builder.zext(wv, i32v), ir.Constant(i32v, [16] * LANES))
+                    wf = builder.bitcast(wide, f32v)
+                else:
+                    wf = builder.fpext(builder.bitcast(wv, ir.VectorType(ir.HalfType(), LANES)),
+                                       f32v)
+                xv = builder.load(builder.bitcast(builder.gep(xp, [off]), f32v.as_pointer()),
+                                  align=4)
+                builder.store(builder.fadd(builder.load(slot), builder.fmul(wf, xv)), slot)
+            builder.store(builder.load(slot), accp, align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+    return fold
+
+
+_fold_f16 = _make_fold(False)
+_fold_bf16 = _make_fold(True)
+
+
+@inline_kernel
+def widen(code, bf16):
+    """The float32 value of one f16 (``bf16`` False) or bf16 code (exact)."""
+    if bf16:
+        return np.uint32(np.uint32(code) << np.uint32(16)).view(np.float32)
+    if HW_F16:
+        return fpext_f16_bits_to_f32(np.uint16(code))
+    return f16_to_f32(code)
+
+
+@inline_kernel
+def reduce_lanes(acc):
+    """The fixed tree 32 -> 16 -> 8 -> 4 -> 2 -> 1 (``acc[j] += acc[j + h]``, in place), with
+    any NaN result as the canonical quiet NaN ``0x7FC00000``."""
+    h = LANES // 2
+    while h:
+        for j in range(h):
+            acc[j] = np.float32(acc[j] + acc[j + h])
+        h //= 2
+    s = acc[0]
+    if s != s:
+        return np.uint32(_CANONICAL_NAN).view(np.float32)
+    return s
+
+
+@inline_kernel
+def dot_row(bf16, w, x, acc):
+    """The canonical dot of one row of codes ``w`` [K] with ``x`` [K] (contiguous), using
+    ``acc`` (float32 [32]) as the lanes."""
+    k = w.shape[0]
+    chunks = k // LANES
+    kv = chunks * LANES
+    acc[:] = np.float32(0.0)
+    if bf16:
+        _fold_bf16(w, x, chunks, acc)
+    elif HW_F16:
+        _fold_f16(w, x, chunks, acc)
+    else:
+        for i in range(kv):
+            acc[i % LANES] = np.float32(acc[i % LANES] + np.float32(widen(w[i], bf16) * x[i]))
+    for i in range(kv, k):
+        acc[i - kv] = np.float32(acc[i - kv] + np.float32(widen(w[i], bf16) * x[i]))
+    return reduce_lanes(acc)
+
+
+@inline_kernel
+def _gemv(bf16, w, x, out):
+    acc = np.empty(LANES, np.float32)
+    for r in range(w.shape[0]):
+        out[r] = dot_row(bf16, w[r], x, acc)
+
+
+@inline_kernel
+def _gemm(bf16, w, x, out):
+    """Row by row: the weight row (8 KB at K = 4096) stays in L1 across the batch."""
+    acc = np.empty(LANES, np.float32)
+    for r in range(w.shape[0]):
+        wr = w[r]
+        for b in range(x.shape[0]):
+            out[b, r] = dot_row(bf16, wr, x[b], acc)
+
+
+@kernel
+def gemv_f16(w, x, out):
+    """``out[r]`` = the canonical dot of f16 row ``w[r]`` (codes) with ``x`` (f32 values)."""
+    _gemv(False, w, x, out)
+
+
+@kernel
+def gemv_bf16(w, x, out):
+    """``out[r]`` = the canonical dot of bf16 row ``w[r]`` (codes) with ``x`` (f32 values)."""
+    _gemv(True, w, x, out)
+
+
+@kernel
+def gemm_f16(w, x, out):
+    """``out[b, r]`` = ``gemv_f16(w, x[b])[r]`` bit for bit, each weight row widened once."""
+    _gemm(False, w, x, out)
+
+
+@kernel
+def gemm_bf16(w, x, out):
+    """``out[b, r]`` = ``gemv_bf16(w, x[b])[r]`` bit for bit, each weight row widened once."""
+    _gemm(True, w, x, out)
