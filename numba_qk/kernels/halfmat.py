@@ -14,6 +14,7 @@ so gemv and gemm give the same bits for every element, for any row split (thread
 AVX; the f16 weights widen with ``vcvtph2ps`` where the host has F16C).
 """
 
+import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
@@ -27,6 +28,8 @@ __all__ = ["LANES", "widen", "reduce_lanes", "dot_row", "gemv_f16", "gemv_bf16",
 #: Accumulator lanes of one dot (element i goes to lane i % LANES).
 LANES = 32
 _CANONICAL_NAN = 0x7FC00000
+# The vector fold (an intrinsic) runs only in compiled code; NUMBA_DISABLE_JIT takes the loop.
+_VECTOR = not numba.config.DISABLE_JIT
 
 
 def _make_fold(bf16: bool):
@@ -112,9 +115,9 @@ def dot_row(bf16, w, x, acc):
     chunks = k // LANES
     kv = chunks * LANES
     acc[:] = np.float32(0.0)
-    if bf16:
+    if bf16 and _VECTOR:
         _fold_bf16(w, x, chunks, acc)
-    elif HW_F16:
+    elif not bf16 and HW_F16:
         _fold_f16(w, x, chunks, acc)
     else:
         for i in range(kv):
