@@ -23,13 +23,25 @@ from numba.extending import intrinsic
 from numba_qk._jit import inline_kernel, kernel
 from numba_qk.kernels.f16 import HW_F16, f16_to_f32, fpext_f16_bits_to_f32
 
-__all__ = ["LANES", "widen", "reduce_lanes", "dot_row", "gemv_f16", "gemv_bf16", "gemm_f16", "gemm_bf16"]
+__all__ = ["LANES", "TILE_ROWS", "TILE_BATCH", "widen", "reduce_lanes", "dot_row", "gemv_f16",
+           "gemv_bf16", "gemm_f16", "gemm_bf16"]
 
 #: Accumulator lanes of one dot (element i goes to lane i % LANES).
 LANES = 32
 _CANONICAL_NAN = 0x7FC00000
 # The vector fold (an intrinsic) runs only in compiled code; NUMBA_DISABLE_JIT takes the loop.
 _VECTOR = not numba.config.DISABLE_JIT
+
+
+def _widen_vec(builder, wv, bf16):
+    """<32 x float> of <32 x i16> codes: ``fpext`` of half (F16C ``vcvtph2ps``) or
+    ``code << 16`` (bf16); exact."""
+    f32v = ir.VectorType(ir.FloatType(), LANES)
+    if bf16:
+        i32v = ir.VectorType(ir.IntType(32), LANES)
+        return builder.bitcast(builder.shl(builder.zext(wv, i32v),
+                                           ir.Constant(i32v, [16] * LANES)), f32v)
+    return builder.fpext(builder.bitcast(wv, ir.VectorType(ir.HalfType(), LANES)), f32v)
 
 
 def _make_fold(bf16: bool):
@@ -61,13 +73,7 @@ def _make_fold(bf16: bool):
                 off = builder.mul(loop.index, ir.Constant(i64, LANES))
                 wv = builder.load(builder.bitcast(builder.gep(wp, [off]), i16v.as_pointer()),
                                   align=2)
-                if bf16:
-                    i32v = ir.VectorType(ir.IntType(32), LANES)
-                    wide = builder.shl(builder.zext(wv, i32v), ir.Constant(i32v, [16] * LANES))
-                    wf = builder.bitcast(wide, f32v)
-                else:
-                    wf = builder.fpext(builder.bitcast(wv, ir.VectorType(ir.HalfType(), LANES)),
-                                       f32v)
+                wf = _widen_vec(builder, wv, bf16)
                 xv = builder.load(builder.bitcast(builder.gep(xp, [off]), f32v.as_pointer()),
                                   align=4)
                 builder.store(builder.fadd(builder.load(slot), builder.fmul(wf, xv)), slot)
@@ -80,6 +86,64 @@ def _make_fold(bf16: bool):
 
 _fold_f16 = _make_fold(False)
 _fold_bf16 = _make_fold(True)
+
+#: gemm register tile: weight rows x activations per pass (2 x 4 x 2 zmm accumulators).
+TILE_ROWS, TILE_BATCH = 2, 4
+
+
+def _make_tile(bf16: bool, nr: int = TILE_ROWS, nb: int = TILE_BATCH):
+    """Intrinsic ``tile(w, r0, x, b0, chunks, acc)``: ``fold`` for the ``nr x nb`` pairs of
+    weight rows ``w[r0 + i]`` and activations ``x[b0 + j]`` (2-D C arrays) at once, into
+    ``acc[i * nb + j]`` (float32 [nr * nb, 32], from +0.0): each weight chunk is widened once
+    per pass, each lane of each pair sees the same operations in the same order as ``fold``."""
+    @intrinsic
+    def tile(typingctx, w, r0, x, b0, chunks, acc):
+        if not all(isinstance(a, types.Array) and a.dtype == d and a.layout == "C" and a.ndim == 2
+                   for a, d in ((w, types.uint16), (x, types.float32), (acc, types.float32))):
+            return None
+        sig = types.none(w, types.intp, x, types.intp, types.intp, acc)
+
+        def codegen(context, builder, signature, args):
+            wty, _, xty, _, _, aty = signature.args
+            i64 = ir.IntType(64)
+            f32v = ir.VectorType(ir.FloatType(), LANES)
+            i16v = ir.VectorType(ir.IntType(16), LANES)
+            wa = context.make_array(wty)(context, builder, args[0])
+            xa = context.make_array(xty)(context, builder, args[2])
+            wrow = builder.extract_value(wa.strides, 0)   # bytes
+            xrow = builder.extract_value(xa.strides, 0)
+            i8p = ir.IntType(8).as_pointer()
+
+            def row_ptr(arr, stride, first, i, elt):
+                at = builder.mul(builder.add(first, ir.Constant(i64, i)), stride)
+                return builder.bitcast(builder.gep(builder.bitcast(arr.data, i8p), [at]),
+                                       elt.as_pointer())
+            wps = [row_ptr(wa, wrow, args[1], i, ir.IntType(16)) for i in range(nr)]
+            xps = [row_ptr(xa, xrow, args[3], j, ir.FloatType()) for j in range(nb)]
+            accp = builder.bitcast(context.make_array(aty)(context, builder, args[5]).data,
+                                   f32v.as_pointer())
+            slots = [cgutils.alloca_once_value(builder, ir.Constant(f32v, [0.0] * LANES))
+                     for _ in range(nr * nb)]
+            with cgutils.for_range(builder, args[4]) as loop:
+                off = builder.mul(loop.index, ir.Constant(i64, LANES))
+                wf = [_widen_vec(builder, builder.load(builder.bitcast(
+                    builder.gep(p, [off]), i16v.as_pointer()), align=2), bf16) for p in wps]
+                xv = [builder.load(builder.bitcast(builder.gep(p, [off]), f32v.as_pointer()),
+                                   align=4) for p in xps]
+                for i in range(nr):
+                    for j in range(nb):
+                        s = slots[i * nb + j]
+                        builder.store(builder.fadd(builder.load(s), builder.fmul(wf[i], xv[j])), s)
+            for k, s in enumerate(slots):
+                builder.store(builder.load(s), builder.gep(accp, [ir.Constant(i64, k)]), align=4)
+            return context.get_dummy_value()
+
+        return sig, codegen
+    return tile
+
+
+_tile_f16 = _make_tile(False)
+_tile_bf16 = _make_tile(True)
 
 
 @inline_kernel
@@ -122,9 +186,7 @@ def dot_row(bf16, w, x, acc):
     else:
         for i in range(kv):
             acc[i % LANES] = np.float32(acc[i % LANES] + np.float32(widen(w[i], bf16) * x[i]))
-    for i in range(kv, k):
-        acc[i - kv] = np.float32(acc[i - kv] + np.float32(widen(w[i], bf16) * x[i]))
-    return reduce_lanes(acc)
+    return _finish(bf16, w, x, acc, kv)
 
 
 @inline_kernel
@@ -135,13 +197,41 @@ def _gemv(bf16, w, x, out):
 
 
 @inline_kernel
+def _finish(bf16, w, x, acc, kv):
+    """The scalar tail ``[kv, K)`` of one dot into its lanes ``acc``, then the tree."""
+    for i in range(kv, w.shape[0]):
+        acc[i - kv] = np.float32(acc[i - kv] + np.float32(widen(w[i], bf16) * x[i]))
+    return reduce_lanes(acc)
+
+
+@inline_kernel
 def _gemm(bf16, w, x, out):
-    """Row by row: the weight row (8 KB at K = 4096) stays in L1 across the batch."""
-    acc = np.empty(LANES, np.float32)
-    for r in range(w.shape[0]):
-        wr = w[r]
-        for b in range(x.shape[0]):
-            out[b, r] = dot_row(bf16, wr, x[b], acc)
+    """Register tiles of TILE_ROWS weight rows x TILE_BATCH activations (``_tile_*``), the
+    rows and activations left over by ``dot_row``: the same bits for every element."""
+    rows, k = w.shape
+    batch = x.shape[0]
+    chunks = k // LANES
+    kv = chunks * LANES
+    acc = np.empty((TILE_ROWS * TILE_BATCH, LANES), np.float32)
+    lanes = np.empty(LANES, np.float32)
+    rt = rows // TILE_ROWS * TILE_ROWS if _VECTOR and (bf16 or HW_F16) else 0
+    bt = batch // TILE_BATCH * TILE_BATCH
+    for r0 in range(0, rt, TILE_ROWS):
+        for b0 in range(0, bt, TILE_BATCH):
+            if bf16:
+                _tile_bf16(w, r0, x, b0, chunks, acc)
+            else:
+                _tile_f16(w, r0, x, b0, chunks, acc)
+            for i in range(TILE_ROWS):
+                for j in range(TILE_BATCH):
+                    out[b0 + j, r0 + i] = _finish(bf16, w[r0 + i], x[b0 + j],
+                                                  acc[i * TILE_BATCH + j], kv)
+        for b in range(bt, batch):
+            for i in range(TILE_ROWS):
+                out[b, r0 + i] = dot_row(bf16, w[r0 + i], x[b], lanes)
+    for r in range(rt, rows):
+        for b in range(batch):
+            out[b, r] = dot_row(bf16, w[r], x[b], lanes)
 
 
 @kernel
