@@ -85,6 +85,11 @@ def _run(t, wc, x, target, nthreads):
     rows = wc.shape[0]
     if rows == 0 or target.size == 0:
         return
+    if not target.flags.c_contiguous:     # the kernels write contiguous rows
+        block = np.empty(target.shape, np.float32)
+        _run(t, wc, x, block, nthreads)
+        target[...] = block
+        return
     n = _threads.effective_threads(nthreads, -(-rows // 8)) if nthreads > 1 else 1
     if x.ndim == 1:
         if n == 1:

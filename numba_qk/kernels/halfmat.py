@@ -9,9 +9,14 @@ already rounded to the weight's type and widened back, ``x`` float32 ``[K]`` (ge
     lanes l = 0..31 start at +0.0;  for i = 0..K-1 in order: acc[i % 32] = R32(acc[i % 32] + R32(w_i * x_i))
     then 16 -> 8 -> 4 -> 2 -> 1: acc[j] = R32(acc[j] + acc[j + h]) for j < h;  NaN -> 0x7FC00000
 
-so gemv and gemm give the same bits for every element, for any row split (threads).  The
-32 lanes are explicit arrays, so LLVM vectorizes them without fast-math (4 x 8 f32 lanes on
-AVX; the f16 weights widen with ``vcvtph2ps`` where the host has F16C).
+so gemv and gemm give the same bits for every element, for any row split (threads).
+
+Compiled (and, for f16, with hardware f16 conversion) each dot runs in an intrinsic that keeps
+the 32 lanes as one ``<32 x float>`` vector per (weight row, activation) pair, in register tiles
+of several rows x activations (each weight chunk widened once per tile; F16C ``vcvtph2ps``),
+the last partial chunk zero-padded (a ``+0.0`` product leaves a lane unchanged: a lane that
+starts at ``+0.0`` is never ``-0.0``), and the tree as vector halvings.  The portable path
+(``NUMBA_DISABLE_JIT``, or f16 without F16C) runs the same steps as scalar loops.
 """
 
 import numba
@@ -23,8 +28,8 @@ from numba.extending import intrinsic
 from numba_qk._jit import inline_kernel, kernel
 from numba_qk.kernels.f16 import HW_F16, f16_to_f32, fpext_f16_bits_to_f32
 
-__all__ = ["LANES", "TILE_ROWS", "TILE_BATCH", "widen", "reduce_lanes", "dot_row", "gemv_f16",
-           "gemv_bf16", "gemm_f16", "gemm_bf16"]
+__all__ = ["LANES", "TILE_ROWS", "TILE_BATCH", "widen", "reduce_lanes", "dot_lanes",
+           "gemv_f16", "gemv_bf16", "gemm_f16", "gemm_bf16"]
 
 #: Accumulator lanes of one dot (element i goes to lane i % LANES).
 LANES = 32
@@ -44,106 +49,101 @@ def _widen_vec(builder, wv, bf16):
     return builder.fpext(builder.bitcast(wv, ir.VectorType(ir.HalfType(), LANES)), f32v)
 
 
-def _make_fold(bf16: bool):
-    """Intrinsic ``fold(w, x, chunks, acc)``: for c in 0..chunks-1, the 32 lanes
-    ``acc[l] = R32(acc[l] + R32(widen(w[32c + l]) * x[32c + l]))`` as one <32 x float> vector
-    kept in registers (``w`` uint16 codes, ``x`` float32, ``acc`` float32 [32], all contiguous
-    from element 0).  Widening: ``fpext`` of half (F16C ``vcvtph2ps``) or ``code << 16``.  The
-    same operations, in the same order per lane, as the scalar definition: plain ``fmul`` then
-    ``fadd`` (no contraction flags)."""
-    @intrinsic
-    def fold(typingctx, w, x, chunks, acc):
-        if not all(isinstance(a, types.Array) and a.dtype == d and a.layout == "C"
-                   for a, d in ((w, types.uint16), (x, types.float32), (acc, types.float32))):
-            return None
-        sig = types.none(w, x, types.intp, acc)
-
-        def codegen(context, builder, signature, args):
-            wty, xty, _, aty = signature.args
-            i64 = ir.IntType(64)
-            f32v = ir.VectorType(ir.FloatType(), LANES)
-            i16v = ir.VectorType(ir.IntType(16), LANES)
-            wp = context.make_array(wty)(context, builder, args[0]).data
-            xp = context.make_array(xty)(context, builder, args[1]).data
-            accp = builder.bitcast(context.make_array(aty)(context, builder, args[3]).data,
-                                   f32v.as_pointer())
-            slot = cgutils.alloca_once(builder, f32v)
-            builder.store(builder.load(accp, align=4), slot)
-            with cgutils.for_range(builder, args[2]) as loop:
-                off = builder.mul(loop.index, ir.Constant(i64, LANES))
-                wv = builder.load(builder.bitcast(builder.gep(wp, [off]), i16v.as_pointer()),
-                                  align=2)
-                wf = _widen_vec(builder, wv, bf16)
-                xv = builder.load(builder.bitcast(builder.gep(xp, [off]), f32v.as_pointer()),
-                                  align=4)
-                builder.store(builder.fadd(builder.load(slot), builder.fmul(wf, xv)), slot)
-            builder.store(builder.load(slot), accp, align=4)
-            return context.get_dummy_value()
-
-        return sig, codegen
-    return fold
+def _tree(builder, v):
+    """``acc[j] += acc[j + h]`` for h = 16, 8, 4, 2, 1 as vector halvings; NaN -> 0x7FC00000."""
+    i32 = ir.IntType(32)
+    h = LANES // 2
+    while h:
+        def half(lo):
+            idx = ir.Constant(ir.VectorType(i32, h), list(range(lo, lo + h)))
+            return builder.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), idx)
+        v = builder.fadd(half(0), half(h))
+        h //= 2
+    s = builder.extract_element(v, ir.Constant(i32, 0))
+    nan = builder.bitcast(ir.Constant(i32, _CANONICAL_NAN), ir.FloatType())
+    return builder.select(builder.fcmp_unordered("uno", s, s), nan, s)
 
 
-_fold_f16 = _make_fold(False)
-_fold_bf16 = _make_fold(True)
-
-#: gemm register tile: weight rows x activations per pass (2 x 4 x 2 zmm accumulators).
+#: gemm register tile: weight rows x activations per pass (2 x 4 pairs of 2 zmm lanes each);
+#: the activations left over (and gemv) run one row at a time (measured: 4-row passes stream
+#: a 4096 x 4096 F16 matrix 1.45x slower than single rows on Zen 4).
 TILE_ROWS, TILE_BATCH = 2, 4
 
 
-def _make_tile(bf16: bool, nr: int = TILE_ROWS, nb: int = TILE_BATCH):
-    """Intrinsic ``tile(w, r0, x, b0, chunks, acc)``: ``fold`` for the ``nr x nb`` pairs of
-    weight rows ``w[r0 + i]`` and activations ``x[b0 + j]`` (2-D C arrays) at once, into
-    ``acc[i * nb + j]`` (float32 [nr * nb, 32], from +0.0): each weight chunk is widened once
-    per pass, each lane of each pair sees the same operations in the same order as ``fold``."""
+def _make_tile(bf16: bool, nr: int, nb: int):
+    """Intrinsic ``tile(w, r0, x, b0, out)``: ``out[b0 + j, r0 + i]`` = the canonical dot of
+    weight row ``w[r0 + i]`` (uint16 codes) with ``x[b0 + j]`` (f32) for i < nr, j < nb, in one
+    pass over K (2-D arrays whose rows are contiguous, ``out`` float32 ``[batch, rows]``)."""
     @intrinsic
-    def tile(typingctx, w, r0, x, b0, chunks, acc):
-        if not all(isinstance(a, types.Array) and a.dtype == d and a.layout == "C" and a.ndim == 2
-                   for a, d in ((w, types.uint16), (x, types.float32), (acc, types.float32))):
+    def tile(typingctx, w, r0, x, b0, out):
+        if not all(isinstance(a, types.Array) and a.dtype == d and a.ndim == 2
+                   for a, d in ((w, types.uint16), (x, types.float32), (out, types.float32))):
             return None
-        sig = types.none(w, types.intp, x, types.intp, types.intp, acc)
+        sig = types.none(w, types.intp, x, types.intp, out)
 
         def codegen(context, builder, signature, args):
-            wty, _, xty, _, _, aty = signature.args
-            i64 = ir.IntType(64)
+            wty, _, xty, _, oty = signature.args
+            i64, i8p = ir.IntType(64), ir.IntType(8).as_pointer()
             f32v = ir.VectorType(ir.FloatType(), LANES)
             i16v = ir.VectorType(ir.IntType(16), LANES)
             wa = context.make_array(wty)(context, builder, args[0])
             xa = context.make_array(xty)(context, builder, args[2])
-            wrow = builder.extract_value(wa.strides, 0)   # bytes
-            xrow = builder.extract_value(xa.strides, 0)
-            i8p = ir.IntType(8).as_pointer()
+            oa = context.make_array(oty)(context, builder, args[4])
+            k = builder.extract_value(wa.shape, 1)
 
-            def row_ptr(arr, stride, first, i, elt):
-                at = builder.mul(builder.add(first, ir.Constant(i64, i)), stride)
-                return builder.bitcast(builder.gep(builder.bitcast(arr.data, i8p), [at]),
-                                       elt.as_pointer())
-            wps = [row_ptr(wa, wrow, args[1], i, ir.IntType(16)) for i in range(nr)]
-            xps = [row_ptr(xa, xrow, args[3], j, ir.FloatType()) for j in range(nb)]
-            accp = builder.bitcast(context.make_array(aty)(context, builder, args[5]).data,
-                                   f32v.as_pointer())
+            def at(arr, first, i, col, elt):     # &arr[first + i, col]
+                row = builder.mul(builder.add(first, ir.Constant(i64, i)),
+                                  builder.extract_value(arr.strides, 0))
+                col = builder.mul(col, builder.extract_value(arr.strides, 1))
+                return builder.bitcast(builder.gep(builder.bitcast(arr.data, i8p),
+                                                   [builder.add(row, col)]), elt.as_pointer())
+            zero = ir.Constant(i64, 0)
+            wps = [at(wa, args[1], i, zero, ir.IntType(16)) for i in range(nr)]
+            xps = [at(xa, args[3], j, zero, ir.FloatType()) for j in range(nb)]
             slots = [cgutils.alloca_once_value(builder, ir.Constant(f32v, [0.0] * LANES))
                      for _ in range(nr * nb)]
-            with cgutils.for_range(builder, args[4]) as loop:
-                off = builder.mul(loop.index, ir.Constant(i64, LANES))
-                wf = [_widen_vec(builder, builder.load(builder.bitcast(
-                    builder.gep(p, [off]), i16v.as_pointer()), align=2), bf16) for p in wps]
-                xv = [builder.load(builder.bitcast(builder.gep(p, [off]), f32v.as_pointer()),
-                                   align=4) for p in xps]
+
+            def step(wvs, xvs):
+                wf = [_widen_vec(builder, v, bf16) for v in wvs]
                 for i in range(nr):
                     for j in range(nb):
-                        s = slots[i * nb + j]
-                        builder.store(builder.fadd(builder.load(s), builder.fmul(wf[i], xv[j])), s)
-            for k, s in enumerate(slots):
-                builder.store(builder.load(s), builder.gep(accp, [ir.Constant(i64, k)]), align=4)
+                        sl = slots[i * nb + j]
+                        builder.store(builder.fadd(builder.load(sl),
+                                                   builder.fmul(wf[i], xvs[j])), sl)
+
+            def vload(p, off, vt, align):
+                return builder.load(builder.bitcast(builder.gep(p, [off]), vt.as_pointer()),
+                                    align=align)
+            chunks = builder.udiv(k, ir.Constant(i64, LANES))
+            kv = builder.mul(chunks, ir.Constant(i64, LANES))
+            with cgutils.for_range(builder, chunks) as loop:
+                off = builder.mul(loop.index, ir.Constant(i64, LANES))
+                step([vload(p, off, i16v, 2) for p in wps], [vload(p, off, f32v, 4) for p in xps])
+            tail = builder.sub(k, kv)
+            with builder.if_then(builder.icmp_signed(">", tail, zero)):
+                # the partial chunk, zero-padded (+0.0 products leave the lanes unchanged)
+                bufs = []
+                for p, vt in [(p, i16v) for p in wps] + [(p, f32v) for p in xps]:
+                    buf = cgutils.alloca_once_value(builder, ir.Constant(vt, None))
+                    elems = builder.bitcast(buf, vt.element.as_pointer())
+                    with cgutils.for_range(builder, tail) as loop:
+                        builder.store(builder.load(builder.gep(p, [builder.add(kv, loop.index)])),
+                                      builder.gep(elems, [loop.index]))
+                    bufs.append(builder.load(buf))
+                step(bufs[:nr], bufs[nr:])
+            for i in range(nr):
+                for j in range(nb):
+                    s = _tree(builder, builder.load(slots[i * nb + j]))
+                    builder.store(s, at(oa, args[3], j, builder.add(args[1], ir.Constant(i64, i)),
+                                        ir.FloatType()))
             return context.get_dummy_value()
 
         return sig, codegen
     return tile
 
 
-_tile_f16 = _make_tile(False)
-_tile_bf16 = _make_tile(True)
+_f16_tile, _f16_one = _make_tile(False, TILE_ROWS, TILE_BATCH), _make_tile(False, 1, 1)
+_bf16_tile, _bf16_one = _make_tile(True, TILE_ROWS, TILE_BATCH), _make_tile(True, 1, 1)
 
 
 @inline_kernel
@@ -172,87 +172,75 @@ def reduce_lanes(acc):
 
 
 @inline_kernel
-def dot_row(bf16, w, x, acc):
-    """The canonical dot of one row of codes ``w`` [K] with ``x`` [K] (contiguous), using
-    ``acc`` (float32 [32]) as the lanes."""
-    k = w.shape[0]
-    chunks = k // LANES
-    kv = chunks * LANES
+def dot_lanes(bf16, w, x, acc):
+    """The canonical dot of codes ``w`` [K] with ``x`` [K] as plain scalar loops (the portable
+    path), ``acc`` (float32 [32]) holding the lanes."""
     acc[:] = np.float32(0.0)
-    if bf16 and _VECTOR:
-        _fold_bf16(w, x, chunks, acc)
-    elif not bf16 and HW_F16:
-        _fold_f16(w, x, chunks, acc)
-    else:
-        for i in range(kv):
-            acc[i % LANES] = np.float32(acc[i % LANES] + np.float32(widen(w[i], bf16) * x[i]))
-    return _finish(bf16, w, x, acc, kv)
-
-
-@inline_kernel
-def _gemv(bf16, w, x, out):
-    acc = np.empty(LANES, np.float32)
-    for r in range(w.shape[0]):
-        out[r] = dot_row(bf16, w[r], x, acc)
-
-
-@inline_kernel
-def _finish(bf16, w, x, acc, kv):
-    """The scalar tail ``[kv, K)`` of one dot into its lanes ``acc``, then the tree."""
-    for i in range(kv, w.shape[0]):
-        acc[i - kv] = np.float32(acc[i - kv] + np.float32(widen(w[i], bf16) * x[i]))
+    for i in range(w.shape[0]):
+        acc[i % LANES] = np.float32(acc[i % LANES] + np.float32(widen(w[i], bf16) * x[i]))
     return reduce_lanes(acc)
 
 
 @inline_kernel
 def _gemm(bf16, w, x, out):
-    """Register tiles of TILE_ROWS weight rows x TILE_BATCH activations (``_tile_*``), the
-    rows and activations left over by ``dot_row``: the same bits for every element."""
-    rows, k = w.shape
+    """Every ``out[b, r]``: tiles of TILE_ROWS x TILE_BATCH, then single dots for the
+    activations and rows left over -- the same bits for each."""
+    rows = w.shape[0]
     batch = x.shape[0]
-    chunks = k // LANES
-    kv = chunks * LANES
-    acc = np.empty((TILE_ROWS * TILE_BATCH, LANES), np.float32)
-    lanes = np.empty(LANES, np.float32)
-    rt = rows // TILE_ROWS * TILE_ROWS if _VECTOR and (bf16 or HW_F16) else 0
+    if not (_VECTOR and (bf16 or HW_F16)) or w.strides[1] != 2 or x.strides[1] != 4:
+        acc = np.empty(LANES, np.float32)
+        for r in range(rows):
+            for b in range(batch):
+                out[b, r] = dot_lanes(bf16, w[r], x[b], acc)
+        return
+    rt = rows // TILE_ROWS * TILE_ROWS
     bt = batch // TILE_BATCH * TILE_BATCH
     for r0 in range(0, rt, TILE_ROWS):
         for b0 in range(0, bt, TILE_BATCH):
             if bf16:
-                _tile_bf16(w, r0, x, b0, chunks, acc)
+                _bf16_tile(w, r0, x, b0, out)
             else:
-                _tile_f16(w, r0, x, b0, chunks, acc)
-            for i in range(TILE_ROWS):
-                for j in range(TILE_BATCH):
-                    out[b0 + j, r0 + i] = _finish(bf16, w[r0 + i], x[b0 + j],
-                                                  acc[i * TILE_BATCH + j], kv)
-        for b in range(bt, batch):
-            for i in range(TILE_ROWS):
-                out[b, r0 + i] = dot_row(bf16, w[r0 + i], x[b], lanes)
+                _f16_tile(w, r0, x, b0, out)
+    for b in range(bt, batch):
+        for r in range(rows):
+            if bf16:
+                _bf16_one(w, r, x, b, out)
+            else:
+                _f16_one(w, r, x, b, out)
     for r in range(rt, rows):
-        for b in range(batch):
-            out[b, r] = dot_row(bf16, w[r], x[b], lanes)
+        for b in range(bt):
+            if bf16:
+                _bf16_one(w, r, x, b, out)
+            else:
+                _f16_one(w, r, x, b, out)
+
+
+@inline_kernel
+def _gemv(bf16, w, x, out):
+    _gemm(bf16, w, x.reshape((1, x.shape[0])), out.reshape((1, out.shape[0])))
 
 
 @kernel
 def gemv_f16(w, x, out):
-    """``out[r]`` = the canonical dot of f16 row ``w[r]`` (codes) with ``x`` (f32 values)."""
+    """``out[r]`` = the canonical dot of f16 row ``w[r]`` (codes) with ``x`` (f32 values);
+    contiguous 1-d ``x`` and ``out``."""
     _gemv(False, w, x, out)
 
 
 @kernel
 def gemv_bf16(w, x, out):
-    """``out[r]`` = the canonical dot of bf16 row ``w[r]`` (codes) with ``x`` (f32 values)."""
+    """``out[r]`` = the canonical dot of bf16 row ``w[r]`` (codes) with ``x`` (f32 values);
+    contiguous 1-d ``x`` and ``out``."""
     _gemv(True, w, x, out)
 
 
 @kernel
 def gemm_f16(w, x, out):
-    """``out[b, r]`` = ``gemv_f16(w, x[b])[r]`` bit for bit, each weight row widened once."""
+    """``out[b, r]`` = ``gemv_f16(w, x[b])[r]`` bit for bit, in register tiles."""
     _gemm(False, w, x, out)
 
 
 @kernel
 def gemm_bf16(w, x, out):
-    """``out[b, r]`` = ``gemv_bf16(w, x[b])[r]`` bit for bit, each weight row widened once."""
+    """``out[b, r]`` = ``gemv_bf16(w, x[b])[r]`` bit for bit, in register tiles."""
     _gemm(True, w, x, out)

@@ -55,7 +55,7 @@ def _expect(t, w, x):
 @pytest.mark.parametrize("t", [qk.f16, qk.bf16], ids=["f16", "bf16"])
 def test_matmul_bits_equal_the_oracle(t):
     rng = np.random.default_rng(24)
-    w = _weights(t, 12, rng)
+    w = _weights(t, 13, rng)       # odd: a row outside the 2-row tiles
     x = _acts(rng, 6)
     want = _expect(t, w, x).view(np.uint32)
     got = qk.matmul(_codes_of(t, w), x, lhs_format=t)
@@ -63,6 +63,9 @@ def test_matmul_bits_equal_the_oracle(t):
     for b in range(x.shape[0]):     # the gemv kernel: same bits as each gemm row
         y = qk.matmul(_codes_of(t, w), x[b], lhs_format=t)
         np.testing.assert_array_equal(y.view(np.uint32), want[b])
+    strided = np.zeros((x.shape[0], 2 * w.shape[0]), np.float32)[:, ::2]   # a strided out=
+    qk.matmul(_codes_of(t, w), x, lhs_format=t, out=strided)
+    np.testing.assert_array_equal(strided.view(np.uint32), want)
 
 
 def test_signed_zeros_nan_and_empty():
