@@ -169,3 +169,20 @@ def test_gguf_f16_bf16_tensors(tmp_path):
             np.testing.assert_array_equal(f.matmul(info.name, x).view(np.uint32),
                                           want.view(np.uint32))
     assert seen == {"F16", "BF16"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("t", [qk.f16, qk.bf16], ids=["f16", "bf16"])
+def test_random_bit_patterns_sweep(t):
+    """Every code (random 16-bit patterns: NaNs, infs, subnormals), K around the chunk edges,
+    activations from random f32 bit patterns; gemv, gemm and threads against the oracle."""
+    rng = np.random.default_rng(2024)
+    for k in (1, 31, 32, 33, 64, 95, 517):
+        w = rng.integers(0, 2**16, (9, k), dtype=np.uint16)
+        x = rng.integers(0, 2**32, (5, k), dtype=np.uint32).view(np.float32)
+        x[::2] = rng.standard_normal((3, k)) * 10.0 ** rng.integers(-45, 39, (3, k))
+        want = _expect(t, w, x).view(np.uint32)
+        got = qk.matmul(_codes_of(t, w), x, lhs_format=t, threads=2)
+        np.testing.assert_array_equal(got.view(np.uint32), want)
+        np.testing.assert_array_equal(qk.matmul(_codes_of(t, w), x[4], lhs_format=t)
+                                      .view(np.uint32), want[4])
