@@ -201,14 +201,8 @@ def _gemm(bf16, w, x, out):
                 _bf16_tile(w, r0, x, b0, out)
             else:
                 _f16_tile(w, r0, x, b0, out)
-    for b in range(bt, batch):
-        for r in range(rows):
-            if bf16:
-                _bf16_one(w, r, x, b, out)
-            else:
-                _f16_one(w, r, x, b, out)
-    for r in range(rt, rows):
-        for b in range(bt):
+    for r in range(rows):             # the rows and activations outside the tiles
+        for b in range(bt if r < rt else 0, batch):
             if bf16:
                 _bf16_one(w, r, x, b, out)
             else:
