@@ -27,6 +27,7 @@ from numba.extending import intrinsic
 
 from numba_qk._jit import inline_kernel, kernel
 from numba_qk.kernels.f16 import HW_F16, f16_to_f32, fpext_f16_bits_to_f32
+from numba_qk.kernels.simd.base import decl
 
 __all__ = ["LANES", "TILE_ROWS", "TILE_BATCH", "widen", "reduce_lanes", "dot_lanes",
            "gemv_f16", "gemv_bf16", "gemm_f16", "gemm_bf16"]
@@ -49,6 +50,15 @@ def _widen_vec(builder, wv, bf16):
     return builder.fpext(builder.bitcast(wv, ir.VectorType(ir.HalfType(), LANES)), f32v)
 
 
+def _prefetch(builder, ptr):
+    """``llvm.prefetch`` read, locality 2 (``prefetcht1``, as ``simd.base.prefetch``): never
+    faults, changes no value."""
+    i32 = ir.IntType(32)
+    fn = decl(builder, "llvm.prefetch.p0i8", ir.VoidType(),
+              [ir.IntType(8).as_pointer(), i32, i32, i32])
+    builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])
+
+
 def _tree(builder, v):
     """``acc[j] += acc[j + h]`` for h = 16, 8, 4, 2, 1 as vector halvings; NaN -> 0x7FC00000."""
     i32 = ir.IntType(32)
@@ -68,6 +78,9 @@ def _tree(builder, v):
 #: the activations left over (and gemv) run one row at a time (measured: 4-row passes stream
 #: a 4096 x 4096 F16 matrix 1.45x slower than single rows on Zen 4).
 TILE_ROWS, TILE_BATCH = 2, 4
+#: single-row dots (gemv) prefetch the weights this many bytes ahead (one forward stream
+#: running on into the next rows; simd/base.py's measured 64 KiB).
+PREFETCH_BYTES = 1 << 16
 
 
 def _make_tile(bf16: bool, nr: int, nb: int):
@@ -118,6 +131,9 @@ def _make_tile(bf16: bool, nr: int, nb: int):
             kv = builder.mul(chunks, ir.Constant(i64, LANES))
             with cgutils.for_range(builder, chunks) as loop:
                 off = builder.mul(loop.index, ir.Constant(i64, LANES))
+                if nr == 1:    # one row stream: its line PREFETCH_BYTES ahead into L2
+                    _prefetch(builder, builder.gep(builder.bitcast(wps[0], i8p), [
+                        builder.add(builder.add(off, off), ir.Constant(i64, PREFETCH_BYTES))]))
                 step([vload(p, off, i16v, 2) for p in wps], [vload(p, off, f32v, 4) for p in xps])
             tail = builder.sub(k, kv)
             with builder.if_then(builder.icmp_signed(">", tail, zero)):
