@@ -49,11 +49,12 @@ def as_weights(t, codes):
 
 
 def agreement(g, name, t, tid, n_dots, k, rng):
-    """(bit-equal count, max rel err numba_qk, max rel err ggml) over n_dots random rows."""
+    """(bit-equal count, max rel err numba_qk, max rel err ggml, the same errors over
+    sum |w_i x_i| instead of |sum|) over n_dots random rows."""
     w = weights(name, n_dots, k, rng)
     x = rng.standard_normal((n_dots, k)).astype(np.float32)
     ours = qk.matmul(as_weights(t, w), x, lhs_format=t)      # [n, n]; take the diagonal
-    eq, rel_q, rel_g = 0, 0.0, 0.0
+    eq, rel_q, rel_g, abs_q, abs_g = 0, 0.0, 0.0, 0.0, 0.0
     for i in range(n_dots):
         xr = _halfmat.convert_activations(t, x[i])
         xc = (xr.astype(np.float16).view(np.uint16) if t is qk.f16
@@ -63,12 +64,15 @@ def agreement(g, name, t, tid, n_dots, k, rng):
         wv = (w[i].view(np.float16).astype(np.float64) if t is qk.f16
               else (w[i].astype(np.uint32) << 16).view(np.float32).astype(np.float64))
         exact = float(np.dot(wv, xr.astype(np.float64)))
+        mag = float(np.dot(np.abs(wv), np.abs(xr.astype(np.float64))))
         o = ours[i, i]
         eq += int(o.view(np.uint32) == theirs.view(np.uint32))
         scale = max(abs(exact), 1e-30)
         rel_q = max(rel_q, abs(float(o) - exact) / scale)
         rel_g = max(rel_g, abs(float(theirs) - exact) / scale)
-    return eq, rel_q, rel_g
+        abs_q = max(abs_q, abs(float(o) - exact) / mag)
+        abs_g = max(abs_g, abs(float(theirs) - exact) / mag)
+    return eq, rel_q, rel_g, abs_q, abs_g
 
 
 def main() -> int:
@@ -87,9 +91,10 @@ def main() -> int:
     rng = np.random.default_rng(24)
     print(f"ggml {g.version}")
     for name, (t, tid) in TYPES.items():
-        eq, rq, rg = agreement(g, name, t, tid, args.dots, cols, rng)
+        eq, rq, rg, aq, ag = agreement(g, name, t, tid, args.dots, cols, rng)
         print(f"{name}: {args.dots} dots of K={cols}: bit-equal to ggml vec_dot {eq}/{args.dots}; "
-              f"max rel err vs f64: numba_qk {rq:.3g}, ggml {rg:.3g}")
+              f"max rel err vs f64: numba_qk {rq:.3g}, ggml {rg:.3g}; max err / sum|w x|: "
+              f"numba_qk {aq:.3g}, ggml {ag:.3g}")
     for name, (t, tid) in TYPES.items():
         w = weights(name, rows, cols, rng)
         wq = as_weights(t, w)
