@@ -198,27 +198,24 @@ def dot_lanes(bf16, w, x, acc):
 
 
 @inline_kernel
-def _gemm(bf16, w, x, out):
-    """Every ``out[b, r]``: tiles of TILE_ROWS x TILE_BATCH, then single dots for the
-    activations and rows left over -- the same bits for each."""
-    rows = w.shape[0]
-    batch = x.shape[0]
-    if not (_VECTOR and (bf16 or HW_F16)) or w.strides[1] != 2 or x.strides[1] != 4:
-        acc = np.empty(LANES, np.float32)
-        for r in range(rows):
-            for b in range(batch):
-                out[b, r] = dot_lanes(bf16, w[r], x[b], acc)
-        return
-    rt = rows // TILE_ROWS * TILE_ROWS
-    bt = batch // TILE_BATCH * TILE_BATCH
-    for r0 in range(0, rt, TILE_ROWS):
-        for b0 in range(0, bt, TILE_BATCH):
-            if bf16:
-                _bf16_tile(w, r0, x, b0, out)
-            else:
-                _f16_tile(w, r0, x, b0, out)
-    for r in range(rows):             # the rows and activations outside the tiles
-        for b in range(bt if r < rt else 0, batch):
+def _vector(bf16, w, x):
+    """The intrinsics apply: compiled, hardware f16 (for f16) and contiguous rows."""
+    return _VECTOR and (bf16 or HW_F16) and w.strides[1] == 2 and x.strides[1] == 4
+
+
+@inline_kernel
+def _portable(bf16, w, x, out):
+    acc = np.empty(LANES, np.float32)
+    for r in range(w.shape[0]):
+        for b in range(x.shape[0]):
+            out[b, r] = dot_lanes(bf16, w[r], x[b], acc)
+
+
+@inline_kernel
+def _singles(bf16, w, x, out, rt, bt):
+    """Single dots for every ``out[b, r]`` outside the tiles ``[0, bt) x [0, rt)``."""
+    for r in range(w.shape[0]):
+        for b in range(bt if r < rt else 0, x.shape[0]):
             if bf16:
                 _bf16_one(w, r, x, b, out)
             else:
@@ -226,8 +223,32 @@ def _gemm(bf16, w, x, out):
 
 
 @inline_kernel
+def _gemm(bf16, w, x, out):
+    """Every ``out[b, r]``: tiles of TILE_ROWS x TILE_BATCH, then single dots for the
+    activations and rows left over -- the same bits for each."""
+    if not _vector(bf16, w, x):
+        _portable(bf16, w, x, out)
+        return
+    rt = w.shape[0] // TILE_ROWS * TILE_ROWS
+    bt = x.shape[0] // TILE_BATCH * TILE_BATCH
+    for r0 in range(0, rt, TILE_ROWS):
+        for b0 in range(0, bt, TILE_BATCH):
+            if bf16:
+                _bf16_tile(w, r0, x, b0, out)
+            else:
+                _f16_tile(w, r0, x, b0, out)
+    _singles(bf16, w, x, out, rt, bt)
+
+
+@inline_kernel
 def _gemv(bf16, w, x, out):
-    _gemm(bf16, w, x.reshape((1, x.shape[0])), out.reshape((1, out.shape[0])))
+    """Single dots (a row stream each, prefetched) as a batch of one."""
+    x2 = x.reshape((1, x.shape[0]))
+    o2 = out.reshape((1, out.shape[0]))
+    if _vector(bf16, w, x2):
+        _singles(bf16, w, x2, o2, 0, 0)
+    else:
+        _portable(bf16, w, x2, o2)
 
 
 @kernel
