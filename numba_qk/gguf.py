@@ -41,6 +41,7 @@ from .formats.ggml_types import GGML_TYPE_NAMES, GGMLType
 from .ops import dequantize as _dequantize
 from .ops import matmul as _matmul
 from .ops import quantize as _quantize
+from .tensor import Tensor
 
 __all__ = ["GGUFError", "TensorInfo", "GGUFFile", "open", "quantize_file", "plan_file",
            "write_demo_model", "ACCELERATED", "accelerate_gguf_py", "restore_gguf_py",
@@ -511,13 +512,28 @@ class GGUFFile:
     def matmul(self, name: str, x, *, out=None, threads=1) -> np.ndarray:
         """``W @ x`` for a 2-D tensor of a numba_qk weight format and float32 activations
         ``x`` ``[K]`` or ``[batch, K]`` (``K`` = the tensor's last axis): numba_qk.matmul on the
-        zero-copy records."""
+        zero-copy records.  F16/BF16 tensors (little-endian files) run numba_qk.matmul with
+        ``lhs_format=numba_qk.f16`` / ``bf16`` on the zero-copy codes (docs/halfmat.md)."""
         info = self.tensor(name)
+        if (info.format is _formats.f16 or info.format is _formats.bf16) and not self.big_endian:
+            return self._float_matmul(name, info, x, out, threads)
         if not info.accelerated:
             raise GGUFError(f"tensor {name!r} is {info.type_name}: not accelerated by numba_qk "
                             f"(accelerated: {', '.join(f.name for f in ACCELERATED)}); use "
                             f"dequantize() instead")
         return _matmul(self.records(name), x, lhs_format=info.format, out=out, threads=threads)
+
+    def _float_matmul(self, name, info, x, out, threads):
+        """F16/BF16 tensors: numba_qk.matmul on a zero-copy view of the codes (docs/halfmat.md;
+        rows = product of all but the last axis)."""
+        e = self._entry(name)
+        k = info.shape[-1] if info.shape else 1
+        codes = self._bytes(e).view(np.uint16).reshape(-1, k)
+        if info.format is _formats.f16:
+            w = codes.view(np.float16)
+        else:
+            w = Tensor(codes, dtype=_formats.bf16)
+        return _matmul(w, x, lhs_format=info.format, out=out, threads=threads)
 
     matvec = matmul
 

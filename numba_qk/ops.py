@@ -21,6 +21,7 @@ from ._validate import (as_array, check_f32, check_out, check_records, check_slo
 from .errors import QuantizationDomainError
 from .formats import Format, activation_format, f32, quant
 from . import repack as _repack
+from . import _halfmat
 
 __all__ = [
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
@@ -290,7 +291,14 @@ def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     other processes keep cores busy, see ``numba_qk._threads``); results do not depend on it.
     ``w`` may also be ``numba_qk.repack(w, lhs_format)`` (Q4_0): same bits, faster on
     AVX-512 VNNI.
+
+    ``lhs_format=numba_qk.f16`` / ``numba_qk.bf16``: ``w`` an f16 / bf16 matrix ``[rows, K]``
+    (numpy float16, ml_dtypes.bfloat16 or a ``numba_qk.Tensor``) and ``xq`` ``[K]`` of the same
+    type (``rhs_format`` the same type); numerics in docs/halfmat.md.
     """
+    if _halfmat.is_float_weight(lhs_format):
+        return _halfmat.product("gemv", w, xq, lhs_format, rhs_format, out,
+                                check_threads(threads))
     _check_pair(lhs_format, rhs_format, "gemv")
     nthreads = check_threads(threads)
     rp = _repacked(w, lhs_format, "gemv")
@@ -315,7 +323,11 @@ def gemm(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     -> float32 ``[batch, rows]`` with ``out[a, r] == quantized_dot(w[r], xq[a], ...)`` bit for
     bit.  For Q4_K each weight record is decoded once per tile of 8 activations.  ``w`` may
     be a ``numba_qk.repack`` result (then each activation runs the repacked gemv).
+    ``lhs_format=numba_qk.f16`` / ``numba_qk.bf16``: as ``gemv``, ``xq`` ``[batch, K]``.
     """
+    if _halfmat.is_float_weight(lhs_format):
+        return _halfmat.product("gemm", w, xq, lhs_format, rhs_format, out,
+                                check_threads(threads))
     _check_pair(lhs_format, rhs_format, "gemm")
     nthreads = check_threads(threads)
     rp = _repacked(w, lhs_format, "gemm")
@@ -345,7 +357,16 @@ def matmul(w, x, *, lhs_format, out=None, threads=1):
     ``[batch, rows]``.  A non-finite activation raises ``QuantizationDomainError`` naming the
     row and block.  ``w`` may be ``numba_qk.repack(w, lhs_format)`` (Q4_0): same bits;
     on AVX-512 VNNI its 8-row interleaved tiles make the matvec faster.
+
+    ``lhs_format=numba_qk.f16`` / ``numba_qk.bf16``: ``w`` an f16 / bf16 weight matrix
+    ``[rows, K]`` (numpy float16, ml_dtypes.bfloat16 or a ``numba_qk.Tensor`` of that type;
+    no other dtype is accepted) and ``x`` float32 ``[K]`` / ``[batch, K]``, converted to the
+    weight's type as ggml does (f16: IEEE nearest even; bf16: ggml's ``fp32_to_bf16``), then
+    summed in 32 f32 lanes and a fixed tree: one bit pattern per element, whatever the
+    threads or batch (docs/halfmat.md).  Non-finite activations are not an error here.
     """
+    if _halfmat.is_float_weight(lhs_format):
+        return _halfmat.matmul(w, x, lhs_format, out, check_threads(threads))
     check_slot_in(lhs_format, "lhs_format", registry.WEIGHTS, "matmul")
     act = registry.BY_FORMAT[activation_format(lhs_format)]
     nthreads = check_threads(threads)
