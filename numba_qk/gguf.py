@@ -44,7 +44,7 @@ from .ops import matmul as _matmul
 from .ops import quantize as _quantize
 
 __all__ = ["GGUFError", "TensorInfo", "GGUFFile", "open", "quantize_file", "plan_file",
-           "split_path", "split_prefix", "read_imatrix", "Imatrix", "parse_kv_override",
+           "split_path", "split_prefix", "split_file", "read_imatrix", "Imatrix", "parse_kv_override",
            "write_demo_model", "ACCELERATED", "accelerate_gguf_py", "restore_gguf_py",
            "GGUF_PY_ROUTED"]
 
@@ -1450,6 +1450,56 @@ def _dry_run(f, items, say, the_plan) -> list:
             f"{info.type_name} -> {after}: {info.nbytes / 2**20:.2f} MiB -> "
             f"{nbytes / 2**20:.2f} MiB" + ("" if target is not None else " (kept)"))
     return results
+
+
+def split_file(src, prefix, *, max_tensors: Optional[int] = None, max_size: Optional[int] = None,
+               progress: Optional[Callable[[str], None]] = None) -> list:
+    """Split a GGUF file as llama.cpp's ``gguf-split --split`` does: shards
+    ``<prefix>-0000K-of-0000N.gguf`` of at most ``max_tensors`` tensors (``--split-max-tensors``)
+    or ``max_size`` bytes of tensor data (``--split-max-size``), tensors in file order and kept
+    byte for byte; the first shard holds every key-value pair, each shard ``split.no`` (u16),
+    ``split.tensors.count`` (i32) and ``split.count`` (u16), in gguf-split's order. Atomic as
+    :func:`quantize_file`. Returns the shard paths."""
+    if (max_tensors is None) == (max_size is None):
+        raise TypeError("split_file: give exactly one of max_tensors and max_size")
+    if (max_tensors is not None and max_tensors < 1) or (max_size is not None and max_size < 1):
+        raise ValueError("split_file: the limit must be positive")
+    say = progress or (lambda line: None)
+    with GGUFFile(src) as f:
+        if f.big_endian:
+            raise GGUFError(f"{f.path}: big-endian GGUF files are not supported")
+        entries = sorted(f._tensors.values(), key=lambda e: (e.shard, e.start))
+        groups: list = [[]]
+        size = 0
+        for i, e in enumerate(entries):
+            nb = _align(e.end - e.start, 32)
+            split = (size + nb > max_size) if max_size is not None else (
+                0 < i and i % max_tensors == 0)
+            if split and groups[-1]:
+                groups.append([])
+                size = nb
+            else:
+                size += nb
+            groups[-1].append(e)
+        n = len(groups)
+        mm = f._map()
+        base = {k: mm[kv.start:kv.end] for k, kv in f._kvs.items()
+                if k not in (SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS_COUNT)}
+        outs = []
+        for i, group in enumerate(groups):
+            kvs = list(base.values()) if i == 0 else []
+            kvs += [_kv_entry(SPLIT_NO, 2, i), _kv_entry(SPLIT_TENSORS_COUNT, 5, len(entries)),
+                    _kv_entry(SPLIT_COUNT, 2, n)]
+            items = [(e, e.info.name, None, e.info.ggml_type, e.end - e.start, None)
+                     for e in group]
+            outs.append(_Out(Path(split_path(prefix, i, n)), kvs,
+                             f.alignment if i == 0 else 32, items))
+        stats = [sh[3] for sh in f._shards]
+        for out in outs:
+            _check_destination(out.path, stats)
+            _clean_stale_temps(out.path, say)
+        _write_outputs(f, outs, say, len(entries))
+    return [out.path for out in outs]
 
 
 # -------------------------------------------------------------------------- importance matrices

@@ -20,7 +20,7 @@ LLAMA_PY = os.environ.get("NUMBA_QK_LLAMA_CPP_PYTHON", "/work/native-ggml/bin/py
 _SCRIPT = r'''
 import ctypes, json, sys
 import llama_cpp as L
-a = json.loads(sys.argv[1])
+a = json.loads(sys.stdin.read())
 p = L.llama_model_quantize_default_params()
 p.ftype = a["ftype"]; p.nthread = a.get("nthread", 2)
 for k in ("allow_requantize", "pure", "keep_split", "dry_run", "only_copy"):
@@ -77,14 +77,5 @@ def quantize(src, dst, ftype: int, **params) -> subprocess.CompletedProcess:
     """``llama_model_quantize(src, dst, params)``; returns the finished process (returncode 0
     on success, llama.cpp's log in stderr)."""
     arg = dict(params, src=str(src), dst=str(dst), ftype=int(ftype))
-    return subprocess.run([LLAMA_PY, "-c", _SCRIPT, json.dumps(arg)], capture_output=True,
+    return subprocess.run([LLAMA_PY, "-c", _SCRIPT], input=json.dumps(arg), capture_output=True,
                           text=True)
-
-
-def load_ok(path) -> subprocess.CompletedProcess:
-    """llama.cpp loads the model (a split one by its first shard), vocabulary only."""
-    code = ("import sys, llama_cpp as L\n"
-            "p = L.llama_model_default_params(); p.vocab_only = True\n"
-            "m = L.llama_model_load_from_file(sys.argv[1].encode(), p)\n"
-            "sys.exit(0 if m else 1)\n")
-    return subprocess.run([LLAMA_PY, "-c", code, str(path)], capture_output=True, text=True)
