@@ -1370,6 +1370,7 @@ def _preset_outputs(f, dst, preset, say, extra, preset_options):
     table = _type_table()
     orig_of = {v: k for k, v in renamed.items() if v is not None}
     items = []
+    limit = None   # the first thing numba_qk cannot do yet, raised after llama.cpp's own checks
     for t in the_plan.tensors:
         e = by_new[t.name]
         target = None
@@ -1384,10 +1385,10 @@ def _preset_outputs(f, dst, preset, say, extra, preset_options):
                                     f"numba_qk cannot decode it (no requantizing from it)")
             if not (target in (_formats.f32, _formats.f16, _formats.bf16)
                     or (target in ACCELERATED and target in _registry.QUANTIZABLE)):
-                if not dry_run:
-                    raise GGUFError(f"{f.path}: preset {the_plan.preset.name} gives tensor "
-                                    f"{t.name!r} type {tname} ({t.reason}), which numba_qk "
-                                    f"cannot encode yet")
+                if not dry_run and limit is None:
+                    limit = (f"{f.path}: preset {the_plan.preset.name} gives tensor "
+                             f"{t.name!r} type {tname} ({t.reason}), which numba_qk "
+                             f"cannot encode yet")
             if weights_by_name is not None:
                 w = weights_by_name.get(orig_of[t.name])
                 ne2 = e.ne[2] if len(e.ne) > 2 else 1
@@ -1406,18 +1407,20 @@ def _preset_outputs(f, dst, preset, say, extra, preset_options):
                                 f"low-bit quantization")
             if weights is not None and t.target in _IMATRIX_UNUSED:
                 weights = None           # ggml's quantizer for this type ignores it
-            if weights is not None and not takes_imatrix and not dry_run:
-                raise GGUFError(f"tensor {t.name!r}: encoding {tname} with an importance matrix "
-                                f"is not yet supported for encoding by numba_qk (its weighted "
-                                f"encoders are still to come); types that ignore the matrix "
-                                f"(Q8_0, F16, BF16, MXFP4, TQ1_0, TQ2_0) work")
+            if weights is not None and not takes_imatrix and not dry_run and limit is None:
+                limit = (f"tensor {t.name!r}: encoding {tname} with an importance matrix "
+                         f"is not yet supported for encoding by numba_qk (its weighted "
+                         f"encoders are still to come); types that ignore the matrix "
+                         f"(Q8_0, F16, BF16, MXFP4, TQ1_0, TQ2_0) work")
         _, bs, ts = table[t.target]
         nbytes = (e.end - e.start if target is None else
                   int(np.prod(e.info.shape, dtype=object)) // bs * ts)
         items.append((e, t.name, target, t.target, nbytes, weights))
+    if limit is not None:
+        raise GGUFError(limit)
 
     if dry_run:
-        return _dry_run(f, items, say, the_plan)
+        return _dry_run(items, say, the_plan.will_require_imatrix and weights_by_name is None)
 
     if keep_split:
         n_split = max(e.shard for e in kept) + 1 if kept else 1
@@ -1438,7 +1441,7 @@ def _preset_outputs(f, dst, preset, say, extra, preset_options):
     return [_Out(Path(dst), list(kvs.values()), f.alignment, items)]
 
 
-def _dry_run(f, items, say, the_plan) -> list:
+def _dry_run(items, say, warn_imatrix: bool) -> list:
     """llama-quantize --dry-run: each tensor's planned size; nothing read or written."""
     results = []
     for k, (e, name, target, type_id, nbytes, _) in enumerate(items):
@@ -1449,6 +1452,9 @@ def _dry_run(f, items, say, the_plan) -> list:
         say(f"[{k + 1}/{len(items)}] {name} {'x'.join(map(str, info.shape))} "
             f"{info.type_name} -> {after}: {info.nbytes / 2**20:.2f} MiB -> "
             f"{nbytes / 2**20:.2f} MiB" + ("" if target is not None else " (kept)"))
+    if warn_imatrix:
+        say("WARNING: dry run completed successfully, but actually completing this "
+            "quantization will require an imatrix!")
     return results
 
 

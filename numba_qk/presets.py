@@ -327,9 +327,10 @@ class Plan:
 
     @property
     def will_require_imatrix(self) -> bool:
-        """True when a tensor that is converted needs an importance matrix (llama.cpp's
-        ``--dry-run`` warning; without ``dry_run`` :func:`plan` refuses such a plan)."""
-        return any(t.requires_imatrix and t.convert for t in self.tensors)
+        """True when a tensor llama.cpp quantizes gets a type that needs an importance matrix
+        (llama.cpp's ``--dry-run`` warning; without ``dry_run`` and ``imatrix``,
+        :func:`plan` refuses such a plan)."""
+        return any(t.requires_imatrix for t in self.tensors)
 
     def summary(self) -> str:
         counts: dict[str, int] = {}
