@@ -426,14 +426,20 @@ def test_files_equal_llama_cpp(sources, tmp_path, case):
 
 
 @pytest.mark.slow
-def test_keep_split_equals_llama_cpp(sources, tmp_path):
+@pytest.mark.parametrize("preset", ["Q8_0", "Q4_K_M"])
+def test_keep_split_equals_llama_cpp(sources, tmp_path, preset):
+    """--keep-split: llama.cpp visits each shard's tensors in file order (the per-layer
+    counters of Q4_K_M count in that order) and writes one file per input shard."""
     src = sources["split"]
-    assert O.quantize(src, tmp_path / "ref", 7, keep_split=True).returncode == 0
-    G.quantize_file(src, tmp_path / "ours", preset="Q8_0", keep_split=True)
+    ft = P.find_preset(preset).ftype
+    assert O.quantize(src, tmp_path / "ref", ft, keep_split=True).returncode == 0
+    G.quantize_file(src, tmp_path / "ours", preset=preset, keep_split=True)
     refs = sorted(tmp_path.glob("ref-*.gguf"))
     assert len(refs) == 4
     for r in refs:
         assert r.read_bytes() == (tmp_path / r.name.replace("ref", "ours")).read_bytes(), r.name
+    if preset != "Q8_0":
+        return
     # llama.cpp reads numba_qk's shards back (by the first) and gets the merged model
     assert O.quantize(tmp_path / "ours-00001-of-00004.gguf", tmp_path / "back.gguf",
                       7).returncode == 0
@@ -463,3 +469,28 @@ def test_cli_equals_llama_quantize(sources, tmp_path, capsys):
                    imatrix={k: [1.0] * len(v) for k, v in G.read_imatrix(im).weights.items()})
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / "ref.gguf").read_bytes() == (tmp_path / "ours.gguf").read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["Q4_0", "Q5_0", "IQ4_NL", "IQ4_XS", "IQ3_XXS", "Q2_K_S"])
+def test_imatrix_type_rules_equal_llama_cpp(tmp_path, preset):
+    """The type plan with an importance matrix (llama-quant.cpp's has_imatrix rules: Q4_1/Q5_1
+    ffn_down in the first n_layer/8 layers, IQ4 and IQ3_XXS without their no-imatrix bumps, the
+    low-bit presets allowed): numba_qk's dry run against the types in llama.cpp's file."""
+    if not O.available():
+        pytest.skip("no llama-cpp-python interpreter")
+    src = tmp_path / "in.gguf"
+    C.build_model(src, dict(C.MODELS["gqa4"], vocab=256))      # 8 layers: n_layer/8 = 1
+    with G.open(src) as f:
+        w = {t.name: np.full(t.shape[-1], 1.0, np.float32) for t in f.tensors
+             if len(t.shape) == 2}
+    r = O.quantize(src, tmp_path / "ref.gguf", P.find_preset(preset).ftype,
+                   imatrix={k: v.tolist() for k, v in w.items()})
+    assert r.returncode == 0, r.stderr[-2000:]
+    with G.open(tmp_path / "ref.gguf") as f:
+        theirs = [(t.name, t.type_name) for t in f.tensors]
+    ours = G.quantize_file(src, None, preset=preset, dry_run=True, imatrix=w)
+    assert [(r.name, r.type_after) for r in ours] == theirs
+    without = G.quantize_file(src, None, preset=preset, dry_run=True)
+    if preset in ("Q4_0", "Q5_0", "IQ4_NL", "IQ3_XXS"):
+        assert [r.type_after for r in without] != [t for _, t in theirs]
