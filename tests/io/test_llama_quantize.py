@@ -177,8 +177,10 @@ def test_prune_layers_file(model, tmp_path):
 
 # --- split models -------------------------------------------------------------------------------------
 
-def test_split_models_read_as_one(model, tmp_path):
+def test_split_models_read_as_one(model, tmp_path, capsys):
     paths = G.split_file(model, tmp_path / "s", max_tensors=15)
+    assert main(["inspect", str(paths[0])]) == 0
+    assert ": 40 tensors" in capsys.readouterr().out
     assert [p.name for p in paths] == [f"s-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
     with G.open(paths[0]) as f, G.open(model) as one:
         assert f.split_paths == paths
