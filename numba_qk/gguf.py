@@ -652,7 +652,9 @@ class GGUFFile:
 
 
 def open(path) -> GGUFFile:  # noqa: A001 - mirrors builtins.open on purpose
-    """Open a GGUF file read-only (memory-mapped)."""
+    """Open a GGUF file read-only (memory-mapped).  A split model (llama.cpp's
+    ``<prefix>-00001-of-0000N.gguf`` shards, ``split.count`` > 1) is opened by its first shard
+    and shows every tensor of every shard; ``metadata`` is the first shard's."""
     return GGUFFile(path)
 
 

@@ -33,6 +33,7 @@ def _load(name, path):
 C = _load("compare_presets", ROOT / "tools" / "compare_presets.py")
 O = _load("llama_oracle", Path(__file__).with_name("llama_oracle.py"))
 SMALL = dict(C.MODELS["gqa4"], n_layer=4, vocab=256)   # F32, GQA 4, ffn rows 288, 40 tensors
+T = P.GGML_TYPES
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +111,30 @@ def test_dry_run_writes_nothing_and_sizes(model, tmp_path, capsys):
     res = G.quantize_file(model, None, preset="IQ2_XXS", dry_run=True, progress=lines.append)
     assert any("will require an imatrix" in ln for ln in lines)
     assert "IQ2_XXS" in {r.type_after for r in res}
+
+
+def test_plan_options_for_quantize_file():
+    F16, Q8 = T["F16"], T["Q8_0"]
+    ts = [("blk.1.attn_v.weight", (256, 256), F16), ("blk.0.attn_v.weight", (256, 256), F16),
+          ("output.weight", (256, 256), Q8), ("token_embd.weight", (256, 256), Q8)]
+    md = {"general.architecture": "llama", "llama.block_count": 2}
+    # COPY writes the loader's file type: the file's own, else the guess from the most common
+    # tensor type (the first to reach the top count in llama.cpp's order), marked GUESSED
+    assert P.guess_ftype(dict(md, **{"general.file_type": 15}), ts) == 15
+    assert P.guess_ftype(md, ts) == 7 | P.LLAMA_FTYPE_GUESSED        # Q8_0 reached 2 first
+    assert P.guess_ftype(md, ts[:3]) == 1 | P.LLAMA_FTYPE_GUESSED
+    # keep_order: the per-layer counters count in the order given (--keep-split's file order)
+    q3 = P.plan("Q3_K_M", md, ts[:2], keep_order=True)
+    assert [(t.name, t.target_name) for t in q3.tensors] == [
+        ("blk.1.attn_v.weight", "Q5_K"), ("blk.0.attn_v.weight", "Q5_K")]
+    assert [t.name for t in P.plan("Q3_K_M", md, ts[:2]).tensors] == [
+        "blk.0.attn_v.weight", "blk.1.attn_v.weight"]
+    # dry_run: neither refusal, the need for an importance matrix recorded
+    pl = P.plan("IQ2_XXS", md, ts + [("blk.0.attn_q.weight", (256, 256), F16)], dry_run=True)
+    assert pl.will_require_imatrix and not P.plan("Q8_0", md, ts, dry_run=True).will_require_imatrix
+    with pytest.raises(P.PresetError, match="--allow-requantize"):
+        P.plan("Q4_0", md, ts)
+    assert P.plan("Q4_0", md, ts, dry_run=True).tensors
 
 
 # --- --override-kv ----------------------------------------------------------------------------------
@@ -366,7 +391,6 @@ def test_cli_imatrix_file_adds_llama_quantize_keys(model, tmp_path, capsys):
 
 # --- against llama.cpp's own quantizer ------------------------------------------------------------
 
-T = P.GGML_TYPES
 KVS = [("general.name", "str", "renamed"), ("foo.int", "int", -7), ("foo.f", "float", 0.1),
        ("foo.b", "bool", True), ("llama.context_length", "int", 4096)]
 TT = [("attn_v", "Q8_0"), ("ffn_.*", "Q5_1")]
