@@ -1228,6 +1228,7 @@ def _write_outputs(f, outs, say, n_total: int) -> list:
 def quantize_file(src, dst, *, to=None, preset=None,
                   progress: Optional[Callable[[str], None]] = None, dry_run: bool = False,
                   kv_overrides=(), prune_layers=(), keep_split: bool = False, imatrix=None,
+                  split_max_tensors: Optional[int] = None, split_max_size: Optional[int] = None,
                   **preset_options):
     """Convert a GGUF file (or a split model, by its first shard) and write ``dst``.  Two modes:
 
@@ -1248,7 +1249,9 @@ def quantize_file(src, dst, *, to=None, preset=None,
       ``imatrix`` (an :class:`Imatrix` from :func:`read_imatrix`, or ``{tensor name: f32
       weights}``; it also adds llama-quantize's ``quantize.imatrix.*`` keys when an
       :class:`Imatrix` is given).  ``allow_requantize=True`` dequantizes an already
-      quantized tensor to f32 as ggml does and encodes it anew.
+      quantized tensor to f32 as ggml does and encodes it anew.  ``split_max_tensors`` /
+      ``split_max_size`` write the result as ``gguf-split --split`` would split it (``dst`` is
+      then the prefix of ``<dst>-0000K-of-0000N.gguf``, as for ``keep_split``).
 
     Both modes honour the input's ``general.alignment``.  Streaming: each tensor is converted
     and written in chunks (``CHUNK_BYTES`` of f32 values at a time), so memory use does not grow
@@ -1263,7 +1266,11 @@ def quantize_file(src, dst, *, to=None, preset=None,
     if preset is not None and to is not None:
         raise TypeError("quantize_file: give either 'to' (one format) or 'preset', not both")
     extra = dict(dry_run=dry_run, kv_overrides=kv_overrides, prune_layers=prune_layers,
-                 keep_split=keep_split, imatrix=imatrix)
+                 keep_split=keep_split, imatrix=imatrix, split_max_tensors=split_max_tensors,
+                 split_max_size=split_max_size)
+    _check_split_limits(split_max_tensors, split_max_size, "quantize_file")
+    if keep_split and (split_max_tensors is not None or split_max_size is not None):
+        raise TypeError("quantize_file: keep_split and split_max_* exclude each other")
     used = sorted(k for k, v in extra.items() if v is not None and v is not False
                   and not (isinstance(v, (tuple, list)) and not v))
     if (preset_options or used) and preset is None:
@@ -1440,6 +1447,9 @@ def _preset_outputs(f, dst, preset, say, extra, preset_options):
                              f.alignment if i == 0 else 32,
                              [it for it in items if it[0].shard == i]))
         return outs
+    if extra["split_max_tensors"] is not None or extra["split_max_size"] is not None:
+        groups = _shard_groups(items, extra["split_max_tensors"], extra["split_max_size"])
+        return _split_outs(str(dst), list(kvs.values()), groups, f.alignment)
     return [_Out(Path(dst), list(kvs.values()), f.alignment, items)]
 
 
@@ -1460,6 +1470,46 @@ def _dry_run(items, say, warn_imatrix: bool) -> list:
     return results
 
 
+def _shard_groups(items, max_tensors, max_size) -> list:
+    """gguf-split's grouping of (entry, ...) items, in order: a new shard after every
+    ``max_tensors`` tensors, or before the tensor that would take the shard's data (each tensor
+    padded to 32 bytes) over ``max_size`` bytes."""
+    groups: list = [[]]
+    size = 0
+    for i, it in enumerate(items):
+        nb = _align(it[4], 32)
+        split = (size + nb > max_size) if max_size is not None else (
+            0 < i and i % max_tensors == 0)
+        if split and groups[-1]:
+            groups.append([])
+            size = nb
+        else:
+            size += nb
+        groups[-1].append(it)
+    return groups
+
+
+def _split_outs(prefix, kvs: list, groups, alignment: int) -> list:
+    """gguf-split's files: every key in the first, then in each ``split.no`` (u16),
+    ``split.tensors.count`` (i32), ``split.count`` (u16)."""
+    n, total = len(groups), sum(len(g) for g in groups)
+    outs = []
+    for i, group in enumerate(groups):
+        skv = list(kvs) if i == 0 else []
+        skv += [_kv_entry(SPLIT_NO, 2, i), _kv_entry(SPLIT_TENSORS_COUNT, 5, total),
+                _kv_entry(SPLIT_COUNT, 2, n)]
+        outs.append(_Out(Path(split_path(prefix, i, n)), skv, alignment if i == 0 else 32,
+                         group))
+    return outs
+
+
+def _check_split_limits(max_tensors, max_size, what="split_file"):
+    if max_tensors is not None and max_size is not None:
+        raise TypeError(f"{what}: give max_tensors or max_size, not both")
+    if (max_tensors is not None and max_tensors < 1) or (max_size is not None and max_size < 1):
+        raise ValueError(f"{what}: the split limit must be positive")
+
+
 def split_file(src, prefix, *, max_tensors: Optional[int] = None, max_size: Optional[int] = None,
                progress: Optional[Callable[[str], None]] = None) -> list:
     """Split a GGUF file as llama.cpp's ``gguf-split --split`` does: shards
@@ -1470,38 +1520,19 @@ def split_file(src, prefix, *, max_tensors: Optional[int] = None, max_size: Opti
     :func:`quantize_file`. Returns the shard paths."""
     if (max_tensors is None) == (max_size is None):
         raise TypeError("split_file: give exactly one of max_tensors and max_size")
-    if (max_tensors is not None and max_tensors < 1) or (max_size is not None and max_size < 1):
-        raise ValueError("split_file: the limit must be positive")
+    _check_split_limits(max_tensors, max_size)
     say = progress or (lambda line: None)
     with GGUFFile(src) as f:
         if f.big_endian:
             raise GGUFError(f"{f.path}: big-endian GGUF files are not supported")
         entries = sorted(f._tensors.values(), key=lambda e: (e.shard, e.start))
-        groups: list = [[]]
-        size = 0
-        for i, e in enumerate(entries):
-            nb = _align(e.end - e.start, 32)
-            split = (size + nb > max_size) if max_size is not None else (
-                0 < i and i % max_tensors == 0)
-            if split and groups[-1]:
-                groups.append([])
-                size = nb
-            else:
-                size += nb
-            groups[-1].append(e)
-        n = len(groups)
+        items = [(e, e.info.name, None, e.info.ggml_type, e.end - e.start, None)
+                 for e in entries]
         mm = f._map()
-        base = {k: mm[kv.start:kv.end] for k, kv in f._kvs.items()
-                if k not in (SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS_COUNT)}
-        outs = []
-        for i, group in enumerate(groups):
-            kvs = list(base.values()) if i == 0 else []
-            kvs += [_kv_entry(SPLIT_NO, 2, i), _kv_entry(SPLIT_TENSORS_COUNT, 5, len(entries)),
-                    _kv_entry(SPLIT_COUNT, 2, n)]
-            items = [(e, e.info.name, None, e.info.ggml_type, e.end - e.start, None)
-                     for e in group]
-            outs.append(_Out(Path(split_path(prefix, i, n)), kvs,
-                             f.alignment if i == 0 else 32, items))
+        kvs = [mm[kv.start:kv.end] for k, kv in f._kvs.items()
+               if k not in (SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS_COUNT)]
+        outs = _split_outs(prefix, kvs, _shard_groups(items, max_tensors, max_size),
+                           f.alignment)
         stats = [sh[3] for sh in f._shards]
         for out in outs:
             _check_destination(out.path, stats)

@@ -86,6 +86,11 @@ def add_parser(sub, type_choices):
                    help="drop these layers (the later ones are renumbered)")
     p.add_argument("--keep-split", action="store_true",
                    help="write one file per input shard (OUT-0000K-of-0000N.gguf)")
+    p.add_argument("--split-max-tensors", metavar="N", type=int,
+                   help="write the output as gguf-split --split does: shards of N tensors "
+                        "(OUT without .gguf is the prefix)")
+    p.add_argument("--split-max-size", metavar="N(M|G)",
+                   help="the same, shards of at most N megabytes/gigabytes of tensor data")
     p.add_argument("--override-kv", metavar="KEY=TYPE:VALUE", action="append", default=[],
                    help="set a metadata key in the output; TYPE int, float, bool or str")
     p.add_argument("--dry-run", action="store_true",
@@ -198,13 +203,29 @@ def run(args, parser, default_model) -> int:
         args.allow_requantize, "--imatrix": args.imatrix, "--prune-layers": args.prune_layers,
         "--keep-split": args.keep_split, "--override-kv": args.override_kv,
         "--dry-run": args.dry_run, "--include-weights": args.include_weights,
-        "--exclude-weights": args.exclude_weights}
+        "--exclude-weights": args.exclude_weights,
+        "--split-max-tensors": args.split_max_tensors, "--split-max-size": args.split_max_size}
     used = [k for k, v in preset_only.items() if v]
     if used and preset is None:
         parser.error(f"{', '.join(used)} go with --to PRESET (or llama-quantize's TYPE "
                      f"argument)")
     if args.include_weights and args.exclude_weights:
         parser.error("--include-weights and --exclude-weights cannot be used together")
+    split_size = None
+    if args.split_max_size:
+        unit = args.split_max_size[-1]
+        n = _stoi(args.split_max_size)
+        if unit not in "MG":
+            parser.error(f"--split-max-size: supported units are M (megabytes) or G "
+                         f"(gigabytes), but got: {unit}")
+        if n is None or n <= 0:
+            parser.error("--split-max-size: size must be a positive value")
+        split_size = n * (1000**2 if unit == "M" else 1000**3)
+    if args.split_max_tensors is not None and args.split_max_tensors < 1:
+        parser.error("--split-max-tensors must be positive")
+    splitting = split_size is not None or args.split_max_tensors is not None
+    if splitting and args.keep_split:
+        parser.error("--keep-split and --split-max-* cannot be used together")
     if args.max_buffer_size is not None and args.max_buffer_size <= 0:
         parser.error(f"invalid --max-buffer-size {args.max_buffer_size}")
 
@@ -215,6 +236,8 @@ def run(args, parser, default_model) -> int:
         dst = os.path.splitext(src)[0] + f"-{label}.gguf"
         if not pos:
             dst = os.path.join(os.getcwd(), f"numba_qk-demo-{label}.gguf")
+    if splitting and dst is not None and dst.endswith(".gguf"):
+        dst = dst[:-5]   # the prefix of OUT-0000K-of-0000N.gguf
 
     progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     if preset is None:
@@ -269,7 +292,9 @@ def run(args, parser, default_model) -> int:
     t0 = time.perf_counter()
     results = gguf.quantize_file(src, dst, preset=p.name, progress=progress,
                                  dry_run=args.dry_run, kv_overrides=kv, prune_layers=prune,
-                                 keep_split=args.keep_split, imatrix=imatrix, **options)
+                                 keep_split=args.keep_split, imatrix=imatrix,
+                                 split_max_tensors=args.split_max_tensors,
+                                 split_max_size=split_size, **options)
     t1 = time.perf_counter()
     counts: dict = {}
     for r in results:
@@ -285,7 +310,7 @@ def run(args, parser, default_model) -> int:
         print(f"dry run: nothing written; planned in {t1 - t_start:.2f} s")
         return 0
     _report(dst, results, f"by llama.cpp's preset {p.name}", False, t_start,
-            split=args.keep_split)
+            split=args.keep_split or splitting)
     print(f"quantize time = {(t1 - t0) * 1e3:8.2f} ms")
     print(f"   total time = {(time.perf_counter() - t_start) * 1e3:8.2f} ms")
     return 0

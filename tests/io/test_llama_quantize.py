@@ -262,6 +262,20 @@ def test_quantize_split_input_and_keep_split(model, tmp_path):
         assert f.split_paths == outs
 
 
+def test_split_output(model, tmp_path, capsys):
+    """--split-max-tensors: the quantized model as gguf-split --split would split it."""
+    one = tmp_path / "one.gguf"
+    G.quantize_file(model, one, preset="Q8_0")
+    G.split_file(one, tmp_path / "byhand", max_tensors=16)
+    rc, out, err = _cli(capsys, "--split-max-tensors", "16", model, tmp_path / "q.gguf", "q8_0")
+    assert rc == 0, err
+    for i in (1, 2, 3):
+        a = tmp_path / f"q-0000{i}-of-00003.gguf"
+        assert a.read_bytes() == (tmp_path / f"byhand-0000{i}-of-00003.gguf").read_bytes()
+    rc, out, err = _cli(capsys, "--split-max-size", "5K", model, tmp_path / "r.gguf", "q8_0")
+    assert rc == 2 and "supported units are M" in err
+
+
 # --- importance matrices ------------------------------------------------------------------------------
 
 def _write_imatrix_gguf(path, entries, *, meta=True, datasets=("wiki.txt",), chunks=10):
@@ -520,3 +534,16 @@ def test_imatrix_type_rules_equal_llama_cpp(tmp_path, preset):
     without = G.quantize_file(src, None, preset=preset, dry_run=True)
     if preset in ("Q4_0", "Q5_0", "IQ4_NL", "IQ3_XXS"):
         assert [r.type_after for r in without] != [t for _, t in theirs]
+
+
+@pytest.mark.slow
+def test_llama_cpp_reads_split_output(model, tmp_path):
+    """llama.cpp loads numba_qk's split output (split_max_tensors) by its first shard and sees
+    the same model as the one-file output."""
+    if not O.available():
+        pytest.skip("no llama-cpp-python interpreter")
+    G.quantize_file(model, tmp_path / "one.gguf", preset="Q8_0")
+    G.quantize_file(model, tmp_path / "s", preset="Q8_0", split_max_tensors=7)
+    assert O.quantize(tmp_path / "s-00001-of-00006.gguf", tmp_path / "a.gguf", 7).returncode == 0
+    assert O.quantize(tmp_path / "one.gguf", tmp_path / "b.gguf", 7).returncode == 0
+    assert (tmp_path / "a.gguf").read_bytes() == (tmp_path / "b.gguf").read_bytes()
