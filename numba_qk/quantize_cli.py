@@ -192,8 +192,6 @@ def run(args, parser, default_model) -> int:
                 cut = max(src.rfind("/"), src.rfind("\\"))
                 dst = src[:cut + 1] + "ggml-model-" + preset + ("" if args.keep_split
                                                                  else ".gguf")
-            elif dst is not None and args.keep_split and ".gguf" in dst:
-                dst = dst[:-5]   # llama-quantize cuts the last 5 characters
 
     preset_only = {
         "--pure": args.pure, "--leave-output-tensor": args.leave_output_tensor,
@@ -236,6 +234,8 @@ def run(args, parser, default_model) -> int:
         dst = os.path.splitext(src)[0] + f"-{label}.gguf"
         if not pos:
             dst = os.path.join(os.getcwd(), f"numba_qk-demo-{label}.gguf")
+    if args.keep_split and dst is not None and ".gguf" in dst:
+        dst = dst[:-5]   # llama-quantize cuts the last 5 characters (wherever ".gguf" is)
     if splitting and dst is not None and dst.endswith(".gguf"):
         dst = dst[:-5]   # the prefix of OUT-0000K-of-0000N.gguf
 

@@ -89,6 +89,15 @@ def test_llama_argument_form(model, tmp_path, capsys):
     assert rc == 2 and "invalid ftype 'q9_9'" in err and not (tmp_path / "c.gguf").exists()
     rc, out, err = _cli(capsys, src, tmp_path / "c.gguf", "q8_0", "two")
     assert rc == 2 and "invalid nthread 'two'" in err
+    # --keep-split: OUT loses its ".gguf"; the default name has none
+    rc, out, err = _cli(capsys, "--keep-split", src, tmp_path / "k.gguf", "q8_0")
+    assert rc == 0, err
+    with G.open(tmp_path / "k-00001-of-00001.gguf") as k, G.open(default) as d:
+        # llama.cpp's --keep-split order is the input's file order, not its layer order
+        assert [t.name for t in k.tensors] == [t.name for t in G.open(src).tensors]
+        assert all(np.array_equal(k.raw(t.name), d.raw(t.name)) for t in d.tensors)
+    rc, out, err = _cli(capsys, "--keep-split", src, "Q8_0")
+    assert rc == 0 and (tmp_path / "ggml-model-Q8_0-00001-of-00001.gguf").exists()
 
 
 def test_dry_run_writes_nothing_and_sizes(model, tmp_path, capsys):
