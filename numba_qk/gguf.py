@@ -1389,9 +1389,9 @@ def _preset_outputs(f, dst, preset, say, extra, preset_options):
             tname = GGML_TYPE_NAMES.get(t.target, str(t.target))
             src_fmt = e.info.format
             if src_fmt not in (_formats.f32, _formats.f16, _formats.bf16) and not dry_run:
-                if src_fmt is None or not src_fmt.is_quantized:
-                    raise GGUFError(f"{f.path}: tensor {t.name!r} is {e.info.type_name}; "
-                                    f"numba_qk cannot decode it (no requantizing from it)")
+                if (src_fmt is None or not src_fmt.is_quantized) and limit is None:
+                    limit = (f"{f.path}: tensor {t.name!r} is {e.info.type_name}; numba_qk "
+                             f"cannot decode it (no requantizing from it)")
             if not (target in (_formats.f32, _formats.f16, _formats.bf16)
                     or (target in ACCELERATED and target in _registry.QUANTIZABLE)):
                 if not dry_run and limit is None:
