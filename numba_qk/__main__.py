@@ -109,11 +109,9 @@ def _default_model(tmp: str, dim: int = 512) -> str:
 
 
 def _human(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+    from numba_qk.quantize_cli import human_size
+
+    return human_size(n)
 
 
 def _quantizable_weights() -> list:
@@ -121,13 +119,6 @@ def _quantizable_weights() -> list:
     from numba_qk import _registry
 
     return [f._attr for f in _registry.WEIGHTS if f in _registry.QUANTIZABLE]
-
-
-def _pattern(text: str, parser):
-    pat, sep, typ = text.rpartition("=")
-    if not sep or not pat or not typ:
-        parser.error(f"--tensor-type {text!r}: expected PATTERN=TYPE")
-    return (pat, typ)
 
 
 def _summary(caps) -> str:
@@ -164,38 +155,6 @@ def cmd_inspect(path: str) -> int:
         for name, fmt in seen.items():
             print(f"  {name}: " + (_summary(qk.capabilities(fmt)) if fmt is not None
                                    else "not modelled by numba_qk"))
-    return 0
-
-
-def cmd_quantize(src: str, dst: str, fmt_name, preset, options: dict) -> int:
-    import numba_qk as qk
-    from numba_qk import gguf
-
-    progress = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    if preset is not None:
-        plan = gguf.plan_file(src, preset, **options)
-        print(f"preset {plan.summary()}")
-        for note in plan.notes:
-            print(f"  note: {note}")
-        results = gguf.quantize_file(src, dst, preset=preset, progress=progress, **options)
-        what = f"by llama.cpp's preset {plan.preset.name}"
-    else:
-        fmt = getattr(qk.quant, fmt_name)
-        results = gguf.quantize_file(src, dst, to=fmt, progress=progress)
-        what = f"to {fmt.name}"
-    conv = [r for r in results if r.type_after != r.type_before]
-    kept = [r for r in results if r.type_after == r.type_before]
-    before = sum(r.bytes_before for r in results)
-    after = sum(r.bytes_after for r in results)
-    print(f"wrote {dst}: {len(conv)} tensors converted {what}, {len(kept)} kept as they "
-          f"were; {_human(before)} -> {_human(after)}")
-    for r in conv:
-        print(f"  {r.name}: {r.type_before} -> {r.type_after}"
-              + (f", relative RMS error {r.rms_error:.4f}" if r.rms_error is not None else ""))
-    for r in kept:
-        print(f"  {r.name}: kept ({r.type_before}"
-              + (", not 2-D with whole-block rows" if preset is None
-                 and r.type_before in ("F32", "F16", "BF16") else "") + ")")
     return 0
 
 
@@ -289,28 +248,9 @@ def main(argv=None) -> int:
     sub.add_parser("demo", help="the default: bit-exact self-check and throughput")
     p_inspect = sub.add_parser("inspect", help="list a GGUF file's tensors")
     p_inspect.add_argument("file", nargs="?", help="GGUF file (default: the embedded demo model)")
-    p_quant = sub.add_parser("quantize", help="convert F32/F16/BF16 matrices of a GGUF file")
-    p_quant.add_argument("src", nargs="?", help="input GGUF (default: the embedded demo model)")
-    p_quant.add_argument("dst", nargs="?", help="output GGUF (default: next to the input)")
-    target = p_quant.add_mutually_exclusive_group()
-    target.add_argument("--to", metavar="PRESET",
-                        help="a llama-quantize preset with llama.cpp's per-tensor rules: "
-                             "q4_k_m, q5_k_m, q3_k_m, q2_k, q4_k_s, q5_k_s, q6_k, q8_0, q4_0, … "
-                             "(its aliases too: q4_k = q4_k_m); see numba_qk.presets")
-    target.add_argument("--type", choices=_quantizable_weights(),
-                        help="one format for every F32/F16/BF16 2-D tensor with whole-block "
-                             "rows (the default, q4_k, when neither --to nor --type is given)")
-    p_quant.add_argument("--pure", action="store_true",
-                         help="with --to: no mixture rules (llama-quantize --pure)")
-    p_quant.add_argument("--leave-output-tensor", action="store_true",
-                         help="with --to: keep output.weight as it is")
-    p_quant.add_argument("--output-tensor-type", metavar="TYPE",
-                         help="with --to: the type of output.weight")
-    p_quant.add_argument("--token-embedding-type", metavar="TYPE",
-                         help="with --to: the type of token_embd.weight")
-    p_quant.add_argument("--tensor-type", metavar="PATTERN=TYPE", action="append", default=[],
-                         help="with --to: tensors whose name matches PATTERN get TYPE "
-                              "(repeatable; the first match wins)")
+    from numba_qk import quantize_cli
+
+    p_quant = quantize_cli.add_parser(sub, _quantizable_weights())
     p_bench = sub.add_parser("bench", help="matvec speed per accelerated tensor")
     p_bench.add_argument("file", nargs="?", help="GGUF file (default: the embedded demo model)")
     p_bench.add_argument("--repeat", type=int, default=20, help="timed repeats (default 20)")
@@ -348,23 +288,7 @@ def main(argv=None) -> int:
             if args.command == "inspect":
                 return cmd_inspect(args.file or _default_model(tmp, args.demo_dim))
             if args.command == "quantize":
-                src = args.src or _default_model(tmp, args.demo_dim)
-                preset_flags = (args.pure or args.leave_output_tensor or args.output_tensor_type
-                                or args.token_embedding_type or args.tensor_type)
-                if preset_flags and args.to is None:
-                    parser.error("--pure, --leave-output-tensor, --output-tensor-type, "
-                                 "--token-embedding-type and --tensor-type go with --to PRESET")
-                options = {}
-                if args.to is not None:
-                    options = dict(pure=args.pure, leave_output_tensor=args.leave_output_tensor,
-                                   output_tensor_type=args.output_tensor_type,
-                                   token_embedding_type=args.token_embedding_type,
-                                   tensor_types=[_pattern(p, parser) for p in args.tensor_type])
-                label = (args.to or args.type or "q4_k").lower()
-                dst = args.dst or (os.path.splitext(src)[0] + f"-{label}.gguf")
-                if args.dst is None and args.src is None:
-                    dst = os.path.join(os.getcwd(), f"numba_qk-demo-{label}.gguf")
-                return cmd_quantize(src, dst, args.type or "q4_k", args.to, options)
+                return quantize_cli.run(args, parser, lambda: _default_model(tmp, args.demo_dim))
             if args.command == "generate":
                 if args.n < 1 or args.threads < 1:
                     parser.error("-n and --threads must be >= 1")

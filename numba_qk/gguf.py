@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import re
 import secrets
 import signal
 import stat
@@ -44,6 +45,7 @@ from .ops import quantize as _quantize
 from .tensor import Tensor
 
 __all__ = ["GGUFError", "TensorInfo", "GGUFFile", "open", "quantize_file", "plan_file",
+           "split_path", "split_prefix", "split_file", "read_imatrix", "Imatrix", "parse_kv_override",
            "write_demo_model", "ACCELERATED", "accelerate_gguf_py", "restore_gguf_py",
            "GGUF_PY_ROUTED"]
 
@@ -140,6 +142,7 @@ class _TensorEntry(NamedTuple):
     end: int
     block_size: int
     type_size: int
+    shard: int = 0         # which file of a split model (0: the first, or the only one)
 
 
 def _align(n: int, a: int) -> int:
@@ -359,6 +362,31 @@ def _kv_value(buf, kv: _KV, order: str):
     return scalars(kv.vtype, kv.value_at, 1)[0]
 
 
+# ------------------------------------------------------------------------------ split models
+
+SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS_COUNT = "split.no", "split.count", "split.tensors.count"
+
+
+def split_suffix(idx: int, count: int) -> str:
+    return f"-{idx + 1:05d}-of-{count:05d}.gguf"
+
+
+def split_path(prefix, idx: int, count: int) -> str:
+    """llama.cpp's ``llama_split_path``: ``<prefix>-0000K-of-0000N.gguf`` for shard ``idx``
+    (0-based) of ``count``."""
+    return f"{prefix}{split_suffix(idx, count)}"
+
+
+def split_prefix(path, idx: int, count: int):
+    """llama.cpp's ``llama_split_prefix``: ``path`` without ``-0000K-of-0000N.gguf``, or None
+    when it does not end so."""
+    path = str(path)
+    suffix = split_suffix(idx, count)
+    if len(path) <= len(suffix) or not path.endswith(suffix):
+        return None
+    return path[:-len(suffix)]
+
+
 class GGUFFile:
     """An open GGUF file (memory-mapped read-only).  Use as a context manager or call close().
 
@@ -373,12 +401,33 @@ class GGUFFile:
         self.path = Path(path)
         self._mm = None
         self._fh = None
+        self._shards = []      # [(fh, mm, size, stat, path)], the first is this file
         self._tensors = {}
-        where = str(self.path)
         try:
-            if not stat.S_ISREG(os.stat(self.path).st_mode):  # (opening a FIFO would block)
+            fh, mm, size, st = self._open_one(self.path)
+            self._shards.append((fh, mm, size, st, self.path))
+            self._fh, self._mm, self._size, self._stat = fh, mm, size, st
+            h = _parse(mm, size, str(self.path))
+            self.version = h["version"]
+            self.big_endian = h["order"] == ">"
+            self.alignment = h["alignment"]
+            self.data_offset = h["data_start"]
+            self._order = h["order"]
+            self._kvs = h["kvs"]
+            self._header_end = h["header_end"]
+            self._tensors = h["tensors"]
+            self._open_splits()
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _open_one(path: Path):
+        where = str(path)
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):  # (opening a FIFO would block)
                 raise GGUFError(f"{where}: not a regular file")
-            fh = builtins_open(self.path, "rb")
+            fh = builtins_open(path, "rb")
         except FileNotFoundError:
             raise GGUFError(f"{where}: no such file") from None
         except IsADirectoryError:
@@ -399,20 +448,68 @@ class GGUFFile:
         except BaseException:
             fh.close()
             raise
-        self._fh, self._mm, self._size, self._stat = fh, mm, size, st
-        try:
-            h = _parse(mm, size, where)
-        except BaseException:
-            self.close()
-            raise
-        self.version = h["version"]
-        self.big_endian = h["order"] == ">"
-        self.alignment = h["alignment"]
-        self.data_offset = h["data_start"]
-        self._order = h["order"]
-        self._kvs = h["kvs"]
-        self._header_end = h["header_end"]
-        self._tensors = h["tensors"]
+        return fh, mm, size, st
+
+    def _split_int(self, kvs, buf, order, key, where):
+        kv = kvs.get(key)
+        if kv is None:
+            return None
+        if kv.vtype not in _SCALARS or kv.vtype in (6, 7, 12):
+            raise GGUFError(f"{where}: {key} is {_VT_NAMES.get(kv.vtype, kv.vtype)}, not an "
+                            f"integer")
+        return int(_kv_value(buf, kv, order))
+
+    def _open_splits(self):
+        """A split model (``split.count`` > 1, llama.cpp's ``gguf-split`` layout): open every
+        shard, ``<prefix>-0000K-of-0000N.gguf``, and index all their tensors, with the checks
+        of llama.cpp's loader (opened by the first shard, every shard present with its own
+        ``split.no``, no tensor twice, ``split.tensors.count`` tensors in all)."""
+        where = str(self.path)
+        n = self._split_int(self._kvs, self._mm, self._order, SPLIT_COUNT, where)
+        if n is None or n <= 1:
+            return
+        no = self._split_int(self._kvs, self._mm, self._order, SPLIT_NO, where)
+        if no is None:
+            raise GGUFError(f"{where}: split model ({SPLIT_COUNT} {n}) without {SPLIT_NO}")
+        if no != 0:
+            raise GGUFError(f"{where}: shard {no + 1} of a {n}-file split model; open the first "
+                            f"shard ({split_path(split_prefix(where, no, n) or '<prefix>', 0, n)})")
+        prefix = split_prefix(where, 0, n)
+        if prefix is None:
+            raise GGUFError(f"{where}: a split model ({SPLIT_COUNT} {n}) whose file name does not "
+                            f"end in {split_suffix(0, n)!r} (llama.cpp's naming, which it needs "
+                            f"to find the other shards)")
+        want = self._split_int(self._kvs, self._mm, self._order, SPLIT_TENSORS_COUNT, where)
+        if want is None:
+            raise GGUFError(f"{where}: split model without {SPLIT_TENSORS_COUNT}")
+        for idx in range(1, n):
+            path = Path(split_path(prefix, idx, n))
+            if not path.exists():
+                raise GGUFError(f"{where}: shard {idx + 1} of {n} is missing: no file {path}")
+            fh, mm, size, st = self._open_one(path)
+            self._shards.append((fh, mm, size, st, path))
+            h = _parse(mm, size, str(path))
+            if h["order"] != self._order:
+                raise GGUFError(f"{path}: byte order differs from the first shard's")
+            got = self._split_int(h["kvs"], mm, h["order"], SPLIT_NO, str(path))
+            if got is None:
+                raise GGUFError(f"{path}: missing key {SPLIT_NO} in shard {idx + 1} of {n}")
+            if got != idx:
+                raise GGUFError(f"{path}: {SPLIT_NO} is {got}, expected {idx} (shard {idx + 1} of "
+                                f"{n})")
+            for name, e in h["tensors"].items():
+                if name in self._tensors:
+                    raise GGUFError(f"{path}: tensor {name!r} is also in shard "
+                                    f"{self._tensors[name].shard + 1}")
+                self._tensors[name] = e._replace(shard=idx)
+        if want != len(self._tensors):
+            raise GGUFError(f"{where}: {SPLIT_TENSORS_COUNT} is {want} but the {n} shards hold "
+                            f"{len(self._tensors)} tensors")
+
+    @property
+    def split_paths(self) -> list:
+        """The files of this model: ``[path]``, or every shard of a split model in order."""
+        return [sh[4] for sh in self._shards]
 
     # -- listing --------------------------------------------------------------------------
     @property
@@ -439,9 +536,15 @@ class GGUFFile:
             raise GGUFError(f"{self.path}: the file is closed")
         return self._mm
 
+    def _fd(self, e: _TensorEntry) -> int:
+        """The file descriptor holding ``e``'s data."""
+        self._map()
+        return self._shards[e.shard][0].fileno()
+
     def _bytes(self, e: _TensorEntry) -> np.ndarray:
         """u8 [nbytes] read-only view of the map; its base chain holds the map."""
-        mm = self._map()
+        self._map()
+        mm = self._shards[e.shard][1]
         n = e.end - e.start
         if n == 0:
             empty = np.zeros(0, np.uint8)
@@ -545,15 +648,17 @@ class GGUFFile:
     def close(self):
         """Release the file.  Views handed out earlier stay valid: the map is unmapped now if
         none is alive, else when the last one is garbage-collected (never under a live view)."""
-        mm, fh = self._mm, self._fh
+        shards = self._shards or [(self._fh, self._mm, None, None, None)]
         self._mm = self._fh = None
-        if mm is not None:
-            try:
-                mm.close()  # refuses (BufferError) while a numpy view still exports the buffer
-            except BufferError:
-                pass
-        if fh is not None:
-            fh.close()
+        self._shards = []
+        for fh, mm, *_ in shards:
+            if mm is not None:
+                try:
+                    mm.close()  # refuses (BufferError) while a numpy view still exports it
+                except BufferError:
+                    pass
+            if fh is not None:
+                fh.close()
 
     def __enter__(self):
         return self
@@ -563,7 +668,9 @@ class GGUFFile:
 
 
 def open(path) -> GGUFFile:  # noqa: A001 - mirrors builtins.open on purpose
-    """Open a GGUF file read-only (memory-mapped)."""
+    """Open a GGUF file read-only (memory-mapped).  A split model (llama.cpp's
+    ``<prefix>-00001-of-0000N.gguf`` shards, ``split.count`` > 1) is opened by its first shard
+    and shows every tensor of every shard; ``metadata`` is the first shard's."""
     return GGUFFile(path)
 
 
@@ -651,7 +758,12 @@ _KINDS = [(stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
 
 
 def _check_destination(dst: Path, src_stat) -> None:
-    """OUT must be a new name or an existing regular file that is not the input."""
+    """OUT must be a new name or an existing regular file that is not the input (``src_stat``:
+    the input's stat, or a list of them, one per shard)."""
+    if isinstance(src_stat, list):
+        for one in src_stat:
+            _check_destination(dst, one)
+        return
     try:
         st = os.lstat(dst)
     except FileNotFoundError:
@@ -753,7 +865,7 @@ def _convert_stream(f, e: _TensorEntry, to, out_fd: int) -> tuple:
     back_buf = np.empty((min(step, max(nblocks, 1)), bs), np.float32)
     sum_sq = sum_err = 0.0
     written = 0
-    fd = f._fh.fileno()
+    fd = f._fd(e)
     for b0 in range(0, nblocks, step):
         nb = min(step, nblocks - b0)
         raw = inbuf[:nb * bs * esize]
@@ -781,7 +893,7 @@ def _convert_stream(f, e: _TensorEntry, to, out_fd: int) -> tuple:
 def _copy_stream(f, e: _TensorEntry, out_fd: int) -> int:
     n = e.end - e.start
     buf = np.empty(min(n, CHUNK_BYTES), np.uint8)
-    fd = f._fh.fileno()
+    fd = f._fd(e)
     for o in range(0, n, CHUNK_BYTES):
         k = min(CHUNK_BYTES, n - o)
         _pread_into(fd, buf[:k], e.start + o, str(f.path))
@@ -801,28 +913,31 @@ def _cast_stream(f, e: _TensorEntry, to, out_fd: int) -> int:
     step = max(1, CHUNK_BYTES // 4)
     inbuf = np.empty(min(step, max(n, 1)) * esize, np.uint8)
     written = 0
-    fd = f._fh.fileno()
+    fd = f._fd(e)
     for i0 in range(0, n, step):
         k = min(step, n - i0)
         raw = inbuf[:k * esize]
         _pread_into(fd, raw, e.start + i0 * esize, str(f.path))
-        values = _f32_chunk(raw, fmt)
-        if to is _formats.f32:
-            out = values
-        elif to is _formats.f16:
-            with np.errstate(over="ignore", invalid="ignore"):
-                out = values.astype("<f2").view("<u2")
-            u = values.view(np.uint32)
-            nan = (u & 0x7FFFFFFF) > 0x7F800000  # ggml: NaN -> sign | 0x7E00, payload dropped
-            out = np.where(nan, ((u >> 16) & 0x8000) | 0x7E00, out).astype("<u2")
-        else:  # bf16
-            u = values.view(np.uint32)
-            nan = (u & 0x7FFFFFFF) > 0x7F800000
-            r = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16)
-            out = np.where(nan, ((u >> 16) | 64).astype(np.uint16), r).astype("<u2")
+        out = _cast_values(_f32_chunk(raw, fmt), to)
         _write_all(out_fd, out)
         written += out.nbytes
     return written
+
+
+def _cast_values(values: np.ndarray, to) -> np.ndarray:
+    """f32 values as ``to`` (F32, F16 or BF16) with ggml's conversions (see _cast_stream)."""
+    if to is _formats.f32:
+        return values
+    if to is _formats.f16:
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = values.astype("<f2").view("<u2")
+        u = values.view(np.uint32)
+        nan = (u & 0x7FFFFFFF) > 0x7F800000  # ggml: NaN -> sign | 0x7E00, payload dropped
+        return np.where(nan, ((u >> 16) & 0x8000) | 0x7E00, out).astype("<u2")
+    u = values.view(np.uint32)  # bf16
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    r = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16)
+    return np.where(nan, ((u >> 16) | 64).astype(np.uint16), r).astype("<u2")
 
 
 def _kv_u32(key: str, value: int) -> bytes:
@@ -841,27 +956,6 @@ def plan_file(src, preset, **options):
         return presets.plan(preset, f.metadata, tensors, **options)
 
 
-def _preset_jobs(f, plan):
-    """(entry, target) in the plan's order; target None = copy unchanged."""
-    jobs = []
-    for t in plan.tensors:
-        e = f._tensors[t.name]
-        if not t.convert:
-            jobs.append((e, None))
-            continue
-        target = _fmt_for(t.target)
-        name = GGML_TYPE_NAMES.get(t.target, str(t.target))
-        if e.info.format not in (_formats.f32, _formats.f16, _formats.bf16):
-            raise GGUFError(f"{f.path}: tensor {t.name!r} is {e.info.type_name}; numba_qk "
-                            f"converts F32/F16/BF16 tensors only (no requantizing)")
-        if not (target in (_formats.f32, _formats.f16, _formats.bf16)
-                or (target in ACCELERATED and target in _registry.QUANTIZABLE)):
-            raise GGUFError(f"{f.path}: preset {plan.preset.name} gives tensor {t.name!r} type "
-                            f"{name} ({t.reason}), which numba_qk cannot encode yet")
-        jobs.append((e, target))
-    return jobs
-
-
 def _single_format_jobs(f, to):
     jobs = []
     for e in f._tensors.values():
@@ -878,123 +972,266 @@ def _target_nbytes(e: _TensorEntry, target) -> int:
     return int(np.prod(e.info.shape, dtype=object)) // target.block_size * target.block_bytes
 
 
-def quantize_file(src, dst, *, to=None, preset=None,
-                  progress: Optional[Callable[[str], None]] = None, **preset_options):
-    """Convert a GGUF file and write ``dst``.  Two modes:
+# --------------------------------------------------------------- llama-quantize's extra options
 
-    * ``to=FORMAT`` (default ``quant.q4_k``): every F32/F16/BF16 2-D tensor whose rows are
-      whole ``to`` blocks becomes ``to`` (bit-identical to ggml's reference quantizer); every
-      other tensor and all metadata are kept byte for byte, in file order.
-    * ``preset=NAME`` (``"Q4_K_M"``, ``"q5_k_m"``, ``"Q4_K"`` = Q4_K_M, …): llama.cpp's
-      ``llama-quantize`` preset -- each tensor gets the type llama.cpp's rules give it
-      (:func:`plan_file`; ``preset_options`` are :func:`numba_qk.presets.plan`'s keywords such
-      as ``pure=True``), tensors are written in llama.cpp's order, and ``general.file_type`` /
-      ``general.quantization_version`` are set as llama.cpp sets them.  A preset that needs a
-      type numba_qk cannot encode, or an importance matrix, is refused before anything is
-      written.
+_KV_TYPES = {"int": 4, "float": 6, "bool": 7, "str": _STRING}   # as written: u32, f32, bool, str
 
-    Both modes honour the input's ``general.alignment``.  Streaming: each tensor is converted
-    and written in chunks (``CHUNK_BYTES`` of f32 values at a time), so memory use does not grow
-    with the tensor or file size.  Atomic: the output goes to ``.DST.numba_qk-tmp-PID-XXXX``
-    beside ``dst`` (mode from the umask), is fsync'ed and renamed over ``dst`` on success; on
-    any error, Ctrl-C, SIGTERM or SIGHUP the temporary file is removed and ``dst`` is untouched.
-    Temporary files left by a killed run (SIGKILL) are removed by the next run to the same
-    ``dst``.  Refuses (``GGUFError``) when ``dst`` is the input (same inode, through any path or
-    link), a symbolic link, or not a regular file; refuses big-endian input files.  Returns a
-    list of ``ConvertedTensor`` in the order written."""
-    if preset is not None and to is not None:
-        raise TypeError("quantize_file: give either 'to' (one format) or 'preset', not both")
-    if preset_options and preset is None:
-        raise TypeError(f"quantize_file: {', '.join(sorted(preset_options))} apply to presets "
-                        f"only")
-    if preset is None:
-        to = quant.q4_k if to is None else to
-        if to not in ACCELERATED or to not in _registry.QUANTIZABLE:
-            raise TypeError(f"quantize_file: 'to' must be a weight format, got {to!r}")
-    say = progress or (lambda line: None)
-    dst = Path(dst)
-    results = []
-    with GGUFFile(src) as f:
-        if f.big_endian:
-            raise GGUFError(f"{f.path}: big-endian GGUF files are not supported by quantize "
-                            f"(convert it to little-endian first)")
-        kv_set = {}
-        if preset is not None:
-            from . import presets
 
-            tensors = [(e.info.name, e.ne, e.info.ggml_type) for e in f._tensors.values()]
-            try:
-                the_plan = presets.plan(preset, f.metadata, tensors, **preset_options)
-            except presets.PresetError as err:
-                raise GGUFError(f"{f.path}: {err}") from None
-            jobs = _preset_jobs(f, the_plan)
-            kv_set = dict(the_plan.kv)
+def _kv_entry(key: str, vtype: int, value) -> bytes:
+    """One GGUF key-value entry, little-endian, as ggml's gguf_set_val_* writes it."""
+    k = key.encode("utf-8")
+    head = struct.pack("<Q", len(k)) + k + struct.pack("<I", vtype)
+    if vtype == _STRING:
+        v = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+        return head + struct.pack("<Q", len(v)) + v
+    code = {2: "<H", 4: "<I", 5: "<i", 6: "<f", 7: "<B"}[vtype]
+    return head + struct.pack(code, value)
+
+
+_ATOL = re.compile(r"[ \t\n\v\f\r]*([+-]?\d+)")
+_ATOF = re.compile(r"[ \t\n\v\f\r]*([+-]?(?:0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)"
+                   r"(?:[pP][+-]?\d+)?|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|"
+                   r"nan(?:\([0-9A-Za-z_]*\))?))", re.IGNORECASE)
+
+
+def _atol(text: str) -> int:
+    m = _ATOL.match(text)
+    v = int(m.group(1)) if m else 0
+    return (v + 2**63) % 2**64 - 2**63
+
+
+def _atof(text: str) -> float:
+    m = _ATOF.match(text)
+    if not m:
+        return 0.0
+    t = m.group(1)
+    low = t.lower().lstrip("+-")
+    if low.startswith("0x"):
+        sign = -1.0 if t.startswith("-") else 1.0
+        body = t.lstrip("+-")
+        if "p" not in body.lower():
+            body += "p0"
+        try:
+            return sign * float.fromhex(body)
+        except OverflowError:
+            return sign * float("inf")
+    if low.startswith("nan"):
+        return float("-nan") if t.startswith("-") else float("nan")
+    return float(t)
+
+
+def parse_kv_override(text: str) -> tuple:
+    """``KEY=TYPE:VALUE`` as llama.cpp's ``string_parse_kv_override`` reads it: TYPE ``int``
+    (``atol``), ``float`` (``atof``), ``bool`` (``true``/``false``) or ``str`` (at most 127
+    bytes). Returns ``(key, type, value)``; ``GGUFError`` with llama.cpp's reason otherwise."""
+    sep = text.find("=")
+    if sep < 0 or len(text[:sep].encode("utf-8")) >= 128:
+        raise GGUFError(f"malformed KV override {text!r}")
+    key, rest = text[:sep], text[sep + 1:]
+    if rest.startswith("int:"):
+        return key, "int", _atol(rest[4:])
+    if rest.startswith("float:"):
+        return key, "float", _atof(rest[6:])
+    if rest.startswith("bool:"):
+        if rest[5:] in ("true", "false"):
+            return key, "bool", rest[5:] == "true"
+        raise GGUFError(f"invalid boolean value for KV override {text!r}")
+    if rest.startswith("str:"):
+        if len(rest[4:].encode("utf-8")) > 127:
+            raise GGUFError(f"malformed KV override {text!r}, value cannot exceed 127 chars")
+        return key, "str", rest[4:]
+    raise GGUFError(f"invalid type for KV override {text!r}")
+
+
+def _override_entry(key: str, kind: str, value) -> tuple:
+    """(raw entry, the value llama.cpp's loader sees) of one override (llama-quant.cpp writes
+    int as u32 of |value|, float as f32)."""
+    if kind == "int":
+        v = abs(int(value)) & 0xFFFFFFFF
+        return _kv_entry(key, 4, v), int(value)
+    if kind == "float":
+        with np.errstate(over="ignore"):
+            f32 = np.float32(value)
+        return _kv_entry(key, 6, float(f32)), float(value)
+    if kind == "bool":
+        return _kv_entry(key, 7, 1 if value else 0), bool(value)
+    if kind == "str":
+        raw = value.encode("utf-8")[:127]
+        return _kv_entry(key, _STRING, raw), raw.decode("utf-8", "replace")
+    raise GGUFError(f"invalid type for KV override {key!r}: {kind!r}")
+
+
+def _as_override(o) -> tuple:
+    if isinstance(o, str):
+        return parse_kv_override(o)
+    key, kind, value = o
+    return str(key), str(kind), value
+
+
+# target types whose ggml quantize_* ignores the importance matrix (or that are plain casts)
+_IMATRIX_UNUSED = {GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.MXFP4,
+                   GGMLType.NVFP4, GGMLType.TQ1_0, GGMLType.TQ2_0}
+
+
+def _encoder_takes_imatrix() -> bool:
+    """The hook for ``quantize(..., imatrix=w)`` (numba_qk's weighted encoders, issue 24)."""
+    import inspect
+
+    try:
+        return "imatrix" in inspect.signature(_quantize).parameters
+    except (TypeError, ValueError):  # pragma: no cover
+        return False
+
+
+def _encode(values: np.ndarray, to, out: np.ndarray, weights) -> None:
+    """Encode f32 blocks ``values`` [n, block_size] into ``out``; ``weights`` (the importance
+    matrix row, ``ne0`` values, or None) go to the encoder as its ``imatrix`` argument,
+    row-aligned: ``values`` hold whole rows when ``weights`` is given."""
+    if weights is None:
+        _quantize(values, format=to, out=out)
+        return
+    rows = values.reshape(-1, weights.size)
+    recs = _quantize(rows, format=to, imatrix=weights)  # pragma: no cover - needs issue 24
+    out[...] = np.asarray(recs).reshape(out.shape)
+
+
+def _rows_stream(f, e: _TensorEntry, to, out_fd: int, weights) -> tuple:
+    """Convert one tensor of any type numba_qk decodes (F32/F16/BF16, or a quantized format:
+    requantizing) to ``to`` row-chunk by row-chunk: decode to f32 as ggml's ``to_float`` /
+    ``ggml_*_to_fp32_row`` do, then encode (with the expert's importance-matrix slice when
+    ``weights`` is given) or cast. Returns (bytes written, relative RMS error or None)."""
+    src = e.info.format
+    ne = tuple(e.ne) + (1,) * (3 - len(e.ne))
+    ne0 = ne[0]
+    nrows = int(np.prod(ne[1:], dtype=object))
+    per_expert = ne[1]
+    row_src = ne0 // e.block_size * e.type_size
+    step = max(1, CHUNK_BYTES // max(1, ne0 * 4))
+    fd = f._fd(e)
+    written = 0
+    sum_sq = sum_err = 0.0
+    r0 = 0
+    while r0 < nrows:
+        n = min(step, nrows - r0, per_expert - r0 % per_expert)
+        raw = np.empty(n * row_src, np.uint8)
+        _pread_into(fd, raw, e.start + r0 * row_src, str(f.path))
+        if src in (_formats.f32, _formats.f16, _formats.bf16):
+            values = _f32_chunk(raw, src)
         else:
-            jobs = _single_format_jobs(f, to)
-        _check_destination(dst, f._stat)
-        _clean_stale_temps(dst, say)
-        mm = f._map()
-        plan = [(e, target, target.ggml_type if target is not None else e.info.ggml_type,
-                 _target_nbytes(e, target)) for e, target in jobs]
-        # the header: counts, the key-value entries byte for byte (keys a preset sets are
-        # removed and appended anew, as llama.cpp's gguf_set_val does), then the tensor infos
-        kvs = [mm[kv.start:kv.end] for k, kv in f._kvs.items() if k not in kv_set]
-        kvs += [_kv_u32(k, v) for k, v in kv_set.items()]
-        head = bytearray(b"GGUF")
-        head += struct.pack("<IQQ", 3, len(plan), len(kvs))
-        for raw in kvs:
-            head += raw
-        offset = 0
-        for e, _, type_id, nbytes in plan:
-            name = e.info.name.encode("utf-8")
-            head += struct.pack("<Q", len(name)) + name + struct.pack("<I", len(e.ne))
-            head += struct.pack(f"<{len(e.ne)}Q", *e.ne) + struct.pack("<IQ", type_id, offset)
-            offset = _align(offset + nbytes, f.alignment)
-        head += bytes(_align(len(head), f.alignment) - len(head))
-
-        tmp = dst.parent / f"{_temp_prefix(dst)}{os.getpid()}-{secrets.token_hex(4)}"
-        guard = _SignalCleanup()
-        with guard:
-            fd = -1
+            values = _dequantize(raw.reshape(-1, src.block_bytes), src).reshape(-1)
+        values = np.ascontiguousarray(values, dtype=np.float32)
+        if to.is_quantized:
+            blocks = values.reshape(-1, to.block_size)
+            recs = np.empty((blocks.shape[0], to.block_bytes), np.uint8)
+            w = None
+            if weights is not None:
+                w = weights[(r0 // per_expert) * ne0:(r0 // per_expert + 1) * ne0]
             try:
+                _encode(blocks, to, recs, w)
+            except QuantizationDomainError as err:
+                raise GGUFError(f"{f.path}: tensor {e.info.name!r}: row chunk at {r0}: "
+                                f"{err.reason}") from None
+            back = _dequantize(recs, to)
+            v64 = blocks.astype(np.float64)
+            sum_sq += float(np.dot(v64.ravel(), v64.ravel()))
+            v64 -= back
+            sum_err += float(np.dot(v64.ravel(), v64.ravel()))
+            out = recs
+        else:
+            out = _cast_values(values, to)
+        _write_all(out_fd, out)
+        written += out.nbytes
+        r0 += n
+    if not to.is_quantized:
+        return written, None
+    m = nrows * ne0
+    rms = (sum_err / m) ** 0.5 / ((sum_sq / m) ** 0.5 or 1.0) if m else 0.0
+    return written, rms
+
+
+class _Out(NamedTuple):
+    """One output file: its path, its key-value entries (raw), its alignment and its tensors
+    as (entry, name written, target format or None = copy, type id, bytes, imatrix weights)."""
+
+    path: Path
+    kvs: list
+    alignment: int
+    items: list
+
+
+def _header(out: _Out) -> bytes:
+    head = bytearray(b"GGUF")
+    head += struct.pack("<IQQ", 3, len(out.items), len(out.kvs))
+    for raw in out.kvs:
+        head += raw
+    offset = 0
+    for e, name, _, type_id, nbytes, _ in out.items:
+        raw_name = name.encode("utf-8")
+        head += struct.pack("<Q", len(raw_name)) + raw_name + struct.pack("<I", len(e.ne))
+        head += struct.pack(f"<{len(e.ne)}Q", *e.ne) + struct.pack("<IQ", type_id, offset)
+        offset = _align(offset + nbytes, out.alignment)
+    head += bytes(_align(len(head), out.alignment) - len(head))
+    return bytes(head)
+
+
+def _write_outputs(f, outs, say, n_total: int) -> list:
+    """Write every output file to a temporary file beside it, then rename them all (atomic per
+    file; on any error or signal every temporary file is removed and no output is touched)."""
+    results = []
+    temps = []
+    k = 0
+    guard = _SignalCleanup()
+    with guard:
+        try:
+            for out in outs:
+                tmp = out.path.parent / (f"{_temp_prefix(out.path)}{os.getpid()}-"
+                                         f"{secrets.token_hex(4)}")
                 flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
                 fd = os.open(tmp, flags, 0o666)  # the umask decides the mode, as for any file
-                _write_all(fd, head)
-                for k, (e, target, _, nbytes) in enumerate(plan):
+                temps.append([tmp, fd])
+                _write_all(fd, _header(out))
+                for e, name, target, _, nbytes, weights in out.items:
                     info = e.info
                     rms = None
                     if target is None:
                         written = _copy_stream(f, e, fd)
+                    elif weights is not None or info.format not in (
+                            _formats.f32, _formats.f16, _formats.bf16):
+                        written, rms = _rows_stream(f, e, target, fd, weights)
                     elif target.is_quantized:
                         written, rms = _convert_stream(f, e, target, fd)
                     else:
                         written = _cast_stream(f, e, target, fd)
                     if written != nbytes:  # pragma: no cover - an internal invariant
                         raise GGUFError(f"{info.name}: wrote {written} bytes, planned {nbytes}")
-                    _write_all(fd, bytes(_align(nbytes, f.alignment) - nbytes))
-                    item = ConvertedTensor(info.name, info.shape, info.type_name,
+                    _write_all(fd, bytes(_align(nbytes, out.alignment) - nbytes))
+                    item = ConvertedTensor(name, info.shape, info.type_name,
                                            target.name if target is not None else info.type_name,
                                            info.nbytes, nbytes, rms)
                     results.append(item)
-                    say(f"[{k + 1}/{len(plan)}] {info.name} {'x'.join(map(str, info.shape))} "
+                    k += 1
+                    say(f"[{k}/{n_total}] {name} {'x'.join(map(str, info.shape))} "
                         f"{item.type_before} -> {item.type_after}"
                         + (f" (relative RMS error {item.rms_error:.4f})"
                            if item.rms_error is not None else
                            " (kept)" if target is None else ""))
                 os.fsync(fd)
                 os.close(fd)
-                fd = -1
-                os.replace(tmp, dst)
-            except BaseException:
+                temps[-1][1] = -1
+            for (tmp, _), out in zip(temps, outs):
+                os.replace(tmp, out.path)
+        except BaseException:
+            for tmp, fd in temps:
                 if fd >= 0:
                     os.close(fd)
                 try:
                     os.unlink(tmp)
                 except OSError:
                     pass
-                raise
-        try:  # make the rename itself durable
-            dfd = os.open(dst.parent, os.O_RDONLY)
+            raise
+    for parent in {out.path.parent for out in outs}:
+        try:  # make the renames themselves durable
+            dfd = os.open(parent, os.O_RDONLY)
             try:
                 os.fsync(dfd)
             finally:
@@ -1002,6 +1239,486 @@ def quantize_file(src, dst, *, to=None, preset=None,
         except OSError:
             pass
     return results
+
+
+def quantize_file(src, dst, *, to=None, preset=None,
+                  progress: Optional[Callable[[str], None]] = None, dry_run: bool = False,
+                  kv_overrides=(), prune_layers=(), keep_split: bool = False, imatrix=None,
+                  split_max_tensors: Optional[int] = None, split_max_size: Optional[int] = None,
+                  **preset_options):
+    """Convert a GGUF file (or a split model, by its first shard) and write ``dst``.  Two modes:
+
+    * ``to=FORMAT`` (default ``quant.q4_k``): every F32/F16/BF16 2-D tensor whose rows are
+      whole ``to`` blocks becomes ``to`` (bit-identical to ggml's reference quantizer); every
+      other tensor and all metadata are kept byte for byte, in file order.
+    * ``preset=NAME`` (``"Q4_K_M"``, ``"q5_k_m"``, ``"Q4_K"`` = Q4_K_M, …): llama.cpp's
+      ``llama-quantize`` preset -- each tensor gets the type llama.cpp's rules give it
+      (:func:`plan_file`; ``preset_options`` are :func:`numba_qk.presets.plan`'s keywords such
+      as ``pure=True``, ``allow_requantize=True``), tensors are written in llama.cpp's order,
+      and ``general.file_type`` / ``general.quantization_version`` are set as llama.cpp sets
+      them.  A preset that needs a type numba_qk cannot encode, or an importance matrix, is
+      refused before anything is written.  llama-quantize's other options, as it applies them:
+      ``dry_run`` (plan and sizes; nothing is written, ``dst`` may be None),
+      ``kv_overrides`` (``"KEY=TYPE:VALUE"`` strings or ``(key, type, value)``, type ``int``
+      / ``float`` / ``bool`` / ``str``), ``prune_layers`` (layer numbers), ``keep_split``
+      (one output file per input shard, named ``<dst prefix>-0000K-of-0000N.gguf``) and
+      ``imatrix`` (an :class:`Imatrix` from :func:`read_imatrix`, or ``{tensor name: f32
+      weights}``; it also adds llama-quantize's ``quantize.imatrix.*`` keys when an
+      :class:`Imatrix` is given).  ``allow_requantize=True`` dequantizes an already
+      quantized tensor to f32 as ggml does and encodes it anew.  ``split_max_tensors`` /
+      ``split_max_size`` write the result as ``gguf-split --split`` would split it (``dst`` is
+      then the prefix of ``<dst>-0000K-of-0000N.gguf``, as for ``keep_split``).
+
+    Both modes honour the input's ``general.alignment``.  Streaming: each tensor is converted
+    and written in chunks (``CHUNK_BYTES`` of f32 values at a time), so memory use does not grow
+    with the tensor or file size.  Atomic: each output goes to ``.DST.numba_qk-tmp-PID-XXXX``
+    beside it (mode from the umask), is fsync'ed, and all are renamed over their names once
+    every one is written; on any error, Ctrl-C, SIGTERM or SIGHUP the temporary files are
+    removed and no output is touched.
+    Temporary files left by a killed run (SIGKILL) are removed by the next run to the same
+    ``dst``.  Refuses (``GGUFError``) when ``dst`` is the input (same inode, through any path or
+    link), a symbolic link, or not a regular file; refuses big-endian input files.  Returns a
+    list of ``ConvertedTensor`` in the order written (planned, for ``dry_run``)."""
+    if preset is not None and to is not None:
+        raise TypeError("quantize_file: give either 'to' (one format) or 'preset', not both")
+    extra = dict(dry_run=dry_run, kv_overrides=kv_overrides, prune_layers=prune_layers,
+                 keep_split=keep_split, imatrix=imatrix, split_max_tensors=split_max_tensors,
+                 split_max_size=split_max_size)
+    _check_split_limits(split_max_tensors, split_max_size, "quantize_file")
+    if keep_split and (split_max_tensors is not None or split_max_size is not None):
+        raise TypeError("quantize_file: keep_split and split_max_* exclude each other")
+    used = sorted(k for k, v in extra.items() if v is not None and v is not False
+                  and not (isinstance(v, (tuple, list)) and not v))
+    if (preset_options or used) and preset is None:
+        raise TypeError(f"quantize_file: {', '.join(sorted(preset_options) + used)} apply to "
+                        f"presets only")
+    if preset is None:
+        to = quant.q4_k if to is None else to
+        if to not in ACCELERATED or to not in _registry.QUANTIZABLE:
+            raise TypeError(f"quantize_file: 'to' must be a weight format, got {to!r}")
+    if dst is None and not dry_run:
+        raise TypeError("quantize_file: dst is required (except with dry_run=True)")
+    say = progress or (lambda line: None)
+    with GGUFFile(src) as f:
+        if f.big_endian:
+            raise GGUFError(f"{f.path}: big-endian GGUF files are not supported by quantize "
+                            f"(convert it to little-endian first)")
+        if preset is None:
+            dst = Path(dst)
+            jobs = _single_format_jobs(f, to)
+            mm = f._map()
+            kvs = [mm[kv.start:kv.end] for kv in f._kvs.values()]
+            items = [(e, e.info.name, t, t.ggml_type if t is not None else e.info.ggml_type,
+                      _target_nbytes(e, t), None) for e, t in jobs]
+            outs = [_Out(dst, kvs, f.alignment, items)]
+        else:
+            outs = _preset_outputs(f, dst, preset, say, extra, preset_options)
+            if dry_run:
+                return outs
+        stats = [sh[3] for sh in f._shards]
+        for out in outs:
+            _check_destination(out.path, stats)
+        for out in outs:
+            _clean_stale_temps(out.path, say)
+        return _write_outputs(f, outs, say, sum(len(o.items) for o in outs))
+
+
+def _preset_outputs(f, dst, preset, say, extra, preset_options):
+    """The output files of a preset conversion (or, for a dry run, the planned results)."""
+    from . import presets
+
+    imatrix = extra["imatrix"]
+    weights_by_name = None
+    if imatrix is not None:
+        if isinstance(imatrix, bool):
+            raise TypeError("quantize_file: imatrix takes the importance matrix (read_imatrix's "
+                            "Imatrix, or {tensor name: weights}); plan_file(imatrix=True) plans "
+                            "without one")
+        weights_by_name = {str(k): np.ascontiguousarray(v, dtype=np.float32).reshape(-1)
+                           for k, v in (imatrix.weights if isinstance(imatrix, Imatrix)
+                                        else imatrix).items()}
+        for name, w in weights_by_name.items():
+            bad = ~np.isfinite(w)
+            if bad.any():
+                raise GGUFError(f"imatrix contains non-finite value {w[bad][0]:f} (entry "
+                                f"{name!r})")
+        if not weights_by_name:
+            weights_by_name = None
+    overrides = [_as_override(o) for o in extra["kv_overrides"]]
+    if isinstance(imatrix, Imatrix) and weights_by_name is not None:
+        overrides += imatrix.kv_overrides(len(weights_by_name))
+    prune = sorted(set(int(i) for i in extra["prune_layers"]))
+    if any(i < 0 for i in prune):
+        raise GGUFError(f"--prune-layers: invalid layer id {prune[0]}")
+    keep_split = extra["keep_split"]
+    dry_run = extra["dry_run"]
+
+    entries = list(f._tensors.values())
+    renamed, n_blocks = presets.prune_names([e.info.name for e in entries], prune)
+    kept = [e for e in entries if renamed[e.info.name] is not None]
+    if keep_split:  # llama.cpp: sorted by (shard, offset), processed in that order
+        kept.sort(key=lambda e: (e.shard, e.start))
+    md = dict(f.metadata)
+    for key, kind, value in overrides:       # the loader reads hyper-parameters through them
+        md[key] = _override_entry(key, kind, value)[1]
+    tensors = [(renamed[e.info.name], e.ne, e.info.ggml_type) for e in kept]
+    try:
+        the_plan = presets.plan(preset, md, tensors, imatrix=weights_by_name is not None,
+                                dry_run=dry_run, keep_order=keep_split, **preset_options)
+    except presets.PresetError as err:
+        raise GGUFError(f"{f.path}: {err}") from None
+    by_new = {renamed[e.info.name]: e for e in kept}
+
+    # the key-value entries: copied, then set/removed in llama-quant.cpp's order
+    mm = f._map()
+    kvs = {k: mm[kv.start:kv.end] for k, kv in f._kvs.items()}
+
+    def set_kv(key, raw):
+        kvs.pop(key, None)
+        kvs[key] = raw
+
+    ftype = (presets.guess_ftype(f.metadata, tensors) if the_plan.preset.copy_only
+             else the_plan.preset.ftype)
+    set_kv("general.quantization_version", _kv_u32("general.quantization_version",
+                                                   the_plan.kv["general.quantization_version"]))
+    set_kv("general.file_type", _kv_u32("general.file_type", ftype))
+    for key in (SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS_COUNT):
+        kvs.pop(key, None)
+    for key, kind, value in overrides:
+        set_kv(key, _override_entry(key, kind, value)[0])
+    if prune:
+        arch = md.get("general.architecture", "")
+        set_kv(f"{arch}.block_count", _kv_u32(f"{arch}.block_count", n_blocks))
+
+    # each tensor: its target, its importance-matrix weights
+    takes_imatrix = _encoder_takes_imatrix()
+    table = _type_table()
+    orig_of = {v: k for k, v in renamed.items() if v is not None}
+    items = []
+    limit = None   # the first thing numba_qk cannot do yet, raised after llama.cpp's own checks
+    for t in the_plan.tensors:
+        e = by_new[t.name]
+        target = None
+        weights = None
+        if t.convert:
+            target = _fmt_for(t.target)
+            tname = GGML_TYPE_NAMES.get(t.target, str(t.target))
+            src_fmt = e.info.format
+            if src_fmt not in (_formats.f32, _formats.f16, _formats.bf16) and not dry_run:
+                if (src_fmt is None or not src_fmt.is_quantized) and limit is None:
+                    limit = (f"{f.path}: tensor {t.name!r} is {e.info.type_name}; numba_qk "
+                             f"cannot decode it (no requantizing from it)")
+            if not (target in (_formats.f32, _formats.f16, _formats.bf16)
+                    or (target in ACCELERATED and target in _registry.QUANTIZABLE)):
+                if not dry_run and limit is None:
+                    limit = (f"{f.path}: preset {the_plan.preset.name} gives tensor "
+                             f"{t.name!r} type {tname} ({t.reason}), which numba_qk "
+                             f"cannot encode yet")
+            if weights_by_name is not None:
+                w = weights_by_name.get(orig_of[t.name])
+                ne2 = e.ne[2] if len(e.ne) > 2 else 1
+                if w is None:
+                    say(f"did not find weights for {t.name}")
+                elif w.size == e.ne[0] * ne2:
+                    weights = w
+                elif t.name not in ("token_embd.weight", "per_layer_token_embd.weight"):
+                    raise GGUFError(f"imatrix size {w.size} is different from tensor size "
+                                    f"{e.ne[0] * ne2} for {t.name}")
+                else:
+                    say(f"imatrix size {w.size} is different from tensor size {e.ne[0] * ne2} "
+                        f"for {t.name}")
+            if weights is None and t.requires_imatrix and not dry_run:
+                raise GGUFError(f"Missing importance matrix for tensor {t.name} in a very "
+                                f"low-bit quantization")
+            if weights is not None and t.target in _IMATRIX_UNUSED:
+                weights = None           # ggml's quantizer for this type ignores it
+            if weights is not None and not takes_imatrix and not dry_run and limit is None:
+                limit = (f"tensor {t.name!r}: encoding {tname} with an importance matrix "
+                         f"is not yet supported for encoding by numba_qk (its weighted "
+                         f"encoders are still to come); types that ignore the matrix "
+                         f"(Q8_0, F16, BF16, MXFP4, TQ1_0, TQ2_0) work")
+        _, bs, ts = table[t.target]
+        nbytes = (e.end - e.start if target is None else
+                  int(np.prod(e.info.shape, dtype=object)) // bs * ts)
+        items.append((e, t.name, target, t.target, nbytes, weights))
+    if limit is not None:
+        raise GGUFError(limit)
+
+    if dry_run:
+        return _dry_run(items, say, the_plan.will_require_imatrix and weights_by_name is None)
+
+    if keep_split:
+        n_split = max(e.shard for e in kept) + 1 if kept else 1
+        base = str(dst)   # the prefix, as llama_model_quantize takes it
+        outs = []
+        for i in range(n_split):
+            skv = dict(kvs) if i == 0 else {}
+            if n_split > 1:
+                skv.pop(SPLIT_NO, None); skv.pop(SPLIT_COUNT, None)
+                skv.pop(SPLIT_TENSORS_COUNT, None)
+                skv[SPLIT_NO] = _kv_entry(SPLIT_NO, 2, i)
+                skv[SPLIT_COUNT] = _kv_entry(SPLIT_COUNT, 2, n_split)
+                skv[SPLIT_TENSORS_COUNT] = _kv_entry(SPLIT_TENSORS_COUNT, 5, len(items))
+            outs.append(_Out(Path(split_path(base, i, n_split)), list(skv.values()),
+                             f.alignment if i == 0 else 32,
+                             [it for it in items if it[0].shard == i]))
+        return outs
+    if extra["split_max_tensors"] is not None or extra["split_max_size"] is not None:
+        groups = _shard_groups(items, extra["split_max_tensors"], extra["split_max_size"])
+        return _split_outs(str(dst), list(kvs.values()), groups, f.alignment)
+    return [_Out(Path(dst), list(kvs.values()), f.alignment, items)]
+
+
+def _dry_run(items, say, warn_imatrix: bool) -> list:
+    """llama-quantize --dry-run: each tensor's planned size; nothing read or written."""
+    results = []
+    for k, (e, name, target, type_id, nbytes, _) in enumerate(items):
+        info = e.info
+        after = GGML_TYPE_NAMES.get(type_id, str(type_id))
+        results.append(ConvertedTensor(name, info.shape, info.type_name, after, info.nbytes,
+                                       nbytes, None))
+        say(f"[{k + 1}/{len(items)}] {name} {'x'.join(map(str, info.shape))} "
+            f"{info.type_name} -> {after}: {info.nbytes / 2**20:.2f} MiB -> "
+            f"{nbytes / 2**20:.2f} MiB" + ("" if target is not None else " (kept)"))
+    if warn_imatrix:
+        say("WARNING: dry run completed successfully, but actually completing this "
+            "quantization will require an imatrix!")
+    return results
+
+
+def _shard_groups(items, max_tensors, max_size) -> list:
+    """gguf-split's grouping of (entry, ...) items, in order: a new shard after every
+    ``max_tensors`` tensors, or before the tensor that would take the shard's data (each tensor
+    padded to 32 bytes) over ``max_size`` bytes."""
+    groups: list = [[]]
+    size = 0
+    for i, it in enumerate(items):
+        nb = _align(it[4], 32)
+        split = (size + nb > max_size) if max_size is not None else (
+            0 < i and i % max_tensors == 0)
+        if split and groups[-1]:
+            groups.append([])
+            size = nb
+        else:
+            size += nb
+        groups[-1].append(it)
+    return groups
+
+
+def _split_outs(prefix, kvs: list, groups, alignment: int) -> list:
+    """gguf-split's files: every key in the first, then in each ``split.no`` (u16),
+    ``split.tensors.count`` (i32), ``split.count`` (u16)."""
+    n, total = len(groups), sum(len(g) for g in groups)
+    outs = []
+    for i, group in enumerate(groups):
+        skv = list(kvs) if i == 0 else []
+        skv += [_kv_entry(SPLIT_NO, 2, i), _kv_entry(SPLIT_TENSORS_COUNT, 5, total),
+                _kv_entry(SPLIT_COUNT, 2, n)]
+        outs.append(_Out(Path(split_path(prefix, i, n)), skv, alignment if i == 0 else 32,
+                         group))
+    return outs
+
+
+def _check_split_limits(max_tensors, max_size, what="split_file"):
+    if max_tensors is not None and max_size is not None:
+        raise TypeError(f"{what}: give max_tensors or max_size, not both")
+    if (max_tensors is not None and max_tensors < 1) or (max_size is not None and max_size < 1):
+        raise ValueError(f"{what}: the split limit must be positive")
+
+
+def split_file(src, prefix, *, max_tensors: Optional[int] = None, max_size: Optional[int] = None,
+               progress: Optional[Callable[[str], None]] = None) -> list:
+    """Split a GGUF file as llama.cpp's ``gguf-split --split`` does: shards
+    ``<prefix>-0000K-of-0000N.gguf`` of at most ``max_tensors`` tensors (``--split-max-tensors``)
+    or ``max_size`` bytes of tensor data (``--split-max-size``), tensors in file order and kept
+    byte for byte; the first shard holds every key-value pair, each shard ``split.no`` (u16),
+    ``split.tensors.count`` (i32) and ``split.count`` (u16), in gguf-split's order. Atomic as
+    :func:`quantize_file`. Returns the shard paths."""
+    if (max_tensors is None) == (max_size is None):
+        raise TypeError("split_file: give exactly one of max_tensors and max_size")
+    _check_split_limits(max_tensors, max_size)
+    say = progress or (lambda line: None)
+    with GGUFFile(src) as f:
+        if f.big_endian:
+            raise GGUFError(f"{f.path}: big-endian GGUF files are not supported")
+        entries = sorted(f._tensors.values(), key=lambda e: (e.shard, e.start))
+        items = [(e, e.info.name, None, e.info.ggml_type, e.end - e.start, None)
+                 for e in entries]
+        mm = f._map()
+        kvs = [mm[kv.start:kv.end] for k, kv in f._kvs.items()
+               if k not in (SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS_COUNT)]
+        outs = _split_outs(prefix, kvs, _shard_groups(items, max_tensors, max_size),
+                           f.alignment)
+        stats = [sh[3] for sh in f._shards]
+        for out in outs:
+            _check_destination(out.path, stats)
+            _clean_stale_temps(out.path, say)
+        _write_outputs(f, outs, say, len(entries))
+    return [out.path for out in outs]
+
+
+# -------------------------------------------------------------------------- importance matrices
+
+class Imatrix:
+    """An importance matrix as llama-quantize loads it (:func:`read_imatrix`): ``weights``
+    ``{tensor name: f32 array}`` (``ne0`` values per row, times the experts of a 3-D tensor),
+    ``datasets``, ``chunk_count``, ``chunk_size``, ``is_legacy`` (the old binary ``.dat``
+    format) and ``path`` (as given: llama-quantize writes it to ``quantize.imatrix.file``)."""
+
+    def __init__(self, path, weights, datasets=(), chunk_count=0, chunk_size=0,
+                 is_legacy=False):
+        self.path = str(path)
+        self.weights = dict(weights)
+        self.datasets = list(datasets)
+        self.chunk_count = int(chunk_count)
+        self.chunk_size = int(chunk_size)
+        self.is_legacy = bool(is_legacy)
+
+    def __repr__(self):
+        return (f"Imatrix({self.path!r}, {len(self.weights)} entries, datasets="
+                f"{self.datasets!r}, chunk_count={self.chunk_count})")
+
+    def kv_overrides(self, n_entries=None) -> list:
+        """The keys llama-quantize adds to the output when it uses this matrix:
+        ``quantize.imatrix.file`` / ``.dataset`` (the first; each at most 127 bytes) /
+        ``.entries_count`` / ``.chunks_count`` (when positive), as (key, type, value)."""
+        def c127(text):
+            return text.encode("utf-8")[:127].decode("utf-8", "ignore")
+
+        out = [("quantize.imatrix.file", "str", c127(self.path))]
+        if self.datasets:
+            out.append(("quantize.imatrix.dataset", "str", c127(self.datasets[0])))
+        n = len(self.weights) if n_entries is None else n_entries
+        out.append(("quantize.imatrix.entries_count", "int", n))
+        if self.chunk_count > 0:
+            out.append(("quantize.imatrix.chunks_count", "int", self.chunk_count))
+        return out
+
+
+def _imatrix_gguf(path, where):
+    sums, counts = {}, {}
+    with GGUFFile(path) as f:
+        if not f._tensors:
+            raise GGUFError(f"{where}: no data in file (no tensors)")
+        md = f.metadata
+        datasets = []
+        kv = f._kvs.get("imatrix.datasets")
+        if kv is not None and kv.vtype == _ARRAY and kv.itype == _STRING:
+            datasets = list(md["imatrix.datasets"])
+        has_meta = all(k in f._kvs for k in ("imatrix.datasets", "imatrix.chunk_count",
+                                             "imatrix.chunk_size"))
+        chunk = {}
+        for key in ("imatrix.chunk_count", "imatrix.chunk_size"):
+            kv = f._kvs.get(key)
+            if kv is not None and kv.vtype != 4:
+                raise GGUFError(f"{where}: {key} is {_VT_NAMES.get(kv.vtype)}, not UINT32 "
+                                f"(llama.cpp aborts on it)")
+            chunk[key] = int(md[key]) if kv is not None else 0
+        for t in f.tensors:
+            if t.name.endswith(".in_sum2"):
+                sums[t.name[:-8]] = t
+            elif t.name.endswith(".counts"):
+                counts[t.name[:-7]] = t
+        if not has_meta:
+            raise GGUFError(f"{where}: missing imatrix metadata (imatrix.datasets, "
+                            f"imatrix.chunk_count, imatrix.chunk_size)")
+        weights = {}
+        for name in sorted(set(sums) | set(counts), key=lambda n: n.encode("utf-8")):
+            s, c = sums.get(name), counts.get(name)
+            if s is None or c is None:
+                raise GGUFError(f"{where}: mismatched sums and counts for {name}")
+            if s.type_name != "F32" or c.type_name != "F32":
+                raise GGUFError(f"{where}: sums and counts for {name} must be F32")
+            sv = np.asarray(f.raw(s.name), dtype="<f4").reshape(-1)
+            cv = np.asarray(f.raw(c.name), dtype="<f4").reshape(-1)
+            # std::lround, then (float) of the int64
+            cnt = np.where(cv >= 0, np.floor(cv.astype(np.float64) + 0.5),
+                           np.ceil(cv.astype(np.float64) - 0.5)).astype(np.float32)
+            if cnt.size == 0:
+                raise GGUFError(f"{where}: no counts for entry {name!r}")
+            ne0 = sv.size // cnt.size
+            w = np.zeros(sv.size, np.float32)
+            for j in range(cnt.size):
+                seg = slice(j * ne0, (j + 1) * ne0)
+                w[seg] = sv[seg] / cnt[j] if cnt[j] > 0 else np.float32(1)
+            weights[name] = w
+    return Imatrix(where, weights, datasets, chunk["imatrix.chunk_count"],
+                   chunk["imatrix.chunk_size"], False)
+
+
+def _imatrix_legacy(data: bytes, where):
+    pos = 0
+
+    def i32(what):
+        nonlocal pos
+        if pos + 4 > len(data):
+            raise GGUFError(f"{where}: {what}")
+        v = struct.unpack_from("<i", data, pos)[0]
+        pos += 4
+        return v
+
+    if len(data) < 4 or struct.unpack_from("<i", data, 0)[0] < 1:
+        raise GGUFError(f"{where}: no data in file")
+    n = i32("no data in file")
+    weights = {}
+    for i in range(n):
+        ln = i32(f"failed reading name for entry {i + 1}")
+        if ln < 0 or pos + ln > len(data):
+            raise GGUFError(f"{where}: failed reading name for entry {i + 1}")
+        name = data[pos:pos + ln].split(b"\0", 1)[0].decode("utf-8", "replace")
+        pos += ln
+        ncall = i32(f"failed reading number of values for entry {i}")
+        nval = i32(f"failed reading number of values for entry {i}")
+        if nval < 1:
+            raise GGUFError(f"{where}: failed reading number of values for entry {i}")
+        if pos + 4 * nval > len(data):
+            raise GGUFError(f"{where}: failed reading data for entry {i}")
+        sums = np.frombuffer(data, "<f4", nval, pos).astype(np.float32)
+        pos += 4 * nval
+        weights[name] = sums / np.float32(ncall) if ncall > 0 else sums.copy()
+    chunk_count, datasets = 0, []
+    if pos < len(data):   # optional trailer: chunk count, dataset name
+        if pos + 4 <= len(data):
+            chunk_count = struct.unpack_from("<i", data, pos)[0]
+            pos += 4
+            if pos + 4 <= len(data):
+                ln = struct.unpack_from("<i", data, pos)[0]
+                pos += 4
+                if 0 < ln and pos + ln <= len(data):
+                    datasets.append(data[pos:pos + ln].split(b"\0", 1)[0]
+                                    .decode("utf-8", "replace"))
+        else:
+            chunk_count = 0
+    return Imatrix(where, weights, datasets, chunk_count, 0, True)
+
+
+def read_imatrix(path, include=(), exclude=()) -> Imatrix:
+    """Read an importance-matrix file as llama-quantize does (``load_imatrix`` /
+    ``prepare_imatrix`` of tools/quantize/quantize.cpp, ``common_imatrix_load``): the GGUF
+    format of today's ``llama-imatrix`` (``<tensor>.in_sum2`` and ``<tensor>.counts`` F32
+    tensors; ``imatrix.datasets``, ``imatrix.chunk_count`` and ``imatrix.chunk_size`` must be
+    present; weights = sums / counts per expert, 1 where a count is 0) or the legacy binary
+    ``.dat`` format (weights = sums / ncall). ``exclude`` drops the entries whose name contains
+    any of the strings, ``include`` keeps only those that contain one (llama-quantize's
+    ``--exclude-weights`` / ``--include-weights``; not both). ``GGUFError`` with llama.cpp's
+    reason when the file cannot be used."""
+    include, exclude = list(include), list(exclude)
+    if include and exclude:
+        raise GGUFError("--include-weights and --exclude-weights cannot be used together")
+    where = str(path)
+    try:
+        with builtins_open(path, "rb") as fh:
+            magic = fh.read(4)
+            fh.seek(0)
+            data = None if magic == b"GGUF" else fh.read()
+    except OSError as e:
+        raise GGUFError(f"{where}: failed to load imatrix ({e.strerror or e})") from None
+    im = _imatrix_gguf(path, where) if data is None else _imatrix_legacy(data, where)
+    if exclude:
+        im.weights = {k: v for k, v in im.weights.items() if not any(x in k for x in exclude)}
+    if include:
+        im.weights = {k: v for k, v in im.weights.items() if any(x in k for x in include)}
+    return im
 
 
 # ----------------------------------------------------------------------------- gguf-py backend

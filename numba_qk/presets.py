@@ -33,7 +33,8 @@ from .formats.ggml_types import GGMLType as T
 __all__ = [
     "GGML_TYPES", "GGML_TYPE_NAMES", "BLOCK_SIZE", "LLAMA_FTYPES", "LLAMA_CPP_COMMIT",
     "Preset", "PRESETS", "find_preset", "ModelInfo", "model_info", "Tensor", "TensorPlan",
-    "Plan", "plan", "PresetError", "preset_table",
+    "Plan", "plan", "PresetError", "preset_table", "parse_ftype",
+    "guess_ftype", "prune_names", "llama_order",
 ]
 
 LLAMA_CPP_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"  # vendored by llama-cpp-python 0.3.36
@@ -180,6 +181,32 @@ def find_preset(name: str | int) -> Preset:
                       + ", ".join(p.name for p in PRESETS))
 
 
+_STOI = re.compile(r"[ \t\n\v\f\r]*([+-]?\d+)")
+
+
+def parse_ftype(text: str) -> Preset | None:
+    """llama-quantize's ``try_parse_ftype``: the preset a TYPE argument names, or None.
+
+    A name in any case (``q4_k_m``, ``Q4_K`` …) first; else ``std::stoi`` of the text (leading
+    white space, a sign and digits; anything after them is ignored, so ``"15"`` and ``"15x"``
+    both mean the first preset with ftype 15, ``Q4_K``) -- exactly as llama-quantize decides
+    whether a positional argument is the TYPE or the output file."""
+    upper = str(text).upper()
+    for p in PRESETS:
+        if p.name == upper:
+            return p
+    m = _STOI.match(upper)
+    if m is None:
+        return None
+    num = int(m.group(1))
+    if not -2**31 <= num < 2**31:  # std::stoi throws out_of_range
+        return None
+    for p in PRESETS:
+        if p.ftype == num:
+            return p
+    return None
+
+
 def preset_table() -> list[tuple[str, str, str]]:
     """(name, default tensor type, description) rows for help texts, in llama-quantize's order."""
     return [(p.name, _tname(p.default_type), p.description.strip()) for p in PRESETS]
@@ -279,6 +306,7 @@ class TensorPlan:
     reason: str
     index: int
     fallback: bool = False
+    requires_imatrix: bool = False
 
     @property
     def target_name(self) -> str:
@@ -296,6 +324,13 @@ class Plan:
     kv: dict
     n_fallback: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def will_require_imatrix(self) -> bool:
+        """True when a tensor llama.cpp quantizes gets a type that needs an importance matrix
+        (llama.cpp's ``--dry-run`` warning; without ``dry_run`` and ``imatrix``,
+        :func:`plan` refuses such a plan)."""
+        return any(t.requires_imatrix for t in self.tensors)
 
     def summary(self) -> str:
         counts: dict[str, int] = {}
@@ -328,6 +363,78 @@ def _scan_layer(name: str):
 def _order_key(name: str):
     layer = _scan_layer(name)
     return (-1 if layer is None else layer, name.encode("utf-8"))
+
+
+def llama_order(names: Iterable[str]) -> list[str]:
+    """``names`` in llama.cpp's tensor order (its ``weights_map``): by the layer number of
+    ``blk.N.`` (names without one first), then by name, byte-wise."""
+    return sorted(names, key=_order_key)
+
+
+_BLK_ANYWHERE = re.compile(r"blk\.(\d+)\.")
+
+
+def prune_names(names: Iterable[str], prune: Iterable[int]) -> tuple[dict, int]:
+    """llama-quantize ``--prune-layers``: ``({old name: new name or None}, new block count)``.
+
+    llama-quant.cpp's ``remap_layer``, visited in llama.cpp's order: the layers in ``prune``
+    are dropped (None), the layers after the first pruned one are renumbered down, the others
+    keep their names. The block count is llama.cpp's ``blk_id`` (what it writes to
+    ``{arch}.block_count``)."""
+    prune = sorted(set(int(i) for i in prune))
+    out: dict = {}
+    if not prune:
+        return {n: n for n in names}, -1
+    mapped: dict = {}
+    next_id = 0
+    for name in llama_order(names):
+        m = _BLK_ANYWHERE.search(name)
+        if m is None:
+            out[name] = name
+            continue
+        blk = int(m.group(1))
+        if blk not in mapped:
+            if blk in prune:
+                mapped[blk] = ""
+            elif blk < prune[0]:
+                mapped[blk] = str(blk)
+                next_id = blk + 1
+            else:
+                mapped[blk] = str(next_id)
+                next_id += 1
+        new = mapped[blk]
+        out[name] = None if not new else name[:m.start(1)] + new + name[m.end(1):]
+    return out, next_id
+
+
+# llama_model_loader's guess of the file type from the most common tensor type
+_GUESS = {
+    T.F32: _FT_F32, T.F16: _FT_F16, T.BF16: _FT_BF16, T.Q4_0: _FT_Q4_0, T.Q4_1: _FT_Q4_1,
+    T.Q5_0: _FT_Q5_0, T.Q5_1: _FT_Q5_1, T.Q8_0: _FT_Q8_0, T.Q2_K: _FT_Q2_K, T.Q3_K: _FT_Q3_K_M,
+    T.Q4_K: _FT_Q4_K_M, T.Q5_K: _FT_Q5_K_M, T.Q6_K: _FT_Q6_K, T.TQ1_0: _FT_TQ1_0,
+    T.TQ2_0: _FT_TQ2_0, T.IQ2_XXS: _FT_IQ2_XXS, T.IQ2_XS: _FT_IQ2_XS, T.IQ2_S: _FT_IQ2_S,
+    T.IQ3_XXS: _FT_IQ3_XXS, T.IQ1_S: _FT_IQ1_S, T.IQ1_M: _FT_IQ1_M, T.IQ4_NL: _FT_IQ4_NL,
+    T.IQ4_XS: _FT_IQ4_XS, T.IQ3_S: _FT_IQ3_S, T.NVFP4: _FT_NVFP4, T.Q1_0: _FT_Q1_0,
+    T.Q2_0: _FT_Q2_0,
+}
+LLAMA_FTYPE_GUESSED = 1024
+
+
+def guess_ftype(metadata: Mapping[str, Any], tensors: Iterable) -> int:
+    """The file type llama.cpp's loader gives a model (``ml.ftype``, what ``COPY`` writes to
+    ``general.file_type``): the file's own ``general.file_type`` when it has one, else the
+    ftype of the most common tensor type (the first to reach the highest count in llama.cpp's
+    order) marked ``LLAMA_FTYPE_GUESSED``."""
+    if "general.file_type" in metadata:
+        return int(metadata["general.file_type"]) & 0xFFFFFFFF
+    items = [_coerce_tensor(t) for t in tensors]
+    counts: dict = {}
+    best, best_n = T.F32, 0
+    for t in sorted(items, key=lambda t: _order_key(t.name)):
+        counts[t.type] = counts.get(t.type, 0) + 1
+        if best_n < counts[t.type]:
+            best, best_n = t.type, counts[t.type]
+    return _GUESS.get(best, _FT_F32) | LLAMA_FTYPE_GUESSED
 
 
 # tensor_category (tensor_get_category), in its test order
@@ -694,7 +801,8 @@ def plan(preset: str | int | Preset, metadata: Mapping[str, Any] | ModelInfo,
          tensors: Iterable, *, pure: bool = False, leave_output_tensor: bool = False,
          output_tensor_type=None, token_embedding_type=None,
          tensor_types: Sequence[tuple[str, Any]] = (), imatrix: bool = False,
-         allow_requantize: bool = False) -> Plan:
+         allow_requantize: bool = False, dry_run: bool = False,
+         keep_order: bool = False) -> Plan:
     """Each tensor's GGML type under a llama-quantize preset, as llama.cpp chooses it.
 
     ``metadata``: the GGUF key/values (or a :class:`ModelInfo`). ``tensors``: :class:`Tensor`
@@ -703,7 +811,12 @@ def plan(preset: str | int | Preset, metadata: Mapping[str, Any] | ModelInfo,
     ``output_tensor_type`` / ``token_embedding_type`` (names or ids), ``tensor_types``
     (``--tensor-type PATTERN=TYPE``: first regex that *searches* the name wins), ``imatrix``
     (whether an importance matrix covering every quantized tensor is used: it changes some rules
-    and lifts the refusals of the low-bit presets), ``allow_requantize``.
+    and lifts the refusals of the low-bit presets), ``allow_requantize``, ``dry_run``
+    (``--dry-run``: llama.cpp only sizes the plan, so neither refusal below is raised;
+    :attr:`Plan.will_require_imatrix` says whether the real run would need an importance
+    matrix), ``keep_order`` (visit the tensors in the order given rather than llama.cpp's layer
+    order: llama-quantize ``--keep-split`` processes each shard's tensors in file order, and the
+    per-layer counters count in that order).
 
     Raises :class:`PresetError` where llama.cpp refuses (a preset that needs an importance matrix
     without one, requantizing without ``allow_requantize``, a type without fallback …).
@@ -725,7 +838,8 @@ def plan(preset: str | int | Preset, metadata: Mapping[str, Any] | ModelInfo,
         if t.name in seen:
             raise PresetError(f"duplicate tensor name {t.name}")
         seen.add(t.name)
-    order = sorted(range(len(items)), key=lambda i: _order_key(items[i].name))
+    order = (list(range(len(items))) if keep_order
+             else sorted(range(len(items)), key=lambda i: _order_key(items[i].name)))
     ordered = [items[i] for i in order]
 
     ft = p.ftype
@@ -760,19 +874,22 @@ def plan(preset: str | int | Preset, metadata: Mapping[str, Any] | ModelInfo,
                 target, note = _fallback(qs, t, target)
                 if note:
                     reason, fb = f"{reason}; {note}", True
-        if allowed and _requires_imatrix(t.name, target, ft) and not imatrix:
+        needs = allowed and _requires_imatrix(t.name, target, ft)
+        if needs and not imatrix and not dry_run:
             raise PresetError(f"preset {p.name} needs an importance matrix: tensor {t.name} "
                               f"would be {_tname(target)}")
         convert = target != t.type
-        result.append(TensorPlan(t.name, t.ne, t.type, target, convert, reason, idx, fb))
+        result.append(TensorPlan(t.name, t.ne, t.type, target, convert, reason, idx, fb, needs))
 
     # llama.cpp checks these while writing, after every tensor's type has been chosen
     for t in result:
+        if dry_run:
+            break
         if t.convert and _is_quantized(t.current) and not allow_requantize:
             raise PresetError(f"tensor {t.name} is already {_tname(t.current)}: requantizing to "
-                              f"{t.target_name} is refused (llama-quantize's "
-                              f"--allow-requantize, plan(allow_requantize=True) here; numba_qk "
-                              f"converts F32/F16/BF16 sources only)")
+                              f"{t.target_name} is refused without --allow-requantize "
+                              f"(llama-quantize's flag, also numba_qk's; "
+                              f"plan(allow_requantize=True) in Python)")
         if t.convert and not (_is_quantized(t.current) or t.current in (T.F32, T.F16, T.BF16)):
             raise PresetError(f"tensor {t.name}: cannot convert from {_tname(t.current)}")
 
@@ -801,5 +918,6 @@ def _notes(p: Preset, m: ModelInfo, patterns) -> tuple[str, ...]:
     if patterns:
         notes.append("tensor-type patterns use Python's re.search; llama.cpp uses std::regex "
                      "(ECMAScript), which agrees on ordinary patterns")
-    notes.append("not modelled: --prune-layers, --keep-split, importance-matrix data, kv overrides")
+    notes.append("not modelled by plan(): --prune-layers, kv overrides, importance-matrix data "
+                 "(only whether one is used); numba_qk.gguf.quantize_file applies them")
     return tuple(notes)

@@ -166,14 +166,21 @@ def test_preset_refusals_are_one_line_and_write_nothing(tmp_path):
     with pytest.raises(TypeError, match="presets only"):
         G.quantize_file(src, dst, pure=True)
     assert not dst.exists()
-    # requantizing: llama.cpp refuses without --allow-requantize; numba_qk refuses always
+    # requantizing: refused without --allow-requantize (llama.cpp's rule), which the message
+    # names and which numba_qk now has (the CLI flag and allow_requantize=True)
     G.quantize_file(src, tmp_path / "q8.gguf", preset="Q8_0")
     with pytest.raises(G.GGUFError, match="requantiz") as e:
         G.quantize_file(tmp_path / "q8.gguf", dst, preset="F16")
-    # the refusal names no option numba_qk lacks as if it had it (it said "needs
-    # allow_requantize", which the CLI does not offer)
     assert "needs allow_requantize" not in str(e.value)
-    assert "converts F32/F16/BF16 sources only" in str(e.value)
+    assert "--allow-requantize" in str(e.value) and "\n" not in str(e.value)
+    assert not dst.exists()
+    G.quantize_file(tmp_path / "q8.gguf", dst, preset="F16", allow_requantize=True)
+    with G.open(dst) as f, G.open(tmp_path / "q8.gguf") as q:
+        name = "blk.0.attn_q.weight"
+        assert f.tensor(name).type_name == "F16"
+        # dequantized to f32 (ggml's to_float), then ggml's f32 -> f16
+        want = _f16_ggml(np.ascontiguousarray(q.dequantize(name)))
+        assert np.array_equal(_bytes(f, name).view(np.uint16), want.reshape(-1))
 
 
 def test_cli_to_preset_and_type(tmp_path):
