@@ -1069,30 +1069,15 @@ def _as_override(o) -> tuple:
 
 
 # target types whose ggml quantize_* ignores the importance matrix (or that are plain casts)
-_IMATRIX_UNUSED = {GGMLType.F32, GGMLType.F16, GGMLType.BF16, GGMLType.Q8_0, GGMLType.MXFP4,
-                   GGMLType.NVFP4, GGMLType.TQ1_0, GGMLType.TQ2_0}
-
-
-def _encoder_takes_imatrix() -> bool:
-    """The hook for ``quantize(..., imatrix=w)`` (numba_qk's weighted encoders, issue 24)."""
-    import inspect
-
-    try:
-        return "imatrix" in inspect.signature(_quantize).parameters
-    except (TypeError, ValueError):  # pragma: no cover
-        return False
+_IMATRIX_UNUSED = {GGMLType.F32, GGMLType.F16, GGMLType.BF16,
+                   *(f.ggml_type for f in _registry.IMATRIX_IGNORED)}
 
 
 def _encode(values: np.ndarray, to, out: np.ndarray, weights) -> None:
     """Encode f32 blocks ``values`` [n, block_size] into ``out``; ``weights`` (the importance
     matrix row, ``ne0`` values, or None) go to the encoder as its ``imatrix`` argument,
     row-aligned: ``values`` hold whole rows when ``weights`` is given."""
-    if weights is None:
-        _quantize(values, format=to, out=out)
-        return
-    rows = values.reshape(-1, weights.size)
-    recs = _quantize(rows, format=to, imatrix=weights)  # pragma: no cover - needs issue 24
-    out[...] = np.asarray(recs).reshape(out.shape)
+    _quantize(values, format=to, imatrix=weights, out=out)
 
 
 def _rows_stream(f, e: _TensorEntry, to, out_fd: int, weights) -> tuple:
@@ -1391,7 +1376,6 @@ def _preset_outputs(f, dst, preset, say, extra, preset_options):
         set_kv(f"{arch}.block_count", _kv_u32(f"{arch}.block_count", n_blocks))
 
     # each tensor: its target, its importance-matrix weights
-    takes_imatrix = _encoder_takes_imatrix()
     table = _type_table()
     orig_of = {v: k for k, v in renamed.items() if v is not None}
     items = []
@@ -1432,11 +1416,6 @@ def _preset_outputs(f, dst, preset, say, extra, preset_options):
                                 f"low-bit quantization")
             if weights is not None and t.target in _IMATRIX_UNUSED:
                 weights = None           # ggml's quantizer for this type ignores it
-            if weights is not None and not takes_imatrix and not dry_run and limit is None:
-                limit = (f"tensor {t.name!r}: encoding {tname} with an importance matrix "
-                         f"is not yet supported for encoding by numba_qk (its weighted "
-                         f"encoders are still to come); types that ignore the matrix "
-                         f"(Q8_0, F16, BF16, MXFP4, TQ1_0, TQ2_0) work")
         _, bs, ts = table[t.target]
         nbytes = (e.end - e.start if target is None else
                   int(np.prod(e.info.shape, dtype=object)) // bs * ts)

@@ -378,9 +378,8 @@ def test_imatrix_in_quantize(model, tmp_path):
     G.quantize_file(model, dst, preset="Q8_0", imatrix=w)
     G.quantize_file(model, tmp_path / "plain.gguf", preset="Q8_0")
     assert dst.read_bytes() == (tmp_path / "plain.gguf").read_bytes()
-    # weighted K-quant encoders: refused clearly until numba_qk has them (issue 24)
-    with pytest.raises(G.GGUFError, match="not yet supported for encoding"):
-        G.quantize_file(model, tmp_path / "x.gguf", preset="Q4_K_M", imatrix=w)
+    # weighted encoders: every tensor equals ggml_quantize_chunk with that tensor's weights
+    _assert_tensors_equal_ggml_chunks(model, tmp_path / "q4km.gguf", "Q4_K_M", w)
     # llama.cpp's checks: size, non-finite values, missing entries of a low-bit preset
     bad = dict(w, **{"blk.0.attn_q.weight": np.ones(7, np.float32)})
     with pytest.raises(G.GGUFError, match="imatrix size 7 is different from tensor size 256 "
@@ -393,6 +392,31 @@ def test_imatrix_in_quantize(model, tmp_path):
     with pytest.raises(G.GGUFError, match="Missing importance matrix for tensor blk.0.attn_q"):
         G.quantize_file(model, tmp_path / "x.gguf", preset="Q2_K_S", imatrix=part)
     assert not (tmp_path / "x.gguf").exists()
+
+
+def _assert_tensors_equal_ggml_chunks(src, dst, preset, w):
+    """``quantize_file(src, dst, preset, imatrix=w)``; then each tensor it encoded equals
+    ggml's ``ggml_quantize_chunk`` of the source rows with the same weights (what llama.cpp's
+    quantizer calls; its Python binding cannot pass an importance matrix)."""
+    import os
+
+    from numba_qk.testing import ggml as ggml_bridge
+
+    g = ggml_bridge.load(os.environ.get("NUMBA_QK_GGML_LIB")) or ggml_bridge.load()
+    if g is None:
+        pytest.skip("no ggml library to compare with")
+    G.quantize_file(src, dst, preset=preset, imatrix=w)
+    compared = set()
+    with G.open(src) as f, G.open(dst) as q:
+        for t in q.tensors:
+            if t.format is None or not t.format.is_quantized:
+                continue
+            rows = np.asarray(f.raw(t.name), np.float32).reshape(-1, t.shape[-1])
+            want = g.quantize_chunk(t.format.ggml_type, rows, w.get(t.name))
+            got = np.asarray(q.records(t.name)).reshape(want.shape)
+            assert np.array_equal(got, want), f"{t.name} ({t.format.name})"
+            compared.add(t.format.name)
+    assert {"Q4_K", "Q6_K"} <= compared
 
 
 def test_cli_imatrix_file_adds_llama_quantize_keys(model, tmp_path, capsys):
