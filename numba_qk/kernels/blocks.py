@@ -1,7 +1,8 @@
 """``@njit`` building blocks for every record format, one naming pattern (issue 22).
 
 For a weight format ``f`` and its activation format ``a`` (``numba_qk.activation_format(f)``:
-Q4_K/Q2_K/Q3_K/Q5_K/Q6_K/TQ1_0/TQ2_0/IQ4_XS/the grid IQ formats -> Q8_K, Q4_0/Q5_0/Q8_0/MXFP4/NVFP4/IQ4_NL -> Q8_0,
+Q4_K/Q2_K/Q3_K/Q5_K/Q6_K/TQ1_0/TQ2_0/IQ4_XS and the grid IQ formats -> Q8_K,
+Q4_0/Q5_0/Q8_0/MXFP4/NVFP4/IQ4_NL -> Q8_0,
 Q4_1/Q5_1 -> Q8_1)::
 
     dot_<f>_<a>(w_row, xq) -> float32   w_row uint8 [G, bytes_f], xq uint8 [G', bytes_a]

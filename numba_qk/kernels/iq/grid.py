@@ -80,15 +80,21 @@ def u32_at(rec, b, off):
 
 
 @kernel
+def nibble(rec, b, at, k):
+    """Nibble ``k`` of the bytes from ``rec[b, at]`` (low nibble first), as int32."""
+    return (np.int32(rec[b, at + k // 2]) >> np.int32(4 * (k % 2))) & np.int32(15)
+
+
+@kernel
 def iq2_xs_ls(rec, b, k):
     """4-bit scale ``k`` (0..15, one per 16 elements) of an IQ2_XS record."""
-    return (np.int32(rec[b, _XS2_SC + k // 2]) >> np.int32(4 * (k % 2))) & np.int32(15)
+    return nibble(rec, b, _XS2_SC, k)
 
 
 @kernel
 def iq2_s_ls(rec, b, k):
     """4-bit scale ``k`` (0..15, one per 16 elements) of an IQ2_S record."""
-    return (np.int32(rec[b, _S2_SC + k // 2]) >> np.int32(4 * (k % 2))) & np.int32(15)
+    return nibble(rec, b, _S2_SC, k)
 
 
 @kernel
@@ -101,7 +107,7 @@ def iq2_s_index(rec, b, s, l):
 @kernel
 def iq3_s_ls(rec, b, s):
     """4-bit scale of sub-block ``s`` of an IQ3_S record."""
-    return (np.int32(rec[b, _S3_SC + s // 2]) >> np.int32(4 * (s % 2))) & np.int32(15)
+    return nibble(rec, b, _S3_SC, s)
 
 
 @kernel
@@ -114,7 +120,8 @@ def iq3_s_index(rec, b, s, h):
 @kernel
 def iq1_s_index(rec, b, s, l, qh):
     """11-bit iq1s_grid index of group ``l`` of sub-block ``s`` (``qh``: its u16)."""
-    return np.int32(rec[b, _QS2 + 4 * s + l]) | (((qh >> np.int32(3 * l)) & np.int32(7)) << np.int32(8))
+    return (np.int32(rec[b, _QS2 + 4 * s + l])
+            | (((qh >> np.int32(3 * l)) & np.int32(7)) << np.int32(8)))
 
 
 @kernel
@@ -138,7 +145,8 @@ def iq1_m_ls(rec, b, k):
 def iq1_m_index(rec, b, s, l):
     """11-bit iq1s_grid index of group ``l`` of sub-block ``s`` of an IQ1_M record."""
     qh = np.int32(rec[b, _M1_QH + 2 * s + l // 2])
-    return np.int32(rec[b, 4 * s + l]) | (((qh >> np.int32(4 * (l % 2))) & np.int32(7)) << np.int32(8))
+    return (np.int32(rec[b, 4 * s + l])
+            | (((qh >> np.int32(4 * (l % 2))) & np.int32(7)) << np.int32(8)))
 
 
 @kernel
@@ -274,9 +282,12 @@ def db_iq2(d, ls):
 
 
 @kernel
-def put_signed(out, b, i, db, g, neg):
-    v = np.float32(db * np.float32(g))
-    out[b, i] = -v if neg else v
+def put_group(out, b, at, db, grid, idx, sg, n):
+    """``out[b, at + j] = +-R32(db * f32(grid[idx, j]))`` for j < n, minus where bit j of
+    ``sg`` is set."""
+    for j in range(n):
+        v = np.float32(db * np.float32(grid[idx, j]))
+        out[b, at + j] = -v if (sg >> j) & 1 else v
 
 
 @kernel
@@ -289,9 +300,7 @@ def dequantize_iq2_xxs(records, out):
             db = db_iq2(d, aux >> 28)
             for l in range(4):
                 sg = KSIGNS[(aux >> (7 * l)) & 127]
-                idx = records[b, _QS2 + 8 * s + l]
-                for j in range(8):
-                    put_signed(out, b, 32 * s + 8 * l + j, db, IQ2XXS[idx, j], (sg >> j) & 1)
+                put_group(out, b, 32 * s + 8 * l, db, IQ2XXS, records[b, _QS2 + 8 * s + l], sg, 8)
 
 
 @kernel
@@ -302,9 +311,7 @@ def dequantize_iq2_xs(records, out):
         for k in range(32):
             db = db_iq2(d, iq2_xs_ls(records, b, k // 2))
             v = u16_at(records, b, _QS2 + 2 * k)
-            sg = KSIGNS[v >> 9]
-            for j in range(8):
-                put_signed(out, b, 8 * k + j, db, IQ2XS[v & 511, j], (sg >> j) & 1)
+            put_group(out, b, 8 * k, db, IQ2XS, v & 511, KSIGNS[v >> 9], 8)
 
 
 @kernel
@@ -315,10 +322,8 @@ def dequantize_iq2_s(records, out):
         for s in range(8):
             for l in range(4):
                 db = db_iq2(d, iq2_s_ls(records, b, 2 * s + l // 2))
-                idx = iq2_s_index(records, b, s, l)
-                sg = records[b, _S2_SIGNS + 4 * s + l]
-                for j in range(8):
-                    put_signed(out, b, 32 * s + 8 * l + j, db, IQ2S[idx, j], (sg >> j) & 1)
+                put_group(out, b, 32 * s + 8 * l, db, IQ2S, iq2_s_index(records, b, s, l),
+                          records[b, _S2_SIGNS + 4 * s + l], 8)
 
 
 @kernel
@@ -332,10 +337,8 @@ def dequantize_iq3_xxs(records, out):
             for l in range(4):
                 sg = KSIGNS[(aux >> (7 * l)) & 127]
                 for h in range(2):
-                    idx = records[b, _QS2 + 8 * s + 2 * l + h]
-                    for j in range(4):
-                        put_signed(out, b, 32 * s + 8 * l + 4 * h + j, db, IQ3XXS[idx, j],
-                                   (sg >> (4 * h + j)) & 1)
+                    put_group(out, b, 32 * s + 8 * l + 4 * h, db, IQ3XXS,
+                              records[b, _QS2 + 8 * s + 2 * l + h], sg >> (4 * h), 4)
 
 
 @kernel
@@ -348,10 +351,8 @@ def dequantize_iq3_s(records, out):
             for l in range(4):
                 sg = records[b, _S3_SIGNS + 4 * s + l]
                 for h in range(2):
-                    idx = iq3_s_index(records, b, s, 2 * l + h)
-                    for j in range(4):
-                        put_signed(out, b, 32 * s + 8 * l + 4 * h + j, db, IQ3S[idx, j],
-                                   (sg >> (4 * h + j)) & 1)
+                    put_group(out, b, 32 * s + 8 * l + 4 * h, db, IQ3S,
+                              iq3_s_index(records, b, s, 2 * l + h), sg >> (4 * h), 4)
 
 
 @kernel
@@ -386,20 +387,11 @@ def dequantize_iq1_m(records, out):
 # ---- record sums S_b against Q8_K (exact int32) and record values -----------------------------
 
 @kernel
-def signed_sum8(grid, idx, sg, x, bx, at):
-    """``sum_j (+-grid[idx, j]) * q8[at + j]`` over 8 elements, sign bit j of ``sg``."""
+def signed_sum(grid, idx, sg, x, bx, at, n):
+    """``sum_{j < n} (+-grid[idx, j]) * q8[at + j]`` (exact int32), minus where bit j of ``sg``
+    is set."""
     t = np.int32(0)
-    for j in range(8):
-        p = np.int32(grid[idx, j]) * np.int32(np.int8(x[bx, at + j]))
-        t += -p if (sg >> j) & 1 else p
-    return t
-
-
-@kernel
-def signed_sum4(grid, idx, sg, x, bx, at):
-    """``sum_j (+-grid[idx, j]) * q8[at + j]`` over 4 elements, sign bit j of ``sg``."""
-    t = np.int32(0)
-    for j in range(4):
+    for j in range(n):
         p = np.int32(grid[idx, j]) * np.int32(np.int8(x[bx, at + j]))
         t += -p if (sg >> j) & 1 else p
     return t
@@ -421,8 +413,8 @@ def record_sums_iq2_xxs_q8_k(w, bw, x, bx):
         aux = u32_at(w, bw, _QS2 + 8 * s + 4)
         t = np.int32(0)
         for l in range(4):
-            t += signed_sum8(IQ2XXS, w[bw, _QS2 + 8 * s + l], KSIGNS[(aux >> (7 * l)) & 127],
-                             x, bx, X_Q_AT + 32 * s + 8 * l)
+            t += signed_sum(IQ2XXS, w[bw, _QS2 + 8 * s + l], KSIGNS[(aux >> (7 * l)) & 127],
+                            x, bx, X_Q_AT + 32 * s + 8 * l, 8)
         total += np.int32(2 * (aux >> 28) + 1) * t
     return total
 
@@ -434,7 +426,7 @@ def record_sums_iq2_xs_q8_k(w, bw, x, bx):
         t = np.int32(0)
         for l in range(2):
             v = u16_at(w, bw, _QS2 + 4 * k + 2 * l)
-            t += signed_sum8(IQ2XS, v & 511, KSIGNS[v >> 9], x, bx, X_Q_AT + 16 * k + 8 * l)
+            t += signed_sum(IQ2XS, v & 511, KSIGNS[v >> 9], x, bx, X_Q_AT + 16 * k + 8 * l, 8)
         total += (2 * iq2_xs_ls(w, bw, k) + np.int32(1)) * t
     return total
 
@@ -446,8 +438,8 @@ def record_sums_iq2_s_q8_k(w, bw, x, bx):
         for h in range(2):
             t = np.int32(0)
             for l in range(2 * h, 2 * h + 2):
-                t += signed_sum8(IQ2S, iq2_s_index(w, bw, s, l), w[bw, _S2_SIGNS + 4 * s + l],
-                                 x, bx, X_Q_AT + 32 * s + 8 * l)
+                t += signed_sum(IQ2S, iq2_s_index(w, bw, s, l), w[bw, _S2_SIGNS + 4 * s + l],
+                                x, bx, X_Q_AT + 32 * s + 8 * l, 8)
             total += (2 * iq2_s_ls(w, bw, 2 * s + h) + np.int32(1)) * t
     return total
 
@@ -461,8 +453,8 @@ def record_sums_iq3_xxs_q8_k(w, bw, x, bx):
         for l in range(4):
             sg = KSIGNS[(aux >> (7 * l)) & 127]
             at = X_Q_AT + 32 * s + 8 * l
-            t += signed_sum4(IQ3XXS, w[bw, _QS2 + 8 * s + 2 * l], sg, x, bx, at)
-            t += signed_sum4(IQ3XXS, w[bw, _QS2 + 8 * s + 2 * l + 1], sg >> 4, x, bx, at + 4)
+            t += signed_sum(IQ3XXS, w[bw, _QS2 + 8 * s + 2 * l], sg, x, bx, at, 4)
+            t += signed_sum(IQ3XXS, w[bw, _QS2 + 8 * s + 2 * l + 1], sg >> 4, x, bx, at + 4, 4)
         total += np.int32(2 * (aux >> 28) + 1) * t
     return total
 
@@ -475,8 +467,8 @@ def record_sums_iq3_s_q8_k(w, bw, x, bx):
         for l in range(4):
             sg = w[bw, _S3_SIGNS + 4 * s + l]
             at = X_Q_AT + 32 * s + 8 * l
-            t += signed_sum4(IQ3S, iq3_s_index(w, bw, s, 2 * l), sg, x, bx, at)
-            t += signed_sum4(IQ3S, iq3_s_index(w, bw, s, 2 * l + 1), sg >> 4, x, bx, at + 4)
+            t += signed_sum(IQ3S, iq3_s_index(w, bw, s, 2 * l), sg, x, bx, at, 4)
+            t += signed_sum(IQ3S, iq3_s_index(w, bw, s, 2 * l + 1), sg >> 4, x, bx, at + 4, 4)
         total += (2 * iq3_s_ls(w, bw, s) + np.int32(1)) * t
     return total
 
