@@ -46,6 +46,7 @@ from numba_qk.kernels.ternary import tq as _ktq
 from numba_qk.kernels.kquants import weighted as _kwk
 from numba_qk.kernels.legacy import weighted as _kwl
 from numba_qk.kernels.iq import iq4_weighted as _kwiq
+from numba_qk.kernels.iq import grid as _kiqgrid
 
 __all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "TRAITS", "binding",
            "WEIGHTED", "IMATRIX_IGNORED",
@@ -53,11 +54,11 @@ __all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "TRAITS
            "fields_types",
            "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields", "Q5KFields",
            "Q6KFields", "MXFP4Fields", "NVFP4Fields", "IQ4NLFields", "IQ4XSFields",
-           "TQFields"]
+           "TQFields", "IQGridFields"]
 
 # The kernel modules, each ending with its ``TRAITS`` declaration (numba_qk/kernels/traits.py).
 # Order matters only for messages and listings: activation Q8_K first, then the weight formats.
-KERNEL_MODULES = (_k8, _k4, _klegacy, _k2, _k3, _k5, _k6, _kfp4, _kiq4, _ktq)
+KERNEL_MODULES = (_k8, _k4, _klegacy, _k2, _k3, _k5, _k6, _kfp4, _kiq4, _ktq, _kiqgrid)
 
 
 def _collect(modules) -> tuple:
@@ -146,6 +147,7 @@ NVFP4Fields = _FIELDS_TYPES["NVFP4Fields"]
 IQ4NLFields = _FIELDS_TYPES["IQ4NLFields"]
 IQ4XSFields = _FIELDS_TYPES["IQ4XSFields"]
 TQFields = _FIELDS_TYPES["TQFields"]
+IQGridFields = _FIELDS_TYPES["IQGridFields"]
 
 
 def _f16_field(arr: np.ndarray, field) -> np.ndarray:
@@ -162,13 +164,16 @@ def _decoder(fmt, kernel, fields_type, filled):
     declared = {f.name: f for f in fmt.fields}
     shapes = [(name, np.dtype(code), fmt.block_size if name == "q" else declared[name].count)
               for name, code in filled]
+    # numba has no float16 arrays: an f16 field filled by the kernel is filled as its bits
+    bits = {np.dtype("f2"): np.dtype("u2")}
 
     def decode(arr):
         g = arr.shape[0]
-        arrays = {name: np.empty((g, count) if count != 1 else g, dtype)
+        arrays = {name: np.empty((g, count) if count != 1 else g, bits.get(dtype, dtype))
                   for name, dtype, count in shapes}
         if g:
             kernel(arr, *arrays.values())
+        arrays = {name: a.view(dtype) for (name, dtype, _), a in zip(shapes, arrays.values())}
         return fields_type(*(arrays[name] if name in arrays
                              else _f16_field(arr, declared[name]) if name in declared else None
                              for name in fields_type._fields))

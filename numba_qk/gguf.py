@@ -1755,8 +1755,8 @@ def _routed_dequantize(original, routes):
 def _routed_quantize(original, routes):
     def quantize(data, qtype):
         fmt = routes.get(_as_int(qtype))
-        if (fmt is None or not isinstance(data, np.ndarray) or data.ndim == 0 or data.size == 0
-                or data.shape[-1] % fmt.block_size):
+        if (fmt is None or fmt not in _registry.QUANTIZABLE or not isinstance(data, np.ndarray)
+                or data.ndim == 0 or data.size == 0 or data.shape[-1] % fmt.block_size):
             return original(data, qtype)  # other types, lazy tensors, gguf-py's own errors
         x = np.ascontiguousarray(data.view(np.ndarray).astype(np.float32, copy=False)
                                  ).reshape(-1, fmt.block_size)
@@ -1825,7 +1825,7 @@ def restore_gguf_py() -> None:
 def write_demo_model(path, *, dim: int = 512, seed: int = 0) -> Path:
     """Write a small model-shaped GGUF file (the CLI's embedded default): F32, F16 and BF16
     matrices with 256-multiple rows, a 1-D norm, a Q4_K and a Q8_0 matrix, and an IQ2_XXS matrix
-    (random bytes) that numba_qk does not accelerate.  ``dim`` (a multiple of 256) is the model
+    (random bytes, d = 0; numba_qk has no IQ2_XXS encoder).  ``dim`` (a multiple of 256) is the model
     width; the FFN is twice as wide."""
     gguf = _gguf()
     if dim < 256 or dim % 256:

@@ -167,3 +167,16 @@ def legacy_extremes(f, act, rows, g, rng):
     w[..., 0:4] = sw.view(np.uint8).reshape(rows, g, 4)
     x[..., 0:4] = sx.view(np.uint8).reshape(g, 4)
     return w, x
+
+
+def random_iq_grid(rng, fmt, g: int) -> np.ndarray:
+    """``g`` random records of a grid IQ format (IQ2_XXS ... IQ1_M) with finite f16 scales
+    d in [1e-3, 1e-2] (IQ1_M: written into the scales' top nibbles)."""
+    rec = rng.integers(0, 256, (g, fmt.block_bytes), dtype=np.uint8)
+    bits = rng.uniform(1e-3, 1e-2, g).astype(np.float16).view(np.uint16).astype(np.int64)
+    if fmt.name == "IQ1_M":
+        for t in range(4):
+            rec[:, 49 + 2 * t] = (rec[:, 49 + 2 * t] & 0x0F) | (((bits >> (4 * t)) & 0xF) << 4)
+    else:
+        rec[:, 0], rec[:, 1] = bits & 0xFF, bits >> 8
+    return rec

@@ -40,6 +40,7 @@ from .kquants import q2_k, q3_k, q4_k, q5_k, q6_k, q8_k, tq1_0, tq2_0  # noqa: F
 from .legacy import q4_0, q4_1, q5_0, q5_1, q8_0, q8_1  # noqa: F401
 from .mxrec import mxfp4, nvfp4  # noqa: F401
 from .iq import iq4_nl, iq4_xs  # noqa: F401
+from .iq import iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs  # noqa: F401
 
 __all__ = ["Field", "Format", "ScalarType", "ScaledFormat", "QuantNamespace", "quant", "f32", "f16", "bf16", "i8",
            "i32", "from_ggml_type", "activation_format"]

@@ -1,5 +1,6 @@
-"""ggml's IQ4 record formats IQ4_NL and IQ4_XS (``block_iq4_nl``, ``block_iq4_xs`` in
-``ggml-common.h``): declarations only (no numba).
+"""ggml's IQ record formats (``block_iq*`` in ``ggml-common.h``): declarations only (no numba).
+The IQ4 formats IQ4_NL and IQ4_XS first, then the grid formats IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S,
+IQ3_S, IQ2_S, IQ1_M (end of this docstring).
 
 Both store 4-bit codes ``c`` (0..15) read through ggml's non-linear table ``kvalues_iq4nl``
 (``KVALUES_IQ4NL`` below, copied from ggml-common.h of llama.cpp / ggml):
@@ -20,6 +21,39 @@ IQ4_XS (136 B, 256 elements in 8 sub-blocks of 32, ggml type 23; pairs with Q8_K
       [4, 8)   scales_l[4]  low 4 bits of ``ls_s``: byte 4 + s // 2, low nibble for even s
     [8, 136)   qs[128]      codes: sub-block s takes bytes 8 + 16s .. 8 + 16s + 16, element j
                             of it in the low nibble of byte j, element j + 16 in the high one
+
+The grid formats (256 elements, 8 sub-blocks of 32, groups of 8 elements (IQ3: two halves of
+4) read as one entry of a grid table of ``numba_qk.formats.iq_grids``, ggml's data; all pair
+with Q8_K).  ``ls`` are the sub-block scale codes (one per 32, or per 16 where two), used as
+``(2 ls + 1)``; ``signs`` hold 7 sign bits per group of 8 read through ``ksigns_iq2xs`` (8 with
+even parity) or 8 plain sign bits (IQ2_S, IQ3_S); element ``j`` of group ``l`` of sub-block
+``s`` is element ``32 s + 8 l + j``::
+
+    IQ2_XXS (66 B, type 16)  [0, 2) d f16; [2, 66) 8 x 8 bytes: per sub-block 4 grid indices
+        (u8, iq2xxs_grid) then a little-endian u32 of 4 x 7 sign bits (bits 7l..7l+7) and ls
+        (bits 28..31);  x = d * (0.5 + ls) / 4 * grid * sign
+    IQ2_XS  (74 B, type 17)  [0, 2) d; [2, 66) 32 little-endian u16: 9-bit index into
+        iq2xs_grid (bits 0..8), 7 sign bits (9..15); [66, 74) ls: two 4-bit scales per
+        sub-block (low nibble: groups 0, 1; high: 2, 3);  x = d * (0.5 + ls) / 4 * grid * sign
+    IQ2_S   (82 B, type 22)  [0, 2) d; [2, 34) low 8 bits of the 10-bit iq2s_grid indices;
+        [34, 66) 8 sign bits per group; [66, 74) qh: bits 2l, 2l+1 of byte s are index bits
+        8, 9 of group l; [74, 82) ls as IQ2_XS;  x = d * (0.5 + ls) / 4 * grid * sign
+    IQ3_XXS (98 B, type 18)  [0, 2) d; [2, 66) 64 indices into iq3xxs_grid (u8, 4 elements
+        each); [66, 98) per sub-block a little-endian u32 of 4 x 7 sign bits and ls (bits
+        28..31);  x = d * (0.5 + ls) / 2 * grid * sign
+    IQ3_S   (110 B, type 21) [0, 2) d; [2, 66) low 8 bits of 64 9-bit iq3s_grid indices;
+        [66, 74) qh: bit k of byte s is index bit 8 of half-group k of sub-block s; [74, 106)
+        8 sign bits per group; [106, 110) ls: 4-bit, sub-block 2t in the low nibble of byte t,
+        2t + 1 in the high one;  x = d * (1 + 2 ls) * grid * sign
+    IQ1_S   (50 B, type 19)  [0, 2) d; [2, 34) low 8 bits of 32 11-bit iq1s_grid indices;
+        [34, 50) 8 little-endian u16 qh: bits 3l..3l+2 index bits 8..10 of group l, bits
+        12..14 ls, bit 15 the delta sign;  x = d * (2 ls + 1) * (grid +- 1/8)
+    IQ1_M   (56 B, type 29)  [0, 32) low 8 bits of the iq1s_grid indices; [32, 48) qh, one
+        byte per pair of groups: bits 0..2 / 4..6 index bits 8..10 of the even / odd group,
+        bit 3 / 7 their delta signs; [48, 56) 4 little-endian u16: bits 0..11 of u16 t two
+        sub-blocks' pairs of 3-bit ls (one per 16 elements), bits 12..15 one nibble of the
+        f16 super-block scale d (u16 t gives d's bits 4t..4t+3);
+        x = d * (2 ls + 1) * (grid +- 1/8)
 """
 
 from ._schema import F, TOKEN, Format
@@ -44,5 +78,53 @@ iq4_xs = Format(
     "6-bit ls split into scales_l (low 4 bits) and scales_h (high 2)", GGMLType.IQ4_XS,
 )
 
-FORMATS = (iq4_nl, iq4_xs)
-ACTIVATION = {iq4_nl: q8_0, iq4_xs: q8_k}
+
+
+def _grid(name, attr, nbytes, fields, doc):
+    return Format(TOKEN, name, attr, 256, nbytes, [F("d", 0, 2, "f16", 1, 16, True), *fields],
+                  doc, getattr(GGMLType, name))
+
+
+iq2_xxs = _grid("IQ2_XXS", "iq2_xxs", 66, [
+    F("grid", 2, 66, "u8", 32, 8, False), F("signs", 2, 66, "u7", 32, 7, False),
+    F("ls", 2, 66, "u4", 8, 4, False)],
+    "IQ2_XXS: 256 elements, groups of 8 from iq2xxs_grid, 7 sign bits per group (ksigns), "
+    "value = d * (0.5 + ls) / 4 * grid * sign")
+iq2_xs = _grid("IQ2_XS", "iq2_xs", 74, [
+    F("grid", 2, 66, "u9", 32, 9, False), F("signs", 2, 66, "u7", 32, 7, False),
+    F("ls", 66, 74, "u4", 16, 4, False)],
+    "IQ2_XS: 256 elements, groups of 8 from iq2xs_grid (9-bit index), 7 sign bits per group, "
+    "value = d * (0.5 + ls) / 4 * grid * sign, one ls per 16")
+iq3_xxs = _grid("IQ3_XXS", "iq3_xxs", 98, [
+    F("grid", 2, 66, "u8", 64, 8, False), F("signs", 66, 98, "u7", 32, 7, False),
+    F("ls", 66, 98, "u4", 8, 4, False)],
+    "IQ3_XXS: 256 elements, halves of 4 from iq3xxs_grid, 7 sign bits per group of 8, "
+    "value = d * (0.5 + ls) / 2 * grid * sign")
+iq1_s = _grid("IQ1_S", "iq1_s", 50, [
+    F("grid", 2, 34, "u8", 32, 8, False), F("qh", 34, 50, "u3", 32, 3, False),
+    F("ls", 34, 50, "u3", 8, 3, False), F("delta", 34, 50, "u1", 8, 1, False)],
+    "IQ1_S: 256 elements, groups of 8 from iq1s_grid (11-bit index, values -1, 0, 1), "
+    "value = d * (2 ls + 1) * (grid + delta), delta = +-1/8 per sub-block")
+iq3_s = _grid("IQ3_S", "iq3_s", 110, [
+    F("grid", 2, 66, "u8", 64, 8, False), F("qh", 66, 74, "u1", 64, 1, False),
+    F("signs", 74, 106, "u1", 256, 1, False), F("ls", 106, 110, "u4", 8, 4, False)],
+    "IQ3_S: 256 elements, halves of 4 from iq3s_grid (9-bit index), one sign bit per element, "
+    "value = d * (1 + 2 ls) * grid * sign")
+iq2_s = _grid("IQ2_S", "iq2_s", 82, [
+    F("grid", 2, 34, "u8", 32, 8, False), F("signs", 34, 66, "u1", 256, 1, False),
+    F("qh", 66, 74, "u2", 32, 2, False), F("ls", 74, 82, "u4", 16, 4, False)],
+    "IQ2_S: 256 elements, groups of 8 from iq2s_grid (10-bit index), one sign bit per element, "
+    "value = d * (0.5 + ls) / 4 * grid * sign, one ls per 16")
+iq1_m = Format(
+    TOKEN, "IQ1_M", "iq1_m", 256, 56,
+    [F("grid", 0, 32, "u8", 32, 8, False), F("qh", 32, 48, "u3", 32, 3, False),
+     F("delta", 32, 48, "u1", 32, 1, False), F("ls", 48, 56, "u3", 16, 3, False),
+     F("d", 48, 56, "f16", 1, 16, True)],
+    "IQ1_M: 256 elements, groups of 8 from iq1s_grid (11-bit index), value = d * (2 ls + 1) * "
+    "(grid + delta), delta = +-1/8 per group, one ls per 16, the f16 d in the scales' top "
+    "nibbles", GGMLType.IQ1_M,
+)
+
+FORMATS = (iq4_nl, iq4_xs, iq2_xxs, iq2_xs, iq3_xxs, iq1_s, iq3_s, iq2_s, iq1_m)
+GRID_FORMATS = FORMATS[2:]
+ACTIVATION = {iq4_nl: q8_0, iq4_xs: q8_k, **{f: q8_k for f in GRID_FORMATS}}

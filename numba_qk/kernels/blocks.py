@@ -1,7 +1,8 @@
 """``@njit`` building blocks for every record format, one naming pattern (issue 22).
 
 For a weight format ``f`` and its activation format ``a`` (``numba_qk.activation_format(f)``:
-Q4_K/Q2_K/Q3_K/Q5_K/Q6_K/TQ1_0/TQ2_0/IQ4_XS -> Q8_K, Q4_0/Q5_0/Q8_0/MXFP4/NVFP4/IQ4_NL -> Q8_0,
+Q4_K/Q2_K/Q3_K/Q5_K/Q6_K/TQ1_0/TQ2_0/IQ4_XS and the grid IQ formats -> Q8_K,
+Q4_0/Q5_0/Q8_0/MXFP4/NVFP4/IQ4_NL -> Q8_0,
 Q4_1/Q5_1 -> Q8_1)::
 
     dot_<f>_<a>(w_row, xq) -> float32   w_row uint8 [G, bytes_f], xq uint8 [G', bytes_a]
@@ -10,7 +11,8 @@ Q4_1/Q5_1 -> Q8_1)::
     quantize_<f>(x, out) -> int         x float32 [G * block_f], out uint8 [G, bytes_f]
 
 ``G' = G`` except for NVFP4 (64 values per record), whose activation is ``2G`` Q8_0 records.
-Q8_K and Q8_1 are activation-only formats: they get dequantize / quantize, no dot / gemv.
+Q8_K and Q8_1 are activation-only formats: they get dequantize / quantize, no dot / gemv; the
+grid IQ formats (IQ2_XXS ... IQ1_M) have no encoder: dot / gemv / dequantize only.
 ``quantize`` returns -1 on success, else the index of the first out-of-domain block (a
 non-finite value; for Q8_K also an extreme too small to invert), and then writes nothing.
 Every result equals the public operation's (``quantized_dot``, ``gemv``, ``dequantize``,
@@ -49,6 +51,7 @@ from numba_qk.kernels.kquants import q3_k as _k3
 from numba_qk.kernels.kquants import q5_k as _k5
 from numba_qk.kernels.kquants import q6_k as _k6
 from numba_qk.kernels.ternary import tq as _ktq
+from numba_qk.kernels.iq import grid as _kiqg
 from numba_qk._jit import kernel
 from numba_qk.kernels.kquants.q4_k import q4_k_dequantize_records as _q4_k_dequantize
 from numba_qk.kernels.kquants.q4_k_encode import quantize_q4_k as _q4_k_quantize
@@ -69,6 +72,14 @@ __all__ = [
     "dot_iq4_xs_q8_k", "gemv_iq4_xs_q8_k", "dequantize_iq4_xs", "quantize_iq4_xs",
     "dot_tq1_0_q8_k", "gemv_tq1_0_q8_k", "dequantize_tq1_0", "quantize_tq1_0",
     "dot_tq2_0_q8_k", "gemv_tq2_0_q8_k", "dequantize_tq2_0", "quantize_tq2_0",
+    # the grid IQ formats (no encoders: no quantize_<f>)
+    "dot_iq2_xxs_q8_k", "gemv_iq2_xxs_q8_k", "dequantize_iq2_xxs",
+    "dot_iq2_xs_q8_k", "gemv_iq2_xs_q8_k", "dequantize_iq2_xs",
+    "dot_iq3_xxs_q8_k", "gemv_iq3_xxs_q8_k", "dequantize_iq3_xxs",
+    "dot_iq1_s_q8_k", "gemv_iq1_s_q8_k", "dequantize_iq1_s",
+    "dot_iq3_s_q8_k", "gemv_iq3_s_q8_k", "dequantize_iq3_s",
+    "dot_iq2_s_q8_k", "gemv_iq2_s_q8_k", "dequantize_iq2_s",
+    "dot_iq1_m_q8_k", "gemv_iq1_m_q8_k", "dequantize_iq1_m",
 ]
 
 # The registry's kernels, as module globals (numba resolves a global at compile time; an
@@ -107,6 +118,20 @@ _tq1_0_dequantize, _tq1_0_quantize = _ktq.dequantize_tq1_0, _ktq.quantize_tq1_0
 _tq1_0_dot, _tq1_0_gemv = _ktq.dot_tq1_0_q8_k, _ktq.gemv_tq1_0_q8_k
 _tq2_0_dequantize, _tq2_0_quantize = _ktq.dequantize_tq2_0, _ktq.quantize_tq2_0
 _tq2_0_dot, _tq2_0_gemv = _ktq.dot_tq2_0_q8_k, _ktq.gemv_tq2_0_q8_k
+_iq2_xxs_dequantize = _kiqg.dequantize_iq2_xxs
+_iq2_xxs_dot, _iq2_xxs_gemv = _kiqg.dot_iq2_xxs_q8_k, _kiqg.gemv_iq2_xxs_q8_k
+_iq2_xs_dequantize = _kiqg.dequantize_iq2_xs
+_iq2_xs_dot, _iq2_xs_gemv = _kiqg.dot_iq2_xs_q8_k, _kiqg.gemv_iq2_xs_q8_k
+_iq3_xxs_dequantize = _kiqg.dequantize_iq3_xxs
+_iq3_xxs_dot, _iq3_xxs_gemv = _kiqg.dot_iq3_xxs_q8_k, _kiqg.gemv_iq3_xxs_q8_k
+_iq1_s_dequantize = _kiqg.dequantize_iq1_s
+_iq1_s_dot, _iq1_s_gemv = _kiqg.dot_iq1_s_q8_k, _kiqg.gemv_iq1_s_q8_k
+_iq3_s_dequantize = _kiqg.dequantize_iq3_s
+_iq3_s_dot, _iq3_s_gemv = _kiqg.dot_iq3_s_q8_k, _kiqg.gemv_iq3_s_q8_k
+_iq2_s_dequantize = _kiqg.dequantize_iq2_s
+_iq2_s_dot, _iq2_s_gemv = _kiqg.dot_iq2_s_q8_k, _kiqg.gemv_iq2_s_q8_k
+_iq1_m_dequantize = _kiqg.dequantize_iq1_m
+_iq1_m_dot, _iq1_m_gemv = _kiqg.dot_iq1_m_q8_k, _kiqg.gemv_iq1_m_q8_k
 # ---- Q8_K --------------------------------------------------------------------------------------
 
 
@@ -581,3 +606,150 @@ def quantize_tq2_0(x, out):
     """x float32 [G * 256] (C-contiguous) -> TQ2_0 records out uint8 [G, 66]; -1, or the
     first block holding a non-finite value (out untouched then)."""
     return _tq2_0_quantize(x.reshape(out.shape[0], 256), out)
+
+# ---- IQ2_XXS ---------------------------------------------------------------------------------
+
+
+@kernel
+def dot_iq2_xxs_q8_k(w_row, xq):
+    """IQ2_XXS x Q8_K dot: w_row uint8 [G, 66], xq uint8 [G, 292] -> float32."""
+    return _iq2_xxs_dot(w_row, xq)
+
+
+@kernel
+def gemv_iq2_xxs_q8_k(w, xq, out):
+    """out[r] = dot_iq2_xxs_q8_k(w[r], xq): w uint8 [rows, G, 66], xq uint8 [G, 292], out
+    float32 [rows]."""
+    _iq2_xxs_gemv(w, xq, out)
+
+
+@kernel
+def dequantize_iq2_xxs(w, out):
+    """IQ2_XXS records w uint8 [G, 66] -> out float32 [G * 256] (C-contiguous)."""
+    _iq2_xxs_dequantize(w, out.reshape(w.shape[0], 256))
+
+# ---- IQ2_XS ----------------------------------------------------------------------------------
+
+
+@kernel
+def dot_iq2_xs_q8_k(w_row, xq):
+    """IQ2_XS x Q8_K dot: w_row uint8 [G, 74], xq uint8 [G, 292] -> float32."""
+    return _iq2_xs_dot(w_row, xq)
+
+
+@kernel
+def gemv_iq2_xs_q8_k(w, xq, out):
+    """out[r] = dot_iq2_xs_q8_k(w[r], xq): w uint8 [rows, G, 74], xq uint8 [G, 292], out
+    float32 [rows]."""
+    _iq2_xs_gemv(w, xq, out)
+
+
+@kernel
+def dequantize_iq2_xs(w, out):
+    """IQ2_XS records w uint8 [G, 74] -> out float32 [G * 256] (C-contiguous)."""
+    _iq2_xs_dequantize(w, out.reshape(w.shape[0], 256))
+
+# ---- IQ3_XXS ---------------------------------------------------------------------------------
+
+
+@kernel
+def dot_iq3_xxs_q8_k(w_row, xq):
+    """IQ3_XXS x Q8_K dot: w_row uint8 [G, 98], xq uint8 [G, 292] -> float32."""
+    return _iq3_xxs_dot(w_row, xq)
+
+
+@kernel
+def gemv_iq3_xxs_q8_k(w, xq, out):
+    """out[r] = dot_iq3_xxs_q8_k(w[r], xq): w uint8 [rows, G, 98], xq uint8 [G, 292], out
+    float32 [rows]."""
+    _iq3_xxs_gemv(w, xq, out)
+
+
+@kernel
+def dequantize_iq3_xxs(w, out):
+    """IQ3_XXS records w uint8 [G, 98] -> out float32 [G * 256] (C-contiguous)."""
+    _iq3_xxs_dequantize(w, out.reshape(w.shape[0], 256))
+
+# ---- IQ1_S -----------------------------------------------------------------------------------
+
+
+@kernel
+def dot_iq1_s_q8_k(w_row, xq):
+    """IQ1_S x Q8_K dot: w_row uint8 [G, 50], xq uint8 [G, 292] -> float32."""
+    return _iq1_s_dot(w_row, xq)
+
+
+@kernel
+def gemv_iq1_s_q8_k(w, xq, out):
+    """out[r] = dot_iq1_s_q8_k(w[r], xq): w uint8 [rows, G, 50], xq uint8 [G, 292], out
+    float32 [rows]."""
+    _iq1_s_gemv(w, xq, out)
+
+
+@kernel
+def dequantize_iq1_s(w, out):
+    """IQ1_S records w uint8 [G, 50] -> out float32 [G * 256] (C-contiguous)."""
+    _iq1_s_dequantize(w, out.reshape(w.shape[0], 256))
+
+# ---- IQ3_S -----------------------------------------------------------------------------------
+
+
+@kernel
+def dot_iq3_s_q8_k(w_row, xq):
+    """IQ3_S x Q8_K dot: w_row uint8 [G, 110], xq uint8 [G, 292] -> float32."""
+    return _iq3_s_dot(w_row, xq)
+
+
+@kernel
+def gemv_iq3_s_q8_k(w, xq, out):
+    """out[r] = dot_iq3_s_q8_k(w[r], xq): w uint8 [rows, G, 110], xq uint8 [G, 292], out
+    float32 [rows]."""
+    _iq3_s_gemv(w, xq, out)
+
+
+@kernel
+def dequantize_iq3_s(w, out):
+    """IQ3_S records w uint8 [G, 110] -> out float32 [G * 256] (C-contiguous)."""
+    _iq3_s_dequantize(w, out.reshape(w.shape[0], 256))
+
+# ---- IQ2_S -----------------------------------------------------------------------------------
+
+
+@kernel
+def dot_iq2_s_q8_k(w_row, xq):
+    """IQ2_S x Q8_K dot: w_row uint8 [G, 82], xq uint8 [G, 292] -> float32."""
+    return _iq2_s_dot(w_row, xq)
+
+
+@kernel
+def gemv_iq2_s_q8_k(w, xq, out):
+    """out[r] = dot_iq2_s_q8_k(w[r], xq): w uint8 [rows, G, 82], xq uint8 [G, 292], out
+    float32 [rows]."""
+    _iq2_s_gemv(w, xq, out)
+
+
+@kernel
+def dequantize_iq2_s(w, out):
+    """IQ2_S records w uint8 [G, 82] -> out float32 [G * 256] (C-contiguous)."""
+    _iq2_s_dequantize(w, out.reshape(w.shape[0], 256))
+
+# ---- IQ1_M -----------------------------------------------------------------------------------
+
+
+@kernel
+def dot_iq1_m_q8_k(w_row, xq):
+    """IQ1_M x Q8_K dot: w_row uint8 [G, 56], xq uint8 [G, 292] -> float32."""
+    return _iq1_m_dot(w_row, xq)
+
+
+@kernel
+def gemv_iq1_m_q8_k(w, xq, out):
+    """out[r] = dot_iq1_m_q8_k(w[r], xq): w uint8 [rows, G, 56], xq uint8 [G, 292], out
+    float32 [rows]."""
+    _iq1_m_gemv(w, xq, out)
+
+
+@kernel
+def dequantize_iq1_m(w, out):
+    """IQ1_M records w uint8 [G, 56] -> out float32 [G * 256] (C-contiguous)."""
+    _iq1_m_dequantize(w, out.reshape(w.shape[0], 256))

@@ -15,8 +15,10 @@ from numba_qk._registry import BINDINGS, QUANTIZABLE, WEIGHTS, Binding, check_bi
 from numba_qk.testing import reference as oracles
 
 from numba_qk.testing.asserts import assert_same_f32, assert_same_records
+from records import random_iq_grid
 
 ALL = [b.format for b in BINDINGS]
+IQ_GRID = (qk.quant.iq2_xxs, qk.quant.iq2_xs, qk.quant.iq3_xxs, qk.quant.iq1_s, qk.quant.iq3_s, qk.quant.iq2_s, qk.quant.iq1_m)
 ids = [f.name for f in ALL]
 
 
@@ -37,13 +39,16 @@ def test_registry_is_whole_and_ordered():
                                              qk.quant.q8_0, qk.quant.q8_1, qk.quant.q2_k,
                                              qk.quant.q3_k, qk.quant.q5_k, qk.quant.q6_k,
                                              qk.quant.mxfp4, qk.quant.nvfp4, qk.quant.iq4_nl,
-                                             qk.quant.iq4_xs, qk.quant.tq1_0, qk.quant.tq2_0]
+                                             qk.quant.iq4_xs, qk.quant.tq1_0, qk.quant.tq2_0,
+                                             *IQ_GRID]
     assert set(ALL) == set(qk.quant)
     assert WEIGHTS == (qk.quant.q4_k, qk.quant.q4_0, qk.quant.q4_1, qk.quant.q5_0,
                        qk.quant.q5_1, qk.quant.q8_0, qk.quant.q2_k, qk.quant.q3_k,
                        qk.quant.q5_k, qk.quant.q6_k, qk.quant.mxfp4, qk.quant.nvfp4,
-                       qk.quant.iq4_nl, qk.quant.iq4_xs, qk.quant.tq1_0, qk.quant.tq2_0)
-    assert QUANTIZABLE == tuple(ALL)
+                       qk.quant.iq4_nl, qk.quant.iq4_xs, qk.quant.tq1_0, qk.quant.tq2_0,
+                       *IQ_GRID)
+    # every format is quantizable but the grid IQ formats (decode and dots only, no encoders)
+    assert QUANTIZABLE == tuple(f for f in ALL if f not in IQ_GRID)
     from numba_qk import gguf
 
     assert gguf.ACCELERATED == WEIGHTS
@@ -104,8 +109,11 @@ def test_quantize_matches_the_oracle_and_rejects_non_finite(fmt, rng):
 
 def _pair(rng, fmt, shape_w, shape_x):
     act = qk.activation_format(fmt)
-    w = qk.quantize(rng.standard_normal((int(np.prod(shape_w)), fmt.block_size))
-                    .astype(np.float32), format=fmt).reshape(*shape_w, -1)
+    if fmt in QUANTIZABLE:
+        w = qk.quantize(rng.standard_normal((int(np.prod(shape_w)), fmt.block_size))
+                        .astype(np.float32), format=fmt).reshape(*shape_w, -1)
+    else:   # no encoder: random records with finite scales
+        w = random_iq_grid(rng, fmt, int(np.prod(shape_w))).reshape(*shape_w, -1)
     shape_x = (*shape_x[:-1], shape_x[-1] * span(fmt))
     x = qk.quantize(rng.standard_normal((int(np.prod(shape_x)), act.block_size))
                     .astype(np.float32), format=act).reshape(*shape_x, -1)
@@ -264,7 +272,7 @@ def test_capabilities():
     assert q4k.dot_partner is qk.quant.q8_k and q4k.quantizer == "ggml quantize_row_q4_K_ref"
     assert qk.capabilities(qk.quant.q8_k).activation_of == (
         qk.quant.q4_k, qk.quant.q2_k, qk.quant.q3_k, qk.quant.q5_k, qk.quant.q6_k,
-        qk.quant.iq4_xs, qk.quant.tq1_0, qk.quant.tq2_0)
+        qk.quant.iq4_xs, qk.quant.tq1_0, qk.quant.tq2_0, *IQ_GRID)
     assert qk.capabilities(qk.quant.q6_k).quantizer == "ggml quantize_row_q6_K_ref"
     assert qk.capabilities(qk.quant.q8_1).activation_of == (qk.quant.q4_1, qk.quant.q5_1)
     for scalar in (qk.f32, qk.f16, qk.bf16, qk.i8, qk.i32):
@@ -375,7 +383,7 @@ def test_inspect_prints_capabilities(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "formats (numba_qk.capabilities):" in out
     assert "  Q4_K: quantize, dequantize, decode, dot with Q8_K, gemv/gemm/matmul" in out
-    assert "  IQ2_XXS: not modelled by numba_qk" in out
+    assert "  IQ2_XXS: dequantize, decode, dot with Q8_K, gemv/gemm/matmul" in out
     assert "  F32: no kernels (stored values only)" in out
     assert cli._quantizable_weights() == ["q4_k", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k",
                                           "q3_k", "q5_k", "q6_k", "mxfp4", "nvfp4", "iq4_nl",

@@ -34,8 +34,9 @@ def test_listing(demo):
         assert info["blk.0.ffn_up.weight"].format is qk.f16
         assert info["blk.0.ffn_down.weight"].format is qk.bf16
         assert info["blk.0.ffn_down.weight"].shape == (512, 1024)
-        assert info["output.weight"].format is None and info["output.weight"].type_name == "IQ2_XXS"
-        assert [t.accelerated for t in f.tensors].count(True) == 2
+        assert info["output.weight"].format is qk.quant.iq2_xxs
+        assert info["output.weight"].type_name == "IQ2_XXS"
+        assert [t.accelerated for t in f.tensors].count(True) == 3
         assert info["blk.0.attn_k.weight"].bits_per_weight == 4.5
         assert f.metadata["general.name"] == "numba_qk demo model"
         with pytest.raises(KeyError, match="no tensor named 'nope'"):
@@ -75,8 +76,8 @@ def test_matmul_never_copies_the_weights_and_is_exact(demo):
         xs = np.stack([x, -x])
         assert_same_f32(f.matmul("blk.0.attn_v.weight", xs)[1],
                         f.matmul("blk.0.attn_v.weight", -x))
-        with pytest.raises(gguf.GGUFError, match="IQ2_XXS: not accelerated"):
-            f.matmul("output.weight", x)
+        with pytest.raises(gguf.GGUFError, match="F16: not accelerated"):
+            f.matmul("blk.0.ffn_up.weight", x)
 
 
 def test_dequantize_every_type_matches_gguf_py(demo):

@@ -41,7 +41,8 @@ def _values(rng, n, block):
 def test_routes_cover_what_the_registry_binds():
     assert ROUTED == ["Q4_K", *LEGACY, "Q2_K", "Q3_K", "Q5_K", "Q6_K", "MXFP4", "NVFP4", "IQ4_NL",
                       "IQ4_XS",
-                      "TQ1_0", "TQ2_0"]
+                      "TQ1_0", "TQ2_0", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ3_S", "IQ2_S",
+                      "IQ1_M"]
     assert "Q8_1" not in ROUTED and "Q8_K" not in ROUTED
     assert gguf.GGML_QUANT_SIZES[T.Q8_1] == (32, 40)  # gguf-py's Q8_1 size is not ggml's 36 B
     assert qk.quant.q8_1.block_bytes == 36

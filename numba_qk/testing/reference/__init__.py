@@ -11,7 +11,7 @@
 ``oracle(fmt)`` returns the ``Oracle`` row; ``ORACLES`` is the table (format name -> row).
 The family modules keep their own conventions and more detail (fields, record terms):
 ``core`` (spec 000's Q4_K/Q8_K, ggml's legacy formats), ``kquants`` (Q2_K..Q6_K), ``mxrec``
-(ggml's MXFP4/NVFP4 records), ``iq`` (IQ4_NL, IQ4_XS), ``lowp`` (element types: ``decode(t, code)``,
+(ggml's MXFP4/NVFP4 records), ``iq`` (IQ4_NL, IQ4_XS and the grid IQ formats), ``lowp`` (element types: ``decode(t, code)``,
 ``encode(t, value)``) and ``mx`` (OCP MX / NVFP4 block-scaled tensors).
 
 Nothing here imports numba_qk's kernels, registry or declarations: a format is looked up by
@@ -73,6 +73,10 @@ ORACLES = {
     "IQ4_XS": Oracle(iq.dequantize_iq4_xs, iq.dot_iq4_xs_q8_k, iq.quantize_iq4_xs,
                      "ggml-common.h / ggml-quants.c (IQ4_XS), docs/numerics.md"),
 }
+for _name in ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"):
+    ORACLES[_name] = Oracle(partial(iq.dequantize_grid, _name), partial(iq.dot_grid, _name), None,
+                            "ggml-common.h / ggml-quants.c (" + _name
+                            + "), docs/numerics_iq_grid.md")
 for _name in ("TQ1_0", "TQ2_0"):
     ORACLES[_name] = Oracle(partial(ternary.dequantize, _name),
                             partial(ternary.quantized_dot, _name),

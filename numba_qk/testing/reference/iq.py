@@ -195,3 +195,127 @@ def quantize_iq4_xs(values) -> bytes:
     _check_finite(values)
     dh, qs, sh, sl = _impl(values, 256)
     return _f16_bytes(dh) + struct.pack("<H", sh) + bytes(sl) + qs
+
+
+# ---- the grid formats IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M ---------------------
+# Written from ggml-quants.c's dequantize_row_iq2_xxs ... dequantize_row_iq1_m (block layouts of
+# ggml-common.h) and docs/numerics_iq_grid.md.  The grid and sign tables are ggml's data, read
+# from numba_qk.formats.iq_grids (plain tuples; checked against ggml by tests/iq).  Each format
+# is first turned into its groups: (scale factor f, sign mask, grid bytes, delta) per 8 elements,
+# with f = (2 ls + 1) and a power-of-two constant c per format (x = d * c * f * q).
+
+from numba_qk.formats import iq_grids as _G  # noqa: E402  (data only)
+
+
+def _grid_bytes(table, i, n):
+    return [(table[i] >> (8 * j)) & 0xFF for j in range(n)]
+
+
+def _u16(rec, at):
+    return rec[at] | (rec[at + 1] << 8)
+
+
+def _u32(rec, at):
+    return _u16(rec, at) | (_u16(rec, at + 2) << 16)
+
+
+def _signed(grid, signs):
+    """+-grid values from 8 sign bits (bit j: element j negative)."""
+    return [-g if (signs >> j) & 1 else g for j, g in enumerate(grid)]
+
+
+def grid_groups(name: str, rec: bytes):
+    """``(d, c, [(ls, q[8]) for the 32 groups of 8])``: x = d * c * (2 ls + 1) * q, q the
+    signed integer multiplier (IQ1: 8 grid +- 1)."""
+    rec = bytes(rec)
+    out = []
+    if name == "IQ1_M":
+        sc = [_u16(rec, 48 + 2 * t) for t in range(4)]
+        bits = (sc[0] >> 12) | ((sc[1] >> 8) & 0xF0) | ((sc[2] >> 4) & 0xF00) | (sc[3] & 0xF000)
+        d = F(np.array(bits, np.uint16).view(np.float16))
+    else:
+        d = _f16(rec, 0)
+    for s in range(8):
+        for l in range(4):
+            if name == "IQ2_XXS":
+                aux = _u32(rec, 2 + 8 * s + 4)
+                ls = aux >> 28
+                q = _signed(_grid_bytes(_G.IQ2XXS_GRID, rec[2 + 8 * s + l], 8),
+                            _G.KSIGNS_IQ2XS[(aux >> (7 * l)) & 127])
+            elif name == "IQ2_XS":
+                v = _u16(rec, 2 + 8 * s + 2 * l)
+                ls = (rec[66 + s] >> (4 * (l // 2))) & 15
+                q = _signed(_grid_bytes(_G.IQ2XS_GRID, v & 511, 8), _G.KSIGNS_IQ2XS[v >> 9])
+            elif name == "IQ2_S":
+                idx = rec[2 + 4 * s + l] | ((rec[66 + s] << (8 - 2 * l)) & 0x300)
+                ls = (rec[74 + s] >> (4 * (l // 2))) & 15
+                q = _signed(_grid_bytes(_G.IQ2S_GRID, idx, 8), rec[34 + 4 * s + l])
+            elif name == "IQ3_XXS":
+                aux = _u32(rec, 66 + 4 * s)
+                ls = aux >> 28
+                grid = (_grid_bytes(_G.IQ3XXS_GRID, rec[2 + 8 * s + 2 * l], 4)
+                        + _grid_bytes(_G.IQ3XXS_GRID, rec[2 + 8 * s + 2 * l + 1], 4))
+                q = _signed(grid, _G.KSIGNS_IQ2XS[(aux >> (7 * l)) & 127])
+            elif name == "IQ3_S":
+                qh = rec[66 + s]
+                i1 = rec[2 + 8 * s + 2 * l] | ((qh << (8 - 2 * l)) & 256)
+                i2 = rec[2 + 8 * s + 2 * l + 1] | ((qh << (7 - 2 * l)) & 256)
+                ls = (rec[106 + s // 2] >> (4 * (s % 2))) & 15
+                q = _signed(_grid_bytes(_G.IQ3S_GRID, i1, 4) + _grid_bytes(_G.IQ3S_GRID, i2, 4),
+                            rec[74 + 4 * s + l])
+            elif name == "IQ1_S":
+                qh = _u16(rec, 34 + 2 * s)
+                ls = (qh >> 12) & 7
+                delta = -1 if qh & 0x8000 else 1
+                idx = rec[2 + 4 * s + l] | (((qh >> (3 * l)) & 7) << 8)
+                q = [8 * (g - 256 if g > 127 else g) + delta
+                     for g in _grid_bytes(_G.IQ1S_GRID, idx, 8)]
+            elif name == "IQ1_M":
+                qh = rec[32 + 2 * s + l // 2] >> (4 * (l % 2))
+                ls = (_u16(rec, 48 + 2 * (s // 2)) >> (6 * (s % 2) + 3 * (l // 2))) & 7
+                delta = -1 if qh & 8 else 1
+                idx = rec[4 * s + l] | ((qh & 7) << 8)
+                q = [8 * (g - 256 if g > 127 else g) + delta
+                     for g in _grid_bytes(_G.IQ1S_GRID, idx, 8)]
+            else:
+                raise KeyError(name)
+            out.append((ls, q))
+    c = {"IQ3_XXS": F(0.25), "IQ3_S": F(1.0)}.get(name, F(0.125))
+    return d, c, out
+
+
+def dequantize_grid(name: str, rec: bytes) -> list:
+    """ggml's ``dequantize_row_<name>`` of one record, step by step in C order."""
+    d, _, groups = grid_groups(name, rec)
+    out = []
+    for ls, q in groups:
+        if name in ("IQ1_S", "IQ1_M"):
+            dl = F(d * F(2 * ls + 1))
+            for qi in q:                       # q = 8 grid + delta, delta = +-1
+                delta = 1 if qi % 8 == 1 else -1
+                grid = (qi - delta) // 8
+                out.append(F(dl * F(F(grid) + F(delta * 0.125))))
+            continue
+        if name == "IQ3_S":
+            db = F(d * F(1 + 2 * ls))
+        elif name == "IQ3_XXS":
+            db = F(F(d * F(F(0.5) + F(ls))) * F(0.5))
+        else:
+            db = F(F(d * F(F(0.5) + F(ls))) * F(0.25))
+        out += [-F(db * F(abs(qi))) if qi < 0 else F(db * F(qi)) for qi in q]
+    return out
+
+
+def dot_grid(name: str, w_records, x_records) -> np.float32:
+    """S_b = sum_groups (2 ls + 1) * sum_i q_i * q8_i exact; v_b = R32(ds * R32(R32(d * c) *
+    f32(S_b))); left fold seeded with v_0."""
+    vals = []
+    for w, x in zip(w_records, x_records):
+        d, c, groups = grid_groups(name, bytes(w))
+        x = bytes(x)
+        ds = F(np.frombuffer(x[0:4], "<f4")[0])
+        q8 = struct.unpack("<256b", x[4:260])
+        s = sum((2 * ls + 1) * sum(qi * q8[8 * g + j] for j, qi in enumerate(q))
+                for g, (ls, q) in enumerate(groups))
+        vals.append(F(ds * F(F(d * c) * F(s))))
+    return _fold(vals)
