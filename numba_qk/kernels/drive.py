@@ -125,6 +125,27 @@ def _fold_overload(code, w, w_at, w_step, x, x_at, x_step, g):
 
 
 @inline_kernel
+def tile_loop_start(w):
+    """``(acc, ahead, per)`` to start an 8-row gemv tile loop over the weights ``w`` ``[rows, G,
+    B]`` (records contiguous): the tile's f32 lanes, the prefetch plan
+    (``simd.base.prefetch_plan`` for tiles of 8 rows) and the first tiles prefetched."""
+    rows, ws0 = w.shape[0], w.strides[0]
+    acc = np.empty(8, np.float32)
+    ahead, per = prefetch_plan(8 * ws0, w.shape[1])
+    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
+    return acc, ahead, per
+
+
+@inline_kernel
+def tile_loop_store(out, r, acc):
+    """``out[r:r + 8] = acc``: the 8 rows of a finished gemv tile; returns the next tile's
+    first row."""
+    for k in range(8):
+        out[r + k] = acc[k]
+    return r + 8
+
+
+@inline_kernel
 def _no_prep(x):
     return 0
 
@@ -217,19 +238,15 @@ def _gemv_overload(code, w, x, out):
         ws0, ws1, xs = w.strides[0], w.strides[1], x.strides[0]
         r = 0
         if has_tile:
-            acc = np.empty(8, np.float32)
             state = prep(x)
-            ahead, per = prefetch_plan(8 * ws0, g)
-            prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
+            acc, ahead, per = tile_loop_start(w)
             while rows - r >= 8:
                 for b in range(g):
                     # DRAM-streamed weights: prefetch share b of g of a tile ~64 KiB ahead,
                     # one linear range
                     prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
                     tile(w, r * ws0 + b * ws1, x, b * xs, ws0, acc, b == 0, state, b)
-                for k in range(8):
-                    out[r + k] = acc[k]
-                r += 8
+                r = tile_loop_store(out, r, acc)
         for rr in range(r, rows):
             out[rr] = _row(code, w, rr, x, xs, g)
     return gemv_tiles
