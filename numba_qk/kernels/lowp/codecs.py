@@ -420,6 +420,13 @@ _f16_encode_vec = _make_vec_encode(True)
 
 
 @kernel
+def _encode_scalar(D, src, dst, lo, hi):
+    """``dst[k]`` = code of the float32 bits ``src[k]`` in D by the scalar rule, lo <= k < hi."""
+    for k in range(lo, hi):
+        dst[k] = _encode_from_f32(D, np.int64(src[k]))
+
+
+@kernel
 def _encode_run(D, src, dst):
     """``dst[k] = code of the float32 bits src[k]`` in D (K_BF16 or K_F16, the latter only
     with hardware f16) for contiguous 1-d ``src`` (uint32) and ``dst`` (uint16) of one length:
@@ -431,8 +438,7 @@ def _encode_run(D, src, dst):
             _bf16_encode_vec(src, k, dst, k)
         else:
             _f16_encode_vec(src, k, dst, k)
-    for k in range(nv, n):
-        dst[k] = _encode_from_f32(D, np.int64(src[k]))
+    _encode_scalar(D, src, dst, nv, n)
 
 
 _bf16_encode_nt = _make_vec_encode(False, 32, True)
@@ -450,16 +456,14 @@ def _encode_run_nt(D, src, dst):
     h = _stream.line_head(dst, np.int64(2))
     if h < 0 or h > n:
         h = n
-    for k in range(h):
-        dst[k] = _encode_from_f32(D, np.int64(src[k]))
+    _encode_scalar(D, src, dst, 0, h)
     nv = h + (n - h) // 32 * 32
     for k in range(h, nv, 32):
         if D == K_BF16:
             _bf16_encode_nt(src, k, dst, k)
         else:
             _f16_encode_nt(src, k, dst, k)
-    for k in range(nv, n):
-        dst[k] = _encode_from_f32(D, np.int64(src[k]))
+    _encode_scalar(D, src, dst, nv, n)
 
 
 # The hardware f32 -> f16 conversion (x86 F16C ``vcvtps2ph``, round to nearest even) where the
@@ -736,29 +740,27 @@ def _nt_span(dst, n):
     return h, h + (n - h) // 16 * 16
 
 
-@kernel
-def _decode_run_nt8(S, src, dst):
-    """:func:`_decode_run` (uint8 codes of kind S in _PERM_KINDS) with non-temporal lines."""
-    n = np.int64(src.shape[0])
-    h, nv = _nt_span(dst, n)
-    _decode_scalar(S, src, dst, 0, h)
-    for k in range(h, nv, 16):
-        _decode16_nt(S, src, k, dst)
-    _decode_scalar(S, src, dst, nv, n)
+def _make_decode_run_nt(WIDE):
+    @kernel
+    def decode_run_nt(S, src, dst):
+        n = np.int64(src.shape[0])
+        h, nv = _nt_span(dst, n)
+        _decode_scalar(S, src, dst, 0, h)
+        for k in range(h, nv, 16):
+            if not WIDE:
+                _decode16_nt(S, src, k, dst)
+            elif S == K_BF16:
+                _bf16_decode_vec(src, k, dst, k, 1)
+            else:
+                _f16_decode_vec(src, k, dst, k, 1)
+        _decode_scalar(S, src, dst, nv, n)
+    return decode_run_nt
 
 
-@kernel
-def _decode_run_nt16(S, src, dst):
-    """bf16 (any machine) or f16 (hardware f16) codes -> float32 bits, non-temporal lines."""
-    n = np.int64(src.shape[0])
-    h, nv = _nt_span(dst, n)
-    _decode_scalar(S, src, dst, 0, h)
-    for k in range(h, nv, 16):
-        if S == K_BF16:
-            _bf16_decode_vec(src, k, dst, k, 1)
-        else:
-            _f16_decode_vec(src, k, dst, k, 1)
-    _decode_scalar(S, src, dst, nv, n)
+# :func:`_decode_run` with non-temporal lines: uint8 codes of kind S in _PERM_KINDS (nt8), or
+# bf16 (any machine) / f16 (hardware f16) codes (nt16), to float32 bits
+_decode_run_nt8 = _make_decode_run_nt(0)
+_decode_run_nt16 = _make_decode_run_nt(1)
 
 
 # ---- packed 4-bit codes (int4 / uint4 / e2m1, element 0 in the high nibble) -> float32 -------
