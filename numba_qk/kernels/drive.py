@@ -125,6 +125,16 @@ def _fold_overload(code, w, w_at, w_step, x, x_at, x_step, g):
 
 
 @inline_kernel
+def no_records(g, out):
+    """Whether the records are ``g = 0``, every output of ``out`` then set to +0.0 (the empty
+    fold): the guard at the top of each gemv / gemm."""
+    if g == 0:
+        out[...] = np.float32(0.0)
+        return True
+    return False
+
+
+@inline_kernel
 def tile_loop_start(w):
     """``(acc, ahead, per)`` to start an 8-row gemv tile loop over the weights ``w`` ``[rows, G,
     B]`` (records contiguous): the tile's f32 lanes, the prefetch plan
@@ -228,8 +238,7 @@ def _gemv_overload(code, w, x, out):
 
     def gemv_tiles(code, w, x, out):
         rows, g = w.shape[0], w.shape[1]
-        if g == 0:
-            out[:] = np.float32(0.0)
+        if no_records(g, out):
             return
         if w.strides[2] != 1 or x.strides[1] != 1:
             for r in range(rows):
@@ -262,8 +271,7 @@ def _gemm_overload(code, w, x, out):
     if acts_x8 is None:
         if _simd(impl, "rows_x8") is None and _simd(impl, "value") is None:
             def gemm_loop(code, w, x, out):
-                if w.shape[1] == 0:
-                    out[:, :] = np.float32(0.0)
+                if no_records(w.shape[1], out):
                     return
                 for r in range(w.shape[0]):
                     for a in range(x.shape[0]):
@@ -277,8 +285,7 @@ def _gemm_overload(code, w, x, out):
 
     def gemm_tiles(code, w, x, out):
         batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
-        if g == 0:
-            out[:, :] = np.float32(0.0)
+        if no_records(g, out):
             return
         if w.strides[2] != 1 or x.strides[2] != 1:
             for r in range(rows):

@@ -397,7 +397,7 @@ def dot_nvfp4_q8_0(w, x):
 # dot alone, below) and the SIMD tiles (simd/mxrec.py) ------------------------------------------
 
 from numba_qk.formats.mxrec import mxfp4 as _MX_FMT, nvfp4 as _NV_FMT  # noqa: E402
-from numba_qk.kernels.drive import gemv as drive_gemv, kernels_for, register, tile_loop_start, tile_loop_store  # noqa: E402
+from numba_qk.kernels.drive import gemv as drive_gemv, kernels_for, no_records, register, tile_loop_start, tile_loop_store  # noqa: E402
 from numba_qk.kernels.simd.base import HAVE_AVX2, load_f16_fpext, prefetch_lines  # noqa: E402  (after the tables)
 # (numba's own cache key is this file only; _jit.DependencyCache adds _simd_mxrec.py's source
 # and every other kernel-layer module this one imports, so IR edits there recompile these.)
@@ -553,8 +553,7 @@ def _gemm_fp4_t(nv, w, x, out):
     activations are transposed once per call and each weight row stays in L1 while it passes
     every activation group."""
     literally(nv)
-    if w.shape[1] == 0:
-        out[:, :] = np.float32(0.0)
+    if no_records(w.shape[1], out):
         return
     if w.strides[2] != 1 or x.strides[2] != 1:
         _gemm_fp4_portable(nv, w, x, out)
@@ -608,8 +607,7 @@ def gemm_mxfp4_q8_0(w, x, out):
 @kernel
 def gemv_nvfp4_q8_0(w, x, out):
     """``out[r] = dot_nvfp4_q8_0(w[r], x)``: weights ``[rows, G, 36]``, x ``[2G, 34]``."""
-    if w.shape[1] == 0:
-        out[:] = np.float32(0.0)
+    if no_records(w.shape[1], out):
         return
     _gemv_nv(w, x, out)
 

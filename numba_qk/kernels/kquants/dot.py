@@ -26,7 +26,7 @@ import numpy as np
 from numba_qk._jit import kernel
 from numba_qk.formats import quant
 from numba_qk.kernels.kquants.common import X_BSUM_AT, X_DS_AT, X_Q_AT, f16_at, f32_at, x_bsum
-from numba_qk.kernels.drive import kernels_for, register, tile_loop_start, tile_loop_store
+from numba_qk.kernels.drive import kernels_for, no_records, register, tile_loop_start, tile_loop_store
 from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_raw, prefetch_lines, prefetch_plan
 from numba_qk.kernels.simd.q4_k import R16_BYTES, R16_ROWS, accumulate_acts_x8, accumulate_rows16_vnni, accumulate_rows16_vnni_b2, accumulate_rows_x8, accumulate_rows_x8_vnni, array_address, q4_k_decode_rows16, q4_k_q8_k_sums
 from numba_qk.kernels.simd.amx_q4_k import ACT_BHI_AT, ACT_BLO_AT, ACT_DS_AT, AMX_ACT_BYTES, AMX_ACTS, AMX_CONFIG, AMX_DEC_BYTES, AMX_ROWS, HAVE_AMX, accumulate_amx, amx_begin, amx_end, q4_k_decode_amx
@@ -427,8 +427,7 @@ def dot_q4_k_q8_k(w, x):
 def gemv_q4_k_q8_k(w, x, out):
     """``out[r] = dot_q4_k_q8_k(w[r], x)`` for Q4_K weights ``[rows, G, 144]`` and one Q8_K
     activation ``[G, 292]`` (quantized once, shared by every row)."""
-    if w.shape[1] == 0:
-        out[:] = np.float32(0.0)
+    if no_records(w.shape[1], out):
         return
     _gemv_impl(w, x, out)
 
@@ -440,8 +439,7 @@ def gemm_q4_k_q8_k(w, x, out):
     (with AVX-512 VNNI: once per call into 16-row groups, 16 rows x 8 activations per tile
     step, see ``_vnni_gemm``; with AMX-INT8 and batch >= 9: 16 x 16 tiles on the tile unit, see
     ``_amx_gemm_blocked``)."""
-    if w.shape[1] == 0:
-        out[:, :] = np.float32(0.0)
+    if no_records(w.shape[1], out):
         return
     _gemm_impl(w, x, out)
 

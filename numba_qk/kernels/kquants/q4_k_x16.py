@@ -18,6 +18,7 @@ from numba_qk._jit import kernel
 from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI
 from numba_qk.kernels.simd.q4_k import X16_BYTES, X16_D_AT, X16_DMIN_AT, X16_Q_AT, X16_ROWS, X16_U_AT, q4_k_x16_rows_p16, q4_k_x16_rows_p32
 from numba_qk.kernels.kquants.common import x_bsum
+from numba_qk.kernels.drive import no_records
 from numba_qk.kernels.kquants.dot import dot_loop, gemv_q4_k_q8_k
 
 HAVE_X16 = HAVE_VNNI and HAVE_AVX512
@@ -142,8 +143,7 @@ def gemv_x16(tiles, tail, x, out):
     against Q8_K activation records ``x`` [G, 292] (contiguous, C order)."""
     g = x.shape[0]
     t_n = tiles.shape[0]
-    if g == 0:
-        out[:] = np.float32(0.0)
+    if no_records(g, out):
         return
     if HAVE_X16:
         _gemv_x16_simd(tiles, x, out)
