@@ -23,7 +23,7 @@ import hashlib
 import numpy as np
 from llvmlite import ir
 from numba import config
-from numba.core import cgutils, types
+from numba.core import types
 from numba.core.caching import FunctionCache, NullCache
 from numba.extending import intrinsic
 
