@@ -47,8 +47,8 @@ from numba_qk.kernels._bits import f16_to_f32
 from numba_qk.kernels._round import c_int8, roundf
 from numba_qk.kernels.kquants.encode_lanes import f16_bits
 from numba_qk.kernels.kquants.q8_k import order_key
-from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, kernels_for, register, tile_loop_start, tile_loop_store
-from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch_lines
+from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, kernels_for, register
+from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch_lines, prefetch_plan
 from numba_qk.kernels.simd.legacy import legacy_accumulate_x8, legacy_block_value, legacy_rows_vnni, legacy_rows_vnni_inserts
 
 from numba_qk.kernels.legacy.layout import CODES, FORMATS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, WEIGHT_FORMATS, D_AT, M_AT, QH_AT, QS_AT, S_AT, X_D_AT, X_QS_AT, X_S_AT, ZERO
@@ -381,7 +381,9 @@ def _vnni_gemv_trip(wcode, w, x, out, trip, gather):
     literally(gather)
     rows, g = w.shape[0], w.shape[1]
     ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
-    acc, ahead, per = tile_loop_start(w)
+    acc = np.empty(8, np.float32)
+    ahead, per = prefetch_plan(8 * ws0, g)
+    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
     r = 0
     while rows - r >= 8:
         nxt = r * ws0 + ahead
@@ -401,7 +403,9 @@ def _vnni_gemv_trip(wcode, w, x, out, trip, gather):
             legacy_accumulate_x8(wcode, True, w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0,
                                  b == 0)
             b += 1
-        r = tile_loop_store(out, r, acc)
+        for k in range(8):
+            out[r + k] = acc[k]
+        r += 8
     for rr in range(r, rows):
         out[rr] = simd_dot_at(wcode, w, rr * ws0, ws1, x, xs0, g)
 
