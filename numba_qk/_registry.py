@@ -135,19 +135,9 @@ def fields_types(traits) -> dict:
 
 
 _FIELDS_TYPES = fields_types(TRAITS)
-Q8KFields = _FIELDS_TYPES["Q8KFields"]
-Q4KFields = _FIELDS_TYPES["Q4KFields"]
-BlockFields = _FIELDS_TYPES["BlockFields"]
-Q2KFields = _FIELDS_TYPES["Q2KFields"]
-Q3KFields = _FIELDS_TYPES["Q3KFields"]
-Q5KFields = _FIELDS_TYPES["Q5KFields"]
-Q6KFields = _FIELDS_TYPES["Q6KFields"]
-MXFP4Fields = _FIELDS_TYPES["MXFP4Fields"]
-NVFP4Fields = _FIELDS_TYPES["NVFP4Fields"]
-IQ4NLFields = _FIELDS_TYPES["IQ4NLFields"]
-IQ4XSFields = _FIELDS_TYPES["IQ4XSFields"]
-TQFields = _FIELDS_TYPES["TQFields"]
-IQGridFields = _FIELDS_TYPES["IQGridFields"]
+# The public names (Q8KFields, Q4KFields, BlockFields, ... TQFields: one per ``decoded.type_name``
+# of the traits), bound here for numba_qk.ops and the package to import.
+globals().update(_FIELDS_TYPES)
 
 
 def _f16_field(arr: np.ndarray, field) -> np.ndarray:

@@ -28,7 +28,7 @@ __all__ = [
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
     "gemv", "gemm", "matmul", "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields",
     "Q5KFields", "Q6KFields", "MXFP4Fields", "NVFP4Fields",
-    "IQ4NLFields", "IQ4XSFields",
+    "IQ4NLFields", "IQ4XSFields", "TQFields",
 ]
 
 

@@ -30,6 +30,31 @@ class Frozen:
             object.__setattr__(self, key, value)
 
 
+class Singleton(Frozen):
+    """Base of the declared singletons (Format, ScalarType, ScaledFormat): ``repr`` is the
+    public path (``_path`` + attribute name), ``str`` the name, a copy the object itself, a pickle
+    a reference by attribute name (``_lookup(_attr)``, a module-level function)."""
+
+    __slots__ = ()
+    _path = ""
+    _lookup = None
+
+    def __repr__(self):
+        return f"{self._path}{self._attr}"
+
+    def __str__(self):
+        return self.name
+
+    def __reduce__(self):  # pickles as a reference to the singleton
+        return (type(self)._lookup, (self._attr,))
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
 def no_subclass(cls):
     def __init_subclass__(sub, **kwargs):
         raise TypeError(f"{cls.__name__} is closed: it cannot be subclassed")
@@ -77,7 +102,7 @@ class Field(Frozen):
 
 
 @no_subclass
-class Format(Frozen):
+class Format(Singleton):
     """A block-quantized record format (closed singleton, compare with ``is``)."""
 
     __slots__ = ("name", "block_size", "block_bytes", "fields", "ggml_type", "_attr", "_doc")
@@ -121,20 +146,6 @@ class Format(Frozen):
             return None
         return n // self.block_size * self.block_bytes
 
-    def __repr__(self):
-        return f"numba_qk.quant.{self._attr}"
-
-    def __str__(self):
-        return self.name
-
-    def __reduce__(self):  # pickles as a reference to the singleton
-        return (_lookup_format, (self._attr,))
-
-    def __copy__(self):
-        return self
-
-    def __deepcopy__(self, memo):
-        return self
 
 
 _FORMATS_BY_ATTR: dict = {}   # every Format, by attribute name, as it is declared
@@ -146,6 +157,7 @@ def _lookup_format(attr):
 
 
 _lookup_format.__module__ = "numba_qk.formats"   # pickles name numba_qk.formats._lookup_format
+Format._path, Format._lookup = "numba_qk.quant.", _lookup_format
 
 
 def check_count(n) -> int:

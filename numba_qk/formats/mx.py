@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ._schema import TOKEN, Frozen, check_count, no_subclass
+from ._schema import TOKEN, Singleton, check_count, no_subclass
 from .scalars import e2m1, e2m3, e3m2, e4m3, e5m2, e8m0, i8
 
 __all__ = ["ScaledFormat", "find_scaled", "mxfp4", "mxfp6e2m3", "mxfp6e3m2", "mxfp8e4m3",
@@ -45,7 +45,7 @@ def find_scaled(name):
 
 
 @no_subclass
-class ScaledFormat(Frozen):
+class ScaledFormat(Singleton):
     """A block-scaled composite format (closed singleton): ``numba_qk.mx.mxfp4`` ..."""
 
     __slots__ = ("name", "_attr", "block_size", "element", "scale", "has_tensor_scale", "emax",
@@ -53,6 +53,7 @@ class ScaledFormat(Frozen):
 
     is_quantized = True
     ggml_type = None
+    _path, _lookup = "numba_qk.mx.", _lookup
 
     def __init__(self, token, name, block_size, element, scale, has_tensor_scale, emax, doc):
         if token is not TOKEN:
@@ -84,20 +85,6 @@ class ScaledFormat(Frozen):
         n = check_count(n)
         return None if n % self.block_size else n // self.block_size * self.block_bytes
 
-    def __repr__(self):
-        return f"numba_qk.mx.{self._attr}"
-
-    def __str__(self):
-        return self.name
-
-    def __reduce__(self):  # pickles as a reference to the singleton
-        return (_lookup, (self._attr,))
-
-    def __copy__(self):
-        return self
-
-    def __deepcopy__(self, memo):
-        return self
 
 
 ScaledFormat.__module__ = "numba_qk.formats"

@@ -41,7 +41,7 @@ from fractions import Fraction
 from types import MappingProxyType
 from typing import NamedTuple, Optional
 
-from ._schema import TOKEN, Frozen, check_count, no_subclass
+from ._schema import TOKEN, Singleton, check_count, no_subclass
 from .ggml_types import GGMLType
 
 __all__ = ["ScalarType", "ElementSpec", "f32", "f16", "bf16", "e4m3", "e5m2", "e2m3", "e3m2",
@@ -135,7 +135,7 @@ _lookup_scalar.__module__ = "numba_qk.formats"   # pickles name numba_qk.formats
 
 
 @no_subclass
-class ScalarType(Frozen):
+class ScalarType(Singleton):
     """A plain element type (closed singleton), made from its declaration (``spec``).
 
     Packed sub-byte types (``i4``, ``u4``, ``e2m1``: two per byte; ``u1``: eight) count
@@ -146,6 +146,7 @@ class ScalarType(Frozen):
 
     __slots__ = ("name", "block_bytes", "ggml_type", "_attr", "_numpy", "_is_float", "_facts",
                  "spec")
+    _path, _lookup = "numba_qk.", _lookup_scalar
 
     is_quantized = False
 
@@ -194,20 +195,6 @@ class ScalarType(Frozen):
         """A scalar of this type: ``numba_qk.bf16(1.5)`` (one rounding, the astype policy)."""
         return BEHAVIOUR["scalar"](self, value)
 
-    def __repr__(self):
-        return f"numba_qk.{self._attr}"
-
-    def __str__(self):
-        return self.name
-
-    def __reduce__(self):
-        return (_lookup_scalar, (self._attr,))
-
-    def __copy__(self):
-        return self
-
-    def __deepcopy__(self, memo):
-        return self
 
 
 ScalarType.__module__ = "numba_qk.formats"

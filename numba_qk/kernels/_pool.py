@@ -19,19 +19,18 @@ then uses its Python pieces and never spins.
 from __future__ import annotations
 
 import hashlib
-import platform
 
 import numpy as np
 from llvmlite import ir
 from numba import config
-from numba.core import cgutils, types
+from numba.core import types
 from numba.core.caching import FunctionCache
 from numba.extending import intrinsic
 
 from numba_qk._jit import kernel, kernel_identity, module_digest
+from numba_qk.kernels.simd.stream import x86_hint
 
 HAVE_ATOMICS = not config.DISABLE_JIT
-_X86 = platform.machine().lower() in ("x86_64", "amd64")
 _i64 = ir.IntType(64)
 
 
@@ -87,20 +86,9 @@ def store_release(typingctx, arr, idx, v):
     return sig, codegen
 
 
-@intrinsic
-def cpu_relax(typingctx):
-    """The spin-loop hint (x86 ``pause``: it yields the core's pipeline to its sibling and
-    saves power); nothing elsewhere."""
-    sig = types.none()
-
-    def codegen(context, builder, signature, args):
-        if _X86:
-            fn = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse2.pause")
-            builder.call(fn, [])
-        return context.get_dummy_value()
-
-    return sig, codegen
+# The spin-loop hint (x86 ``pause``: it yields the core's pipeline to its sibling and saves
+# power); nothing elsewhere.
+cpu_relax = x86_hint("sse2.pause")
 
 
 @kernel

@@ -5,8 +5,7 @@ A format module registers its pieces under an int code (its GGML type id; a vari
 e.g. a second tile for the same records, takes another unused int) and gets its three entry
 points from ``kernels_for(code)``::
 
-    register(code, loop_dot=..., value=..., rows_x8=..., acts_x8=..., prep=..., record_block=8,
-             x_per_w=1)
+    register(code, loop_dot=..., value=..., rows_x8=..., acts_x8=..., prep=..., record_block=8)
     dot_<t>_<a>, gemv_<t>_<a>, gemm_<t>_<a> = kernels_for(code)
 
 * ``loop_dot(w, x)`` (required): the dot of one row of records, any strides (the generic tier;
@@ -19,8 +18,7 @@ points from ``kernels_for(code)``::
   computed once per gemv call (per-activation tables such as the FP4 formats' scale/sum rows);
 * ``acts_x8(w, w_off, x, x_off, x_step, acc, at, first)`` (optional): the 8-activation tile of
   gemm (each weight record decoded once per tile of activations), blocks of ``record_block``
-  records so that the tile's activation records stay in L1 while every row passes;
-* ``x_per_w``: activation records per weight record (NVFP4: 2 Q8_0 records per record).
+  records so that the tile's activation records stay in L1 while every row passes.
 
 The SIMD slots are used where the target has AVX2 (``simd.base.HAVE_AVX2``); a format whose
 tile needs more (VNNI) registers the tile that its target has.  The loops:
@@ -63,10 +61,10 @@ _IMPL = {}  # code -> dict of the pieces (see register)
 
 
 def register(code: int, *, loop_dot, value=None, rows_x8=None, acts_x8=None, prep=None,
-             record_block: int = 8, x_per_w: int = 1) -> None:
+             record_block: int = 8) -> None:
     """Bind a format's record-level pieces to ``code`` (see the module docstring)."""
     impl = dict(loop_dot=loop_dot, value=value, rows_x8=rows_x8, acts_x8=acts_x8, prep=prep,
-                record_block=int(record_block), x_per_w=int(x_per_w))
+                record_block=int(record_block))
     if code in _IMPL and _IMPL[code] != impl:
         raise AssertionError(f"driver code {code} bound twice")
     _IMPL[code] = impl
@@ -127,6 +125,37 @@ def _fold_overload(code, w, w_at, w_step, x, x_at, x_step, g):
 
 
 @inline_kernel
+def no_records(g, out):
+    """Whether the records are ``g = 0``, every output of ``out`` then set to +0.0 (the empty
+    fold): the guard at the top of each gemv / gemm."""
+    if g == 0:
+        out[...] = np.float32(0.0)
+        return True
+    return False
+
+
+@inline_kernel
+def tile_loop_start(w):
+    """``(acc, ahead, per)`` to start an 8-row gemv tile loop over the weights ``w`` ``[rows, G,
+    B]`` (records contiguous): the tile's f32 lanes, the prefetch plan
+    (``simd.base.prefetch_plan`` for tiles of 8 rows) and the first tiles prefetched."""
+    rows, ws0 = w.shape[0], w.strides[0]
+    acc = np.empty(8, np.float32)
+    ahead, per = prefetch_plan(8 * ws0, w.shape[1])
+    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
+    return acc, ahead, per
+
+
+@inline_kernel
+def tile_loop_store(out, r, acc):
+    """``out[r:r + 8] = acc``: the 8 rows of a finished gemv tile; returns the next tile's
+    first row."""
+    for k in range(8):
+        out[r + k] = acc[k]
+    return r + 8
+
+
+@inline_kernel
 def _no_prep(x):
     return 0
 
@@ -182,14 +211,12 @@ def _dot_overload(code, w, x):
                 return np.float32(0.0)
             return loop_dot(w, x)
         return dot_loop
-    xpw = impl["x_per_w"]
-
     def dot_fold(code, w, x):
         if w.shape[0] == 0:
             return np.float32(0.0)
         if w.strides[1] != 1 or x.strides[1] != 1:
             return loop_dot(w, x)
-        return fold(code, w, 0, w.strides[0], x, 0, xpw * x.strides[0], w.shape[0])
+        return fold(code, w, 0, w.strides[0], x, 0, x.strides[0], w.shape[0])
     return dot_fold
 
 
@@ -198,7 +225,7 @@ def _gemv_overload(code, w, x, out):
     impl = _lookup(code)
     if impl is None:
         return None
-    loop_dot, xpw = impl["loop_dot"], impl["x_per_w"]
+    loop_dot = impl["loop_dot"]
     has_tile, has_value = _simd(impl, "rows_x8") is not None, _simd(impl, "value") is not None
     if not has_tile and not has_value:
         def gemv_loop(code, w, x, out):
@@ -211,29 +238,24 @@ def _gemv_overload(code, w, x, out):
 
     def gemv_tiles(code, w, x, out):
         rows, g = w.shape[0], w.shape[1]
-        if g == 0:
-            out[:] = np.float32(0.0)
+        if no_records(g, out):
             return
         if w.strides[2] != 1 or x.strides[1] != 1:
             for r in range(rows):
                 out[r] = loop_dot(w[r], x)
             return
-        ws0, ws1, xs = w.strides[0], w.strides[1], xpw * x.strides[0]
+        ws0, ws1, xs = w.strides[0], w.strides[1], x.strides[0]
         r = 0
         if has_tile:
-            acc = np.empty(8, np.float32)
             state = prep(x)
-            ahead, per = prefetch_plan(8 * ws0, g)
-            prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
+            acc, ahead, per = tile_loop_start(w)
             while rows - r >= 8:
                 for b in range(g):
                     # DRAM-streamed weights: prefetch share b of g of a tile ~64 KiB ahead,
                     # one linear range
                     prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
                     tile(w, r * ws0 + b * ws1, x, b * xs, ws0, acc, b == 0, state, b)
-                for k in range(8):
-                    out[r + k] = acc[k]
-                r += 8
+                r = tile_loop_store(out, r, acc)
         for rr in range(r, rows):
             out[rr] = _row(code, w, rr, x, xs, g)
     return gemv_tiles
@@ -245,12 +267,11 @@ def _gemm_overload(code, w, x, out):
     if impl is None:
         return None
     loop_dot, acts_x8 = impl["loop_dot"], _simd(impl, "acts_x8")
-    record_block, xpw = impl["record_block"], impl["x_per_w"]
+    record_block = impl["record_block"]
     if acts_x8 is None:
         if _simd(impl, "rows_x8") is None and _simd(impl, "value") is None:
             def gemm_loop(code, w, x, out):
-                if w.shape[1] == 0:
-                    out[:, :] = np.float32(0.0)
+                if no_records(w.shape[1], out):
                     return
                 for r in range(w.shape[0]):
                     for a in range(x.shape[0]):
@@ -264,15 +285,14 @@ def _gemm_overload(code, w, x, out):
 
     def gemm_tiles(code, w, x, out):
         batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
-        if g == 0:
-            out[:, :] = np.float32(0.0)
+        if no_records(g, out):
             return
         if w.strides[2] != 1 or x.strides[2] != 1:
             for r in range(rows):
                 for a in range(batch):
                     out[a, r] = loop_dot(w[r], x[a])
             return
-        ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], xpw * x.strides[1]
+        ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], x.strides[1]
         acc = np.empty((rows, 8), np.float32)
         a0 = 0
         while batch - a0 >= 8:

@@ -393,49 +393,12 @@ def dot_nvfp4_q8_0(w, x):
     return acc
 
 
-# ---- products: portable loops (the definition; the tests' reference) and the SIMD tiles
-# (simd/mxrec.py) -------------------------------------------------------------------------------
+# ---- products: portable loops (the definition; the tests' reference: the driver with the row
+# dot alone, below) and the SIMD tiles (simd/mxrec.py) ------------------------------------------
 
-@kernel
-def gemv_mxfp4_q8_0_portable(w, x, out):
-    """``out[r] = dot_mxfp4_q8_0(w[r], x)``: weights ``[rows, G, 17]``, x ``[G, 34]``."""
-    for r in range(w.shape[0]):
-        out[r] = dot_mxfp4_q8_0(w[r], x)
-
-
-@kernel
-def gemv_nvfp4_q8_0_portable(w, x, out):
-    """``out[r] = dot_nvfp4_q8_0(w[r], x)``: weights ``[rows, G, 36]``, x ``[2G, 34]``."""
-    for r in range(w.shape[0]):
-        out[r] = dot_nvfp4_q8_0(w[r], x)
-
-
-@kernel
-def _gemm_fp4_portable(nv, w, x, out):
-    """``out[a, r] = dot(w[r], x[a])`` of MXFP4 (NVFP4 for ``nv``) records ``w`` and Q8_0
-    activations ``x`` ``[batch, G, 34]`` (``[batch, 2G, 34]``) by the portable row dots."""
-    literally(nv)
-    for r in range(w.shape[0]):
-        wr = w[r]
-        for a in range(x.shape[0]):
-            out[a, r] = dot_nvfp4_q8_0(wr, x[a]) if nv else dot_mxfp4_q8_0(wr, x[a])
-
-
-@kernel
-def gemm_mxfp4_q8_0_portable(w, x, out):
-    """``out[a, r] = dot_mxfp4_q8_0(w[r], x[a])``: x ``[batch, G, 34]``."""
-    _gemm_fp4_portable(False, w, x, out)
-
-
-@kernel
-def gemm_nvfp4_q8_0_portable(w, x, out):
-    """``out[a, r] = dot_nvfp4_q8_0(w[r], x[a])``: x ``[batch, 2G, 34]``."""
-    _gemm_fp4_portable(True, w, x, out)
-
-
-from numba_qk.formats.mxrec import mxfp4 as _MX_FMT  # noqa: E402
-from numba_qk.kernels.drive import gemv as drive_gemv, register  # noqa: E402
-from numba_qk.kernels.simd.base import HAVE_AVX2, load_f16_fpext, prefetch_lines, prefetch_plan  # noqa: E402  (after the tables)
+from numba_qk.formats.mxrec import mxfp4 as _MX_FMT, nvfp4 as _NV_FMT  # noqa: E402
+from numba_qk.kernels.drive import gemv as drive_gemv, kernels_for, no_records, register, tile_loop_start, tile_loop_store  # noqa: E402
+from numba_qk.kernels.simd.base import HAVE_AVX2, load_f16_fpext, prefetch_lines  # noqa: E402  (after the tables)
 # (numba's own cache key is this file only; _jit.DependencyCache adds _simd_mxrec.py's source
 # and every other kernel-layer module this one imports, so IR edits there recompile these.)
 
@@ -511,6 +474,23 @@ _MX = _MX_FMT.ggml_type   # driver code (GGML type id)
 register(_MX, loop_dot=_dot_mxfp4_simd if HAVE_AVX2 else dot_mxfp4_q8_0, rows_x8=_mxfp4_rows,
          prep=_mxfp4_prep)
 
+# The portable gemv/gemm (``out[r] = dot(w[r], x)``, ``out[a, r] = dot(w[r], x[a])``, rows
+# outer): the driver with the row dot alone, under driver codes of their own (1000 + GGML id).
+register(1000 + _MX, loop_dot=dot_mxfp4_q8_0)
+register(1000 + _NV_FMT.ggml_type, loop_dot=dot_nvfp4_q8_0)
+_, gemv_mxfp4_q8_0_portable, gemm_mxfp4_q8_0_portable = kernels_for(1000 + _MX)
+_, gemv_nvfp4_q8_0_portable, gemm_nvfp4_q8_0_portable = kernels_for(1000 + _NV_FMT.ggml_type)
+
+
+@kernel
+def _gemm_fp4_portable(nv, w, x, out):
+    """``gemm_{mxfp4,nvfp4}_q8_0_portable`` (NVFP4 for ``nv``)."""
+    literally(nv)
+    if nv:
+        gemm_nvfp4_q8_0_portable(w, x, out)
+    else:
+        gemm_mxfp4_q8_0_portable(w, x, out)
+
 
 @kernel
 def _gemv_nvfp4_t(w, x, out):
@@ -526,9 +506,7 @@ def _gemv_nvfp4_t(w, x, out):
     for i in range(x.shape[0]):
         for h in range(2):
             hs[i, h] = np.int32(-12) * hs[i, h]
-    acc = np.zeros(8, np.float32)
-    ahead, per = prefetch_plan(8 * ws0, g)
-    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
+    acc, ahead, per = tile_loop_start(w)
     r = 0
     while rows - r >= 8:
         for b in range(g):
@@ -536,9 +514,7 @@ def _gemv_nvfp4_t(w, x, out):
             i = 2 * b
             nvfp4_rows_x8_t(w, r * ws0 + b * ws1, ws0, x, i * xs0, xs0, hs[i, 0], hs[i, 1],
                             hs[i + 1, 0], hs[i + 1, 1], dyf[i], dyf[i + 1], acc, b == 0)
-        for k in range(8):
-            out[r + k] = acc[k]
-        r += 8
+        r = tile_loop_store(out, r, acc)
     for rr in range(r, rows):
         out[rr] = dot_nvfp4_q8_0(w[rr], x)
 
@@ -577,8 +553,7 @@ def _gemm_fp4_t(nv, w, x, out):
     activations are transposed once per call and each weight row stays in L1 while it passes
     every activation group."""
     literally(nv)
-    if w.shape[1] == 0:
-        out[:, :] = np.float32(0.0)
+    if no_records(w.shape[1], out):
         return
     if w.strides[2] != 1 or x.strides[2] != 1:
         _gemm_fp4_portable(nv, w, x, out)
@@ -632,8 +607,7 @@ def gemm_mxfp4_q8_0(w, x, out):
 @kernel
 def gemv_nvfp4_q8_0(w, x, out):
     """``out[r] = dot_nvfp4_q8_0(w[r], x)``: weights ``[rows, G, 36]``, x ``[2G, 34]``."""
-    if w.shape[1] == 0:
-        out[:] = np.float32(0.0)
+    if no_records(w.shape[1], out):
         return
     _gemv_nv(w, x, out)
 

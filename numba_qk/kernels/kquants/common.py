@@ -352,7 +352,9 @@ def quantizer_for(fmt, *, block, scratch):
 
     def quantize(values, out):
         return _quantize_blocks(code, values, out)
-    ref = fmt.name[0].lower() + fmt.name[1:]
+    ref = fmt.name.lower()                       # ggml: quantize_row_q4_K_ref, ..._tq1_0_ref
+    if ref.endswith("_k"):
+        ref = ref[:-1] + "K"
     return _entry(quantize, block, f"""ggml's ``quantize_row_{ref}_ref`` for f32
     ``[G, {fmt.block_size}]`` into ``out`` ``[G, {fmt.block_bytes}]``.
 

@@ -25,8 +25,8 @@ import numpy as np
 
 from numba_qk._jit import kernel
 from numba_qk.formats import quant
-from numba_qk.kernels.kquants.common import f16_at, f32_at, x_bsum
-from numba_qk.kernels.drive import kernels_for, register
+from numba_qk.kernels.kquants.common import X_BSUM_AT, X_DS_AT, X_Q_AT, f16_at, f32_at, x_bsum
+from numba_qk.kernels.drive import kernels_for, no_records, register
 from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_raw, prefetch_lines, prefetch_plan
 from numba_qk.kernels.simd.q4_k import R16_BYTES, R16_ROWS, accumulate_acts_x8, accumulate_rows16_vnni, accumulate_rows16_vnni_b2, accumulate_rows_x8, accumulate_rows_x8_vnni, array_address, q4_k_decode_rows16, q4_k_q8_k_sums
 from numba_qk.kernels.simd.amx_q4_k import ACT_BHI_AT, ACT_BLO_AT, ACT_DS_AT, AMX_ACT_BYTES, AMX_ACTS, AMX_CONFIG, AMX_DEC_BYTES, AMX_ROWS, HAVE_AMX, accumulate_amx, amx_begin, amx_end, q4_k_decode_amx
@@ -36,9 +36,6 @@ _LOW4 = np.uint8(0b0000_1111)
 _W_D_AT = quant.q4_k.field("d").start         # byte offsets, from the schemas
 _W_DMIN_AT = quant.q4_k.field("dmin").start
 _W_QS_AT = quant.q4_k.field("q").start        # Q4_K: 4-bit quants
-_X_DS_AT = quant.q8_k.field("ds").start
-_X_Q_AT = quant.q8_k.field("q").start         # Q8_K: int8 quants
-X_BSUM_AT = quant.q8_k.field("bsum").start   # Q8_K: int16 group sums
 
 # Record-level building blocks take 2-D record arrays and record indices -- w[bw] is the Q4_K
 # record, x[bx] the Q8_K record -- and never build sub-array views in the hot loop (a view costs
@@ -57,7 +54,7 @@ def record_sums_loop(w, bw, x, bx):
         lo = np.int32(0)
         hi = np.int32(0)
         wb = _W_QS_AT + 32 * j
-        xb = _X_Q_AT + 64 * j
+        xb = X_Q_AT + 64 * j
         for k in range(32):
             byte = w[bw, wb + k]
             lo += np.int32(byte & _LOW4) * np.int32(np.int8(x[bx, xb + k]))
@@ -85,7 +82,7 @@ def record_value_loop(w, bw, x, bx):
     """``v_b`` for records ``w[bw]`` (Q4_K) and ``x[bx]`` (Q8_K): the portable definition."""
     s_b, t_b = record_sums_loop(w, bw, x, bx)
     return record_value_from_terms(s_b, t_b, f16_at(w, bw, _W_D_AT), f16_at(w, bw, _W_DMIN_AT),
-                                   f32_at(x, bx, _X_DS_AT))
+                                   f32_at(x, bx, X_DS_AT))
 
 
 @kernel
@@ -110,7 +107,7 @@ def _gemv_loop(w, x, out):
 def _simd_record_value(w, wo, x, xo):
     s_b, t_b = q4_k_q8_k_sums(w, wo, x, xo)
     return record_value_from_terms(s_b, t_b, load_f16_fpext(w, wo + _W_D_AT),
-                                   load_f16_fpext(w, wo + _W_DMIN_AT), load_f32_raw(x, xo + _X_DS_AT))
+                                   load_f16_fpext(w, wo + _W_DMIN_AT), load_f32_raw(x, xo + X_DS_AT))
 
 
 @kernel
@@ -327,13 +324,13 @@ def _repack_acts_amx(x, t, t_base):
         for b in range(g):
             at = t_base + (i * g + b) * AMX_ACT_BYTES + 4 * n
             for e in range(256):
-                t[at + 64 * (e >> 2) + (e & 3)] = x[a, b, _X_Q_AT + e]
+                t[at + 64 * (e >> 2) + (e & 3)] = x[a, b, X_Q_AT + e]
             for j in range(16):
                 o = at + 64 * (j >> 2) + (j & 3)
                 t[o + ACT_BLO_AT] = x[a, b, X_BSUM_AT + 2 * j]
                 t[o + ACT_BHI_AT] = x[a, b, X_BSUM_AT + 2 * j + 1]
             for e in range(4):
-                t[at + ACT_DS_AT + e] = x[a, b, _X_DS_AT + e]
+                t[at + ACT_DS_AT + e] = x[a, b, X_DS_AT + e]
 
 
 @kernel
@@ -434,8 +431,7 @@ def dot_q4_k_q8_k(w, x):
 def gemv_q4_k_q8_k(w, x, out):
     """``out[r] = dot_q4_k_q8_k(w[r], x)`` for Q4_K weights ``[rows, G, 144]`` and one Q8_K
     activation ``[G, 292]`` (quantized once, shared by every row)."""
-    if w.shape[1] == 0:
-        out[:] = np.float32(0.0)
+    if no_records(w.shape[1], out):
         return
     _gemv_impl(w, x, out)
 
@@ -447,8 +443,7 @@ def gemm_q4_k_q8_k(w, x, out):
     (with AVX-512 VNNI: once per call into 16-row groups, 16 rows x 8 activations per tile
     step, see ``_vnni_gemm``; with AMX-INT8 and batch >= 9: 16 x 16 tiles on the tile unit, see
     ``_amx_gemm_blocked``)."""
-    if w.shape[1] == 0:
-        out[:, :] = np.float32(0.0)
+    if no_records(w.shape[1], out):
         return
     _gemm_impl(w, x, out)
 

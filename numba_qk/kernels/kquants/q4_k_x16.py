@@ -17,7 +17,9 @@ import numpy as np
 from numba_qk._jit import kernel
 from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI
 from numba_qk.kernels.simd.q4_k import X16_BYTES, X16_D_AT, X16_DMIN_AT, X16_Q_AT, X16_ROWS, X16_U_AT, q4_k_x16_rows_p16, q4_k_x16_rows_p32
-from numba_qk.kernels.kquants.dot import X_BSUM_AT, dot_loop, gemv_q4_k_q8_k
+from numba_qk.kernels.kquants.common import x_bsum
+from numba_qk.kernels.drive import no_records
+from numba_qk.kernels.kquants.dot import dot_loop, gemv_q4_k_q8_k
 
 HAVE_X16 = HAVE_VNNI and HAVE_AVX512
 _REC = 144
@@ -62,20 +64,13 @@ def unpack_x16(tiles, tail, g):
 
 
 @kernel
-def _bsum_at(x, b, j):
-    lo = np.int32(x[b, X_BSUM_AT + 2 * j])
-    hi = np.int32(x[b, X_BSUM_AT + 2 * j + 1])
-    return np.int32(np.int16(np.uint16(lo | (hi << np.int32(8)))))
-
-
-@kernel
 def _pair_sums(x, p16, p32):
     """bsum[2s] + bsum[2s+1] of activation record b into p32[8b + s] (int32) and p16[8b + s]
     (int16, wrapped); returns whether every one fits an int16."""
     fits = True
     for b in range(x.shape[0]):
         for s in range(8):
-            v = _bsum_at(x, b, 2 * s) + _bsum_at(x, b, 2 * s + 1)
+            v = x_bsum(x, b, 2 * s) + x_bsum(x, b, 2 * s + 1)
             if v < -32768 or v > 32767:
                 fits = False
             p32[8 * b + s] = v
@@ -148,8 +143,7 @@ def gemv_x16(tiles, tail, x, out):
     against Q8_K activation records ``x`` [G, 292] (contiguous, C order)."""
     g = x.shape[0]
     t_n = tiles.shape[0]
-    if g == 0:
-        out[:] = np.float32(0.0)
+    if no_records(g, out):
         return
     if HAVE_X16:
         _gemv_x16_simd(tiles, x, out)

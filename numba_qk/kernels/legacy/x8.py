@@ -23,6 +23,7 @@ from numba_qk._jit import kernel
 from numba_qk.kernels.legacy.layout import D_AT, QS_AT, X_D_AT, X_QS_AT, ZERO, Q4_0, Q8_0
 from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI, prefetch, prefetch_plan
 from numba_qk.kernels.simd.legacy import X8_QS_BYTES, legacy_x8_rows
+from numba_qk.kernels.drive import no_records
 from numba_qk.kernels.legacy.kernels import f16, gemv_loop, simd_dot_at, HAVE_AVX2
 
 HAVE_X8 = HAVE_VNNI and HAVE_AVX512
@@ -175,8 +176,7 @@ def gemv_x8(code, tiles, tail, x, out):
     literally(code)
     g = x.shape[0]
     t_n = tiles.shape[0]
-    if g == 0:
-        out[:] = np.float32(0.0)
+    if no_records(g, out):
         return
     if HAVE_X8:
         _gemv_x8_simd(code, tiles, x, out, _TRIP)

@@ -50,6 +50,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from numba_qk._jit import kernel
+from numba_qk.formats import scalars as _scalars
 from numba_qk.kernels.simd import base as _simd
 from numba_qk.kernels.simd import stream as _stream
 from numba_qk.kernels.f16 import HW_F16, bf16_bits_to_f32_bits, f16_to_f32
@@ -63,6 +64,15 @@ K_F32, K_F16, K_BF16, K_E4M3, K_E5M2, K_E2M3, K_E3M2, K_E2M1, K_E8M0 = range(9)
 K_I8, K_U8, K_I32, K_I4, K_U4, K_U1 = range(9, 15)
 # source-only kinds
 K_F64, K_I16, K_U16, K_U32, K_I64, K_U64, K_BOOL, K_TABLE = range(20, 28)
+
+_FLOATS = sorted((t.spec for t in _scalars.ELEMENT_TYPES if t.spec.kind != "int"
+                  and t.spec.kind != "uint"), key=lambda s: s.kernel_kind)
+assert [s.kernel_kind for s in _FLOATS] == list(range(K_E8M0 + 1))
+#: ``(EBITS, MBITS, BIAS, MAXMAG, OVF, NAN, NAN_SIGNED)`` of the float element types, indexed
+#: by kind code (K_F32 .. K_E8M0): the arguments of :func:`_encode_float` /
+#: :func:`encode_narrow_f32`, read from each type's declaration (numba_qk/formats/scalars.py).
+FLOAT_ARGS = tuple((s.exponent_bits, s.mantissa_bits, s.bias, s.max_code, s.overflow_code,
+                    s.nan_code, int(s.nan_signed)) for s in _FLOATS)
 
 _FRAC52 = np.int64((1 << 52) - 1)        # f64 fraction field
 _ABS64 = np.int64(0x7FFF_FFFF_FFFF_FFFF)  # f64 without its sign bit
@@ -188,20 +198,24 @@ def _decode_table(ebits, mbits, bias, has_inf, nan_all_ones):
     return out
 
 
-T_E4M3 = _decode_table(4, 3, 7, False, True)
-T_E5M2 = _decode_table(5, 2, 15, True, False)
-T_E2M3 = _decode_table(2, 3, 1, False, False)
-T_E3M2 = _decode_table(3, 2, 3, False, False)
-T_E2M1 = _decode_table(2, 1, 1, False, False)
+T_E4M3, T_E5M2, T_E2M3, T_E3M2, T_E2M1 = (
+    _decode_table(s.exponent_bits, s.mantissa_bits, s.bias, s.has_inf,
+                  s.has_nan and not s.has_inf) for s in _FLOATS[K_E4M3:K_E2M1 + 1])
 _T_E8M0 = np.array([np.ldexp(1.0, c - 127) for c in range(255)] + [np.nan], np.float64)
-# the same values as float32 bit patterns (exact), for the decode-to-f32 fast path
+# The table-decoded kinds K_E4M3 .. K_E8M0 (one row each, codes past a kind's width 0): the
+# values, the same values as float32 bit patterns (exact, the decode-to-f32 fast path), and every
+# kind's code mask (by kind code, from the declared bits).
+_T_ROWS = np.zeros((K_E8M0 - K_E4M3 + 1, 256), np.float64)
+for _k, _t in enumerate((T_E4M3, T_E5M2, T_E2M3, T_E3M2, T_E2M1, _T_E8M0)):
+    _T_ROWS[_k, :_t.shape[0]] = _t
+_B_ROWS = _T_ROWS.astype(np.float32).view(np.uint32)
+CODE_MASK = tuple((1 << s.bits) - 1 for s in _FLOATS)
 _B_E4M3, _B_E5M2, _B_E2M3, _B_E3M2, _B_E2M1, _B_E8M0 = (
-    t.astype(np.float32).view(np.uint32) for t in (T_E4M3, T_E5M2, T_E2M3, T_E3M2, T_E2M1,
-                                                    _T_E8M0))
+    _B_ROWS[k, :CODE_MASK[K_E4M3 + k] + 1] for k in range(K_E8M0 - K_E4M3 + 1))
 # every NaN code of e4m3 / e5m2 decodes to the quiet NaN of its sign (0x7FC00000 / 0xFFC00000)
 for _t, _nan in ((_B_E4M3, (0x7F, 0xFF)), (_B_E5M2, (0x7D, 0x7E, 0x7F, 0xFD, 0xFE, 0xFF))):
     assert all(int(_t[c]) == (0x7FC00000 | ((c & 0x80) << 24)) for c in _nan)
-del _t, _nan
+del _k, _t, _nan
 
 
 # ---- 64-bit integers: round-to-odd to float64 -----------------------------------------------
@@ -245,18 +259,8 @@ def _load(S, raw, table):
         return np.float64(f16_to_f32(np.uint16(raw)))
     if S == K_BF16:
         return np.float64(np.uint32(bf16_bits_to_f32_bits(raw)).view(np.float32))
-    if S == K_E4M3:
-        return T_E4M3[raw]
-    if S == K_E5M2:
-        return T_E5M2[raw]
-    if S == K_E2M3:
-        return T_E2M3[raw & 0x3F]
-    if S == K_E3M2:
-        return T_E3M2[raw & 0x3F]
-    if S == K_E2M1:
-        return T_E2M1[raw & 0xF]
-    if S == K_E8M0:
-        return _T_E8M0[raw]
+    if K_E4M3 <= S <= K_E8M0:                    # the table-decoded kinds
+        return _T_ROWS[S - K_E4M3, raw & CODE_MASK[S]]
     if S == K_I8:
         return np.float64(np.int8(raw))
     if S == K_I16:
@@ -281,20 +285,8 @@ def _encode(D, v):
     """Code (int64) of float64 ``v`` in element type D, per the policy table."""
     if D == K_F32:
         return np.int64(np.float32(v).view(np.uint32))
-    if D == K_F16:
-        return _encode_float(v, 5, 10, 15, 0x7BFF, 0x7C00, 0x7E00, True)
-    if D == K_BF16:
-        return _encode_float(v, 8, 7, 127, 0x7F7F, 0x7F80, 0x7FC0, True)
-    if D == K_E4M3:
-        return _encode_float(v, 4, 3, 7, 0x7E, 0x7E, 0x7F, True)
-    if D == K_E5M2:
-        return _encode_float(v, 5, 2, 15, 0x7B, 0x7C, 0x7E, True)
-    if D == K_E2M3:
-        return _encode_float(v, 2, 3, 1, 0x1F, 0x1F, 0, False)
-    if D == K_E3M2:
-        return _encode_float(v, 3, 2, 3, 0x1F, 0x1F, 0, False)
-    if D == K_E2M1:
-        return _encode_float(v, 2, 1, 1, 0x7, 0x7, 0, False)
+    if D <= K_E2M1:                              # f16, bf16, e4m3, e5m2, e2m3, e3m2, e2m1
+        return _encode_float(v, *FLOAT_ARGS[D])
     if D == K_E8M0:
         return _encode_e8m0(v)
     if D == K_I8:
@@ -335,14 +327,26 @@ def _nt_arg(nt):
     return nt.literal_value if isinstance(nt, types.IntegerLiteral) else None
 
 
-def _decode_sig(src, dst, nt, src_dtype):
-    """Typing of a decode intrinsic ``f(src, si, dst, di, nt)``: ``src`` an array of
-    ``src_dtype`` codes, ``dst`` of uint32 (float32 bits), ``nt`` a literal; else None."""
+def _run_sig(src, dst, src_dtype, dst_dtype, *nt):
+    """Typing of a run intrinsic ``f(src, si, dst, di[, nt])``: ``src`` an array of
+    ``src_dtype``, ``dst`` of ``dst_dtype`` (decoders: uint32, float32 bits), ``nt`` where the
+    intrinsic takes it a literal; else None."""
     if not (isinstance(src, types.Array) and src.dtype == src_dtype
-            and isinstance(dst, types.Array) and dst.dtype == types.uint32
-            and _nt_arg(nt) is not None):
+            and isinstance(dst, types.Array) and dst.dtype == dst_dtype
+            and all(_nt_arg(n) is not None for n in nt)):
         return None
-    return types.none(src, types.intp, dst, types.intp, nt)
+    return types.none(src, types.intp, dst, types.intp, *nt)
+
+
+def _run_intrinsic(codegen, src_dtype, dst_dtype):
+    """Intrinsic ``f(src, si, dst, di)`` typed by :func:`_run_sig` (``src`` of ``src_dtype``,
+    ``dst`` of ``dst_dtype``), lowered by ``codegen(context, builder, signature, args)``."""
+    @intrinsic
+    def run(typingctx, src, si, dst, di):
+        sig = _run_sig(src, dst, src_dtype, dst_dtype)
+        return None if sig is None else (sig, codegen)
+
+    return run
 
 
 def _vec_decoder(src_dtype, body):
@@ -354,7 +358,7 @@ def _vec_decoder(src_dtype, body):
 
     @intrinsic
     def decode16(typingctx, src, si, dst, di, nt):
-        sig = _decode_sig(src, dst, nt, src_dtype)
+        sig = _run_sig(src, dst, src_dtype, types.uint32, nt)
         if sig is None:
             return None
         NT = _nt_arg(nt)
@@ -384,51 +388,42 @@ def _make_vec_encode(half, lanes=_VLANES, nontemporal=False):
     ``nontemporal``: the codes go out with one non-temporal store (``vmovntdq``), aligned to
     ``2 * lanes`` bytes -- the caller makes ``dst``'s element ``di`` start a 64-byte line (32
     lanes: one whole line per store; the same bits, no read-for-ownership of the line)."""
-    @intrinsic
-    def enc16(typingctx, src, si, dst, di):
-        if not (isinstance(src, types.Array) and src.dtype == types.uint32
-                and isinstance(dst, types.Array) and dst.dtype == types.uint16):
-            return None
-        sig = types.none(src, types.intp, dst, types.intp)
+    def codegen(context, builder, signature, args):
+        i32v = ir.VectorType(ir.IntType(32), lanes)
+        i16v = ir.VectorType(ir.IntType(16), lanes)
 
-        def codegen(context, builder, signature, args):
-            i32v = ir.VectorType(ir.IntType(32), lanes)
-            i16v = ir.VectorType(ir.IntType(16), lanes)
+        def splat(c):
+            return ir.Constant(i32v, [c] * lanes)
 
-            def splat(c):
-                return ir.Constant(i32v, [c] * lanes)
+        u = _vec_load(context, builder, signature, args, i32v)
+        hi = builder.lshr(u, splat(16))
+        if half:
+            f = builder.bitcast(u, ir.VectorType(ir.FloatType(), lanes))
+            h = builder.fptrunc(f, ir.VectorType(ir.HalfType(), lanes))
+            r = builder.zext(builder.bitcast(h, i16v), i32v)
+            qnan = 0x7E00
+        else:
+            lsb = builder.and_(hi, splat(1))
+            r = builder.lshr(builder.add(builder.add(u, splat(0x7FFF)), lsb), splat(16))
+            qnan = 0x7FC0
+        isnan = builder.icmp_unsigned(">", builder.and_(u, splat(0x7FFFFFFF)),
+                                      splat(0x7F800000))
+        nan = builder.or_(builder.and_(hi, splat(0x8000)), splat(qnan))
+        codes = builder.trunc(builder.select(isnan, nan, r), i16v)
+        return _vec_store(context, builder, signature, args, codes, nontemporal)
 
-            u = _vec_load(context, builder, signature, args, i32v)
-            hi = builder.lshr(u, splat(16))
-            if half:
-                f = builder.bitcast(u, ir.VectorType(ir.FloatType(), lanes))
-                h = builder.fptrunc(f, ir.VectorType(ir.HalfType(), lanes))
-                r = builder.zext(builder.bitcast(h, i16v), i32v)
-                qnan = 0x7E00
-            else:
-                lsb = builder.and_(hi, splat(1))
-                r = builder.lshr(builder.add(builder.add(u, splat(0x7FFF)), lsb), splat(16))
-                qnan = 0x7FC0
-            isnan = builder.icmp_unsigned(">", builder.and_(u, splat(0x7FFFFFFF)),
-                                          splat(0x7F800000))
-            nan = builder.or_(builder.and_(hi, splat(0x8000)), splat(qnan))
-            codes = builder.trunc(builder.select(isnan, nan, r), i16v)
-            if not nontemporal:
-                return _vec_store(context, builder, signature, args, codes)
-            dp = context.make_array(signature.args[2])(context, builder, args[2]).data
-            st = builder.store(codes, builder.bitcast(builder.gep(dp, [args[3]]),
-                                                      i16v.as_pointer()), align=2 * lanes)
-            st.set_metadata("nontemporal",
-                            builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return enc16
+    return _run_intrinsic(codegen, types.uint32, types.uint16)
 
 
 _bf16_encode_vec = _make_vec_encode(False)
 _f16_encode_vec = _make_vec_encode(True)
+
+
+@kernel
+def _encode_scalar(D, src, dst, lo, hi):
+    """``dst[k]`` = code of the float32 bits ``src[k]`` in D by the scalar rule, lo <= k < hi."""
+    for k in range(lo, hi):
+        dst[k] = _encode_from_f32(D, np.int64(src[k]))
 
 
 @kernel
@@ -443,8 +438,7 @@ def _encode_run(D, src, dst):
             _bf16_encode_vec(src, k, dst, k)
         else:
             _f16_encode_vec(src, k, dst, k)
-    for k in range(nv, n):
-        dst[k] = _encode_from_f32(D, np.int64(src[k]))
+    _encode_scalar(D, src, dst, nv, n)
 
 
 _bf16_encode_nt = _make_vec_encode(False, 32, True)
@@ -462,16 +456,14 @@ def _encode_run_nt(D, src, dst):
     h = _stream.line_head(dst, np.int64(2))
     if h < 0 or h > n:
         h = n
-    for k in range(h):
-        dst[k] = _encode_from_f32(D, np.int64(src[k]))
+    _encode_scalar(D, src, dst, 0, h)
     nv = h + (n - h) // 32 * 32
     for k in range(h, nv, 32):
         if D == K_BF16:
             _bf16_encode_nt(src, k, dst, k)
         else:
             _f16_encode_nt(src, k, dst, k)
-    for k in range(nv, n):
-        dst[k] = _encode_from_f32(D, np.int64(src[k]))
+    _encode_scalar(D, src, dst, nv, n)
 
 
 # The hardware f32 -> f16 conversion (x86 F16C ``vcvtps2ph``, round to nearest even) where the
@@ -488,37 +480,19 @@ def _encode_from_f32(D, raw):
     if D == K_F16:
         if _HW_F16:
             return _f16_from_f32_bits(raw)
-        return encode_narrow_f32(raw, 5, 10, 15, 0x7BFF, 0x7C00, 0x7E00, True)
+        return encode_narrow_f32(raw, *FLOAT_ARGS[K_F16])
     if D == K_BF16:
         return _bf16_from_f32_bits(raw)
-    if D == K_E4M3:
-        return encode_narrow_f32(raw, 4, 3, 7, 0x7E, 0x7E, 0x7F, True)
-    if D == K_E5M2:
-        return encode_narrow_f32(raw, 5, 2, 15, 0x7B, 0x7C, 0x7E, True)
-    if D == K_E2M3:
-        return encode_narrow_f32(raw, 2, 3, 1, 0x1F, 0x1F, 0, False)
-    if D == K_E3M2:
-        return encode_narrow_f32(raw, 3, 2, 3, 0x1F, 0x1F, 0, False)
-    if D == K_E2M1:
-        return encode_narrow_f32(raw, 2, 1, 1, 0x7, 0x7, 0, False)
+    if K_E4M3 <= D <= K_E2M1:                    # e4m3, e5m2, e2m3, e3m2, e2m1
+        return encode_narrow_f32(raw, *FLOAT_ARGS[D])
     return _encode(D, _load(K_F32, raw, _T_E8M0))
 
 
 @kernel
 def _decode_to_f32_bits(S, raw):
     """float32 bits of a code (exact) for the table-decoded kinds; -1 for other kinds."""
-    if S == K_E4M3:
-        return np.int64(_B_E4M3[raw & 0xFF])
-    if S == K_E5M2:
-        return np.int64(_B_E5M2[raw & 0xFF])
-    if S == K_E2M3:
-        return np.int64(_B_E2M3[raw & 0x3F])
-    if S == K_E3M2:
-        return np.int64(_B_E3M2[raw & 0x3F])
-    if S == K_E2M1:
-        return np.int64(_B_E2M1[raw & 0xF])
-    if S == K_E8M0:
-        return np.int64(_B_E8M0[raw & 0xFF])
+    if K_E4M3 <= S <= K_E8M0:
+        return np.int64(_B_ROWS[S - K_E4M3, raw & CODE_MASK[S]])
     if S == K_BF16:
         return np.int64(bf16_bits_to_f32_bits(raw))
     if S == K_F16:
@@ -766,29 +740,27 @@ def _nt_span(dst, n):
     return h, h + (n - h) // 16 * 16
 
 
-@kernel
-def _decode_run_nt8(S, src, dst):
-    """:func:`_decode_run` (uint8 codes of kind S in _PERM_KINDS) with non-temporal lines."""
-    n = np.int64(src.shape[0])
-    h, nv = _nt_span(dst, n)
-    _decode_scalar(S, src, dst, 0, h)
-    for k in range(h, nv, 16):
-        _decode16_nt(S, src, k, dst)
-    _decode_scalar(S, src, dst, nv, n)
+def _make_decode_run_nt(WIDE):
+    @kernel
+    def decode_run_nt(S, src, dst):
+        n = np.int64(src.shape[0])
+        h, nv = _nt_span(dst, n)
+        _decode_scalar(S, src, dst, 0, h)
+        for k in range(h, nv, 16):
+            if not WIDE:
+                _decode16_nt(S, src, k, dst)
+            elif S == K_BF16:
+                _bf16_decode_vec(src, k, dst, k, 1)
+            else:
+                _f16_decode_vec(src, k, dst, k, 1)
+        _decode_scalar(S, src, dst, nv, n)
+    return decode_run_nt
 
 
-@kernel
-def _decode_run_nt16(S, src, dst):
-    """bf16 (any machine) or f16 (hardware f16) codes -> float32 bits, non-temporal lines."""
-    n = np.int64(src.shape[0])
-    h, nv = _nt_span(dst, n)
-    _decode_scalar(S, src, dst, 0, h)
-    for k in range(h, nv, 16):
-        if S == K_BF16:
-            _bf16_decode_vec(src, k, dst, k, 1)
-        else:
-            _f16_decode_vec(src, k, dst, k, 1)
-    _decode_scalar(S, src, dst, nv, n)
+# :func:`_decode_run` with non-temporal lines: uint8 codes of kind S in _PERM_KINDS (nt8), or
+# bf16 (any machine) / f16 (hardware f16) codes (nt16), to float32 bits
+_decode_run_nt8 = _make_decode_run_nt(0)
+_decode_run_nt16 = _make_decode_run_nt(1)
 
 
 # ---- packed 4-bit codes (int4 / uint4 / e2m1, element 0 in the high nibble) -> float32 -------
@@ -811,38 +783,29 @@ def _nibble_table(S):
 def _make_nibble_decode(S):
     ROW = _nibble_table(S)
 
-    @intrinsic
-    def decode32(typingctx, src, si, dst, di):
+    def codegen(context, builder, signature, args):
         """``dst[di:di + 32] = float32 bits of the 32 codes in src[si:si + 16]``."""
-        if not (isinstance(src, types.Array) and src.dtype == types.uint8
-                and isinstance(dst, types.Array) and dst.dtype == types.uint32):
-            return None
-        sig = types.none(src, types.intp, dst, types.intp)
+        i32 = ir.IntType(32)
+        v = ir.VectorType(i32, 16)
+        perm = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(v, [v, v]), "llvm.x86.avx512.permvar.si.512")
+        b = builder.zext(_vec_load(context, builder, signature, args,
+                                   ir.VectorType(ir.IntType(8), 16)), v)
+        hi = builder.lshr(b, ir.Constant(v, [4] * 16))
+        lo = builder.and_(b, ir.Constant(v, [15] * 16))
+        table = ir.Constant(v, ROW)
+        dp = context.make_array(signature.args[2])(context, builder, args[2]).data
+        for half in range(2):       # codes 16h .. 16h+15: bytes 8h .. 8h+7, hi then lo
+            idx = builder.shuffle_vector(hi, lo, ir.Constant(
+                ir.VectorType(i32, 16),
+                [x for k in range(8 * half, 8 * half + 8) for x in (k, 16 + k)]))
+            vals = builder.call(perm, [table, idx])
+            at = builder.add(args[3], ir.Constant(args[3].type, 16 * half))
+            builder.store(vals, builder.bitcast(builder.gep(dp, [at]), v.as_pointer()),
+                          align=1)
+        return context.get_dummy_value()
 
-        def codegen(context, builder, signature, args):
-            i32 = ir.IntType(32)
-            v = ir.VectorType(i32, 16)
-            perm = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(v, [v, v]), "llvm.x86.avx512.permvar.si.512")
-            b = builder.zext(_vec_load(context, builder, signature, args,
-                                       ir.VectorType(ir.IntType(8), 16)), v)
-            hi = builder.lshr(b, ir.Constant(v, [4] * 16))
-            lo = builder.and_(b, ir.Constant(v, [15] * 16))
-            table = ir.Constant(v, ROW)
-            dp = context.make_array(signature.args[2])(context, builder, args[2]).data
-            for half in range(2):       # codes 16h .. 16h+15: bytes 8h .. 8h+7, hi then lo
-                idx = builder.shuffle_vector(hi, lo, ir.Constant(
-                    ir.VectorType(i32, 16),
-                    [x for k in range(8 * half, 8 * half + 8) for x in (k, 16 + k)]))
-                vals = builder.call(perm, [table, idx])
-                at = builder.add(args[3], ir.Constant(args[3].type, 16 * half))
-                builder.store(vals, builder.bitcast(builder.gep(dp, [at]), v.as_pointer()),
-                              align=1)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return decode32
+    return _run_intrinsic(codegen, types.uint8, types.uint32)
 
 
 _nib_i4 = _make_nibble_decode(K_I4)

@@ -96,11 +96,21 @@ def _cat(b, u, v):
     return b.shuffle_vector(u, v, ir.Constant(vec(i32, 2 * n), list(range(2 * n))))
 
 
-class _Q6:
+class _Layout:
+    """Base of the per-format classes below: ``name``, ``offset`` (``q = u - offset``), ``has_t``
+    (a min term ``T``: the format has ``dmin``) and the byte offsets of the fields named in
+    ``fields`` (class attribute -> field), all read from the format's schema."""
+
+    def __init_subclass__(cls, *, fmt, offset, fields, **kwargs):
+        super().__init_subclass__(**kwargs)
+        names = {f.name for f in fmt.fields}
+        cls.name, cls.offset, cls.has_t = fmt.name.lower(), offset, "dmin" in names
+        for attr, field in fields.items():
+            setattr(cls, attr, fmt.field(field).start)
+
+
+class _Q6(_Layout, fmt=quant.q6_k, offset=32, fields=dict(D="d", QL="ql", QH="qh", SC="sc")):
     """Q6_K: u = ql nibble | qh bits << 4 (0..63), q = u - 32, int8 scales per 16 elements."""
-    name, offset, has_t = "q6_k", 32, False
-    D = quant.q6_k.field("d").start
-    QL, QH, SC = (quant.q6_k.field(n).start for n in ("ql", "qh", "sc"))
 
     @classmethod
     def weights(cls, b, wb):
@@ -158,11 +168,8 @@ class _Q6:
         return (units, scales), None
 
 
-class _Q5:
+class _Q5(_Layout, fmt=quant.q5_k, offset=0, fields=dict(D="d", DMIN="dmin", QL="ql", QH="qh")):
     """Q5_K: u = ql nibble | qh bit << 4 (0..31), 6-bit scales per 32 elements, T from mins."""
-    name, offset, has_t = "q5_k", 0, True
-    D, DMIN = quant.q5_k.field("d").start, quant.q5_k.field("dmin").start
-    QL, QH = quant.q5_k.field("ql").start, quant.q5_k.field("qh").start
 
     @classmethod
     def weights(cls, b, wb):
@@ -183,18 +190,25 @@ class _Q5:
     XR_WIDE = [(32 * k, 32 * (k + 2)) for k in (0, 1, 4, 5)]
 
     @classmethod
+    def wide_nibbles(cls, b, wb):
+        """``[(k, nibbles)]`` of the four 64-lane units: ``k = 4h + n`` for the 64 ql bytes of
+        chunk h (two 32-element chunks p = 2h, 2h + 1), their low (n = 0) or high (n = 1)
+        nibbles."""
+        out = []
+        for h in range(2):
+            ql = load(b, wb, cls.QL + 64 * h, vec(i8, 64))
+            for n in range(2):
+                out.append((4 * h + n, _shr(b, ql, 4) if n else b.and_(ql, _c8(0x0F, 64))))
+        return out
+
+    @classmethod
     def wide_weights(cls, b, wb):
         sc8, m8 = unpack_scales(b, wb)
         qh = load(b, wb, cls.QH, _V32)
         qhh = _cat(b, qh, _shr(b, qh, 2))
-        units = []
-        for h in range(2):
-            ql = load(b, wb, cls.QL + 64 * h, vec(i8, 64))
-            for n in range(2):
-                k = 4 * h + n
-                nib = _shr(b, ql, 4) if n else b.and_(ql, _c8(0x0F, 64))
-                units.append((b.or_(nib, _bit_to(b, qhh, k, 4, 0x10)),
-                              splat_lanes(b, sc8, [k] * 16 + [k + 2] * 16)))
+        units = [(b.or_(nib, _bit_to(b, qhh, k, 4, 0x10)),
+                  splat_lanes(b, sc8, [k] * 16 + [k + 2] * 16))
+                 for k, nib in cls.wide_nibbles(b, wb)]
         return units, splat_lanes(b, m8, [k // 2 for k in range(16)])
 
     @classmethod
@@ -211,13 +225,8 @@ class _Q5:
         sc8, m8 = unpack_scales(b, wb)
         qh = load(b, wb, cls.QH, _V32)
         qq = _cat(b, qh, qh)
-        units = []
-        for h in range(2):
-            ql = load(b, wb, cls.QL + 64 * h, vec(i8, 64))
-            for n in range(2):
-                k = 4 * h + n
-                nib = _shr(b, ql, 4) if n else b.and_(ql, _c8(0x0F, 64))
-                units.append(b.or_(nib, _gf_bits(b, qq, [{k: 4}] * 4 + [{k + 2: 4}] * 4)))
+        units = [b.or_(nib, _gf_bits(b, qq, [{k: 4}] * 4 + [{k + 2: 4}] * 4))
+                 for k, nib in cls.wide_nibbles(b, wb)]
         scales = [splat_lanes(b, sc8, [4 * h + (r >= 4) + (2 if m >= 2 else 0)
                                         for m in range(4) for r in range(8)])
                   for h in range(2)]
@@ -239,11 +248,8 @@ def _gf_bits(b, v, moves):
     return b.call(gf, [v, ir.Constant(vec(i8, 64), mat), ir.Constant(i8, 0)])
 
 
-class _Q3:
+class _Q3(_Layout, fmt=quant.q3_k, offset=4, fields=dict(D="d", HM="hmask", QL="ql", SC="sc")):
     """Q3_K: u = low 2 bits | hmask bit << 2 (0..7), q = u - 4, 6-bit scales - 32 per 16."""
-    name, offset, has_t = "q3_k", 4, False
-    D = quant.q3_k.field("d").start
-    HM, QL, SC = (quant.q3_k.field(n).start for n in ("hmask", "ql", "sc"))
 
     @classmethod
     def scales(cls, b, wb):
@@ -296,11 +302,8 @@ class _Q3:
         return units, None
 
 
-class _Q2:
+class _Q2(_Layout, fmt=quant.q2_k, offset=0, fields=dict(D="d", DMIN="dmin", SC="sc", Q="q")):
     """Q2_K: u = 2-bit quant (0..3), scale = low nibble, min = high nibble of byte j."""
-    name, offset, has_t = "q2_k", 0, True
-    D, DMIN = quant.q2_k.field("d").start, quant.q2_k.field("dmin").start
-    SC, Q = quant.q2_k.field("sc").start, quant.q2_k.field("q").start
 
     @classmethod
     def weights(cls, b, wb):
@@ -454,42 +457,27 @@ def _values(b, ops, kq, wbs, xbs):
     return b.fmul(ds, b.fmul(d, b.sitofp(s, f32v)))     # v = R32(ds * R32(d * f32(S)))
 
 
-def _make_s(kq, wide, vnni):
+def _make_record(kq, wide, vnni, value):
+    """Intrinsic ``f(w, w_off, x, x_off)`` of the weight record at byte ``w_off`` of uint8 array
+    ``w`` and the Q8_K record at byte ``x_off`` of ``x`` (both records' bytes contiguous): S
+    (int32), or with ``value`` the record value v (float32, DESIGN §7)."""
     @intrinsic
-    def record_s(typingctx, w, w_off, x, x_off):
-        """S (int32) for the weight record at byte ``w_off`` of uint8 array ``w`` and the Q8_K
-        record at byte ``x_off`` of ``x`` (both records' bytes contiguous)."""
+    def record(typingctx, w, w_off, x, x_off):
         if not (isinstance(w, types.Array) and isinstance(x, types.Array)):
             return None
-        sig = types.int32(w, types.intp, x, types.intp)
+        sig = (types.float32 if value else types.int32)(w, types.intp, x, types.intp)
 
         def codegen(context, builder, signature, args):
             ops = Ops(builder, wide, vnni)
             wb = byte_ptr(context, builder, signature.args[0], args[0], args[1])
             xb = byte_ptr(context, builder, signature.args[2], args[2], args[3])
-            s, _ = _gen_sums(builder, ops, kq, [wb], [xb])
-            return builder.extract_element(s, ir.Constant(i32, 0))
+            if value:
+                r = _values(builder, ops, kq, [wb], [xb])
+            else:
+                r, _ = _gen_sums(builder, ops, kq, [wb], [xb])
+            return builder.extract_element(r, ir.Constant(i32, 0))
         return sig, codegen
-    return record_s
-
-
-def _make_value(kq, wide, vnni):
-    @intrinsic
-    def record_value(typingctx, w, w_off, x, x_off):
-        """The record value v (float32, DESIGN §7) of the weight record at byte ``w_off`` of
-        ``w`` and the Q8_K record at byte ``x_off`` of ``x`` (bytes contiguous)."""
-        if not (isinstance(w, types.Array) and isinstance(x, types.Array)):
-            return None
-        sig = types.float32(w, types.intp, x, types.intp)
-
-        def codegen(context, builder, signature, args):
-            ops = Ops(builder, wide, vnni)
-            wb = byte_ptr(context, builder, signature.args[0], args[0], args[1])
-            xb = byte_ptr(context, builder, signature.args[2], args[2], args[3])
-            return builder.extract_element(_values(builder, ops, kq, [wb], [xb]),
-                                           ir.Constant(i32, 0))
-        return sig, codegen
-    return record_value
+    return record
 
 
 def _make_accumulate(kq, wide, vnni, over_rows, n=8):
@@ -512,9 +500,9 @@ WIDE, VNNI = HAVE_AVX512, HAVE_VNNI
 __all__ = []
 for _name, _kq in KQUANTS.items():
     for _var, (_w, _v) in VARIANTS.items():
-        globals()[f"{_name}_q8_k_s_{_var}"] = _make_s(_kq, _w, _v)
+        globals()[f"{_name}_q8_k_s_{_var}"] = _make_record(_kq, _w, _v, False)
         __all__.append(f"{_name}_q8_k_s_{_var}")
-    globals()[f"{_name}_q8_k_value"] = _make_value(_kq, WIDE, VNNI)
+    globals()[f"{_name}_q8_k_value"] = _make_record(_kq, WIDE, VNNI, True)
     globals()[f"{_name}_rows_x8"] = _make_accumulate(_kq, WIDE, VNNI, over_rows=True)
     globals()[f"{_name}_acts_x8"] = _make_accumulate(_kq, WIDE, VNNI, over_rows=False)
     __all__ += [f"{_name}_q8_k_value", f"{_name}_rows_x8", f"{_name}_acts_x8"]

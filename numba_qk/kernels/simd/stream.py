@@ -130,17 +130,25 @@ def stream_line(typingctx, dst, doff, src, soff):
     return sig, codegen
 
 
-@intrinsic
-def store_fence(typingctx):
-    """``sfence`` (x86): order this thread's earlier non-temporal stores before later stores."""
-    def codegen(context, builder, signature, args):
-        if _X86:
-            fn = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse.sfence")
-            builder.call(fn, [])
-        return context.get_dummy_value()
+def x86_hint(name):
+    """Intrinsic ``f()``: one call of the void x86 intrinsic ``llvm.x86.<name>`` (a fence or a
+    hint); nothing on other targets."""
+    @intrinsic
+    def hint(typingctx):
+        def codegen(context, builder, signature, args):
+            if _X86:
+                fn = cgutils.get_or_insert_function(
+                    builder.module, ir.FunctionType(ir.VoidType(), []), f"llvm.x86.{name}")
+                builder.call(fn, [])
+            return context.get_dummy_value()
 
-    return types.none(), codegen
+        return types.none(), codegen
+
+    return hint
+
+
+# ``sfence`` (x86): order this thread's earlier non-temporal stores before later stores.
+store_fence = x86_hint("sse.sfence")
 
 
 @kernel

@@ -28,7 +28,7 @@ TQ1_0 packs five digits most significant first, ``q = sum digit_n * 3^(4-n)``, a
 
 import numpy as np
 
-from numba_qk._jit import kernel
+from numba_qk._jit import inline_kernel, kernel
 from numba_qk.formats.kquants import tq1_0 as _FMT1
 from numba_qk.formats.kquants import tq2_0 as _FMT2
 from numba_qk.kernels._round import roundf
@@ -80,20 +80,56 @@ def tq2_0_ternary(rec, i):
     return np.int32((byte >> np.uint8(2 * ((i % 128) // 32))) & np.uint8(3)) - np.int32(1)
 
 
+@inline_kernel
+def tq1_0_ternaries(records, b, t):
+    """``t[b, i] =`` ``t`` (-1..1) of every element of TQ1_0 record ``records[b]``, in ggml's
+    ``dequantize_row_tq1_0`` order."""
+    for n in range(5):
+        for m in range(32):
+            t[b, 32 * n + m] = tq_digit(records[b, _QS1_AT + m], n) - np.int32(1)
+        for m in range(16):
+            t[b, 160 + 16 * n + m] = tq_digit(records[b, _QS1_AT + 32 + m], n) - np.int32(1)
+    for n in range(4):
+        for m in range(4):
+            t[b, 240 + 4 * n + m] = tq_digit(records[b, _QH1_AT + m], n) - np.int32(1)
+
+
+@inline_kernel
+def tq2_0_ternaries(records, b, t):
+    """``t[b, i] =`` ``t`` (-1..2) of every element of TQ2_0 record ``records[b]``, in ggml's
+    ``dequantize_row_tq2_0`` order."""
+    for c in range(2):
+        for g in range(4):
+            shift = np.uint8(2 * g)
+            for l in range(32):
+                q = np.int32((records[b, _QS2_AT + 32 * c + l] >> shift) & np.uint8(3))
+                t[b, 128 * c + 32 * g + l] = q - np.int32(1)
+
+
+@inline_kernel
+def tq_dequantize(records, out, d_at, ternaries):
+    """ggml's ``dequantize_row_tq*``: ``R32(f32(t) * d)`` of every element of every record
+    (``ternaries`` one of the above, ``d`` the f16 at ``d_at``) into f32 ``out`` [G, 256]: the
+    ternaries (exact in f32) first, then scaled in place."""
+    for b in range(records.shape[0]):
+        d = f16_at(records, b, d_at)
+        ternaries(records, b, out)
+        for i in range(256):
+            out[b, i] = np.float32(out[b, i] * d)
+
+
 @kernel
 def tq1_0_decode_records(records, q):
     """``t`` of every element of ``[G, 54]`` TQ1_0 records into int8 ``q`` ``[G, 256]``."""
     for b in range(records.shape[0]):
-        for i in range(256):
-            q[b, i] = tq1_0_ternary(records[b], i)
+        tq1_0_ternaries(records, b, q)
 
 
 @kernel
 def tq2_0_decode_records(records, q):
     """``t`` of every element of ``[G, 66]`` TQ2_0 records into int8 ``q`` ``[G, 256]``."""
     for b in range(records.shape[0]):
-        for i in range(256):
-            q[b, i] = tq2_0_ternary(records[b], i)
+        tq2_0_ternaries(records, b, q)
 
 
 # ---- dequantize -----------------------------------------------------------------------------
@@ -101,32 +137,13 @@ def tq2_0_decode_records(records, q):
 @kernel
 def dequantize_tq1_0(records, out):
     """ggml's ``dequantize_row_tq1_0``: ``[G, 54]`` records into f32 ``out`` ``[G, 256]``."""
-    for b in range(records.shape[0]):
-        d = f16_at(records, b, _D1_AT)
-        for n in range(5):
-            for m in range(32):
-                t = tq_digit(records[b, _QS1_AT + m], n) - np.int32(1)
-                out[b, 32 * n + m] = np.float32(np.float32(t) * d)
-            for m in range(16):
-                t = tq_digit(records[b, _QS1_AT + 32 + m], n) - np.int32(1)
-                out[b, 160 + 16 * n + m] = np.float32(np.float32(t) * d)
-        for n in range(4):
-            for m in range(4):
-                t = tq_digit(records[b, _QH1_AT + m], n) - np.int32(1)
-                out[b, 240 + 4 * n + m] = np.float32(np.float32(t) * d)
+    tq_dequantize(records, out, _D1_AT, tq1_0_ternaries)
 
 
 @kernel
 def dequantize_tq2_0(records, out):
     """ggml's ``dequantize_row_tq2_0``: ``[G, 66]`` records into f32 ``out`` ``[G, 256]``."""
-    for b in range(records.shape[0]):
-        d = f16_at(records, b, _D2_AT)
-        for c in range(2):
-            for g in range(4):
-                shift = np.uint8(2 * g)
-                for l in range(32):
-                    q = np.int32((records[b, _QS2_AT + 32 * c + l] >> shift) & np.uint8(3))
-                    out[b, 128 * c + 32 * g + l] = np.float32(np.float32(q - 1) * d)
+    tq_dequantize(records, out, _D2_AT, tq2_0_ternaries)
 
 
 # ---- quantize (ggml quantize_row_tq1_0_ref / quantize_row_tq2_0_ref) --------------------------

@@ -18,7 +18,8 @@ import struct
 import numpy as np
 
 __all__ = [
-    "f16_value", "decode_q4_k", "decode_q8_k", "record_value", "quantized_dot",
+    "f16_value", "decode_q4_k", "decode_q8_k", "record_value", "quantized_dot", "left_fold",
+    "fold_records",
     "quantize_block", "quantize", "ReferenceDomainError",
 ]
 
@@ -119,17 +120,27 @@ def record_value(w: bytes, x: bytes) -> np.float32:
         return R32(X["ds"] * R32(p - n))
 
 
-def quantized_dot(w_records, x_records) -> np.float32:
-    """Left fold of v_b in record order, seeded with v_0; +0.0 for G = 0."""
-    w_records = np.asarray(w_records)
-    x_records = np.asarray(x_records)
-    assert w_records.shape[0] == x_records.shape[0]
+def left_fold(values) -> np.float32:
+    """The left fold ``((v_0 + v_1) + v_2) + ...`` of the f32 ``values`` in order, seeded with
+    v_0, one f32 rounding per add; +0.0 for none.  Every oracle's dot ends here."""
     acc = None
     with np.errstate(all="ignore"):
-        for b in range(w_records.shape[0]):
-            v = record_value(w_records[b].tobytes(), x_records[b].tobytes())
+        for v in values:
             acc = v if acc is None else R32(acc + v)
     return F32(0.0) if acc is None else acc
+
+
+def fold_records(record_value, w_records, x_records) -> np.float32:
+    """:func:`left_fold` of ``record_value(w_b, x_b)`` (record bytes) over the record pairs."""
+    w_records, x_records = np.asarray(w_records), np.asarray(x_records)
+    assert w_records.shape[0] == x_records.shape[0]
+    return left_fold(record_value(w_records[b].tobytes(), x_records[b].tobytes())
+                     for b in range(w_records.shape[0]))
+
+
+def quantized_dot(w_records, x_records) -> np.float32:
+    """Left fold of v_b in record order, seeded with v_0; +0.0 for G = 0."""
+    return fold_records(record_value, w_records, x_records)
 
 
 def quantize_block(values) -> bytes:
@@ -328,9 +339,5 @@ def legacy_block_value(wname: str, w: bytes, xname: str, x: bytes) -> np.float32
 
 def legacy_dot(wname: str, w_records, xname: str, x_records) -> np.float32:
     w_records, x_records = np.asarray(w_records), np.asarray(x_records)
-    acc = None
-    with np.errstate(all="ignore"):
-        for b in range(w_records.shape[0]):
-            v = legacy_block_value(wname, w_records[b].tobytes(), xname, x_records[b].tobytes())
-            acc = v if acc is None else R32(acc + v)
-    return F32(0.0) if acc is None else acc
+    return left_fold(legacy_block_value(wname, w_records[b].tobytes(), xname, x_records[b].tobytes())
+                     for b in range(w_records.shape[0]))

@@ -15,6 +15,8 @@ import struct
 
 import numpy as np
 
+from .core import left_fold
+
 F = np.float32
 # ggml-common.h kvalues_iq4nl
 KVALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
@@ -54,13 +56,6 @@ def dequantize_iq4_xs(rec: bytes) -> list:
     return out
 
 
-def _fold(values) -> np.float32:
-    acc = F(0.0)
-    for i, v in enumerate(values):
-        acc = v if i == 0 else F(acc + v)
-    return acc
-
-
 def dot_iq4_nl_q8_0(w_records, x_records) -> np.float32:
     """S_b exact; v_b = R32(d_x * R32(f32(d) * f32(S_b))); left fold seeded with v_0."""
     vals = []
@@ -69,7 +64,7 @@ def dot_iq4_nl_q8_0(w_records, x_records) -> np.float32:
         q = struct.unpack("<32b", x[2:34])
         s = sum(KVALUES[c] * qi for c, qi in zip(_codes(w[2:18]), q))
         vals.append(F(_f16(x, 0) * F(_f16(w, 0) * F(s))))
-    return _fold(vals)
+    return left_fold(vals)
 
 
 def dot_iq4_xs_q8_k(w_records, x_records) -> np.float32:
@@ -85,7 +80,7 @@ def dot_iq4_xs_q8_k(w_records, x_records) -> np.float32:
             s += (iq4_xs_ls(w, sb) - 32) * sum(KVALUES[c] * qi
                                                for c, qi in zip(codes, q[32 * sb:32 * sb + 32]))
         vals.append(F(ds * F(_f16(w, 0) * F(s))))
-    return _fold(vals)
+    return left_fold(vals)
 
 
 def best_index_int8(x) -> int:

@@ -13,9 +13,11 @@ Each ``decode_<t>`` returns ``{"d", ["dmin"], "scale": [...] per sub-block, ["mi
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
-from .core import R32, F32, decode_q8_k, f16_value
+from .core import fold_records, R32, F32, decode_q8_k, f16_value
 
 __all__ = ["DECODERS", "decode", "dequantize", "record_value", "quantized_dot", "RECORD_BYTES"]
 
@@ -154,11 +156,4 @@ def record_value(name: str, w, x) -> np.float32:
 
 def quantized_dot(name: str, w_records, x_records) -> np.float32:
     """Left fold of the record values, seeded with v_0; +0.0 for G = 0."""
-    w_records, x_records = np.asarray(w_records), np.asarray(x_records)
-    assert w_records.shape[0] == x_records.shape[0]
-    acc = None
-    with np.errstate(all="ignore"):
-        for b in range(w_records.shape[0]):
-            v = record_value(name, w_records[b].tobytes(), x_records[b].tobytes())
-            acc = v if acc is None else R32(acc + v)
-    return F32(0.0) if acc is None else acc
+    return fold_records(partial(record_value, name), w_records, x_records)

@@ -15,6 +15,8 @@ import math
 
 import numpy as np
 
+from .core import left_fold
+
 F = np.float32
 KVALUES = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)  # ggml's kvalues_fp4
 
@@ -136,15 +138,6 @@ def _q8_0(rec: bytes):
     return d, q
 
 
-def _fold(terms) -> np.float32:
-    if not terms:
-        return F(0.0)
-    acc = terms[0]
-    for t in terms[1:]:
-        acc = F(acc + t)
-    return acc
-
-
 def dot_mxfp4_q8_0(w, x) -> np.float32:
     """Canonical dot: v_b = R32(R32(d_y * 2^(e-128)) * f32(S_b)), left fold seeded with v_0."""
     terms = []
@@ -153,7 +146,7 @@ def dot_mxfp4_q8_0(w, x) -> np.float32:
             rec, (dy, q) = bytes(w[b]), _q8_0(bytes(x[b]))
             s = sum(KVALUES[c] * q[i] for i, c in enumerate(codes_mxfp4(rec)))
             terms.append(F(F(dy * e8m0_half(rec[0])) * F(s)))
-        return _fold(terms)
+        return left_fold(terms)
 
 
 def dot_nvfp4_q8_0(w, x) -> np.float32:
@@ -169,4 +162,4 @@ def dot_nvfp4_q8_0(w, x) -> np.float32:
                 lanes = range(16 * (s % 2), 16 * (s % 2) + 16)
                 total = sum(KVALUES[codes[16 * s + k]] * q[i] for k, i in enumerate(lanes))
                 terms.append(F(F(dy * ue4m3_half(rec[s])) * F(total)))
-        return _fold(terms)
+        return left_fold(terms)
