@@ -53,8 +53,10 @@ def closure_named(fn):
     digits a sha256 of what its cells hold (``kernel_identity``), so that closures from one
     factory with different values have different names in every process -- and so different
     compiled symbols and cache files.  Cells may hold plain numbers, strings, None, tuples of
-    these, and compiled kernels (named by their own qualified name); anything else raises
-    TypeError here, at import, as it would give no name that is the same in every process."""
+    these, compiled kernels (named by their own qualified name), numba intrinsics and plain
+    functions (named by their code's qualified name and, recursively, their own cells) and
+    classes; anything else raises TypeError when the kernel is made, as it would give no name
+    that is the same in every process."""
     if fn.__closure__:
         digest = hashlib.sha256(_cells_key(fn).encode()).hexdigest()[:12]
         fn.__qualname__ = f"{fn.__qualname__}__{digest}"
@@ -86,6 +88,15 @@ def _value_key(fn, name, v) -> str:
         return "(" + ",".join(_value_key(fn, name, e) for e in v) + ")"
     if hasattr(v, "py_func"):
         return kernel_identity(v)
+    defn = getattr(v, "_defn", None)          # a numba @intrinsic: its definition, with its cells
+    if callable(defn):
+        cells = f"[{_cells_key(defn)}]" if defn.__closure__ else ""
+        return f"{defn.__module__}.{defn.__qualname__}{cells}"
+    if callable(v) and hasattr(v, "__code__"):  # a plain function (an intrinsic's code builder)
+        cells = f"[{_cells_key(v)}]" if v.__closure__ else ""
+        return f"{v.__module__}.{v.__qualname__}{cells}"
+    if isinstance(v, type):                    # a class (a layout declaration)
+        return f"{v.__module__}.{v.__qualname__}"
     raise TypeError(f"kernel {fn.__qualname__}: closure cell {name!r} holds a "
                     f"{type(v).__name__}, which has no name that is the same in every process")
 

@@ -20,6 +20,7 @@ from numba_qk.testing import ggml as ggml_bridge
 from numba_qk.formats import kquants as fk
 from numba_qk.testing.reference import kquants as ref
 from numba_qk.kernels.kquants.q8_k import quantize_q8_k
+from subsets import default_few
 
 from numba_qk.testing.asserts import assert_same_f32, assert_same_records
 from records import F16_SPECIALS, F32_SPECIALS, pack_q8_k, random_q8_k
@@ -364,10 +365,9 @@ def test_gemv_equals_dot_per_row(f, rng):
 
 # ---- carriers ---------------------------------------------------------------------------
 
-# Q6_K and Q2_K by default (the Q6_K/Q3_K and Q2_K/Q5_K decoders share their shapes); Q5_K and
-# Q3_K under -m slow: each carrier compiles its own specialisations.
-@pytest.mark.parametrize("f", [f if f.NAME in ("Q6_K", "Q2_K") else pytest.param(
-    f, marks=pytest.mark.slow) for f in FORMATS], ids=IDS)
+# Q6_K by default; Q2_K, Q3_K and Q5_K under -m slow: each carrier compiles its own
+# specialisations.
+@pytest.mark.parametrize("f", default_few(FORMATS, {"Q6_K"}, name=lambda f: f.NAME))
 def test_read_only_and_unaligned_carriers(f, rng, tmp_path):
     g = 5
     values = rng.standard_normal((g, 256)).astype(np.float32)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
+from subsets import default_few
 
 from numba_qk.testing.asserts import assert_same_f32
 
@@ -15,7 +16,7 @@ FAST = [n for n in ("q2_k", "q3_k", "q5_k", "q6_k")
         if hasattr(importlib.import_module(f"numba_qk.kernels.kquants.{n}"), f"dot_{n}_q8_k_portable")]
 
 
-@pytest.mark.parametrize("name", FAST)
+@pytest.mark.parametrize("name", default_few(FAST, {"q6_k"}))  # the others: -m slow
 def test_fast_paths_equal_the_portable_definition(name, rng):
     mod = importlib.import_module(f"numba_qk.kernels.kquants.{name}")
     fmt = getattr(qk.quant, name)

@@ -15,6 +15,7 @@ from numba_qk.kernels.legacy import layout as _LL
 
 from numba_qk.testing.asserts import assert_same_f32
 from records import legacy_extremes
+from subsets import default_few
 
 NAMES = [f.name.lower() for f in legacy_family.FORMATS if f in WEIGHTS]
 needs_vnni = pytest.mark.skipif(not legacy.HAVE_LEGACY_VNNI,
@@ -75,7 +76,7 @@ def test_adversarial_extremes(name, rng):
         assert_same_f32(got[0], ref.legacy_dot(name.upper(), w[0], act.name, x))
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", default_few(NAMES, {"q4_0", "q4_1"}))  # the others: -m slow
 def test_strided_unaligned_readonly(name, rng):
     f, act = _fmt(name)
     rows, g = 24, 6
