@@ -26,7 +26,7 @@ nothing written).
 
 import numpy as np
 
-from numba_qk._jit import kernel
+from numba_qk._jit import inline_kernel, kernel
 from numba_qk.formats.iq import KVALUES_IQ4NL, iq4_nl as _NL, iq4_xs as _XS
 from numba_qk.formats.kquants import q8_k as _Q8K
 from numba_qk.formats.legacy import q8_0 as _Q80
@@ -231,10 +231,10 @@ def iq4_block_scale(values, b, off, L):
     return d
 
 
-@kernel
-def quantize_block_iq4_nl(values, b, out, L):
-    """One block of 32 values into IQ4_NL record ``out[b]``."""
-    sc = iq4_block_scale(values, b, 0, L)
+@inline_kernel
+def iq4_nl_store(values, b, out, L, sc):
+    """IQ4_NL record ``out[b]`` of the block's scale ``sc`` (f32): ``d`` and the codes
+    ``best_index_iq4(x / sc)`` (0 where ``sc == 0``), by way of ``L``."""
     store_f16(out, b, NL_D_AT, sc)
     idv = np.float32(np.float32(1.0) / sc) if sc != np.float32(0.0) else np.float32(0.0)
     for j in range(32):
@@ -244,13 +244,19 @@ def quantize_block_iq4_nl(values, b, out, L):
 
 
 @kernel
-def quantize_block_iq4_xs(values, b, out, L, scales):
-    """One super-block of 256 values into IQ4_XS record ``out[b]``."""
+def quantize_block_iq4_nl(values, b, out, L):
+    """One block of 32 values into IQ4_NL record ``out[b]``."""
+    iq4_nl_store(values, b, out, L, iq4_block_scale(values, b, 0, L))
+
+
+@inline_kernel
+def iq4_xs_store(values, b, out, L, scales):
+    """IQ4_XS record ``out[b]`` of the 8 sub-block scales ``scales`` (f32): ``d`` from the
+    scale of largest magnitude (the first such), the 6-bit scales, and the codes, by way of ``L``."""
     max_scale = np.float32(0.0)
     amax_scale = np.float32(0.0)
     for s in range(8):
-        sc = iq4_block_scale(values, b, 32 * s, L)
-        scales[s] = sc
+        sc = scales[s]
         if abs(sc) > amax_scale:
             amax_scale = abs(sc)
             max_scale = sc
@@ -275,6 +281,14 @@ def quantize_block_iq4_xs(values, b, out, L, scales):
     for s in range(8):
         for j in range(16):
             out[b, XS_QS_AT + 16 * s + j] = np.uint8(L[32 * s + j] | (L[32 * s + 16 + j] << 4))
+
+
+@kernel
+def quantize_block_iq4_xs(values, b, out, L, scales):
+    """One super-block of 256 values into IQ4_XS record ``out[b]``."""
+    for s in range(8):
+        scales[s] = iq4_block_scale(values, b, 32 * s, L)
+    iq4_xs_store(values, b, out, L, scales)
 
 
 @kernel

@@ -16,10 +16,9 @@ import numpy as np
 
 from numba_qk._jit import kernel
 from numba_qk.formats.iq import iq4_nl as _NL, iq4_xs as _XS
-from numba_qk.kernels._round import nearest_int
-from numba_qk.kernels.iq.iq4 import (KVALUES, KVALUES_F32, NL_D_AT, NL_QS_AT, XS_D_AT, XS_QS_AT,
-                                     XS_SH_AT, XS_SL_AT, best_index_iq4)
-from numba_qk.kernels.kquants.common import first_nonfinite_block, store_f16
+from numba_qk.kernels.iq.iq4 import (KVALUES, KVALUES_F32, best_index_iq4, iq4_nl_store,
+                                     iq4_xs_store)
+from numba_qk.kernels.kquants.common import first_nonfinite_block
 
 _GROUP_MAX_EPS = np.float32(1e-15)
 _NTRY = 7
@@ -94,13 +93,7 @@ def quantize_iq4_nl_weighted(values, qw, out):
     weight = np.zeros(32, np.float32)
     for b in range(values.shape[0]):
         _weights(values, b, 0, 32, qw, 32 * (b % per_row), weight)
-        sc = iq4_block_scale_weighted(values, b, 0, L, weight, 0)
-        store_f16(out, b, NL_D_AT, sc)
-        idv = np.float32(np.float32(1.0) / sc) if sc != _F0 else _F0
-        for j in range(32):
-            L[j] = best_index_iq4(np.float32(idv * np.float32(values[b, j])))
-        for j in range(16):
-            out[b, NL_QS_AT + j] = np.uint8(L[j] | (L[16 + j] << 4))
+        iq4_nl_store(values, b, out, L, iq4_block_scale_weighted(values, b, 0, L, weight, 0))
     return -1
 
 
@@ -116,35 +109,9 @@ def quantize_iq4_xs_weighted(values, qw, out):
     scales = np.zeros(8, np.float32)
     for b in range(values.shape[0]):
         _weights(values, b, 0, 256, qw, 256 * (b % per_row), weight)
-        max_scale = _F0
-        amax_scale = _F0
         for s in range(8):
-            sc = iq4_block_scale_weighted(values, b, 32 * s, L, weight, 32 * s)
-            scales[s] = sc
-            if abs(sc) > amax_scale:
-                amax_scale = abs(sc)
-                max_scale = sc
-        d = np.float32(-max_scale / np.float32(32.0))
-        store_f16(out, b, XS_D_AT, d)
-        idv = np.float32(np.float32(1.0) / d) if d != _F0 else _F0
-        sh = np.int32(0)
-        for s in range(4):
-            out[b, XS_SL_AT + s] = np.uint8(0)
-        for s in range(8):
-            l = nearest_int(np.float32(idv * scales[s]))
-            l = max(-32, min(31, l))
-            dl = np.float32(d * np.float32(l))
-            idl = np.float32(np.float32(1.0) / dl) if dl != _F0 else _F0
-            for j in range(32):
-                L[32 * s + j] = best_index_iq4(np.float32(idl * np.float32(values[b, 32 * s + j])))
-            l += 32
-            out[b, XS_SL_AT + s // 2] |= np.uint8((l & 0xF) << (4 * (s % 2)))
-            sh |= np.int32(l >> 4) << np.int32(2 * s)
-        out[b, XS_SH_AT] = np.uint8(sh & 0xFF)
-        out[b, XS_SH_AT + 1] = np.uint8(sh >> 8)
-        for s in range(8):
-            for j in range(16):
-                out[b, XS_QS_AT + 16 * s + j] = np.uint8(L[32 * s + j] | (L[32 * s + 16 + j] << 4))
+            scales[s] = iq4_block_scale_weighted(values, b, 32 * s, L, weight, 32 * s)
+        iq4_xs_store(values, b, out, L, scales)
     return -1
 
 

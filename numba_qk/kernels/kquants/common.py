@@ -187,6 +187,33 @@ def transpose_out(Lt, L, n, nl):
 
 
 @inline_kernel
+def q3_split_hmask(out, b, hm_at, L):
+    """Q3_K's high bits: bit ``k`` of byte ``hm_at + l`` is ``L[32k + l] > 3``, which loses 4
+    (``L`` 0..7 -> 0..3 for :func:`pack_2bit`)."""
+    for l in range(32):  # high bit of element i = 32k + l -> bit k of hmask byte l
+        m = np.int32(0)
+        for k in range(8):
+            h = np.int32(L[32 * k + l] > 3)
+            m |= h << k
+            L[32 * k + l] -= 4 * h
+        out[b, hm_at + l] = np.uint8(m)
+
+
+@inline_kernel
+def q5_pack_quants(out, b, ql_at, qh_at, L):
+    """Q5_K's quants ``L`` (0..31): low nibbles of ``L[64p + l]`` / ``L[64p + 32 + l]`` in byte
+    ``ql_at + 32p + l``, bit 4 in ``qh`` byte ``l``, bits ``2p`` / ``2p + 1``."""
+    for l in range(32):  # bit 4 of L[64p + l] -> qh bit 2p, of L[64p + 32 + l] -> bit 2p + 1
+        qh = np.int32(0)
+        for p in range(4):
+            l1 = L[64 * p + l]
+            l2 = L[64 * p + 32 + l]
+            qh |= ((l1 >> 4) << (2 * p)) | ((l2 >> 4) << (2 * p + 1))
+            out[b, ql_at + 32 * p + l] = np.uint8((l1 & 15) | ((l2 & 15) << 4))
+        out[b, qh_at + l] = np.uint8(qh)
+
+
+@inline_kernel
 def pack_2bit(out, b, at, L):
     """Q2_K/Q3_K's 2-bit quants: byte ``at + 32c + l`` of record ``out[b]`` holds
     ``L[128c + 32g + l]`` in bits ``[2g, 2g + 2)`` (values 0..3)."""

@@ -55,7 +55,7 @@ from numba_qk.kernels.drive import kernels_for, register
 from numba_qk.kernels.simd.kquants import q3_k_acts_x8, q3_k_q8_k_value, q3_k_rows_x8
 from numba_qk.formats.kquants import q3_k as _FMT
 from numba_qk.kernels._bits import f16_to_f32, load_u16
-from numba_qk.kernels.kquants.common import f16_at, pack_2bit, portable_dot_for, quantizer_for, qx_sums, record_value_d, signed_absmax, store_f16, transpose_in, transpose_out, x_q
+from numba_qk.kernels.kquants.common import f16_at, pack_2bit, q3_split_hmask, portable_dot_for, quantizer_for, qx_sums, record_value_d, signed_absmax, store_f16, transpose_in, transpose_out, x_q
 from numba_qk.kernels.kquants.q4_k_encode import nearest_int
 from numba_qk.kernels.kquants.encode_lanes import ENCODE_LANES, Q3_SCR_ROWS, q3_lanes, requant_lanes
 
@@ -242,13 +242,7 @@ def quantize_block_q3_k(values, b, out, work):
         dd[0, j] = np.float32(-0.0)  # x + -0.0 == x: plain x / d
     requant_lanes(xt, dd[0], dd[1], -4, 3, 4, Lt, 16, 16)
     transpose_out(Lt, L, 16, 16)
-    for l in range(32):  # high bit of element i = 32k + l -> bit k of hmask byte l
-        m = np.int32(0)
-        for k in range(8):
-            h = np.int32(L[32 * k + l] > 3)
-            m |= h << k
-            L[32 * k + l] -= 4 * h
-        out[b, _HM_AT + l] = np.uint8(m)
+    q3_split_hmask(out, b, _HM_AT, L)
     pack_2bit(out, b, _QL_AT, L)
 
 

@@ -46,7 +46,7 @@ from numba_qk.kernels.drive import kernels_for, register
 from numba_qk.kernels.simd.kquants import q5_k_acts_x8, q5_k_q8_k_value, q5_k_rows_x8
 from numba_qk.formats.kquants import q5_k as _FMT
 from numba_qk.kernels._bits import f16_to_f32, load_u16
-from numba_qk.kernels.kquants.common import X_Q_AT, av_weights_in, f16_at, portable_dot_for, quantizer_for, k4_encode_scales, k4_scale_min, record_value_d_dmin, transpose_out, x_bsum, x_q
+from numba_qk.kernels.kquants.common import X_Q_AT, av_weights_in, f16_at, portable_dot_for, quantizer_for, k4_encode_scales, k4_scale_min, q5_pack_quants, record_value_d_dmin, transpose_out, x_bsum, x_q
 from numba_qk.kernels.kquants.q4_k_encode import k4_scratch, qkx2_search, requant_lanes
 
 Q5_K_RECORD_BYTES = _FMT.block_bytes
@@ -149,14 +149,7 @@ def quantize_block_q5_k(values, b, out, work):
     k4_encode_scales(out, b, _SC_AT, _D_AT, _DMIN_AT, scales, mins, dd)
     requant_lanes(xt, dd[0], dd[1], 0, 31, 0, Lt, 32, 8)  # nearest_int((x + dm)/d), 0..31
     transpose_out(Lt, L, 32, 8)
-    for l in range(32):  # bit 4 of L[64p + l] -> qh bit 2p, of L[64p + 32 + l] -> bit 2p + 1
-        qh = np.int32(0)
-        for p in range(4):
-            l1 = L[64 * p + l]
-            l2 = L[64 * p + 32 + l]
-            qh |= ((l1 >> 4) << (2 * p)) | ((l2 >> 4) << (2 * p + 1))
-            out[b, _QL_AT + 32 * p + l] = np.uint8((l1 & 15) | ((l2 & 15) << 4))
-        out[b, _QH_AT + l] = np.uint8(qh)
+    q5_pack_quants(out, b, _QL_AT, _QH_AT, L)
 
 
 quantize_q5_k = quantizer_for(_FMT, block=quantize_block_q5_k, scratch=k4_scratch)

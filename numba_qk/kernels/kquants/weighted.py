@@ -34,8 +34,9 @@ from numba_qk._jit import inline_kernel, kernel
 from numba_qk.formats.kquants import q2_k as _Q2, q3_k as _Q3, q4_k as _Q4, q5_k as _Q5, q6_k as _Q6
 from numba_qk.kernels._round import nearest_int
 from numba_qk.kernels.kquants.common import (first_nonfinite_block, k4_pack_scale_min,
-                                             k4_scale_min_inline, pack_2bit, signed_absmax,
-                                             store_f16)
+                                             k4_scale_min_inline, pack_2bit, q3_split_hmask,
+                                             q5_pack_quants, signed_absmax, store_f16,
+                                             transpose_out)
 
 GROUP_MAX_EPS = np.float32(1e-15)
 LANES = 16   # the passes run all 16 lanes of the scratch (a constant trip count vectorizes); lanes >= nl are ignored
@@ -369,6 +370,18 @@ def imatrix_weights(values, b, off, n, qw, qoff, sigma2, weight):
 
 
 @inline_kernel
+def imatrix_lanes_in(values, b, qw, qoff, sigma2, n, nl, sw, weight, xt, wt):
+    """Sub-blocks ``j < nl`` of ``n`` values of block ``b`` side by side: ``sw[j]`` =
+    :func:`imatrix_weights` of sub-block ``j`` (into ``weight``), ``xt[i, j]``/``wt[i, j]`` its
+    values and weights."""
+    for j in range(nl):
+        sw[j] = imatrix_weights(values, b, n * j, n, qw, qoff + n * j, sigma2, weight)
+        for i in range(n):
+            xt[i, j] = values[b, n * j + i]
+            wt[i, j] = weight[i]
+
+
+@inline_kernel
 def weighted_blocks(values, qw, out, block, work, bs):
     """The blocks of ``values`` [G, bs] in order through ``block(values, b, qw, qoff, out,
     work)``; block ``b`` is weighted from ``qw[qoff:]``, ``qoff = bs * (b % (len(qw) // bs))``.
@@ -416,15 +429,9 @@ def _kl_scratch():
 def quantize_block_q2_k_weighted(values, b, qw, qoff, out, work):
     (L, Laux, weight, scales, mins, sw, Ls, Lm), (xt, wt, Lt, scr, Lx) = work
     sigma2 = np.float32(sum_sq(values, b, 0, 256) / np.float32(256.0))
-    for j in range(16):
-        sw[j] = imatrix_weights(values, b, 16 * j, 16, qw, qoff + 16 * j, sigma2, weight)
-        for i in range(16):
-            xt[i, j] = values[b, 16 * j + i]
-            wt[i, j] = weight[i]
+    imatrix_lanes_in(values, b, qw, qoff, sigma2, 16, 16, sw, weight, xt, wt)
     make_qkx3_lanes_w(xt, wt, 16, 16, 3, Lt, Lx, scales, mins, scr)  # make_qkx3_quants(16, 3)
-    for j in range(16):
-        for i in range(16):
-            L[16 * j + i] = Lt[i, j]
+    transpose_out(Lt, L, 16, 16)
     dm = make_qp_quants(16, 15, scales, Ls, sw)
     mm = make_qp_quants(16, 15, mins, Lm, sw)
     dm = store_f16(out, b, _Q2_D_AT, dm)
@@ -461,15 +468,9 @@ _Q3_D_AT = _Q3.field("d").start
 def quantize_block_q3_k_weighted(values, b, qw, qoff, out, work):
     (L, Laux, weight, scales, mins, sw, Ls, Lm), (xt, wt, Lt, scr, Lx) = work
     sigma2 = np.float32(np.float32(np.float32(2.0) * sum_sq(values, b, 0, 256)) / np.float32(256.0))
-    for j in range(16):
-        sw[j] = imatrix_weights(values, b, 16 * j, 16, qw, qoff + 16 * j, sigma2, weight)
-        for i in range(16):
-            xt[i, j] = values[b, 16 * j + i]
-            wt[i, j] = weight[i]
+    imatrix_lanes_in(values, b, qw, qoff, sigma2, 16, 16, sw, weight, xt, wt)
     make_qx_lanes_w(xt, wt, 16, 16, 4, Lt, scales, scr)   # make_qx_quants(16, 4) per sub-block
-    for j in range(16):
-        for i in range(16):
-            L[16 * j + i] = Lt[i, j]
+    transpose_out(Lt, L, 16, 16)
     for k in range(12):
         out[b, _Q3_SC_AT + k] = 0
     d_block = make_qx_quants_w(scales, 0, 16, 32, Ls, 0, sw, 0)
@@ -494,13 +495,7 @@ def quantize_block_q3_k_weighted(values, b, qw, qoff, out, work):
         for ii in range(16):
             l = nearest_int(np.float32(np.float32(values[b, 16 * j + ii]) / d))
             L[16 * j + ii] = max(-4, min(3, l)) + 4
-    for l in range(32):  # high bit of element i = 32k + l -> bit k of hmask byte l
-        m = np.int32(0)
-        for k in range(8):
-            h = np.int32(L[32 * k + l] > 3)
-            m |= h << k
-            L[32 * k + l] -= 4 * h
-        out[b, _Q3_HM_AT + l] = np.uint8(m)
+    q3_split_hmask(out, b, _Q3_HM_AT, L)
     pack_2bit(out, b, _Q3_QL_AT, L)
 
 
@@ -529,15 +524,9 @@ def k45_weighted(values, b, qw, qoff, out, work, nmax, d_at, dmin_at, sc_at, cla
     and the requantized quants in ``L`` (work[0])."""
     (L, Laux, weight, scales, mins, sw, Ls, Lm), (xt, wt, Lt, scr, Lx) = work
     sigma2 = np.float32(np.float32(np.float32(2.0) * sum_sq(values, b, 0, 256)) / np.float32(256.0))
-    for j in range(8):
-        sw[j] = imatrix_weights(values, b, 32 * j, 32, qw, qoff + 32 * j, sigma2, weight)
-        for i in range(32):
-            xt[i, j] = values[b, 32 * j + i]
-            wt[i, j] = weight[i]
+    imatrix_lanes_in(values, b, qw, qoff, sigma2, 32, 8, sw, weight, xt, wt)
     make_qkx3_lanes_w(xt, wt, 32, 8, nmax, Lt, Lx, scales, mins, scr)  # make_qkx3_quants(32, nmax)
-    for j in range(8):
-        for i in range(32):
-            L[32 * j + i] = Lt[i, j]
+    transpose_out(Lt, L, 32, 8)
     d_block = make_qp_quants(8, 63, scales, Ls, sw)
     m_block = make_qp_quants(8, 63, mins, Lm, sw)
     for j in range(8):
@@ -573,14 +562,7 @@ def quantize_block_q4_k_weighted(values, b, qw, qoff, out, work):
 def quantize_block_q5_k_weighted(values, b, qw, qoff, out, work):
     k45_weighted(values, b, qw, qoff, out, work, 31, _Q5_D_AT, _Q5_DMIN_AT, _Q5_SC_AT, True)
     L = work[0][0]
-    for l in range(32):
-        qh = np.int32(0)
-        for p in range(4):
-            l1 = L[64 * p + l]
-            l2 = L[64 * p + 32 + l]
-            qh |= ((l1 >> 4) << (2 * p)) | ((l2 >> 4) << (2 * p + 1))
-            out[b, _Q5_QL_AT + 32 * p + l] = np.uint8((l1 & 15) | ((l2 & 15) << 4))
-        out[b, _Q5_QH_AT + l] = np.uint8(qh)
+    q5_pack_quants(out, b, _Q5_QL_AT, _Q5_QH_AT, L)
 
 
 @kernel
@@ -610,9 +592,7 @@ def quantize_block_q6_k_weighted(values, b, qw, qoff, out, work):
             xt[i, j] = values[b, 16 * j + i]
             wt[i, j] = qw[qoff + 16 * j + i]
     make_qx_lanes_w(xt, wt, 16, 16, 32, Lt, scales, scr)  # make_qx_quants(16, 32, qw) per sub-block
-    for j in range(16):
-        for i in range(16):
-            L[16 * j + i] = Lt[i, j]
+    transpose_out(Lt, L, 16, 16)
     max_abs_scale, max_scale = signed_absmax(scales, 0, 16)
     if max_abs_scale < GROUP_MAX_EPS:
         for k in range(_Q6_BYTES):

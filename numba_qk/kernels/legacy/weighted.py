@@ -36,6 +36,9 @@ Q40_D, Q40_QS = _at(_Q4_0, "d"), _at(_Q4_0, "qs")
 Q41_D, Q41_M, Q41_QS = _at(_Q4_1, "d"), _at(_Q4_1, "m"), _at(_Q4_1, "qs")
 Q50_D, Q50_QH, Q50_QS = _at(_Q5_0, "d"), _at(_Q5_0, "qh"), _at(_Q5_0, "qs")
 Q51_D, Q51_M, Q51_QH, Q51_QS = _at(_Q5_1, "d"), _at(_Q5_1, "m"), _at(_Q5_1, "qh"), _at(_Q5_1, "qs")
+# (d, m, qs, qh) offsets per ``kind`` of ``_rows`` (-1: no such field)
+_FIELDS = ((Q40_D, -1, Q40_QS, -1), (Q41_D, Q41_M, Q41_QS, -1), (Q50_D, -1, Q50_QS, Q50_QH),
+           (Q51_D, Q51_M, Q51_QS, Q51_QH))
 
 
 @inline_kernel
@@ -60,6 +63,7 @@ def _rows(values, qw, out, kind):
     if bad >= 0:
         return bad
     per_row = qw.shape[0] // 32
+    d_at, m_at, qs_at, qh_at = _FIELDS[kind]
     weight = np.zeros(32, np.float32)
     L = np.zeros(32, np.int32)
     xt, wt, Lt, scr, Lx = lanes_scratch()
@@ -87,22 +91,14 @@ def _rows(values, qw, out, kind):
                 b = r0 + c0 + jb
                 for i in range(32):
                     L[i] = Lt[i, jb]
-                if kind == 0:
-                    store_f16(out, b, Q40_D, scales[jb])
+                store_f16(out, b, d_at, scales[jb])
+                if kind == 1 or kind == 3:
+                    store_f16(out, b, m_at, np.float32(-mins[jb]))
+                if kind < 2:
                     for j in range(16):
-                        out[b, Q40_QS + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
-                elif kind == 2:
-                    store_f16(out, b, Q50_D, scales[jb])
-                    _pack5(out, b, Q50_QS, Q50_QH, L)
-                elif kind == 1:
-                    store_f16(out, b, Q41_D, scales[jb])
-                    store_f16(out, b, Q41_M, np.float32(-mins[jb]))
-                    for j in range(16):
-                        out[b, Q41_QS + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
+                        out[b, qs_at + j] = np.uint8((L[j] | (L[j + 16] << 4)) & 0xFF)
                 else:
-                    store_f16(out, b, Q51_D, scales[jb])
-                    store_f16(out, b, Q51_M, np.float32(-mins[jb]))
-                    _pack5(out, b, Q51_QS, Q51_QH, L)
+                    _pack5(out, b, qs_at, qh_at, L)
     return -1
 
 
