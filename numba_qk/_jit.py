@@ -58,7 +58,7 @@ def closure_named(fn):
     classes; anything else raises TypeError when the kernel is made, as it would give no name
     that is the same in every process."""
     if fn.__closure__:
-        digest = hashlib.sha256(_cells_key(fn).encode()).hexdigest()[:12]
+        digest = hashlib.sha256(closure_key(fn).encode()).hexdigest()[:12]
         fn.__qualname__ = f"{fn.__qualname__}__{digest}"
     return fn
 
@@ -70,7 +70,8 @@ def kernel_identity(dispatcher) -> str:
     return f"{f.__module__}.{f.__qualname__}"
 
 
-def _cells_key(fn) -> str:
+def closure_key(fn) -> str:
+    """What the cells of closure ``fn`` hold, as text that is the same in every process."""
     parts = []
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
         try:
@@ -90,10 +91,10 @@ def _value_key(fn, name, v) -> str:
         return kernel_identity(v)
     defn = getattr(v, "_defn", None)          # a numba @intrinsic: its definition, with its cells
     if callable(defn):
-        cells = f"[{_cells_key(defn)}]" if defn.__closure__ else ""
+        cells = f"[{closure_key(defn)}]" if defn.__closure__ else ""
         return f"{defn.__module__}.{defn.__qualname__}{cells}"
     if callable(v) and hasattr(v, "__code__"):  # a plain function (an intrinsic's code builder)
-        cells = f"[{_cells_key(v)}]" if v.__closure__ else ""
+        cells = f"[{closure_key(v)}]" if v.__closure__ else ""
         return f"{v.__module__}.{v.__qualname__}{cells}"
     if isinstance(v, type):                    # a class (a layout declaration)
         return f"{v.__module__}.{v.__qualname__}"
