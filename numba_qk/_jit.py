@@ -20,6 +20,7 @@
 
 import ast
 import hashlib
+import types
 import sys
 from pathlib import Path
 
@@ -86,6 +87,12 @@ def _value_key(fn, name, v) -> str:
         return "(" + ",".join(_value_key(fn, name, e) for e in v) + ")"
     if hasattr(v, "py_func"):
         return kernel_identity(v)
+    if isinstance(v, type):
+        return f"{v.__module__}.{v.__qualname__}"
+    f = getattr(v, "_defn", v)   # an @intrinsic is named by its definition
+    if isinstance(f, types.FunctionType):   # a plain function: its name, and its cells' values
+        cells = f"[{_cells_key(f)}]" if f.__closure__ else ""
+        return f"{f.__module__}.{f.__qualname__}{cells}"
     raise TypeError(f"kernel {fn.__qualname__}: closure cell {name!r} holds a "
                     f"{type(v).__name__}, which has no name that is the same in every process")
 
