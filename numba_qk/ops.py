@@ -21,6 +21,7 @@ from ._validate import (as_array, check_f32, check_out, check_records, check_slo
 from .errors import QuantizationDomainError
 from .formats import Format, activation_format, f32, quant
 from . import repack as _repack
+from .kernels import ggml_cpu as _ggml_cpu
 
 __all__ = [
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
@@ -63,7 +64,7 @@ def _check_pair(lhs_format, rhs_format, what: str) -> None:
 
 # ----------------------------------------------------------------------------- operations
 
-def quantize(values, format, *, out=None):
+def quantize(values, format, *, out=None, numerics="canonical"):
     """Quantize float32 ``values`` ``[G, block]`` into records uint8 ``[G, block_bytes]``.
 
     ``format``: ``numba_qk.quant.q8_k`` (blocks of 256, the canonical numerics of spec 000
@@ -78,8 +79,22 @@ def quantize(values, format, *, out=None):
     Raises ``QuantizationDomainError`` (a ``ValueError``) naming the first block that holds a
     non-finite value (or, for Q8_K, whose extreme is too small to invert); ``out`` is then left
     untouched.  (ggml's quantizers do not check; they turn NaN and inf into garbage.)
+
+    ``numerics="ggml_cpu"`` (activation formats ``q8_0``, ``q8_1``, ``q8_k`` only) gives instead
+    the records of ggml's CPU quantizers, the ``from_float`` llama.cpp runs on activations at
+    run time (``quantize_row_q8_0`` / ``_q8_1`` / ``_q8_K`` of ggml-cpu/arch/x86/quants.c, the
+    AVX path), bit for bit; they differ from the reference ones in a few blocks (ties rounded
+    to even, ``id = 127 / amax``; Q8_K: the first extreme wins a ``+a``/``-a`` tie); see
+    ``numba_qk.kernels.ggml_cpu``.  Same domain and errors as the default ``"canonical"``.
     """
     check_slot_in(format, "format", registry.QUANTIZABLE, "quantize")
+    if numerics != "canonical":
+        if numerics != "ggml_cpu":
+            raise ValueError(f"quantize: numerics must be 'canonical' or 'ggml_cpu', "
+                             f"not {numerics!r}")
+        if format not in _GGML_CPU_QUANTIZERS:
+            raise ValueError(f"quantize: numerics='ggml_cpu' is offered for q8_0, q8_1 and "
+                             f"q8_k (ggml's run-time activation formats), not {format.name}")
     arr = check_f32(as_array(values, "values"), "values", "values", format.block_size)
     g = arr.shape[0]
     shape = (g, format.block_bytes)
@@ -89,10 +104,18 @@ def quantize(values, format, *, out=None):
         target = check_out(out, shape, np.uint8, (arr,), f"{format.name} records")
     if g:
         b = registry.BY_FORMAT[format]
-        bad = b.quantize(arr, target)
+        if numerics == "ggml_cpu":
+            bad = _GGML_CPU_QUANTIZERS[format](arr.reshape(-1), target)
+        else:
+            bad = b.quantize(arr, target)
         if bad >= 0:
             raise QuantizationDomainError(int(bad), b.domain_reason(arr, int(bad)))
     return target if out is None else out
+
+
+_GGML_CPU_QUANTIZERS = {quant.q8_0: _ggml_cpu.quantize_q8_0_ggml_cpu,
+                        quant.q8_1: _ggml_cpu.quantize_q8_1_ggml_cpu,
+                        quant.q8_k: _ggml_cpu.quantize_q8_k_ggml_cpu}
 
 
 def quantized_dot(lhs, rhs, *, lhs_format, rhs_format, acc_dtype=f32, out=None):
