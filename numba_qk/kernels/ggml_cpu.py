@@ -76,27 +76,26 @@ def _q8_x86(values, out, qs_at, s_at):
 
 
 @kernel
+def _q8_x86_checked(x, out, qs_at, s_at):
+    values = x.reshape(out.shape[0], 32)
+    bad = first_nonfinite_block(values)
+    if bad < 0:
+        _q8_x86(values, out, qs_at, s_at)
+    return bad
+
+
+@kernel
 def quantize_q8_0_ggml_cpu(x, out):
     """x float32 [G * 32] (C-contiguous) -> Q8_0 records out uint8 [G, 34], bit-identical to
     libggml-cpu's ``quantize_row_q8_0`` (x86 AVX); -1, or the first non-finite block."""
-    values = x.reshape(out.shape[0], 32)
-    bad = first_nonfinite_block(values)
-    if bad >= 0:
-        return bad
-    _q8_x86(values, out, 2, -1)
-    return -1
+    return _q8_x86_checked(x, out, 2, -1)
 
 
 @kernel
 def quantize_q8_1_ggml_cpu(x, out):
     """x float32 [G * 32] (C-contiguous) -> Q8_1 records out uint8 [G, 36], bit-identical to
     libggml-cpu's ``quantize_row_q8_1`` (x86 AVX2); -1, or the first non-finite block."""
-    values = x.reshape(out.shape[0], 32)
-    bad = first_nonfinite_block(values)
-    if bad >= 0:
-        return bad
-    _q8_x86(values, out, 4, 2)
-    return -1
+    return _q8_x86_checked(x, out, 4, 2)
 
 
 @kernel

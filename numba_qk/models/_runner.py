@@ -12,7 +12,7 @@ from .. import gguf as _gguf
 from .. import kernels as _blocks
 from ..errors import QuantizationDomainError
 from ..formats import activation_format
-from ..ops import dequantize, gemm, gemv, quantize
+from ..ops import gemm, gemv, get_rows, quantize
 from . import kernels as K
 from ._vocab import Vocab
 
@@ -226,8 +226,7 @@ class Model:
         if e.mat is not None:
             x = e.mat[ids].astype(np.float32)
         else:
-            rows = e.recs[ids]
-            x = dequantize(rows.reshape(-1, rows.shape[-1]), e.fmt).reshape(len(ids), -1)
+            x = get_rows(e.recs, ids, e.fmt)
         if self.embd_scale is not None:
             x = x * self.embd_scale
         return x
