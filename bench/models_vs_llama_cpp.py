@@ -92,13 +92,13 @@ def breakdown(m, ids, n_decode):
     weights = [w for L in m.layers for w in (L.wq, L.wk, L.wv, L.wo, L.gate, L.up, L.down)]
     weights = list({id(w): w for w in weights + [m.output]}.values())
     blocks = [w.block for w in weights]
-    saved = {n: getattr(_runner, n) for n in ("gemv", "gemm", "quantize", "dequantize")}
+    saved = {n: getattr(_runner, n) for n in ("gemv", "gemm", "quantize", "get_rows")}
     saved_k = {n: getattr(kernels, n) for n in ("attention", "rms_norm", "rope", "swiglu", "geglu")}
     try:
         for n, fn in saved.items():
             setattr(_runner, n, timed({"gemv": "matmul (gemv)", "gemm": "matmul (gemv)",
                                        "quantize": "activation quantize",
-                                       "dequantize": "embedding rows"}[n], fn))
+                                       "get_rows": "embedding rows"}[n], fn))
         for n, fn in saved_k.items():
             setattr(kernels, n, timed("attention" if n == "attention" else
                                       "norms, rope, GLU", fn))

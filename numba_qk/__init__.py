@@ -31,7 +31,9 @@ from .ops import (
     find_invalid_records,
     gemm,
     gemv,
+    get_rows,
     matmul,
+    matmul_many,
     quantize,
     quantized_dot,
 )
@@ -61,4 +63,5 @@ __all__ = [
     "e4m3", "e5m2", "e2m3", "e3m2", "e2m1", "e8m0", "u8", "i4", "u4", "u1", "from_name", "Scalar",
     "Tensor", "astype", "dot", "from_dlpack",
     "mx", "ScaledFormat", "ScaledTensor",
+    "matmul_many", "get_rows",
 ]

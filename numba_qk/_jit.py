@@ -20,6 +20,7 @@
 
 import ast
 import hashlib
+import types
 import sys
 from pathlib import Path
 

@@ -23,12 +23,13 @@ from .errors import QuantizationDomainError
 from .formats import Format, activation_format, f32, quant
 from . import repack as _repack
 from . import _halfmat
+from .kernels import ggml_cpu as _ggml_cpu
 
 __all__ = [
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
     "gemv", "gemm", "matmul", "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields",
     "Q5KFields", "Q6KFields", "MXFP4Fields", "NVFP4Fields",
-    "IQ4NLFields", "IQ4XSFields", "TQFields",
+    "IQ4NLFields", "IQ4XSFields", "TQFields", "matmul_many", "get_rows",
 ]
 
 
@@ -108,7 +109,7 @@ def _check_imatrix(imatrix, format, arr) -> np.ndarray:
     return np.ascontiguousarray(w32)
 
 
-def quantize(values, format, *, imatrix=None, out=None):
+def quantize(values, format, *, imatrix=None, out=None, numerics="canonical"):
     """Quantize float32 ``values`` ``[G, block]`` into records uint8 ``[G, block_bytes]``.
 
     ``format``: ``numba_qk.quant.q8_k`` (blocks of 256, the canonical numerics of spec 000
@@ -137,8 +138,22 @@ def quantize(values, format, *, imatrix=None, out=None):
     non-finite value (or, for Q8_K, whose extreme is too small to invert); ``out`` is then left
     untouched, as on every other error.  (ggml's quantizers do not check; they turn NaN and inf
     into garbage.)
+
+    ``numerics="ggml_cpu"`` (activation formats ``q8_0``, ``q8_1``, ``q8_k`` only) gives instead
+    the records of ggml's CPU quantizers, the ``from_float`` llama.cpp runs on activations at
+    run time (``quantize_row_q8_0`` / ``_q8_1`` / ``_q8_K`` of ggml-cpu/arch/x86/quants.c, the
+    AVX path), bit for bit; they differ from the reference ones in a few blocks (ties rounded
+    to even, ``id = 127 / amax``; Q8_K: the first extreme wins a ``+a``/``-a`` tie); see
+    ``numba_qk.kernels.ggml_cpu``.  Same domain and errors as the default ``"canonical"``.
     """
     check_slot_in(format, "format", registry.QUANTIZABLE, "quantize")
+    if numerics != "canonical":
+        if numerics != "ggml_cpu":
+            raise ValueError(f"quantize: numerics must be 'canonical' or 'ggml_cpu', "
+                             f"not {numerics!r}")
+        if format not in _GGML_CPU_QUANTIZERS:
+            raise ValueError(f"quantize: numerics='ggml_cpu' is offered for q8_0, q8_1 and "
+                             f"q8_k (ggml's run-time activation formats), not {format.name}")
     arr = check_f32(as_array(values, "values"), "values", "values", format.block_size)
     qw = None if imatrix is None else _check_imatrix(imatrix, format, arr)
     g = arr.shape[0]
@@ -149,11 +164,19 @@ def quantize(values, format, *, imatrix=None, out=None):
         target = check_out(out, shape, np.uint8, (arr,), f"{format.name} records")
     if g:
         b = registry.BY_FORMAT[format]
-        weighted = None if qw is None else registry.WEIGHTED.get(format)
-        bad = b.quantize(arr, target) if weighted is None else weighted[0](arr, qw, target)
+        if numerics == "ggml_cpu":
+            bad = _GGML_CPU_QUANTIZERS[format](arr.reshape(-1), target)
+        else:
+            weighted = None if qw is None else registry.WEIGHTED.get(format)
+            bad = b.quantize(arr, target) if weighted is None else weighted[0](arr, qw, target)
         if bad >= 0:
             raise QuantizationDomainError(int(bad), b.domain_reason(arr, int(bad)))
     return target if out is None else out
+
+
+_GGML_CPU_QUANTIZERS = {quant.q8_0: _ggml_cpu.quantize_q8_0_ggml_cpu,
+                        quant.q8_1: _ggml_cpu.quantize_q8_1_ggml_cpu,
+                        quant.q8_k: _ggml_cpu.quantize_q8_k_ggml_cpu}
 
 
 def quantized_dot(lhs, rhs, *, lhs_format, rhs_format, acc_dtype=f32, out=None):
@@ -382,18 +405,9 @@ def matmul(w, x, *, lhs_format, out=None, threads=1):
     batch = 1 if xa.ndim == 1 else xa.shape[0]
     out_shape = (rows,) if xa.ndim == 1 else (batch, rows)
     target, user_out = prepare_out(out, out_shape, np.float32, (wa, xa), "matmul's result")
-    n, nbytes = act.format.block_size, act.format.block_bytes
+    nbytes = act.format.block_bytes
     gx = g * _span(lhs_format)  # activation records per row
-    blocks = xa.reshape(batch * gx, n)
-    xq = np.empty((batch * gx, nbytes), np.uint8)
-    if blocks.shape[0]:
-        bad = act.quantize(blocks, xq)
-        if bad >= 0:
-            row, blk = divmod(int(bad), gx)
-            name = ((lambda i: f"x[{blk * n + i}]") if xa.ndim == 1
-                    else (lambda i: f"x[{row}, {blk * n + i}]"))
-            raise QuantizationDomainError(blk, act.domain_reason(blocks, int(bad), name),
-                                          row=row if xa.ndim == 2 else None)
+    xq = _quantize_activations(xa, act, gx, "canonical")
     if rp:
         _repack.product(rp, "gemv" if xa.ndim == 1 else "gemm",
                         xq if xa.ndim == 1 else xq.reshape(batch, gx, nbytes), target, nthreads)
@@ -401,4 +415,101 @@ def matmul(w, x, *, lhs_format, out=None, threads=1):
         _product(lhs_format, "gemv", wa, xq, target, nthreads)
     else:
         _product(lhs_format, "gemm", wa, xq.reshape(batch, gx, nbytes), target, nthreads)
+    return target if user_out is None else user_out
+
+
+def _quantize_activations(xa, act, gx, numerics):
+    """Activation records ``[batch * gx, bytes]`` of f32 ``xa`` ``[K]`` or ``[batch, K]`` (``gx``
+    records per row) in binding ``act``'s format; a domain error names the row and block."""
+    batch = 1 if xa.ndim == 1 else xa.shape[0]
+    n, nbytes = act.format.block_size, act.format.block_bytes
+    blocks = xa.reshape(batch * gx, n)
+    xq = np.empty((batch * gx, nbytes), np.uint8)
+    if blocks.shape[0]:
+        if numerics == "ggml_cpu":
+            bad = _GGML_CPU_QUANTIZERS[act.format](np.ascontiguousarray(blocks).reshape(-1), xq)
+        else:
+            bad = act.quantize(blocks, xq)
+        if bad >= 0:
+            row, blk = divmod(int(bad), gx)
+            name = ((lambda i: f"x[{blk * n + i}]") if xa.ndim == 1
+                    else (lambda i: f"x[{row}, {blk * n + i}]"))
+            raise QuantizationDomainError(blk, act.domain_reason(blocks, int(bad), name),
+                                          row=row if xa.ndim == 2 else None)
+    return xq
+
+
+def matmul_many(weights, x, *, lhs_formats, threads=1, numerics="canonical"):
+    """``[matmul(w, x, lhs_format=f) for w, f in zip(weights, lhs_formats)]``, quantizing ``x``
+    once per activation format instead of once per weight (a layer's q/k/v or gate/up share one
+    activation): same bits as those ``matmul`` calls.
+
+    ``weights``: a sequence of uint8 ``[rows_i, G_i, bytes_i]`` records (or ``repack`` results),
+    all with ``K = G_i * block_size`` columns; ``lhs_formats``: one weight format for all, or
+    one per weight; ``x``: float32 ``[K]`` or ``[batch, K]``.  Returns a list of float32
+    ``[rows_i]`` or ``[batch, rows_i]``.  ``numerics="ggml_cpu"`` quantizes the activations as
+    llama.cpp does at run time (``quantize``'s option of that name) instead of with the
+    canonical quantizers.
+    """
+    weights = list(weights)
+    fmts = (list(lhs_formats) if isinstance(lhs_formats, (list, tuple))
+            else [lhs_formats] * len(weights))
+    if len(fmts) != len(weights):
+        raise ValueError(f"matmul_many: {len(weights)} weights but {len(fmts)} lhs_formats")
+    if numerics not in ("canonical", "ggml_cpu"):
+        raise ValueError(f"matmul_many: numerics must be 'canonical' or 'ggml_cpu', "
+                         f"not {numerics!r}")
+    nthreads = check_threads(threads)
+    xa = check_f32(as_array(x, "x"), "x", "activations")
+    shared = {}
+    outs = []
+    for i, (w, f) in enumerate(zip(weights, fmts)):
+        check_slot_in(f, "lhs_format", registry.WEIGHTS, "matmul_many")
+        act = registry.BY_FORMAT[activation_format(f)]
+        rp = _repacked(w, f, "matmul_many")
+        wa = rp.tiles if rp else check_records(as_array(w, f"weights[{i}]"), f"weights[{i}]",
+                                               f, "weights")
+        rows, g = rp.shape[:2] if rp else wa.shape[:2]
+        k = g * f.block_size
+        if xa.ndim not in (1, 2) or xa.shape[-1] != k:
+            raise ValueError(f"x: expected shape [{k}] or [batch, {k}] (G={g} records of "
+                             f"{f.block_size} per row of weights[{i}]), got {tuple(xa.shape)}")
+        batch = 1 if xa.ndim == 1 else xa.shape[0]
+        gx = g * _span(f)
+        if act.format not in shared:
+            shared[act.format] = _quantize_activations(xa, act, gx, numerics)
+        xq = shared[act.format]
+        nbytes = act.format.block_bytes
+        target = np.empty((rows,) if xa.ndim == 1 else (batch, rows), np.float32)
+        if rp:
+            _repack.product(rp, "gemv" if xa.ndim == 1 else "gemm",
+                            xq if xa.ndim == 1 else xq.reshape(batch, gx, nbytes), target,
+                            nthreads)
+        elif xa.ndim == 1:
+            _product(f, "gemv", wa, xq, target, nthreads)
+        else:
+            _product(f, "gemm", wa, xq.reshape(batch, gx, nbytes), target, nthreads)
+        outs.append(target)
+    return outs
+
+
+def get_rows(records, ids, format, *, out=None):
+    """float32 ``[len(ids), G * block_size]``: rows ``ids`` of the weight matrix ``records``
+    (uint8 ``[rows, G, bytes]`` of any record format) dequantized, row ``i`` equal bit for bit
+    to ``dequantize(records[ids[i]], format).reshape(-1)`` (ggml's ``get_rows``: an embedding
+    lookup); only the selected rows are read.  ``ids``: integers in ``[0, rows)``."""
+    w = check_records(as_array(records, "records"), "records", format, "weights")
+    idx = np.asarray(ids)
+    if idx.ndim != 1 or not (idx.size == 0 or np.issubdtype(idx.dtype, np.integer)):
+        raise ValueError("ids: expected a 1-D sequence of integers")
+    idx = idx.astype(np.int64)
+    if idx.size and (idx.min() < 0 or idx.max() >= w.shape[0]):
+        raise IndexError(f"ids: row {int(idx[(idx < 0) | (idx >= w.shape[0])][0])} out of "
+                         f"range for {w.shape[0]} rows")
+    n = idx.size
+    k = w.shape[1] * format.block_size
+    target, user_out = prepare_out(out, (n, k), np.float32, (w,), "get_rows' result")
+    if n and k:
+        rows = w[idx].reshape(-1, w.shape[-1])
+        dequantize(rows, format, out=target.reshape(-1, format.block_size))
     return target if user_out is None else user_out

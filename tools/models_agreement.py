@@ -4,6 +4,10 @@
 tests/models/golden/real_<model>.npz (small: top-1, gaps, noise, top-64 logits, greedy).
 
     PYTHONPATH=. python tools/models_agreement.py [--llama-python /work/.native-ggml/bin/python]
+        [--numerics ggml_cpu,canonical]
+
+``--numerics`` lists the activation quantizers (``models.load(numerics=...)``) to measure, each
+against the same llama.cpp run.
 """
 
 import argparse
@@ -45,6 +49,7 @@ def main():
     ap.add_argument("--llama-python", default="/work/.native-ggml/bin/python")
     ap.add_argument("--models", default=os.environ.get(
         "NUMBA_QK_MODELS", str(Path.home() / ".cache" / "numba_qk-models")))
+    ap.add_argument("--numerics", default="ggml_cpu,canonical")
     a = ap.parse_args()
     from numba_qk import models
 
@@ -63,25 +68,28 @@ def main():
             # llama.cpp's gaps along its own greedy continuation
             r2 = llama_ref(a.llama_python, path, Path(d) / "b.npz", ids=ids + greedy)
             gen_gap = gaps(r2["logits"][len(ids) - 1:len(ids) - 1 + N_GEN])
-        m = models.load(path)
-        got = m.logits(ids)
-        corr = np.array([np.corrcoef(got[t], lc[t])[0, 1] for t in range(len(ids))])
         gap = gaps(lc)
         thr = max(0.5, 2 * noise)
         clear = gap >= thr
-        top1 = got.argmax(1) == lc.argmax(1)
-        ours = m.generate(ids, N_GEN)
         unclear = np.nonzero(gen_gap < thr)[0]
         greedy_clear = int(unclear[0]) if len(unclear) else N_GEN
-        same = next((i for i in range(N_GEN) if ours[i] != greedy[i]), N_GEN)
         print(f"## {key}: {len(ids)} prompt tokens")
-        print(f"- logits correlation per position: median {np.median(corr):.5f}, "
-              f"min {corr.min():.5f}; max |diff| {np.abs(got - lc).max():.3f} "
-              f"(llama.cpp batched vs stepwise: {noise:.3f})")
-        print(f"- top-1 equal: {top1.sum()}/{len(ids)} positions; where the gap is clear "
-              f"(>= {thr:.2f}): {top1[clear].sum()}/{clear.sum()}")
-        print(f"- greedy {N_GEN} tokens: equal for the first {same}; llama.cpp's first unclear "
-              f"gap at step {greedy_clear}")
+        for numerics in a.numerics.split(","):
+            m = models.load(path, numerics=numerics)
+            got = m.logits(ids)
+            corr = np.array([np.corrcoef(got[t], lc[t])[0, 1] for t in range(len(ids))])
+            top1 = got.argmax(1) == lc.argmax(1)
+            ours = m.generate(ids, N_GEN)
+            same = next((i for i in range(N_GEN) if ours[i] != greedy[i]), N_GEN)
+            print(f"### numerics={numerics}")
+            print(f"- logits correlation per position: median {np.median(corr):.5f}, "
+                  f"min {corr.min():.5f}; max |diff| {np.abs(got - lc).max():.3f} "
+                  f"(llama.cpp batched vs stepwise: {noise:.3f})")
+            print(f"- top-1 equal: {top1.sum()}/{len(ids)} positions; where the gap is clear "
+                  f"(>= {thr:.2f}): {top1[clear].sum()}/{clear.sum()}")
+            print(f"- greedy {N_GEN} tokens: equal for the first {same}; llama.cpp's first "
+                  f"unclear gap at step {greedy_clear}")
+            sys.stdout.flush()
         # a fixed random sample of the vocabulary stands in for the full logits (kept small)
         sample = np.sort(np.random.default_rng(0).choice(lc.shape[1], 2048, replace=False))
         np.savez_compressed(

@@ -50,11 +50,13 @@ over a dispatcher would carry a fresh uuid each process and compile again).  The
 ``fold``, ``dot``, ``gemv``, ``gemm`` may be called from ``@njit`` code with a literal code.
 """
 
+import functools
+
 import numpy as np
 from numba.core import types
 from numba.extending import overload
 
-from numba_qk._jit import JIT_OPTIONS, inline_kernel, kernel
+from numba_qk._jit import JIT_OPTIONS, closure_named, inline_kernel, kernel
 from numba_qk.kernels.simd.base import HAVE_AVX2, prefetch_lines, prefetch_plan
 
 _IMPL = {}  # code -> dict of the pieces (see register)
@@ -108,7 +110,41 @@ def _row(code, w, r, x, x_step, g):
     raise NotImplementedError
 
 
+_MADE = {}
+
+
+def _once(key, make):
+    """One function per key in a process: an overload resolved again (another signature, or
+    the gemv and gemm paths sharing a tile) returns the same function, so no two compiled
+    functions share a qualified name (tests/package/test_jit_policy.py)."""
+    fn = _MADE.get(key)
+    if fn is None:
+        fn = _MADE[key] = make()
+    return fn
+
+
+def _one_per_format(overload_fn):
+    """An overload's implementation made once per format code (it depends on nothing else) and
+    named by its cells' values (``closure_named``): the same function object for every
+    signature, a name of its own per format."""
+    @functools.wraps(overload_fn)
+    def resolve(code, *args):
+        if _lookup(code) is None:
+            return None
+
+        def make():
+            fn = overload_fn(code, *args)
+            if fn is None:
+                return None
+            if not fn.__closure__:   # no per-format values: one function for every format
+                return _once((overload_fn.__name__, fn.__code__), lambda: fn)
+            return closure_named(fn)
+        return _once((overload_fn.__name__, code.literal_value), make)
+    return resolve
+
+
 @overload(fold, jit_options=JIT_OPTIONS, inline="always")
+@_one_per_format
 def _fold_overload(code, w, w_at, w_step, x, x_at, x_step, g):
     impl = _lookup(code)
     if impl is None or impl["value"] is None:
@@ -174,7 +210,10 @@ def _tile(impl):
         return _no_tile
     if impl["prep"] is not None:
         return rows_x8
+    return _once(("tile", id(rows_x8)), lambda: _make_tile(rows_x8))
 
+
+def _make_tile(rows_x8):
     @inline_kernel
     def tile(w, w_off, x, x_off, w_step, acc, first, state, b):
         rows_x8(w, w_off, x, x_off, w_step, acc, 0, first)
@@ -182,6 +221,7 @@ def _tile(impl):
 
 
 @overload(_row, jit_options=JIT_OPTIONS)
+@_one_per_format
 def _row_overload(code, w, r, x, x_step, g):
     """Row ``r`` of gemv (records contiguous): the fold of ``value`` where there is one,
     else ``loop_dot`` of the row's view."""
@@ -200,6 +240,7 @@ def _row_overload(code, w, r, x, x_step, g):
 
 
 @overload(dot, jit_options=JIT_OPTIONS)
+@_one_per_format
 def _dot_overload(code, w, x):
     impl = _lookup(code)
     if impl is None:
@@ -221,10 +262,9 @@ def _dot_overload(code, w, x):
 
 
 @overload(gemv, jit_options=JIT_OPTIONS)
+@_one_per_format
 def _gemv_overload(code, w, x, out):
     impl = _lookup(code)
-    if impl is None:
-        return None
     loop_dot = impl["loop_dot"]
     has_tile, has_value = _simd(impl, "rows_x8") is not None, _simd(impl, "value") is not None
     if not has_tile and not has_value:
@@ -262,6 +302,7 @@ def _gemv_overload(code, w, x, out):
 
 
 @overload(gemm, jit_options=JIT_OPTIONS)
+@_one_per_format
 def _gemm_overload(code, w, x, out):
     impl = _lookup(code)
     if impl is None:

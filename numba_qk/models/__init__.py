@@ -12,9 +12,12 @@ Architectures: ``llama`` (SmolLM2, Llama 3, Mistral and kin) and ``gemma3``.  We
 the file's memory map (numba_qk's zero-copy records); nothing is dequantized up front, and
 embeddings are looked up row by row.  Every quantized matmul runs numba_qk's ``gemv``/``gemm``;
 activations are quantized once per weight group sharing them (q/k/v, gate/up) with numba_qk's
-``quantize``, i.e. ggml's ``quantize_row_*_ref`` numerics, where llama.cpp runs ggml's CPU
-quantizer (they differ in a few blocks per thousand; see ISSUE 23).  The elementwise parts
-are in :mod:`numba_qk.models.kernels`.
+``quantize(..., numerics=...)``: by default ``"ggml_cpu"``, the records of ggml's x86 CPU
+quantizers that llama.cpp runs on activations (bit for bit), so that logits and greedy tokens
+follow llama.cpp's as closely as the kernels' own fold order allows; ``load(path,
+numerics="canonical")`` uses numba_qk's default quantizers instead (ggml's ``_ref`` numerics,
+which differ in a few blocks per thousand).  The elementwise parts are in
+:mod:`numba_qk.models.kernels`.
 
 Text goes through the file's own vocabulary as llama.cpp's does (``Model.tokenize`` /
 ``Model.detokenize``, in plain Python: byte-level BPE with the ``tokenizer.ggml.pre``

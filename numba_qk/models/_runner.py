@@ -12,7 +12,7 @@ from .. import gguf as _gguf
 from .. import kernels as _blocks
 from ..errors import QuantizationDomainError
 from ..formats import activation_format
-from ..ops import dequantize, gemm, gemv, quantize
+from ..ops import gemm, gemv, get_rows, quantize
 from . import kernels as K
 from ._vocab import Vocab
 
@@ -58,9 +58,13 @@ class _Weight:
         return gemm(self.recs, xq, lhs_format=self.fmt, rhs_format=self.act, threads=self.threads)
 
 
-def _quantized(x, weights):
+NUMERICS = ("ggml_cpu", "canonical")
+
+
+def _quantized(x, weights, numerics="canonical"):
     """Activation records of ``x`` f32 ``[T, K]`` for each activation format the weights need:
-    one quantization shared by every weight of that format (llama.cpp quantizes per matmul)."""
+    one quantization shared by every weight of that format (llama.cpp quantizes per matmul),
+    with ``ops.quantize``'s ``numerics``."""
     cache = {}
     for w in weights:
         if w.act is not None and w.act not in cache:
@@ -69,7 +73,9 @@ def _quantized(x, weights):
             if T == 1:   # the @njit building block (same bits as ops.quantize)
                 xq = np.empty((1, n // b, w.act.block_bytes), np.uint8)
                 x32 = np.ascontiguousarray(x[0], dtype=np.float32)
-                if b == 256:
+                if numerics == "ggml_cpu":
+                    bad = getattr(_blocks, f"quantize_{w.act.name.lower()}_ggml_cpu")(x32, xq[0])
+                elif b == 256:
                     bad = _blocks.quantize_q8_k(x32.reshape(-1, 256), xq[0])
                 else:
                     bad = getattr(_blocks, f"quantize_{w.act.name.lower()}")(x32, xq[0])
@@ -78,8 +84,8 @@ def _quantized(x, weights):
                                                   "be quantized (a NaN or inf)", row=0)
                 cache[w.act] = xq
             else:
-                cache[w.act] = quantize(np.ascontiguousarray(x).reshape(-1, b),
-                                        format=w.act).reshape(T, n // b, -1)
+                cache[w.act] = quantize(np.ascontiguousarray(x).reshape(-1, b), format=w.act,
+                                        numerics=numerics).reshape(T, n // b, -1)
     return [w.apply(cache.get(w.act), x) for w in weights]
 
 
@@ -105,7 +111,10 @@ class _Layer:
 class Model:
     """A loaded GGUF model: ``logits(ids)`` and ``generate(ids, n)``."""
 
-    def __init__(self, path, threads=1):
+    def __init__(self, path, threads=1, numerics="ggml_cpu"):
+        if numerics not in NUMERICS:
+            raise ValueError(f"numerics must be one of {NUMERICS}, not {numerics!r}")
+        self.numerics = numerics
         f = _gguf.open(path)
         self.file = f
         md = f.metadata
@@ -217,8 +226,7 @@ class Model:
         if e.mat is not None:
             x = e.mat[ids].astype(np.float32)
         else:
-            rows = e.recs[ids]
-            x = dequantize(rows.reshape(-1, rows.shape[-1]), e.fmt).reshape(len(ids), -1)
+            x = get_rows(e.recs, ids, e.fmt)
         if self.embd_scale is not None:
             x = x * self.embd_scale
         return x
@@ -243,10 +251,11 @@ class Model:
         hd, H, Hkv = self.head_dim, self.n_head, self.n_head_kv
         x = self.embed(ids)
         gemma = self.arch == "gemma3"
+        nm = self.numerics
         attn = np.empty((T, H, hd), np.float32)
         for il, L in enumerate(self.layers):
             h = self._norm(x, L.attn_norm)
-            q, k, v = _quantized(h, (L.wq, L.wk, L.wv))
+            q, k, v = _quantized(h, (L.wq, L.wk, L.wv), nm)
             q = q.reshape(T, H, hd)
             k = k.reshape(T, Hkv, hd)
             if gemma:
@@ -265,18 +274,18 @@ class Model:
             K.attention(q.astype(np.float16).astype(np.float32),
                         kc[:, lo:n_kv].astype(np.float32), vc[:, lo:n_kv].astype(np.float32),
                         n_past - lo, self.kq_scale, L.window, attn)
-            (o,) = _quantized(attn.reshape(T, H * hd), (L.wo,))
+            (o,) = _quantized(attn.reshape(T, H * hd), (L.wo,), nm)
             if gemma:
                 o = self._norm(o, L.post_attn_norm)
             x = x + o
             h = self._norm(x, L.ffn_norm)
-            g, u = _quantized(h, (L.gate, L.up))
+            g, u = _quantized(h, (L.gate, L.up), nm)
             a = np.empty_like(g)
             if gemma:
                 K.geglu(g, u, self._gelu, a)
             else:
                 K.swiglu(g, u, a)
-            (d,) = _quantized(a, (L.down,))
+            (d,) = _quantized(a, (L.down,), nm)
             if gemma:
                 d = self._norm(d, L.post_ffn_norm)
             x = x + d
@@ -284,7 +293,7 @@ class Model:
         if not all_logits:
             x = x[-1:]
         h = self._norm(np.ascontiguousarray(x), self.output_norm)
-        (logits,) = _quantized(h, (self.output,))
+        (logits,) = _quantized(h, (self.output,), nm)
         if self.softcap is not None:   # ggml_scale(1/c), ggml_tanh, ggml_scale(c)
             inv = np.float32(np.float32(1.0) / self.softcap)
             logits = np.tanh(logits * inv) * self.softcap
@@ -326,6 +335,12 @@ class Model:
                 logits = self.forward([nxt], cache, all_logits=False)[-1]
 
 
-def load(path, threads=1) -> Model:
-    """Open a GGUF model of architecture ``llama`` or ``gemma3`` (weights memory-mapped)."""
-    return Model(path, threads=threads)
+def load(path, threads=1, numerics="ggml_cpu") -> Model:
+    """Open a GGUF model of architecture ``llama`` or ``gemma3`` (weights memory-mapped).
+
+    ``numerics`` names the activation quantizer (``numba_qk.quantize``'s argument):
+    ``"ggml_cpu"`` (default) quantizes activations as llama.cpp does at run time (ggml's x86 CPU
+    ``quantize_row_q8_0/q8_1/q8_K``), so logits and greedy tokens follow llama.cpp's most
+    closely; ``"canonical"`` uses numba_qk's default ``quantize`` (ggml's ``_ref`` numerics for
+    Q8_0/Q8_1, spec 000 for Q8_K)."""
+    return Model(path, threads=threads, numerics=numerics)

@@ -397,3 +397,16 @@ def load_dir(libdir) -> GGML:
     for so in sorted(libdir.glob("libggml-base.so.*")):
         ver = so.name[len("libggml-base.so."):]
     return GGML(libdir, ver)
+
+
+def quantize_row_cpu(g: GGML, type_id: int, x: np.ndarray) -> np.ndarray:
+    """ggml's CPU quantizer for ``type_id`` (``ggml_get_type_traits_cpu(type_id)->from_float``:
+    ``quantize_row_q8_0`` / ``_q8_1`` / ``_q8_K`` of ggml-cpu/arch/<arch>/quants.c, what
+    llama.cpp runs on activations) of f32 ``x`` [G, block]; records [G, bytes], zero-filled
+    first (ggml leaves an all-zero Q8_K block's bsums unwritten)."""
+    t = g._traits(type_id)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.zeros((x.shape[0], t.type_size), np.uint8)
+    from_float = g.cpu.ggml_get_type_traits_cpu(type_id).contents.from_float
+    _FROM_FLOAT(from_float)(x.ctypes.data, out.ctypes.data, x.size)
+    return out

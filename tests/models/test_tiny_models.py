@@ -117,3 +117,19 @@ def test_non_finite_activations_raise(tiny, monkeypatch):
     for ids in ([5], [5, 6]):            # one token (the @njit blocks) and a batch (ops)
         with pytest.raises(qk.QuantizationDomainError):
             m.logits(ids)
+
+
+def test_activation_numerics_option(tiny):
+    """``load(numerics=...)``: "ggml_cpu" (default, llama.cpp's run-time quantizer) and
+    "canonical" (numba_qk's default ``quantize``) both hold the reference tolerances; the
+    default equals an explicit "ggml_cpu" bit for bit."""
+    arch, path, m = tiny
+    assert m.numerics == "ggml_cpu"
+    np.testing.assert_array_equal(models.load(path, numerics="ggml_cpu").logits(PROMPT[:5]),
+                                  m.logits(PROMPT[:5]))
+    got = models.load(path, numerics="canonical").logits(PROMPT)
+    ref = reference_logits(path, arch, PROMPT)
+    for t in range(len(PROMPT)):
+        assert np.corrcoef(got[t], ref[t])[0, 1] >= 0.9995, t
+    with pytest.raises(ValueError, match="numerics"):
+        models.load(path, numerics="fast")

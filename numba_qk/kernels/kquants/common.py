@@ -15,11 +15,13 @@ across processes), the pieces picked at typing time from a table.  The encoders'
 below: each runs once per block, inlined as the code it replaced.
 """
 
+import functools
+
 import numpy as np
 from numba.core import types
 from numba.extending import overload
 
-from numba_qk._jit import JIT_OPTIONS, DependencyCache, inline_kernel, kernel, module_digest
+from numba_qk._jit import JIT_OPTIONS, DependencyCache, closure_named, inline_kernel, kernel, module_digest
 from numba_qk.formats import quant as _quant
 from numba_qk.kernels._bits import f16_to_f32, f32_from_bits, f32_to_f16_bits
 from numba_qk.kernels._round import nearest_int
@@ -295,7 +297,8 @@ def _literal(table, code):
     return table[code.literal_value]
 
 
-def _quantize_loop(block, scratch):
+@functools.lru_cache(maxsize=None)   # one function per format, named by it (closure_named):
+def _quantize_loop(block, scratch):  # no two compiled functions share a name
     def quantize_blocks(code, values, out):
         bad = first_nonfinite_block(values)
         if bad >= 0:
@@ -304,9 +307,10 @@ def _quantize_loop(block, scratch):
         for b in range(values.shape[0]):
             block(values, b, out, work)
         return -1
-    return quantize_blocks
+    return closure_named(quantize_blocks)
 
 
+@functools.lru_cache(maxsize=None)
 def _fold_loop(value):
     def portable_dot(code, w, x):
         if w.shape[0] == 0:
@@ -315,7 +319,7 @@ def _fold_loop(value):
         for b in range(1, w.shape[0]):
             acc = np.float32(acc + value(w, b, x, b))
         return acc
-    return portable_dot
+    return closure_named(portable_dot)
 
 
 # Placeholders resolved by the overloads below (inlined into each entry point: as a call the
