@@ -20,10 +20,10 @@
 
 import ast
 import hashlib
-import types
 import sys
 from pathlib import Path
 
+import numpy as np
 from numba import njit
 from numba.core.caching import FunctionCache
 
@@ -55,8 +55,8 @@ def closure_named(fn):
     factory with different values have different names in every process -- and so different
     compiled symbols and cache files.  Cells may hold plain numbers, strings, None, tuples of
     these, compiled kernels (named by their own qualified name), numba intrinsics and plain
-    functions (named by their code's qualified name and, recursively, their own cells) and
-    classes; anything else raises TypeError when the kernel is made, as it would give no name
+    functions (named by their code's qualified name and, recursively, their own cells), classes
+    and numpy arrays (named by their bytes); anything else raises TypeError when the kernel is made, as it would give no name
     that is the same in every process."""
     if fn.__closure__:
         digest = hashlib.sha256(closure_key(fn).encode()).hexdigest()[:12]
@@ -99,6 +99,8 @@ def _value_key(fn, name, v) -> str:
         return f"{v.__module__}.{v.__qualname__}{cells}"
     if isinstance(v, type):                    # a class (a layout declaration)
         return f"{v.__module__}.{v.__qualname__}"
+    if isinstance(v, np.ndarray):              # a table frozen into the code: its bytes
+        return f"array({v.dtype.str},{v.shape},{hashlib.sha256(v.tobytes()).hexdigest()[:16]})"
     raise TypeError(f"kernel {fn.__qualname__}: closure cell {name!r} holds a "
                     f"{type(v).__name__}, which has no name that is the same in every process")
 

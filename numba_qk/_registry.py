@@ -47,9 +47,10 @@ from numba_qk.kernels.kquants import weighted as _kwk
 from numba_qk.kernels.legacy import weighted as _kwl
 from numba_qk.kernels.iq import iq4_weighted as _kwiq
 from numba_qk.kernels.iq import grid as _kiqgrid
+from numba_qk.kernels import ggml_cpu as _kggml_cpu
 
 __all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "TRAITS", "binding",
-           "WEIGHTED", "IMATRIX_IGNORED",
+           "WEIGHTED", "IMATRIX_IGNORED", "GGML_CPU_QUANTIZERS",
            "capabilities", "Capabilities", "ScaledCapabilities", "check_bindings", "check_traits",
            "fields_types",
            "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields", "Q5KFields",
@@ -255,6 +256,12 @@ WEIGHTS = tuple(b.format for b in BINDINGS if b.dot is not None)
 # ``quantize_<t>`` in ggml takes and ignores the importance matrix (numba_qk does the same).
 WEIGHTED = {**_kwk.WEIGHTED, **_kwl.WEIGHTED, **_kwiq.WEIGHTED}
 IMATRIX_IGNORED = (quant.q8_0, quant.mxfp4, quant.nvfp4, quant.tq1_0, quant.tq2_0)
+
+# ggml's CPU activation quantizers (``quantize(..., numerics="ggml_cpu")``): what llama.cpp runs
+# on activations at run time, bit for bit (numba_qk.kernels.ggml_cpu).
+GGML_CPU_QUANTIZERS = {quant.q8_0: _kggml_cpu.quantize_q8_0_ggml_cpu,
+                       quant.q8_1: _kggml_cpu.quantize_q8_1_ggml_cpu,
+                       quant.q8_k: _kggml_cpu.quantize_q8_k_ggml_cpu}
 if not all(f in QUANTIZABLE for f in (*WEIGHTED, *IMATRIX_IGNORED)):
     raise AssertionError("registry: an importance-weighted encoder for a format without quantize")
 

@@ -622,8 +622,8 @@ class GGUFFile:
             return self._float_matmul(name, info, x, out, threads)
         if not info.accelerated:
             raise GGUFError(f"tensor {name!r} is {info.type_name}: not accelerated by numba_qk "
-                            f"(accelerated: {', '.join(f.name for f in ACCELERATED)}); use "
-                            f"dequantize() instead")
+                            f"(accelerated: {', '.join(f.name for f in ACCELERATED)}, and F16/"
+                            f"BF16 in little-endian files); use dequantize() instead")
         return _matmul(self.records(name), x, lhs_format=info.format, out=out, threads=threads)
 
     def _float_matmul(self, name, info, x, out, threads):

@@ -23,7 +23,6 @@ from .errors import QuantizationDomainError
 from .formats import Format, activation_format, f32, quant
 from . import repack as _repack
 from . import _halfmat
-from .kernels import ggml_cpu as _ggml_cpu
 
 __all__ = [
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
@@ -151,7 +150,7 @@ def quantize(values, format, *, imatrix=None, out=None, numerics="canonical"):
         if numerics != "ggml_cpu":
             raise ValueError(f"quantize: numerics must be 'canonical' or 'ggml_cpu', "
                              f"not {numerics!r}")
-        if format not in _GGML_CPU_QUANTIZERS:
+        if format not in registry.GGML_CPU_QUANTIZERS:
             raise ValueError(f"quantize: numerics='ggml_cpu' is offered for q8_0, q8_1 and "
                              f"q8_k (ggml's run-time activation formats), not {format.name}")
     arr = check_f32(as_array(values, "values"), "values", "values", format.block_size)
@@ -165,18 +164,13 @@ def quantize(values, format, *, imatrix=None, out=None, numerics="canonical"):
     if g:
         b = registry.BY_FORMAT[format]
         if numerics == "ggml_cpu":
-            bad = _GGML_CPU_QUANTIZERS[format](arr.reshape(-1), target)
+            bad = registry.GGML_CPU_QUANTIZERS[format](arr.reshape(-1), target)
         else:
             weighted = None if qw is None else registry.WEIGHTED.get(format)
             bad = b.quantize(arr, target) if weighted is None else weighted[0](arr, qw, target)
         if bad >= 0:
             raise QuantizationDomainError(int(bad), b.domain_reason(arr, int(bad)))
     return target if out is None else out
-
-
-_GGML_CPU_QUANTIZERS = {quant.q8_0: _ggml_cpu.quantize_q8_0_ggml_cpu,
-                        quant.q8_1: _ggml_cpu.quantize_q8_1_ggml_cpu,
-                        quant.q8_k: _ggml_cpu.quantize_q8_k_ggml_cpu}
 
 
 def quantized_dot(lhs, rhs, *, lhs_format, rhs_format, acc_dtype=f32, out=None):
@@ -427,7 +421,7 @@ def _quantize_activations(xa, act, gx, numerics):
     xq = np.empty((batch * gx, nbytes), np.uint8)
     if blocks.shape[0]:
         if numerics == "ggml_cpu":
-            bad = _GGML_CPU_QUANTIZERS[act.format](np.ascontiguousarray(blocks).reshape(-1), xq)
+            bad = registry.GGML_CPU_QUANTIZERS[act.format](np.ascontiguousarray(blocks).reshape(-1), xq)
         else:
             bad = act.quantize(blocks, xq)
         if bad >= 0:

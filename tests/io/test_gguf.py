@@ -76,8 +76,12 @@ def test_matmul_never_copies_the_weights_and_is_exact(demo):
         xs = np.stack([x, -x])
         assert_same_f32(f.matmul("blk.0.attn_v.weight", xs)[1],
                         f.matmul("blk.0.attn_v.weight", -x))
-        with pytest.raises(gguf.GGUFError, match="F16: not accelerated"):
-            f.matmul("blk.0.ffn_up.weight", x)
+        # F16 weights multiply zero-copy with numba_qk's F16 numerics (docs/halfmat.md); F32
+        # weights are not accelerated
+        w16 = np.asarray(f.raw("blk.0.ffn_up.weight")).view(np.float16)
+        assert_same_f32(f.matmul("blk.0.ffn_up.weight", x), qk.matmul(w16, x, lhs_format=qk.f16))
+        with pytest.raises(gguf.GGUFError, match="F32: not accelerated"):
+            f.matmul("blk.0.attn_q.weight", x)
 
 
 def test_dequantize_every_type_matches_gguf_py(demo):

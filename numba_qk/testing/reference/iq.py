@@ -313,4 +313,4 @@ def dot_grid(name: str, w_records, x_records) -> np.float32:
         s = sum((2 * ls + 1) * sum(qi * q8[8 * g + j] for j, qi in enumerate(q))
                 for g, (ls, q) in enumerate(groups))
         vals.append(F(ds * F(F(d * c) * F(s))))
-    return _fold(vals)
+    return left_fold(vals)
