@@ -6,6 +6,8 @@ leftover rows and activations, strided records and G = 0 included."""
 import numpy as np
 import pytest
 
+from subsets import default_few
+
 import numba_qk as qk
 from numba_qk.formats import activation_format
 from numba_qk.kernels import drive
@@ -20,7 +22,7 @@ def _bits(a):
     return np.ascontiguousarray(np.asarray(a, np.float32)).view(np.uint32)
 
 
-@pytest.mark.parametrize("slots", list(SLOTS))
+@pytest.mark.parametrize("slots", default_few(list(SLOTS), {"portable", "tiles"}))  # value: -m slow
 def test_optional_slots_give_the_same_bits(rng, slots):
     fmt = qk.quant.q4_1
     full = drive._IMPL[fmt.ggml_type]

@@ -22,12 +22,15 @@ import numba_qk as qk
 from numba_qk.formats import iq_grids
 from numba_qk.testing import ggml as ggml_bridge
 from numba_qk.testing import reference as R
+from subsets import default_few
 from numba_qk.testing.asserts import assert_same_f32
 from records import random_iq_grid
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "iq_grid_ggml.npz"
 GGML = ggml_bridge.load(os.environ.get("NUMBA_QK_GGML_LIB")) or ggml_bridge.load()
 NAMES = ["iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s", "iq3_s", "iq2_s", "iq1_m"]
+# an IQ2, an IQ3 and an IQ1 grid in the default run; all seven under -m slow
+DEFAULT_FEW = default_few(NAMES, {"iq2_xxs", "iq3_s", "iq1_m"})
 FORMATS = {n: getattr(qk.quant, n) for n in NAMES}
 # x = d * C * (2 ls + 1) * q (decode's fields)
 C_OF = {"iq2_xxs": 0.125, "iq2_xs": 0.125, "iq2_s": 0.125, "iq3_xxs": 0.25, "iq3_s": 1.0,
@@ -168,7 +171,7 @@ def test_every_sign_pattern_is_the_native_librarys():
     assert tuple(int(v) for v in got) == iq_grids.KSIGNS_IQ2XS
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", DEFAULT_FEW)
 def test_dequantize_is_ggml_golden_and_oracle(name):
     """Golden: ggml's dequantize_row on 16 random records (NaN/inf f16 scales among them) and
     on 8 records ggml quantized; the oracle agrees on some of each."""
@@ -182,7 +185,7 @@ def test_dequantize_is_ggml_golden_and_oracle(name):
 
 
 @needs_ggml
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", DEFAULT_FEW)
 def test_dequantize_is_live_ggml(name):
     fmt = FORMATS[name]
     rec = np.random.default_rng(5).integers(0, 256, (300, fmt.block_bytes), dtype=np.uint8)
@@ -190,7 +193,7 @@ def test_dequantize_is_live_ggml(name):
                     name)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", DEFAULT_FEW)
 def test_decode_fields(name):
     """x = d * c * (2 ls + 1) * q exactly (finite scales: every product is exact in f32)."""
     fmt = FORMATS[name]
@@ -205,7 +208,7 @@ def test_decode_fields(name):
     assert_same_f32(qk.dequantize(rec, fmt).reshape(5, 256), want, name)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", DEFAULT_FEW)
 def test_dot_is_oracle_on_random_bytes(name):
     fmt = FORMATS[name]
     rng = np.random.default_rng(7)
@@ -240,7 +243,7 @@ def _close_to_vec_dot(name, n, seed):
 
 
 @needs_ggml
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", DEFAULT_FEW)
 def test_dot_close_to_ggml_vec_dot(name):
     """On ggml-quantized weights: our exact dot and ggml's vec_dot (its own f32 order) differ by
     rounding only (measured worst about 3e-9 of sum |w| * max |x|)."""

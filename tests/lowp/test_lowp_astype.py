@@ -89,6 +89,7 @@ def test_numpy_and_ml_dtypes_targets_equal_the_numba_qk_type(sctype, t):
         assert raw.dtype is t and raw.shape == want.shape
 
 
+@pytest.mark.slow  # default run under 10 minutes (a sweep over every source type)
 def test_sources_ints_bool_f16_buffers():
     ints = np.array([-129, -8, -1, 0, 1, 7, 8, 300], np.int16)
     for dt in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64):

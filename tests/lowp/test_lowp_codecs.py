@@ -288,6 +288,7 @@ def test_f64_to_f32_and_e8m0_vs_oracle():
     assert got.tolist() == [ref.encode(qk.e8m0, float(v)) for v in np.abs(x)]
 
 
+@pytest.mark.slow  # default run under 10 minutes (a sweep over every target type)
 def test_int64_sources_round_once():
     big = np.array([2**62 + 2**38 + 1, -(2**62 + 2**38 + 1), 2**63 - 1, -2**63, 2**53 + 1,
                     (1 << 40) + (1 << 32), 16777217, 2**24 + 3], np.int64)
@@ -298,6 +299,7 @@ def test_int64_sources_round_once():
     assert codes_of(qk.astype(u, qk.f32)).tolist() == [ref.encode(qk.f32, int(v)) for v in u]
 
 
+@pytest.mark.slow  # default run under 10 minutes (a sweep over every ml_dtypes source)
 def test_ml_dtypes_sources_by_value():
     x = random_f32(5000, 11)
     for src in (ml.bfloat16, ml.float8_e4m3fn, ml.float8_e5m2, ml.float6_e2m3fn,

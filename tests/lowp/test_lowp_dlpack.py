@@ -408,6 +408,7 @@ def test_bad_max_version_is_a_clean_type_error(mv):
     assert capsule_info(a.__dlpack__(max_version=(2, 0)), True)[0] == (4, 16, 1)
 
 
+@pytest.mark.slow  # default run under 10 minutes (every type through numkong)
 def test_numkong_consumer_takes_or_refuses_cleanly(unraisable):
     """NumKong (when installed) is a second consumer: it takes bf16/fp8/fp6 zero-copy and
     refuses e8m0 and DLPack's packed 4-/1-bit types with its own TypeError; either way the

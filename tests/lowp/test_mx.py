@@ -319,6 +319,7 @@ def test_round_trip_is_idempotent(fmt):
         np.testing.assert_array_equal(bits(qk.astype(st2, qk.f32)), bits(y))
 
 
+@pytest.mark.slow  # default run under 10 minutes (a sweep over every target type)
 def test_decode_to_other_types_goes_through_f32():
     rng = np.random.default_rng(8)
     x = rng.standard_normal((2, 64)).astype(np.float32)

@@ -4,7 +4,7 @@ raised TypeError before): by their module and qualified name, plus their own cel
 
 from numba.extending import intrinsic
 
-from numba_qk._jit import _cells_key
+from numba_qk._jit import closure_key
 
 
 class _A:
@@ -31,6 +31,6 @@ def _factory(cls, k):
 def test_cells_of_functions_classes_and_intrinsics_have_stable_distinct_keys():
     a1, a2, b = _factory(_A, 1), _factory(_A, 1), _factory(_B, 1)
     c = _factory(_A, 2)
-    assert _cells_key(a1) == _cells_key(a2)
-    assert len({_cells_key(a1), _cells_key(b), _cells_key(c)}) == 3
-    assert f"{__name__}._A" in _cells_key(a1)
+    assert closure_key(a1) == closure_key(a2)
+    assert len({closure_key(a1), closure_key(b), closure_key(c)}) == 3
+    assert f"{__name__}._A" in closure_key(a1)

@@ -107,6 +107,7 @@ def test_vnni_gemm_row_and_record_blocks(rng, kernel, row_bytes, record_block):
     assert_same_f32(_vnni(w, x, kernel, row_bytes, record_block), _portable(w, x))
 
 
+@pytest.mark.slow  # default run under 10 minutes (22 s of compiles; test_legacy_vnni and test_fast_paths keep strided/read-only VNNI cases by default)
 @needs_vnni
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_vnni_gemm_strided_readonly_unaligned_inputs(rng, kernel):
