@@ -21,6 +21,7 @@
 import ast
 import hashlib
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -51,13 +52,13 @@ def inline_kernel(fn):
 
 def closure_named(fn):
     """``fn`` itself; when it is a closure, first renamed ``<qualname>__<12 hex digits>``, the
-    digits a sha256 of what its cells hold (``kernel_identity``), so that closures from one
-    factory with different values have different names in every process -- and so different
-    compiled symbols and cache files.  Cells may hold plain numbers, strings, None, tuples of
-    these, compiled kernels (named by their own qualified name), numba intrinsics and plain
+    digits a sha256 of what its cells hold (``closure_key``), so that closures from one factory
+    with different values have different names in every process -- and so different compiled
+    symbols and cache files (decision 038).  Cells may hold plain numbers, strings, None, tuples
+    of these, compiled kernels (named by their own qualified name), numba intrinsics and plain
     functions (named by their code's qualified name and, recursively, their own cells), classes
-    and numpy arrays (named by their bytes); anything else raises TypeError when the kernel is made, as it would give no name
-    that is the same in every process."""
+    and numpy arrays (named by their bytes); anything else raises TypeError when the kernel is
+    made, as it would give no name that is the same in every process."""
     if fn.__closure__:
         digest = hashlib.sha256(closure_key(fn).encode()).hexdigest()[:12]
         fn.__qualname__ = f"{fn.__qualname__}__{digest}"
@@ -90,13 +91,10 @@ def _value_key(fn, name, v) -> str:
         return "(" + ",".join(_value_key(fn, name, e) for e in v) + ")"
     if hasattr(v, "py_func"):
         return kernel_identity(v)
-    defn = getattr(v, "_defn", None)          # a numba @intrinsic: its definition, with its cells
-    if callable(defn):
-        cells = f"[{closure_key(defn)}]" if defn.__closure__ else ""
-        return f"{defn.__module__}.{defn.__qualname__}{cells}"
-    if callable(v) and hasattr(v, "__code__"):  # a plain function (an intrinsic's code builder)
-        cells = f"[{closure_key(v)}]" if v.__closure__ else ""
-        return f"{v.__module__}.{v.__qualname__}{cells}"
+    f = getattr(v, "_defn", v)   # a numba @intrinsic is named by its definition
+    if isinstance(f, types.FunctionType):     # a plain function: its name and its cells' values
+        cells = f"[{closure_key(f)}]" if f.__closure__ else ""
+        return f"{f.__module__}.{f.__qualname__}{cells}"
     if isinstance(v, type):                    # a class (a layout declaration)
         return f"{v.__module__}.{v.__qualname__}"
     if isinstance(v, np.ndarray):              # a table frozen into the code: its bytes
