@@ -126,6 +126,8 @@ def _summary(caps) -> str:
     parts = [name for name in ("quantize", "dequantize", "decode") if getattr(caps, name)]
     if caps.dot_partner is not None:
         parts.append(f"dot with {caps.dot_partner.name}, gemv/gemm/matmul")
+    elif caps.matmul:
+        parts.append("gemv/gemm/matmul as weights")
     if caps.activation_of:
         parts.append("activations of " + "/".join(f.name for f in caps.activation_of))
     return ", ".join(parts) if parts else "no kernels (stored values only)"

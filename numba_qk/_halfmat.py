@@ -15,15 +15,12 @@ import numpy as np
 from . import _threads
 from ._validate import as_array, check_f32, check_slot, prepare_out
 from .dtypes import dtype_lookup
+from ._registry import FLOAT_WEIGHTS
 from .formats import bf16, f16
 from .kernels import halfmat as _k
 from .tensor import Tensor
 
 __all__ = ["FLOAT_WEIGHTS", "is_float_weight", "codes", "convert_activations", "matmul", "product"]
-
-#: The element types ``matmul``'s ``lhs_format`` takes besides the block formats.
-FLOAT_WEIGHTS = (f16, bf16)
-
 
 
 def is_float_weight(fmt) -> bool:

@@ -29,7 +29,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
-from .formats import Format, ScalarType, activation_format, f32, quant
+from .formats import Format, ScalarType, activation_format, bf16, f16, f32, quant
 from .formats.mx import FORMATS as SCALED_FORMATS
 from .formats.mx import ScaledFormat
 from .kernels.traits import DOMAINS, SLOTS, Traits
@@ -50,7 +50,7 @@ from numba_qk.kernels.iq import grid as _kiqgrid
 from numba_qk.kernels import ggml_cpu as _kggml_cpu
 
 __all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "TRAITS", "binding",
-           "WEIGHTED", "IMATRIX_IGNORED", "GGML_CPU_QUANTIZERS",
+           "WEIGHTED", "IMATRIX_IGNORED", "GGML_CPU_QUANTIZERS", "FLOAT_WEIGHTS",
            "capabilities", "Capabilities", "ScaledCapabilities", "check_bindings", "check_traits",
            "fields_types",
            "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields", "Q5KFields",
@@ -328,7 +328,14 @@ class Capabilities(NamedTuple):
     quantizer: str                      # what the quantizer reproduces ("" if none)
 
 
+#: The element types that ``gemv``/``gemm``/``matmul`` take as weight matrices besides the block
+#: formats (``lhs_format=numba_qk.f16`` / ``bf16``; numba_qk._halfmat, docs/halfmat.md).
+FLOAT_WEIGHTS = (f16, bf16)
+
+
 def _capabilities_of(fmt) -> Capabilities:
+    if any(fmt is t for t in FLOAT_WEIGHTS):   # weight matrices of codes: products only
+        return Capabilities(fmt, False, False, False, None, True, True, True, (), "")
     b = _BY_FORMAT.get(fmt) if isinstance(fmt, Format) else None
     if b is None:
         return Capabilities(fmt, False, False, False, None, False, False, False, (), "")
@@ -379,7 +386,9 @@ def capabilities(format=None, *, scaled=False):
     called without an argument, for every block-quantized format (a dict ``{Format:
     Capabilities}``, in ``numba_qk.quant`` order); ``scaled=True`` appends the block-scaled
     formats (``{ScaledFormat: ScaledCapabilities}``, in ``numba_qk.mx.FORMATS`` order).  Scalar
-    types (``numba_qk.f32`` ...) have no registry kernels: every entry is False/None for them."""
+    types (``numba_qk.f32`` ...) have no registry kernels: every entry is False/None for them,
+    except that ``numba_qk.f16`` and ``bf16`` weight matrices have ``gemv``/``gemm``/``matmul``
+    (``FLOAT_WEIGHTS``; no ``quantized_dot``: they take activations of their own type)."""
     if format is None:
         caps = {f: _capabilities_of(f) for f in quant}
         if scaled:

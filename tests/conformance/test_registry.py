@@ -277,7 +277,10 @@ def test_capabilities():
     assert qk.capabilities(qk.quant.q8_1).activation_of == (qk.quant.q4_1, qk.quant.q5_1)
     for scalar in (qk.f32, qk.f16, qk.bf16, qk.i8, qk.i32):
         c = qk.capabilities(scalar)
-        assert not (c.quantize or c.dequantize or c.decode or c.gemv) and c.dot_partner is None
+        assert not (c.quantize or c.dequantize or c.decode) and c.dot_partner is None
+        # f16 / bf16 weight matrices: gemv / gemm / matmul (docs/halfmat.md), nothing else
+        weight = scalar is qk.f16 or scalar is qk.bf16
+        assert (c.gemv, c.gemm, c.matmul) == (weight,) * 3 and c.activation_of == ()
     with pytest.raises(TypeError, match="format: capabilities expects a numba_qk Format or "
                                         "ScalarType, got the string 'q4_k'"):
         qk.capabilities("q4_k")
@@ -385,6 +388,7 @@ def test_inspect_prints_capabilities(tmp_path, capsys):
     assert "  Q4_K: quantize, dequantize, decode, dot with Q8_K, gemv/gemm/matmul" in out
     assert "  IQ2_XXS: dequantize, decode, dot with Q8_K, gemv/gemm/matmul" in out
     assert "  F32: no kernels (stored values only)" in out
+    assert "  F16: gemv/gemm/matmul as weights" in out and "  BF16: gemv/gemm/matmul as weights" in out
     assert cli._quantizable_weights() == ["q4_k", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k",
                                           "q3_k", "q5_k", "q6_k", "mxfp4", "nvfp4", "iq4_nl",
                                           "iq4_xs", "tq1_0", "tq2_0"]
