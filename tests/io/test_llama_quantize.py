@@ -462,6 +462,10 @@ CASES = {  # name: (preset, source, numba_qk keywords, llama_model_quantize para
               dict(output_tensor_type=T["Q8_0"], token_embedding_type=T["Q5_0"],
                    tensor_types=[[p, T[t]] for p, t in TT])),
     "imatrix-q8_0": ("Q8_0", "f32", dict(imatrix="w"), dict(imatrix="w")),
+    # the importance-weighted encoders (issue 24), whole files: every preset they serve
+    **{f"imatrix-{p.lower()}": (p, "f32", dict(imatrix="w"), dict(imatrix="w"))
+       for p in ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q3_K_M", "Q2_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0",
+                 "Q5_1", "IQ4_NL", "IQ4_XS")},
     "split-q4km": ("Q4_K_M", "split", {}, {}),
 }
 
