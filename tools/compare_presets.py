@@ -70,7 +70,9 @@ VARIANTS = {
 DEFAULT_PRESETS = [p.name for p in P.PRESETS]
 
 
-def build_model(path: Path, spec, seed: int = 0):
+def build_model(path: Path, spec, seed: int = 0, alignment=None):
+    """An F32/F16 model of ``spec``'s shape at ``path`` (random weights); ``alignment``: a
+    ``general.alignment`` other than GGUF's default 32."""
     import gguf
 
     n_layer, n_embd, n_head, n_head_kv = (spec[k] for k in ("n_layer", "n_embd", "n_head", "n_head_kv"))
@@ -78,6 +80,8 @@ def build_model(path: Path, spec, seed: int = 0):
     rng = np.random.default_rng(seed)
     head_dim = n_embd // n_head
     w = gguf.GGUFWriter(str(path), arch)
+    if alignment is not None:
+        w.add_custom_alignment(alignment)
     w.add_context_length(256)
     w.add_embedding_length(n_embd)
     w.add_block_count(n_layer)

@@ -573,6 +573,44 @@ def test_imatrix_type_rules_equal_llama_cpp(tmp_path, preset):
         assert [r.type_after for r in without] != [t for _, t in theirs]
 
 
+def _tensor_bytes(path):
+    with G.open(path) as f:
+        return {t.name: f.raw(t.name).tobytes() for t in f.tensors}
+
+
+@pytest.mark.parametrize("alignment", [8, 256])
+def test_custom_alignment_honoured(tmp_path, alignment):
+    """A source whose ``general.alignment`` is not 32: the output keeps the key and every
+    offset honours it (llama_model_quantize pads to 32 whatever the header says, so its files
+    for 8 and 256 contradict their own header: with 8 the data starts 8 bytes after where the
+    header puts it, with 256 llama.cpp's own reader refuses the offsets), with the same tensors
+    as from the 32-aligned source."""
+    spec = dict(C.MODELS["gqa4"], n_layer=2, vocab=256)
+    C.build_model(tmp_path / "a32.gguf", spec)
+    C.build_model(tmp_path / "ax.gguf", spec, alignment=alignment)
+    G.quantize_file(tmp_path / "a32.gguf", tmp_path / "o32.gguf", preset="Q8_0")
+    G.quantize_file(tmp_path / "ax.gguf", tmp_path / "ox.gguf", preset="Q8_0")
+    gguf_py = pytest.importorskip("gguf")
+    r = gguf_py.GGUFReader(str(tmp_path / "ox.gguf"))
+    assert r.alignment == alignment and r.data_offset % alignment == 0
+    assert all(int(t.data_offset) % alignment == 0 for t in r.tensors)
+    assert _tensor_bytes(tmp_path / "ox.gguf") == _tensor_bytes(tmp_path / "o32.gguf")
+
+
+@pytest.mark.slow
+def test_alignment_64_equals_llama_cpp(tmp_path):
+    """With ``general.alignment`` 64 llama.cpp's 32-byte padding happens to honour the header
+    (every tensor of this model is a multiple of 64 bytes): the files are byte-identical."""
+    if not O.available():
+        pytest.skip("no llama-cpp-python interpreter")
+    C.build_model(tmp_path / "in.gguf", dict(C.MODELS["gqa4"], n_layer=2, vocab=256), alignment=64)
+    for preset in ("Q8_0", "Q4_K_M"):
+        r = O.quantize(tmp_path / "in.gguf", tmp_path / "ref.gguf", P.find_preset(preset).ftype)
+        assert r.returncode == 0, r.stderr[-2000:]
+        G.quantize_file(tmp_path / "in.gguf", tmp_path / "ours.gguf", preset=preset)
+        assert (tmp_path / "ref.gguf").read_bytes() == (tmp_path / "ours.gguf").read_bytes()
+
+
 @pytest.mark.slow
 def test_llama_cpp_reads_split_output(model, tmp_path):
     """llama.cpp loads numba_qk's split output (split_max_tensors) by its first shard and sees
