@@ -18,12 +18,33 @@ def rng():
     return np.random.default_rng(20261130)
 
 
+# The files that take longest in the default run (cold numba cache; the first three compile in
+# subprocesses of their own), run first: ``--dist loadfile`` hands files out in collection order,
+# and a long file handed out last leaves the other worker idle at the end.
+LONGEST_FIRST = ("package/test_parity.py", "package/test_jit_policy.py",
+                 "conformance/test_registry.py", "package/test_parity_registry_portable.py",
+                 "lowp/test_lowp_codecs.py", "lowp/test_lowp_dlpack.py",
+                 "conformance/test_fast_paths.py", "kquants/test_kquants.py", "io/test_gguf.py",
+                 "lowp/test_lowp_parity.py")
+
+
+def _file_rank(item):
+    path = item.nodeid.split("::")[0]
+    for rank, tail in enumerate(LONGEST_FIRST):
+        if path.endswith(tail):
+            return rank
+    return len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
-    """``@pytest.mark.slow`` sweeps run on purpose only: with ``-m slow`` (any marker expression
-    naming ``slow``) or ``NUMBA_QK_SLOW=1``; the default run skips them with that reason.
-    ``@pytest.mark.models`` (real GGUF models) likewise: ``-m models`` or
+    """The longest files first (``LONGEST_FIRST``; a stable sort keeps each file's tests
+    together and in order).  ``@pytest.mark.slow`` sweeps run on purpose only: with ``-m slow``
+    (any marker expression naming ``slow``) or ``NUMBA_QK_SLOW=1``; the default run skips them
+    with that reason.  ``@pytest.mark.models`` (real GGUF models) likewise: ``-m models`` or
     ``NUMBA_QK_MODELS_RUN=1``."""
     import os
+
+    items.sort(key=_file_rank)
 
     for marker, env in (("slow", "NUMBA_QK_SLOW"), ("models", "NUMBA_QK_MODELS_RUN")):
         if marker in (config.option.markexpr or "") or os.environ.get(env):

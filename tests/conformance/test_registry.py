@@ -16,6 +16,7 @@ from numba_qk.testing import reference as oracles
 
 from numba_qk.testing.asserts import assert_same_f32, assert_same_records
 from records import random_iq_grid
+from subsets import default_few
 
 ALL = [b.format for b in BINDINGS]
 IQ_GRID = (qk.quant.iq2_xxs, qk.quant.iq2_xs, qk.quant.iq3_xxs, qk.quant.iq1_s, qk.quant.iq3_s, qk.quant.iq2_s, qk.quant.iq1_m)
@@ -130,18 +131,33 @@ def test_dot_matches_the_oracle(fmt, rng):
                         dot_oracle(fmt, w, x), f"{fmt.name} G={g}")
 
 
-@pytest.mark.parametrize("fmt", WEIGHTS, ids=[f.name for f in WEIGHTS])
-def test_gemv_gemm_matmul_equal_dot(fmt, rng):
+def _dots(rng, fmt):
     rows, g, batch = 17, 2, 9  # 8-row / 8-activation tiles and remainders
     act, w, xq = _pair(rng, fmt, (rows, g), (batch, g))
     want = np.array([[qk.quantized_dot(w[r], xq[a], lhs_format=fmt, rhs_format=act)
                       for r in range(rows)] for a in range(batch)], np.float32)
-    for threads in (1, 2):
-        assert_same_f32(qk.gemv(w, xq[3], lhs_format=fmt, rhs_format=act, threads=threads),
-                        want[3])
-        assert_same_f32(qk.gemm(w, xq, lhs_format=fmt, rhs_format=act, threads=threads), want)
-    xf = rng.standard_normal((batch, g * fmt.block_size)).astype(np.float32)
-    xfq = qk.quantize(xf.reshape(-1, act.block_size), format=act).reshape(batch, g * span(fmt), -1)
+    return act, w, xq, want
+
+
+@pytest.mark.parametrize("fmt", WEIGHTS, ids=[f.name for f in WEIGHTS])
+def test_gemv_gemm_equal_dot(fmt, rng):
+    act, w, xq, want = _dots(rng, fmt)
+    assert_same_f32(qk.gemv(w, xq[3], lhs_format=fmt, rhs_format=act), want[3])
+    assert_same_f32(qk.gemm(w, xq, lhs_format=fmt, rhs_format=act), want)
+
+
+# threads=2 compiles a threaded runner per kernel and matmul its activation path: one format of
+# each kernel family by default, every format under -m slow
+@pytest.mark.parametrize("fmt", default_few(WEIGHTS, {"Q4_K", "Q6_K", "Q4_0", "Q4_1", "MXFP4",
+                                                      "IQ4_XS", "IQ3_S", "TQ2_0"},
+                                            name=lambda f: f.name))
+def test_threads_and_matmul_equal_dot(fmt, rng):
+    act, w, xq, want = _dots(rng, fmt)
+    assert_same_f32(qk.gemv(w, xq[3], lhs_format=fmt, rhs_format=act, threads=2), want[3])
+    assert_same_f32(qk.gemm(w, xq, lhs_format=fmt, rhs_format=act, threads=2), want)
+    xf = rng.standard_normal((xq.shape[0], w.shape[1] * fmt.block_size)).astype(np.float32)
+    xfq = qk.quantize(xf.reshape(-1, act.block_size), format=act).reshape(
+        xq.shape[0], w.shape[1] * span(fmt), -1)
     assert_same_f32(qk.matmul(w, xf, lhs_format=fmt, threads=2),
                     qk.gemm(w, xfq, lhs_format=fmt, rhs_format=act))
 

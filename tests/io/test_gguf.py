@@ -16,6 +16,7 @@ import numba_qk as qk  # noqa: E402
 from numba_qk import gguf  # noqa: E402
 
 from numba_qk.testing.asserts import assert_same_f32, assert_same_records  # noqa: E402
+from subsets import default_few  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -192,8 +193,9 @@ def test_cli_errors_are_one_line_and_write_nothing(demo, tmp_path):
                 if "numba_qk-tmp" in p.name or p.name.endswith(".tmp")]
 
 
-@pytest.mark.parametrize("name", ["q2_k", "q3_k", "q5_k", "q6_k", "mxfp4", "nvfp4", "iq4_nl",
-                                  "iq4_xs"])
+# each format compiles its own file pipeline: three by default, the rest under -m slow
+@pytest.mark.parametrize("name", default_few(["q2_k", "q3_k", "q5_k", "q6_k", "mxfp4", "nvfp4",
+                                              "iq4_nl", "iq4_xs"], {"q6_k", "nvfp4", "iq4_xs"}))
 def test_record_files_are_accelerated_end_to_end(demo, tmp_path, name, capsys):
     """quantize_file(to=FORMAT), then inspect / dequantize / matmul accelerate those tensors: the
     records equal qk.quantize of the source, dequantize equals gguf-py's numpy decoders, matmul

@@ -42,7 +42,7 @@ SCRIPT = textwrap.dedent("""
         else:
             tgemv = kgemm[0]
         legacy = []
-        for name in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0"):
+        for name in sys.argv[3].split(","):
             f = getattr(qk.quant, name)
             w = qk.quantize(d["lv"].reshape(-1, 32), format=f).reshape(11, 4, -1)
             legacy.append(qk.matmul(w, d["lx"], lhs_format=f))
@@ -51,7 +51,10 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _run_script(tmp_path, rng, env_extra):
+LEGACY = ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")
+
+
+def _run_script(tmp_path, rng, env_extra, legacy=LEGACY):
     g = 6
     values = rng.standard_normal((g, 256)).astype(np.float32)
     values[1] *= np.float32(1e-30)
@@ -70,11 +73,12 @@ def _run_script(tmp_path, rng, env_extra):
     root = Path(qk.__file__).resolve().parent.parent
     env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
     subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path / "in.npz"),
-                    str(tmp_path / "out.npz")], check=True, env=env, timeout=300)
-    return values, w, x, np.load(tmp_path / "out.npz"), (gw, gv, lv, lx)
+                    str(tmp_path / "out.npz"), ",".join(legacy)], check=True, env=env,
+                   timeout=300)
+    return values, w, x, np.load(tmp_path / "out.npz"), (gw, gv, lv, lx), legacy
 
 
-def _check(values, w, x, py, extra):
+def _check(values, w, x, py, extra, legacy):
     assert (py["rec"] == qk.quantize(values, format=qk.quant.q8_k)).all()
     jit_dot = qk.quantized_dot(w, x, lhs_format=qk.quant.q4_k, rhs_format=qk.quant.q8_k)
     assert py["dot"].view(np.uint32) == jit_dot.view(np.uint32) or (
@@ -91,7 +95,7 @@ def _check(values, w, x, py, extra):
     assert (py["kgemm"].view(np.uint32) == kgemm.view(np.uint32)).all()
     tgemv = qk.gemv(gw, gx[0], lhs_format=qk.quant.q4_k, rhs_format=qk.quant.q8_k)
     assert (py["tgemv"].view(np.uint32) == tgemv.view(np.uint32)).all()
-    for k, name in enumerate(("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")):
+    for k, name in enumerate(legacy):
         f = getattr(qk.quant, name)
         w2 = qk.quantize(lv.reshape(-1, 32), format=f).reshape(11, 4, -1)
         got = qk.matmul(w2, lx2, lhs_format=f)
@@ -123,16 +127,20 @@ def test_portable_path_matches_default(tmp_path, rng):
     _check(*_run_script(tmp_path, rng, {"NUMBA_QK_PORTABLE": "1", "NUMBA_CACHE_DIR": str(cache)}))
 
 
-def test_avx2_path_matches_default(tmp_path, rng):
+# The AVX2 run compiles cold in its own cache (~50 s of CPU for every legacy format): the default
+# run takes one legacy format of each activation pairing, -m slow all five.
+@pytest.mark.parametrize("legacy", [pytest.param(("q4_0", "q5_1"), id="q4_0,q5_1"),
+                                    pytest.param(LEGACY, id="every-legacy",
+                                                 marks=pytest.mark.slow)])
+def test_avx2_path_matches_default(tmp_path, rng, legacy):
     """NUMBA_QK_NO_AVX512=1: the 256-bit intrinsics (what AVX2-only machines run)."""
     from numba_qk.kernels.simd.base import HAVE_AVX2
 
     if not HAVE_AVX2:
-        import pytest
-
         pytest.skip("no AVX2 on this machine")
     cache = tmp_path / "cache"
-    _check(*_run_script(tmp_path, rng, {"NUMBA_QK_NO_AVX512": "1", "NUMBA_CACHE_DIR": str(cache)}))
+    _check(*_run_script(tmp_path, rng, {"NUMBA_QK_NO_AVX512": "1", "NUMBA_CACHE_DIR": str(cache)},
+                        legacy))
 
 
 def test_registry_disable_jit_matches_compiled(tmp_path, rng):
