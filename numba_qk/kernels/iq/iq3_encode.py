@@ -30,14 +30,19 @@ import numpy as np
 
 from numba_qk._jit import kernel
 from numba_qk.formats import iq as _iq
+from numba_qk.formats import iq_grids as _g
 from numba_qk.kernels._round import nearest_int
-from numba_qk.kernels.iq.grid import IQ3S, IQ3XXS
 from numba_qk.kernels.kquants.common import first_nonfinite_block, store_f16
 
 _XXS, _S = _iq.iq3_xxs, _iq.iq3_s
 # ggml's iq3xxs_grid holds 4 (2 l + 1) but 62 for level 7; iq3s_grid holds 2 l + 1.
 _XXS_VALUES = (4, 12, 20, 28, 36, 44, 52, 62)
 _S_VALUES = (1, 3, 5, 7, 9, 11, 13, 15)
+
+
+def _grid_bytes(table):
+    """``[len(table), 4]`` uint8: the 4 bytes of each u32 grid entry (little-endian)."""
+    return np.array(table, "<u4").view(np.uint8).reshape(-1, 4)
 
 
 def grid_tables(grid_bytes, values, nwant):
@@ -69,8 +74,8 @@ def grid_tables(grid_bytes, values, nwant):
     return grid, kmap.astype(np.int32), np.array(nbrs, np.uint16)
 
 
-GRID256, MAP256, NEIGHBOURS256 = grid_tables(IQ3XXS, _XXS_VALUES, 2)
-GRID512, MAP512, NEIGHBOURS512 = grid_tables(IQ3S, _S_VALUES, 3)
+GRID256, MAP256, NEIGHBOURS256 = grid_tables(_grid_bytes(_g.IQ3XXS_GRID), _XXS_VALUES, 2)
+GRID512, MAP512, NEIGHBOURS512 = grid_tables(_grid_bytes(_g.IQ3S_GRID), _S_VALUES, 3)
 
 _F0, _F1, _F2, _HALF = np.float32(0.0), np.float32(1.0), np.float32(2.0), np.float32(0.5)
 _F15, _F31, _F256, _F02 = np.float32(15.0), np.float32(31.0), np.float32(256.0), np.float32(0.2)
