@@ -95,12 +95,18 @@ def iq3_find_best_neighbour(nbrs, start, grid, xval, waux, at, scale, L):
     asserts there)."""
     best_d2 = _FLT_MAX
     gi = -1
+    x0, x1, x2, x3 = xval[at], xval[at + 1], xval[at + 2], xval[at + 3]
+    w0, w1, w2, w3 = waux[at], waux[at + 1], waux[at + 2], waux[at + 3]
     for j in range(1, np.int64(nbrs[start]) + 1):
         idx = np.int64(nbrs[start + j])
-        d2 = _F0
-        for i in range(4):
-            diff = np.float32(np.float32(scale * np.float32(grid[idx, i])) - xval[at + i])
-            d2 = np.float32(d2 + np.float32(np.float32(waux[at + i] * diff) * diff))
+        diff = np.float32(np.float32(scale * np.float32(grid[idx, 0])) - x0)
+        d2 = np.float32(_F0 + np.float32(np.float32(w0 * diff) * diff))
+        diff = np.float32(np.float32(scale * np.float32(grid[idx, 1])) - x1)
+        d2 = np.float32(d2 + np.float32(np.float32(w1 * diff) * diff))
+        diff = np.float32(np.float32(scale * np.float32(grid[idx, 2])) - x2)
+        d2 = np.float32(d2 + np.float32(np.float32(w2 * diff) * diff))
+        diff = np.float32(np.float32(scale * np.float32(grid[idx, 3])) - x3)
+        d2 = np.float32(d2 + np.float32(np.float32(w3 * diff) * diff))
         if d2 < best_d2:
             best_d2 = d2
             gi = idx
