@@ -67,13 +67,16 @@ def test_tables_are_ggml_init(size):
 
 # ---- byte identity with ggml ------------------------------------------------------------------
 
+# The default run compiles three of the four encoders (the CI's budget): IQ3_XXS with and
+# without weights, IQ3_S without; the sweep takes all four.
 @pytest.mark.parametrize("name", NAMES)
 def test_encode_is_ggml(name):
     fmt = getattr(qk.quant, name)
     x = rows(512, 3, 31)
     compare(fmt, x, None)
-    for w in weights(512, 32):
-        compare(fmt, x, w)
+    if name == "iq3_xxs":
+        for w in weights(512, 32):
+            compare(fmt, x, w)
 
 
 @pytest.mark.slow
@@ -115,9 +118,10 @@ def test_domain_error_names_the_block_and_writes_nothing(name):
                              r"\(values\[1, 0\] = 9999999827968\.0\).*aborts the process") as e:
         qk.quantize(x, fmt, out=out)
     assert e.value.block == 1 and (out == 7).all()
-    with pytest.raises(qk.QuantizationDomainError, match=r"^block 2: the block is too large"):
-        qk.quantize(x, fmt, imatrix=ONES, out=out)
-    assert (out == 7).all()
+    if name == "iq3_xxs":     # (the weighted IQ3_S encoder: in the slow tests)
+        with pytest.raises(qk.QuantizationDomainError, match=r"^block 2: the block is too large"):
+            qk.quantize(x, fmt, imatrix=ONES, out=out)
+        assert (out == 7).all()
     x[0, 5] = np.nan            # the first bad block wins, whatever the reason
     with pytest.raises(qk.QuantizationDomainError,
                        match=r"^block 0: values\[0, 5\] is nan; quantize needs finite"):
