@@ -46,6 +46,7 @@ from numba_qk.kernels.ternary import tq as _ktq
 from numba_qk.kernels.kquants import weighted as _kwk
 from numba_qk.kernels.legacy import weighted as _kwl
 from numba_qk.kernels.iq import iq4_weighted as _kwiq
+from numba_qk.kernels.iq import iq3_encode as _kwiq3
 from numba_qk.kernels.iq import grid as _kiqgrid
 from numba_qk.kernels import ggml_cpu as _kggml_cpu
 
@@ -230,7 +231,23 @@ class Binding:
         return f"Binding({self.format.name})"
 
 
-_DOMAIN_REASONS = {"finite": finite_reason, "q8_k": q8_k_reason}
+def grid_reason(values, b: int, element=None) -> str:
+    """The grid IQ encoders: a non-finite value, or a block on which ggml's grid search
+    aborts the process (its float32 sums overflow: values of about 1e10 and more, see
+    docs/numerics_iq_grid.md)."""
+    reason = _nonfinite(values, b, element)
+    if reason is not None:
+        return reason
+    block = np.asarray(values[b])
+    i = int(np.argmax(np.abs(block)))
+    name = element(i) if element else f"values[{b}, {i}]"
+    return (f"the block is too large for ggml's grid search ({name} = {float(block[i])!r}): its "
+            f"float32 sums overflow and ggml_quantize_chunk aborts the process on it "
+            f"(GGML_ASSERT); numba_qk refuses it (scale the values down; with an importance "
+            f"matrix, large weights count too)")
+
+
+_DOMAIN_REASONS = {"finite": finite_reason, "q8_k": q8_k_reason, "grid": grid_reason}
 assert tuple(_DOMAIN_REASONS) == DOMAINS
 
 
@@ -254,7 +271,7 @@ WEIGHTS = tuple(b.format for b in BINDINGS if b.dot is not None)
 # out) -> -1 | first bad block``, what it reproduces), from the ``WEIGHTED`` tables of the
 # modules of ggml's ``quantize_row_*_impl`` paths.  ``IMATRIX_IGNORED``: formats whose
 # ``quantize_<t>`` in ggml takes and ignores the importance matrix (numba_qk does the same).
-WEIGHTED = {**_kwk.WEIGHTED, **_kwl.WEIGHTED, **_kwiq.WEIGHTED}
+WEIGHTED = {**_kwk.WEIGHTED, **_kwl.WEIGHTED, **_kwiq.WEIGHTED, **_kwiq3.WEIGHTED}
 IMATRIX_IGNORED = (quant.q8_0, quant.mxfp4, quant.nvfp4, quant.tq1_0, quant.tq2_0)
 
 # ggml's CPU activation quantizers (``quantize(..., numerics="ggml_cpu")``): what llama.cpp runs

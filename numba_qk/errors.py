@@ -8,7 +8,8 @@ class NumbaQKError(Exception):
 
 
 class QuantizationDomainError(NumbaQKError, ValueError):
-    """A block cannot be quantized: a non-finite value, or an extreme too small to invert.
+    """A block cannot be quantized: a non-finite value, an extreme too small to invert, or
+    (IQ3_XXS, IQ3_S) values so large that ggml's grid search aborts on them.
 
     Attributes: ``block`` (index of the first bad block), ``reason`` (text) and, for
     ``matmul``'s activations, ``row`` (the activation row; ``block`` counts within it).

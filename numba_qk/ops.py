@@ -127,15 +127,17 @@ def quantize(values, format, *, imatrix=None, out=None, numerics="canonical"):
     (``G * block_size`` a multiple of ``n_per_row``), blocks in row order.  The records are
     byte-identical to ggml's ``ggml_quantize_chunk(type, values, dst, 0, nrows, n_per_row,
     imatrix)`` -- the ``quantize_row_<t>_impl`` paths of Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q4_0,
-    Q4_1, Q5_0, Q5_1, IQ4_NL and IQ4_XS (Q4_0 ... Q5_1 weight each block by statistics of its
-    whole row, hence whole rows).  Q8_0, MXFP4, NVFP4, TQ1_0 and TQ2_0 accept and ignore it,
-    as ggml does (it is still checked); Q8_K and Q8_1, which ggml_quantize_chunk does not
-    produce, refuse it.  None of these ggml paths aborts on large values (only the IQ2/IQ3/IQ1
-    grid searches do), so finite values are the whole domain.
+    Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, IQ3_XXS and IQ3_S (Q4_0 ... Q5_1 weight each block by
+    statistics of its whole row, hence whole rows).  Q8_0, MXFP4, NVFP4, TQ1_0 and TQ2_0
+    accept and ignore it, as ggml does (it is still checked); Q8_K and Q8_1, which
+    ggml_quantize_chunk does not produce, refuse it.  None of these ggml paths aborts on large
+    values but the grid searches of IQ3_XXS and IQ3_S (ggml_quantize_chunk without an
+    importance matrix too), so finite values are the whole domain of the others.
 
     Raises ``QuantizationDomainError`` (a ``ValueError``) naming the first block that holds a
-    non-finite value (or, for Q8_K, whose extreme is too small to invert); ``out`` is then left
-    untouched, as on every other error.  (ggml's quantizers do not check; they turn NaN and inf
+    non-finite value (or, for Q8_K, whose extreme is too small to invert; for IQ3_XXS and
+    IQ3_S, on which ggml's grid search aborts the process: values of about 1e13 and more,
+    docs/numerics_iq_grid.md); ``out`` is then left untouched, as on every other error.  (ggml's quantizers do not check; they turn NaN and inf
     into garbage.)
 
     ``numerics="ggml_cpu"`` (activation formats ``q8_0``, ``q8_1``, ``q8_k`` only) gives instead

@@ -12,9 +12,11 @@ Q4_1/Q5_1 -> Q8_1)::
 
 ``G' = G`` except for NVFP4 (64 values per record), whose activation is ``2G`` Q8_0 records.
 Q8_K and Q8_1 are activation-only formats: they get dequantize / quantize, no dot / gemv; the
-grid IQ formats (IQ2_XXS ... IQ1_M) have no encoder: dot / gemv / dequantize only.
-``quantize`` returns -1 on success, else the index of the first out-of-domain block (a
-non-finite value; for Q8_K also an extreme too small to invert), and then writes nothing.
+grid IQ formats (IQ2_XXS ... IQ1_M) get dot / gemv / dequantize, and quantize where numba_qk
+has their encoder (IQ3_XXS, IQ3_S).  ``quantize`` returns -1 on success, else the index of the
+first out-of-domain block (a non-finite value; for Q8_K also an extreme too small to invert;
+for the grid IQ encoders also a block on which ggml's grid search aborts), and then writes
+nothing.
 Every result equals the public operation's (``quantized_dot``, ``gemv``, ``dequantize``,
 ``quantize``) bit for bit: each block is a thin wrapper over the registry's own kernel for
 that format (``numba_qk._registry.BINDINGS``), so no numerics live here.
@@ -52,6 +54,7 @@ from numba_qk.kernels.kquants import q5_k as _k5
 from numba_qk.kernels.kquants import q6_k as _k6
 from numba_qk.kernels.ternary import tq as _ktq
 from numba_qk.kernels.iq import grid as _kiqg
+from numba_qk.kernels.iq import iq3_encode as _kiq3e
 from numba_qk._jit import kernel
 from numba_qk.kernels.kquants.q4_k import q4_k_dequantize_records as _q4_k_dequantize
 from numba_qk.kernels.kquants.q4_k_encode import quantize_q4_k as _q4_k_quantize
@@ -72,12 +75,12 @@ __all__ = [
     "dot_iq4_xs_q8_k", "gemv_iq4_xs_q8_k", "dequantize_iq4_xs", "quantize_iq4_xs",
     "dot_tq1_0_q8_k", "gemv_tq1_0_q8_k", "dequantize_tq1_0", "quantize_tq1_0",
     "dot_tq2_0_q8_k", "gemv_tq2_0_q8_k", "dequantize_tq2_0", "quantize_tq2_0",
-    # the grid IQ formats (no encoders: no quantize_<f>)
+    # the grid IQ formats (encoders: IQ3_XXS and IQ3_S so far)
     "dot_iq2_xxs_q8_k", "gemv_iq2_xxs_q8_k", "dequantize_iq2_xxs",
     "dot_iq2_xs_q8_k", "gemv_iq2_xs_q8_k", "dequantize_iq2_xs",
-    "dot_iq3_xxs_q8_k", "gemv_iq3_xxs_q8_k", "dequantize_iq3_xxs",
+    "dot_iq3_xxs_q8_k", "gemv_iq3_xxs_q8_k", "dequantize_iq3_xxs", "quantize_iq3_xxs",
     "dot_iq1_s_q8_k", "gemv_iq1_s_q8_k", "dequantize_iq1_s",
-    "dot_iq3_s_q8_k", "gemv_iq3_s_q8_k", "dequantize_iq3_s",
+    "dot_iq3_s_q8_k", "gemv_iq3_s_q8_k", "dequantize_iq3_s", "quantize_iq3_s",
     "dot_iq2_s_q8_k", "gemv_iq2_s_q8_k", "dequantize_iq2_s",
     "dot_iq1_m_q8_k", "gemv_iq1_m_q8_k", "dequantize_iq1_m",
 ]
@@ -122,11 +125,11 @@ _iq2_xxs_dequantize = _kiqg.dequantize_iq2_xxs
 _iq2_xxs_dot, _iq2_xxs_gemv = _kiqg.dot_iq2_xxs_q8_k, _kiqg.gemv_iq2_xxs_q8_k
 _iq2_xs_dequantize = _kiqg.dequantize_iq2_xs
 _iq2_xs_dot, _iq2_xs_gemv = _kiqg.dot_iq2_xs_q8_k, _kiqg.gemv_iq2_xs_q8_k
-_iq3_xxs_dequantize = _kiqg.dequantize_iq3_xxs
+_iq3_xxs_dequantize, _iq3_xxs_quantize = _kiqg.dequantize_iq3_xxs, _kiq3e.quantize_iq3_xxs
 _iq3_xxs_dot, _iq3_xxs_gemv = _kiqg.dot_iq3_xxs_q8_k, _kiqg.gemv_iq3_xxs_q8_k
 _iq1_s_dequantize = _kiqg.dequantize_iq1_s
 _iq1_s_dot, _iq1_s_gemv = _kiqg.dot_iq1_s_q8_k, _kiqg.gemv_iq1_s_q8_k
-_iq3_s_dequantize = _kiqg.dequantize_iq3_s
+_iq3_s_dequantize, _iq3_s_quantize = _kiqg.dequantize_iq3_s, _kiq3e.quantize_iq3_s
 _iq3_s_dot, _iq3_s_gemv = _kiqg.dot_iq3_s_q8_k, _kiqg.gemv_iq3_s_q8_k
 _iq2_s_dequantize = _kiqg.dequantize_iq2_s
 _iq2_s_dot, _iq2_s_gemv = _kiqg.dot_iq2_s_q8_k, _kiqg.gemv_iq2_s_q8_k
@@ -670,6 +673,14 @@ def dequantize_iq3_xxs(w, out):
     """IQ3_XXS records w uint8 [G, 98] -> out float32 [G * 256] (C-contiguous)."""
     _iq3_xxs_dequantize(w, out.reshape(w.shape[0], 256))
 
+
+@kernel
+def quantize_iq3_xxs(x, out):
+    """x float32 [G * 256] (C-contiguous) -> IQ3_XXS records out uint8 [G, 98]; -1, or the
+    first block holding a non-finite value or too large for ggml's grid search (out untouched
+    then)."""
+    return _iq3_xxs_quantize(x.reshape(out.shape[0], 256), out)
+
 # ---- IQ1_S -----------------------------------------------------------------------------------
 
 
@@ -711,6 +722,14 @@ def gemv_iq3_s_q8_k(w, xq, out):
 def dequantize_iq3_s(w, out):
     """IQ3_S records w uint8 [G, 110] -> out float32 [G * 256] (C-contiguous)."""
     _iq3_s_dequantize(w, out.reshape(w.shape[0], 256))
+
+
+@kernel
+def quantize_iq3_s(x, out):
+    """x float32 [G * 256] (C-contiguous) -> IQ3_S records out uint8 [G, 110]; -1, or the
+    first block holding a non-finite value or too large for ggml's grid search (out untouched
+    then)."""
+    return _iq3_s_quantize(x.reshape(out.shape[0], 256), out)
 
 # ---- IQ2_S -----------------------------------------------------------------------------------
 
