@@ -108,6 +108,16 @@ def _default_model(tmp: str, dim: int = 512) -> str:
     return path
 
 
+def _demo_llama(tmp: str) -> str:
+    from numba_qk.models.demo import write_demo_model
+
+    path = os.path.join(tmp, "numba_qk-demo-llama.gguf")
+    write_demo_model(path)
+    print(f"(no MODEL given: using the embedded demo model, a tiny llama with random weights, "
+          f"written to {path}; its text is noise)", file=sys.stderr)
+    return path
+
+
 def _human(n: int) -> str:
     from numba_qk.quantize_cli import human_size
 
@@ -257,7 +267,9 @@ def main(argv=None) -> int:
     p_bench.add_argument("file", nargs="?", help="GGUF file (default: the embedded demo model)")
     p_bench.add_argument("--repeat", type=int, default=20, help="timed repeats (default 20)")
     p_gen = sub.add_parser("generate", help="run a GGUF model (llama, gemma3): greedy tokens")
-    p_gen.add_argument("model", help="GGUF model file (architecture llama or gemma3)")
+    p_gen.add_argument("model", nargs="?",
+                       help="GGUF model file (architecture llama or gemma3; default: the "
+                            "embedded demo model, a tiny llama with random weights)")
     p_gen.add_argument("prompt", nargs="?",
                        help="prompt text, tokenized with the file's vocabulary as llama.cpp "
                             "does (BOS where the file asks for it; special tokens such as "
@@ -294,10 +306,18 @@ def main(argv=None) -> int:
             if args.command == "generate":
                 if args.n < 1 or args.threads < 1:
                     parser.error("-n and --threads must be >= 1")
-                if (args.prompt is None) == (args.tokens is None):
+                if args.prompt is not None and args.tokens is not None:
                     parser.error("generate takes a PROMPT or --tokens (one of them)")
-                return cmd_generate(args.model, args.tokens, args.n, args.threads, args.json,
-                                    args.prompt)
+                model, prompt = args.model, args.prompt
+                if model is None:
+                    model = _demo_llama(tmp)
+                    if prompt is None and args.tokens is None:
+                        from numba_qk.models.demo import DEMO_PROMPT
+
+                        prompt = DEMO_PROMPT
+                elif prompt is None and args.tokens is None:
+                    parser.error("generate MODEL takes a PROMPT or --tokens (one of them)")
+                return cmd_generate(model, args.tokens, args.n, args.threads, args.json, prompt)
             if args.repeat < 1:
                 parser.error("--repeat must be >= 1")
             return cmd_bench(args.file or _default_model(tmp, args.demo_dim), args.repeat)

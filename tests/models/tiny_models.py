@@ -134,11 +134,11 @@ def _weights(path):
     return out
 
 
-def reference_logits(path, arch, ids):
+def reference_logits(path, arch, ids, shape=None):
     """float64 logits ``[len(ids), n_vocab]``: the architecture's math with no quantized
     activations, written from the model definitions (HF's LlamaForCausalLM and
-    Gemma3ForCausalLM), not from numba_qk."""
-    s = SHAPES[arch]
+    Gemma3ForCausalLM), not from numba_qk.  ``shape``: the model's (default ``SHAPES[arch]``)."""
+    s = SHAPES[arch] if shape is None else shape
     W = _weights(path)
     T = len(ids)
     H, Hkv, hd = s["n_head"], s["n_head_kv"], s["head_dim"]
