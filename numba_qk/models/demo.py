@@ -17,7 +17,7 @@ import numpy as np
 
 from ._vocab import gpt2_byte_to_unicode
 
-__all__ = ["write_demo_model", "DEMO_PROMPT", "SHAPE"]
+__all__ = ["write_demo_model", "add_hyperparameters", "DEMO_PROMPT", "SHAPE"]
 
 #: The prompt ``generate`` uses when it is given neither a PROMPT nor ``--tokens``.
 DEMO_PROMPT = "The quick brown fox"
@@ -29,6 +29,19 @@ _MERGES = (("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("e", "r"), ("o",
 #: The model's shape (and its norm epsilon and RoPE base).
 SHAPE = dict(n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512, n_layer=2, eps=1e-5,
              freq_base=10000.0)
+
+
+def add_hyperparameters(w, shape: dict, n_ctx: int) -> None:
+    """The hyper-parameter keys every model of ``shape`` (``SHAPE``'s keys) carries, on the
+    gguf-py writer ``w`` (tests/models/tiny_models.py writes its models with it too)."""
+    w.add_context_length(n_ctx)
+    w.add_embedding_length(shape["n_embd"])
+    w.add_feed_forward_length(shape["n_ff"])
+    w.add_block_count(shape["n_layer"])
+    w.add_head_count(shape["n_head"])
+    w.add_head_count_kv(shape["n_head_kv"])
+    w.add_layer_norm_rms_eps(shape["eps"])
+    w.add_rope_freq_base(shape["freq_base"])
 
 
 def _vocabulary():
@@ -52,16 +65,9 @@ def write_demo_model(path, seed: int = 0) -> Path:
     T = gguf.GGMLQuantizationType
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("numba_qk demo llama (random weights)")
-    w.add_context_length(256)
-    w.add_embedding_length(s["n_embd"])
-    w.add_feed_forward_length(s["n_ff"])
-    w.add_block_count(s["n_layer"])
-    w.add_head_count(s["n_head"])
-    w.add_head_count_kv(s["n_head_kv"])
-    w.add_rope_dimension_count(s["head_dim"])
-    w.add_layer_norm_rms_eps(s["eps"])
-    w.add_rope_freq_base(s["freq_base"])
+    add_hyperparameters(w, s, n_ctx=256)
     w.add_vocab_size(len(tokens))
+    w.add_rope_dimension_count(s["head_dim"])
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("smollm")
     w.add_token_list(tokens)

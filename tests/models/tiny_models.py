@@ -24,6 +24,7 @@ def write_tiny_model(path, arch="llama", seed=0, vocab=None):
     import gguf
 
     import numba_qk as qk
+    from numba_qk.models.demo import add_hyperparameters
 
     s = dict(SHAPES[arch])
     if vocab is not None:
@@ -32,14 +33,7 @@ def write_tiny_model(path, arch="llama", seed=0, vocab=None):
     T = gguf.GGMLQuantizationType
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"numba_qk tiny {arch}")
-    w.add_context_length(64)
-    w.add_embedding_length(s["n_embd"])
-    w.add_feed_forward_length(s["n_ff"])
-    w.add_block_count(s["n_layer"])
-    w.add_head_count(s["n_head"])
-    w.add_head_count_kv(s["n_head_kv"])
-    w.add_layer_norm_rms_eps(s["eps"])
-    w.add_rope_freq_base(s["freq_base"])
+    add_hyperparameters(w, s, n_ctx=64)
     w.add_vocab_size(s["n_vocab"])
     if arch == "llama":
         w.add_rope_dimension_count(s["head_dim"])
