@@ -465,7 +465,7 @@ CASES = {  # name: (preset, source, numba_qk keywords, llama_model_quantize para
     # the importance-weighted encoders (issue 24), whole files: every preset they serve
     **{f"imatrix-{p.lower()}": (p, "f32", dict(imatrix="w"), dict(imatrix="w"))
        for p in ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q3_K_M", "Q2_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0",
-                 "Q5_1", "IQ4_NL", "IQ4_XS")},
+                 "Q5_1", "IQ4_NL", "IQ4_XS", "Q2_K_S", "IQ3_XS", "IQ3_S", "IQ3_M")},
     "split-q4km": ("Q4_K_M", "split", {}, {}),
 }
 
