@@ -12,7 +12,7 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from numba_qk.kernels.legacy import layout as _LL
-from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_GFNI, Ops, decl, float_array_ptr, gather_f16, i8, i16, i32, i64, literal_int, load, pmaddwd32, byte_ptr, reduce_many, splat_lanes, tile_fold, vcall, vec
+from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_GFNI, Ops, decl, float_array_ptr, fold_into, gather_f16, i8, i16, i32, i64, literal_int, load, pmaddwd32, byte_ptr, reduce_many, splat_lanes, tile_fold, vcall, vec
 
 __all__ = ["legacy_block_value", "legacy_accumulate_x8"]
 
@@ -445,3 +445,88 @@ def legacy_x8_rows(typingctx, code, nrec, w, d_off, q_off, x, x_off, xc8, dx8, e
 
 
 __all__ += ["legacy_x8_rows"]
+
+
+# ---- gemm with AVX-512 VNNI: one weight record against 16 activations per vector --------------
+#
+# The activations of a gemm are laid out once per call in "lanes" tiles of 16 (``legacy_lanes``
+# in kernels/legacy/kernels.py): per record, 8 vectors of 64 bytes, vector c holding quants
+# 4c .. 4c+3 of activation k in bytes 4k .. 4k+3, each stored as the u8 ``x + 128``; beside
+# them f32 rows of the 16 dx (and the 16 sx of Q8_1).  A weight record is decoded once to its
+# 32 signed integers w (q - z, or the int8), each group of four broadcast to every lane, and one
+# vpdpbusd per group adds sum (x + 128) * w to each activation's i32 lane: after the 8 groups
+# lane k holds S_k + 128 * sum(w), exactly (|lane| <= 32 * 255 * 128), and S_k = lane - 128 *
+# sum(w).  The float steps then run lane-wise in spec order, each lane (activation) its own
+# in-order fold over the records: the same bits as the portable dot.
+
+def _record_ints(builder, code, wb):
+    """(<32 x i8> signed integers of one weight record, their i32 sum)."""
+    q16 = _legacy_weights(builder, code, wb)
+    red = decl(builder, "llvm.vector.reduce.add.v32i32", i32, [vec(i32, 32)])
+    total = builder.call(red, [builder.sext(q16, vec(i32, 32))])
+    return builder.trunc(q16, vec(i8, 32)), total
+
+
+@intrinsic
+def legacy_acts_vnni(typingctx, code, ntile, w, w_off, xt, xt_off, xt_step, xf, xf_off,
+                     xf_step, acc, first):
+    """Fold the weight record at byte ``w_off`` of ``w`` against ``ntile`` (a literal: 1 or 2)
+    tiles of 16 activations into ``acc[16 t : 16 t + 16]`` (float32, contiguous): tile t's lane
+    vectors of that record at byte ``xt_off + t * xt_step`` of ``xt`` (uint8, 512 bytes), its
+    f32 dx row at element ``xf_off + t * xf_step`` of ``xf`` (sx 16 elements further, Q8_1).
+    acc = v (``first`` != 0) or R32(acc + v) lane by lane.  ``code`` a legacy weight format (a
+    literal); AVX-512 VNNI only."""
+    c = literal_int(code)
+    nt = literal_int(ntile)
+    if c is None or c not in _L_WEIGHT or nt not in (1, 2):
+        return None
+    sig = types.none(code, ntile, w, types.intp, xt, types.intp, types.intp, xf, types.intp,
+                     types.intp, acc, types.intp)
+
+    def codegen(context, builder, signature, args):
+        ops = Ops(builder, True, vnni=True)
+        (_, _, w_arr, w_off_v, xt_arr, xt_off_v, xt_step_v, xf_arr, xf_off_v, xf_step_v,
+         acc_arr, first_v) = args
+        sa = signature.args
+        f32 = ir.FloatType()
+        v16i32, v16f = vec(i32, 16), vec(f32, 16)
+        wb = byte_ptr(context, builder, sa[2], w_arr, w_off_v)
+        q8, total = _record_ints(builder, c, wb)
+        qd = builder.bitcast(q8, vec(i32, 8))
+        bcast = [splat_lanes(builder, qd, [g] * 16) for g in range(8)]
+        bias = builder.mul(total, ir.Constant(i32, 128))
+        bias = splat_lanes(builder, builder.insert_element(
+            ir.Constant(v16i32, ir.Undefined), bias, ir.Constant(i32, 0)), [0] * 16)
+
+        def splat_f(x):
+            return splat_lanes(builder, builder.insert_element(
+                ir.Constant(v16f, ir.Undefined), x, ir.Constant(i32, 0)), [0] * 16)
+        dw = splat_f(builder.fpext(load(builder, wb, _LL.D_AT[c], ir.HalfType()), f32))
+        has_m = _LL.M_AT[c] >= 0
+        mw = splat_f(builder.fpext(load(builder, wb, _LL.M_AT[c], ir.HalfType()), f32)) \
+            if has_m else None
+        xf_base = float_array_ptr(context, builder, sa[7], xf_arr)
+        acc_base = float_array_ptr(context, builder, sa[10], acc_arr)
+        zero = ir.Constant(v16i32, [0] * 16)
+        for t in range(nt):
+            off = builder.add(xt_off_v, builder.mul(xt_step_v, ir.Constant(xt_step_v.type, t)))
+            xb = byte_ptr(context, builder, sa[4], xt_arr, off)
+            chains = [zero, zero]
+            for g in range(8):
+                xv = load(builder, xb, 64 * g, vec(i8, 64))
+                chains[g % 2] = vcall(builder, ops.dpbusd, [chains[g % 2], xv, bcast[g]])
+            s = builder.sub(builder.add(chains[0], chains[1]), bias)
+            fo = builder.add(xf_off_v, builder.mul(xf_step_v, ir.Constant(xf_step_v.type, t)))
+            dxp = builder.gep(xf_base, [fo])
+            dx = builder.load(builder.bitcast(dxp, v16f.as_pointer()), align=4)
+            v = builder.fmul(dx, builder.fmul(dw, builder.sitofp(s, v16f)))
+            if has_m:
+                sxp = builder.gep(dxp, [ir.Constant(i64, 16)])
+                sx = builder.load(builder.bitcast(sxp, v16f.as_pointer()), align=4)
+                v = builder.fadd(v, builder.fmul(mw, sx))
+            fold_into(builder, builder.gep(acc_base, [ir.Constant(i64, 16 * t)]), v, first_v)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+__all__ += ["legacy_acts_vnni"]
