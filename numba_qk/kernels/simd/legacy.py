@@ -347,7 +347,10 @@ __all__ += ["legacy_rows_vnni", "legacy_rows_vnni_inserts"]
 # The float steps then run lane-wise on <16 x float> (lanes 0..7: rows of record b, 8..15:
 # record b+1) in spec order and each row's fold adds its record values in record order.
 
-X8_QS_BYTES = {_LL.Q4_0: 128, _LL.Q8_0: 256}   # qs bytes of 8 rows' record, per code
+X8_QS_BYTES = {_LL.Q4_0: 128, _LL.Q4_1: 128, _LL.Q5_0: 128, _LL.Q8_0: 256}   # qs bytes of 8 rows' record
+# bytes per record of the plane between the scales and the quants: the 8 rows' f16 mins (Q4_1),
+# their qh words (Q5_0: byte c of row k's qh at 8 c + k); 0: none
+X8_AUX_BYTES = {_LL.Q4_0: 0, _LL.Q4_1: 16, _LL.Q5_0: 32, _LL.Q8_0: 0}
 
 
 def _bcast_q(builder, base, offset):
@@ -357,8 +360,10 @@ def _bcast_q(builder, base, offset):
     return builder.bitcast(splat_lanes(builder, v, [0] * 8), vec(i8, 64))
 
 
-def _x8_record_sums(builder, ops, code, qrec, xrec):
-    """<16 x i32>: sum(u * x) of one record of 8 rows, row k in lanes 2k and 2k + 1."""
+def _x8_record_sums(builder, ops, code, qrec, xrec, hrec):
+    """<16 x i32>: sum(u * x) of one record of 8 rows, row k in lanes 2k and 2k + 1; Q5_0's
+    fifth bits from the record's qh plane ``hrec`` (byte 8 c + k: byte c of row k's qh), a
+    64-bit mask per chunk of 64 quants (+ 16 where set)."""
     x_at = _LL.X_QS_AT[code]
     a = ir.Constant(vec(i32, 16), [0] * 16)
     v64 = vec(i8, 64)
@@ -378,6 +383,14 @@ def _x8_record_sums(builder, ops, code, qrec, xrec):
             hi = builder.and_(builder.bitcast(builder.lshr(w16, ir.Constant(vec(i16, 32),
                                                                              [4] * 32)), v64),
                               ir.Constant(v64, [0x0F] * 64))
+        if _LL.QH_AT[code] >= 0:   # elements 8 ch + e (lo) and 16 + 8 ch + e (hi)
+            sixteen = ir.Constant(v64, [16] * 64)
+            for name, c in (("lo", ch), ("hi", 2 + ch)):
+                mask = builder.bitcast(load(builder, hrec, 8 * c, i64), vec(ir.IntType(1), 64))
+                if name == "lo":
+                    lo = builder.select(mask, builder.or_(lo, sixteen), lo)
+                else:
+                    hi = builder.select(mask, builder.or_(hi, sixteen), hi)
         a = vcall(builder, ops.dpbusd, [a, lo, _bcast_q(builder, xrec, x_at + 8 * ch)])
         a = vcall(builder, ops.dpbusd, [a, hi, _bcast_q(builder, xrec, x_at + 16 + 8 * ch)])
     return a
@@ -385,25 +398,29 @@ def _x8_record_sums(builder, ops, code, qrec, xrec):
 
 @intrinsic
 def legacy_x8_rows(typingctx, code, nrec, w, d_off, q_off, x, x_off, xc8, dx8, e_off, acc,
-                   first):
+                   first, aux_off, sx8):
     """Fold ``nrec`` (a literal >= 1) consecutive records of one x8 tile into ``acc[0:8]``
     (float32, contiguous): the scales of the first record at byte ``d_off`` of ``w`` (16 bytes
     per record), its quants at ``q_off`` (``X8_QS_BYTES`` per record); activation records
     contiguous from byte ``x_off`` of ``x``; ``xc8`` (int32) / ``dx8`` (float32) hold z*sum(x)
     and f32(dx) of each activation record 8 times, the first record's at element ``e_off``.
     acc[k] = R32(acc[k] + v) for each record in order, the first of a fold (``first`` != 0)
-    taking acc[k] = v.  ``code``: Q4_0 or Q8_0; AVX-512 VNNI only."""
+    taking acc[k] = v.  The first record's aux row (``X8_AUX_BYTES`` per record) at byte
+    ``aux_off``: Q4_1 adds R32(mw * sx) to each value (the 8 rows' f16 mins there, f32(sx) 8
+    times per record in ``sx8``, as ``dx8``); Q5_0's fifth bits are there.  ``code``: Q4_0,
+    Q4_1, Q5_0 or Q8_0; AVX-512 VNNI only."""
     c = literal_int(code)
     nr = literal_int(nrec)
     if c is None or c not in X8_QS_BYTES or nr is None or nr < 1:
         return None
     sig = types.none(code, nrec, w, types.intp, types.intp, x, types.intp, xc8, dx8, types.intp,
-                     acc, types.intp)
+                     acc, types.intp, types.intp, sx8)
 
     def codegen(context, builder, signature, args):
         ops = Ops(builder, True, vnni=True)
         (_, _, w_arr, d_off_v, q_off_v, x_arr, x_off_v, xc_arr, dx_arr, e_off_v, acc_arr,
-         first_v) = args
+         first_v, aux_off_v, sx_arr) = args
+        has_m = _LL.M_AT[c] >= 0
         sa = signature.args
         dbase = byte_ptr(context, builder, sa[2], w_arr, d_off_v)
         qbase = byte_ptr(context, builder, sa[2], w_arr, q_off_v)
@@ -411,9 +428,13 @@ def legacy_x8_rows(typingctx, code, nrec, w, d_off, q_off, x, x_off, xc8, dx8, e
         xrec = _LL.FORMATS[_LL.CODES[_LL.activation_format(_LL.FORMATS[c])]].block_bytes
         xc_p = builder.gep(float_array_ptr(context, builder, sa[7], xc_arr), [e_off_v])
         dx_p = builder.gep(float_array_ptr(context, builder, sa[8], dx_arr), [e_off_v])
+        sx_p = builder.gep(float_array_ptr(context, builder, sa[13], sx_arr), [e_off_v])
+        abase = byte_ptr(context, builder, sa[2], w_arr, aux_off_v)
+        ab = X8_AUX_BYTES[c]
         qb = X8_QS_BYTES[c]
         sums = [_x8_record_sums(builder, ops, c, builder.gep(qbase, [ir.Constant(i64, qb * r)]),
-                                builder.gep(xbase, [ir.Constant(i64, xrec * r)]))
+                                builder.gep(xbase, [ir.Constant(i64, xrec * r)]),
+                                builder.gep(abase, [ir.Constant(i64, ab * r)]))
                 for r in range(nr)]
         f32 = ir.FloatType()
         acc_ptr = builder.bitcast(float_array_ptr(context, builder, sa[10], acc_arr),
@@ -435,6 +456,11 @@ def legacy_x8_rows(typingctx, code, nrec, w, d_off, q_off, x, x_off, xc8, dx8, e
             dx = builder.load(builder.bitcast(builder.gep(dx_p, [ir.Constant(i64, 8 * r0)]),
                                               vf.as_pointer()), align=4)
             v = builder.fmul(dx, builder.fmul(dw, builder.sitofp(s, vf)))
+            if has_m:
+                mw = builder.fpext(load(builder, abase, ab * r0, vh), vf)
+                sx = builder.load(builder.bitcast(builder.gep(sx_p, [ir.Constant(i64, 8 * r0)]),
+                                                  vf.as_pointer()), align=4)
+                v = builder.fadd(v, builder.fmul(mw, sx))
             for h in range(n // 8):
                 vh8 = splat_lanes(builder, v, range(8 * h, 8 * h + 8)) if n == 16 else v
                 added = builder.fadd(a, vh8)
@@ -444,7 +470,7 @@ def legacy_x8_rows(typingctx, code, nrec, w, d_off, q_off, x, x_off, xc8, dx8, e
     return sig, codegen
 
 
-__all__ += ["legacy_x8_rows"]
+__all__ += ["legacy_x8_rows", "X8_AUX_BYTES"]
 
 
 # ---- gemm with AVX-512 VNNI: one weight record against 16 activations per vector --------------
