@@ -49,7 +49,7 @@ from numba_qk.kernels.kquants.encode_lanes import f16_bits
 from numba_qk.kernels.kquants.q8_k import order_key
 from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, kernels_for, register
 from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch_lines, prefetch_plan
-from numba_qk.kernels.simd.legacy import legacy_accumulate_x8, legacy_acts_vnni, legacy_block_value, legacy_rows_vnni, legacy_rows_vnni_inserts
+from numba_qk.kernels.simd.legacy import U8_BIAS, legacy_accumulate_x8, legacy_acts_vnni, legacy_block_value, legacy_rows_vnni, legacy_rows_vnni_inserts
 
 from numba_qk.kernels.legacy.layout import CODES, FORMATS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, WEIGHT_FORMATS, D_AT, M_AT, QH_AT, QS_AT, S_AT, X_D_AT, X_QS_AT, X_S_AT, ZERO
 
@@ -429,30 +429,38 @@ def _vnni_gemv(wcode, dcode, w, x, out):
 # in order into 32 lanes (one per activation).  Same folds, same bits as the portable dot.
 _LANES = 16
 _LANE_BYTES = 512     # 8 vectors of 64 bytes per record and tile
-_LANE_FLOATS = 32     # dx row, sx row
+_LANE_FLOATS = 32     # dx row, sx row (xz: 16 i32 per record and tile)
+_U8_BIAS_T = tuple(U8_BIAS.get(c, 0) for c in range(len(FORMATS)))
 
 
 @kernel
 def legacy_lanes(wcode, x):
     """The gemm tiles of activation records ``x`` ``[batch, G, bytes]`` (paired with legacy weight
-    format ``wcode``): ``(xt, xf)``, xt uint8 ``[tiles, G, 512]`` (quant j of activation
-    ``16 t + k`` at byte ``64 (j // 4) + 4 k + j % 4`` as ``x + 128``), xf float32
-    ``[tiles, G, 32]`` (dx, then sx for Q8_1); lanes past the batch hold zeros."""
+    format ``wcode``): ``(xt, xf, xz)``, xt uint8 ``[tiles, G, 512]`` (the int8 quant j of
+    activation ``16 t + k`` at byte ``64 (j // 4) + 4 k + j % 4``), xf float32 ``[tiles, G, 32]``
+    (dx, then sx for Q8_1), xz int32 ``[tiles, G, 16]`` (z * sum of the quants, z the u8 bias
+    of the weight format's quants); lanes past the batch hold zeros."""
     batch, g = x.shape[0], x.shape[1]
     nt = (batch + _LANES - 1) // _LANES
     xt = np.zeros((nt, g, _LANE_BYTES), np.uint8)
     xf = np.zeros((nt, g, _LANE_FLOATS), np.float32)
+    xz = np.zeros((nt, g, _LANES), np.int32)
     x_at, d_at, s_at = X_QS_AT[wcode], X_D_AT[wcode], X_S_AT[wcode]
+    z = _U8_BIAS_T[wcode]
     for a in range(batch):
         t, k = divmod(a, _LANES)
         xa = x[a]
         for b in range(g):
+            s = np.int32(0)
             for j in range(32):
-                xt[t, b, 64 * (j // 4) + 4 * k + j % 4] = np.uint8(xa[b, x_at + j] ^ np.uint8(0x80))
+                q = xa[b, x_at + j]
+                xt[t, b, 64 * (j // 4) + 4 * k + j % 4] = q
+                s += np.int32(np.int8(q))
+            xz[t, b, k] = np.int32(z * s)
             xf[t, b, k] = f16(xa, b, d_at)
             if s_at >= 0:
                 xf[t, b, _LANES + k] = f16(xa, b, s_at)
-    return xt, xf
+    return xt, xf, xz
 
 
 @kernel
@@ -465,7 +473,7 @@ def _vnni_gemm(wcode, dcode, w, x, out):
     if g == 0 or batch < 2 or w.strides[2] != 1 or x.strides[2] != 1:
         drive_gemm(dcode, w, x, out)
         return
-    xt, xf = legacy_lanes(wcode, x)
+    xt, xf, xz = legacy_lanes(wcode, x)
     nt = xt.shape[0]
     ws0, ws1 = w.strides[0], w.strides[1]
     acc = np.empty(2 * _LANES, np.float32)
@@ -476,12 +484,12 @@ def _vnni_gemm(wcode, dcode, w, x, out):
             if n > _LANES:
                 for b in range(g):
                     legacy_acts_vnni(wcode, 2, w, r * ws0 + b * ws1, xt,
-                                     (t0 * g + b) * _LANE_BYTES, g * _LANE_BYTES, xf,
+                                     (t0 * g + b) * _LANE_BYTES, g * _LANE_BYTES, xf, xz,
                                      (t0 * g + b) * _LANE_FLOATS, g * _LANE_FLOATS, acc, b == 0)
             else:
                 for b in range(g):
                     legacy_acts_vnni(wcode, 1, w, r * ws0 + b * ws1, xt,
-                                     (t0 * g + b) * _LANE_BYTES, 0, xf,
+                                     (t0 * g + b) * _LANE_BYTES, 0, xf, xz,
                                      (t0 * g + b) * _LANE_FLOATS, 0, acc, b == 0)
             for k in range(n):
                 out[a0 + k, r] = acc[k]

@@ -476,53 +476,72 @@ __all__ += ["legacy_x8_rows", "X8_AUX_BYTES"]
 # ---- gemm with AVX-512 VNNI: one weight record against 16 activations per vector --------------
 #
 # The activations of a gemm are laid out once per call in "lanes" tiles of 16 (``legacy_lanes``
-# in kernels/legacy/kernels.py): per record, 8 vectors of 64 bytes, vector c holding quants
-# 4c .. 4c+3 of activation k in bytes 4k .. 4k+3, each stored as the u8 ``x + 128``; beside
-# them f32 rows of the 16 dx (and the 16 sx of Q8_1).  A weight record is decoded once to its
-# 32 signed integers w (q - z, or the int8), each group of four broadcast to every lane, and one
-# vpdpbusd per group adds sum (x + 128) * w to each activation's i32 lane: after the 8 groups
-# lane k holds S_k + 128 * sum(w), exactly (|lane| <= 32 * 255 * 128), and S_k = lane - 128 *
-# sum(w).  The float steps then run lane-wise in spec order, each lane (activation) its own
-# in-order fold over the records: the same bits as the portable dot.
+# in kernels/legacy/kernels.py): per record, 8 vectors of 64 bytes, vector c holding the int8
+# quants 4c .. 4c+3 of activation k in bytes 4k .. 4k+3; beside them f32 rows of the 16 dx (and
+# the 16 sx of Q8_1) and an i32 row of z * sum(x) (z: the u8 bias of the weight format,
+# ``_U8_BIAS``).  Each group of four u8 weight quants u (the stored nibble / 5-bit value, or the
+# int8 + 128) is broadcast to every lane (Q4_0/Q4_1: a dword of the record's bytes, masked;
+# Q5_0/Q5_1/Q8_0: from the record decoded in a register), and one vpdpbusd per group adds
+# sum u * x to each activation's i32 lane: after the 8 groups, lane k - z * sum(x_k) = S_k,
+# exactly (|lane| <= 32 * 255 * 128).  The float steps then run lane-wise in spec order, each
+# lane (activation) its own in-order fold over the records: the same bits as the portable dot.
 
-def _record_ints(builder, code, wb):
-    """(<32 x i8> signed integers of one weight record, their i32 sum)."""
-    q16 = _legacy_weights(builder, code, wb)
-    red = decl(builder, "llvm.vector.reduce.add.v32i32", i32, [vec(i32, 32)])
-    total = builder.call(red, [builder.sext(q16, vec(i32, 32))])
-    return builder.trunc(q16, vec(i8, 32)), total
+def _record_u8_groups(builder, code, wb):
+    """The 8 <16 x i32> vectors whose every lane holds quants 4g .. 4g+3 of the weight record at
+    ``wb`` as u8 (group g = 0..7)."""
+    v16 = vec(i32, 16)
+
+    def splat_dword(at):
+        d = load(builder, wb, at, i32)
+        return splat_lanes(builder, builder.insert_element(
+            ir.Constant(v16, ir.Undefined), d, ir.Constant(i32, 0)), [0] * 16)
+    qs_at = _LL.QS_AT[code]
+    if _LL.FORMATS[code].field("qs").signed:   # int8 q -> u8 q + 128 (in a register: the
+        # same xor on broadcast dwords sent LLVM's x86 code generation into a loop)
+        q = builder.xor(load(builder, wb, qs_at, vec(i8, 32)), ir.Constant(vec(i8, 32), [-128] * 32))
+        qd = builder.bitcast(q, vec(i32, 8))
+        return [splat_lanes(builder, qd, [g] * 16) for g in range(8)]
+    if _LL.QH_AT[code] < 0:   # nibbles: byte j holds element j (low) and j + 16 (high)
+        low, high = [], []
+        m = ir.Constant(v16, [0x0F0F0F0F] * 16)
+        for c in range(4):
+            d = splat_dword(qs_at + 4 * c)
+            low.append(builder.and_(d, m))
+            high.append(builder.and_(builder.lshr(d, ir.Constant(v16, [4] * 16)), m))
+        return low + high
+    q16 = _legacy_weights(builder, code, wb)   # q - z as i16: back to the stored u8
+    if _LL.ZERO[code]:
+        q16 = builder.add(q16, ir.Constant(vec(i16, 32), [_LL.ZERO[code]] * 32))
+    qd = builder.bitcast(builder.trunc(q16, vec(i8, 32)), vec(i32, 8))
+    return [splat_lanes(builder, qd, [g] * 16) for g in range(8)]
 
 
 @intrinsic
-def legacy_acts_vnni(typingctx, code, ntile, w, w_off, xt, xt_off, xt_step, xf, xf_off,
+def legacy_acts_vnni(typingctx, code, ntile, w, w_off, xt, xt_off, xt_step, xf, xz, xf_off,
                      xf_step, acc, first):
     """Fold the weight record at byte ``w_off`` of ``w`` against ``ntile`` (a literal: 1 or 2)
     tiles of 16 activations into ``acc[16 t : 16 t + 16]`` (float32, contiguous): tile t's lane
     vectors of that record at byte ``xt_off + t * xt_step`` of ``xt`` (uint8, 512 bytes), its
-    f32 dx row at element ``xf_off + t * xf_step`` of ``xf`` (sx 16 elements further, Q8_1).
+    f32 dx row at element ``xf_off + t * xf_step`` of ``xf`` (sx 16 elements further, Q8_1), its
+    i32 z * sum(x) row at element ``(xf_off + t * xf_step) // 2`` of ``xz``.
     acc = v (``first`` != 0) or R32(acc + v) lane by lane.  ``code`` a legacy weight format (a
     literal); AVX-512 VNNI only."""
     c = literal_int(code)
     nt = literal_int(ntile)
     if c is None or c not in _L_WEIGHT or nt not in (1, 2):
         return None
-    sig = types.none(code, ntile, w, types.intp, xt, types.intp, types.intp, xf, types.intp,
+    sig = types.none(code, ntile, w, types.intp, xt, types.intp, types.intp, xf, xz, types.intp,
                      types.intp, acc, types.intp)
 
     def codegen(context, builder, signature, args):
         ops = Ops(builder, True, vnni=True)
-        (_, _, w_arr, w_off_v, xt_arr, xt_off_v, xt_step_v, xf_arr, xf_off_v, xf_step_v,
-         acc_arr, first_v) = args
+        (_, _, w_arr, w_off_v, xt_arr, xt_off_v, xt_step_v, xf_arr, xz_arr, xf_off_v,
+         xf_step_v, acc_arr, first_v) = args
         sa = signature.args
         f32 = ir.FloatType()
         v16i32, v16f = vec(i32, 16), vec(f32, 16)
         wb = byte_ptr(context, builder, sa[2], w_arr, w_off_v)
-        q8, total = _record_ints(builder, c, wb)
-        qd = builder.bitcast(q8, vec(i32, 8))
-        bcast = [splat_lanes(builder, qd, [g] * 16) for g in range(8)]
-        bias = builder.mul(total, ir.Constant(i32, 128))
-        bias = splat_lanes(builder, builder.insert_element(
-            ir.Constant(v16i32, ir.Undefined), bias, ir.Constant(i32, 0)), [0] * 16)
+        groups = _record_u8_groups(builder, c, wb)
 
         def splat_f(x):
             return splat_lanes(builder, builder.insert_element(
@@ -532,7 +551,8 @@ def legacy_acts_vnni(typingctx, code, ntile, w, w_off, xt, xt_off, xt_step, xf, 
         mw = splat_f(builder.fpext(load(builder, wb, _LL.M_AT[c], ir.HalfType()), f32)) \
             if has_m else None
         xf_base = float_array_ptr(context, builder, sa[7], xf_arr)
-        acc_base = float_array_ptr(context, builder, sa[10], acc_arr)
+        xz_base = float_array_ptr(context, builder, sa[8], xz_arr)
+        acc_base = float_array_ptr(context, builder, sa[11], acc_arr)
         zero = ir.Constant(v16i32, [0] * 16)
         for t in range(nt):
             off = builder.add(xt_off_v, builder.mul(xt_step_v, ir.Constant(xt_step_v.type, t)))
@@ -540,9 +560,13 @@ def legacy_acts_vnni(typingctx, code, ntile, w, w_off, xt, xt_off, xt_step, xf, 
             chains = [zero, zero]
             for g in range(8):
                 xv = load(builder, xb, 64 * g, vec(i8, 64))
-                chains[g % 2] = vcall(builder, ops.dpbusd, [chains[g % 2], xv, bcast[g]])
-            s = builder.sub(builder.add(chains[0], chains[1]), bias)
+                chains[g % 2] = vcall(builder, ops.dpbusd, [chains[g % 2], groups[g], xv])
+            s = builder.add(chains[0], chains[1])
             fo = builder.add(xf_off_v, builder.mul(xf_step_v, ir.Constant(xf_step_v.type, t)))
+            if _U8_BIAS[c]:
+                zp = builder.gep(xz_base, [builder.sdiv(fo, ir.Constant(fo.type, 2))])
+                s = builder.sub(s, builder.load(builder.bitcast(zp, v16i32.as_pointer()),
+                                                align=4))
             dxp = builder.gep(xf_base, [fo])
             dx = builder.load(builder.bitcast(dxp, v16f.as_pointer()), align=4)
             v = builder.fmul(dx, builder.fmul(dw, builder.sitofp(s, v16f)))
@@ -555,4 +579,5 @@ def legacy_acts_vnni(typingctx, code, ntile, w, w_off, xt, xt_off, xt_step, xf, 
     return sig, codegen
 
 
-__all__ += ["legacy_acts_vnni"]
+__all__ += ["legacy_acts_vnni", "U8_BIAS"]
+U8_BIAS = _U8_BIAS
