@@ -21,10 +21,8 @@ from ..kernels.f16 import f32_to_f16_bits_ggml_hw as f16_bits
 
 @intrinsic
 def _widen(typingctx, x):
-    """float32 of ``x``: a float32 as it is, a uint16 as the binary16 it holds (exact ``fpext``:
-    what numpy's ``astype(np.float32)`` of the f16 KV cache gives)."""
-    if x == types.float32:
-        return types.float32(x), lambda context, builder, sig, args: args[0]
+    """float32 of the binary16 held in uint16 ``x`` (exact ``fpext``: what numpy's
+    ``astype(np.float32)`` of the f16 KV cache gives)."""
     if x == types.uint16:
         def codegen(context, builder, sig, args):
             return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
@@ -112,14 +110,28 @@ def attention(q, k, v, n_past, scale, window, out):
         for h in range(Hq):
             kh = h // group
             mx = -np.inf
-            for j in range(j0, pos + 1):
+            j = j0
+            while j + 4 <= pos + 1:   # four keys a pass: four independent in-order sums
+                a0 = a1 = a2 = a3 = np.float32(0.0)
+                for i in range(hd):
+                    qi = q[t, h, i]
+                    a0 += qi * k[kh, j, i]
+                    a1 += qi * k[kh, j + 1, i]
+                    a2 += qi * k[kh, j + 2, i]
+                    a3 += qi * k[kh, j + 3, i]
+                sc[j] = np.float32(a0 * scale)
+                sc[j + 1] = np.float32(a1 * scale)
+                sc[j + 2] = np.float32(a2 * scale)
+                sc[j + 3] = np.float32(a3 * scale)
+                j += 4
+            for jj in range(j, pos + 1):
                 acc = np.float32(0.0)
                 for i in range(hd):
-                    acc += q[t, h, i] * _widen(k[kh, j, i])
-                s = np.float32(acc * scale)
-                sc[j] = s
-                if s > mx:
-                    mx = s
+                    acc += q[t, h, i] * k[kh, jj, i]
+                sc[jj] = np.float32(acc * scale)
+            for j in range(j0, pos + 1):
+                if sc[j] > mx:
+                    mx = sc[j]
             total = 0.0
             for j in range(j0, pos + 1):
                 e = np.float32(math.exp(np.float32(sc[j] - mx)))
@@ -131,7 +143,7 @@ def attention(q, k, v, n_past, scale, window, out):
             for j in range(j0, pos + 1):
                 p = f16_to_f32(f16_bits(np.float32(sc[j] * inv)))
                 for i in range(hd):
-                    acc_v[i] += p * _widen(v[kh, j, i])
+                    acc_v[i] += p * v[kh, j, i]
             for i in range(hd):
                 out[t, h, i] = acc_v[i]
 
@@ -218,7 +230,14 @@ def attention_step(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, q_
                     y = np.float32(y * q_scale)
                 q[t, h, i] = f16_to_f32(f16_bits(y))
     n_kv = n_past + T
-    attention(q, kc[:, lo:n_kv], vc[:, lo:n_kv], n_past - lo, kq_scale, window, out)
+    kf = np.empty((Hkv, n_kv - lo, hd), np.float32)   # the reachable keys/values widened
+    vf = np.empty((Hkv, n_kv - lo, hd), np.float32)
+    for h in range(Hkv):
+        for j in range(n_kv - lo):
+            for i in range(hd):
+                kf[h, j, i] = _widen(kc[h, lo + j, i])
+                vf[h, j, i] = _widen(vc[h, lo + j, i])
+    attention(q, kf, vf, n_past - lo, kq_scale, window, out)
 
 
 @kernel
