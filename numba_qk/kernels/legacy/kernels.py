@@ -465,14 +465,22 @@ def legacy_lanes(wcode, x):
 
 @kernel
 def _vnni_gemm(wcode, dcode, w, x, out):
-    """The VNNI gemm for records with contiguous bytes and a batch of two or more; otherwise the
-    driver's gemm (driver code ``dcode``)."""
+    """The VNNI gemm (where the target has AVX-512 VNNI) for records with contiguous bytes and a
+    batch of two or more; otherwise the driver's gemm (driver code ``dcode``)."""
     literally(wcode)
     literally(dcode)
+    if HAVE_LEGACY_VNNI:   # a constant: the branch is pruned before typing elsewhere
+        if (w.shape[1] != 0 and x.shape[0] >= 2 and w.strides[2] == 1
+                and x.strides[2] == 1):
+            _lanes_gemm(wcode, w, x, out)
+            return
+    drive_gemm(dcode, w, x, out)
+
+
+@kernel
+def _lanes_gemm(wcode, w, x, out):
+    literally(wcode)
     batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
-    if g == 0 or batch < 2 or w.strides[2] != 1 or x.strides[2] != 1:
-        drive_gemm(dcode, w, x, out)
-        return
     xt, xf, xz = legacy_lanes(wcode, x)
     nt = xt.shape[0]
     ws0, ws1 = w.strides[0], w.strides[1]
@@ -545,10 +553,7 @@ def bind(fmt) -> Entry:
     @kernel
     def gemm(w, x, out):
         """``out[a, r] = dot(w[r], x[a])`` for activations ``[batch, G, bytes]``."""
-        if HAVE_LEGACY_VNNI:
-            _vnni_gemm(code, dcode, w, x, out)
-        else:
-            drive_gemm(dcode, w, x, out)
+        _vnni_gemm(code, dcode, w, x, out)
 
     entry = Entry()
     entry.format, entry.code = fmt, code
