@@ -324,8 +324,9 @@ def simd_dot_at(wcode, w, w_base, w_step, x, x_step, g):
 
 # gemv (8-row pmaddwd tiles with prefetch), gemm (8-activation tiles over blocks of
 # _RECORD_BLOCK records) and the dot's fold run in the shared driver (kernels/drive.py), over the
-# per-format pieces of ``_drive_pieces``; the VNNI gemv below is a loop of its own (a trip of
-# records per intrinsic call and a tail of records per tile).
+# per-format pieces of ``_drive_pieces``; the VNNI gemv and gemm below are loops of their own
+# (gemv: a trip of records per intrinsic call and a tail of records per tile; gemm: the
+# activations in tiles of 16 lanes, a weight record against one or two tiles per call).
 _RECORD_BLOCK = 32  # blocks per pass in gemm: 8 activations x 32 x <= 36 B stay in L1
 
 
