@@ -11,9 +11,10 @@ import numpy as np
 from .. import gguf as _gguf
 from .. import kernels as _blocks
 from ..errors import QuantizationDomainError
-from ..formats import activation_format
+from ..formats import activation_format, quant
 from ..kernels.legacy import layout as _LL
 from ..kernels.legacy import x8 as _x8
+from ..kernels.kquants import q4_k_x16 as _x16
 from ..ops import gemm, gemv, get_rows, quantize
 from . import kernels as K
 from ._vocab import Vocab
@@ -44,13 +45,16 @@ class _Weight:
             self.block = getattr(_blocks, f"gemv_{self.fmt.name.lower()}_{self.act.name.lower()}",
                                  None) if threads == 1 else None
             code = _LL.CODES.get(self.fmt)
+            # decoding streams every weight once per token: a copy in row-interleaved tiles
+            # (the kernels' x8 / x16 layouts: one 512-bit load feeds 8 or 16 rows) gives the same
+            # bits ~1.5-2x faster; batches keep the memory-mapped records (the VNNI gemm)
             if self.block is not None and _x8.HAVE_X8 and code in _X8_DECODE:
-                # decoding streams every weight once per token: a copy in 8-row interleaved
-                # tiles (the kernels' x8 layout, one 512-bit load feeds 8 rows) gives the same
-                # bits ~1.5-2x faster; batches keep the memory-mapped records (the VNNI gemm)
                 tiles, tail = _x8.repack_x8(code, self.recs)
                 fn = _x8.GEMV_X8[code]
                 self.block = lambda recs, x, out: fn(tiles, tail, x, out)
+            elif self.block is not None and _x16.HAVE_X16 and self.fmt is quant.q4_k:
+                tiles16, tail16 = _x16.repack_x16(self.recs)
+                self.block = lambda recs, x, out: _x16.gemv_x16(tiles16, tail16, x, out)
         elif info.type_name in ("F32", "F16"):
             self.fmt = self.act = None
             self.recs = None
