@@ -29,7 +29,9 @@ def _portable(f, w, x):
 
 
 @needs_vnni
-@pytest.mark.parametrize("name", default_few(NAMES, {"q4_1", "q5_0"}))
+# Q5_0 by default (the register-decoded groups, the z * sum(x) correction); the tiny models
+# of tests/models run Q4_0 and Q8_0 through this gemm too; every format under -m slow
+@pytest.mark.parametrize("name", default_few(NAMES, {"q5_0"}))
 def test_vnni_gemm_equals_portable_loop(name, rng):
     f = getattr(qk.quant, name)
     act = qk.activation_format(f)
