@@ -10,7 +10,7 @@ of both (numba_qk's first, cache-loading run not timed); llama.cpp runs in a sub
 position only (as numba_qk's prompt pass here: the output head runs once).  Then where
 numba_qk's decode time goes (wall time per token: quantized matmuls, activation
 quantization, attention, the rest).  Writes bench/RESULTS_models.md with the machine
-(lscpu's model name) and the date.
+(lscpu's model name) and the date, keeping what follows its "## Agreement" heading.
 Without MODEL: the two files of issue 23 from ~/.cache/numba_qk-models ($NUMBA_QK_MODELS).
 """
 
@@ -93,15 +93,16 @@ def breakdown(m, ids, n_decode):
     weights = list({id(w): w for w in weights + [m.output]}.values())
     blocks = [w.block for w in weights]
     saved = {n: getattr(_runner, n) for n in ("gemv", "gemm", "quantize", "get_rows")}
-    saved_k = {n: getattr(kernels, n) for n in ("attention", "rms_norm", "rope", "swiglu", "geglu")}
+    saved_k = {n: getattr(kernels, n) for n in ("attention_step", "residual_norm", "rms_norm",
+                                                 "swiglu", "geglu")}
     try:
         for n, fn in saved.items():
             setattr(_runner, n, timed({"gemv": "matmul (gemv)", "gemm": "matmul (gemv)",
                                        "quantize": "activation quantize",
                                        "get_rows": "embedding rows"}[n], fn))
         for n, fn in saved_k.items():
-            setattr(kernels, n, timed("attention" if n == "attention" else
-                                      "norms, rope, GLU", fn))
+            setattr(kernels, n, timed("attention (q/k norms, RoPE, KV cache, softmax)"
+                                      if n == "attention_step" else "norms, residual, GLU", fn))
         _runner._blocks = TimedBlocks()
         for w, b in zip(weights, blocks):
             if b is not None:
@@ -183,7 +184,10 @@ def main():
         *notes,
         "",
     ])
-    Path(a.out).write_text(text)
+    out = Path(a.out)
+    old = out.read_text() if out.exists() else ""
+    keep = old[old.index("## Agreement"):] if "## Agreement" in old else ""
+    out.write_text(text + keep)
     print(f"wrote {a.out}")
 
 

@@ -10,8 +10,24 @@ import math
 
 import numpy as np
 
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
+
 from .._jit import kernel
 from ..kernels import encode_f16, f16_to_f32
+from ..kernels.f16 import f32_to_f16_bits_ggml_hw as f16_bits
+
+
+@intrinsic
+def _widen(typingctx, x):
+    """float32 of the binary16 held in uint16 ``x`` (exact ``fpext``: what numpy's
+    ``astype(np.float32)`` of the f16 KV cache gives)."""
+    if x == types.uint16:
+        def codegen(context, builder, sig, args):
+            return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+        return types.float32(x), codegen
+    return None
 
 
 @kernel
@@ -94,14 +110,28 @@ def attention(q, k, v, n_past, scale, window, out):
         for h in range(Hq):
             kh = h // group
             mx = -np.inf
-            for j in range(j0, pos + 1):
+            j = j0
+            while j + 4 <= pos + 1:   # four keys a pass: four independent in-order sums
+                a0 = a1 = a2 = a3 = np.float32(0.0)
+                for i in range(hd):
+                    qi = q[t, h, i]
+                    a0 += qi * k[kh, j, i]
+                    a1 += qi * k[kh, j + 1, i]
+                    a2 += qi * k[kh, j + 2, i]
+                    a3 += qi * k[kh, j + 3, i]
+                sc[j] = np.float32(a0 * scale)
+                sc[j + 1] = np.float32(a1 * scale)
+                sc[j + 2] = np.float32(a2 * scale)
+                sc[j + 3] = np.float32(a3 * scale)
+                j += 4
+            for jj in range(j, pos + 1):
                 acc = np.float32(0.0)
                 for i in range(hd):
-                    acc += q[t, h, i] * k[kh, j, i]
-                s = np.float32(acc * scale)
-                sc[j] = s
-                if s > mx:
-                    mx = s
+                    acc += q[t, h, i] * k[kh, jj, i]
+                sc[jj] = np.float32(acc * scale)
+            for j in range(j0, pos + 1):
+                if sc[j] > mx:
+                    mx = sc[j]
             total = 0.0
             for j in range(j0, pos + 1):
                 e = np.float32(math.exp(np.float32(sc[j] - mx)))
@@ -111,7 +141,7 @@ def attention(q, k, v, n_past, scale, window, out):
             for i in range(hd):
                 acc_v[i] = np.float32(0.0)
             for j in range(j0, pos + 1):
-                p = f16_to_f32(encode_f16(np.float32(sc[j] * inv)))
+                p = f16_to_f32(f16_bits(np.float32(sc[j] * inv)))
                 for i in range(hd):
                     acc_v[i] += p * v[kh, j, i]
             for i in range(hd):
@@ -163,5 +193,64 @@ def geglu(g, u, table, out):
         elif x >= np.float32(10.0):
             y = x
         else:
-            y = table[encode_f16(x)]
+            y = table[f16_bits(x)]
         of[i] = y * uf[i]
+
+
+@kernel
+def attention_step(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, q_scale, kc, vc,
+                   n_past, lo, kq_scale, window, out):
+    """One layer's attention for ``T`` new tokens in one call, the steps of llama.cpp's graph
+    (and of the kernels above) in order: ``q``/``k`` (f32 ``[T, H, hd]`` / ``[T, Hkv, hd]``,
+    C-contiguous, changed in place) RMS-normalised per head by ``q_norm``/``k_norm`` (gemma3;
+    skipped when they are empty), ``rope`` at positions ``pos``, Q times ``q_scale`` in f32
+    (gemma3; skipped when 0); K and ``v`` rounded to f16 (RNE) into the cache layer ``kc``/``vc``
+    (uint16 ``[Hkv, n_ctx, hd]``: a ``view`` of the float16 cache) at positions ``n_past ..
+    n_past + T - 1``; then ``attention`` of Q rounded to f16 over the cached positions ``lo ..
+    n_past + T - 1`` (``lo``: the first key a sliding window can reach) into ``out`` f32
+    ``[T, H, hd]``."""
+    T, H, hd = q.shape
+    Hkv = k.shape[1]
+    if q_norm.size:
+        q2 = q.reshape((T * H, hd))
+        rms_norm(q2, q_norm, eps, q2)
+        k2 = k.reshape((T * Hkv, hd))
+        rms_norm(k2, k_norm, eps, k2)
+    rope(q, pos, n_rot, freq_base, neox)
+    rope(k, pos, n_rot, freq_base, neox)
+    for t in range(T):
+        for h in range(Hkv):
+            for i in range(hd):
+                kc[h, n_past + t, i] = f16_bits(k[t, h, i])
+                vc[h, n_past + t, i] = f16_bits(v[t, h, i])
+        for h in range(H):
+            for i in range(hd):
+                y = q[t, h, i]
+                if q_scale != 0:
+                    y = np.float32(y * q_scale)
+                q[t, h, i] = f16_to_f32(f16_bits(y))
+    n_kv = n_past + T
+    kf = np.empty((Hkv, n_kv - lo, hd), np.float32)   # the reachable keys/values widened
+    vf = np.empty((Hkv, n_kv - lo, hd), np.float32)
+    for h in range(Hkv):
+        for j in range(n_kv - lo):
+            for i in range(hd):
+                kf[h, j, i] = _widen(kc[h, lo + j, i])
+                vf[h, j, i] = _widen(vc[h, lo + j, i])
+    attention(q, kf, vf, n_past - lo, kq_scale, window, out)
+
+
+@kernel
+def residual_norm(x, o, post_w, eps, norm_w, h):
+    """The residual step between two blocks: ``o`` RMS-normalised by ``post_w`` (gemma3's
+    post-attention / post-FFN norm; skipped when empty, ``o`` changed in place), ``x += o`` in
+    f32 (in place), then ``h = rms_norm(x, norm_w)`` (the next block's input norm; skipped when
+    ``norm_w`` is empty)."""
+    T, D = x.shape
+    if post_w.size:
+        rms_norm(o, post_w, eps, o)
+    for t in range(T):
+        for i in range(D):
+            x[t, i] = x[t, i] + o[t, i]
+    if norm_w.size:
+        rms_norm(x, norm_w, eps, h)

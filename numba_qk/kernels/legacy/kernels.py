@@ -49,7 +49,7 @@ from numba_qk.kernels.kquants.encode_lanes import f16_bits
 from numba_qk.kernels.kquants.q8_k import order_key
 from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, kernels_for, register
 from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch_lines, prefetch_plan
-from numba_qk.kernels.simd.legacy import legacy_accumulate_x8, legacy_block_value, legacy_rows_vnni, legacy_rows_vnni_inserts
+from numba_qk.kernels.simd.legacy import U8_BIAS, legacy_accumulate_x8, legacy_acts_vnni, legacy_block_value, legacy_rows_vnni, legacy_rows_vnni_inserts
 
 from numba_qk.kernels.legacy.layout import CODES, FORMATS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, WEIGHT_FORMATS, D_AT, M_AT, QH_AT, QS_AT, S_AT, X_D_AT, X_QS_AT, X_S_AT, ZERO
 
@@ -324,8 +324,9 @@ def simd_dot_at(wcode, w, w_base, w_step, x, x_step, g):
 
 # gemv (8-row pmaddwd tiles with prefetch), gemm (8-activation tiles over blocks of
 # _RECORD_BLOCK records) and the dot's fold run in the shared driver (kernels/drive.py), over the
-# per-format pieces of ``_drive_pieces``; the VNNI gemv below is a loop of its own (a trip of
-# records per intrinsic call and a tail of records per tile).
+# per-format pieces of ``_drive_pieces``; the VNNI gemv and gemm below are loops of their own
+# (gemv: a trip of records per intrinsic call and a tail of records per tile; gemm: the
+# activations in tiles of 16 lanes, a weight record against one or two tiles per call).
 _RECORD_BLOCK = 32  # blocks per pass in gemm: 8 activations x 32 x <= 36 B stay in L1
 
 
@@ -424,6 +425,85 @@ def _vnni_gemv(wcode, dcode, w, x, out):
         drive_gemv(dcode, w, x, out)
 
 
+# AVX-512 VNNI gemm: the activations laid out once per call in tiles of 16 lanes
+# (simd/legacy.py's legacy_acts_vnni), then per pair of tiles every weight row folds its records
+# in order into 32 lanes (one per activation).  Same folds, same bits as the portable dot.
+_LANES = 16
+_LANE_BYTES = 512     # 8 vectors of 64 bytes per record and tile
+_LANE_FLOATS = 32     # dx row, sx row (xz: 16 i32 per record and tile)
+_U8_BIAS_T = tuple(U8_BIAS.get(c, 0) for c in range(len(FORMATS)))
+
+
+@kernel
+def legacy_lanes(wcode, x):
+    """The gemm tiles of activation records ``x`` ``[batch, G, bytes]`` (paired with legacy weight
+    format ``wcode``): ``(xt, xf, xz)``, xt uint8 ``[tiles, G, 512]`` (the int8 quant j of
+    activation ``16 t + k`` at byte ``64 (j // 4) + 4 k + j % 4``), xf float32 ``[tiles, G, 32]``
+    (dx, then sx for Q8_1), xz int32 ``[tiles, G, 16]`` (z * sum of the quants, z the u8 bias
+    of the weight format's quants); lanes past the batch hold zeros."""
+    batch, g = x.shape[0], x.shape[1]
+    nt = (batch + _LANES - 1) // _LANES
+    xt = np.zeros((nt, g, _LANE_BYTES), np.uint8)
+    xf = np.zeros((nt, g, _LANE_FLOATS), np.float32)
+    xz = np.zeros((nt, g, _LANES), np.int32)
+    x_at, d_at, s_at = X_QS_AT[wcode], X_D_AT[wcode], X_S_AT[wcode]
+    z = _U8_BIAS_T[wcode]
+    for a in range(batch):
+        t, k = divmod(a, _LANES)
+        xa = x[a]
+        for b in range(g):
+            s = np.int32(0)
+            for j in range(32):
+                q = xa[b, x_at + j]
+                xt[t, b, 64 * (j // 4) + 4 * k + j % 4] = q
+                s += np.int32(np.int8(q))
+            xz[t, b, k] = np.int32(z * s)
+            xf[t, b, k] = f16(xa, b, d_at)
+            if s_at >= 0:
+                xf[t, b, _LANES + k] = f16(xa, b, s_at)
+    return xt, xf, xz
+
+
+@kernel
+def _vnni_gemm(wcode, dcode, w, x, out):
+    """The VNNI gemm (where the target has AVX-512 VNNI) for records with contiguous bytes and a
+    batch of two or more; otherwise the driver's gemm (driver code ``dcode``)."""
+    literally(wcode)
+    literally(dcode)
+    if HAVE_LEGACY_VNNI:   # a constant: the branch is pruned before typing elsewhere
+        if (w.shape[1] != 0 and x.shape[0] >= 2 and w.strides[2] == 1
+                and x.strides[2] == 1):
+            _lanes_gemm(wcode, w, x, out)
+            return
+    drive_gemm(dcode, w, x, out)
+
+
+@kernel
+def _lanes_gemm(wcode, w, x, out):
+    literally(wcode)
+    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
+    xt, xf, xz = legacy_lanes(wcode, x)
+    nt = xt.shape[0]
+    ws0, ws1 = w.strides[0], w.strides[1]
+    acc = np.empty(2 * _LANES, np.float32)
+    for t0 in range(0, nt, 2):
+        a0 = t0 * _LANES
+        n = min(2 * _LANES, batch - a0)
+        for r in range(rows):
+            if n > _LANES:
+                for b in range(g):
+                    legacy_acts_vnni(wcode, 2, w, r * ws0 + b * ws1, xt,
+                                     (t0 * g + b) * _LANE_BYTES, g * _LANE_BYTES, xf, xz,
+                                     (t0 * g + b) * _LANE_FLOATS, g * _LANE_FLOATS, acc, b == 0)
+            else:
+                for b in range(g):
+                    legacy_acts_vnni(wcode, 1, w, r * ws0 + b * ws1, xt,
+                                     (t0 * g + b) * _LANE_BYTES, 0, xf, xz,
+                                     (t0 * g + b) * _LANE_FLOATS, 0, acc, b == 0)
+            for k in range(n):
+                out[a0 + k, r] = acc[k]
+
+
 # ---- per-format entry points.  ``bind(fmt)`` builds them as closures over the format's int
 # code: inside, the code is a compile-time constant (a literal), so each entry point is one
 # specialization with the format branches folded away, and a call from Python never goes
@@ -474,7 +554,7 @@ def bind(fmt) -> Entry:
     @kernel
     def gemm(w, x, out):
         """``out[a, r] = dot(w[r], x[a])`` for activations ``[batch, G, bytes]``."""
-        drive_gemm(dcode, w, x, out)
+        _vnni_gemm(code, dcode, w, x, out)
 
     entry = Entry()
     entry.format, entry.code = fmt, code

@@ -1,18 +1,24 @@
-"""Row-interleaved ("x8") weights of ggml's Q4_0 and Q8_0 and their gemv (AVX-512 VNNI).
+"""Row-interleaved ("x8") weights of ggml's Q4_0, Q4_1, Q5_0 and Q8_0 and their gemv (AVX-512
+VNNI).
 
 ``repack_x8`` turns weight records ``[rows, G, bytes]`` into tiles of 8 rows, each one
 contiguous, 64-byte aligned uint8 row (``x8_planes``: both planes start on a cache line)::
 
     d plane : record b at bytes [16 b, 16 b + 16): the f16 scale of rows 0..7
-    qs plane: record b at D + qs_bytes * b (D = 16 G rounded up to 64): chunk c (64 bytes) =
+    aux     : (Q4_1) record b at bytes [16 G + 16 b, ...): the f16 min of rows 0..7;
+              (Q5_0) record b at [16 G + 32 b, ...): byte 8 c + k = byte c of row k's qh
+    qs plane: record b at D + qs_bytes * b (D = 16 G + the aux plane, rounded up to 64):
+              chunk c (64 bytes) =
               bytes 8c .. 8c+7 of the qs field of rows 0..7, in row order (ggml's CPU_REPACK
               interleave of 8 bytes); qs_bytes = 128 (Q4_0) or 256 (Q8_0)
 
 The rows past the last full tile (``rows % 8``) stay plain records (the "tail").  The kernel
 ``gemv_x8`` computes, bit for bit, what the plain ``gemv`` computes: per record
-``v_b = R32(dx_b * R32(dw_b * f32(S_b)))``, folded left in record order per row (legacy.py).
+``v_b = R32(dx_b * R32(dw_b * f32(S_b)))`` (Q4_1: ``+ R32(mw_b * sx_b)``), folded left in
+record order per row (legacy.py).
 ``numba_qk.repack`` offers Q4_0 only: Q8_0 tiles were ~1.5x faster than the plain kernel with
 the weights in cache but 5-10 % slower streamed from DRAM on Zen 4 (bench/experiments/legacy_x8_ab.py).
+Q4_1 and Q5_0 tiles are the kernels' too (numba_qk.models repacks such weights for decoding).
 """
 
 import numpy as np
@@ -20,15 +26,15 @@ import numpy as np
 from numba import literally
 
 from numba_qk._jit import kernel
-from numba_qk.kernels.legacy.layout import D_AT, QS_AT, X_D_AT, X_QS_AT, ZERO, Q4_0, Q8_0
+from numba_qk.kernels.legacy.layout import D_AT, M_AT, QH_AT, QS_AT, X_D_AT, X_QS_AT, X_S_AT, ZERO, Q4_0, Q4_1, Q5_0, Q8_0
 from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI, prefetch, prefetch_plan
-from numba_qk.kernels.simd.legacy import X8_QS_BYTES, legacy_x8_rows
+from numba_qk.kernels.simd.legacy import X8_AUX_BYTES, X8_QS_BYTES, legacy_x8_rows
 from numba_qk.kernels.drive import no_records
 from numba_qk.kernels.legacy.kernels import f16, gemv_loop, simd_dot_at, HAVE_AVX2
 
 HAVE_X8 = HAVE_VNNI and HAVE_AVX512
-X8_CODES = (Q4_0, Q8_0)
-_U8_BIAS = {Q4_0: ZERO[Q4_0], Q8_0: 128}   # the dot's integer is u - bias of the u8 in the tile
+X8_CODES = (Q4_0, Q4_1, Q5_0, Q8_0)
+_U8_BIAS = {Q4_0: ZERO[Q4_0], Q4_1: 0, Q5_0: ZERO[Q5_0], Q8_0: 128}   # the dot's integer is u - bias of the u8 in the tile
 _TRIP = 8   # records per intrinsic call (4 was ~10 % faster hot, ~10 % slower streamed)
 
 
@@ -37,9 +43,9 @@ def _up64(n):
 
 
 def x8_planes(code, g):
-    """(qs plane offset, tile bytes) of a tile of G records: both planes start on a 64-byte
-    boundary (a tile's 64-byte chunks are then whole cache lines)."""
-    dp = _up64(16 * g)
+    """(qs plane offset, tile bytes) of a tile of G records: the scale and qs planes start on a
+    64-byte boundary (a tile's 64-byte chunks are then whole cache lines)."""
+    dp = _up64((16 + X8_AUX_BYTES[code]) * g)
     return dp, _up64(dp + X8_QS_BYTES[code] * g)
 
 
@@ -56,6 +62,15 @@ def repack_x8(code, w):
     tiles = buf[at:at + t * tb].reshape(t, tb)
     body = np.asarray(w[:8 * t]).reshape(t, 8, g, nb)
     tiles[:, :16 * g] = body[..., d_at:d_at + 2].transpose(0, 2, 1, 3).reshape(t, 16 * g)
+    aux = X8_AUX_BYTES[code] * g
+    if M_AT[code] >= 0:
+        m_at = M_AT[code]
+        tiles[:, 16 * g:16 * g + aux] = (body[..., m_at:m_at + 2].transpose(0, 2, 1, 3)
+                                         .reshape(t, aux))
+    elif QH_AT[code] >= 0:
+        h_at = QH_AT[code]
+        tiles[:, 16 * g:16 * g + aux] = (body[..., h_at:h_at + 4].transpose(0, 2, 3, 1)
+                                         .reshape(t, aux))
     tiles[:, dp:dp + 8 * qs_n * g] = (body[..., qs_at:].reshape(t, 8, g, qs_n // 8, 8)
                                       .transpose(0, 2, 3, 1, 4).reshape(t, 8 * qs_n * g))
     tail = np.ascontiguousarray(w[8 * t:])
@@ -71,6 +86,15 @@ def unpack_x8(code, tiles, tail, g, nb):
     out = np.empty((8 * t + tail.shape[0], g, nb), np.uint8)
     body = out[:8 * t].reshape(t, 8, g, nb)
     body[..., d_at:d_at + 2] = tiles[:, :16 * g].reshape(t, g, 8, 2).transpose(0, 2, 1, 3)
+    aux = X8_AUX_BYTES[code] * g
+    if M_AT[code] >= 0:
+        m_at = M_AT[code]
+        body[..., m_at:m_at + 2] = (tiles[:, 16 * g:16 * g + aux].reshape(t, g, 8, 2)
+                                    .transpose(0, 2, 1, 3))
+    elif QH_AT[code] >= 0:
+        h_at = QH_AT[code]
+        body[..., h_at:h_at + 4] = (tiles[:, 16 * g:16 * g + aux].reshape(t, g, 4, 8)
+                                    .transpose(0, 3, 1, 2))
     body[..., qs_at:] = (tiles[:, dp:dp + 8 * qs_n * g].reshape(t, g, qs_n // 8, 8, 8)
                          .transpose(0, 3, 1, 2, 4).reshape(t, 8, g, qs_n))
     out[8 * t:] = tail
@@ -78,8 +102,9 @@ def unpack_x8(code, tiles, tail, g, nb):
 
 
 @kernel
-def _x8_prepare(code, x, xc8, dx8):
-    """Per activation record b: z * sum(x quants) into xc8[8b:8b+8], f32(dx) into dx8."""
+def _x8_prepare(code, x, xc8, dx8, sx8):
+    """Per activation record b: z * sum(x quants) into xc8[8b:8b+8], f32(dx) into dx8, f32(sx)
+    into sx8 (Q8_1 activations; left alone otherwise)."""
     for b in range(x.shape[0]):
         s = np.int32(0)
         for j in range(32):
@@ -89,6 +114,10 @@ def _x8_prepare(code, x, xc8, dx8):
         for k in range(8):
             xc8[8 * b + k] = cz
             dx8[8 * b + k] = dx
+        if X_S_AT[code] >= 0:
+            sx = f16(x, b, X_S_AT[code])
+            for k in range(8):
+                sx8[8 * b + k] = sx
 
 
 _U8_BIAS_T = tuple(_U8_BIAS.get(c, 0) for c in range(max(X8_CODES) + 1))
@@ -116,10 +145,12 @@ def _gemv_x8_simd_ahead(code, tiles, x, out, trip, tiles_ahead):
     ts0, xs0 = tiles.strides[0], x.strides[0]
     xc8 = np.empty(8 * g, np.int32)
     dx8 = np.empty(8 * g, np.float32)
-    _x8_prepare(code, x, xc8, dx8)
+    sx8 = np.empty(8 * g if X_S_AT[code] >= 0 else 0, np.float32)
+    _x8_prepare(code, x, xc8, dx8, sx8)
     acc = np.empty(8, np.float32)
     qb = X8_QS_BYTES_T[code]
-    dp = (16 * g + 63) // 64 * 64
+    ab = X8_AUX_BYTES_T[code]
+    dp = ((16 + ab) * g + 63) // 64 * 64
     lines = (ts0 + 63) // 64 if tiles_ahead > 0 else 0
     per = (lines + g - 1) // max(g, 1)
     last = (t_n - 1) * ts0
@@ -137,16 +168,18 @@ def _gemv_x8_simd_ahead(code, tiles, x, out, trip, tiles_ahead):
                     prefetch(tiles, near + j * 64)
             if n == trip:
                 legacy_x8_rows(code, trip, tiles, base + 16 * b, base + dp + qb * b, x,
-                               b * xs0, xc8, dx8, 8 * b, acc, b == 0)
+                               b * xs0, xc8, dx8, 8 * b, acc, b == 0,
+                               base + 16 * g + ab * b, sx8)
             else:
                 legacy_x8_rows(code, 1, tiles, base + 16 * b, base + dp + qb * b, x, b * xs0,
-                               xc8, dx8, 8 * b, acc, b == 0)
+                               xc8, dx8, 8 * b, acc, b == 0, base + 16 * g + ab * b, sx8)
             b += n
         for k in range(8):
             out[8 * t + k] = acc[k]
 
 
 X8_QS_BYTES_T = tuple(X8_QS_BYTES.get(c, 0) for c in range(max(X8_CODES) + 1))
+X8_AUX_BYTES_T = tuple(X8_AUX_BYTES.get(c, 0) for c in range(max(X8_CODES) + 1))
 
 
 @kernel
@@ -155,13 +188,20 @@ def _tile_rows_portable(code, tiles, x, out, rec):
     in ``rec`` ``[G, bytes]`` and fold it as ``legacy.gemv_loop`` does."""
     g = x.shape[0]
     qs_n = rec.shape[1] - QS_AT[code]
+    ab = X8_AUX_BYTES_T[code]
     one = np.empty(1, np.float32)
     for t in range(tiles.shape[0]):
         for k in range(8):
             for b in range(g):
                 rec[b, D_AT[code]] = tiles[t, 16 * b + 2 * k]
                 rec[b, D_AT[code] + 1] = tiles[t, 16 * b + 2 * k + 1]
-                q0 = (16 * g + 63) // 64 * 64 + 8 * qs_n * b
+                if M_AT[code] >= 0:
+                    rec[b, M_AT[code]] = tiles[t, 16 * g + ab * b + 2 * k]
+                    rec[b, M_AT[code] + 1] = tiles[t, 16 * g + ab * b + 2 * k + 1]
+                if QH_AT[code] >= 0:
+                    for c in range(4):
+                        rec[b, QH_AT[code] + c] = tiles[t, 16 * g + ab * b + 8 * c + k]
+                q0 = ((16 + ab) * g + 63) // 64 * 64 + 8 * qs_n * b
                 for c in range(qs_n // 8):
                     for j in range(8):
                         rec[b, QS_AT[code] + 8 * c + j] = tiles[t, q0 + 64 * c + 8 * k + j]
@@ -189,3 +229,16 @@ def gemv_x8(code, tiles, tail, x, out):
                                             x.strides[0], g)
         else:
             gemv_loop(code, tail[r:r + 1], x, out[8 * t_n + r:8 * t_n + r + 1])
+
+
+def _bind_gemv(code):
+    @kernel
+    def gemv(tiles, tail, x, out):
+        """``gemv_x8`` of this format (the code a compile-time constant: no literal dispatch
+        when called from Python)."""
+        gemv_x8(code, tiles, tail, x, out)
+    return gemv
+
+
+#: code -> the x8 gemv ``(tiles, tail, x, out)`` of that format, callable from Python
+GEMV_X8 = {code: _bind_gemv(code) for code in X8_CODES}

@@ -12,7 +12,7 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from numba_qk.kernels.legacy import layout as _LL
-from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_GFNI, Ops, decl, float_array_ptr, gather_f16, i8, i16, i32, i64, literal_int, load, pmaddwd32, byte_ptr, reduce_many, splat_lanes, tile_fold, vcall, vec
+from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_GFNI, Ops, decl, float_array_ptr, fold_into, gather_f16, i8, i16, i32, i64, literal_int, load, pmaddwd32, byte_ptr, reduce_many, splat_lanes, tile_fold, vcall, vec
 
 __all__ = ["legacy_block_value", "legacy_accumulate_x8"]
 
@@ -347,7 +347,10 @@ __all__ += ["legacy_rows_vnni", "legacy_rows_vnni_inserts"]
 # The float steps then run lane-wise on <16 x float> (lanes 0..7: rows of record b, 8..15:
 # record b+1) in spec order and each row's fold adds its record values in record order.
 
-X8_QS_BYTES = {_LL.Q4_0: 128, _LL.Q8_0: 256}   # qs bytes of 8 rows' record, per code
+X8_QS_BYTES = {_LL.Q4_0: 128, _LL.Q4_1: 128, _LL.Q5_0: 128, _LL.Q8_0: 256}   # qs bytes of 8 rows' record
+# bytes per record of the plane between the scales and the quants: the 8 rows' f16 mins (Q4_1),
+# their qh words (Q5_0: byte c of row k's qh at 8 c + k); 0: none
+X8_AUX_BYTES = {_LL.Q4_0: 0, _LL.Q4_1: 16, _LL.Q5_0: 32, _LL.Q8_0: 0}
 
 
 def _bcast_q(builder, base, offset):
@@ -357,8 +360,10 @@ def _bcast_q(builder, base, offset):
     return builder.bitcast(splat_lanes(builder, v, [0] * 8), vec(i8, 64))
 
 
-def _x8_record_sums(builder, ops, code, qrec, xrec):
-    """<16 x i32>: sum(u * x) of one record of 8 rows, row k in lanes 2k and 2k + 1."""
+def _x8_record_sums(builder, ops, code, qrec, xrec, hrec):
+    """<16 x i32>: sum(u * x) of one record of 8 rows, row k in lanes 2k and 2k + 1; Q5_0's
+    fifth bits from the record's qh plane ``hrec`` (byte 8 c + k: byte c of row k's qh), a
+    64-bit mask per chunk of 64 quants (+ 16 where set)."""
     x_at = _LL.X_QS_AT[code]
     a = ir.Constant(vec(i32, 16), [0] * 16)
     v64 = vec(i8, 64)
@@ -378,6 +383,14 @@ def _x8_record_sums(builder, ops, code, qrec, xrec):
             hi = builder.and_(builder.bitcast(builder.lshr(w16, ir.Constant(vec(i16, 32),
                                                                              [4] * 32)), v64),
                               ir.Constant(v64, [0x0F] * 64))
+        if _LL.QH_AT[code] >= 0:   # elements 8 ch + e (lo) and 16 + 8 ch + e (hi)
+            sixteen = ir.Constant(v64, [16] * 64)
+            for name, c in (("lo", ch), ("hi", 2 + ch)):
+                mask = builder.bitcast(load(builder, hrec, 8 * c, i64), vec(ir.IntType(1), 64))
+                if name == "lo":
+                    lo = builder.select(mask, builder.or_(lo, sixteen), lo)
+                else:
+                    hi = builder.select(mask, builder.or_(hi, sixteen), hi)
         a = vcall(builder, ops.dpbusd, [a, lo, _bcast_q(builder, xrec, x_at + 8 * ch)])
         a = vcall(builder, ops.dpbusd, [a, hi, _bcast_q(builder, xrec, x_at + 16 + 8 * ch)])
     return a
@@ -385,25 +398,29 @@ def _x8_record_sums(builder, ops, code, qrec, xrec):
 
 @intrinsic
 def legacy_x8_rows(typingctx, code, nrec, w, d_off, q_off, x, x_off, xc8, dx8, e_off, acc,
-                   first):
+                   first, aux_off, sx8):
     """Fold ``nrec`` (a literal >= 1) consecutive records of one x8 tile into ``acc[0:8]``
     (float32, contiguous): the scales of the first record at byte ``d_off`` of ``w`` (16 bytes
     per record), its quants at ``q_off`` (``X8_QS_BYTES`` per record); activation records
     contiguous from byte ``x_off`` of ``x``; ``xc8`` (int32) / ``dx8`` (float32) hold z*sum(x)
     and f32(dx) of each activation record 8 times, the first record's at element ``e_off``.
     acc[k] = R32(acc[k] + v) for each record in order, the first of a fold (``first`` != 0)
-    taking acc[k] = v.  ``code``: Q4_0 or Q8_0; AVX-512 VNNI only."""
+    taking acc[k] = v.  The first record's aux row (``X8_AUX_BYTES`` per record) at byte
+    ``aux_off``: Q4_1 adds R32(mw * sx) to each value (the 8 rows' f16 mins there, f32(sx) 8
+    times per record in ``sx8``, as ``dx8``); Q5_0's fifth bits are there.  ``code``: Q4_0,
+    Q4_1, Q5_0 or Q8_0; AVX-512 VNNI only."""
     c = literal_int(code)
     nr = literal_int(nrec)
     if c is None or c not in X8_QS_BYTES or nr is None or nr < 1:
         return None
     sig = types.none(code, nrec, w, types.intp, types.intp, x, types.intp, xc8, dx8, types.intp,
-                     acc, types.intp)
+                     acc, types.intp, types.intp, sx8)
 
     def codegen(context, builder, signature, args):
         ops = Ops(builder, True, vnni=True)
         (_, _, w_arr, d_off_v, q_off_v, x_arr, x_off_v, xc_arr, dx_arr, e_off_v, acc_arr,
-         first_v) = args
+         first_v, aux_off_v, sx_arr) = args
+        has_m = _LL.M_AT[c] >= 0
         sa = signature.args
         dbase = byte_ptr(context, builder, sa[2], w_arr, d_off_v)
         qbase = byte_ptr(context, builder, sa[2], w_arr, q_off_v)
@@ -411,9 +428,13 @@ def legacy_x8_rows(typingctx, code, nrec, w, d_off, q_off, x, x_off, xc8, dx8, e
         xrec = _LL.FORMATS[_LL.CODES[_LL.activation_format(_LL.FORMATS[c])]].block_bytes
         xc_p = builder.gep(float_array_ptr(context, builder, sa[7], xc_arr), [e_off_v])
         dx_p = builder.gep(float_array_ptr(context, builder, sa[8], dx_arr), [e_off_v])
+        sx_p = builder.gep(float_array_ptr(context, builder, sa[13], sx_arr), [e_off_v])
+        abase = byte_ptr(context, builder, sa[2], w_arr, aux_off_v)
+        ab = X8_AUX_BYTES[c]
         qb = X8_QS_BYTES[c]
         sums = [_x8_record_sums(builder, ops, c, builder.gep(qbase, [ir.Constant(i64, qb * r)]),
-                                builder.gep(xbase, [ir.Constant(i64, xrec * r)]))
+                                builder.gep(xbase, [ir.Constant(i64, xrec * r)]),
+                                builder.gep(abase, [ir.Constant(i64, ab * r)]))
                 for r in range(nr)]
         f32 = ir.FloatType()
         acc_ptr = builder.bitcast(float_array_ptr(context, builder, sa[10], acc_arr),
@@ -435,6 +456,11 @@ def legacy_x8_rows(typingctx, code, nrec, w, d_off, q_off, x, x_off, xc8, dx8, e
             dx = builder.load(builder.bitcast(builder.gep(dx_p, [ir.Constant(i64, 8 * r0)]),
                                               vf.as_pointer()), align=4)
             v = builder.fmul(dx, builder.fmul(dw, builder.sitofp(s, vf)))
+            if has_m:
+                mw = builder.fpext(load(builder, abase, ab * r0, vh), vf)
+                sx = builder.load(builder.bitcast(builder.gep(sx_p, [ir.Constant(i64, 8 * r0)]),
+                                                  vf.as_pointer()), align=4)
+                v = builder.fadd(v, builder.fmul(mw, sx))
             for h in range(n // 8):
                 vh8 = splat_lanes(builder, v, range(8 * h, 8 * h + 8)) if n == 16 else v
                 added = builder.fadd(a, vh8)
@@ -444,4 +470,114 @@ def legacy_x8_rows(typingctx, code, nrec, w, d_off, q_off, x, x_off, xc8, dx8, e
     return sig, codegen
 
 
-__all__ += ["legacy_x8_rows"]
+__all__ += ["legacy_x8_rows", "X8_AUX_BYTES"]
+
+
+# ---- gemm with AVX-512 VNNI: one weight record against 16 activations per vector --------------
+#
+# The activations of a gemm are laid out once per call in "lanes" tiles of 16 (``legacy_lanes``
+# in kernels/legacy/kernels.py): per record, 8 vectors of 64 bytes, vector c holding the int8
+# quants 4c .. 4c+3 of activation k in bytes 4k .. 4k+3; beside them f32 rows of the 16 dx (and
+# the 16 sx of Q8_1) and an i32 row of z * sum(x) (z: the u8 bias of the weight format,
+# ``_U8_BIAS``).  Each group of four u8 weight quants u (the stored nibble / 5-bit value, or the
+# int8 + 128) is broadcast to every lane (Q4_0/Q4_1: a dword of the record's bytes, masked;
+# Q5_0/Q5_1/Q8_0: from the record decoded in a register), and one vpdpbusd per group adds
+# sum u * x to each activation's i32 lane: after the 8 groups, lane k - z * sum(x_k) = S_k,
+# exactly (|lane| <= 32 * 255 * 128).  The float steps then run lane-wise in spec order, each
+# lane (activation) its own in-order fold over the records: the same bits as the portable dot.
+
+def _record_u8_groups(builder, code, wb):
+    """The 8 <16 x i32> vectors whose every lane holds quants 4g .. 4g+3 of the weight record at
+    ``wb`` as u8 (group g = 0..7)."""
+    v16 = vec(i32, 16)
+
+    def splat_dword(at):
+        d = load(builder, wb, at, i32)
+        return splat_lanes(builder, builder.insert_element(
+            ir.Constant(v16, ir.Undefined), d, ir.Constant(i32, 0)), [0] * 16)
+    qs_at = _LL.QS_AT[code]
+    if _LL.FORMATS[code].field("qs").signed:   # int8 q -> u8 q + 128 (in a register: the
+        # same xor on broadcast dwords sent LLVM's x86 code generation into a loop)
+        q = builder.xor(load(builder, wb, qs_at, vec(i8, 32)), ir.Constant(vec(i8, 32), [-128] * 32))
+        qd = builder.bitcast(q, vec(i32, 8))
+        return [splat_lanes(builder, qd, [g] * 16) for g in range(8)]
+    if _LL.QH_AT[code] < 0:   # nibbles: byte j holds element j (low) and j + 16 (high)
+        low, high = [], []
+        m = ir.Constant(v16, [0x0F0F0F0F] * 16)
+        for c in range(4):
+            d = splat_dword(qs_at + 4 * c)
+            low.append(builder.and_(d, m))
+            high.append(builder.and_(builder.lshr(d, ir.Constant(v16, [4] * 16)), m))
+        return low + high
+    q16 = _legacy_weights(builder, code, wb)   # q - z as i16: back to the stored u8
+    if _LL.ZERO[code]:
+        q16 = builder.add(q16, ir.Constant(vec(i16, 32), [_LL.ZERO[code]] * 32))
+    qd = builder.bitcast(builder.trunc(q16, vec(i8, 32)), vec(i32, 8))
+    return [splat_lanes(builder, qd, [g] * 16) for g in range(8)]
+
+
+@intrinsic
+def legacy_acts_vnni(typingctx, code, ntile, w, w_off, xt, xt_off, xt_step, xf, xz, xf_off,
+                     xf_step, acc, first):
+    """Fold the weight record at byte ``w_off`` of ``w`` against ``ntile`` (a literal: 1 or 2)
+    tiles of 16 activations into ``acc[16 t : 16 t + 16]`` (float32, contiguous): tile t's lane
+    vectors of that record at byte ``xt_off + t * xt_step`` of ``xt`` (uint8, 512 bytes), its
+    f32 dx row at element ``xf_off + t * xf_step`` of ``xf`` (sx 16 elements further, Q8_1), its
+    i32 z * sum(x) row at element ``(xf_off + t * xf_step) // 2`` of ``xz``.
+    acc = v (``first`` != 0) or R32(acc + v) lane by lane.  ``code`` a legacy weight format (a
+    literal); AVX-512 VNNI only."""
+    c = literal_int(code)
+    nt = literal_int(ntile)
+    if c is None or c not in _L_WEIGHT or nt not in (1, 2):
+        return None
+    sig = types.none(code, ntile, w, types.intp, xt, types.intp, types.intp, xf, xz, types.intp,
+                     types.intp, acc, types.intp)
+
+    def codegen(context, builder, signature, args):
+        ops = Ops(builder, True, vnni=True)
+        (_, _, w_arr, w_off_v, xt_arr, xt_off_v, xt_step_v, xf_arr, xz_arr, xf_off_v,
+         xf_step_v, acc_arr, first_v) = args
+        sa = signature.args
+        f32 = ir.FloatType()
+        v16i32, v16f = vec(i32, 16), vec(f32, 16)
+        wb = byte_ptr(context, builder, sa[2], w_arr, w_off_v)
+        groups = _record_u8_groups(builder, c, wb)
+
+        def splat_f(x):
+            return splat_lanes(builder, builder.insert_element(
+                ir.Constant(v16f, ir.Undefined), x, ir.Constant(i32, 0)), [0] * 16)
+        dw = splat_f(builder.fpext(load(builder, wb, _LL.D_AT[c], ir.HalfType()), f32))
+        has_m = _LL.M_AT[c] >= 0
+        mw = splat_f(builder.fpext(load(builder, wb, _LL.M_AT[c], ir.HalfType()), f32)) \
+            if has_m else None
+        xf_base = float_array_ptr(context, builder, sa[7], xf_arr)
+        xz_base = float_array_ptr(context, builder, sa[8], xz_arr)
+        acc_base = float_array_ptr(context, builder, sa[11], acc_arr)
+        zero = ir.Constant(v16i32, [0] * 16)
+        for t in range(nt):
+            off = builder.add(xt_off_v, builder.mul(xt_step_v, ir.Constant(xt_step_v.type, t)))
+            xb = byte_ptr(context, builder, sa[4], xt_arr, off)
+            chains = [zero, zero]
+            for g in range(8):
+                xv = load(builder, xb, 64 * g, vec(i8, 64))
+                chains[g % 2] = vcall(builder, ops.dpbusd, [chains[g % 2], groups[g], xv])
+            s = builder.add(chains[0], chains[1])
+            fo = builder.add(xf_off_v, builder.mul(xf_step_v, ir.Constant(xf_step_v.type, t)))
+            if _U8_BIAS[c]:
+                zp = builder.gep(xz_base, [builder.sdiv(fo, ir.Constant(fo.type, 2))])
+                s = builder.sub(s, builder.load(builder.bitcast(zp, v16i32.as_pointer()),
+                                                align=4))
+            dxp = builder.gep(xf_base, [fo])
+            dx = builder.load(builder.bitcast(dxp, v16f.as_pointer()), align=4)
+            v = builder.fmul(dx, builder.fmul(dw, builder.sitofp(s, v16f)))
+            if has_m:
+                sxp = builder.gep(dxp, [ir.Constant(i64, 16)])
+                sx = builder.load(builder.bitcast(sxp, v16f.as_pointer()), align=4)
+                v = builder.fadd(v, builder.fmul(mw, sx))
+            fold_into(builder, builder.gep(acc_base, [ir.Constant(i64, 16 * t)]), v, first_v)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+__all__ += ["legacy_acts_vnni", "U8_BIAS"]
+U8_BIAS = _U8_BIAS

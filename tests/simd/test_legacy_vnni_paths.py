@@ -1,0 +1,67 @@
+"""Legacy-format kernels added for numba_qk.models.  The gemm with AVX-512 VNNI (``legacy/kernels._vnni_gemm``: activations laid
+out once per call in tiles of 16 lanes, one weight record against 16 or 32 activations per
+``legacy_acts_vnni``): every output equals the portable loop bit for bit (NaN == NaN) on any
+bytes and at the quants' extremes, for batches of one tile, two tiles and a tile left over.
+The Q4_1 and Q5_0 x8 tiles (``legacy/x8.py``, kernel level: ``repack`` offers Q4_0 only) give
+the plain gemv's bits, and unpack to the records they came from."""
+
+import numpy as np
+import pytest
+
+import numba_qk as qk
+from numba_qk.kernels.legacy import kernels as legacy
+from numba_qk.kernels.legacy import x8 as legacy_x8
+from numba_qk.kernels.simd import base as _simd
+from numba_qk.testing.asserts import assert_same_f32
+from records import legacy_extremes
+from subsets import default_few
+
+needs_vnni = pytest.mark.skipif(not legacy.HAVE_LEGACY_VNNI, reason="no AVX-512 VNNI here")
+NAMES = [f.name.lower() for f in legacy.WEIGHT_FORMATS]
+
+
+def _portable(f, w, x):
+    out = np.empty((x.shape[0], w.shape[0]), np.float32)
+    code = legacy.CODES[f]
+    for a in range(x.shape[0]):
+        legacy.gemv_loop(code, w, x[a], out[a])
+    return out
+
+
+@needs_vnni
+# Q5_0 by default (the register-decoded groups, the z * sum(x) correction); the tiny models
+# of tests/models run Q4_0 and Q8_0 through this gemm too; every format under -m slow
+@pytest.mark.parametrize("name", default_few(NAMES, {"q5_0"}))
+def test_vnni_gemm_equals_portable_loop(name, rng):
+    f = getattr(qk.quant, name)
+    act = qk.activation_format(f)
+    rows, g = 11, 3
+    w = rng.integers(0, 256, (rows, g, f.block_bytes), dtype=np.uint8)
+    we, xe = legacy_extremes(f, act, rows, g, rng)
+    w[: rows // 2] = we[: rows // 2]
+    for batch in (2, 16, 35):   # one tile (padded lanes), exactly one, two tiles and one more
+        x = rng.integers(0, 256, (batch, g, act.block_bytes), dtype=np.uint8)
+        x[::3] = xe
+        got = qk.gemm(w, x, lhs_format=f, rhs_format=act)
+        assert_same_f32(got, _portable(f, w, x))
+
+
+@pytest.mark.parametrize("name", ["q4_1", "q5_0"])
+def test_x8_tiles_equal_the_plain_gemv(name, rng):
+    f = getattr(qk.quant, name)
+    act = qk.activation_format(f)
+    code = legacy.CODES[f]
+    for rows, g in ((8, 1), (19, 5), (40, 9)):   # tail rows, remainders of the 8-record trip
+        w = rng.integers(0, 256, (rows, g, f.block_bytes), dtype=np.uint8)
+        we, xe = legacy_extremes(f, act, rows, g, rng)
+        w[::2] = we[::2]
+        tiles, tail = legacy_x8.repack_x8(code, w)
+        np.testing.assert_array_equal(legacy_x8.unpack_x8(code, tiles, tail, g, f.block_bytes), w)
+        for x in (rng.integers(0, 256, (g, act.block_bytes), dtype=np.uint8), xe):
+            out = np.empty(rows, np.float32)
+            legacy_x8.GEMV_X8[code](tiles, tail, x, out)
+            assert_same_f32(out, qk.gemv(w, x, lhs_format=f, rhs_format=act))
+            rec = np.empty((g, f.block_bytes), np.uint8)
+            port = np.empty(8 * tiles.shape[0], np.float32)
+            legacy_x8._tile_rows_portable(code, tiles, x, port, rec)
+            assert_same_f32(port, out[:8 * tiles.shape[0]])
