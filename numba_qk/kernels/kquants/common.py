@@ -438,3 +438,28 @@ def portable_dot_for(fmt, *, value):
         return _portable_dot(code, w, x)
     return _entry(dot, value, """The dot through the portable record definition (tests compare
     the fast paths with it): left fold of the record values, ``G = 0`` gives ``+0.0``.""")
+
+
+# ---- decoded fields from a format's accessors -----------------------------------------------
+
+def fields_decoder(scale_min, quant, n_sub, doc):
+    """``decode_into(rec, sc, m, q)`` (documented by ``doc``) of a K-quant with ``n_sub``
+    sub-blocks: ``(sc[j], m[j]) = scale_min(rec, j)`` and ``q[i] = quant(rec, i)`` for the 256
+    quants of one record."""
+    def decode_into(rec, sc, m, q):
+        for j in range(n_sub):
+            a, c = scale_min(rec, j)
+            sc[j] = a
+            m[j] = c
+        for i in range(256):
+            q[i] = quant(rec, i)
+    return _entry(decode_into, quant, doc)
+
+
+def records_decoder(decode_into, doc):
+    """``decode_records(records, sc, m, q)`` (documented by ``doc``): ``decode_into(records[b],
+    sc[b], m[b], q[b])`` for every record of a ``[G, bytes]`` array."""
+    def decode_records(records, sc, m, q):
+        for b in range(records.shape[0]):
+            decode_into(records[b], sc[b], m[b], q[b])
+    return _entry(decode_records, decode_into, doc)
