@@ -29,6 +29,7 @@ from numba_qk.kernels._round import nearest_int
 X_DS_AT = _quant.q8_k.field("ds").start      # Q8_K: f32 block scale
 X_Q_AT = _quant.q8_k.field("q").start        # Q8_K: int8 quants
 X_BSUM_AT = _quant.q8_k.field("bsum").start  # Q8_K: int16 sums of 16 quants
+GROUP_MAX_EPS = np.float32(1e-15)              # ggml's GROUP_MAX_EPS: a smaller max |x| is "all zero"
 
 
 @kernel
@@ -265,11 +266,12 @@ def k4_encode_scales(out, b, sc_at, d_at, dmin_at, scales, mins, dd):
 
 
 @inline_kernel
-def qx_sums(x, off, n, nmax, iscale, L, loff, add, store):
+def qx_sums(x, off, n, nmax, iscale, L, loff, add, store, qw=None, qwoff=0):
     """One pass of ggml's ``make_qx_quants`` / ``make_q3_quants`` over ``x[off:off+n]``: ``l =
     MAX(-nmax, MIN(nmax-1, nearest_int(iscale*x)))`` (stored as ``l + add`` at ``L[loff + i]``
-    when ``store``) and, with ``w = x*x``, ``(sumlx, suml2) = (sum (w*x)*l, sum (w*l)*l)`` (f32,
-    in order)."""
+    when ``store``) and, with ``w = qw[qwoff + i]`` (``x*x`` when ``qw`` is None, ggml's
+    ``quant_weights == NULL``), ``(sumlx, suml2) = (sum (w*x)*l, sum (w*l)*l)`` (f32, in
+    order)."""
     sumlx = np.float32(0.0)
     suml2 = np.float32(0.0)
     for i in range(n):
@@ -278,11 +280,44 @@ def qx_sums(x, off, n, nmax, iscale, L, loff, add, store):
         l = max(-nmax, min(nmax - 1, l))
         if store:
             L[loff + i] = l + add
-        w = np.float32(xi * xi)
+        if qw is None:   # pruned at compile time: one loop per case
+            w = np.float32(xi * xi)
+        else:
+            w = np.float32(qw[qwoff + i])
         fl = np.float32(l)
         sumlx = np.float32(sumlx + np.float32(np.float32(w * xi) * fl))   # w*x[i]*l
         suml2 = np.float32(suml2 + np.float32(np.float32(w * fl) * fl))   # w*l*l
     return sumlx, suml2
+
+
+@kernel
+def make_qx_quants(x, off, n, nmax, L, loff, qw=None, qwoff=0):
+    """ggml's ``make_qx_quants(n, nmax, x + off, L + loff, rmse_type=1, qw + qwoff)`` (weights
+    ``x*x`` when ``qw`` is None): writes ``l + nmax`` into ``L[loff:loff+n]`` and returns the
+    scale (f32)."""
+    amax, mx = signed_absmax(x, off, n)
+    if amax < GROUP_MAX_EPS:  # all zero
+        for i in range(n):
+            L[loff + i] = 0
+        return np.float32(0.0)
+    fnmax = np.float32(nmax)
+    iscale = np.float32(np.float32(-fnmax) / mx)           # -nmax / max
+    sumlx, suml2 = qx_sums(x, off, n, nmax, iscale, L, loff, nmax, True, qw, qwoff)
+    scale = np.float32(sumlx / suml2) if suml2 != np.float32(0.0) else np.float32(0.0)
+    best = np.float32(scale * sumlx)
+    for is_ in range(-9, 10):
+        if is_ == 0:
+            continue
+        iscale = np.float32(np.float32(-np.float32(
+            fnmax + np.float32(np.float32(0.1) * np.float32(is_)))) / mx)  # -(nmax + 0.1f*is)/max
+        sumlx, suml2 = qx_sums(x, off, n, nmax, iscale, L, loff, nmax, False, qw, qwoff)
+        if suml2 > np.float32(0.0) and np.float32(sumlx * sumlx) > np.float32(best * suml2):
+            for i in range(n):
+                l = nearest_int(np.float32(iscale * np.float32(x[off + i])))
+                L[loff + i] = nmax + max(-nmax, min(nmax - 1, l))
+            scale = np.float32(sumlx / suml2)
+            best = np.float32(scale * sumlx)
+    return scale
 
 
 # ---- one quantize loop and one portable fold, per registered format --------------------------
@@ -403,3 +438,28 @@ def portable_dot_for(fmt, *, value):
         return _portable_dot(code, w, x)
     return _entry(dot, value, """The dot through the portable record definition (tests compare
     the fast paths with it): left fold of the record values, ``G = 0`` gives ``+0.0``.""")
+
+
+# ---- decoded fields from a format's accessors -----------------------------------------------
+
+def fields_decoder(scale_min, quant, n_sub, doc):
+    """``decode_into(rec, sc, m, q)`` (documented by ``doc``) of a K-quant with ``n_sub``
+    sub-blocks: ``(sc[j], m[j]) = scale_min(rec, j)`` and ``q[i] = quant(rec, i)`` for the 256
+    quants of one record."""
+    def decode_into(rec, sc, m, q):
+        for j in range(n_sub):
+            a, c = scale_min(rec, j)
+            sc[j] = a
+            m[j] = c
+        for i in range(256):
+            q[i] = quant(rec, i)
+    return _entry(decode_into, quant, doc)
+
+
+def records_decoder(decode_into, doc):
+    """``decode_records(records, sc, m, q)`` (documented by ``doc``): ``decode_into(records[b],
+    sc[b], m[b], q[b])`` for every record of a ``[G, bytes]`` array."""
+    def decode_records(records, sc, m, q):
+        for b in range(records.shape[0]):
+            decode_into(records[b], sc[b], m[b], q[b])
+    return _entry(decode_records, decode_into, doc)

@@ -46,7 +46,7 @@ from numba_qk.kernels.drive import kernels_for, register
 from numba_qk.kernels.simd.kquants import q2_k_acts_x8, q2_k_q8_k_value, q2_k_rows_x8
 from numba_qk.formats.kquants import q2_k as _FMT
 from numba_qk.kernels._bits import f16_to_f32, load_u16
-from numba_qk.kernels.kquants.common import f16_at, max_scale_min, portable_dot_for, quantizer_for, pack_2bit, record_value_d_dmin, store_f16, transpose_out, x_bsum, x_q
+from numba_qk.kernels.kquants.common import f16_at, fields_decoder, records_decoder, max_scale_min, portable_dot_for, quantizer_for, pack_2bit, record_value_d_dmin, store_f16, transpose_out, x_bsum, x_q
 from numba_qk.kernels.kquants.q4_k_encode import nearest_int, qkx2_scratch, qkx2_search, requant_lanes
 
 Q2_K_RECORD_BYTES = _FMT.block_bytes
@@ -94,22 +94,12 @@ def q2_k_quant(rec, i):
     return np.int32((byte >> np.uint8(2 * ((i % 128) // 32))) & _LOW2)
 
 
-@kernel
-def q2_k_decode_into(rec, sc, m, q):
-    """Unpack one record into ``sc`` (16), ``m`` (16) and ``q`` (256)."""
-    for j in range(16):
-        a, c = q2_k_scale_min(rec, j)
-        sc[j] = a
-        m[j] = c
-    for i in range(256):
-        q[i] = q2_k_quant(rec, i)
-
-
-@kernel
-def q2_k_decode_records(records, sc, m, q):
-    """``q2_k_decode_into`` for every record of a ``[G, 84]`` array."""
-    for b in range(records.shape[0]):
-        q2_k_decode_into(records[b], sc[b], m[b], q[b])
+q2_k_decode_into = fields_decoder(
+    q2_k_scale_min, q2_k_quant, 16,
+    """Unpack one record into ``sc`` (16), ``m`` (16) and ``q`` (256).""")
+q2_k_decode_records = records_decoder(
+    q2_k_decode_into,
+    """``q2_k_decode_into`` for every record of a ``[G, 84]`` array.""")
 
 
 # ---- dequantize -----------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import numpy as np
 from numba_qk._jit import kernel
 from numba_qk.formats import quant
 from numba_qk.kernels._bits import load_f16
+from numba_qk.kernels.kquants.common import records_decoder
 
 Q4_K_RECORD_BYTES = quant.q4_k.block_bytes
 Q4_K_BLOCK = quant.q4_k.block_size
@@ -90,11 +91,9 @@ def q4_k_decode_into(rec, sc, m, q):
             q[64 * j + 32 + k] = byte >> np.uint8(4)
 
 
-@kernel
-def q4_k_decode_records(records, sc, m, q):
-    """``q4_k_decode_into`` for every record of a ``[G, 144]`` array."""
-    for b in range(records.shape[0]):
-        q4_k_decode_into(records[b], sc[b], m[b], q[b])
+q4_k_decode_records = records_decoder(
+    q4_k_decode_into,
+    """``q4_k_decode_into`` for every record of a ``[G, 144]`` array.""")
 
 
 @kernel

@@ -46,7 +46,7 @@ from numba_qk.kernels.drive import kernels_for, register
 from numba_qk.kernels.simd.kquants import q5_k_acts_x8, q5_k_q8_k_value, q5_k_rows_x8
 from numba_qk.formats.kquants import q5_k as _FMT
 from numba_qk.kernels._bits import f16_to_f32, load_u16
-from numba_qk.kernels.kquants.common import X_Q_AT, av_weights_in, f16_at, portable_dot_for, quantizer_for, k4_encode_scales, k4_scale_min, q5_pack_quants, record_value_d_dmin, transpose_out, x_bsum, x_q
+from numba_qk.kernels.kquants.common import fields_decoder, records_decoder, X_Q_AT, av_weights_in, f16_at, portable_dot_for, quantizer_for, k4_encode_scales, k4_scale_min, q5_pack_quants, record_value_d_dmin, transpose_out, x_bsum, x_q
 from numba_qk.kernels.kquants.q4_k_encode import k4_scratch, qkx2_search, requant_lanes
 
 Q5_K_RECORD_BYTES = _FMT.block_bytes
@@ -94,22 +94,12 @@ def q5_k_quant(rec, i):
     return np.int32(low | (high << np.uint8(4)))
 
 
-@kernel
-def q5_k_decode_into(rec, sc, m, q):
-    """Unpack one record's integer fields into ``sc`` (8), ``m`` (8) and ``q`` (256)."""
-    for s in range(8):
-        a, c = q5_k_scale_min(rec, s)
-        sc[s] = a
-        m[s] = c
-    for i in range(256):
-        q[i] = q5_k_quant(rec, i)
-
-
-@kernel
-def q5_k_decode_records(records, sc, m, q):
-    """``q5_k_decode_into`` for every record of a ``[G, 176]`` array."""
-    for b in range(records.shape[0]):
-        q5_k_decode_into(records[b], sc[b], m[b], q[b])
+q5_k_decode_into = fields_decoder(
+    q5_k_scale_min, q5_k_quant, 8,
+    """Unpack one record's integer fields into ``sc`` (8), ``m`` (8) and ``q`` (256).""")
+q5_k_decode_records = records_decoder(
+    q5_k_decode_into,
+    """``q5_k_decode_into`` for every record of a ``[G, 176]`` array.""")
 
 
 # ---- dequantize -----------------------------------------------------------------------------

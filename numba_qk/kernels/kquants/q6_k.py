@@ -56,7 +56,7 @@ import numpy as np
 from numba_qk._jit import kernel
 from numba_qk.formats.kquants import q6_k as _FMT
 from numba_qk.kernels._bits import f16_to_f32, load_u16
-from numba_qk.kernels.kquants.common import X_Q_AT, f16_at, portable_dot_for, quantizer_for, qx_sums, record_value_d, signed_absmax, store_f16, transpose_in, transpose_out, x_q
+from numba_qk.kernels.kquants.common import GROUP_MAX_EPS, X_Q_AT, f16_at, make_qx_quants, portable_dot_for, quantizer_for, record_value_d, signed_absmax, store_f16, transpose_in, transpose_out, x_q
 from numba_qk.kernels.drive import kernels_for, register
 from numba_qk.kernels.simd.kquants import q6_k_acts_x8, q6_k_q8_k_value, q6_k_rows_x8
 from numba_qk.kernels.kquants.q4_k_encode import nearest_int
@@ -70,7 +70,6 @@ _SC_AT = _FMT.field("sc").start   # 16 int8 scales
 _D_AT = _FMT.field("d").start     # f16 super-block scale
 _LOW4 = np.uint8(0b0000_1111)
 _LOW2 = np.uint8(0b0000_0011)
-_GROUP_MAX_EPS = np.float32(1e-15)  # ggml's GROUP_MAX_EPS: a smaller max |x| is "all zero"
 _QOFF = 32                          # stored q is q_signed + 32
 
 
@@ -156,33 +155,8 @@ def dequantize_q6_k(records, out):
 
 # ---- quantize (ggml quantize_row_q6_K_ref) --------------------------------------------------
 
-@kernel
-def make_qx_quants_rmse1(x, off, n, nmax, L, loff):
-    """ggml's ``make_qx_quants(n, nmax, x + off, L + loff, rmse_type=1, qw=NULL)``: writes
-    ``l + nmax`` into ``L[loff:loff+n]`` and returns the scale (f32)."""
-    amax, mx = signed_absmax(x, off, n)
-    if amax < _GROUP_MAX_EPS:  # all zero
-        for i in range(n):
-            L[loff + i] = 0
-        return np.float32(0.0)
-    fnmax = np.float32(nmax)
-    iscale = np.float32(np.float32(-fnmax) / mx)           # -nmax / max
-    sumlx, suml2 = qx_sums(x, off, n, nmax, iscale, L, loff, nmax, True)  # rmse_type 1: w = x*x
-    scale = np.float32(sumlx / suml2) if suml2 != np.float32(0.0) else np.float32(0.0)
-    best = np.float32(scale * sumlx)
-    for is_ in range(-9, 10):
-        if is_ == 0:
-            continue
-        iscale = np.float32(np.float32(-np.float32(
-            fnmax + np.float32(np.float32(0.1) * np.float32(is_)))) / mx)  # -(nmax + 0.1f*is)/max
-        sumlx, suml2 = qx_sums(x, off, n, nmax, iscale, L, loff, nmax, False)
-        if suml2 > np.float32(0.0) and np.float32(sumlx * sumlx) > np.float32(best * suml2):
-            for i in range(n):
-                l = nearest_int(np.float32(iscale * np.float32(x[off + i])))
-                L[loff + i] = nmax + max(-nmax, min(nmax - 1, l))
-            scale = np.float32(sumlx / suml2)
-            best = np.float32(scale * sumlx)
-    return scale
+# ggml's make_qx_quants(n, nmax, x + off, L + loff, rmse_type=1, qw=NULL): the weights x*x
+make_qx_quants_rmse1 = make_qx_quants
 
 
 @kernel
@@ -206,10 +180,10 @@ def quantize_block_q6_k(values, b, out, work):
         qx_lanes(xt, 16, 16, 32, Lt, scales, scr)
     else:
         for ib in range(16):
-            scales[ib] = make_qx_quants_rmse1(x, 16 * ib, 16, 32, L, 16 * ib)
+            scales[ib] = make_qx_quants(x, 16 * ib, 16, 32, L, 16 * ib)
         transpose_in(L, Lt, 16, 16)
     max_abs_scale, max_scale = signed_absmax(scales, 0, 16)
-    if max_abs_scale < _GROUP_MAX_EPS:  # memset(0) and d = fp16(0.0f): all zero bytes
+    if max_abs_scale < GROUP_MAX_EPS:  # memset(0) and d = fp16(0.0f): all zero bytes
         for k in range(Q6_K_RECORD_BYTES):
             out[b, k] = 0
         return

@@ -33,65 +33,17 @@ import numpy as np
 from numba_qk._jit import inline_kernel, kernel
 from numba_qk.formats.kquants import q2_k as _Q2, q3_k as _Q3, q4_k as _Q4, q5_k as _Q5, q6_k as _Q6
 from numba_qk.kernels._round import nearest_int
-from numba_qk.kernels.kquants.common import (first_nonfinite_block, k4_pack_scale_min,
-                                             k4_scale_min_inline, pack_2bit, q3_split_hmask,
+from numba_qk.kernels.kquants.common import (GROUP_MAX_EPS, first_nonfinite_block,
+                                             k4_pack_scale_min, k4_scale_min_inline,
+                                             make_qx_quants, pack_2bit, q3_split_hmask,
                                              q5_pack_quants, signed_absmax, store_f16,
                                              transpose_out)
 
-GROUP_MAX_EPS = np.float32(1e-15)
 LANES = 16   # the passes run all 16 lanes of the scratch (a constant trip count vectorizes); lanes >= nl are ignored
 _F0 = np.float32(0.0)
 
 
 # ---- ggml's searches with weights ---------------------------------------------------------------
-
-@kernel
-def make_qx_quants_w(x, off, n, nmax, L, loff, w, woff):
-    """ggml's ``make_qx_quants(n, nmax, x + off, L + loff, rmse_type=1, qw=w + woff)``: writes
-    ``l + nmax`` into ``L[loff:loff+n]`` and returns the scale (f32)."""
-    amax, mx = signed_absmax(x, off, n)
-    if amax < GROUP_MAX_EPS:
-        for i in range(n):
-            L[loff + i] = 0
-        return _F0
-    fnmax = np.float32(nmax)
-    iscale = np.float32(np.float32(-fnmax) / mx)
-    sumlx = _F0
-    suml2 = _F0
-    for i in range(n):
-        xi = np.float32(x[off + i])
-        l = nearest_int(np.float32(iscale * xi))
-        l = max(-nmax, min(nmax - 1, l))
-        L[loff + i] = l + nmax
-        wi = np.float32(w[woff + i])
-        fl = np.float32(l)
-        sumlx = np.float32(sumlx + np.float32(np.float32(wi * xi) * fl))
-        suml2 = np.float32(suml2 + np.float32(np.float32(wi * fl) * fl))
-    scale = np.float32(sumlx / suml2) if suml2 != _F0 else _F0
-    best = np.float32(scale * sumlx)
-    for is_ in range(-9, 10):
-        if is_ == 0:
-            continue
-        iscale = np.float32(np.float32(-np.float32(
-            fnmax + np.float32(np.float32(0.1) * np.float32(is_)))) / mx)
-        sumlx = _F0
-        suml2 = _F0
-        for i in range(n):
-            xi = np.float32(x[off + i])
-            l = nearest_int(np.float32(iscale * xi))
-            l = max(-nmax, min(nmax - 1, l))
-            wi = np.float32(w[woff + i])
-            fl = np.float32(l)
-            sumlx = np.float32(sumlx + np.float32(np.float32(wi * xi) * fl))
-            suml2 = np.float32(suml2 + np.float32(np.float32(wi * fl) * fl))
-        if suml2 > _F0 and np.float32(sumlx * sumlx) > np.float32(best * suml2):
-            for i in range(n):
-                l = nearest_int(np.float32(iscale * np.float32(x[off + i])))
-                L[loff + i] = nmax + max(-nmax, min(nmax - 1, l))
-            scale = np.float32(sumlx / suml2)
-            best = np.float32(scale * sumlx)
-    return scale
-
 
 @kernel
 def _qx_pass_w(xt, wt, isc, nmax, n, nl, s1, s2):
@@ -112,7 +64,7 @@ def _qx_pass_w(xt, wt, isc, nmax, n, nl, s1, s2):
 
 @kernel
 def make_qx_lanes_w(xt, wt, n, nl, nmax, Lt, scales, scr):
-    """:func:`make_qx_quants_w` for the ``nl`` sub-blocks ``x_j = xt[:n, j]`` with weights
+    """``common.make_qx_quants`` with weights for the ``nl`` sub-blocks ``x_j = xt[:n, j]`` with weights
     ``wt[:n, j]`` at once (the same bits: each lane's sums keep their order; the quants of the
     chosen candidate are recomputed from its ``iscale``): ``Lt[i, j]`` gets ``l + nmax``,
     ``scales[j]`` the scale.  ``scr``: f32 [8, >= nl]."""
@@ -473,7 +425,7 @@ def quantize_block_q3_k_weighted(values, b, qw, qoff, out, work):
     transpose_out(Lt, L, 16, 16)
     for k in range(12):
         out[b, _Q3_SC_AT + k] = 0
-    d_block = make_qx_quants_w(scales, 0, 16, 32, Ls, 0, sw, 0)
+    d_block = make_qx_quants(scales, 0, 16, 32, Ls, 0, sw, 0)
     for j in range(16):
         l = Ls[j]
         if j < 8:
