@@ -1,7 +1,7 @@
 """Explicit-SIMD record sums of the grid IQ formats against Q8_K (IQ2_XXS, IQ2_XS, IQ2_S,
 IQ3_XXS, IQ3_S, IQ1_S, IQ1_M; LLVM IR through numba intrinsics, the plumbing of ``base.py``):
-the record value ``v``, the 8-row gemv tile and the 8-activation gemm tile of the driver
-(``kernels/drive.py``), registered by ``kernels/iq/grid.py``.
+the record value ``v``, the 8-activation gemm tile and (IQ2_XXS, IQ2_XS, IQ3_XXS) the 8-row
+gemv tile of the driver (``kernels/drive.py``), registered by ``kernels/iq/grid.py``.
 
 Integer work (exact in any order, so these give the integers of the readable loops
 ``record_sums_<t>_q8_k`` of ``kernels/iq/grid.py``), per record pair, in units of 32 elements in
@@ -9,9 +9,10 @@ element order::
 
     w      = the unit's signed element multipliers q as int8 (|q| <= 62; IQ1: 8 grid +- 1, |q|
              <= 9): grid entries gathered from the tables (one u64 per 8 elements, one u32 per
-             4 for IQ3) by the record's indices, signs as byte masks m (0 / -1: ksigns_iq2xs
-             through a 128-entry u64 table of masks, or the 8 plain sign bits compared with
-             [1, 2, 4, ..., 128]); IQ1 adds its +-1 per sub-block (IQ1_S) or group (IQ1_M)
+             4 for IQ3) by the record's indices, signs as byte masks m (0 / -1) from 8 sign
+             bits per group compared with [1, 2, 4, ..., 128] -- the plain sign bytes (IQ2_S,
+             IQ3_S) or ksigns_iq2xs of the 7 stored bits, computed as the bits and their parity
+             (popcount & 1) in bit 7; IQ1 adds its +-1 per sub-block (IQ1_S) or group (IQ1_M)
     w'     = (grid ^ mm) - mm, mm = m ^ (xq >> 7)    w with the sign of xq applied (a
                                                      conditional negate: |w| <= 62 never wraps)
     p      = pmaddubsw(|xq|, w')                     i16 lane = |x0| w0' + |x1| w1' = x0 w0 + x1 w1
@@ -51,11 +52,6 @@ _F32 = ir.FloatType()
 
 # ---- tables --------------------------------------------------------------------------------
 
-def _sign_masks(ksigns):
-    """u64 per 7-bit sign index: byte j = 0xFF where bit j of ksigns_iq2xs is set, else 0."""
-    return [sum(0xFF << (8 * j) for j in range(8) if (s >> j) & 1) for s in ksigns]
-
-
 def _iq1_q(grid):
     """u64 per iq1s_grid entry: byte j = 8 * (int8 byte j of the entry) as int8 (q before the
     +-1 shift)."""
@@ -71,7 +67,6 @@ def _iq1_q(grid):
 
 
 _TABLES = {
-    "ksigns_masks": (i64, _sign_masks(_g.KSIGNS_IQ2XS)),
     "iq2xxs": (i64, list(_g.IQ2XXS_GRID)),
     "iq2xs": (i64, list(_g.IQ2XS_GRID)),
     "iq2s": (i64, list(_g.IQ2S_GRID)),
@@ -120,10 +115,6 @@ def _u16(b, wb, off):
     return b.zext(load(b, wb, off, i16), i32)
 
 
-def _u32(b, wb, off):
-    return load(b, wb, off, i32)
-
-
 def _shr(b, v, n):
     return b.lshr(v, _c(n, v.type)) if n else v
 
@@ -147,23 +138,55 @@ def _pack(b, vals):
     return b.bitcast(v, _V32)
 
 
-def _bits_to_masks(b, word):
-    """<32 x i8>: byte 8k + j = -1 where bit j of byte k of the i32 ``word`` is set, else 0."""
-    v = b.bitcast(b.insert_element(ir.Constant(vec(i32, 8), None), word, _c(0)), _V32)
-    v = splat_lanes(b, v, [k // 8 for k in range(32)])
+def _bits_to_masks(b, signs, at):
+    """<32 x i8>: byte 8k + j = -1 where bit j of byte ``at + k`` (k < 4) of the <32 x i8>
+    ``signs`` is set, else 0."""
+    v = splat_lanes(b, signs, [at + k // 8 for k in range(32)])
     bit = ir.Constant(_V32, [1 << (k % 8) for k in range(32)])
     return b.sext(b.icmp_unsigned("==", b.and_(v, bit), bit), _V32)
 
 
+def _even_parity(b, s7):
+    """<32 x i8>: ksigns_iq2xs of each byte of ``s7`` (7 sign bits, the 8th their parity)."""
+    ctpop = decl(b, "llvm.ctpop.v32i8", _V32, [_V32])
+    odd = b.and_(b.call(ctpop, [s7]), ir.Constant(_V32, [1] * 32))
+    return b.or_(s7, b.shl(odd, ir.Constant(_V32, [7] * 32)))
+
+
+def _nibble_scales(b, wb, at):
+    """``_scales`` of the two 4-bit codes of byte ``at`` (low nibble first: IQ2_XS, IQ2_S)."""
+    sc = _u8(b, wb, at)
+    return _scales(b, [_and(b, sc, 15), _shr(b, sc, 4)])
+
+
+def _ksigns_of_aux(b, aux):
+    """<32 x i8>: the 8-bit signs of group l of sub-block s at byte 4s + l, from the <8 x i32>
+    ``aux`` (lane s: 4 x 7 sign bits at bits 7l; IQ2_XXS, IQ3_XXS)."""
+    m7 = ir.Constant(vec(i32, 8), [127] * 8)
+    v = None
+    for l in range(4):
+        t = b.and_(b.lshr(aux, ir.Constant(vec(i32, 8), [7 * l] * 8)), m7)
+        t = b.shl(t, ir.Constant(vec(i32, 8), [8 * l] * 8)) if l else t
+        v = t if v is None else b.or_(v, t)
+    return _even_parity(b, b.bitcast(v, _V32))
+
+
 def _scales(b, codes):
     """<16 x i16> of pmaddubsw lanes: 2 ls + 1 for each of the i32 scale codes ``codes`` (one
-    per 32 elements: all lanes; two, per 16 elements: lanes 0-7 and 8-15)."""
+    per 32 elements: all lanes; two, per 16 elements: lanes 0-7 and 8-15).  (From scalars:
+    splatting lanes of a vector of all the record's scales instead cost IQ1_S twice the time.)"""
     v = ir.Constant(vec(i16, 2), None)
     for k, ls in enumerate(codes):
         v = b.insert_element(v, b.trunc(b.add(b.add(ls, ls), _c(1)), i16), _c(k))
     if len(codes) == 1:
         return splat_lanes(b, v, [0] * 16)
     return splat_lanes(b, v, [k // 8 for k in range(16)])
+
+
+def _lanes(b, v, shifts, mask):
+    """(v >> shifts[k]) & mask, lane by lane (constant shifts)."""
+    n = v.type.count
+    return b.and_(b.lshr(v, ir.Constant(v.type, list(shifts))), ir.Constant(v.type, [mask] * n))
 
 
 # ---- per-format weight units: [(grid <32 x i8>, sign mask <32 x i8> or None, sc16)] ----------
@@ -179,17 +202,15 @@ class _Fmt:
 _QS = 2
 
 
-def _ksign_masks(b, aux, l):
-    return _entry(b, "ksigns_masks", _and(b, _shr(b, aux, 7 * l), 127))
-
-
 def _units_iq2_xxs(b, wb):
+    words = load(b, wb, _QS, vec(i32, 16))        # lane 2s + 1: the aux word of sub-block s
+    aux = splat_lanes(b, words, [2 * s + 1 for s in range(8)])
+    sb = _ksigns_of_aux(b, aux)
     out = []
     for s in range(8):
-        aux = _u32(b, wb, _QS + 8 * s + 4)
         grid = _pack(b, [_entry(b, "iq2xxs", _u8(b, wb, _QS + 8 * s + l)) for l in range(4)])
-        signs = _pack(b, [_ksign_masks(b, aux, l) for l in range(4)])
-        out.append((grid, signs, _scales(b, [_shr(b, aux, 28)])))
+        ls = _shr(b, _u8(b, wb, _QS + 8 * s + 7), 4)
+        out.append((grid, _bits_to_masks(b, sb, 4 * s), _scales(b, [ls])))
     return out
 
 
@@ -197,13 +218,13 @@ _XS2_SC = _iq.iq2_xs.field("ls").start
 
 
 def _units_iq2_xs(b, wb):
+    words = load(b, wb, _QS, vec(i16, 32))
+    sb = _even_parity(b, b.trunc(b.lshr(words, ir.Constant(vec(i16, 32), [9] * 32)), _V32))
     out = []
     for s in range(8):
         vs = [_u16(b, wb, _QS + 8 * s + 2 * l) for l in range(4)]
         grid = _pack(b, [_entry(b, "iq2xs", _and(b, v, 511)) for v in vs])
-        signs = _pack(b, [_entry(b, "ksigns_masks", _shr(b, v, 9)) for v in vs])
-        sc = _u8(b, wb, _XS2_SC + s)
-        out.append((grid, signs, _scales(b, [_and(b, sc, 15), _shr(b, sc, 4)])))
+        out.append((grid, _bits_to_masks(b, sb, 4 * s), _nibble_scales(b, wb, _XS2_SC + s)))
     return out
 
 
@@ -213,15 +234,14 @@ _S2_SC = _iq.iq2_s.field("ls").start
 
 
 def _units_iq2_s(b, wb):
+    sb = load(b, wb, _S2_SIGNS, _V32)
     out = []
     for s in range(8):
         qh = _u8(b, wb, _S2_QH + s)
         idx = [b.or_(_u8(b, wb, _QS + 4 * s + l), _and(b, _shl(b, qh, 8 - 2 * l), 0x300))
                for l in range(4)]
         grid = _pack(b, [_entry(b, "iq2s", i) for i in idx])
-        signs = _bits_to_masks(b, _u32(b, wb, _S2_SIGNS + 4 * s))
-        sc = _u8(b, wb, _S2_SC + s)
-        out.append((grid, signs, _scales(b, [_and(b, sc, 15), _shr(b, sc, 4)])))
+        out.append((grid, _bits_to_masks(b, sb, 4 * s), _nibble_scales(b, wb, _S2_SC + s)))
     return out
 
 
@@ -229,12 +249,13 @@ _XXS3_AUX = _iq.iq3_xxs.field("signs").start
 
 
 def _units_iq3_xxs(b, wb):
+    aux = load(b, wb, _XXS3_AUX, vec(i32, 8))
+    sb = _ksigns_of_aux(b, aux)
     out = []
     for s in range(8):
-        aux = _u32(b, wb, _XXS3_AUX + 4 * s)
         grid = _pack(b, [_entry(b, "iq3xxs", _u8(b, wb, _QS + 8 * s + h)) for h in range(8)])
-        signs = _pack(b, [_ksign_masks(b, aux, l) for l in range(4)])
-        out.append((grid, signs, _scales(b, [_shr(b, aux, 28)])))
+        ls = _shr(b, _u8(b, wb, _XXS3_AUX + 4 * s + 3), 4)
+        out.append((grid, _bits_to_masks(b, sb, 4 * s), _scales(b, [ls])))
     return out
 
 
@@ -244,32 +265,38 @@ _S3_SC = _iq.iq3_s.field("ls").start
 
 
 def _units_iq3_s(b, wb):
+    sb = load(b, wb, _S3_SIGNS, _V32)
     out = []
     for s in range(8):
         qh = _u8(b, wb, _S3_QH + s)
         idx = [b.or_(_u8(b, wb, _QS + 8 * s + h), _and(b, _shl(b, qh, 8 - h), 256))
                for h in range(8)]
         grid = _pack(b, [_entry(b, "iq3s", i) for i in idx])
-        signs = _bits_to_masks(b, _u32(b, wb, _S3_SIGNS + 4 * s))
         ls = _and(b, _shr(b, _u8(b, wb, _S3_SC + s // 2), 4 * (s % 2)), 15)
-        out.append((grid, signs, _scales(b, [ls])))
+        out.append((grid, _bits_to_masks(b, sb, 4 * s), _scales(b, [ls])))
     return out
 
 
 _S1_QH = _iq.iq1_s.field("qh").start
-_ONES = 0x0101010101010101
+
+
+def _one_minus_twice(b, bits):
+    """1 - 2 t of each lane t (0 or 1): the IQ1 shift +-1 of q = 8 grid +- 1, branch-free."""
+    ones = ir.Constant(bits.type, [1] * bits.type.count)
+    return b.sub(ones, b.add(bits, bits))
 
 
 def _units_iq1_s(b, wb):
+    qhv = load(b, wb, _S1_QH, vec(i16, 8))
+    delta = b.trunc(_one_minus_twice(b, _lanes(b, qhv, [15] * 8, 1)), vec(i8, 8))
     out = []
     for s in range(8):
         qh = _u16(b, wb, _S1_QH + 2 * s)
         idx = [b.or_(_u8(b, wb, _QS + 4 * s + l), _shl(b, _and(b, _shr(b, qh, 3 * l), 7), 8))
                for l in range(4)]
         q8g = _pack(b, [_entry(b, "iq1s_q", i) for i in idx])
-        neg = b.icmp_unsigned("!=", _and(b, qh, 0x8000), _c(0))
-        delta = b.select(neg, ir.Constant(_V32, [-1 & 0xFF] * 32), ir.Constant(_V32, [1] * 32))
-        out.append((b.add(q8g, delta), None, _scales(b, [_and(b, _shr(b, qh, 12), 7)])))
+        out.append((b.add(q8g, splat_lanes(b, delta, [s] * 32)), None,
+                    _scales(b, [_and(b, _shr(b, qh, 12), 7)])))
     return out
 
 
@@ -278,20 +305,20 @@ _M1_SC = _iq.iq1_m.field("ls").start
 
 
 def _units_iq1_m(b, wb):
-    out = []
     words = [_u16(b, wb, _M1_SC + 2 * t) for t in range(4)]
+    # group g = 4s + l: its delta bit is bit 3 + 4 (g % 2) of qh byte g // 2
+    qhg = splat_lanes(b, load(b, wb, _M1_QH, vec(i8, 16)), [g // 2 for g in range(32)])
+    delta = _one_minus_twice(b, _lanes(b, qhg, [3 + 4 * (g % 2) for g in range(32)], 1))
+    out = []
     for s in range(8):
-        qs, deltas = [], []
+        qs = []
         for l in range(4):
             qh = _u8(b, wb, _M1_QH + 2 * s + l // 2)
             hi = _and(b, _shr(b, qh, 4 * (l % 2)), 7)
-            e = _entry(b, "iq1s_q", b.or_(_u8(b, wb, 4 * s + l), _shl(b, hi, 8)))
-            neg = b.icmp_unsigned("!=", _and(b, qh, 8 << (4 * (l % 2))), _c(0))
-            qs.append(e)
-            deltas.append(b.select(neg, _c(-1, i64), _c(_ONES, i64)))
-        ls = [_and(b, _shr(b, words[(2 * s + h) // 4], 3 * ((2 * s + h) % 4)), 7)
-              for h in range(2)]
-        out.append((b.add(_pack(b, qs), _pack(b, deltas)), None, _scales(b, ls)))
+            qs.append(_entry(b, "iq1s_q", b.or_(_u8(b, wb, 4 * s + l), _shl(b, hi, 8))))
+        dl = splat_lanes(b, delta, [4 * s + k // 8 for k in range(32)])
+        ls = [_and(b, _shr(b, words[k // 4], 3 * (k % 4)), 7) for k in (2 * s, 2 * s + 1)]
+        out.append((b.add(_pack(b, qs), dl), None, _scales(b, ls)))
     return out
 
 
@@ -398,24 +425,31 @@ def _make_record(name, vnni, value):
 
 
 def _make_tile(name, vnni, over_rows):
+    """The 8-lane tile intrinsic of format ``name`` (``base.tile_intrinsic``)."""
     def make_values(builder):
         kf, ops = FORMATS[name], Ops(builder, False, vnni)
         return lambda wbs, xbs: _values(builder, ops, kf, wbs, xbs)
     return tile_intrinsic(over_rows, 8, make_values)
 
 
-# {t}_q8_k_s_{avx2, avx2vnni}: S (the tests check both against the loops); {t}_q8_k_value,
-# {t}_rows_x8, {t}_acts_x8 with VNNI where the target has it.
+# {t}_q8_k_s_{avx2, avx2vnni}: S (the tests check both against the loops); {t}_q8_k_value and
+# {t}_acts_x8 with VNNI where the target has it; {t}_rows_x8, the 8-row gemv tile, only for the
+# formats whose indices are plain bytes or words (ROWS_X8).  For the others (index bits in qh,
+# IQ1's shifts) decoding 8 records at once (LLVM interleaves them) measured slower than the
+# record value row by row: IQ2_S, IQ3_S 1.2x, IQ1_S 1.1x, IQ1_M 3.4x; a row of records is one
+# linear stream for the hardware prefetcher.
 VARIANTS = {"avx2": False, "avx2vnni": True}
+ROWS_X8 = ("iq2_xxs", "iq2_xs", "iq3_xxs")
 
 __all__ = []
 for _name in FORMATS:
-    _t = _name.lower()
     for _var, _v in VARIANTS.items():
-        globals()[f"{_t}_q8_k_s_{_var}"] = _make_record(_name, _v, False)
-        __all__.append(f"{_t}_q8_k_s_{_var}")
-    globals()[f"{_t}_q8_k_value"] = _make_record(_name, HAVE_VNNI, True)
-    globals()[f"{_t}_rows_x8"] = _make_tile(_name, HAVE_VNNI, True)
-    globals()[f"{_t}_acts_x8"] = _make_tile(_name, HAVE_VNNI, False)
-    __all__ += [f"{_t}_q8_k_value", f"{_t}_rows_x8", f"{_t}_acts_x8"]
-del _name, _t, _var, _v
+        globals()[f"{_name}_q8_k_s_{_var}"] = _make_record(_name, _v, False)
+        __all__.append(f"{_name}_q8_k_s_{_var}")
+    globals()[f"{_name}_q8_k_value"] = _make_record(_name, HAVE_VNNI, True)
+    globals()[f"{_name}_acts_x8"] = _make_tile(_name, HAVE_VNNI, False)
+    __all__ += [f"{_name}_q8_k_value", f"{_name}_acts_x8"]
+    if _name in ROWS_X8:
+        globals()[f"{_name}_rows_x8"] = _make_tile(_name, HAVE_VNNI, True)
+        __all__.append(f"{_name}_rows_x8")
+del _name, _var, _v
