@@ -202,16 +202,23 @@ class _Fmt:
 _QS = 2
 
 
-def _units_iq2_xxs(b, wb):
-    words = load(b, wb, _QS, vec(i32, 16))        # lane 2s + 1: the aux word of sub-block s
-    aux = splat_lanes(b, words, [2 * s + 1 for s in range(8)])
+def _units_aux(b, wb, table, n, aux, aux_at, aux_step):
+    """IQ2_XXS (``n`` = 4 byte indices per unit) and IQ3_XXS (8): the indices of unit s at
+    bytes ``2 + 8 s``, its u32 of 4 x 7 sign bits and ls (bits 28..31) at ``aux_at + aux_step
+    s`` (``aux``: the 8 words as <8 x i32>)."""
     sb = _ksigns_of_aux(b, aux)
     out = []
     for s in range(8):
-        grid = _pack(b, [_entry(b, "iq2xxs", _u8(b, wb, _QS + 8 * s + l)) for l in range(4)])
-        ls = _shr(b, _u8(b, wb, _QS + 8 * s + 7), 4)
+        grid = _pack(b, [_entry(b, table, _u8(b, wb, _QS + 8 * s + k)) for k in range(n)])
+        ls = _shr(b, _u8(b, wb, aux_at + aux_step * s + 3), 4)
         out.append((grid, _bits_to_masks(b, sb, 4 * s), _scales(b, [ls])))
     return out
+
+
+def _units_iq2_xxs(b, wb):
+    words = load(b, wb, _QS, vec(i32, 16))        # lane 2s + 1: the aux word of sub-block s
+    aux = splat_lanes(b, words, [2 * s + 1 for s in range(8)])
+    return _units_aux(b, wb, "iq2xxs", 4, aux, _QS + 4, 8)
 
 
 _XS2_SC = _iq.iq2_xs.field("ls").start
@@ -233,16 +240,25 @@ _S2_QH = _iq.iq2_s.field("qh").start
 _S2_SC = _iq.iq2_s.field("ls").start
 
 
-def _units_iq2_s(b, wb):
-    sb = load(b, wb, _S2_SIGNS, _V32)
+def _units_qh_signs(b, wb, table, n, width, qh_at, signs_at, scales):
+    """IQ2_S (``n`` = 4 indices of 10 bits per unit, ``width`` = 2) and IQ3_S (8 of 9 bits,
+    width 1): index k of unit s is byte ``n s + k`` of qs with bits ``width k ..`` of qh byte s
+    as its bits 8 and up; plain sign bytes at ``signs_at``; ``scales(s)`` the unit's sc16."""
+    sb = load(b, wb, signs_at, _V32)
+    high = ((1 << width) - 1) << 8
     out = []
     for s in range(8):
-        qh = _u8(b, wb, _S2_QH + s)
-        idx = [b.or_(_u8(b, wb, _QS + 4 * s + l), _and(b, _shl(b, qh, 8 - 2 * l), 0x300))
-               for l in range(4)]
-        grid = _pack(b, [_entry(b, "iq2s", i) for i in idx])
-        out.append((grid, _bits_to_masks(b, sb, 4 * s), _nibble_scales(b, wb, _S2_SC + s)))
+        qh = _u8(b, wb, qh_at + s)
+        idx = [b.or_(_u8(b, wb, _QS + n * s + k), _and(b, _shl(b, qh, 8 - width * k), high))
+               for k in range(n)]
+        out.append((_pack(b, [_entry(b, table, i) for i in idx]), _bits_to_masks(b, sb, 4 * s),
+                    scales(s)))
     return out
+
+
+def _units_iq2_s(b, wb):
+    return _units_qh_signs(b, wb, "iq2s", 4, 2, _S2_QH, _S2_SIGNS,
+                           lambda s: _nibble_scales(b, wb, _S2_SC + s))
 
 
 _XXS3_AUX = _iq.iq3_xxs.field("signs").start
@@ -250,13 +266,7 @@ _XXS3_AUX = _iq.iq3_xxs.field("signs").start
 
 def _units_iq3_xxs(b, wb):
     aux = load(b, wb, _XXS3_AUX, vec(i32, 8))
-    sb = _ksigns_of_aux(b, aux)
-    out = []
-    for s in range(8):
-        grid = _pack(b, [_entry(b, "iq3xxs", _u8(b, wb, _QS + 8 * s + h)) for h in range(8)])
-        ls = _shr(b, _u8(b, wb, _XXS3_AUX + 4 * s + 3), 4)
-        out.append((grid, _bits_to_masks(b, sb, 4 * s), _scales(b, [ls])))
-    return out
+    return _units_aux(b, wb, "iq3xxs", 8, aux, _XXS3_AUX, 4)
 
 
 _S3_QH = _iq.iq3_s.field("qh").start
@@ -265,16 +275,9 @@ _S3_SC = _iq.iq3_s.field("ls").start
 
 
 def _units_iq3_s(b, wb):
-    sb = load(b, wb, _S3_SIGNS, _V32)
-    out = []
-    for s in range(8):
-        qh = _u8(b, wb, _S3_QH + s)
-        idx = [b.or_(_u8(b, wb, _QS + 8 * s + h), _and(b, _shl(b, qh, 8 - h), 256))
-               for h in range(8)]
-        grid = _pack(b, [_entry(b, "iq3s", i) for i in idx])
-        ls = _and(b, _shr(b, _u8(b, wb, _S3_SC + s // 2), 4 * (s % 2)), 15)
-        out.append((grid, _bits_to_masks(b, sb, 4 * s), _scales(b, [ls])))
-    return out
+    def scales(s):
+        return _scales(b, [_and(b, _shr(b, _u8(b, wb, _S3_SC + s // 2), 4 * (s % 2)), 15)])
+    return _units_qh_signs(b, wb, "iq3s", 8, 1, _S3_QH, _S3_SIGNS, scales)
 
 
 _S1_QH = _iq.iq1_s.field("qh").start
