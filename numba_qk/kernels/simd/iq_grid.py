@@ -34,7 +34,7 @@ built from ``numba_qk.formats.iq_grids``, ggml's data).
 
 import numpy as np
 from llvmlite import ir
-from numba.core import types
+from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from numba_qk.formats import iq as _iq
@@ -372,9 +372,32 @@ def _pair(b, ops, units, xside):
     return acc
 
 
+def _spilled_units(b, units):
+    """``units`` as (signed weights w = (grid ^ m) - m, None, sc16) loaded back from a stack
+    slot that an empty inline-asm statement has seen (so LLVM keeps it in memory): the gemm
+    tile then reads each decoded weight unit from L1 per activation instead of holding 8
+    activations' worth of vectors in registers at once (measured: that spilled, and the tile
+    ran 2x slower than 8 record values)."""
+    slot = cgutils.alloca_once(b, ir.ArrayType(_V32, 8))
+    scs = cgutils.alloca_once(b, ir.ArrayType(vec(i16, 16), 8))
+    for u, (grid, signs, sc) in enumerate(units):
+        w = grid if signs is None else b.sub(b.xor(grid, signs), signs)
+        b.store(w, b.gep(slot, [_c(0), _c(u)]))
+        b.store(sc, b.gep(scs, [_c(0), _c(u)]))
+    fence = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [slot.type, scs.type]), "",
+                         "r,r,~{memory}", side_effect=True)
+    b.call(fence, [slot, scs])
+    return [(b.load(b.gep(slot, [_c(0), _c(u)])), None, b.load(b.gep(scs, [_c(0), _c(u)])))
+            for u in range(8)]
+
+
 def _sums(b, ops, kf, wbs, xbs):
     """<n x i32> S of the record pairs zip(wbs, xbs); a record listed several times (the same
-    IR value) is decoded once."""
+    IR value) is decoded once (one weight record for several activation records: through
+    ``_spilled_units``)."""
+    if len(wbs) > 1 and all(wb is wbs[0] for wb in wbs):
+        units = _spilled_units(b, kf.units(b, wbs[0]))
+        return reduce_many(b, [_pair(b, ops, units, _x_side(b, xb)) for xb in xbs])
     wdec, xdec, s = {}, {}, []
     for wb, xb in zip(wbs, xbs):
         if id(wb) not in wdec:
