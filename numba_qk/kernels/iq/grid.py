@@ -29,6 +29,7 @@ from numba_qk.formats import iq_grids as _g
 from numba_qk.kernels._bits import f16_to_f32
 from numba_qk.kernels.drive import kernels_for, register
 from numba_qk.kernels.kquants.common import X_Q_AT, f16_at, portable_dot_for, x_ds
+from numba_qk.kernels.simd import iq_grid as _simd
 
 _XXS2, _XS2, _S2 = _iq.iq2_xxs, _iq.iq2_xs, _iq.iq2_s
 _XXS3, _S3 = _iq.iq3_xxs, _iq.iq3_s
@@ -554,13 +555,26 @@ dot_iq3_s_q8_k_portable = portable_dot_for(_S3, value=record_value_iq3_s_q8_k)
 dot_iq1_s_q8_k_portable = portable_dot_for(_S1, value=record_value_iq1_s_q8_k)
 dot_iq1_m_q8_k_portable = portable_dot_for(_M1, value=record_value_iq1_m_q8_k)
 
-register(_XXS2.ggml_type, loop_dot=dot_iq2_xxs_q8_k_portable)
-register(_XS2.ggml_type, loop_dot=dot_iq2_xs_q8_k_portable)
-register(_S2.ggml_type, loop_dot=dot_iq2_s_q8_k_portable)
-register(_XXS3.ggml_type, loop_dot=dot_iq3_xxs_q8_k_portable)
-register(_S3.ggml_type, loop_dot=dot_iq3_s_q8_k_portable)
-register(_S1.ggml_type, loop_dot=dot_iq1_s_q8_k_portable)
-register(_M1.ggml_type, loop_dot=dot_iq1_m_q8_k_portable)
+# The SIMD record values and 8-lane tiles (kernels/simd/iq_grid.py; the 8-row gemv tile only
+# where it is faster, simd.iq_grid.ROWS_X8) equal these portable definitions bit for bit
+# (tests/iq/test_iq_grid_fast.py); strided records take the portable dot (through a kernel of this module: the
+# driver caches the entry points under loop_dot's module, whose source digest must cover this
+# module and the SIMD one, not only kquants.common where portable_dot_for builds the dots).
+def _loop_dot(portable):
+    def loop_dot(w, x):
+        return portable(w, x)
+    return kernel(loop_dot)
+
+
+for _fmt, _dot in ((_XXS2, dot_iq2_xxs_q8_k_portable), (_XS2, dot_iq2_xs_q8_k_portable),
+                   (_S2, dot_iq2_s_q8_k_portable), (_XXS3, dot_iq3_xxs_q8_k_portable),
+                   (_S3, dot_iq3_s_q8_k_portable), (_S1, dot_iq1_s_q8_k_portable),
+                   (_M1, dot_iq1_m_q8_k_portable)):
+    _t = _fmt.name.lower()
+    register(_fmt.ggml_type, loop_dot=_loop_dot(_dot), value=getattr(_simd, f"{_t}_q8_k_value"),
+             rows_x8=getattr(_simd, f"{_t}_rows_x8", None),
+             acts_x8=getattr(_simd, f"{_t}_acts_x8"))
+del _fmt, _dot, _t
 dot_iq2_xxs_q8_k, gemv_iq2_xxs_q8_k, gemm_iq2_xxs_q8_k = kernels_for(_XXS2.ggml_type)
 dot_iq2_xs_q8_k, gemv_iq2_xs_q8_k, gemm_iq2_xs_q8_k = kernels_for(_XS2.ggml_type)
 dot_iq2_s_q8_k, gemv_iq2_s_q8_k, gemm_iq2_s_q8_k = kernels_for(_S2.ggml_type)

@@ -1,0 +1,481 @@
+"""Explicit-SIMD record sums of the grid IQ formats against Q8_K (IQ2_XXS, IQ2_XS, IQ2_S,
+IQ3_XXS, IQ3_S, IQ1_S, IQ1_M; LLVM IR through numba intrinsics, the plumbing of ``base.py``):
+the record value ``v``, the 8-activation gemm tile and (IQ2_XXS, IQ2_XS, IQ3_XXS) the 8-row
+gemv tile of the driver (``kernels/drive.py``), registered by ``kernels/iq/grid.py``.
+
+Integer work (exact in any order, so these give the integers of the readable loops
+``record_sums_<t>_q8_k`` of ``kernels/iq/grid.py``), per record pair, in units of 32 elements in
+element order::
+
+    w      = the unit's signed element multipliers q as int8 (|q| <= 62; IQ1: 8 grid +- 1, |q|
+             <= 9): grid entries gathered from the tables (one u64 per 8 elements, one u32 per
+             4 for IQ3) by the record's indices, signs as byte masks m (0 / -1) from 8 sign
+             bits per group compared with [1, 2, 4, ..., 128] -- the plain sign bytes (IQ2_S,
+             IQ3_S) or ksigns_iq2xs of the 7 stored bits, computed as the bits and their parity
+             (popcount & 1) in bit 7; IQ1 adds its +-1 per sub-block (IQ1_S) or group (IQ1_M)
+    w'     = (grid ^ mm) - mm, mm = m ^ (xq >> 7)    w with the sign of xq applied (a
+                                                     conditional negate: |w| <= 62 never wraps)
+    p      = pmaddubsw(|xq|, w')                     i16 lane = |x0| w0' + |x1| w1' = x0 w0 + x1 w1
+                                                     |.| <= 2 * 128 * 62 (no saturation; |xq| as
+                                                     u8: |-128| = 128 is exact)
+    acc   += pmaddwd(p, sc16)                        sc16: each i16 lane's 2 ls + 1 (vpdpwssd
+                                                     with AVX-512 VNNI: the same sum)
+    S      = reduce_add(acc)                         |S| < 2**31 (docs/numerics_iq_grid.md)
+
+The float steps are those of ``record_value`` in ``kernels/iq/grid.py`` (one IEEE instruction
+each, no fast-math, in the same order): ``v = R32(ds * R32(R32(d * c) * f32(S)))``.  Tiles: 8
+weight records against one activation record (gemv) or one weight record against 8 activation
+records (gemm), the shared record decoded once, the 8 values folded lane by lane
+(``base.fold_into``).  The record's bytes must be contiguous (the driver checks it).
+
+The grid and sign tables are module constants of the generated code (internal LLVM globals,
+built from ``numba_qk.formats.iq_grids``, ggml's data).
+"""
+
+import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+from numba_qk.formats import iq as _iq
+from numba_qk.formats import iq_grids as _g
+from numba_qk.formats import quant
+from numba_qk.kernels.simd.base import (HAVE_VNNI, Ops, byte_ptr, decl, gather_f16, gather_f32,
+                                        i8, i16, i32, i64, load, reduce_many, splat_lanes,
+                                        tile_intrinsic, vec)
+
+_A_DS_AT = quant.q8_k.field("ds").start
+_A_Q_AT = quant.q8_k.field("q").start
+_V32 = vec(i8, 32)
+_F32 = ir.FloatType()
+
+
+# ---- tables --------------------------------------------------------------------------------
+
+def _iq1_q(grid):
+    """u64 per iq1s_grid entry: byte j = 8 * (int8 byte j of the entry) as int8 (q before the
+    +-1 shift)."""
+    out = []
+    for e in grid:
+        v = 0
+        for j in range(8):
+            b = (e >> (8 * j)) & 0xFF
+            b = b - 256 if b >= 128 else b
+            v |= ((8 * b) & 0xFF) << (8 * j)
+        out.append(v)
+    return out
+
+
+_TABLES = {
+    "iq2xxs": (i64, list(_g.IQ2XXS_GRID)),
+    "iq2xs": (i64, list(_g.IQ2XS_GRID)),
+    "iq2s": (i64, list(_g.IQ2S_GRID)),
+    "iq3xxs": (i32, list(_g.IQ3XXS_GRID)),
+    "iq3s": (i32, list(_g.IQ3S_GRID)),
+    "iq1s_q": (i64, _iq1_q(_g.IQ1S_GRID)),
+}
+
+
+def _table(b, name):
+    """The internal constant global holding table ``name`` in the function's module."""
+    module = b.module
+    gname = f"numba_qk_iq_grid_{name}"
+    try:
+        return module.get_global(gname)
+    except KeyError:
+        elt, values = _TABLES[name]
+        ty = ir.ArrayType(elt, len(values))
+        gv = ir.GlobalVariable(module, ty, gname)
+        gv.linkage = "internal"
+        gv.global_constant = True
+        gv.initializer = ir.Constant(ty, [int(v) for v in values])
+        gv.align = 64
+        return gv
+
+
+def _entry(b, name, idx):
+    """Entry ``idx`` (an i32 value) of table ``name``."""
+    gv = _table(b, name)
+    ptr = b.gep(gv, [ir.Constant(i32, 0), b.zext(idx, i64) if idx.type != i64 else idx],
+                inbounds=True)
+    return b.load(ptr)
+
+
+# ---- scalar field reads (i32 results) ----------------------------------------------------------
+
+def _c(v, t=i32):
+    return ir.Constant(t, v)
+
+
+def _u8(b, wb, off):
+    return b.zext(load(b, wb, off, i8), i32)
+
+
+def _u16(b, wb, off):
+    return b.zext(load(b, wb, off, i16), i32)
+
+
+def _shr(b, v, n):
+    return b.lshr(v, _c(n, v.type)) if n else v
+
+
+def _shl(b, v, n):
+    return b.shl(v, _c(n, v.type)) if n else v
+
+
+def _and(b, v, m):
+    return b.and_(v, _c(m, v.type))
+
+
+# ---- vector builders ---------------------------------------------------------------------------
+
+def _pack(b, vals):
+    """<32 x i8> from 4 i64 or 8 i32 scalars (element order)."""
+    t = vals[0].type
+    v = ir.Constant(vec(t, len(vals)), None)
+    for k, x in enumerate(vals):
+        v = b.insert_element(v, x, _c(k))
+    return b.bitcast(v, _V32)
+
+
+def _bits_to_masks(b, signs, at):
+    """<32 x i8>: byte 8k + j = -1 where bit j of byte ``at + k`` (k < 4) of the <32 x i8>
+    ``signs`` is set, else 0."""
+    v = splat_lanes(b, signs, [at + k // 8 for k in range(32)])
+    bit = ir.Constant(_V32, [1 << (k % 8) for k in range(32)])
+    return b.sext(b.icmp_unsigned("==", b.and_(v, bit), bit), _V32)
+
+
+def _even_parity(b, s7):
+    """<32 x i8>: ksigns_iq2xs of each byte of ``s7`` (7 sign bits, the 8th their parity)."""
+    ctpop = decl(b, "llvm.ctpop.v32i8", _V32, [_V32])
+    odd = b.and_(b.call(ctpop, [s7]), ir.Constant(_V32, [1] * 32))
+    return b.or_(s7, b.shl(odd, ir.Constant(_V32, [7] * 32)))
+
+
+def _nibble_scales(b, wb, at):
+    """``_scales`` of the two 4-bit codes of byte ``at`` (low nibble first: IQ2_XS, IQ2_S)."""
+    sc = _u8(b, wb, at)
+    return _scales(b, [_and(b, sc, 15), _shr(b, sc, 4)])
+
+
+def _ksigns_of_aux(b, aux):
+    """<32 x i8>: the 8-bit signs of group l of sub-block s at byte 4s + l, from the <8 x i32>
+    ``aux`` (lane s: 4 x 7 sign bits at bits 7l; IQ2_XXS, IQ3_XXS)."""
+    m7 = ir.Constant(vec(i32, 8), [127] * 8)
+    v = None
+    for l in range(4):
+        t = b.and_(b.lshr(aux, ir.Constant(vec(i32, 8), [7 * l] * 8)), m7)
+        t = b.shl(t, ir.Constant(vec(i32, 8), [8 * l] * 8)) if l else t
+        v = t if v is None else b.or_(v, t)
+    return _even_parity(b, b.bitcast(v, _V32))
+
+
+def _scales(b, codes):
+    """<16 x i16> of pmaddubsw lanes: 2 ls + 1 for each of the i32 scale codes ``codes`` (one
+    per 32 elements: all lanes; two, per 16 elements: lanes 0-7 and 8-15).  (From scalars:
+    splatting lanes of a vector of all the record's scales instead cost IQ1_S twice the time.)"""
+    v = ir.Constant(vec(i16, 2), None)
+    for k, ls in enumerate(codes):
+        v = b.insert_element(v, b.trunc(b.add(b.add(ls, ls), _c(1)), i16), _c(k))
+    if len(codes) == 1:
+        return splat_lanes(b, v, [0] * 16)
+    return splat_lanes(b, v, [k // 8 for k in range(16)])
+
+
+def _lanes(b, v, shifts, mask):
+    """(v >> shifts[k]) & mask, lane by lane (constant shifts)."""
+    n = v.type.count
+    return b.and_(b.lshr(v, ir.Constant(v.type, list(shifts))), ir.Constant(v.type, [mask] * n))
+
+
+# ---- per-format weight units: [(grid <32 x i8>, sign mask <32 x i8> or None, sc16)] ----------
+
+class _Fmt:
+    """A grid format's layout (byte offsets from its schema), its constant ``c`` and the
+    decoding of one record into 8 units of 32 elements."""
+
+    def __init__(self, fmt, c, units, d_at=0):
+        self.fmt, self.name, self.c, self.units, self.d_at = fmt, fmt.name.lower(), c, units, d_at
+
+
+_QS = 2
+
+
+def _units_aux(b, wb, table, n, aux, aux_at, aux_step):
+    """IQ2_XXS (``n`` = 4 byte indices per unit) and IQ3_XXS (8): the indices of unit s at
+    bytes ``2 + 8 s``, its u32 of 4 x 7 sign bits and ls (bits 28..31) at ``aux_at + aux_step
+    s`` (``aux``: the 8 words as <8 x i32>)."""
+    sb = _ksigns_of_aux(b, aux)
+    out = []
+    for s in range(8):
+        grid = _pack(b, [_entry(b, table, _u8(b, wb, _QS + 8 * s + k)) for k in range(n)])
+        ls = _shr(b, _u8(b, wb, aux_at + aux_step * s + 3), 4)
+        out.append((grid, _bits_to_masks(b, sb, 4 * s), _scales(b, [ls])))
+    return out
+
+
+def _units_iq2_xxs(b, wb):
+    words = load(b, wb, _QS, vec(i32, 16))        # lane 2s + 1: the aux word of sub-block s
+    aux = splat_lanes(b, words, [2 * s + 1 for s in range(8)])
+    return _units_aux(b, wb, "iq2xxs", 4, aux, _QS + 4, 8)
+
+
+_XS2_SC = _iq.iq2_xs.field("ls").start
+
+
+def _units_iq2_xs(b, wb):
+    words = load(b, wb, _QS, vec(i16, 32))
+    sb = _even_parity(b, b.trunc(b.lshr(words, ir.Constant(vec(i16, 32), [9] * 32)), _V32))
+    out = []
+    for s in range(8):
+        vs = [_u16(b, wb, _QS + 8 * s + 2 * l) for l in range(4)]
+        grid = _pack(b, [_entry(b, "iq2xs", _and(b, v, 511)) for v in vs])
+        out.append((grid, _bits_to_masks(b, sb, 4 * s), _nibble_scales(b, wb, _XS2_SC + s)))
+    return out
+
+
+_S2_SIGNS = _iq.iq2_s.field("signs").start
+_S2_QH = _iq.iq2_s.field("qh").start
+_S2_SC = _iq.iq2_s.field("ls").start
+
+
+def _units_qh_signs(b, wb, table, n, width, qh_at, signs_at, scales):
+    """IQ2_S (``n`` = 4 indices of 10 bits per unit, ``width`` = 2) and IQ3_S (8 of 9 bits,
+    width 1): index k of unit s is byte ``n s + k`` of qs with bits ``width k ..`` of qh byte s
+    as its bits 8 and up; plain sign bytes at ``signs_at``; ``scales(s)`` the unit's sc16."""
+    sb = load(b, wb, signs_at, _V32)
+    high = ((1 << width) - 1) << 8
+    out = []
+    for s in range(8):
+        qh = _u8(b, wb, qh_at + s)
+        idx = [b.or_(_u8(b, wb, _QS + n * s + k), _and(b, _shl(b, qh, 8 - width * k), high))
+               for k in range(n)]
+        out.append((_pack(b, [_entry(b, table, i) for i in idx]), _bits_to_masks(b, sb, 4 * s),
+                    scales(s)))
+    return out
+
+
+def _units_iq2_s(b, wb):
+    return _units_qh_signs(b, wb, "iq2s", 4, 2, _S2_QH, _S2_SIGNS,
+                           lambda s: _nibble_scales(b, wb, _S2_SC + s))
+
+
+_XXS3_AUX = _iq.iq3_xxs.field("signs").start
+
+
+def _units_iq3_xxs(b, wb):
+    aux = load(b, wb, _XXS3_AUX, vec(i32, 8))
+    return _units_aux(b, wb, "iq3xxs", 8, aux, _XXS3_AUX, 4)
+
+
+_S3_QH = _iq.iq3_s.field("qh").start
+_S3_SIGNS = _iq.iq3_s.field("signs").start
+_S3_SC = _iq.iq3_s.field("ls").start
+
+
+def _units_iq3_s(b, wb):
+    def scales(s):
+        return _scales(b, [_and(b, _shr(b, _u8(b, wb, _S3_SC + s // 2), 4 * (s % 2)), 15)])
+    return _units_qh_signs(b, wb, "iq3s", 8, 1, _S3_QH, _S3_SIGNS, scales)
+
+
+_S1_QH = _iq.iq1_s.field("qh").start
+
+
+def _one_minus_twice(b, bits):
+    """1 - 2 t of each lane t (0 or 1): the IQ1 shift +-1 of q = 8 grid +- 1, branch-free."""
+    ones = ir.Constant(bits.type, [1] * bits.type.count)
+    return b.sub(ones, b.add(bits, bits))
+
+
+def _units_iq1_s(b, wb):
+    qhv = load(b, wb, _S1_QH, vec(i16, 8))
+    delta = b.trunc(_one_minus_twice(b, _lanes(b, qhv, [15] * 8, 1)), vec(i8, 8))
+    out = []
+    for s in range(8):
+        qh = _u16(b, wb, _S1_QH + 2 * s)
+        idx = [b.or_(_u8(b, wb, _QS + 4 * s + l), _shl(b, _and(b, _shr(b, qh, 3 * l), 7), 8))
+               for l in range(4)]
+        q8g = _pack(b, [_entry(b, "iq1s_q", i) for i in idx])
+        out.append((b.add(q8g, splat_lanes(b, delta, [s] * 32)), None,
+                    _scales(b, [_and(b, _shr(b, qh, 12), 7)])))
+    return out
+
+
+_M1_QH = _iq.iq1_m.field("qh").start
+_M1_SC = _iq.iq1_m.field("ls").start
+
+
+def _units_iq1_m(b, wb):
+    words = [_u16(b, wb, _M1_SC + 2 * t) for t in range(4)]
+    # group g = 4s + l: its delta bit is bit 3 + 4 (g % 2) of qh byte g // 2
+    qhg = splat_lanes(b, load(b, wb, _M1_QH, vec(i8, 16)), [g // 2 for g in range(32)])
+    delta = _one_minus_twice(b, _lanes(b, qhg, [3 + 4 * (g % 2) for g in range(32)], 1))
+    out = []
+    for s in range(8):
+        qs = []
+        for l in range(4):
+            qh = _u8(b, wb, _M1_QH + 2 * s + l // 2)
+            hi = _and(b, _shr(b, qh, 4 * (l % 2)), 7)
+            qs.append(_entry(b, "iq1s_q", b.or_(_u8(b, wb, 4 * s + l), _shl(b, hi, 8))))
+        dl = splat_lanes(b, delta, [4 * s + k // 8 for k in range(32)])
+        ls = [_and(b, _shr(b, words[k // 4], 3 * (k % 4)), 7) for k in (2 * s, 2 * s + 1)]
+        out.append((b.add(_pack(b, qs), dl), None, _scales(b, ls)))
+    return out
+
+
+def _d_iq1_m(b, wb):
+    """The f16 super-block scale of an IQ1_M record (its scale words' top nibbles) as f32."""
+    words = [_u16(b, wb, _M1_SC + 2 * t) for t in range(4)]
+    bits = b.or_(b.or_(_shr(b, words[0], 12), _and(b, _shr(b, words[1], 8), 0x00F0)),
+                 b.or_(_and(b, _shr(b, words[2], 4), 0x0F00), _and(b, words[3], 0xF000)))
+    return b.fpext(b.bitcast(b.trunc(bits, i16), ir.HalfType()), _F32)
+
+
+FORMATS = {f.name: f for f in (
+    _Fmt(_iq.iq2_xxs, 0.125, _units_iq2_xxs),
+    _Fmt(_iq.iq2_xs, 0.125, _units_iq2_xs),
+    _Fmt(_iq.iq2_s, 0.125, _units_iq2_s),
+    _Fmt(_iq.iq3_xxs, 0.25, _units_iq3_xxs),
+    _Fmt(_iq.iq3_s, 1.0, _units_iq3_s),
+    _Fmt(_iq.iq1_s, 0.125, _units_iq1_s),
+    _Fmt(_iq.iq1_m, 0.125, _units_iq1_m, d_at=None),
+)}
+
+
+# ---- sums and values ---------------------------------------------------------------------------
+
+def _x_side(b, xb):
+    """Per unit of 32 activation quants: (|xq| as u8, xq >> 7 (0 / -1 per byte))."""
+    out = []
+    for u in range(8):
+        x = load(b, xb, _A_Q_AT + 32 * u, _V32)
+        neg = b.ashr(x, ir.Constant(_V32, [7] * 32))
+        out.append((b.sub(b.xor(x, neg), neg), neg))
+    return out
+
+
+def _pair(b, ops, units, xside):
+    """<8 x i32> whose lane sum is S of one decoded weight record and one Q8_K record."""
+    acc = None
+    for (grid, signs, sc), (ax, xneg) in zip(units, xside):
+        mm = xneg if signs is None else b.xor(signs, xneg)
+        w = b.sub(b.xor(grid, mm), mm)
+        p = b.call(ops.maddubs, [ax, w])
+        if ops.dpwssd is not None:
+            acc = b.call(ops.dpwssd, [acc if acc is not None else ir.Constant(vec(i32, 8), None),
+                                      p, sc])
+        else:
+            m = b.call(ops.maddwd, [p, sc])
+            acc = m if acc is None else b.add(acc, m)
+    return acc
+
+
+def _spilled_units(b, units):
+    """``units`` as (signed weights w = (grid ^ m) - m, None, sc16) loaded back from a stack
+    slot that an empty inline-asm statement has seen (so LLVM keeps it in memory): the gemm
+    tile then reads each decoded weight unit from L1 per activation instead of holding 8
+    activations' worth of vectors in registers at once (measured: that spilled, and the tile
+    ran 2x slower than 8 record values)."""
+    slot = cgutils.alloca_once(b, ir.ArrayType(_V32, 8))
+    scs = cgutils.alloca_once(b, ir.ArrayType(vec(i16, 16), 8))
+    for u, (grid, signs, sc) in enumerate(units):
+        w = grid if signs is None else b.sub(b.xor(grid, signs), signs)
+        b.store(w, b.gep(slot, [_c(0), _c(u)]))
+        b.store(sc, b.gep(scs, [_c(0), _c(u)]))
+    fence = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [slot.type, scs.type]), "",
+                         "r,r,~{memory}", side_effect=True)
+    b.call(fence, [slot, scs])
+    return [(b.load(b.gep(slot, [_c(0), _c(u)])), None, b.load(b.gep(scs, [_c(0), _c(u)])))
+            for u in range(8)]
+
+
+def _sums(b, ops, kf, wbs, xbs):
+    """<n x i32> S of the record pairs zip(wbs, xbs); a record listed several times (the same
+    IR value) is decoded once (one weight record for several activation records: through
+    ``_spilled_units``)."""
+    if len(wbs) > 1 and all(wb is wbs[0] for wb in wbs):
+        units = _spilled_units(b, kf.units(b, wbs[0]))
+        return reduce_many(b, [_pair(b, ops, units, _x_side(b, xb)) for xb in xbs])
+    wdec, xdec, s = {}, {}, []
+    for wb, xb in zip(wbs, xbs):
+        if id(wb) not in wdec:
+            wdec[id(wb)] = kf.units(b, wb)
+        if id(xb) not in xdec:
+            xdec[id(xb)] = _x_side(b, xb)
+        s.append(_pair(b, ops, wdec[id(wb)], xdec[id(xb)]))
+    return reduce_many(b, s)
+
+
+def _values(b, ops, kf, wbs, xbs):
+    """<n x float> record values: v = R32(ds * R32(R32(d * c) * f32(S))), lane by lane."""
+    n = len(wbs)
+    s = _sums(b, ops, kf, wbs, xbs)
+    if kf.d_at is None:
+        d = ir.Constant(vec(_F32, n), None)
+        seen = {}
+        for k, wb in enumerate(wbs):
+            if id(wb) not in seen:
+                seen[id(wb)] = _d_iq1_m(b, wb)
+            d = b.insert_element(d, seen[id(wb)], _c(k))
+    else:
+        d = gather_f16(b, wbs, kf.d_at)
+    f32v = vec(_F32, n)
+    dc = b.fmul(d, ir.Constant(f32v, [kf.c] * n))            # exact: c a power of two
+    ds = gather_f32(b, xbs, _A_DS_AT)
+    return b.fmul(ds, b.fmul(dc, b.sitofp(s, f32v)))
+
+
+def _make_record(name, vnni, value):
+    """Intrinsic ``f(w, w_off, x, x_off)``: S (int32) of the weight record (format ``name``) at
+    byte ``w_off`` of uint8 array ``w`` and the Q8_K record at byte ``x_off`` of ``x``, or with
+    ``value`` the record value v (float32)."""
+    @intrinsic
+    def record(typingctx, w, w_off, x, x_off):
+        if not (isinstance(w, types.Array) and isinstance(x, types.Array)):
+            return None
+        sig = (types.float32 if value else types.int32)(w, types.intp, x, types.intp)
+
+        def codegen(context, builder, signature, args):
+            kf, ops = FORMATS[name], Ops(builder, False, vnni)
+            wb = byte_ptr(context, builder, signature.args[0], args[0], args[1])
+            xb = byte_ptr(context, builder, signature.args[2], args[2], args[3])
+            if value:
+                r = _values(builder, ops, kf, [wb], [xb])
+            else:
+                r = _sums(builder, ops, kf, [wb], [xb])
+            return builder.extract_element(r, _c(0))
+        return sig, codegen
+    return record
+
+
+def _make_tile(name, vnni, over_rows):
+    """The 8-lane tile intrinsic of format ``name`` (``base.tile_intrinsic``)."""
+    def make_values(builder):
+        kf, ops = FORMATS[name], Ops(builder, False, vnni)
+        return lambda wbs, xbs: _values(builder, ops, kf, wbs, xbs)
+    return tile_intrinsic(over_rows, 8, make_values)
+
+
+# {t}_q8_k_s_{avx2, avx2vnni}: S (the tests check both against the loops); {t}_q8_k_value and
+# {t}_acts_x8 with VNNI where the target has it; {t}_rows_x8, the 8-row gemv tile, only for the
+# formats whose indices are plain bytes or words (ROWS_X8).  For the others (index bits in qh,
+# IQ1's shifts) decoding 8 records at once (LLVM interleaves them) measured slower than the
+# record value row by row: IQ2_S, IQ3_S 1.2x, IQ1_S 1.1x, IQ1_M 3.4x; a row of records is one
+# linear stream for the hardware prefetcher.
+VARIANTS = {"avx2": False, "avx2vnni": True}
+ROWS_X8 = ("iq2_xxs", "iq2_xs", "iq3_xxs")
+
+__all__ = []
+for _name in FORMATS:
+    for _var, _v in VARIANTS.items():
+        globals()[f"{_name}_q8_k_s_{_var}"] = _make_record(_name, _v, False)
+        __all__.append(f"{_name}_q8_k_s_{_var}")
+    globals()[f"{_name}_q8_k_value"] = _make_record(_name, HAVE_VNNI, True)
+    globals()[f"{_name}_acts_x8"] = _make_tile(_name, HAVE_VNNI, False)
+    __all__ += [f"{_name}_q8_k_value", f"{_name}_acts_x8"]
+    if _name in ROWS_X8:
+        globals()[f"{_name}_rows_x8"] = _make_tile(_name, HAVE_VNNI, True)
+        __all__.append(f"{_name}_rows_x8")
+del _name, _var, _v

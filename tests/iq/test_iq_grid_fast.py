@@ -1,0 +1,129 @@
+"""The grid IQ formats' fast paths (SIMD record values and 8-lane tiles of
+``numba_qk.kernels.simd.iq_grid``) equal the portable definitions bit for bit: the SIMD record
+sums against the readable loops on any bytes (both vector variants), and dot / gemv / gemm /
+matmul against ``dot_<t>_q8_k_portable`` on random bytes (NaN/inf scales), extreme records and
+ggml-like data, over 8-row tiles with leftover rows, 8-activation tiles with leftover
+activations and several record blocks, G = 0, 1, strided, read-only and unaligned inputs.
+
+IQ3_XXS (record value, 8-row and 8-activation tiles) for the products and IQ2_XS, IQ3_S for the
+record sums in the default run (each case compiles its own specialisations); the others under
+``-m slow``."""
+
+import numpy as np
+import pytest
+
+import numba_qk as qk
+from numba_qk.kernels.iq import grid
+from numba_qk.kernels.simd import base as _simd
+from numba_qk.testing.asserts import assert_same_f32
+from records import random_iq_grid
+from subsets import default_few
+
+NAMES = ["iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"]
+needs_simd = pytest.mark.skipif(not _simd.HAVE_AVX2, reason="no AVX2/F16C on this machine")
+
+
+@needs_simd
+@pytest.mark.parametrize("name", default_few(NAMES, {"iq2_xs", "iq3_s"}))
+def test_simd_sums_equal_the_loops_on_any_bytes(name, rng):
+    """S of the vector decoder (with and without VNNI, where the machine has it) == the
+    portable record_sums on random bytes, all-0xFF / all-0x00 weights and extreme activations
+    (xq = -128 everywhere, 127 everywhere)."""
+    from numba import njit
+
+    from numba_qk.kernels.simd import iq_grid as sg
+
+    sums = getattr(grid, f"record_sums_{name}_q8_k")
+    variants = ["avx2"] + (["avx2vnni"] if _simd.HAVE_VNNI else [])
+    w = rng.integers(0, 256, (512, getattr(qk.quant, name).block_bytes), dtype=np.uint8)
+    x = rng.integers(0, 256, (512, 292), dtype=np.uint8)
+    w[:32] = 0xFF
+    w[32:64] = 0
+    x[:16, 4:260] = 0x80
+    x[16:48, 4:260] = 0x7F
+    x[100:140, 4:260] = 0x80      # meets the 0xFF and 0x00 weights' neighbours too
+    w[120:130] = 0xFF
+    for var in variants:
+        simd = getattr(sg, f"{name}_q8_k_s_{var}")
+
+        @njit(cache=False)
+        def both(w, x, out):
+            for b in range(w.shape[0]):
+                out[b, 0] = simd(w, b * w.strides[0], x, b * x.strides[0])
+                out[b, 1] = sums(w, b, x, b)
+
+        out = np.zeros((512, 2), np.int64)
+        both(w, x, out)
+        assert (out[:, 0] == out[:, 1]).all(), (var, np.flatnonzero(out[:, 0] != out[:, 1])[:5])
+
+
+def _unaligned(a):
+    """A copy of ``a`` whose data starts one byte past an aligned address."""
+    buf = np.zeros(a.nbytes + 1, np.uint8)
+    out = buf[1:].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+@pytest.mark.parametrize("name", default_few(NAMES, {"iq3_xxs"}))  # value + both tiles
+def test_fast_paths_equal_the_portable_definition(name, rng):
+    """dot, gemv (2 tiles of 8 rows + 3 leftover rows), gemm (1 tile of 8 activations + 3
+    leftover, 2 record blocks) and matmul equal the portable dot of every (row, activation)
+    pair bit for bit; also on strided (the loops), read-only and unaligned inputs and G = 0, 1."""
+    fmt = getattr(qk.quant, name)
+    t = name
+    port = getattr(grid, f"dot_{t}_q8_k_portable")
+    dot, gemv, gemm = (getattr(grid, f"{k}_{t}_q8_k") for k in ("dot", "gemv", "gemm"))
+    rows, batch = 19, 11
+    for g in (10, 1, 0):
+        w = random_iq_grid(rng, fmt, rows * g).reshape(rows, g, fmt.block_bytes)
+        x = rng.integers(0, 256, (batch, g, 292), dtype=np.uint8)
+        x[:, :, 3] &= 0x3F                                   # finite ds ...
+        x[4, :, 0:4] = rng.integers(0, 256, (g, 4), dtype=np.uint8)   # ... but one: any
+        if g:
+            w[5] = rng.integers(0, 256, w[5].shape, dtype=np.uint8)    # NaN/inf scales too
+            w[7] = 0xFF
+            w[8] = 0
+            w[15] = 0xFF                                               # a tile's last row
+            w[18] = 0xFF                                               # a leftover row
+            x[0, :, 4:260] = 0x80                                      # xq = -128
+            x[7, :, 4:260] = 0x7F
+            x[9] = qk.quantize(rng.standard_normal((g, 256)).astype(np.float32),
+                               format=qk.quant.q8_k)
+        want = np.array([[port(w[r], x[a]) for r in range(rows)] for a in range(batch)],
+                        np.float32)
+        got_dot = np.array([[dot(w[r], x[a]) for r in range(rows)] for a in range(batch)],
+                           np.float32)
+        got_gemv = np.empty((batch, rows), np.float32)
+        for a in range(batch):
+            gemv(w, x[a], got_gemv[a])
+        got_gemm = np.empty((batch, rows), np.float32)
+        gemm(w, x, got_gemm)
+        ws = np.zeros((rows, g, 2 * fmt.block_bytes), np.uint8)      # strided bytes
+        ws[:, :, ::2] = w
+        ws = ws[:, :, ::2]
+        wro, xro = w.copy(), x.copy()
+        wro.flags.writeable = xro.flags.writeable = False
+        wu, xu = _unaligned(w), _unaligned(x)
+        got = {"dot": got_dot, "gemv": got_gemv, "gemm": got_gemm}
+        for label, ww, xx in (("strided", ws, xro), ("read-only", wro, xro),
+                              ("unaligned", wu, xu)):
+            got[f"{label} gemm"] = np.empty((batch, rows), np.float32)
+            gemm(ww, xx, got[f"{label} gemm"])
+            got[f"{label} gemv"] = np.empty((batch, rows), np.float32)
+            for a in range(batch):
+                gemv(ww, xx[a], got[f"{label} gemv"][a])
+        with np.errstate(all="ignore"):
+            for label, arr in got.items():
+                assert_same_f32(arr, want, f"{name} G={g} {label}")
+    # matmul: activations quantized to Q8_K first, then the same dots (one 8-activation tile
+    # + 1 leftover, 2 tiles of 8 rows + 3)
+    g = 3
+    w = random_iq_grid(rng, fmt, rows * g).reshape(rows, g, fmt.block_bytes)
+    a = rng.standard_normal((9, 256 * g)).astype(np.float32)
+    xq = qk.quantize(a.reshape(-1, 256), format=qk.quant.q8_k).reshape(9, g, 292)
+    want = np.array([[port(w[r], xq[k]) for r in range(rows)] for k in range(9)], np.float32)
+    assert_same_f32(np.asarray(qk.matmul(w, a, lhs_format=fmt, threads=1), np.float32), want,
+                    f"{name} matmul")
+    assert_same_f32(np.asarray(qk.matmul(w, a[2], lhs_format=fmt, threads=1), np.float32),
+                    want[2], f"{name} matvec")
