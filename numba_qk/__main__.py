@@ -266,10 +266,11 @@ def main(argv=None) -> int:
     p_bench = sub.add_parser("bench", help="matvec speed per accelerated tensor")
     p_bench.add_argument("file", nargs="?", help="GGUF file (default: the embedded demo model)")
     p_bench.add_argument("--repeat", type=int, default=20, help="timed repeats (default 20)")
-    p_gen = sub.add_parser("generate", help="run a GGUF model (llama, gemma3): greedy tokens")
+    p_gen = sub.add_parser("generate",
+                           help="run a GGUF model (llama, gemma3, qwen2, qwen3): greedy tokens")
     p_gen.add_argument("model", nargs="?",
-                       help="GGUF model file (architecture llama or gemma3; default: the "
-                            "embedded demo model, a tiny llama with random weights)")
+                       help="GGUF model file (architecture llama, gemma3, qwen2 or qwen3; "
+                            "default: the embedded demo model, a tiny llama with random weights)")
     p_gen.add_argument("prompt", nargs="?",
                        help="prompt text, tokenized with the file's vocabulary as llama.cpp "
                             "does (BOS where the file asks for it; special tokens such as "

@@ -7,7 +7,10 @@ tiny models with tiny_vocab.VARIANTS' vocabularies (tools/llama_cpp_tokenize.py)
 the two real models of tests/models/test_real_models.py found in DIR.
 
     PYTHONPATH=. python tools/gen_models_golden.py [--llama-python /work/.native-ggml/bin/python]
-        [--only tokenizer] [--real ~/.cache/numba_qk-models]
+        [--only tokenizer|models] [--arch qwen2,qwen3] [--real ~/.cache/numba_qk-models]
+
+``--arch`` (default: every architecture of tiny_models.SHAPES) limits which tiny_<arch>.npz are
+written; ``--only models`` leaves the tokenizer goldens as they are.
 """
 
 import argparse
@@ -21,7 +24,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "models"))
 
-from tiny_models import PROMPT, sha256, write_tiny_model  # noqa: E402
+from tiny_models import PROMPT, SHAPES, sha256, write_tiny_model  # noqa: E402
 from tiny_vocab import (CORPUS, CORPUS_BYTES, REAL_CORPUS, REAL_CORPUS_BYTES,  # noqa: E402
                         VARIANTS)
 
@@ -64,16 +67,18 @@ def tokenizer_goldens(a, out_dir):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--llama-python", default="/work/.native-ggml/bin/python")
-    ap.add_argument("--only", choices=["tokenizer"], default=None)
+    ap.add_argument("--only", choices=["tokenizer", "models"], default=None)
+    ap.add_argument("--arch", default=",".join(SHAPES), help="comma-separated architectures")
     ap.add_argument("--real", default=None, help="folder of the two real models")
     a = ap.parse_args()
     out_dir = ROOT / "tests" / "models" / "golden"
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer_goldens(a, out_dir)
+    if a.only != "models":
+        tokenizer_goldens(a, out_dir)
     if a.only == "tokenizer":
         return
     with tempfile.TemporaryDirectory() as d:
-        for arch in ("llama", "gemma3"):
+        for arch in a.arch.split(","):
             path = write_tiny_model(Path(d) / f"{arch}.gguf", arch)
             ref = Path(d) / f"{arch}.npz"
             subprocess.run([a.llama_python, str(ROOT / "tools" / "llama_cpp_ref.py"), str(path),

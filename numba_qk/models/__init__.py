@@ -8,7 +8,8 @@
 >>> ids = m.tokenize("Hello world")                            # doctest: +SKIP
 >>> m.detokenize(m.generate(ids, 8))                           # doctest: +SKIP
 
-Architectures: ``llama`` (SmolLM2, Llama 3, Mistral and kin) and ``gemma3``.  Weights stay in
+Architectures: ``llama`` (SmolLM2, Llama 3, Mistral and kin), ``gemma3``, ``qwen2`` (Qwen2,
+Qwen2.5: q/k/v biases) and ``qwen3`` (dense Qwen3: per-head q/k norms).  Weights stay in
 the file's memory map (numba_qk's zero-copy records); nothing is dequantized up front, and
 embeddings are looked up row by row.  With one thread on AVX-512 VNNI, Q4_0/Q4_1/Q5_0 and Q4_K
 weights are also copied once at load into row-interleaved tiles (the kernels' x8 / x16 layouts)

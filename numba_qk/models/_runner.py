@@ -1,5 +1,6 @@
-"""The forward pass of the ``llama`` and ``gemma3`` GGUF architectures (llama.cpp's
-src/models/llama.cpp and gemma3.cpp graphs), with an f16 KV cache and batched prompts."""
+"""The forward pass of the ``llama``, ``gemma3``, ``qwen2`` and ``qwen3`` GGUF architectures
+(llama.cpp's src/models/llama.cpp, gemma3.cpp, qwen2.cpp and qwen3.cpp graphs), with an f16 KV
+cache and batched prompts."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from ..ops import gemm, gemv, get_rows, quantize
 from . import kernels as K
 from ._vocab import Vocab
 
-ARCHITECTURES = ("llama", "gemma3")
+ARCHITECTURES = ("llama", "gemma3", "qwen2", "qwen3")
+# LLAMA_ROPE_TYPE_NEOX (llama-model.cpp llama_model_rope_type); the others are NORM
+_NEOX = ("gemma3", "qwen2", "qwen3")
 
 
 # weight formats decoded through x8 tiles (Q8_0's were slower than its plain records streamed
@@ -122,7 +125,12 @@ class _Layer:
     gate: _Weight
     up: _Weight
     down: _Weight
-    # gemma3's norms; empty (_NONE) where the architecture has none
+    # q/k/v biases (F32 ``[rows]``, added after the matmul as build_qkv does: qwen2); None
+    # where the file has none
+    bq: np.ndarray = None
+    bk: np.ndarray = None
+    bv: np.ndarray = None
+    # gemma3's norms (and qwen3's q/k norms); empty (_NONE) where the architecture has none
     q_norm: np.ndarray = field(default_factory=lambda: _NONE)
     k_norm: np.ndarray = field(default_factory=lambda: _NONE)
     post_attn_norm: np.ndarray = field(default_factory=lambda: _NONE)
@@ -160,7 +168,7 @@ class Model:
         self.eps = np.float32(kv("attention.layer_norm_rms_epsilon"))
         self.n_ctx_train = int(kv("context_length", 2048))
         freq_base = float(kv("rope.freq_base", 10000.0))
-        self.neox = arch == "gemma3"
+        self.neox = arch in _NEOX
         self.softcap = None
         swa_layers = set()
         freq_base_swa = freq_base
@@ -186,7 +194,8 @@ class Model:
             cap = float(kv("final_logit_softcapping", 0.0) or 0.0)
             self.softcap = np.float32(cap) if cap else None
         else:
-            # src/models/llama.cpp: kq_scale = 1.0f/sqrtf(n_embd_head) inside the softmax
+            # src/models/llama.cpp, qwen2.cpp, qwen3.cpp: kq_scale = 1.0f/sqrtf(n_embd_head)
+            # inside the softmax
             self.q_scale = None
             self.kq_scale = np.float32(np.float32(1.0) / np.float32(math.sqrt(self.head_dim)))
             self.embd_scale = None
@@ -200,6 +209,9 @@ class Model:
         def w(name):
             return _Weight(f, name, threads)
 
+        def bias(name):   # create_tensor_qkv's optional attn_q/k/v.bias (every architecture)
+            return vec(name) if name in names else None
+
         self.layers = []
         for i in range(self.n_layer):
             p = f"blk.{i}."
@@ -207,10 +219,13 @@ class Model:
                            w(p + "attn_k.weight"), w(p + "attn_v.weight"),
                            w(p + "attn_output.weight"), vec(p + "ffn_norm.weight"),
                            w(p + "ffn_gate.weight"), w(p + "ffn_up.weight"),
-                           w(p + "ffn_down.weight"), freq_base=freq_base)
-            if arch == "gemma3":
+                           w(p + "ffn_down.weight"), freq_base=freq_base,
+                           bq=bias(p + "attn_q.bias"), bk=bias(p + "attn_k.bias"),
+                           bv=bias(p + "attn_v.bias"))
+            if arch in ("gemma3", "qwen3"):   # RMS norms of Q and K per head, before RoPE
                 layer.q_norm = vec(p + "attn_q_norm.weight")
                 layer.k_norm = vec(p + "attn_k_norm.weight")
+            if arch == "gemma3":
                 layer.post_attn_norm = vec(p + "post_attention_norm.weight")
                 layer.post_ffn_norm = vec(p + "post_ffw_norm.weight")
                 if i in swa_layers:
@@ -222,6 +237,8 @@ class Model:
         self.n_vocab = embd.shape[0]
         self.tok_embd = w("token_embd.weight")
         self.output = w("output.weight") if "output.weight" in names else self.tok_embd
+        # qwen2.cpp's optional output.bias, added to the logits
+        self.output_b = vec("output.bias") if arch == "qwen2" and "output.bias" in names else None
         self._gelu = K.gelu_f16_table() if arch == "gemma3" else None
         self._none = _NONE
         self.vocab = Vocab(md)
@@ -284,6 +301,9 @@ class Model:
         last = len(self.layers) - 1
         for il, L in enumerate(self.layers):
             q, k, v = _quantized(h, (L.wq, L.wk, L.wv), nm)
+            for y, b in ((q, L.bq), (k, L.bk), (v, L.bv)):
+                if b is not None:   # ggml_add in f32
+                    y += b
             lo = max(0, n_past - L.window + 1) if L.window else 0  # keys a window can reach
             K.attention_step(q.reshape(T, H, hd), k.reshape(T, Hkv, hd), v.reshape(T, Hkv, hd),
                              L.q_norm, L.k_norm, eps, pos, self.n_rot, L.freq_base, self.neox,
@@ -305,6 +325,8 @@ class Model:
             x = x[-1:]
         h = self._norm(np.ascontiguousarray(x), self.output_norm)
         (logits,) = _quantized(h, (self.output,), nm)
+        if self.output_b is not None:
+            logits += self.output_b
         if self.softcap is not None:   # ggml_scale(1/c), ggml_tanh, ggml_scale(c)
             inv = np.float32(np.float32(1.0) / self.softcap)
             logits = np.tanh(logits * inv) * self.softcap
@@ -347,7 +369,8 @@ class Model:
 
 
 def load(path, threads=1, numerics="ggml_cpu") -> Model:
-    """Open a GGUF model of architecture ``llama`` or ``gemma3`` (weights memory-mapped).
+    """Open a GGUF model of architecture ``llama``, ``gemma3``, ``qwen2`` or ``qwen3`` (weights
+    memory-mapped).
 
     ``numerics`` names the activation quantizer (``numba_qk.quantize``'s argument):
     ``"ggml_cpu"`` (default) quantizes activations as llama.cpp does at run time (ggml's x86 CPU

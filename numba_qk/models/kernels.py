@@ -56,8 +56,8 @@ def rope(x, pos, n_rot, freq_base, neox):
     ``theta`` starts at ``(float)pos`` and is multiplied by ``theta_scale`` in f32 after each
     pair; ``cos = cosf(theta)``, ``sin = sinf(theta)``; ``y0 = x0*cos - x1*sin``,
     ``y1 = x0*sin + x1*cos``.  Pairs are ``(i0, i0+1)`` in the normal layout (LLAMA_ROPE_TYPE_NORM,
-    llama) and ``(i0/2, i0/2 + n_rot/2)`` in the NeoX layout (gemma3); dims past ``n_rot`` are
-    left as they are."""
+    llama) and ``(i0/2, i0/2 + n_rot/2)`` in the NeoX layout (gemma3, qwen2, qwen3); dims past
+    ``n_rot`` are left as they are."""
     T, H, hd = x.shape
     theta_scale = np.float32(math.pow(np.float32(freq_base), np.float32(-2.0) / np.float32(n_rot)))
     cs = np.empty(n_rot, np.float32)
@@ -202,8 +202,8 @@ def attention_step(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, q_
                    n_past, lo, kq_scale, window, out):
     """One layer's attention for ``T`` new tokens in one call, the steps of llama.cpp's graph
     (and of the kernels above) in order: ``q``/``k`` (f32 ``[T, H, hd]`` / ``[T, Hkv, hd]``,
-    C-contiguous, changed in place) RMS-normalised per head by ``q_norm``/``k_norm`` (gemma3;
-    skipped when they are empty), ``rope`` at positions ``pos``, Q times ``q_scale`` in f32
+    C-contiguous, changed in place) RMS-normalised per head by ``q_norm``/``k_norm`` (gemma3,
+    qwen3; skipped when they are empty), ``rope`` at positions ``pos``, Q times ``q_scale`` in f32
     (gemma3; skipped when 0); K and ``v`` rounded to f16 (RNE) into the cache layer ``kc``/``vc``
     (uint16 ``[Hkv, n_ctx, hd]``: a ``view`` of the float16 cache) at positions ``n_past ..
     n_past + T - 1``; then ``attention`` of Q rounded to f16 over the cached positions ``lo ..

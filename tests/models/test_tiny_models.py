@@ -1,6 +1,7 @@
-"""numba_qk.models on tiny llama- and gemma3-shaped models written here: logits against an
-independent float64 numpy forward pass, KV-cache decoding against the batched pass, and logits
-against golden ones computed once by llama.cpp from the same bytes (tools/gen_models_golden.py)."""
+"""numba_qk.models on tiny llama-, gemma3-, qwen2- and qwen3-shaped models written here: logits
+against an independent float64 numpy forward pass, KV-cache decoding against the batched pass,
+and logits against golden ones computed once by llama.cpp from the same bytes
+(tools/gen_models_golden.py)."""
 
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from numba_qk import models  # noqa: E402
 from tiny_models import PROMPT, reference_logits, sha256, write_tiny_model  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden"
-ARCHS = ["llama", "gemma3"]
+ARCHS = ["llama", "gemma3", "qwen2", "qwen3"]
 
 
 @pytest.fixture(scope="module", params=ARCHS)

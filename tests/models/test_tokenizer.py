@@ -94,3 +94,19 @@ def test_cli_generate_from_prompt_text(tmp_path, capsys):
     with pytest.raises(SystemExit):                            # neither PROMPT nor --tokens
         main(["generate", str(path), "-n", "2"])
     assert "PROMPT or --tokens" in capsys.readouterr().err
+
+
+def test_qwen_vocabulary(tmp_path):
+    """A qwen3 (and qwen2) model with a Qwen-style vocabulary (``gpt2`` model, ``qwen2``
+    pre-tokenizer, no ``add_bos_token`` key: no BOS): ids equal llama.cpp's golden ones for that
+    vocabulary (made on a llama-architecture file; llama.cpp's vocabulary does not depend on the
+    architecture), and text runs through the model end to end."""
+    for arch in ("qwen3", "qwen2"):
+        m = models.load(write_tiny_model(tmp_path / f"{arch}.gguf", arch,
+                                         vocab=VARIANTS["bpe_qwen2"]()))
+        assert not m.vocab.add_bos
+        ids = m.tokenize("Hello world")
+        assert ids == m.tokenize("Hello world", add_bos=False) and m.detokenize(ids) == \
+            "Hello world"
+        assert len(m.generate(ids, 2)) == 2
+        check_against_llama_cpp(m, GOLDEN["bpe_qwen2"])

