@@ -115,10 +115,12 @@ def _human(n: int) -> str:
 
 
 def _quantizable_weights() -> list:
-    """CLI names of the weight formats numba_qk can quantize to (from the registry)."""
+    """CLI names of the weight formats numba_qk can quantize to (from the registry; --type
+    takes no importance matrix, so not those that need one)."""
     from numba_qk import _registry
 
-    return [f._attr for f in _registry.WEIGHTS if f in _registry.QUANTIZABLE]
+    return [f._attr for f in _registry.WEIGHTS
+            if f in _registry.QUANTIZABLE and f not in _registry.REQUIRES_IMATRIX]
 
 
 def _summary(caps) -> str:

@@ -47,8 +47,11 @@ def test_registry_is_whole_and_ordered():
                        qk.quant.q5_k, qk.quant.q6_k, qk.quant.mxfp4, qk.quant.nvfp4,
                        qk.quant.iq4_nl, qk.quant.iq4_xs, qk.quant.tq1_0, qk.quant.tq2_0,
                        *IQ_GRID)
-    # every format is quantizable but the grid IQ formats (decode and dots only, no encoders)
-    assert QUANTIZABLE == tuple(f for f in ALL if f not in IQ_GRID)
+    # every format is quantizable but the grid IQ formats without encoders (IQ2_XXS and IQ2_XS
+    # with an importance matrix only: _registry.REQUIRES_IMATRIX)
+    IQ2 = (qk.quant.iq2_xxs, qk.quant.iq2_xs, qk.quant.iq2_s)
+    assert QUANTIZABLE == tuple(f for f in ALL if f not in IQ_GRID or f in IQ2)
+    assert _registry.REQUIRES_IMATRIX == IQ2[:2]
     from numba_qk import gguf
 
     assert gguf.ACCELERATED == WEIGHTS
@@ -86,10 +89,14 @@ def test_dequantize_and_decode_on_any_bytes_match_the_oracle(fmt, rng):
 @pytest.mark.parametrize("fmt", QUANTIZABLE, ids=[f.name for f in QUANTIZABLE])
 def test_quantize_matches_the_oracle_and_rejects_non_finite(fmt, rng):
     n = fmt.block_size
-    x = (rng.standard_normal((6, n)) * 10.0 ** rng.uniform(-30, 30, (6, 1))).astype(np.float32)
+    # the grid encoders' domain ends where ggml's search aborts, about 1e10 (test_iq2_encode.py)
+    top = 9 if _registry.BY_FORMAT[fmt].domain_reason is _registry.grid_reason else 30
+    # formats ggml quantizes only with an importance matrix get a uniform one
+    kw = {"imatrix": np.ones(n, np.float32)} if fmt in _registry.REQUIRES_IMATRIX else {}
+    x = (rng.standard_normal((6, n)) * 10.0 ** rng.uniform(-30, top, (6, 1))).astype(np.float32)
     x[1] = 0.0
     x[2, ::3] = -0.0
-    got = qk.quantize(x, format=fmt)
+    got = qk.quantize(x, format=fmt, **kw)
     assert got.shape == (6, fmt.block_bytes) and got.dtype == np.uint8
     for b in range(6):
         want = quantize_oracle(fmt, x[b])
@@ -101,15 +108,15 @@ def test_quantize_matches_the_oracle_and_rejects_non_finite(fmt, rng):
     out = np.full((6, fmt.block_bytes), 7, np.uint8)
     with pytest.raises(qk.QuantizationDomainError,
                        match=rf"^block 4: values\[4, {n - 1}\] is nan; quantize needs finite"):
-        qk.quantize(bad, format=fmt, out=out)
+        qk.quantize(bad, format=fmt, out=out, **kw)
     assert (out == 7).all()
     with pytest.raises(ValueError, match=rf"values: expected shape \[G, {n}\]"):
-        qk.quantize(np.zeros((2, n + 1), np.float32), format=fmt)
+        qk.quantize(np.zeros((2, n + 1), np.float32), format=fmt, **kw)
 
 
 def _pair(rng, fmt, shape_w, shape_x):
     act = qk.activation_format(fmt)
-    if fmt in QUANTIZABLE:
+    if fmt in QUANTIZABLE and fmt not in _registry.REQUIRES_IMATRIX:
         w = qk.quantize(rng.standard_normal((int(np.prod(shape_w)), fmt.block_size))
                         .astype(np.float32), format=fmt).reshape(*shape_w, -1)
     else:   # no encoder: random records with finite scales

@@ -10,8 +10,8 @@ length 0 = no importance matrix), ``grid / kmap / neighbours`` the search tables
 (``grid_search.tables(fmt)``).  The records go to a scratch array and are copied into ``out``
 only when every block is in the domain: a block holding a non-finite value, or one on which
 ggml's search would abort the process (see below), is reported (the first one) and ``out`` is
-left untouched.  ``quantize_iq2_<t>(values, qw, out)`` / ``quantize_iq2_s(values, out)`` pass
-the tables (made on first use).
+left untouched.  ``quantize_iq2_<t>_weighted(values, qw, out)`` / ``quantize_iq2_s(values, out)``
+(``@njit`` too) pass the tables, which are made when they compile and frozen into them.
 
 Numerics: every C float step is one explicit f32 rounding in C's evaluation order (``a*b*c`` is
 ``R32(R32(a*b)*c)``, ``s += a*b`` is ``R32(s + R32(a*b))``; no double anywhere in these C
@@ -30,6 +30,8 @@ imatrix weights near 1 (docs/numerics_iq_grid.md).
 """
 
 import numpy as np
+
+from numba.extending import overload
 
 from numba_qk._jit import kernel
 from numba_qk.formats import iq as _iq
@@ -493,35 +495,66 @@ def encode_iq2_xxs(values, qw, out, grid, kmap, neighbours):
     return -1
 
 
-# ---- the entry points of the registry (tables made on first use) ------------------------------
+# ---- the entry points (``@njit``; the tables frozen into them when they compile) ---------------
 
-def _run(encode, fmt, values, qw, out):
-    t = _gs.tables(fmt)
-    return encode(values, qw, out, t.grid, t.kmap, t.neighbours)
+def _tables_for(fmt):
+    """A function that, called in ``@njit`` code, gives ``(grid, kmap, neighbours)`` of
+    ``fmt``: its overload makes them (``grid_search.tables``) when a kernel calling it is
+    compiled, and numba freezes them into that kernel as constants (cached with it: a process
+    that loads the kernel from numba's cache never builds them)."""
+    def tables():
+        raise TypeError("call only from @njit code")
+
+    @overload(tables)
+    def _tables():
+        t = _gs.tables(fmt)
+        grid, kmap = t.grid, t.kmap
+        # numba keeps a constant array of over 10**6 bytes by its address, which its cache
+        # refuses: the neighbour lists go in as three parts, joined at each call (~1 MB copied)
+        nb = t.neighbours
+        k = -(-nb.shape[0] // 3)
+        n0, n1, n2 = nb[:k].copy(), nb[k:2 * k].copy(), nb[2 * k:].copy()
+        assert max(n0.nbytes, n1.nbytes, n2.nbytes) < 10**6
+
+        def impl():
+            return grid, kmap, np.concatenate((n0, n1, n2))
+        return impl
+    tables.__name__ = tables.__qualname__ = f"{fmt._attr}_tables"
+    return tables
 
 
-_NO_WEIGHTS = np.zeros(0, np.float32)
+iq2_xxs_tables = _tables_for(_XXS)
+iq2_xs_tables = _tables_for(_XS)
+iq2_s_tables = _tables_for(_S)
 
 
+@kernel
 def quantize_iq2_xxs_weighted(values, qw, out):
     """f32 ``values`` [G, 256] (rows of ``len(qw)``) -> IQ2_XXS records, weighted by ``qw``."""
-    return _run(encode_iq2_xxs, _XXS, values, qw, out)
+    grid, kmap, neighbours = iq2_xxs_tables()
+    return encode_iq2_xxs(values, qw, out, grid, kmap, neighbours)
 
 
+@kernel
 def quantize_iq2_xs_weighted(values, qw, out):
     """f32 ``values`` [G, 256] (rows of ``len(qw)``) -> IQ2_XS records, weighted by ``qw``."""
-    return _run(encode_iq2_xs, _XS, values, qw, out)
+    grid, kmap, neighbours = iq2_xs_tables()
+    return encode_iq2_xs(values, qw, out, grid, kmap, neighbours)
 
 
+@kernel
 def quantize_iq2_s_weighted(values, qw, out):
     """f32 ``values`` [G, 256] (rows of ``len(qw)``) -> IQ2_S records, weighted by ``qw``."""
-    return _run(encode_iq2_s, _S, values, qw, out)
+    grid, kmap, neighbours = iq2_s_tables()
+    return encode_iq2_s(values, qw, out, grid, kmap, neighbours)
 
 
+@kernel
 def quantize_iq2_s(values, out):
     """f32 ``values`` [G, 256] -> IQ2_S records (ggml's ``quantize_iq2_s`` without an
     importance matrix)."""
-    return _run(encode_iq2_s, _S, values, _NO_WEIGHTS, out)
+    grid, kmap, neighbours = iq2_s_tables()
+    return encode_iq2_s(values, np.zeros(0, np.float32), out, grid, kmap, neighbours)
 
 
 # The weighted path per format: (entry, what it reproduces), read by numba_qk._registry;
