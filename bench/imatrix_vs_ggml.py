@@ -1,7 +1,7 @@
 """Importance-weighted encoders: ``numba_qk.quantize(x, fmt, imatrix=w)`` against ggml's
 ``ggml_quantize_chunk(type, x, ..., imatrix=w)`` (same rows, same weights, 1 thread), each pair
 interleaved in one process, best of ``--repeat``; the unweighted path (``imatrix=None``, ggml's
-``quantize_chunk`` without weights) beside it ("-" for IQ2_XXS / IQ2_XS, which need weights).
+``quantize_chunk`` without weights) beside it ("-" for IQ2_XXS / IQ2_XS / IQ1_S, which need weights).
 Checks the bytes are equal before timing.
 
     NUMBA_QK_GGML_LIB=<native ggml lib folder> python bench/imatrix_vs_ggml.py [q4_k ...]
@@ -19,7 +19,7 @@ import numba_qk as qk
 from numba_qk.testing import ggml as ggml_ctypes
 
 ALL = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "iq4_xs",
-       "iq2_xxs", "iq2_xs", "iq2_s"]
+       "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s"]
 
 
 def best(fn, repeat):

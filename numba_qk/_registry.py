@@ -48,6 +48,7 @@ from numba_qk.kernels.legacy import weighted as _kwl
 from numba_qk.kernels.iq import iq4_weighted as _kwiq
 from numba_qk.kernels.iq import grid as _kiqgrid
 from numba_qk.kernels.iq import iq2_encode as _kiq2
+from numba_qk.kernels.iq import iq1_encode as _kiq1
 from numba_qk.kernels import ggml_cpu as _kggml_cpu
 
 __all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "TRAITS", "binding",
@@ -194,13 +195,13 @@ def finite_reason(values, b: int, element=None) -> str:
 
 
 def grid_reason(values, b: int, element=None) -> str:
-    """The grid IQ encoders (IQ2_XXS, IQ2_XS, IQ2_S): a non-finite value, or a block on which
-    ggml's grid search aborts the process (its weighted squared errors overflow float32)."""
+    """The grid IQ encoders (IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S): a non-finite value, or a block on
+    which ggml's grid search aborts the process (its weighted squared errors overflow float32)."""
     reason = _nonfinite(values, b, element)
     if reason is not None:
         return reason
     block = np.asarray(values[b])
-    return (f"ggml's grid search aborts on this block (GGML_ASSERT in iq2_find_best_neighbour "
+    return (f"ggml's grid search aborts on this block (a GGML_ASSERT in its neighbour search "
             f"or on the scale: its weighted squared errors overflow float32; largest |value| "
             f"{float(np.abs(block).max())!r}); the grid encoders take values up to about 1e10 "
             f"in magnitude (docs/numerics_iq_grid.md)")
@@ -252,7 +253,8 @@ assert tuple(_DOMAIN_REASONS) == DOMAINS
 # {format: the domain rule of its weighted encoder}.  They have no ``Binding.quantize`` (no
 # encoder without one) but a ``domain_reason`` (their weighted encoder's) and a ``quantizer``
 # text; ``quantize(values, fmt)`` without ``imatrix=`` refuses them.
-_REQUIRES_IMATRIX = dict(_kiq2.REQUIRES_IMATRIX)
+_REQUIRES_IMATRIX = {**_kiq2.REQUIRES_IMATRIX, **_kiq1.REQUIRES_IMATRIX}
+_GRID_WEIGHTED = {**_kiq2.WEIGHTED, **_kiq1.WEIGHTED}
 REQUIRES_IMATRIX = tuple(_REQUIRES_IMATRIX)
 
 
@@ -260,7 +262,7 @@ def _binding(t: Traits) -> Binding:
     domain, quantizer = t.domain, t.quantizer
     if t.format in _REQUIRES_IMATRIX:
         domain = _REQUIRES_IMATRIX[t.format]
-        quantizer = (f"{_kiq2.WEIGHTED[t.format][1]}; requires an importance matrix "
+        quantizer = (f"{_GRID_WEIGHTED[t.format][1]}; requires an importance matrix "
                      f"(imatrix=)")
     return Binding(t.format, dequantize=t.dequantize,
                    decode=_decoder(t.format, t.decode, _FIELDS_TYPES[t.decoded.type_name],
@@ -283,7 +285,7 @@ WEIGHTS = tuple(b.format for b in BINDINGS if b.dot is not None)
 # out) -> -1 | first bad block``, what it reproduces), from the ``WEIGHTED`` tables of the
 # modules of ggml's ``quantize_row_*_impl`` paths.  ``IMATRIX_IGNORED``: formats whose
 # ``quantize_<t>`` in ggml takes and ignores the importance matrix (numba_qk does the same).
-WEIGHTED = {**_kwk.WEIGHTED, **_kwl.WEIGHTED, **_kwiq.WEIGHTED, **_kiq2.WEIGHTED}
+WEIGHTED = {**_kwk.WEIGHTED, **_kwl.WEIGHTED, **_kwiq.WEIGHTED, **_GRID_WEIGHTED}
 IMATRIX_IGNORED = (quant.q8_0, quant.mxfp4, quant.nvfp4, quant.tq1_0, quant.tq2_0)
 
 # ggml's CPU activation quantizers (``quantize(..., numerics="ggml_cpu")``): what llama.cpp runs

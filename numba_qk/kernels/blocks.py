@@ -13,8 +13,8 @@ Q4_1/Q5_1 -> Q8_1)::
 ``G' = G`` except for NVFP4 (64 values per record), whose activation is ``2G`` Q8_0 records.
 Q8_K and Q8_1 are activation-only formats: they get dequantize / quantize, no dot / gemv; the
 grid IQ formats (IQ2_XXS ... IQ1_M): dot / gemv / dequantize, and quantize for IQ2_S (the
-encoders that need an importance matrix, IQ2_XXS / IQ2_XS, are ``quantize_iq2_*_weighted(x,
-qw, out)`` of ``numba_qk.kernels.iq.iq2_encode``).
+encoders that need an importance matrix, IQ2_XXS / IQ2_XS / IQ1_S, are
+``quantize_<f>_weighted(x, qw, out)`` of ``numba_qk.kernels.iq.iq2_encode`` / ``iq1_encode``).
 ``quantize`` returns -1 on success, else the index of the first out-of-domain block (a
 non-finite value; for Q8_K also an extreme too small to invert), and then writes nothing.
 Every result equals the public operation's (``quantized_dot``, ``gemv``, ``dequantize``,
@@ -75,7 +75,7 @@ __all__ = [
     "dot_iq4_xs_q8_k", "gemv_iq4_xs_q8_k", "dequantize_iq4_xs", "quantize_iq4_xs",
     "dot_tq1_0_q8_k", "gemv_tq1_0_q8_k", "dequantize_tq1_0", "quantize_tq1_0",
     "dot_tq2_0_q8_k", "gemv_tq2_0_q8_k", "dequantize_tq2_0", "quantize_tq2_0",
-    # the grid IQ formats (quantize_<f>: IQ2_S only; IQ2_XXS/IQ2_XS need an importance matrix)
+    # the grid IQ formats (quantize_<f>: IQ2_S only; IQ2_XXS/IQ2_XS/IQ1_S need an imatrix)
     "dot_iq2_xxs_q8_k", "gemv_iq2_xxs_q8_k", "dequantize_iq2_xxs",
     "dot_iq2_xs_q8_k", "gemv_iq2_xs_q8_k", "dequantize_iq2_xs",
     "dot_iq3_xxs_q8_k", "gemv_iq3_xxs_q8_k", "dequantize_iq3_xxs",

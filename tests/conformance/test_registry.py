@@ -47,11 +47,11 @@ def test_registry_is_whole_and_ordered():
                        qk.quant.q5_k, qk.quant.q6_k, qk.quant.mxfp4, qk.quant.nvfp4,
                        qk.quant.iq4_nl, qk.quant.iq4_xs, qk.quant.tq1_0, qk.quant.tq2_0,
                        *IQ_GRID)
-    # every format is quantizable but the grid IQ formats without encoders (IQ2_XXS and IQ2_XS
-    # with an importance matrix only: _registry.REQUIRES_IMATRIX)
-    IQ2 = (qk.quant.iq2_xxs, qk.quant.iq2_xs, qk.quant.iq2_s)
-    assert QUANTIZABLE == tuple(f for f in ALL if f not in IQ_GRID or f in IQ2)
-    assert _registry.REQUIRES_IMATRIX == IQ2[:2]
+    # every format is quantizable but the grid IQ formats without encoders (IQ2_XXS, IQ2_XS and
+    # IQ1_S with an importance matrix only: _registry.REQUIRES_IMATRIX)
+    ENCODED = (qk.quant.iq2_xxs, qk.quant.iq2_xs, qk.quant.iq1_s, qk.quant.iq2_s)
+    assert QUANTIZABLE == tuple(f for f in ALL if f not in IQ_GRID or f in ENCODED)
+    assert _registry.REQUIRES_IMATRIX == ENCODED[:3]
     from numba_qk import gguf
 
     assert gguf.ACCELERATED == WEIGHTS

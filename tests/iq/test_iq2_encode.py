@@ -1,4 +1,4 @@
-"""IQ2_XXS / IQ2_XS / IQ2_S encoders (``quantize(..., imatrix=w)``; IQ2_S also without)
+"""IQ2_XXS / IQ2_XS / IQ2_S / IQ1_S encoders (``quantize(..., imatrix=w)``; IQ2_S also without)
 byte-identical to ggml's ``ggml_quantize_chunk`` (``quantize_row_iq2_*_impl``), their search
 tables (``kernels/iq/grid_search.py``) equal to ggml's ``iq2xs_init_impl``, the requires-imatrix
 refusal and the domain (non-finite values; blocks where ggml's search aborts).  Bigger sweeps and
@@ -17,7 +17,7 @@ import numba_qk as qk
 from imatrix_cases import GGML, compare, weights
 from numba_qk.kernels.iq import grid_search
 
-NAMES = ["iq2_xxs", "iq2_xs", "iq2_s"]
+NAMES = ["iq2_xxs", "iq2_xs", "iq2_s", "iq1_s"]
 slow = pytest.mark.slow
 
 # sha256 of kmap (int32 LE) + neighbours (uint16 LE) + grid (int8 [n, 8]) as ggml's
@@ -72,7 +72,7 @@ def test_imatrix_is_ggml(name):
 
 def test_requires_imatrix():
     x = np.ones((1, 256), np.float32)
-    for fmt in (qk.quant.iq2_xxs, qk.quant.iq2_xs):
+    for fmt in (qk.quant.iq2_xxs, qk.quant.iq2_xs, qk.quant.iq1_s):
         c = qk.capabilities(fmt)
         assert c.quantize and "requires an importance matrix" in c.quantizer
         with pytest.raises(ValueError, match=rf"^quantize: {fmt.name} needs an importance "

@@ -497,7 +497,7 @@ def encode_iq2_xxs(values, qw, out, grid, kmap, neighbours):
 
 # ---- the entry points (``@njit``; the tables frozen into them when they compile) ---------------
 
-def _tables_for(fmt):
+def tables_for(fmt):
     """A function that, called in ``@njit`` code, gives ``(grid, kmap, neighbours)`` of
     ``fmt``: its overload makes them (``grid_search.tables``) when a kernel calling it is
     compiled, and numba freezes them into that kernel as constants (cached with it: a process
@@ -523,9 +523,9 @@ def _tables_for(fmt):
     return tables
 
 
-iq2_xxs_tables = _tables_for(_XXS)
-iq2_xs_tables = _tables_for(_XS)
-iq2_s_tables = _tables_for(_S)
+iq2_xxs_tables = tables_for(_XXS)
+iq2_xs_tables = tables_for(_XS)
+iq2_s_tables = tables_for(_S)
 
 
 @kernel

@@ -1,0 +1,226 @@
+"""IQ1_S encoder: ggml's ``quantize_row_iq1_s_impl`` as ``ggml_quantize_chunk`` calls it
+(``quantize_iq1_s``, row by row), byte for byte.  ggml quantizes IQ1_S only with an importance
+matrix (``ggml_quantize_requires_imatrix``; the ``_impl`` asserts ``quant_weights``).
+
+``encode_iq1_s(values, qw, out, grid, kmap, neighbours) -> -1 | first bad block`` (``@njit``,
+the tables of ``grid_search.tables(iq1_s)``); ``quantize_iq1_s_weighted(values, qw, out)``
+passes them (frozen into it when it compiles).  As in ``iq2_encode``: every C float step one
+explicit f32 rounding in C order (no double, no FMA: see there), the records written to a
+scratch array and copied into ``out`` only when every block is in the domain.
+
+Per sub-block of 32, ggml sorts the values (glibc's ``qsort``: the glibc 2.36 of the oracles
+merge-sorts, so equal values keep their order; here a stable insertion sort), then tries every
+split of the sorted values into levels -1, 0, 1 with the shifts ``+-1/8``.  Domain: finite
+values on which ggml does not abort: a group off the grid whose every neighbour distance of
+``iq1_find_best_neighbour2`` is >= FLT_MAX or NaN (ggml then scans the whole grid with an
+out-of-bounds read, undefined behaviour, and asserts unless that finds a point; numba_qk
+reports the block), or a final scale that is NaN (``GGML_ASSERT(scale >= 0)``).
+"""
+
+import numpy as np
+
+from numba_qk._jit import kernel
+from numba_qk.formats import iq as _iq
+from numba_qk.kernels._round import nearest_int
+from numba_qk.kernels.iq.iq2_encode import sigma2_of, tables_for
+from numba_qk.kernels.kquants.common import store_f16
+
+_S1 = _iq.iq1_s
+_F0 = np.float32(0.0)
+_F1 = np.float32(1.0)
+_HALF = np.float32(0.5)
+_FLT_MAX = np.float32(3.4028234663852886e38)
+_GROUP_MAX_EPS_IQ1_S = np.float32(1e-12)
+_DELTA = np.float32(0.125)
+X_P = np.array([np.float32(-1) + _DELTA, _DELTA, _F1 + _DELTA], np.float32)
+X_M = np.array([np.float32(-1) - _DELTA, -_DELTA, _F1 - _DELTA], np.float32)
+_QH = _S1.field("qh").start
+
+
+@kernel
+def find_best_neighbour2(neighbours, start, grid, xb, xo, weight, scale, xx, L, lo):
+    """ggml's ``iq1_find_best_neighbour2`` over the neighbour list (``q = xx[level]``, distance
+    ``sum R32(R32(w*diff)*diff)``, first of equals); -1 where no distance is below FLT_MAX
+    (ggml's out-of-bounds fallback scan, then its assert)."""
+    m = np.int32(neighbours[start])
+    best = _FLT_MAX
+    gi = -1
+    for j in range(1, m + 1):
+        idx = np.int32(neighbours[start + j])
+        d2 = _F0
+        for i in range(8):
+            q = xx[(np.int32(grid[idx, i]) - 1) // 2]
+            diff = np.float32(np.float32(scale * q) - xb[xo + i])
+            d2 = np.float32(d2 + np.float32(np.float32(weight[xo + i] * diff) * diff))
+        if d2 < best:
+            best = d2
+            gi = idx
+    if gi >= 0:
+        for i in range(8):
+            L[lo + i] = (np.int32(grid[gi, i]) - 1) // 2
+    return gi
+
+
+@kernel
+def _split_sums(sumx, sumw, i1, i2, xs):
+    """``sumqx``, ``sumq2`` of the split (i1, i2) with level values ``xs``, C's order."""
+    a = np.float32(np.float32(sumx[i1] - sumx[0]) * xs[0])
+    b = np.float32(np.float32(sumx[i2] - sumx[i1]) * xs[1])
+    c = np.float32(np.float32(sumx[32] - sumx[i2]) * xs[2])
+    sumqx = np.float32(np.float32(a + b) + c)
+    a = np.float32(np.float32(np.float32(sumw[i1] - sumw[0]) * xs[0]) * xs[0])
+    b = np.float32(np.float32(np.float32(sumw[i2] - sumw[i1]) * xs[1]) * xs[1])
+    c = np.float32(np.float32(np.float32(sumw[32] - sumw[i2]) * xs[2]) * xs[2])
+    return sumqx, np.float32(np.float32(a + b) + c)
+
+
+@kernel
+def encode_iq1_s(values, qw, out, grid, kmap, neighbours):
+    """ggml's ``quantize_iq1_s`` with ``quant_weights = qw`` (rows of ``len(qw)``)."""
+    per_row = qw.shape[0] // 256
+    rec = np.zeros_like(out)
+    weight = np.zeros(32, np.float32)
+    xb = np.zeros(32, np.float32)
+    order = np.zeros(32, np.int64)
+    sumx = np.zeros(33, np.float32)
+    sumw = np.zeros(33, np.float32)
+    L = np.zeros(32, np.int32)
+    index = np.zeros(4, np.int32)
+    scales = np.zeros(8, np.float32)
+    shifts = np.zeros(8, np.int32)
+    for b in range(values.shape[0]):
+        for i in range(256):
+            v = values[b, i]
+            if (v - v) != _F0:
+                return b
+        qoff = 256 * (b % per_row)
+        max_scale = _F0
+        sigma2 = sigma2_of(values, b, True)
+        for ib in range(8):
+            for i in range(32):
+                x = values[b, 32 * ib + i]
+                xb[i] = x
+                weight[i] = np.float32(qw[qoff + 32 * ib + i]
+                                       * np.float32(np.sqrt(np.float32(sigma2
+                                                                       + np.float32(x * x)))))
+            mx = abs(xb[0])
+            for i in range(1, 32):
+                ax = abs(xb[i])
+                mx = mx if mx > ax else ax
+            if mx < _GROUP_MAX_EPS_IQ1_S:
+                scales[ib] = _F0
+                shifts[ib] = 1
+                continue
+            for j in range(32):             # stable sort of the values (glibc 2.36's msort)
+                order[j] = j
+            for j in range(1, 32):
+                t = order[j]
+                k = j - 1
+                while k >= 0 and xb[order[k]] > xb[t]:
+                    order[k + 1] = order[k]
+                    k -= 1
+                order[k + 1] = t
+            sumx[0] = _F0
+            sumw[0] = _F0
+            for j in range(32):
+                i = order[j]
+                sumx[j + 1] = np.float32(sumx[j] + np.float32(weight[i] * xb[i]))
+                sumw[j + 1] = np.float32(sumw[j] + weight[i])
+            best_score = -_FLT_MAX
+            scale = mx
+            besti1 = -1
+            besti2 = -1
+            best_shift = 0
+            for i1 in range(33):
+                for i2 in range(i1, 33):
+                    sumqx, sumq2 = _split_sums(sumx, sumw, i1, i2, X_P)
+                    if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best_score * sumq2):
+                        scale = np.float32(sumqx / sumq2)
+                        best_score = np.float32(scale * sumqx)
+                        besti1 = i1
+                        besti2 = i2
+                        best_shift = 1
+                    sumqx, sumq2 = _split_sums(sumx, sumw, i1, i2, X_M)
+                    if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best_score * sumq2):
+                        scale = np.float32(sumqx / sumq2)
+                        best_score = np.float32(scale * sumqx)
+                        besti1 = i1
+                        besti2 = i2
+                        best_shift = -1
+            if besti1 < 0 or besti2 < 0 or best_shift == 0:
+                scales[ib] = _F0
+                shifts[ib] = 1
+                continue
+            for j in range(32):
+                L[order[j]] = 0 if j < besti1 else (1 if j < besti2 else 2)
+            if scale < _F0:
+                for j in range(32):
+                    L[j] = 2 - L[j]
+                scale = -scale
+                best_shift = -best_shift
+            xx = X_P if best_shift == 1 else X_M
+            all_on_grid = True
+            for k in range(4):
+                u = 0
+                for j in range(8):
+                    u |= L[8 * k + j] << (2 * j)
+                gi = np.int32(kmap[u])
+                if gi < 0:
+                    all_on_grid = False
+                    gi = find_best_neighbour2(neighbours, -gi - 1, grid, xb, 8 * k, weight,
+                                              scale, xx, L, 8 * k)
+                    if gi < 0:
+                        return b
+                index[k] = gi
+            if not all_on_grid:
+                sumqx = _F0
+                sumq2 = _F0
+                for k in range(4):
+                    for j in range(8):
+                        w = weight[8 * k + j]
+                        q = xx[(np.int32(grid[index[k], j]) - 1) // 2]
+                        sumqx = np.float32(sumqx + np.float32(np.float32(w * q) * xb[8 * k + j]))
+                        sumq2 = np.float32(sumq2 + np.float32(np.float32(w * q) * q))
+                if sumqx > _F0 and sumq2 > _F0:
+                    scale = np.float32(sumqx / sumq2)
+            h = 0
+            for k in range(4):
+                rec[b, 2 + 4 * ib + k] = np.uint8(index[k] & 255)
+                h |= (index[k] >> 8) << (3 * k)
+            rec[b, _QH + 2 * ib] = np.uint8(h & 0xFF)
+            rec[b, _QH + 2 * ib + 1] = np.uint8((h >> 8) & 0xFF)
+            if not scale >= _F0:
+                return b
+            scales[ib] = scale
+            shifts[ib] = best_shift
+            max_scale = max_scale if max_scale > scale else scale
+        if max_scale == _F0:
+            continue
+        d = np.float32(max_scale / np.float32(15.0))
+        store_f16(rec, b, 0, np.float32(d * np.float32(1.125)))
+        idv = np.float32(_F1 / d)
+        for ib in range(8):
+            l = nearest_int(np.float32(_HALF * np.float32(np.float32(idv * scales[ib]) - _F1)))
+            l = max(0, min(7, l))
+            if shifts[ib] == -1:
+                l |= 8
+            rec[b, _QH + 2 * ib + 1] |= np.uint8((l << 4) & 0xFF)
+    out[:] = rec
+    return -1
+
+
+iq1_s_tables = tables_for(_S1)
+
+
+@kernel
+def quantize_iq1_s_weighted(values, qw, out):
+    """f32 ``values`` [G, 256] (rows of ``len(qw)``) -> IQ1_S records, weighted by ``qw``."""
+    grid, kmap, neighbours = iq1_s_tables()
+    return encode_iq1_s(values, qw, out, grid, kmap, neighbours)
+
+
+WEIGHTED = {
+    _S1: (quantize_iq1_s_weighted, "ggml quantize_iq1_s (quantize_row_iq1_s_impl) with "
+                                   "quant_weights"),
+}
+REQUIRES_IMATRIX = {_S1: "grid"}
