@@ -86,7 +86,11 @@ def test_dequantize_and_decode_on_any_bytes_match_the_oracle(fmt, rng):
     assert qk.find_invalid_records(raw, fmt).dtype == np.int64
 
 
-@pytest.mark.parametrize("fmt", QUANTIZABLE, ids=[f.name for f in QUANTIZABLE])
+# the grid encoders compile for tens of seconds each (cold): IQ2_XXS and IQ2_S by default, the
+# other two under -m slow (tests/iq/test_iq2_encode.py covers them against ggml)
+@pytest.mark.parametrize("fmt", [pytest.param(f, id=f.name, marks=pytest.mark.slow
+                                              if f.name in ("IQ2_XS", "IQ1_S") else ())
+                                 for f in QUANTIZABLE])
 def test_quantize_matches_the_oracle_and_rejects_non_finite(fmt, rng):
     n = fmt.block_size
     # the grid encoders' domain ends where ggml's search aborts, about 1e10 (test_iq2_encode.py)

@@ -19,7 +19,7 @@ reports the block), or a final scale that is NaN (``GGML_ASSERT(scale >= 0)``).
 
 import numpy as np
 
-from numba_qk._jit import kernel
+from numba_qk._jit import inline_kernel, kernel
 from numba_qk.formats import iq as _iq
 from numba_qk.kernels._round import nearest_int
 from numba_qk.kernels.iq.iq2_encode import sigma2_of, tables_for
@@ -37,7 +37,7 @@ X_M = np.array([np.float32(-1) - _DELTA, -_DELTA, _F1 - _DELTA], np.float32)
 _QH = _S1.field("qh").start
 
 
-@kernel
+@inline_kernel
 def find_best_neighbour2(neighbours, start, grid, xb, xo, weight, scale, xx, L, lo):
     """ggml's ``iq1_find_best_neighbour2`` over the neighbour list (``q = xx[level]``, distance
     ``sum R32(R32(w*diff)*diff)``, first of equals); -1 where no distance is below FLT_MAX
@@ -62,19 +62,6 @@ def find_best_neighbour2(neighbours, start, grid, xb, xo, weight, scale, xx, L, 
 
 
 @kernel
-def _split_sums(sumx, sumw, i1, i2, xs):
-    """``sumqx``, ``sumq2`` of the split (i1, i2) with level values ``xs``, C's order."""
-    a = np.float32(np.float32(sumx[i1] - sumx[0]) * xs[0])
-    b = np.float32(np.float32(sumx[i2] - sumx[i1]) * xs[1])
-    c = np.float32(np.float32(sumx[32] - sumx[i2]) * xs[2])
-    sumqx = np.float32(np.float32(a + b) + c)
-    a = np.float32(np.float32(np.float32(sumw[i1] - sumw[0]) * xs[0]) * xs[0])
-    b = np.float32(np.float32(np.float32(sumw[i2] - sumw[i1]) * xs[1]) * xs[1])
-    c = np.float32(np.float32(np.float32(sumw[32] - sumw[i2]) * xs[2]) * xs[2])
-    return sumqx, np.float32(np.float32(a + b) + c)
-
-
-@kernel
 def encode_iq1_s(values, qw, out, grid, kmap, neighbours):
     """ggml's ``quantize_iq1_s`` with ``quant_weights = qw`` (rows of ``len(qw)``)."""
     per_row = qw.shape[0] // 256
@@ -84,6 +71,8 @@ def encode_iq1_s(values, qw, out, grid, kmap, neighbours):
     order = np.zeros(32, np.int64)
     sumx = np.zeros(33, np.float32)
     sumw = np.zeros(33, np.float32)
+    tx = np.zeros((2, 33), np.float32)
+    tw = np.zeros((2, 33), np.float32)
     L = np.zeros(32, np.int32)
     index = np.zeros(4, np.int32)
     scales = np.zeros(8, np.float32)
@@ -131,16 +120,32 @@ def encode_iq1_s(values, qw, out, grid, kmap, neighbours):
             besti1 = -1
             besti2 = -1
             best_shift = 0
+            for i2 in range(33):            # the terms of the top group (C's third terms)
+                for t in range(2):
+                    xs = X_P if t == 0 else X_M
+                    tx[t, i2] = np.float32(np.float32(sumx[32] - sumx[i2]) * xs[2])
+                    tw[t, i2] = np.float32(np.float32(np.float32(sumw[32] - sumw[i2]) * xs[2])
+                                           * xs[2])
             for i1 in range(33):
+                ax_p = np.float32(np.float32(sumx[i1] - sumx[0]) * X_P[0])
+                aw_p = np.float32(np.float32(np.float32(sumw[i1] - sumw[0]) * X_P[0]) * X_P[0])
+                ax_m = np.float32(np.float32(sumx[i1] - sumx[0]) * X_M[0])
+                aw_m = np.float32(np.float32(np.float32(sumw[i1] - sumw[0]) * X_M[0]) * X_M[0])
                 for i2 in range(i1, 33):
-                    sumqx, sumq2 = _split_sums(sumx, sumw, i1, i2, X_P)
+                    dx = np.float32(sumx[i2] - sumx[i1])
+                    dw = np.float32(sumw[i2] - sumw[i1])
+                    sumqx = np.float32(np.float32(ax_p + np.float32(dx * X_P[1])) + tx[0, i2])
+                    sumq2 = np.float32(np.float32(aw_p + np.float32(np.float32(dw * X_P[1])
+                                                                    * X_P[1])) + tw[0, i2])
                     if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best_score * sumq2):
                         scale = np.float32(sumqx / sumq2)
                         best_score = np.float32(scale * sumqx)
                         besti1 = i1
                         besti2 = i2
                         best_shift = 1
-                    sumqx, sumq2 = _split_sums(sumx, sumw, i1, i2, X_M)
+                    sumqx = np.float32(np.float32(ax_m + np.float32(dx * X_M[1])) + tx[1, i2])
+                    sumq2 = np.float32(np.float32(aw_m + np.float32(np.float32(dw * X_M[1])
+                                                                    * X_M[1])) + tw[1, i2])
                     if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best_score * sumq2):
                         scale = np.float32(sumqx / sumq2)
                         best_score = np.float32(scale * sumqx)

@@ -33,7 +33,7 @@ import numpy as np
 
 from numba.extending import overload
 
-from numba_qk._jit import kernel
+from numba_qk._jit import inline_kernel, kernel
 from numba_qk.formats import iq as _iq
 from numba_qk.kernels._round import nearest_int
 from numba_qk.kernels.iq import grid_search as _gs
@@ -54,7 +54,7 @@ _S_QH, _S_SIGNS, _S_SC = _S.field("qh").start, _S.field("signs").start, _S.field
 _XS_SC = _XS.field("ls").start
 
 
-@kernel
+@inline_kernel
 def find_best_neighbour(neighbours, start, grid, xval, xo, waux, scale, L, lo):
     """ggml's ``iq2_find_best_neighbour``: among the neighbour list at ``neighbours[start]``
     (count, then entries), the entry minimising ``sum_i waux_i * (scale*q_i - x_i)^2`` (f32,
@@ -78,7 +78,7 @@ def find_best_neighbour(neighbours, start, grid, xval, xo, waux, scale, L, lo):
     return gi
 
 
-@kernel
+@inline_kernel
 def grid_levels(idv, xval, xo, L, lo):
     """``l_i = clamp(nearest_int(0.5f * (idv * x_i - 1)), 0, 2)`` into ``L[lo:lo+8]``; returns
     the code ``u = sum l_i << 2i``."""
@@ -91,7 +91,7 @@ def grid_levels(idv, xval, xo, L, lo):
     return u
 
 
-@kernel
+@inline_kernel
 def snap(idv, scale, xval, waux, xo, L, lo, grid, kmap, neighbours):
     """Levels of group ``xo`` at ``1/idv``, moved onto the grid as ggml does (the best
     neighbour at ``scale`` when off it): the grid index, -1 where ggml aborts; ``L[lo:lo+8]``
@@ -104,7 +104,7 @@ def snap(idv, scale, xval, waux, xo, L, lo, grid, kmap, neighbours):
     return find_best_neighbour(neighbours, -gi - 1, grid, xval, xo, waux, scale, L, lo), False
 
 
-@kernel
+@inline_kernel
 def weighted_sums(weight, xval, L, n):
     """``sumqx = sum R32(R32(w*x)*q)``, ``sumq2 = sum R32(R32(w*q)*q)``, ``q = 2 L + 1``."""
     sumqx = _F0
@@ -117,7 +117,7 @@ def weighted_sums(weight, xval, L, n):
     return sumqx, sumq2
 
 
-@kernel
+@inline_kernel
 def code_of(L, lo):
     """C's ``uint16_t u |= (L[i] << 2*i)`` over 8 int8 levels (sign-extended, 16 bits kept)."""
     u = 0
@@ -126,7 +126,7 @@ def code_of(L, lo):
     return u & 0xFFFF
 
 
-@kernel
+@inline_kernel
 def sigma2_of(values, b, twice):
     """``sumx2 / 256`` (``twice``: ``2 * sumx2 / 256``, IQ2_S), ``sumx2 = sum R32(x*x)``."""
     s = _F0
@@ -138,7 +138,7 @@ def sigma2_of(values, b, twice):
     return np.float32(s / np.float32(256.0))
 
 
-@kernel
+@inline_kernel
 def block_weights(values, b, off, n, qw, qoff, sigma2, weight, waux):
     """``weight_i = qw_i * sqrtf(sigma2 + x_i^2)`` (IQ2_S without qw: ``0.25f*sigma2 + x_i^2``),
     ``waux_i = sqrtf(weight_i)``."""
@@ -152,7 +152,7 @@ def block_weights(values, b, off, n, qw, qoff, sigma2, weight, waux):
         waux[i] = np.float32(np.sqrt(weight[i]))
 
 
-@kernel
+@inline_kernel
 def even_signs(values, b, off, k, weight, xval):
     """ggml's sign handling of IQ2_XXS / IQ2_XS for group ``k``: ``xval = |x|``, and for an odd
     number of negatives the element of least ``R32(R32(w*x)*x)`` keeps its sign (flipped in
@@ -182,7 +182,7 @@ def even_signs(values, b, off, k, weight, xval):
     return s & 127
 
 
-@kernel
+@inline_kernel
 def max_of(xval, n):
     """C's ``max = xval[0]; max = MAX(max, xval[i])``."""
     mx = xval[0]
@@ -191,7 +191,7 @@ def max_of(xval, n):
     return mx
 
 
-@kernel
+@inline_kernel
 def search16(xval, weight, waux, L, Laux, on, on_aux, mx, grid, kmap, neighbours):
     """The scale search of ``quantize_row_iq2_xs_impl`` / ``_iq2_s_impl`` for one sub-block of
     16 (``is = -9 .. 9``, then the off-grid groups redone at the best scale): levels in ``L``,
@@ -232,7 +232,7 @@ def search16(xval, weight, waux, L, Laux, on, on_aux, mx, grid, kmap, neighbours
     return scale, True
 
 
-@kernel
+@inline_kernel
 def final_index(L, lo, kmap):
     """The grid index of the final levels ``L[lo:lo+8]``, or -1 where ggml aborts ("Oops: found
     point not on grid"; a code past ggml's map, which C would read out of bounds, too)."""
@@ -240,7 +240,7 @@ def final_index(L, lo, kmap):
     return np.int32(kmap[u]) if u < _KMAP_SIZE else np.int32(-1)
 
 
-@kernel
+@inline_kernel
 def ls_code(idv, scale):
     """``clamp(nearest_int(0.5f * (id * scale - 1)), 0, 15)``."""
     l = nearest_int(np.float32(_HALF * np.float32(np.float32(idv * scale) - _F1)))
