@@ -126,6 +126,8 @@ def _quantizable_weights() -> list:
 def _summary(caps) -> str:
     """One line of what numba_qk does with a format (numba_qk.capabilities)."""
     parts = [name for name in ("quantize", "dequantize", "decode") if getattr(caps, name)]
+    if caps.quantize and "requires an importance matrix" in caps.quantizer:
+        parts[0] = "quantize (with imatrix)"
     if caps.dot_partner is not None:
         parts.append(f"dot with {caps.dot_partner.name}, gemv/gemm/matmul")
     if caps.activation_of:

@@ -251,24 +251,21 @@ assert tuple(_DOMAIN_REASONS) == DOMAINS
 
 # Formats ggml quantizes only with an importance matrix (``ggml_quantize_requires_imatrix``):
 # {format: the domain rule of its weighted encoder}.  They have no ``Binding.quantize`` (no
-# encoder without one) but a ``domain_reason`` (their weighted encoder's) and a ``quantizer``
-# text; ``quantize(values, fmt)`` without ``imatrix=`` refuses them.
+# encoder without one) but a ``domain_reason`` (their weighted encoder's); ``capabilities``
+# gives their weighted encoder's text; ``quantize(values, fmt)`` without ``imatrix=`` refuses
+# them.
 _REQUIRES_IMATRIX = {**_kiq2.REQUIRES_IMATRIX, **_kiq1.REQUIRES_IMATRIX}
-_GRID_WEIGHTED = {**_kiq2.WEIGHTED, **_kiq1.WEIGHTED}
+_GRID_WEIGHTED = {**_kiq2.WEIGHTED, **_kiq1.WEIGHTED}   # (the IQ2 and IQ1 grid encoders)
 REQUIRES_IMATRIX = tuple(_REQUIRES_IMATRIX)
 
 
 def _binding(t: Traits) -> Binding:
-    domain, quantizer = t.domain, t.quantizer
-    if t.format in _REQUIRES_IMATRIX:
-        domain = _REQUIRES_IMATRIX[t.format]
-        quantizer = (f"{_GRID_WEIGHTED[t.format][1]}; requires an importance matrix "
-                     f"(imatrix=)")
+    domain = _REQUIRES_IMATRIX.get(t.format, t.domain)
     return Binding(t.format, dequantize=t.dequantize,
                    decode=_decoder(t.format, t.decode, _FIELDS_TYPES[t.decoded.type_name],
                                    t.decoded.filled),
                    quantize=t.quantize, domain_reason=_DOMAIN_REASONS.get(domain),
-                   quantizer=quantizer, find_invalid=t.find_invalid,
+                   quantizer=t.quantizer, find_invalid=t.find_invalid,
                    dot=t.dot, gemv=t.gemv, gemm=t.gemm)
 
 
@@ -369,9 +366,12 @@ def _capabilities_of(fmt) -> Capabilities:
     if b is None:
         return Capabilities(fmt, False, False, False, None, False, False, False, (), "")
     weight = b.dot is not None
+    quantizer = b.quantizer
+    if fmt in _REQUIRES_IMATRIX:
+        quantizer = f"{WEIGHTED[fmt][1]}; requires an importance matrix (imatrix=)"
     return Capabilities(fmt, fmt in QUANTIZABLE, True, True, b.activation, weight, weight,
                         weight, tuple(w for w in WEIGHTS if activation_format(w) is fmt),
-                        b.quantizer)
+                        quantizer)
 
 
 class ScaledCapabilities(NamedTuple):

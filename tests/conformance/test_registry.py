@@ -394,8 +394,9 @@ def test_inspect_prints_capabilities(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "formats (numba_qk.capabilities):" in out
     assert "  Q4_K: quantize, dequantize, decode, dot with Q8_K, gemv/gemm/matmul" in out
-    assert "  IQ2_XXS: dequantize, decode, dot with Q8_K, gemv/gemm/matmul" in out
+    assert ("  IQ2_XXS: quantize (with imatrix), dequantize, decode, dot with Q8_K, "
+            "gemv/gemm/matmul") in out
     assert "  F32: no kernels (stored values only)" in out
     assert cli._quantizable_weights() == ["q4_k", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k",
                                           "q3_k", "q5_k", "q6_k", "mxfp4", "nvfp4", "iq4_nl",
-                                          "iq4_xs", "tq1_0", "tq2_0"]
+                                          "iq4_xs", "tq1_0", "tq2_0", "iq2_s"]

@@ -99,6 +99,9 @@ def test_domain_errors_name_the_block(name):
                        match=r"^block 2: values\[2, 100\] is inf; quantize needs finite"):
         qk.quantize(bad, fmt, imatrix=w, out=out)
     bad[2, 100] = 0.0
+    if name == "iq1_s":     # its search gives up on overflowing sums: no abort seen to 1e18
+        assert qk.quantize(bad, fmt, imatrix=w, out=out) is out
+        return
     with pytest.raises(qk.QuantizationDomainError,
                        match=r"^block 3: ggml's grid search aborts on this block") as e:
         qk.quantize(bad, fmt, imatrix=w, out=out)
@@ -148,7 +151,7 @@ def test_domain_is_where_ggml_aborts(name):
                         qk.quantize(x, fmt, imatrix=w)
                 else:
                     compare(fmt, x, w)
-    assert seen[True] and seen[False]
+    assert seen[False] and (seen[True] or name == "iq1_s")   # IQ1_S: no abort seen to 1e18
 
 
 @slow
