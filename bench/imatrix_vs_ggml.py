@@ -19,7 +19,7 @@ import numba_qk as qk
 from numba_qk.testing import ggml as ggml_ctypes
 
 ALL = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "iq4_xs",
-       "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s"]
+       "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m"]
 
 
 def best(fn, repeat):

@@ -195,8 +195,9 @@ def finite_reason(values, b: int, element=None) -> str:
 
 
 def grid_reason(values, b: int, element=None) -> str:
-    """The grid IQ encoders (IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S): a non-finite value, or a block on
-    which ggml's grid search aborts the process (its weighted squared errors overflow float32)."""
+    """The grid IQ encoders (IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M): a non-finite value, or a
+    block on which ggml's grid search aborts the process (its weighted squared errors overflow
+    float32)."""
     reason = _nonfinite(values, b, element)
     if reason is not None:
         return reason

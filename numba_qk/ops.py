@@ -127,16 +127,17 @@ def quantize(values, format, *, imatrix=None, out=None, numerics="canonical"):
     (``G * block_size`` a multiple of ``n_per_row``), blocks in row order.  The records are
     byte-identical to ggml's ``ggml_quantize_chunk(type, values, dst, 0, nrows, n_per_row,
     imatrix)`` -- the ``quantize_row_<t>_impl`` paths of Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q4_0,
-    Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S and IQ1_S (Q4_0 ... Q5_1 weight
-    each block by statistics of its whole row, hence whole rows).  IQ2_XXS, IQ2_XS and IQ1_S
-    need it (ggml
-    quantizes them only with one: ``ggml_quantize_requires_imatrix``; ``ValueError`` without
-    it); IQ2_S takes it or not (``quantize_iq2_s`` either way).  Q8_0, MXFP4, NVFP4, TQ1_0 and TQ2_0 accept and ignore it,
-    as ggml does (it is still checked); Q8_K and Q8_1, which ggml_quantize_chunk does not
-    produce, refuse it.  None of these ggml paths aborts on large values but the grid searches
-    (IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S): where ggml's search would abort the process (its weighted squared
-    errors overflow float32, from about 1e10 in magnitude) ``QuantizationDomainError`` names
-    the block; elsewhere finite values are the whole domain.
+    Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S and IQ1_M (Q4_0 ... Q5_1
+    weight each block by statistics of its whole row, hence whole rows).  IQ2_XXS, IQ2_XS and
+    IQ1_S need it (ggml quantizes them only with one: ``ggml_quantize_requires_imatrix``;
+    ``ValueError`` without it); IQ2_S and IQ1_M take it or not (``quantize_iq2_s`` /
+    ``_iq1_m`` either way).  Q8_0, MXFP4, NVFP4, TQ1_0 and TQ2_0 accept and ignore it, as ggml
+    does (it is still checked); Q8_K and Q8_1, which ggml_quantize_chunk does not produce,
+    refuse it.  None of these ggml paths aborts on large values but the grid searches (IQ2_XXS,
+    IQ2_XS, IQ2_S, IQ1_S, IQ1_M): where ggml's search would abort the process (its weighted
+    squared errors overflow float32: for normal data from about 1e13 .. 1e16 in magnitude,
+    docs/numerics_iq_grid.md) ``QuantizationDomainError`` names the block; elsewhere finite
+    values are the whole domain.
 
     Raises ``QuantizationDomainError`` (a ``ValueError``) naming the first block that holds a
     non-finite value (or, for Q8_K, whose extreme is too small to invert); ``out`` is then left

@@ -49,7 +49,7 @@ def test_registry_is_whole_and_ordered():
                        *IQ_GRID)
     # every format is quantizable but the grid IQ formats without encoders (IQ2_XXS, IQ2_XS and
     # IQ1_S with an importance matrix only: _registry.REQUIRES_IMATRIX)
-    ENCODED = (qk.quant.iq2_xxs, qk.quant.iq2_xs, qk.quant.iq1_s, qk.quant.iq2_s)
+    ENCODED = (qk.quant.iq2_xxs, qk.quant.iq2_xs, qk.quant.iq1_s, qk.quant.iq2_s, qk.quant.iq1_m)
     assert QUANTIZABLE == tuple(f for f in ALL if f not in IQ_GRID or f in ENCODED)
     assert _registry.REQUIRES_IMATRIX == ENCODED[:3]
     from numba_qk import gguf
@@ -87,9 +87,9 @@ def test_dequantize_and_decode_on_any_bytes_match_the_oracle(fmt, rng):
 
 
 # the grid encoders compile for tens of seconds each (cold): IQ2_XXS and IQ2_S by default, the
-# other two under -m slow (tests/iq/test_iq2_encode.py covers them against ggml)
+# others under -m slow (tests/iq/test_iq2_encode.py covers them against ggml)
 @pytest.mark.parametrize("fmt", [pytest.param(f, id=f.name, marks=pytest.mark.slow
-                                              if f.name in ("IQ2_XS", "IQ1_S") else ())
+                                              if f.name in ("IQ2_XS", "IQ1_S", "IQ1_M") else ())
                                  for f in QUANTIZABLE])
 def test_quantize_matches_the_oracle_and_rejects_non_finite(fmt, rng):
     n = fmt.block_size
@@ -399,4 +399,4 @@ def test_inspect_prints_capabilities(tmp_path, capsys):
     assert "  F32: no kernels (stored values only)" in out
     assert cli._quantizable_weights() == ["q4_k", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k",
                                           "q3_k", "q5_k", "q6_k", "mxfp4", "nvfp4", "iq4_nl",
-                                          "iq4_xs", "tq1_0", "tq2_0", "iq2_s"]
+                                          "iq4_xs", "tq1_0", "tq2_0", "iq2_s", "iq1_m"]

@@ -68,7 +68,7 @@ def test_schema_answers_spec_001():
         assert repr(f) == f"numba_qk.quant.{name}" and f in qk.quant
         c = qk.capabilities(f)
         assert c.dequantize and c.decode and c.gemv
-        assert c.quantize == (name in ("iq2_xxs", "iq2_xs", "iq2_s", "iq1_s"))  # test_iq2_encode.py
+        assert c.quantize == (name in ("iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m"))
         assert c.dot_partner is qk.quant.q8_k
 
 

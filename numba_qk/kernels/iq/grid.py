@@ -573,6 +573,7 @@ dot_iq1_m_q8_k, gemv_iq1_m_q8_k, gemm_iq1_m_q8_k = kernels_for(_M1.ggml_type)
 # ---- the registry's declarations of this module's formats (numba_qk/kernels/traits.py) ----------
 from numba_qk.kernels.traits import Decoded, Traits  # noqa: E402
 from numba_qk.kernels.iq import iq2_encode as _iq2_encode  # noqa: E402
+from numba_qk.kernels.iq import iq1_encode as _iq1_encode  # noqa: E402
 
 _DECODED_DOC = ("Decoded fields of ``G`` ggml grid IQ records (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, "
                 "IQ3_S, IQ1_S, IQ1_M): ``d`` the f16 super-block scale [G], ``ls`` the scale "
@@ -606,5 +607,6 @@ TRAITS = (
             dot_iq2_s_q8_k, gemv_iq2_s_q8_k, gemm_iq2_s_q8_k,
             quantize=_iq2_encode.quantize_iq2_s, domain="grid", quantizer=_iq2_encode.QUANTIZER_S),
     _traits(_M1, dequantize_iq1_m, iq1_m_decode_records,
-            dot_iq1_m_q8_k, gemv_iq1_m_q8_k, gemm_iq1_m_q8_k, filled=(("d", "f2"), *_FILLED)),
+            dot_iq1_m_q8_k, gemv_iq1_m_q8_k, gemm_iq1_m_q8_k, filled=(("d", "f2"), *_FILLED),
+            quantize=_iq1_encode.quantize_iq1_m, domain="grid", quantizer=_iq1_encode.QUANTIZER_M),
 )
