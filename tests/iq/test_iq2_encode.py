@@ -41,6 +41,14 @@ DIGESTS = {
 }
 
 
+def need_current_iq1_m(name):
+    """IQ1_M's encoder is that of the llama.cpp 0.3.36 vendor tree (ggml 0.25.3), which
+    libggml-python's older ggml predates (its quantize_row_iq1_m_impl gives other bytes in
+    ~25% of the blocks): IQ1_M is compared with a native build only (NUMBA_QK_GGML_LIB)."""
+    if name == "iq1_m" and GGML is not None and not GGML.version.startswith("native build"):
+        pytest.skip("IQ1_M needs the native llama.cpp build as oracle (NUMBA_QK_GGML_LIB)")
+
+
 def grid_rows(n: int, per_kind: int, seed: int) -> np.ndarray:
     """f32 rows inside the grid encoders' domain: normal, Student t (2 d.o.f.), normal * 10**k
     per row for k in -30..10, constant (3.5, -2, 1e9), zero, half zero."""
@@ -68,6 +76,7 @@ def test_search_tables_are_ggmls(name):
 
 @pytest.mark.parametrize("name", DEFAULT_FEW)
 def test_imatrix_is_ggml(name):
+    need_current_iq1_m(name)
     fmt = getattr(qk.quant, name)
     x = grid_rows(512, 2, 41)
     n = sum(compare(fmt, x, w) for w in weights(512, 42))
@@ -135,6 +144,7 @@ def _ggml_aborts(fmt, x, w) -> bool:
 def test_domain_is_where_ggml_aborts(name):
     """Near the edge (|x| 1e9 .. 1e16, whole blocks and single outliers, imatrix or not):
     numba_qk raises exactly where ggml's process aborts, and agrees byte for byte elsewhere."""
+    need_current_iq1_m(name)
     fmt = getattr(qk.quant, name)
     r = np.random.default_rng(3)
     seen = {True: 0, False: 0}
@@ -160,6 +170,7 @@ def test_domain_is_where_ggml_aborts(name):
 @slow
 @pytest.mark.parametrize("name", NAMES)
 def test_imatrix_is_ggml_sweep(name):
+    need_current_iq1_m(name)
     fmt = getattr(qk.quant, name)
     total = 0
     for seed, n in ((1, 256), (2, 1024), (3, 4096)):
