@@ -1,7 +1,8 @@
 """Importance-weighted encoders: ``numba_qk.quantize(x, fmt, imatrix=w)`` against ggml's
 ``ggml_quantize_chunk(type, x, ..., imatrix=w)`` (same rows, same weights, 1 thread), each pair
 interleaved in one process, best of ``--repeat``; the unweighted path (``imatrix=None``, ggml's
-``quantize_chunk`` without weights) beside it.  Checks the bytes are equal before timing.
+``quantize_chunk`` without weights) beside it ("-" for IQ2_XXS / IQ2_XS / IQ1_S, which need weights).
+Checks the bytes are equal before timing.
 
     NUMBA_QK_GGML_LIB=<native ggml lib folder> python bench/imatrix_vs_ggml.py [q4_k ...]
         [--rows 64] [--cols 4096] [--repeat 5]
@@ -18,7 +19,7 @@ import numba_qk as qk
 from numba_qk.testing import ggml as ggml_ctypes
 
 ALL = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "iq4_xs",
-       "iq3_xxs", "iq3_s"]
+       "iq3_xxs", "iq3_s", "iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m"]
 
 
 def best(fn, repeat):
@@ -53,6 +54,9 @@ def main() -> None:
         out = np.empty((xb.shape[0], fmt.block_bytes), np.uint8)
         row = []
         for qw in (w, None):
+            if qw is None and fmt in qk._registry.REQUIRES_IMATRIX:
+                row += [float("nan")] * 3
+                continue
             got = qk.quantize(xb, fmt, imatrix=qw)   # compiles; and the bytes must agree
             want = g.quantize_chunk(fmt.ggml_type, x, qw)
             assert (got == want).all(), name

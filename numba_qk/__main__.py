@@ -125,15 +125,19 @@ def _human(n: int) -> str:
 
 
 def _quantizable_weights() -> list:
-    """CLI names of the weight formats numba_qk can quantize to (from the registry)."""
+    """CLI names of the weight formats numba_qk can quantize to (from the registry; --type
+    takes no importance matrix, so not those that need one)."""
     from numba_qk import _registry
 
-    return [f._attr for f in _registry.WEIGHTS if f in _registry.QUANTIZABLE]
+    return [f._attr for f in _registry.WEIGHTS
+            if f in _registry.QUANTIZABLE and f not in _registry.REQUIRES_IMATRIX]
 
 
 def _summary(caps) -> str:
     """One line of what numba_qk does with a format (numba_qk.capabilities)."""
     parts = [name for name in ("quantize", "dequantize", "decode") if getattr(caps, name)]
+    if caps.quantize and "requires an importance matrix" in caps.quantizer:
+        parts[0] = "quantize (with imatrix)"
     if caps.dot_partner is not None:
         parts.append(f"dot with {caps.dot_partner.name}, gemv/gemm/matmul")
     elif caps.matmul:

@@ -46,12 +46,15 @@ from numba_qk.kernels.ternary import tq as _ktq
 from numba_qk.kernels.kquants import weighted as _kwk
 from numba_qk.kernels.legacy import weighted as _kwl
 from numba_qk.kernels.iq import iq4_weighted as _kwiq
-from numba_qk.kernels.iq import iq3_encode as _kwiq3
 from numba_qk.kernels.iq import grid as _kiqgrid
+from numba_qk.kernels.iq import iq3_encode as _kiq3
+from numba_qk.kernels.iq import iq2_encode as _kiq2
+from numba_qk.kernels.iq import iq1_encode as _kiq1
 from numba_qk.kernels import ggml_cpu as _kggml_cpu
 
 __all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "TRAITS", "binding",
-           "WEIGHTED", "IMATRIX_IGNORED", "GGML_CPU_QUANTIZERS", "FLOAT_WEIGHTS",
+           "WEIGHTED", "IMATRIX_IGNORED", "REQUIRES_IMATRIX", "GGML_CPU_QUANTIZERS",
+           "FLOAT_WEIGHTS",
            "capabilities", "Capabilities", "ScaledCapabilities", "check_bindings", "check_traits",
            "fields_types",
            "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields", "Q5KFields",
@@ -193,6 +196,23 @@ def finite_reason(values, b: int, element=None) -> str:
     return reason
 
 
+def grid_reason(values, b: int, element=None) -> str:
+    """The grid IQ encoders (IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M): a non-finite
+    value, or a block on which ggml's grid search aborts the process (its float32 sums
+    overflow)."""
+    reason = _nonfinite(values, b, element)
+    if reason is not None:
+        return reason
+    block = np.asarray(values[b])
+    i = int(np.argmax(np.abs(block)))
+    name = element(i) if element else f"values[{b}, {i}]"
+    return (f"ggml's grid search aborts on this block (a GGML_ASSERT in its neighbour search "
+            f"or on the scale: its float32 sums overflow; largest |value| {name} = "
+            f"{float(block[i])!r}): ggml_quantize_chunk aborts the process on it, numba_qk "
+            f"refuses it (the grid encoders take values up to about 1e10 in magnitude; with an "
+            f"importance matrix, large weights count too; docs/numerics_iq_grid.md)")
+
+
 def q8_k_reason(values, b: int, element=None) -> str:
     """Q8_K: a non-finite value, or an extreme too small in magnitude to invert."""
     reason = _nonfinite(values, b, element)
@@ -231,31 +251,26 @@ class Binding:
         return f"Binding({self.format.name})"
 
 
-def grid_reason(values, b: int, element=None) -> str:
-    """The grid IQ encoders: a non-finite value, or a block on which ggml's grid search
-    aborts the process (its float32 sums overflow: values of about 1e10 and more, see
-    docs/numerics_iq_grid.md)."""
-    reason = _nonfinite(values, b, element)
-    if reason is not None:
-        return reason
-    block = np.asarray(values[b])
-    i = int(np.argmax(np.abs(block)))
-    name = element(i) if element else f"values[{b}, {i}]"
-    return (f"the block is too large for ggml's grid search ({name} = {float(block[i])!r}): its "
-            f"float32 sums overflow and ggml_quantize_chunk aborts the process on it "
-            f"(GGML_ASSERT); numba_qk refuses it (scale the values down; with an importance "
-            f"matrix, large weights count too)")
-
-
 _DOMAIN_REASONS = {"finite": finite_reason, "q8_k": q8_k_reason, "grid": grid_reason}
 assert tuple(_DOMAIN_REASONS) == DOMAINS
 
 
+# Formats ggml quantizes only with an importance matrix (``ggml_quantize_requires_imatrix``):
+# {format: the domain rule of its weighted encoder}.  They have no ``Binding.quantize`` (no
+# encoder without one) but a ``domain_reason`` (their weighted encoder's); ``capabilities``
+# gives their weighted encoder's text; ``quantize(values, fmt)`` without ``imatrix=`` refuses
+# them.
+_REQUIRES_IMATRIX = {**_kiq2.REQUIRES_IMATRIX, **_kiq1.REQUIRES_IMATRIX}
+_GRID_WEIGHTED = {**_kiq3.WEIGHTED, **_kiq2.WEIGHTED, **_kiq1.WEIGHTED}  # the grid IQ encoders
+REQUIRES_IMATRIX = tuple(_REQUIRES_IMATRIX)
+
+
 def _binding(t: Traits) -> Binding:
+    domain = _REQUIRES_IMATRIX.get(t.format, t.domain)
     return Binding(t.format, dequantize=t.dequantize,
                    decode=_decoder(t.format, t.decode, _FIELDS_TYPES[t.decoded.type_name],
                                    t.decoded.filled),
-                   quantize=t.quantize, domain_reason=_DOMAIN_REASONS.get(t.domain),
+                   quantize=t.quantize, domain_reason=_DOMAIN_REASONS.get(domain),
                    quantizer=t.quantizer, find_invalid=t.find_invalid,
                    dot=t.dot, gemv=t.gemv, gemm=t.gemm)
 
@@ -264,14 +279,16 @@ BINDINGS = tuple(_binding(t) for t in TRAITS)
 
 BY_FORMAT = {b.format: b for b in BINDINGS}  # ops indexes this directly (no call per op)
 _BY_FORMAT = BY_FORMAT
-QUANTIZABLE = tuple(b.format for b in BINDINGS if b.quantize is not None)
+# QUANTIZABLE: formats ``quantize`` produces (those of REQUIRES_IMATRIX with ``imatrix=`` only)
+QUANTIZABLE = tuple(b.format for b in BINDINGS
+                    if b.quantize is not None or b.format in _REQUIRES_IMATRIX)
 WEIGHTS = tuple(b.format for b in BINDINGS if b.dot is not None)
 
 # Importance-weighted encoders (``quantize(..., imatrix=w)``): format -> (kernel ``(values, qw,
 # out) -> -1 | first bad block``, what it reproduces), from the ``WEIGHTED`` tables of the
 # modules of ggml's ``quantize_row_*_impl`` paths.  ``IMATRIX_IGNORED``: formats whose
 # ``quantize_<t>`` in ggml takes and ignores the importance matrix (numba_qk does the same).
-WEIGHTED = {**_kwk.WEIGHTED, **_kwl.WEIGHTED, **_kwiq.WEIGHTED, **_kwiq3.WEIGHTED}
+WEIGHTED = {**_kwk.WEIGHTED, **_kwl.WEIGHTED, **_kwiq.WEIGHTED, **_GRID_WEIGHTED}
 IMATRIX_IGNORED = (quant.q8_0, quant.mxfp4, quant.nvfp4, quant.tq1_0, quant.tq2_0)
 
 # ggml's CPU activation quantizers (``quantize(..., numerics="ggml_cpu")``): what llama.cpp runs
@@ -281,6 +298,9 @@ GGML_CPU_QUANTIZERS = {quant.q8_0: _kggml_cpu.quantize_q8_0_ggml_cpu,
                        quant.q8_k: _kggml_cpu.quantize_q8_k_ggml_cpu}
 if not all(f in QUANTIZABLE for f in (*WEIGHTED, *IMATRIX_IGNORED)):
     raise AssertionError("registry: an importance-weighted encoder for a format without quantize")
+if not all(f in WEIGHTED and _BY_FORMAT[f].quantize is None for f in REQUIRES_IMATRIX):
+    raise AssertionError("registry: a format requiring an importance matrix needs a weighted "
+                         "encoder and no other")
 
 
 def binding(fmt) -> Binding:
@@ -301,7 +321,8 @@ def check_bindings(bindings, formats) -> None:
         if b.dequantize is None or b.decode is None:
             raise AssertionError(f"registry: {name} is half-bound: every format needs "
                                  f"dequantize and decode")
-        if (b.quantize is None) != (b.domain_reason is None):
+        if ((b.quantize is None) != (b.domain_reason is None)
+                and not (b.quantize is None and b.format in _REQUIRES_IMATRIX)):
             raise AssertionError(f"registry: {name} is half-bound: quantize and domain_reason "
                                  f"go together")
         products = (b.dot, b.gemv, b.gemm)
@@ -334,7 +355,8 @@ class Capabilities(NamedTuple):
     """What numba_qk can do with one format (``numba_qk.capabilities``)."""
 
     format: object                      # the Format or ScalarType asked about
-    quantize: bool                      # numba_qk.quantize(values, format=...)
+    quantize: bool                      # numba_qk.quantize(values, format=...) (with imatrix=
+                                        # for _registry.REQUIRES_IMATRIX, says quantizer)
     dequantize: bool                    # numba_qk.dequantize
     decode: bool                        # numba_qk.decode
     dot_partner: Optional[Format]       # the activation format quantized_dot pairs it with
@@ -357,9 +379,12 @@ def _capabilities_of(fmt) -> Capabilities:
     if b is None:
         return Capabilities(fmt, False, False, False, None, False, False, False, (), "")
     weight = b.dot is not None
-    return Capabilities(fmt, b.quantize is not None, True, True, b.activation, weight, weight,
+    quantizer = b.quantizer
+    if fmt in _REQUIRES_IMATRIX:
+        quantizer = f"{WEIGHTED[fmt][1]}; requires an importance matrix (imatrix=)"
+    return Capabilities(fmt, fmt in QUANTIZABLE, True, True, b.activation, weight, weight,
                         weight, tuple(w for w in WEIGHTS if activation_format(w) is fmt),
-                        b.quantizer)
+                        quantizer)
 
 
 class ScaledCapabilities(NamedTuple):

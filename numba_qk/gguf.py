@@ -1281,6 +1281,9 @@ def quantize_file(src, dst, *, to=None, preset=None,
         to = quant.q4_k if to is None else to
         if to not in ACCELERATED or to not in _registry.QUANTIZABLE:
             raise TypeError(f"quantize_file: 'to' must be a weight format, got {to!r}")
+        if to in _registry.REQUIRES_IMATRIX:
+            raise TypeError(f"quantize_file: {to.name} needs an importance matrix, which only "
+                            f"presets take (preset=..., imatrix=...)")
     if dst is None and not dry_run:
         raise TypeError("quantize_file: dst is required (except with dry_run=True)")
     say = progress or (lambda line: None)
@@ -1755,7 +1758,8 @@ def _routed_dequantize(original, routes):
 def _routed_quantize(original, routes):
     def quantize(data, qtype):
         fmt = routes.get(_as_int(qtype))
-        if (fmt is None or fmt not in _registry.QUANTIZABLE or not isinstance(data, np.ndarray)
+        if (fmt is None or fmt not in _registry.QUANTIZABLE or fmt in _registry.REQUIRES_IMATRIX
+                or not isinstance(data, np.ndarray)
                 or data.ndim == 0 or data.size == 0 or data.shape[-1] % fmt.block_size):
             return original(data, qtype)  # other types, lazy tensors, gguf-py's own errors
         x = np.ascontiguousarray(data.view(np.ndarray).astype(np.float32, copy=False)

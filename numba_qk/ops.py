@@ -127,18 +127,23 @@ def quantize(values, format, *, imatrix=None, out=None, numerics="canonical"):
     (``G * block_size`` a multiple of ``n_per_row``), blocks in row order.  The records are
     byte-identical to ggml's ``ggml_quantize_chunk(type, values, dst, 0, nrows, n_per_row,
     imatrix)`` -- the ``quantize_row_<t>_impl`` paths of Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q4_0,
-    Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, IQ3_XXS and IQ3_S (Q4_0 ... Q5_1 weight each block by
-    statistics of its whole row, hence whole rows).  Q8_0, MXFP4, NVFP4, TQ1_0 and TQ2_0
-    accept and ignore it, as ggml does (it is still checked); Q8_K and Q8_1, which
-    ggml_quantize_chunk does not produce, refuse it.  None of these ggml paths aborts on large
-    values but the grid searches of IQ3_XXS and IQ3_S (ggml_quantize_chunk without an
-    importance matrix too), so finite values are the whole domain of the others.
+    Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S and IQ1_M
+    (Q4_0 ... Q5_1 weight each block by statistics of its whole row, hence whole rows).
+    IQ2_XXS, IQ2_XS and IQ1_S need it (ggml quantizes them only with one:
+    ``ggml_quantize_requires_imatrix``; ``ValueError`` without it); IQ3_XXS, IQ3_S, IQ2_S and
+    IQ1_M take it or not.  Q8_0, MXFP4, NVFP4, TQ1_0 and TQ2_0 accept and ignore it, as ggml
+    does (it is still checked); Q8_K and Q8_1, which ggml_quantize_chunk does not produce,
+    refuse it.  None of these ggml paths aborts on large values but the grid searches (IQ3_XXS,
+    IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, with or without an importance matrix): where
+    ggml's search would abort the process (its float32 sums overflow: for normal data from
+    about 1e13 .. 1e16 in magnitude, docs/numerics_iq_grid.md) ``QuantizationDomainError``
+    names the block; elsewhere finite values are the whole domain.
 
     Raises ``QuantizationDomainError`` (a ``ValueError``) naming the first block that holds a
-    non-finite value (or, for Q8_K, whose extreme is too small to invert; for IQ3_XXS and
-    IQ3_S, on which ggml's grid search aborts the process: values of about 1e13 and more,
-    docs/numerics_iq_grid.md); ``out`` is then left untouched, as on every other error.  (ggml's quantizers do not check; they turn NaN and inf
-    into garbage.)
+    non-finite value (or, for Q8_K, whose extreme is too small to invert; for the grid IQ
+    formats, on which ggml's grid search aborts the process); ``out`` is then left untouched,
+    as on every other error.  (ggml's quantizers do not check; they turn NaN and inf into
+    garbage.)
 
     ``numerics="ggml_cpu"`` (activation formats ``q8_0``, ``q8_1``, ``q8_k`` only) gives instead
     the records of ggml's CPU quantizers, the ``from_float`` llama.cpp runs on activations at
@@ -155,6 +160,9 @@ def quantize(values, format, *, imatrix=None, out=None, numerics="canonical"):
         if format not in registry.GGML_CPU_QUANTIZERS:
             raise ValueError(f"quantize: numerics='ggml_cpu' is offered for q8_0, q8_1 and "
                              f"q8_k (ggml's run-time activation formats), not {format.name}")
+    if imatrix is None and format in registry.REQUIRES_IMATRIX:
+        raise ValueError(f"quantize: {format.name} needs an importance matrix (imatrix=...): "
+                         f"ggml quantizes it only with one (ggml_quantize_requires_imatrix)")
     arr = check_f32(as_array(values, "values"), "values", "values", format.block_size)
     qw = None if imatrix is None else _check_imatrix(imatrix, format, arr)
     g = arr.shape[0]

@@ -12,10 +12,12 @@ Q4_1/Q5_1 -> Q8_1)::
 
 ``G' = G`` except for NVFP4 (64 values per record), whose activation is ``2G`` Q8_0 records.
 Q8_K and Q8_1 are activation-only formats: they get dequantize / quantize, no dot / gemv; the
-grid IQ formats (IQ2_XXS ... IQ1_M) get dot / gemv / dequantize, and quantize where numba_qk
-has their encoder (IQ3_XXS, IQ3_S).  ``quantize`` returns -1 on success, else the index of the
-first out-of-domain block (a non-finite value; for Q8_K also an extreme too small to invert;
-for the grid IQ encoders also a block on which ggml's grid search aborts), and then writes
+grid IQ formats (IQ2_XXS ... IQ1_M) get dot / gemv / dequantize, and quantize for IQ3_XXS,
+IQ3_S, IQ2_S and IQ1_M (the encoders that need an importance matrix, IQ2_XXS / IQ2_XS /
+IQ1_S, are ``quantize_<f>_weighted(x, qw, out)`` of ``numba_qk.kernels.iq.iq2_encode`` /
+``iq1_encode``).  ``quantize`` returns -1 on success, else the index of the first
+out-of-domain block (a non-finite value; for Q8_K also an extreme too small to invert; for
+the grid IQ encoders also a block on which ggml's grid search aborts), and then writes
 nothing.
 Every result equals the public operation's (``quantized_dot``, ``gemv``, ``dequantize``,
 ``quantize``) bit for bit: each block is a thin wrapper over the registry's own kernel for
@@ -55,6 +57,8 @@ from numba_qk.kernels.kquants import q6_k as _k6
 from numba_qk.kernels.ternary import tq as _ktq
 from numba_qk.kernels.iq import grid as _kiqg
 from numba_qk.kernels.iq import iq3_encode as _kiq3e
+from numba_qk.kernels.iq import iq2_encode as _kiq2e
+from numba_qk.kernels.iq import iq1_encode as _kiq1e
 from numba_qk._jit import kernel
 from numba_qk.kernels.kquants.q4_k import q4_k_dequantize_records as _q4_k_dequantize
 from numba_qk.kernels.kquants.q4_k_encode import quantize_q4_k as _q4_k_quantize
@@ -75,14 +79,15 @@ __all__ = [
     "dot_iq4_xs_q8_k", "gemv_iq4_xs_q8_k", "dequantize_iq4_xs", "quantize_iq4_xs",
     "dot_tq1_0_q8_k", "gemv_tq1_0_q8_k", "dequantize_tq1_0", "quantize_tq1_0",
     "dot_tq2_0_q8_k", "gemv_tq2_0_q8_k", "dequantize_tq2_0", "quantize_tq2_0",
-    # the grid IQ formats (encoders: IQ3_XXS and IQ3_S so far)
+    # the grid IQ formats (quantize_<f>: IQ3_XXS, IQ3_S, IQ2_S, IQ1_M; IQ2_XXS/IQ2_XS/IQ1_S
+    # need an imatrix)
     "dot_iq2_xxs_q8_k", "gemv_iq2_xxs_q8_k", "dequantize_iq2_xxs",
     "dot_iq2_xs_q8_k", "gemv_iq2_xs_q8_k", "dequantize_iq2_xs",
     "dot_iq3_xxs_q8_k", "gemv_iq3_xxs_q8_k", "dequantize_iq3_xxs", "quantize_iq3_xxs",
     "dot_iq1_s_q8_k", "gemv_iq1_s_q8_k", "dequantize_iq1_s",
     "dot_iq3_s_q8_k", "gemv_iq3_s_q8_k", "dequantize_iq3_s", "quantize_iq3_s",
-    "dot_iq2_s_q8_k", "gemv_iq2_s_q8_k", "dequantize_iq2_s",
-    "dot_iq1_m_q8_k", "gemv_iq1_m_q8_k", "dequantize_iq1_m",
+    "dot_iq2_s_q8_k", "gemv_iq2_s_q8_k", "dequantize_iq2_s", "quantize_iq2_s",
+    "dot_iq1_m_q8_k", "gemv_iq1_m_q8_k", "dequantize_iq1_m", "quantize_iq1_m",
 ]
 
 # The registry's kernels, as module globals (numba resolves a global at compile time; an
@@ -131,9 +136,9 @@ _iq1_s_dequantize = _kiqg.dequantize_iq1_s
 _iq1_s_dot, _iq1_s_gemv = _kiqg.dot_iq1_s_q8_k, _kiqg.gemv_iq1_s_q8_k
 _iq3_s_dequantize, _iq3_s_quantize = _kiqg.dequantize_iq3_s, _kiq3e.quantize_iq3_s
 _iq3_s_dot, _iq3_s_gemv = _kiqg.dot_iq3_s_q8_k, _kiqg.gemv_iq3_s_q8_k
-_iq2_s_dequantize = _kiqg.dequantize_iq2_s
+_iq2_s_dequantize, _iq2_s_quantize = _kiqg.dequantize_iq2_s, _kiq2e.quantize_iq2_s
 _iq2_s_dot, _iq2_s_gemv = _kiqg.dot_iq2_s_q8_k, _kiqg.gemv_iq2_s_q8_k
-_iq1_m_dequantize = _kiqg.dequantize_iq1_m
+_iq1_m_dequantize, _iq1_m_quantize = _kiqg.dequantize_iq1_m, _kiq1e.quantize_iq1_m
 _iq1_m_dot, _iq1_m_gemv = _kiqg.dot_iq1_m_q8_k, _kiqg.gemv_iq1_m_q8_k
 # ---- Q8_K --------------------------------------------------------------------------------------
 
@@ -752,6 +757,14 @@ def dequantize_iq2_s(w, out):
     """IQ2_S records w uint8 [G, 82] -> out float32 [G * 256] (C-contiguous)."""
     _iq2_s_dequantize(w, out.reshape(w.shape[0], 256))
 
+
+@kernel
+def quantize_iq2_s(x, out):
+    """x float32 [G * 256] (C-contiguous) -> IQ2_S records out uint8 [G, 82] (ggml's
+    quantize_iq2_s, no importance matrix); -1, or the first block holding a non-finite value
+    or on which ggml's grid search aborts (out untouched then)."""
+    return _iq2_s_quantize(x.reshape(out.shape[0], 256), out)
+
 # ---- IQ1_M -----------------------------------------------------------------------------------
 
 
@@ -772,3 +785,11 @@ def gemv_iq1_m_q8_k(w, xq, out):
 def dequantize_iq1_m(w, out):
     """IQ1_M records w uint8 [G, 56] -> out float32 [G * 256] (C-contiguous)."""
     _iq1_m_dequantize(w, out.reshape(w.shape[0], 256))
+
+
+@kernel
+def quantize_iq1_m(x, out):
+    """x float32 [G * 256] (C-contiguous) -> IQ1_M records out uint8 [G, 56] (ggml's
+    quantize_iq1_m, no importance matrix); -1, or the first block holding a non-finite value
+    or on which ggml's grid search aborts (out untouched then)."""
+    return _iq1_m_quantize(x.reshape(out.shape[0], 256), out)

@@ -19,7 +19,7 @@ decode        ``(records, *arrays)``: fills the arrays named by ``decoded.filled
 decoded       ``Decoded``: the public decoded-fields type (name, field order, docstring) and the
               arrays ``decode`` fills; every other field is read from the record (f16) or absent
 quantize      ``(values f32 [G, block], out) -> -1 | first out-of-domain block``, or None
-domain        the quantizer's domain rule, for error messages: ``"finite"`` (finite values) or
+domain        the quantizer's domain rule, for error messages: ``"finite"`` (finite values),
               ``"q8_k"`` (finite values whose extreme can be inverted) or ``"grid"`` (finite
               values on which ggml's grid search does not abort); None without quantize
 quantizer     what the quantizer reproduces (``"ggml quantize_row_q4_K_ref"``); "" without

@@ -48,10 +48,10 @@ def test_registry_is_whole_and_ordered():
                        qk.quant.q5_k, qk.quant.q6_k, qk.quant.mxfp4, qk.quant.nvfp4,
                        qk.quant.iq4_nl, qk.quant.iq4_xs, qk.quant.tq1_0, qk.quant.tq2_0,
                        *IQ_GRID)
-    # every format is quantizable but the grid IQ formats without an encoder yet (decode and
-    # dots only); IQ3_XXS and IQ3_S have theirs (kernels/iq/iq3_encode.py)
-    GRID_ENCODED = (qk.quant.iq3_xxs, qk.quant.iq3_s)
-    assert QUANTIZABLE == tuple(f for f in ALL if f not in IQ_GRID or f in GRID_ENCODED)
+    # every format is quantizable (IQ2_XXS, IQ2_XS and IQ1_S with an importance matrix only:
+    # _registry.REQUIRES_IMATRIX)
+    assert QUANTIZABLE == tuple(ALL)
+    assert _registry.REQUIRES_IMATRIX == (qk.quant.iq2_xxs, qk.quant.iq2_xs, qk.quant.iq1_s)
     from numba_qk import gguf
 
     assert gguf.ACCELERATED == WEIGHTS
@@ -86,16 +86,22 @@ def test_dequantize_and_decode_on_any_bytes_match_the_oracle(fmt, rng):
     assert qk.find_invalid_records(raw, fmt).dtype == np.int64
 
 
-@pytest.mark.parametrize("fmt", QUANTIZABLE, ids=[f.name for f in QUANTIZABLE])
+# the grid encoders compile for tens of seconds each (cold): IQ2_XXS and IQ2_S by default, the
+# others under -m slow (tests/iq/test_iq2_encode.py covers them against ggml)
+@pytest.mark.parametrize("fmt", [pytest.param(f, id=f.name, marks=pytest.mark.slow
+                                              if f.name in ("IQ2_XS", "IQ1_S", "IQ1_M") else ())
+                                 for f in QUANTIZABLE])
 def test_quantize_matches_the_oracle_and_rejects_non_finite(fmt, rng):
     n = fmt.block_size
-    # the grid IQ encoders refuse blocks of about 1e10 and more (ggml aborts on them; their own
-    # tests cover that domain): scales up to 1e8 for them
+    # the grid encoders' domain ends where ggml's search aborts, about 1e10 and more (their
+    # own tests cover that domain): scales up to 1e8 for them
     top = 8 if _registry.BY_FORMAT[fmt].domain_reason is _registry.grid_reason else 30
+    # formats ggml quantizes only with an importance matrix get a uniform one
+    kw = {"imatrix": np.ones(n, np.float32)} if fmt in _registry.REQUIRES_IMATRIX else {}
     x = (rng.standard_normal((6, n)) * 10.0 ** rng.uniform(-30, top, (6, 1))).astype(np.float32)
     x[1] = 0.0
     x[2, ::3] = -0.0
-    got = qk.quantize(x, format=fmt)
+    got = qk.quantize(x, format=fmt, **kw)
     assert got.shape == (6, fmt.block_bytes) and got.dtype == np.uint8
     for b in range(6):
         want = quantize_oracle(fmt, x[b])
@@ -107,15 +113,15 @@ def test_quantize_matches_the_oracle_and_rejects_non_finite(fmt, rng):
     out = np.full((6, fmt.block_bytes), 7, np.uint8)
     with pytest.raises(qk.QuantizationDomainError,
                        match=rf"^block 4: values\[4, {n - 1}\] is nan; quantize needs finite"):
-        qk.quantize(bad, format=fmt, out=out)
+        qk.quantize(bad, format=fmt, out=out, **kw)
     assert (out == 7).all()
     with pytest.raises(ValueError, match=rf"values: expected shape \[G, {n}\]"):
-        qk.quantize(np.zeros((2, n + 1), np.float32), format=fmt)
+        qk.quantize(np.zeros((2, n + 1), np.float32), format=fmt, **kw)
 
 
 def _pair(rng, fmt, shape_w, shape_x):
     act = qk.activation_format(fmt)
-    if fmt in QUANTIZABLE:
+    if fmt in QUANTIZABLE and fmt not in _registry.REQUIRES_IMATRIX:
         w = qk.quantize(rng.standard_normal((int(np.prod(shape_w)), fmt.block_size))
                         .astype(np.float32), format=fmt).reshape(*shape_w, -1)
     else:   # no encoder: random records with finite scales
@@ -407,9 +413,11 @@ def test_inspect_prints_capabilities(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "formats (numba_qk.capabilities):" in out
     assert "  Q4_K: quantize, dequantize, decode, dot with Q8_K, gemv/gemm/matmul" in out
-    assert "  IQ2_XXS: dequantize, decode, dot with Q8_K, gemv/gemm/matmul" in out
+    assert ("  IQ2_XXS: quantize (with imatrix), dequantize, decode, dot with Q8_K, "
+            "gemv/gemm/matmul") in out
     assert "  F32: no kernels (stored values only)" in out
     assert "  F16: gemv/gemm/matmul as weights" in out and "  BF16: gemv/gemm/matmul as weights" in out
     assert cli._quantizable_weights() == ["q4_k", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k",
                                           "q3_k", "q5_k", "q6_k", "mxfp4", "nvfp4", "iq4_nl",
-                                          "iq4_xs", "tq1_0", "tq2_0", "iq3_xxs", "iq3_s"]
+                                          "iq4_xs", "tq1_0", "tq2_0", "iq3_xxs", "iq3_s",
+                                          "iq2_s", "iq1_m"]

@@ -586,7 +586,9 @@ dot_iq1_m_q8_k, gemv_iq1_m_q8_k, gemm_iq1_m_q8_k = kernels_for(_M1.ggml_type)
 
 # ---- the registry's declarations of this module's formats (numba_qk/kernels/traits.py) ----------
 from numba_qk.kernels.traits import Decoded, Traits  # noqa: E402
-from numba_qk.kernels.iq import iq3_encode as _enc  # noqa: E402
+from numba_qk.kernels.iq import iq3_encode as _iq3_encode  # noqa: E402
+from numba_qk.kernels.iq import iq2_encode as _iq2_encode  # noqa: E402
+from numba_qk.kernels.iq import iq1_encode as _iq1_encode  # noqa: E402
 
 _DECODED_DOC = ("Decoded fields of ``G`` ggml grid IQ records (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, "
                 "IQ3_S, IQ1_S, IQ1_M): ``d`` the f16 super-block scale [G], ``ls`` the scale "
@@ -597,8 +599,8 @@ _DECODED_DOC = ("Decoded fields of ``G`` ggml grid IQ records (IQ2_XXS, IQ2_XS, 
 _FILLED = (("ls", "u1"), ("q", "i1"))
 
 
-def _traits(fmt, dequantize, decode, dot, gemv, gemm, filled=_FILLED, encoder=(None, None, "")):
-    quantize, domain, quantizer = encoder
+def _traits(fmt, dequantize, decode, dot, gemv, gemm, filled=_FILLED, quantize=None,
+            domain=None, quantizer=""):
     return Traits(format=fmt, dequantize=dequantize, decode=decode,
                   decoded=Decoded("IQGridFields", ("d", "ls", "q"), filled, _DECODED_DOC),
                   quantize=quantize, domain=domain, quantizer=quantizer, find_invalid=None,
@@ -612,16 +614,18 @@ TRAITS = (
             dot_iq2_xs_q8_k, gemv_iq2_xs_q8_k, gemm_iq2_xs_q8_k),
     _traits(_XXS3, dequantize_iq3_xxs, iq3_xxs_decode_records,
             dot_iq3_xxs_q8_k, gemv_iq3_xxs_q8_k, gemm_iq3_xxs_q8_k,
-            encoder=(_enc.quantize_iq3_xxs, "grid",
-                     "ggml ggml_quantize_chunk (quantize_iq3_xxs, no imatrix)")),
+            quantize=_iq3_encode.quantize_iq3_xxs, domain="grid",
+            quantizer="ggml ggml_quantize_chunk (quantize_iq3_xxs, no imatrix)"),
     _traits(_S1, dequantize_iq1_s, iq1_s_decode_records,
             dot_iq1_s_q8_k, gemv_iq1_s_q8_k, gemm_iq1_s_q8_k),
     _traits(_S3, dequantize_iq3_s, iq3_s_decode_records,
             dot_iq3_s_q8_k, gemv_iq3_s_q8_k, gemm_iq3_s_q8_k,
-            encoder=(_enc.quantize_iq3_s, "grid",
-                     "ggml ggml_quantize_chunk (quantize_iq3_s, no imatrix)")),
+            quantize=_iq3_encode.quantize_iq3_s, domain="grid",
+            quantizer="ggml ggml_quantize_chunk (quantize_iq3_s, no imatrix)"),
     _traits(_S2, dequantize_iq2_s, iq2_s_decode_records,
-            dot_iq2_s_q8_k, gemv_iq2_s_q8_k, gemm_iq2_s_q8_k),
+            dot_iq2_s_q8_k, gemv_iq2_s_q8_k, gemm_iq2_s_q8_k,
+            quantize=_iq2_encode.quantize_iq2_s, domain="grid", quantizer=_iq2_encode.QUANTIZER_S),
     _traits(_M1, dequantize_iq1_m, iq1_m_decode_records,
-            dot_iq1_m_q8_k, gemv_iq1_m_q8_k, gemm_iq1_m_q8_k, filled=(("d", "f2"), *_FILLED)),
+            dot_iq1_m_q8_k, gemv_iq1_m_q8_k, gemm_iq1_m_q8_k, filled=(("d", "f2"), *_FILLED),
+            quantize=_iq1_encode.quantize_iq1_m, domain="grid", quantizer=_iq1_encode.QUANTIZER_M),
 )

@@ -1,0 +1,572 @@
+"""IQ2_XXS / IQ2_XS / IQ2_S encoders: ggml's ``quantize_row_iq2_xxs_impl``,
+``quantize_row_iq2_xs_impl`` and ``quantize_row_iq2_s_impl`` as ``ggml_quantize_chunk`` calls
+them (``quantize_iq2_*``, row by row), byte for byte.  ggml quantizes IQ2_XXS and IQ2_XS only
+with an importance matrix (``ggml_quantize_requires_imatrix``; their ``_impl`` asserts
+``quant_weights``); IQ2_S with or without one.
+
+``encode_iq2_<t>(values, qw, out, grid, kmap, neighbours) -> -1 | first bad block`` (``@njit``):
+f32 ``values`` [G, 256] whose blocks run along rows of ``len(qw)`` values (IQ2_S: ``qw`` of
+length 0 = no importance matrix), ``grid / kmap / neighbours`` the search tables of the format
+(``grid_search.tables(fmt)``).  The records go to a scratch array and are copied into ``out``
+only when every block is in the domain: a block holding a non-finite value, or one on which
+ggml's search would abort the process (see below), is reported (the first one) and ``out`` is
+left untouched.  ``quantize_iq2_<t>_weighted(values, qw, out)`` / ``quantize_iq2_s(values, out)``
+(``@njit`` too) pass the tables, which are made when they compile and frozen into them.
+
+Numerics: every C float step is one explicit f32 rounding in C's evaluation order (``a*b*c`` is
+``R32(R32(a*b)*c)``, ``s += a*b`` is ``R32(s + R32(a*b))``; no double anywhere in these C
+functions).  No step is fused: ggml-quants.c is compiled into libggml-base, which both oracles
+(the native llama.cpp 0.3.36 build and libggml-python) build without ``-march`` flags
+(x86-64 baseline: no FMA instruction exists in either libggml-base.so, so GCC cannot contract
+``a*b+c``); the byte comparisons in tests/iq/test_iq2_encode.py confirm it.
+
+Domain: finite values on which ggml does not abort.  ggml aborts (``GGML_ASSERT`` /
+``GGML_ABORT``) when, for some group of 8, every weighted squared distance of
+``iq2_find_best_neighbour`` is >= FLT_MAX or NaN (no neighbour chosen), when a sub-block's final
+scale is NaN (``GGML_ASSERT(scale >= 0)``), or when its final codes are off the grid ("Oops");
+these kernels follow the C step by step and report the block where that happens.  It happens
+once the weighted products ``sqrt(w) * (scale*q - x)^2`` overflow f32: about |x| > 1e10 with
+imatrix weights near 1 (docs/numerics_iq_grid.md).
+"""
+
+import numpy as np
+
+from numba.extending import overload
+
+from numba_qk._jit import inline_kernel, kernel
+from numba_qk.formats import iq as _iq
+from numba_qk.kernels._round import nearest_int
+from numba_qk.kernels.iq import grid_search as _gs
+from numba_qk.kernels.kquants.common import store_f16
+from numba_qk.kernels.kquants.weighted import make_qp_quants
+
+_XXS, _XS, _S = _iq.iq2_xxs, _iq.iq2_xs, _iq.iq2_s
+_F0 = np.float32(0.0)
+_F1 = np.float32(1.0)
+_HALF = np.float32(0.5)
+_TENTH = np.float32(0.1)
+_FLT_MAX = np.float32(3.4028234663852886e38)
+_GROUP_MAX_EPS = np.float32(1e-15)
+_GROUP_MAX_EPS_IQ2_S = np.float32(1e-8)
+_KMAX_Q = 3
+_KMAP_SIZE = _gs.KMAP_SIZE
+_S_QH, _S_SIGNS, _S_SC = _S.field("qh").start, _S.field("signs").start, _S.field("ls").start
+_XS_SC = _XS.field("ls").start
+
+
+@inline_kernel
+def find_best_neighbour(neighbours, start, grid, xval, xo, waux, scale, L, lo):
+    """ggml's ``iq2_find_best_neighbour``: among the neighbour list at ``neighbours[start]``
+    (count, then entries), the entry minimising ``sum_i waux_i * (scale*q_i - x_i)^2`` (f32,
+    first of equals); writes its levels ``(q - 1) / 2`` to ``L[lo:lo+8]`` and returns it, or
+    returns -1 (L untouched) where ggml's ``GGML_ASSERT(grid_index >= 0)`` aborts."""
+    m = np.int32(neighbours[start])
+    best_d2 = _FLT_MAX
+    gi = -1
+    for j in range(1, m + 1):
+        idx = np.int32(neighbours[start + j])
+        d2 = _F0
+        for i in range(8):
+            diff = np.float32(np.float32(scale * np.float32(grid[idx, i])) - xval[xo + i])
+            d2 = np.float32(d2 + np.float32(np.float32(waux[xo + i] * diff) * diff))
+        if d2 < best_d2:
+            best_d2 = d2
+            gi = idx
+    if gi >= 0:
+        for i in range(8):
+            L[lo + i] = (np.int32(grid[gi, i]) - 1) // 2
+    return gi
+
+
+@inline_kernel
+def grid_levels(idv, xval, xo, L, lo):
+    """``l_i = clamp(nearest_int(0.5f * (idv * x_i - 1)), 0, 2)`` into ``L[lo:lo+8]``; returns
+    the code ``u = sum l_i << 2i``."""
+    u = 0
+    for i in range(8):
+        l = nearest_int(np.float32(_HALF * np.float32(np.float32(idv * xval[xo + i]) - _F1)))
+        l = max(0, min(_KMAX_Q - 1, l))
+        L[lo + i] = l
+        u |= l << (2 * i)
+    return u
+
+
+@inline_kernel
+def snap(idv, scale, xval, waux, xo, L, lo, grid, kmap, neighbours):
+    """Levels of group ``xo`` at ``1/idv``, moved onto the grid as ggml does (the best
+    neighbour at ``scale`` when off it): the grid index, -1 where ggml aborts; ``L[lo:lo+8]``
+    the levels (the rounded ones where they are on the grid).  Also returns whether the
+    rounded levels were on the grid."""
+    u = grid_levels(idv, xval, xo, L, lo)
+    gi = np.int32(kmap[u])
+    if gi >= 0:
+        return gi, True
+    return find_best_neighbour(neighbours, -gi - 1, grid, xval, xo, waux, scale, L, lo), False
+
+
+@inline_kernel
+def weighted_sums(weight, xval, L, n):
+    """``sumqx = sum R32(R32(w*x)*q)``, ``sumq2 = sum R32(R32(w*q)*q)``, ``q = 2 L + 1``."""
+    sumqx = _F0
+    sumq2 = _F0
+    for i in range(n):
+        w = weight[i]
+        q = np.float32(2 * L[i] + 1)
+        sumqx = np.float32(sumqx + np.float32(np.float32(w * xval[i]) * q))
+        sumq2 = np.float32(sumq2 + np.float32(np.float32(w * q) * q))
+    return sumqx, sumq2
+
+
+@inline_kernel
+def code_of(L, lo):
+    """C's ``uint16_t u |= (L[i] << 2*i)`` over 8 int8 levels (sign-extended, 16 bits kept)."""
+    u = 0
+    for i in range(8):
+        u |= np.int32(np.int8(L[lo + i])) << (2 * i)
+    return u & 0xFFFF
+
+
+@inline_kernel
+def sigma2_of(values, b, twice):
+    """``sumx2 / 256`` (``twice``: ``2 * sumx2 / 256``, IQ2_S), ``sumx2 = sum R32(x*x)``."""
+    s = _F0
+    for i in range(256):
+        x = values[b, i]
+        s = np.float32(s + np.float32(x * x))
+    if twice:
+        s = np.float32(np.float32(2.0) * s)
+    return np.float32(s / np.float32(256.0))
+
+
+@inline_kernel
+def block_weights(values, b, off, n, qw, qoff, sigma2, weight, waux):
+    """``weight_i = qw_i * sqrtf(sigma2 + x_i^2)`` (IQ2_S without qw: ``0.25f*sigma2 + x_i^2``),
+    ``waux_i = sqrtf(weight_i)``."""
+    for i in range(n):
+        x = values[b, off + i]
+        x2 = np.float32(x * x)
+        if qw.shape[0]:
+            weight[i] = np.float32(qw[qoff + i] * np.float32(np.sqrt(np.float32(sigma2 + x2))))
+        else:
+            weight[i] = np.float32(np.float32(np.float32(0.25) * sigma2) + x2)
+        waux[i] = np.float32(np.sqrt(weight[i]))
+
+
+@inline_kernel
+def even_signs(values, b, off, k, weight, xval):
+    """ggml's sign handling of IQ2_XXS / IQ2_XS for group ``k``: ``xval = |x|``, and for an odd
+    number of negatives the element of least ``R32(R32(w*x)*x)`` keeps its sign (flipped in
+    ``xval``); returns the 7 stored sign bits."""
+    nflip = 0
+    s = 0
+    for i in range(8):
+        x = values[b, off + 8 * k + i]
+        if x >= _F0:
+            xval[8 * k + i] = x
+        else:
+            xval[8 * k + i] = -x
+            nflip += 1
+            s |= 1 << i
+    if nflip % 2:
+        imin = 0
+        x = values[b, off + 8 * k]
+        mn = np.float32(np.float32(weight[8 * k] * x) * x)
+        for i in range(1, 8):
+            x = values[b, off + 8 * k + i]
+            ax = np.float32(np.float32(weight[8 * k + i] * x) * x)
+            if ax < mn:
+                mn = ax
+                imin = i
+        xval[8 * k + imin] = -xval[8 * k + imin]
+        s ^= 1 << imin
+    return s & 127
+
+
+@inline_kernel
+def max_of(xval, n):
+    """C's ``max = xval[0]; max = MAX(max, xval[i])``."""
+    mx = xval[0]
+    for i in range(1, n):
+        mx = mx if mx > xval[i] else xval[i]
+    return mx
+
+
+@inline_kernel
+def search16(xval, weight, waux, L, Laux, on, on_aux, mx, grid, kmap, neighbours):
+    """The scale search of ``quantize_row_iq2_xs_impl`` / ``_iq2_s_impl`` for one sub-block of
+    16 (``is = -9 .. 9``, then the off-grid groups redone at the best scale): levels in ``L``,
+    returns ``(scale, ok)``; ``ok`` False where ggml aborts in ``iq2_find_best_neighbour``."""
+    best = _F0
+    scale = np.float32(mx / np.float32(2 * _KMAX_Q - 1))
+    on[0] = True
+    on[1] = True
+    for is_ in range(-9, 10):
+        idv = np.float32(np.float32(np.float32(2 * _KMAX_Q - 1)
+                                    + np.float32(np.float32(is_) * _TENTH)) / mx)
+        this_scale = np.float32(_F1 / idv)
+        for k in range(2):
+            gi, hit = snap(idv, this_scale, xval, waux, 8 * k, Laux, 8 * k, grid, kmap,
+                           neighbours)
+            if gi < 0:
+                return scale, False
+            on_aux[k] = hit
+        sumqx, sumq2 = weighted_sums(weight, xval, Laux, 16)
+        if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best * sumq2):
+            scale = np.float32(sumqx / sumq2)
+            best = np.float32(scale * sumqx)
+            for i in range(16):
+                L[i] = Laux[i]
+            on[0] = on_aux[0]
+            on[1] = on_aux[1]
+    if (not on[0] or not on[1]) and scale > _F0:
+        idv = np.float32(_F1 / scale)
+        for k in range(2):
+            if on[k]:
+                continue
+            gi, hit = snap(idv, scale, xval, waux, 8 * k, L, 8 * k, grid, kmap, neighbours)
+            if gi < 0:
+                return scale, False
+        sumqx, sumq2 = weighted_sums(weight, xval, L, 16)
+        if sumq2 > _F0:
+            scale = np.float32(sumqx / sumq2)
+    return scale, True
+
+
+@inline_kernel
+def final_index(L, lo, kmap):
+    """The grid index of the final levels ``L[lo:lo+8]``, or -1 where ggml aborts ("Oops: found
+    point not on grid"; a code past ggml's map, which C would read out of bounds, too)."""
+    u = code_of(L, lo)
+    return np.int32(kmap[u]) if u < _KMAP_SIZE else np.int32(-1)
+
+
+@inline_kernel
+def ls_code(idv, scale):
+    """``clamp(nearest_int(0.5f * (id * scale - 1)), 0, 15)``."""
+    l = nearest_int(np.float32(_HALF * np.float32(np.float32(idv * scale) - _F1)))
+    return max(0, min(15, l))
+
+
+@kernel
+def _bad(values, b):
+    for i in range(values.shape[1]):
+        v = values[b, i]
+        if (v - v) != _F0:
+            return True
+    return False
+
+
+@kernel
+def encode_iq2_xs(values, qw, out, grid, kmap, neighbours):
+    """ggml's ``quantize_iq2_xs`` with ``quant_weights = qw`` (rows of ``len(qw)``)."""
+    per_row = qw.shape[0] // 256
+    rec = np.zeros_like(out)
+    weight = np.zeros(16, np.float32)
+    waux = np.zeros(16, np.float32)
+    xval = np.zeros(16, np.float32)
+    L = np.zeros(16, np.int32)
+    Laux = np.zeros(16, np.int32)
+    on = np.zeros(2, np.bool_)
+    on_aux = np.zeros(2, np.bool_)
+    scales = np.zeros(16, np.float32)
+    q2 = np.zeros(32, np.int32)
+    bs = np.zeros(2, np.int32)
+    for b in range(values.shape[0]):
+        if _bad(values, b):
+            return b
+        qoff = 256 * (b % per_row)
+        for i in range(32):
+            q2[i] = 0
+        max_scale = _F0
+        sigma2 = sigma2_of(values, b, False)
+        for ib in range(16):
+            block_weights(values, b, 16 * ib, 16, qw, qoff + 16 * ib, sigma2, weight, waux)
+            for k in range(2):
+                bs[k] = even_signs(values, b, 16 * ib, k, weight, xval)
+            mx = max_of(xval, 16)
+            for i in range(16):
+                L[i] = 0
+            if mx < _GROUP_MAX_EPS:
+                scales[ib] = _F0
+                continue
+            scale, ok = search16(xval, weight, waux, L, Laux, on, on_aux, mx, grid, kmap,
+                                 neighbours)
+            if not ok:
+                return b
+            if scale < _F0:
+                scale = -scale
+                for k in range(2):
+                    bs[k] = (~bs[k]) & 127
+            for k in range(2):
+                gi = final_index(L, 8 * k, kmap)
+                if gi < 0:
+                    return b
+                q2[2 * ib + k] = gi | (bs[k] << 9)
+            if not scale >= _F0:
+                return b
+            scales[ib] = scale
+            max_scale = max_scale if max_scale > scale else scale
+        if max_scale == _F0:
+            continue
+        d = np.float32(max_scale / np.float32(31.0))
+        store_f16(rec, b, 0, d)
+        idv = np.float32(_F1 / d)
+        for ib in range(16):
+            l = ls_code(idv, scales[ib])
+            if ib % 2 == 0:
+                rec[b, _XS_SC + ib // 2] = np.uint8(l)
+            else:
+                rec[b, _XS_SC + ib // 2] |= np.uint8(l << 4)
+        for i in range(32):
+            rec[b, 2 + 2 * i] = np.uint8(q2[i] & 0xFF)
+            rec[b, 3 + 2 * i] = np.uint8((q2[i] >> 8) & 0xFF)
+    out[:] = rec
+    return -1
+
+
+@kernel
+def encode_iq2_s(values, qw, out, grid, kmap, neighbours):
+    """ggml's ``quantize_iq2_s`` with ``quant_weights = qw`` (rows of ``len(qw)``), or without
+    an importance matrix where ``len(qw) == 0``."""
+    per_row = max(qw.shape[0] // 256, 1)
+    rec = np.zeros_like(out)
+    weight = np.zeros(16, np.float32)
+    waux = np.zeros(16, np.float32)
+    xval = np.zeros(16, np.float32)
+    L = np.zeros(16, np.int32)
+    Laux = np.zeros(16, np.int32)
+    on = np.zeros(2, np.bool_)
+    on_aux = np.zeros(2, np.bool_)
+    scales = np.zeros(16, np.float32)
+    bs = np.zeros(2, np.int32)
+    for b in range(values.shape[0]):
+        if _bad(values, b):
+            return b
+        qoff = 256 * (b % per_row)
+        max_scale = _F0
+        sigma2 = sigma2_of(values, b, True)
+        for ib in range(16):
+            block_weights(values, b, 16 * ib, 16, qw, qoff + 16 * ib, sigma2, weight, waux)
+            for k in range(2):
+                s = 0
+                for i in range(8):
+                    x = values[b, 16 * ib + 8 * k + i]
+                    if x >= _F0:
+                        xval[8 * k + i] = x
+                    else:
+                        xval[8 * k + i] = -x
+                        s |= 1 << i
+                bs[k] = s
+            mx = max_of(xval, 16)
+            for i in range(16):
+                L[i] = 0
+            if mx < _GROUP_MAX_EPS_IQ2_S:
+                scales[ib] = _F0
+                continue
+            scale, ok = search16(xval, weight, waux, L, Laux, on, on_aux, mx, grid, kmap,
+                                 neighbours)
+            if not ok:
+                return b
+            if scale < _F0:
+                scale = -scale
+                for k in range(2):
+                    bs[k] = (~bs[k]) & 255
+            for k in range(2):
+                gi = final_index(L, 8 * k, kmap)
+                if gi < 0:
+                    return b
+                i8 = 2 * ib + k
+                rec[b, 2 + i8] = np.uint8(gi & 255)
+                rec[b, _S_QH + i8 // 4] |= np.uint8((gi >> 8) << (2 * (i8 % 4)))
+                rec[b, _S_SIGNS + i8] = np.uint8(bs[k])
+            if not scale >= _F0:
+                return b
+            scales[ib] = scale
+            max_scale = max_scale if max_scale > scale else scale
+        if max_scale == _F0:
+            continue
+        d = np.float32(max_scale / np.float32(31.0))
+        store_f16(rec, b, 0, np.float32(d * np.float32(0.9875)))
+        idv = np.float32(_F1 / d)
+        for ib in range(16):
+            l = ls_code(idv, scales[ib])
+            if ib % 2 == 0:
+                rec[b, _S_SC + ib // 2] = np.uint8(l)
+            else:
+                rec[b, _S_SC + ib // 2] |= np.uint8(l << 4)
+    out[:] = rec
+    return -1
+
+
+@kernel
+def encode_iq2_xxs(values, qw, out, grid, kmap, neighbours):
+    """ggml's ``quantize_iq2_xxs`` with ``quant_weights = qw`` (rows of ``len(qw)``)."""
+    per_row = qw.shape[0] // 256
+    rec = np.zeros_like(out)
+    weight = np.zeros(32, np.float32)
+    waux = np.zeros(32, np.float32)
+    xval = np.zeros(32, np.float32)
+    L = np.zeros(32, np.int32)
+    Laux = np.zeros(32, np.int32)
+    Ltmp = np.zeros(8, np.int32)
+    Lqp = np.zeros(32, np.uint8)
+    scales = np.zeros(8, np.float32)
+    q2 = np.zeros(16, np.int64)
+    bs = np.zeros(4, np.int32)
+    for b in range(values.shape[0]):
+        if _bad(values, b):
+            return b
+        qoff = 256 * (b % per_row)
+        for i in range(16):
+            q2[i] = 0
+        max_scale = _F0
+        sigma2 = sigma2_of(values, b, False)
+        for ib in range(8):
+            block_weights(values, b, 32 * ib, 32, qw, qoff + 32 * ib, sigma2, weight, waux)
+            for k in range(4):
+                bs[k] = even_signs(values, b, 32 * ib, k, weight, xval)
+            mx = max_of(xval, 32)
+            if mx < _GROUP_MAX_EPS:
+                scales[ib] = _F0
+                continue
+            scale = make_qp_quants(32, _KMAX_Q + 1, xval, Lqp, weight)
+            for i in range(32):
+                L[i] = np.int8(Lqp[i])
+            eff_max = np.float32(scale * np.float32(_KMAX_Q))
+            if eff_max <= _F0:
+                scales[ib] = _F0
+                continue
+            best = _F0
+            for is_ in range(-6, 7):
+                idv = np.float32(np.float32(np.float32(2 * _KMAX_Q - 1)
+                                            + np.float32(np.float32(is_) * _TENTH)) / eff_max)
+                this_scale = np.float32(_F1 / idv)
+                for k in range(4):
+                    gi, hit = snap(idv, this_scale, xval, waux, 8 * k, Laux, 8 * k, grid, kmap,
+                                   neighbours)
+                    if gi < 0:
+                        return b
+                sumqx, sumq2 = weighted_sums(weight, xval, Laux, 32)
+                if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best * sumq2):
+                    scale = np.float32(sumqx / sumq2)
+                    best = np.float32(scale * sumqx)
+                    for i in range(32):
+                        L[i] = Laux[i]
+            if scale > _F0:
+                idv = np.float32(_F1 / scale)
+                for k in range(4):
+                    u = grid_levels(idv, xval, 8 * k, Ltmp, 0)
+                    gi = np.int32(kmap[u])
+                    if gi < 0:
+                        gi = find_best_neighbour(neighbours, -gi - 1, grid, xval, 8 * k, waux,
+                                                 scale, L, 8 * k)
+                        if gi < 0:
+                            return b
+                    for i in range(8):
+                        L[8 * k + i] = (np.int32(grid[gi, i]) - 1) // 2
+                sumqx, sumq2 = weighted_sums(weight, xval, L, 32)
+                if sumq2 > _F0:
+                    scale = np.float32(sumqx / sumq2)
+            if scale < _F0:
+                scale = -scale
+                for k in range(4):
+                    bs[k] = (~bs[k]) & 127
+            for k in range(4):
+                gi = final_index(L, 8 * k, kmap)
+                if gi < 0:
+                    return b
+                q2[2 * ib] |= np.int64(gi) << (8 * k)
+                q2[2 * ib + 1] |= np.int64(bs[k]) << (7 * k)
+            if not scale >= _F0:
+                return b
+            scales[ib] = scale
+            max_scale = max_scale if max_scale > scale else scale
+        if max_scale == _F0:
+            continue
+        d = np.float32(max_scale / np.float32(31.0))
+        store_f16(rec, b, 0, d)
+        idv = np.float32(_F1 / d)
+        for ib in range(8):
+            q2[2 * ib + 1] |= np.int64(ls_code(idv, scales[ib])) << 28
+        for i in range(16):
+            for j in range(4):
+                rec[b, 2 + 4 * i + j] = np.uint8((q2[i] >> (8 * j)) & 0xFF)
+    out[:] = rec
+    return -1
+
+
+# ---- the entry points (``@njit``; the tables frozen into them when they compile) ---------------
+
+def tables_for(fmt):
+    """A function that, called in ``@njit`` code, gives ``(grid, kmap, neighbours)`` of
+    ``fmt``: its overload makes them (``grid_search.tables``) when a kernel calling it is
+    compiled, and numba freezes them into that kernel as constants (cached with it: a process
+    that loads the kernel from numba's cache never builds them)."""
+    def tables():
+        raise TypeError("call only from @njit code")
+
+    @overload(tables)
+    def _tables():
+        t = _gs.tables(fmt)
+        grid, kmap = t.grid, t.kmap
+        # numba keeps a constant array of over 10**6 bytes by its address, which its cache
+        # refuses: the neighbour lists go in as three parts, joined at each call (~1 MB copied)
+        nb = t.neighbours
+        k = -(-nb.shape[0] // 3)
+        n0, n1, n2 = nb[:k].copy(), nb[k:2 * k].copy(), nb[2 * k:].copy()
+        assert max(n0.nbytes, n1.nbytes, n2.nbytes) < 10**6
+
+        def impl():
+            return grid, kmap, np.concatenate((n0, n1, n2))
+        return impl
+    tables.__name__ = tables.__qualname__ = f"{fmt._attr}_tables"
+    return tables
+
+
+iq2_xxs_tables = tables_for(_XXS)
+iq2_xs_tables = tables_for(_XS)
+iq2_s_tables = tables_for(_S)
+
+
+@kernel
+def quantize_iq2_xxs_weighted(values, qw, out):
+    """f32 ``values`` [G, 256] (rows of ``len(qw)``) -> IQ2_XXS records, weighted by ``qw``."""
+    grid, kmap, neighbours = iq2_xxs_tables()
+    return encode_iq2_xxs(values, qw, out, grid, kmap, neighbours)
+
+
+@kernel
+def quantize_iq2_xs_weighted(values, qw, out):
+    """f32 ``values`` [G, 256] (rows of ``len(qw)``) -> IQ2_XS records, weighted by ``qw``."""
+    grid, kmap, neighbours = iq2_xs_tables()
+    return encode_iq2_xs(values, qw, out, grid, kmap, neighbours)
+
+
+@kernel
+def quantize_iq2_s_weighted(values, qw, out):
+    """f32 ``values`` [G, 256] (rows of ``len(qw)``) -> IQ2_S records, weighted by ``qw``."""
+    grid, kmap, neighbours = iq2_s_tables()
+    return encode_iq2_s(values, qw, out, grid, kmap, neighbours)
+
+
+@kernel
+def quantize_iq2_s(values, out):
+    """f32 ``values`` [G, 256] -> IQ2_S records (ggml's ``quantize_iq2_s`` without an
+    importance matrix)."""
+    grid, kmap, neighbours = iq2_s_tables()
+    return encode_iq2_s(values, np.zeros(0, np.float32), out, grid, kmap, neighbours)
+
+
+# The weighted path per format: (entry, what it reproduces), read by numba_qk._registry;
+# REQUIRES_IMATRIX: formats ggml quantizes only with an importance matrix, with the domain rule
+# of their (weighted-only) encoder.
+WEIGHTED = {
+    _XXS: (quantize_iq2_xxs_weighted, "ggml quantize_iq2_xxs (quantize_row_iq2_xxs_impl) with "
+                                      "quant_weights"),
+    _XS: (quantize_iq2_xs_weighted, "ggml quantize_iq2_xs (quantize_row_iq2_xs_impl) with "
+                                    "quant_weights"),
+    _S: (quantize_iq2_s_weighted, "ggml quantize_iq2_s (quantize_row_iq2_s_impl) with "
+                                  "quant_weights"),
+}
+REQUIRES_IMATRIX = {_XXS: "grid", _XS: "grid"}
+QUANTIZER_S = "ggml ggml_quantize_chunk (quantize_iq2_s, no imatrix)"
