@@ -15,6 +15,7 @@ import pytest
 import numba_qk as qk
 from imatrix_cases import GGML, compare, weights
 from numba_qk.kernels.iq import iq3_encode as E
+from subsets import default_few
 
 NAMES = ["iq3_xxs", "iq3_s"]
 
@@ -67,9 +68,9 @@ def test_tables_are_ggml_init(size):
 
 # ---- byte identity with ggml ------------------------------------------------------------------
 
-# The default run compiles three of the four encoders (the CI's budget): IQ3_XXS with and
-# without weights, IQ3_S without; the sweep takes all four.
-@pytest.mark.parametrize("name", NAMES)
+# The default run compiles two of the four encoders (the CI's budget): IQ3_XXS with and
+# without weights; -m slow takes IQ3_S here and the sweep all four.
+@pytest.mark.parametrize("name", default_few(NAMES, {"iq3_xxs"}))
 def test_encode_is_ggml(name):
     fmt = getattr(qk.quant, name)
     x = rows(512, 3, 31)

@@ -7,11 +7,12 @@ import pytest
 
 import numba_qk as qk
 from imatrix_cases import compare, rows, weights
+from subsets import default_few
 
 NAMES = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", default_few(NAMES, {"q3_k", "q4_k"}))  # the rest: -m slow
 def test_imatrix_is_ggml(name):
     fmt = getattr(qk.quant, name)
     x = rows(512, 2, 7)

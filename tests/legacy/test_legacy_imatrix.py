@@ -9,11 +9,12 @@ import pytest
 import numba_qk as qk
 from numba_qk.errors import QuantizationDomainError
 from imatrix_cases import compare, rows, weights
+from subsets import default_few
 
 NAMES = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0"]
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", default_few(NAMES, {"q4_0", "q5_1"}))  # the rest: -m slow
 def test_imatrix_is_ggml(name):
     fmt = getattr(qk.quant, name)
     x = rows(128, 2, 17)

@@ -13,6 +13,7 @@ import pytest
 import numba_qk as qk
 from numba_qk import dtypes as D
 from numba_qk.formats import ScalarType
+from subsets import default_few
 
 ml = pytest.importorskip("ml_dtypes")
 
@@ -384,7 +385,9 @@ def _adversarial_values(t):
     return vals + [-v for v in vals]
 
 
-@pytest.mark.parametrize("t", D.ALL_TYPES, ids=str)
+# one type of each encode family by default (float, fp8, sub-byte float, scale, int), -m slow all
+@pytest.mark.parametrize("t", default_few(D.ALL_TYPES, {"F16", "BF16", "E4M3", "E2M1", "E8M0",
+                                                        "I8", "I4"}))
 def test_scalar_encode_is_the_oracles_on_adversarial_values(t):
     """``t(value)`` gives the oracle's code for a dense set of values (one rounding of the exact
     value of a Python int, float or Fraction)."""
