@@ -23,7 +23,7 @@ NAMES = ["iq2_xxs", "iq2_xs", "iq2_s", "iq1_s", "iq1_m"]
 NO_IMATRIX = ("iq2_s", "iq1_m")          # encoded with or without an importance matrix
 # each format compiles its own encoder (tens of seconds cold): IQ2_XXS (imatrix required) and
 # IQ2_S (with and without) by default, all four under -m slow
-DEFAULT_FEW = default_few(NAMES, {"iq2_xxs", "iq2_s"})
+DEFAULT_FEW = default_few(NAMES, {"iq2_s"})   # IQ2_XXS, IQ2_XS, IQ1_S, IQ1_M: -m slow
 slow = pytest.mark.slow
 
 # sha256 of kmap (int32 LE) + neighbours (uint16 LE) + grid (int8 [n, 8]) as ggml's
