@@ -33,7 +33,7 @@ import numpy as np
 
 from numba.extending import overload
 
-from numba_qk._jit import inline_kernel, kernel
+from numba_qk._jit import closure_named, inline_kernel, kernel
 from numba_qk.formats import iq as _iq
 from numba_qk.kernels._round import nearest_int
 from numba_qk.kernels.iq import grid_search as _gs
@@ -518,7 +518,8 @@ def tables_for(fmt):
 
         def impl():
             return grid, kmap, np.concatenate((n0, n1, n2))
-        return impl
+        # one name per grid (decision 038): the formats' tables must not share a cached symbol
+        return closure_named(impl)
     tables.__name__ = tables.__qualname__ = f"{fmt._attr}_tables"
     return tables
 
