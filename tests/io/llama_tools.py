@@ -36,13 +36,24 @@ def version(name: str) -> str:
     return (r.stdout + r.stderr).strip().splitlines()[0] if r.returncode == 0 else "?"
 
 
+def vocab():
+    """A SentencePiece vocabulary llama.cpp can tokenize any text with: ``<unk> <s> </s>``, the
+    256 byte tokens, then ``▁``, ``▁t`` and ``▁t0`` ... ``▁t99`` (the words of
+    :func:`write_text`). Returns (tokens, token types)."""
+    toks = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    toks += ["\u2581", "\u2581t"] + [f"\u2581t{i}" for i in range(100)]
+    return toks, [2, 3, 3] + [6] * 256 + [1] * (len(toks) - 259)
+
+
 def write_vocab_model(path, *, n_embd=256, n_head=4, n_head_kv=2, n_ff=512, n_layer=2,
-                      n_vocab=64, n_expert=0, seed=0):
+                      n_expert=0, seed=0):
     """A llama model at ``path``: F32 matrices (random, seeded), F32 norms, untied output, the
-    placeholder SentencePiece vocabulary ``<unk> <s> </s> t3 t4 ...`` of tests/models'
-    tiny models; ``n_expert`` > 0 gives every layer a mixture of experts (2 used)."""
+    SentencePiece vocabulary of :func:`vocab`; ``n_expert`` > 0 gives every layer a mixture of
+    experts (2 used)."""
     import gguf
 
+    toks, types = vocab()
+    n_vocab = len(toks)
     rng = np.random.default_rng(seed)
     head_dim = n_embd // n_head
     w = gguf.GGUFWriter(str(path), "llama")
@@ -62,10 +73,9 @@ def write_vocab_model(path, *, n_embd=256, n_head=4, n_head_kv=2, n_ff=512, n_la
         w.add_expert_used_count(2)
     w.add_tokenizer_model("llama")
     w.add_tokenizer_pre("default")
-    toks = ["<unk>", "<s>", "</s>"] + [f"t{i}" for i in range(3, n_vocab)]
     w.add_token_list(toks)
     w.add_token_scores([0.0] * len(toks))
-    w.add_token_types([2, 3, 3] + [1] * (len(toks) - 3))
+    w.add_token_types(types)
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_unk_token_id(0)
@@ -105,9 +115,9 @@ def write_vocab_model(path, *, n_embd=256, n_head=4, n_head_kv=2, n_ff=512, n_la
 
 
 def write_text(path, n_words=600, seed=1):
-    """A text of the placeholder vocabulary's pieces (``t17 t5 t42 ...``), seeded."""
+    """A text of :func:`vocab`'s words (``t17 t5 t42 ...``), seeded."""
     rng = np.random.default_rng(seed)
-    words = [f"t{int(i)}" for i in rng.integers(3, 64, n_words)]
+    words = [f"t{int(i)}" for i in rng.integers(0, 100, n_words)]
     Path(path).write_text(" ".join(words) + "\n")
     return Path(path)
 
