@@ -178,10 +178,12 @@ def test_oversize_first_tensor_refused_as_gguf_split(models, tmp_path):
 
 
 @need_split
+@pytest.mark.skipif(QUANTIZE is None, reason="no llama-quantize in NUMBA_QK_LLAMA_TOOLS")
 def test_quantize_split_output_equals_gguf_split(models, tmp_path, capsys):
     """quantize --split-max-tensors/--split-max-size: llama-quantize's one file, then gguf-split."""
     one = tmp_path / "one.gguf"
-    assert main(["quantize", str(models["small"]), str(one), "Q8_0"]) == 0
+    r = LT.run("llama-quantize", models["small"], one, "Q8_0")
+    assert r.returncode == 0, r.stderr[-2000:]
     for args in (["--split-max-tensors", "9"], ["--split-max-size", "1M"]):
         r, ref = _gguf_split(tmp_path, "--split", *args, one, "q")
         assert r.returncode == 0, r.stderr
@@ -392,4 +394,23 @@ def test_quantize_with_llama_imatrix_sweep(imatrix_runs, preset, imatrix, capsys
 def test_include_exclude_weights_equal_llama_quantize(imatrix_runs, flags, capsys):
     assert _llama_quantize_vs_ours(imatrix_runs["dir"], "m.gguf", imatrix_runs["gguf"],
                                    "Q4_K_M", *flags)
+    capsys.readouterr()
+
+
+@need_imatrix
+def test_keep_split_cli_equals_llama_quantize(imatrix_runs, tmp_path, capsys):
+    """llama-quantize --keep-split on a split input (OUT's ".gguf" cut off, one output per
+    shard), with an importance matrix, against the CLI."""
+    d = imatrix_runs["dir"]
+    first = G.split_file(d / "m.gguf", tmp_path / "in", max_tensors=9)[0]
+    im = d / imatrix_runs["gguf"]
+    r = LT.run("llama-quantize", "--keep-split", "--imatrix", im, first, tmp_path / "ref.gguf",
+               "IQ4_XS")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert main(["quantize", "--keep-split", "--imatrix", str(im), str(first),
+                 str(tmp_path / "ours.gguf"), "IQ4_XS"]) == 0
+    refs = sorted(tmp_path.glob("ref-*-of-*.gguf"))
+    assert len(refs) == 3
+    for p in refs:
+        assert (tmp_path / p.name.replace("ref", "ours")).read_bytes() == p.read_bytes(), p.name
     capsys.readouterr()
