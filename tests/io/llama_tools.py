@@ -1,11 +1,11 @@
 """llama.cpp's command-line tools as oracles: ``llama-gguf-split``, ``llama-imatrix`` and
 ``llama-quantize``, built from the llama.cpp that llama-cpp-python 0.3.36 vendors (the same
 source as the native ``llama_cpp`` of llama_oracle.py; see docs/llama-quantize.md for the build
-commands). ``NUMBA_QK_LLAMA_TOOLS`` names the directory that holds the binaries; the tests that
-need one skip when it is not there.
+commands). ``NUMBA_QK_LLAMA_TOOLS`` names the directory that holds the binaries (on the
+project's machine /work/.llama-tools/bin); the tests that need one skip without it.
 
-Also a tiny llama-architecture model with a placeholder SentencePiece vocabulary (so that
-``llama-imatrix`` can run it) and all-F32 weights (so that every preset can quantize it without
+Also a tiny llama-architecture model with a small SentencePiece vocabulary (byte tokens, so
+that ``llama-imatrix`` can tokenize any text) and all-F32 weights (so that every preset can quantize it without
 ``--allow-requantize``), optionally with experts.
 """
 
@@ -17,11 +17,15 @@ from pathlib import Path
 
 import numpy as np
 
-TOOLS = Path(os.environ.get("NUMBA_QK_LLAMA_TOOLS", "/work/.llama-tools/bin"))
+TOOLS = Path(os.environ["NUMBA_QK_LLAMA_TOOLS"]) if os.environ.get("NUMBA_QK_LLAMA_TOOLS") \
+    else None
 
 
 def tool(name: str):
-    """The path of llama.cpp's ``name`` (``llama-gguf-split``, ...) or None."""
+    """The path of llama.cpp's ``name`` (``llama-gguf-split``, ...) in ``NUMBA_QK_LLAMA_TOOLS``,
+    or None (no such variable, or no such executable there)."""
+    if TOOLS is None:
+        return None
     p = TOOLS / name
     return p if p.is_file() and os.access(p, os.X_OK) else None
 
@@ -132,11 +136,12 @@ def make_imatrix(model, text, out, *extra) -> subprocess.CompletedProcess:
 
 
 def write_fixtures(d):
-    """The committed fixtures of tests/io/data (``python tests/io/llama_tools.py``): llama-imatrix's
-    GGUF and legacy outputs for ``write_vocab_model(seed=0)`` read with ``write_text(seed=1)``
-    (the text file named ``imatrix-text.txt``, so ``imatrix.datasets`` holds that name); the
-    GGUF one with ``--process-output`` (an output.weight entry), and one of the MoE model
-    (``n_expert=4``: per-expert counts)."""
+    """The committed fixtures of tests/io/data (``NUMBA_QK_LLAMA_TOOLS=DIR python
+    tests/io/llama_tools.py``): llama-imatrix's GGUF and legacy outputs for
+    ``write_vocab_model(seed=0)`` read with ``write_text(seed=1)`` (the text file named
+    ``imatrix-text.txt``, so ``imatrix.datasets`` holds that name); the GGUF one with
+    ``--process-output`` (an output.weight entry), and one of the MoE model (``n_expert=4``:
+    per-expert counts)."""
     import tempfile
 
     d = Path(d)
