@@ -45,7 +45,8 @@ from .ops import quantize as _quantize
 from .tensor import Tensor
 
 __all__ = ["GGUFError", "TensorInfo", "GGUFFile", "open", "quantize_file", "plan_file",
-           "split_path", "split_prefix", "split_file", "read_imatrix", "Imatrix", "parse_kv_override",
+           "split_path", "split_prefix", "split_file", "merge_file", "read_imatrix", "Imatrix",
+           "parse_kv_override",
            "write_demo_model", "ACCELERATED", "accelerate_gguf_py", "restore_gguf_py",
            "GGUF_PY_ROUTED"]
 
@@ -1468,17 +1469,25 @@ def _dry_run(items, say, warn_imatrix: bool) -> list:
     return results
 
 
-def _shard_groups(items, max_tensors, max_size) -> list:
-    """gguf-split's grouping of (entry, ...) items, in order: a new shard after every
-    ``max_tensors`` tensors, or before the tensor that would take the shard's data (each tensor
-    padded to 32 bytes) over ``max_size`` bytes."""
-    groups: list = [[]]
+def _shard_groups(items, max_tensors, max_size, no_tensor_first_split: bool = False) -> list:
+    """gguf-split's grouping of (entry, name, ...) items, in order (``split_strategy``): a new
+    shard after every ``max_tensors`` tensors, or before the tensor that would take the shard's
+    data (each tensor padded to 32 bytes) over ``max_size`` bytes -- a tensor larger than
+    ``max_size`` gets a shard of its own, except the first tensor: there gguf-split would leave
+    a shard without tensors and refuses ("one of splits have 0 tensors"), and so does this.
+    ``no_tensor_first_split``: the first shard holds only the key-value pairs."""
+    groups: list = [[]] + ([[]] if no_tensor_first_split else [])
     size = 0
     for i, it in enumerate(items):
         nb = _align(it[4], 32)
         split = (size + nb > max_size) if max_size is not None else (
             0 < i and i % max_tensors == 0)
-        if split and groups[-1]:
+        if split:
+            if not groups[-1]:
+                raise GGUFError(f"split: tensor {it[1]!r} takes {nb} bytes (padded to 32), more "
+                                f"than the split size {max_size}, and would leave shard "
+                                f"{len(groups)} without tensors; gguf-split refuses this too "
+                                f"(\"one of splits have 0 tensors\"): raise the size")
             groups.append([])
             size = nb
         else:
@@ -1509,13 +1518,18 @@ def _check_split_limits(max_tensors, max_size, what="split_file"):
 
 
 def split_file(src, prefix, *, max_tensors: Optional[int] = None, max_size: Optional[int] = None,
+               no_tensor_first_split: bool = False,
                progress: Optional[Callable[[str], None]] = None) -> list:
     """Split a GGUF file as llama.cpp's ``gguf-split --split`` does: shards
     ``<prefix>-0000K-of-0000N.gguf`` of at most ``max_tensors`` tensors (``--split-max-tensors``)
-    or ``max_size`` bytes of tensor data (``--split-max-size``), tensors in file order and kept
-    byte for byte; the first shard holds every key-value pair, each shard ``split.no`` (u16),
-    ``split.tensors.count`` (i32) and ``split.count`` (u16), in gguf-split's order. Atomic as
-    :func:`quantize_file`. Returns the shard paths."""
+    or ``max_size`` bytes of tensor data (``--split-max-size``; each tensor counted padded to 32
+    bytes; a tensor larger than that gets a shard of its own, unless it is the first tensor,
+    which gguf-split refuses), tensors in file order and kept byte for byte; the first shard
+    holds every key-value pair, each shard ``split.no`` (u16), ``split.tensors.count`` (i32)
+    and ``split.count`` (u16), in gguf-split's order. ``no_tensor_first_split``
+    (``--no-tensor-first-split``): the first shard holds only the key-value pairs. Atomic as
+    :func:`quantize_file`. Returns the shard paths. A split model given by its first shard is
+    split as a whole (gguf-split would split only the shard it is given)."""
     if (max_tensors is None) == (max_size is None):
         raise TypeError("split_file: give exactly one of max_tensors and max_size")
     _check_split_limits(max_tensors, max_size)
@@ -1529,14 +1543,48 @@ def split_file(src, prefix, *, max_tensors: Optional[int] = None, max_size: Opti
         mm = f._map()
         kvs = [mm[kv.start:kv.end] for k, kv in f._kvs.items()
                if k not in (SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS_COUNT)]
-        outs = _split_outs(prefix, kvs, _shard_groups(items, max_tensors, max_size),
-                           f.alignment)
+        groups = _shard_groups(items, max_tensors, max_size, no_tensor_first_split)
+        outs = _split_outs(prefix, kvs, groups, f.alignment)
         stats = [sh[3] for sh in f._shards]
         for out in outs:
             _check_destination(out.path, stats)
             _clean_stale_temps(out.path, say)
         _write_outputs(f, outs, say, len(entries))
     return [out.path for out in outs]
+
+
+def merge_file(src, dst, *, progress: Optional[Callable[[str], None]] = None) -> Path:
+    """Merge a split model, given by its first shard, into one file as llama.cpp's
+    ``gguf-split --merge`` does: the first shard's key-value pairs with ``split.count`` set to
+    0 (u16, moved to the end; ``split.no`` and ``split.tensors.count`` stay, so the file is not
+    taken for a split model again), then every shard's tensors in order, kept byte for byte.
+    Atomic as :func:`quantize_file`; ``dst`` may exist (it is replaced). Returns ``dst``."""
+    say = progress or (lambda line: None)
+    dst = Path(dst)
+    with GGUFFile(src) as f:
+        if f.big_endian:
+            raise GGUFError(f"{f.path}: big-endian GGUF files are not supported")
+        n = f._split_int(f._kvs, f._mm, f._order, SPLIT_COUNT, str(f.path))
+        if n is None:
+            raise GGUFError(f"{f.path}: input file does not contain {SPLIT_COUNT} metadata "
+                            f"(not a split model)")
+        if n < 1:
+            raise GGUFError(f"{f.path}: input file does not contain a valid split count {n} "
+                            f"(a merged file: gguf-split refuses to merge it again)")
+        if n == 1 and split_prefix(f.path, 0, 1) is None:
+            raise GGUFError(f"{f.path}: a split model ({SPLIT_COUNT} 1) whose file name does "
+                            f"not end in {split_suffix(0, 1)!r}")
+        entries = sorted(f._tensors.values(), key=lambda e: (e.shard, e.start))
+        items = [(e, e.info.name, None, e.info.ggml_type, e.end - e.start, None)
+                 for e in entries]
+        mm = f._map()
+        kvs = [mm[kv.start:kv.end] for k, kv in f._kvs.items() if k != SPLIT_COUNT]
+        kvs.append(_kv_entry(SPLIT_COUNT, 2, 0))
+        out = _Out(dst, kvs, f.alignment, items)
+        _check_destination(dst, [sh[3] for sh in f._shards])
+        _clean_stale_temps(dst, say)
+        _write_outputs(f, [out], say, len(entries))
+    return dst
 
 
 # -------------------------------------------------------------------------- importance matrices
