@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import _threads
 from .. import gguf as _gguf
 from .. import kernels as _blocks
 from ..errors import QuantizationDomainError
@@ -30,6 +31,48 @@ _NEOX = ("gemma3", "qwen2", "qwen3")
 _X8_DECODE = (_LL.Q4_0, _LL.Q4_1, _LL.Q5_0)
 
 
+def _decode_block(fmt, recs, gemv, threads):
+    """``block(recs, x, out)``: one token's ``out = W x`` for weight records ``recs`` of
+    ``fmt`` (``gemv`` is the format's @njit building block; None: no block, the public gemv
+    then).  Decoding streams every weight once per token: a copy in row-interleaved tiles (the
+    kernels' x8 / x16 layouts: one 512-bit load feeds 8 or 16 rows) gives the same bits ~1.5-2x
+    faster; batches keep the memory-mapped records (the VNNI gemm).  With ``threads`` > 1 the
+    tiles (or rows) are split over the thread pool in compiled code (``_threads.run_rows``);
+    every output row is still one serial call on the same records, so the bits do not depend
+    on the thread count."""
+    if gemv is None:
+        return None
+    code = _LL.CODES.get(fmt)
+    if _x8.HAVE_X8 and code in _X8_DECODE:
+        tiles, tail = _x8.repack_x8(code, recs)
+        return _tiled(tiles, tail, _x8.GEMV_X8[code], _x8.GEMV_X8_TILES[code], 8, threads)
+    if _x16.HAVE_X16 and fmt is quant.q4_k:
+        tiles, tail = _x16.repack_x16(recs)
+        return _tiled(tiles, tail, _x16.gemv_x16, _x16.gemv_x16_tiles, 16, threads)
+    if threads == 1:
+        return gemv
+
+    def block(recs, x, out):
+        _threads.run_rows(gemv, recs, x, out, _threads.effective_threads(threads, 2))
+    return block
+
+
+def _tiled(tiles, tail, gemv, gemv_tiles, per, threads):
+    """The decode block over ``per``-row tiles: ``gemv(tiles, tail, x, out)`` on one thread;
+    with threads, whole tiles split by ``run_rows`` (``gemv_tiles``), then the tail rows."""
+    if threads == 1:
+        return lambda recs, x, out: gemv(tiles, tail, x, out)
+    n = per * tiles.shape[0]
+    none = tiles[:0]
+
+    def block(recs, x, out):
+        _threads.run_rows(gemv_tiles, tiles, x, out[:n], _threads.effective_threads(threads, 2),
+                          tile=1, per=per)
+        if tail.shape[0]:
+            gemv(none, tail, x, out[n:])
+    return block
+
+
 class _Weight:
     """A 2-D weight: numba_qk records over the memory map (or an F32/F16 matrix)."""
 
@@ -43,21 +86,13 @@ class _Weight:
             self.act = activation_format(info.format)
             self.recs = f.records(name)
             self.mat = None
-            # one token, one thread: the @njit building block itself (same bits as ops.gemv,
-            # without the public layer's checks, which cost ~10 us a call)
-            self.block = getattr(_blocks, f"gemv_{self.fmt.name.lower()}_{self.act.name.lower()}",
-                                 None) if threads == 1 else None
-            code = _LL.CODES.get(self.fmt)
-            # decoding streams every weight once per token: a copy in row-interleaved tiles
-            # (the kernels' x8 / x16 layouts: one 512-bit load feeds 8 or 16 rows) gives the same
-            # bits ~1.5-2x faster; batches keep the memory-mapped records (the VNNI gemm)
-            if self.block is not None and _x8.HAVE_X8 and code in _X8_DECODE:
-                tiles, tail = _x8.repack_x8(code, self.recs)
-                fn = _x8.GEMV_X8[code]
-                self.block = lambda recs, x, out: fn(tiles, tail, x, out)
-            elif self.block is not None and _x16.HAVE_X16 and self.fmt is quant.q4_k:
-                tiles16, tail16 = _x16.repack_x16(self.recs)
-                self.block = lambda recs, x, out: _x16.gemv_x16(tiles16, tail16, x, out)
+            # one token: the @njit building block itself (same bits as ops.gemv, without the
+            # public layer's checks, which cost ~10 us a call); with threads, its rows split by
+            # the compiled row runner (_threads.run_rows: each row still one serial call)
+            self.block = _decode_block(
+                self.fmt, self.recs,
+                getattr(_blocks, f"gemv_{self.fmt.name.lower()}_{self.act.name.lower()}", None),
+                threads)
         elif info.type_name in ("F32", "F16"):
             self.fmt = self.act = None
             self.recs = None

@@ -53,3 +53,15 @@ def test_cli_generate_without_a_model(capsys):
     assert "embedded demo model" in out.err
     assert main(["generate", "--tokens", "5,6", "-n", "2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["prompt_tokens"] == [5, 6]
+
+
+def test_two_threads_give_the_same_bits(model):
+    """Threaded decoding splits the x16 tiles (Q4_K) and the plain rows (Q6_K, Q8_0) over the
+    pool: every output row is one serial call either way, so the tokens' logits are equal."""
+    path, m1 = model
+    m2 = models.load(path, threads=2)
+    ids = m1.tokenize(demo.DEMO_PROMPT)[:6]
+    c1, c2 = m1.new_cache(len(ids)), m2.new_cache(len(ids))
+    for i in ids:
+        np.testing.assert_array_equal(m2.forward([i], c2), m1.forward([i], c1))
+    np.testing.assert_array_equal(m2.logits(ids), m1.logits(ids))

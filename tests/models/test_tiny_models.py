@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("gguf")
 
 from numba_qk import models  # noqa: E402
+from numba_qk.testing.asserts import assert_same_f32  # noqa: E402
 
 from tiny_models import PROMPT, reference_logits, sha256, write_tiny_model  # noqa: E402
 
@@ -51,6 +52,29 @@ def test_cached_decoding_equals_the_batched_pass(tiny):
     assert len(m.generate(PROMPT[:4], 3, temperature=0.8, seed=1)) == 3
     assert m.generate(PROMPT[:4], 3, temperature=0.8, seed=1) == \
         m.generate(PROMPT[:4], 3, temperature=0.8, seed=1)
+
+
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "q6_k"])
+def test_decode_blocks_split_over_threads_equal_gemv(fmt):
+    """The runner's decode blocks (x8 / x16 tiles or plain rows; whole tiles split over the
+    pool, then the tail rows) equal ``gemv`` bit for bit, with rows that leave a tail."""
+    import numba_qk as qk
+    from numba_qk.models._runner import _decode_block
+
+    rng = np.random.default_rng(5)
+    f = getattr(qk.quant, fmt)
+    act = qk.activation_format(f)
+    rows, g = 16 * 5 + 11, 2 * (256 // f.block_size)
+    w = qk.quantize(rng.standard_normal((rows * g, f.block_size)).astype(np.float32),
+                    format=f).reshape(rows, g, f.block_bytes)
+    gx = g * f.block_size // act.block_size
+    x = qk.quantize(rng.standard_normal((gx, act.block_size)).astype(np.float32), format=act)
+    want = qk.gemv(w, x, lhs_format=f, rhs_format=act)
+    gemv = getattr(qk.kernels, f"gemv_{fmt}_{act.name.lower()}")
+    for threads in (1, 2):
+        out = np.full(rows, np.nan, np.float32)
+        _decode_block(f, w, gemv, threads)(w, x, out)
+        assert_same_f32(out, want, f"{fmt} threads={threads}")
 
 
 def test_logits_agree_with_llama_cpp_golden(tiny):

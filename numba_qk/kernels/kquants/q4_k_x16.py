@@ -152,3 +152,10 @@ def gemv_x16(tiles, tail, x, out):
         _tile_rows_portable(tiles, x, out, rec)
     if tail.shape[0]:                     # the plain records after the last full tile
         gemv_q4_k_q8_k(tail, x, out[X16_ROWS * t_n:])
+
+
+@kernel
+def gemv_x16_tiles(tiles, x, out):
+    """``gemv_x16`` over whole tiles only (``out`` [16 T]): the ``(w, x, out)`` row kernel that
+    ``numba_qk._threads.run_rows`` splits over tiles (``per=16``)."""
+    gemv_x16(tiles, np.empty((0, x.shape[0], _REC), np.uint8), x, out)

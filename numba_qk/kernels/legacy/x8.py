@@ -26,7 +26,7 @@ import numpy as np
 from numba import literally
 
 from numba_qk._jit import kernel
-from numba_qk.kernels.legacy.layout import D_AT, M_AT, QH_AT, QS_AT, X_D_AT, X_QS_AT, X_S_AT, ZERO, Q4_0, Q4_1, Q5_0, Q8_0
+from numba_qk.kernels.legacy.layout import FORMATS, D_AT, M_AT, QH_AT, QS_AT, X_D_AT, X_QS_AT, X_S_AT, ZERO, Q4_0, Q4_1, Q5_0, Q8_0
 from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI, prefetch, prefetch_plan
 from numba_qk.kernels.simd.legacy import X8_AUX_BYTES, X8_QS_BYTES, legacy_x8_rows
 from numba_qk.kernels.drive import no_records
@@ -242,3 +242,16 @@ def _bind_gemv(code):
 
 #: code -> the x8 gemv ``(tiles, tail, x, out)`` of that format, callable from Python
 GEMV_X8 = {code: _bind_gemv(code) for code in X8_CODES}
+
+
+def _bind_tiles(code, nb):
+    @kernel
+    def gemv_tiles(tiles, x, out):
+        """``gemv_x8`` of this format over whole tiles only (``out`` [8 T]): the ``(w, x,
+        out)`` row kernel that ``numba_qk._threads.run_rows`` splits over tiles (``per=8``)."""
+        gemv_x8(code, tiles, np.empty((0, x.shape[0], nb), np.uint8), x, out)
+    return gemv_tiles
+
+
+#: code -> the x8 gemv of whole tiles ``(tiles, x, out)`` (threaded decoding)
+GEMV_X8_TILES = {code: _bind_tiles(code, FORMATS[code].block_bytes) for code in X8_CODES}
