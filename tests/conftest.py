@@ -14,6 +14,26 @@ def _fixed_thread_counts(monkeypatch):
 
 
 @pytest.fixture
+def run_cli(capsys, monkeypatch):
+    """numba_qk's command line in this process (what ``python -m numba_qk ARGS`` runs, without
+    starting and importing a new interpreter: ~2 s of CPU each): ``run(*args, cwd=None) ->
+    (status, stdout, stderr)``; argparse's usage errors give their exit status."""
+    from numba_qk.__main__ import main
+
+    def run(*args, cwd=None):
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        capsys.readouterr()
+        try:
+            code = main(list(map(str, args)))
+        except SystemExit as e:
+            code = e.code
+        out = capsys.readouterr()
+        return code, out.out, out.err
+    return run
+
+
+@pytest.fixture
 def rng():
     return np.random.default_rng(20261130)
 

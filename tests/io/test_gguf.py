@@ -2,8 +2,6 @@
 
 import mmap
 import os
-import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 
@@ -18,7 +16,6 @@ from numba_qk import gguf  # noqa: E402
 from numba_qk.testing.asserts import assert_same_f32, assert_same_records  # noqa: E402
 from subsets import default_few  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -157,37 +154,31 @@ def test_bad_files(demo, tmp_path):
         gguf.open(_patched(demo, tmp_path, "blk.0.attn_k.weight", new_ne0=512 * 64))
 
 
-def run_cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "numba_qk", *args], capture_output=True,
-                          text=True, timeout=600, cwd=cwd,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
-
-
-def test_cli_commands_on_the_embedded_default(tmp_path):
-    r = run_cli("inspect", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert "blk.0.attn_k.weight" in r.stdout and "IQ2_XXS" in r.stdout and "accelerated" in r.stdout
-    r = run_cli("quantize", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert "4 tensors converted to Q4_K" in r.stdout and "[8/8]" in r.stderr
+def test_cli_commands_on_the_embedded_default(tmp_path, run_cli):
+    code, out, err = run_cli("inspect", cwd=tmp_path)
+    assert code == 0, err
+    assert "blk.0.attn_k.weight" in out and "IQ2_XXS" in out and "accelerated" in out
+    code, out, err = run_cli("quantize", cwd=tmp_path)
+    assert code == 0, err
+    assert "4 tensors converted to Q4_K" in out and "[8/8]" in err
     assert (tmp_path / "numba_qk-demo-q4_k.gguf").exists()
-    r = run_cli("bench", "--repeat", "2", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert "GB/s" in r.stdout and "blk.0.attn_v.weight" in r.stdout
-    r = run_cli("inspect", str(tmp_path / "numba_qk-demo-q4_k.gguf"), cwd=tmp_path)
-    assert r.returncode == 0 and r.stdout.count("Q4_K") >= 5
+    code, out, err = run_cli("bench", "--repeat", "2", cwd=tmp_path)
+    assert code == 0, err
+    assert "GB/s" in out and "blk.0.attn_v.weight" in out
+    code, out, err = run_cli("inspect", tmp_path / "numba_qk-demo-q4_k.gguf", cwd=tmp_path)
+    assert code == 0 and out.count("Q4_K") >= 5
 
 
-def test_cli_errors_are_one_line_and_write_nothing(demo, tmp_path):
+def test_cli_errors_are_one_line_and_write_nothing(demo, tmp_path, run_cli):
     bad = _patched(demo, tmp_path, "", truncate=200)
     cases = [("inspect", str(tmp_path / "missing.gguf")), ("bench", str(tmp_path)),
              ("quantize", str(bad), str(tmp_path / "out.gguf")),
              ("quantize", str(demo), str(demo))]
     for args in cases:
-        r = run_cli(*args, cwd=tmp_path)
-        assert r.returncode == 1, (args, r.stdout, r.stderr)
-        lines = r.stderr.strip().splitlines()
-        assert len(lines) == 1 and "error:" in lines[0] and "Traceback" not in r.stderr, r.stderr
+        code, out, err = run_cli(*args, cwd=tmp_path)
+        assert code == 1, (args, out, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "error:" in lines[0] and "Traceback" not in err, err
     assert not (tmp_path / "out.gguf").exists()
     assert not [p for p in tmp_path.iterdir()
                 if "numba_qk-tmp" in p.name or p.name.endswith(".tmp")]

@@ -9,7 +9,6 @@ llama.cpp sets.  With llama-cpp-python built natively (``/work/native-ggml`` or
 import importlib.util
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -185,23 +184,21 @@ def test_preset_refusals_are_one_line_and_write_nothing(tmp_path):
         assert np.array_equal(_bytes(f, name).view(np.uint16), want.reshape(-1))
 
 
-def test_cli_to_preset_and_type(tmp_path):
+def test_cli_to_preset_and_type(tmp_path, run_cli):
     src = tmp_path / "in.gguf"
     C.build_model(src, SMALL)
-    run = lambda *a: subprocess.run([sys.executable, "-m", "numba_qk", *a], capture_output=True,  # noqa: E731
-                                    text=True, cwd=tmp_path)
-    r = run("quantize", str(src), str(tmp_path / "a.gguf"), "--to", "q8_0")
-    assert r.returncode == 0, r.stderr
-    assert "preset Q8_0:" in r.stdout and "converted by llama.cpp's preset Q8_0" in r.stdout
-    r = run("quantize", str(src), str(tmp_path / "b.gguf"), "--type", "q8_0")
-    assert r.returncode == 0, r.stderr and "converted to Q8_0" in r.stdout
-    r = run("quantize", str(src), str(tmp_path / "c.gguf"), "--to", "q8_0", "--type", "q8_0")
-    assert r.returncode == 2 and "not allowed with" in r.stderr
-    r = run("quantize", str(src), str(tmp_path / "c.gguf"), "--type", "q8_0", "--pure")
-    assert r.returncode == 2 and "go with --to PRESET" in r.stderr
-    r = run("quantize", str(src), str(tmp_path / "c.gguf"), "--to", "iq1_m")
-    assert r.returncode != 0 and "importance matrix" in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "c.gguf").exists()
+    code, out, err = run_cli("quantize", src, tmp_path / "a.gguf", "--to", "q8_0")
+    assert code == 0, err
+    assert "preset Q8_0:" in out and "converted by llama.cpp's preset Q8_0" in out
+    code, out, err = run_cli("quantize", src, tmp_path / "b.gguf", "--type", "q8_0")
+    assert code == 0 and "converted to Q8_0" in out, err
+    code, out, err = run_cli("quantize", src, tmp_path / "c.gguf", "--to", "q8_0", "--type", "q8_0")
+    assert code == 2 and "not allowed with" in err
+    code, out, err = run_cli("quantize", src, tmp_path / "c.gguf", "--type", "q8_0", "--pure")
+    assert code == 2 and "go with --to PRESET" in err
+    code, out, err = run_cli("quantize", src, tmp_path / "c.gguf", "--to", "iq1_m")
+    assert code != 0 and "importance matrix" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "c.gguf").exists()
 
 
 LLAMA_PY = os.environ.get("NUMBA_QK_LLAMA_CPP_PYTHON", "/work/native-ggml/bin/python")
