@@ -165,6 +165,12 @@ class _Layer:
     bq: np.ndarray = None
     bk: np.ndarray = None
     bv: np.ndarray = None
+    # the llama graph's optional attention-output and FFN biases (build_attn / build_ffn add
+    # them after their matmul, in f32); None where the file has none
+    bo: np.ndarray = None
+    b_gate: np.ndarray = None
+    b_up: np.ndarray = None
+    b_down: np.ndarray = None
     # gemma3's norms (and qwen3's q/k norms); empty (_NONE) where the architecture has none
     q_norm: np.ndarray = field(default_factory=lambda: _NONE)
     k_norm: np.ndarray = field(default_factory=lambda: _NONE)
@@ -203,6 +209,19 @@ class Model:
         self.eps = np.float32(kv("attention.layer_norm_rms_epsilon"))
         self.n_ctx_train = int(kv("context_length", 2048))
         freq_base = float(kv("rope.freq_base", 10000.0))
+        # RoPE scaling as llama.cpp reads it (llama-model.cpp load_hparams, llama-context.cpp):
+        # type "linear" unless the file says otherwise; freq_scale = 1/rope.scaling.factor (or the
+        # older rope.scale_linear; 0 or absent: 1), 1 for type "none"; the attention factor
+        # multiplies cos and sin.  YaRN and LongRoPE are not implemented: refused.
+        scaling = kv("rope.scaling.type", "linear")
+        if scaling not in ("none", "linear"):
+            raise _gguf.GGUFError(f"{path}: RoPE scaling {scaling!r} is not supported by "
+                                  f"numba_qk.models (supported: none, linear)")
+        factor = kv("rope.scaling.factor")
+        factor = np.float32(kv("rope.scale_linear", 0.0) if factor is None else factor)
+        self.freq_scale = (np.float32(1.0) if factor == 0 or scaling == "none"
+                           else np.float32(np.float32(1.0) / factor))
+        self.rope_mscale = np.float32(kv("rope.scaling.attn_factor", 1.0))
         self.neox = arch in _NEOX
         self.softcap = None
         swa_layers = set()
@@ -237,14 +256,17 @@ class Model:
             n_swa = 0
 
         names = {t.name for t in f.tensors}
+        used = set()
 
         def vec(name):
+            used.add(name)
             return np.asarray(f.raw(name), dtype=np.float32)
 
         def w(name):
+            used.add(name)
             return _Weight(f, name, threads)
 
-        def bias(name):   # create_tensor_qkv's optional attn_q/k/v.bias (every architecture)
+        def bias(name):   # create_tensor's optional (TENSOR_NOT_REQUIRED) biases
             return vec(name) if name in names else None
 
         self.layers = []
@@ -257,6 +279,11 @@ class Model:
                            w(p + "ffn_down.weight"), freq_base=freq_base,
                            bq=bias(p + "attn_q.bias"), bk=bias(p + "attn_k.bias"),
                            bv=bias(p + "attn_v.bias"))
+            if arch == "llama":   # models/llama.cpp's optional attention-output and MLP biases
+                layer.bo = bias(p + "attn_output.bias")
+                layer.b_gate = bias(p + "ffn_gate.bias")
+                layer.b_up = bias(p + "ffn_up.bias")
+                layer.b_down = bias(p + "ffn_down.bias")
             if arch in ("gemma3", "qwen3"):   # RMS norms of Q and K per head, before RoPE
                 layer.q_norm = vec(p + "attn_q_norm.weight")
                 layer.k_norm = vec(p + "attn_k_norm.weight")
@@ -274,6 +301,20 @@ class Model:
         self.output = w("output.weight") if "output.weight" in names else self.tok_embd
         # qwen2.cpp's optional output.bias, added to the logits
         self.output_b = vec("output.bias") if arch == "qwen2" and "output.bias" in names else None
+        # Llama 3.1+'s per-pair RoPE frequency factors (models/llama.cpp's rope_freqs, shared by
+        # every layer)
+        self.rope_factors = (vec("rope_freqs.weight") if arch == "llama" and
+                             "rope_freqs.weight" in names else _NONE)
+        if self.rope_factors.size and self.rope_factors.shape != (self.n_rot // 2,):
+            raise _gguf.GGUFError(f"{path}: rope_freqs.weight has shape "
+                                  f"{self.rope_factors.shape}, expected ({self.n_rot // 2},)")
+        # llama.cpp refuses a file whose tensors its graph does not all take ("wrong number of
+        # tensors"); so does numba_qk rather than run without one of them
+        unused = sorted(names - used)
+        if unused:
+            more = f" and {len(unused) - 1} more" if len(unused) > 1 else ""
+            raise _gguf.GGUFError(f"{path}: tensor {unused[0]!r}{more} is not part of the {arch} "
+                                  f"graph numba_qk.models runs")
         self._gelu = K.gelu_f16_table() if arch == "gemma3" else None
         self._none = _NONE
         self.vocab = Vocab(md)
@@ -342,17 +383,25 @@ class Model:
             lo = max(0, n_past - L.window + 1) if L.window else 0  # keys a window can reach
             K.attention_step(q.reshape(T, H, hd), k.reshape(T, Hkv, hd), v.reshape(T, Hkv, hd),
                              L.q_norm, L.k_norm, eps, pos, self.n_rot, L.freq_base, self.neox,
-                             q_scale, kcs[il], vcs[il], n_past, lo, self.kq_scale, L.window,
-                             attn)
+                             self.rope_factors, self.freq_scale, self.rope_mscale, q_scale,
+                             kcs[il], vcs[il], n_past, lo, self.kq_scale, L.window, attn)
             (o,) = _quantized(attn.reshape(T, H * hd), (L.wo,), nm)
+            if L.bo is not None:
+                o += L.bo
             K.residual_norm(x, o, L.post_attn_norm, eps, L.ffn_norm, h)
             g, u = _quantized(h, (L.gate, L.up), nm)
+            if L.b_up is not None:
+                u += L.b_up
+            if L.b_gate is not None:
+                g += L.b_gate
             a = np.empty_like(g)
             if self._gelu is not None:
                 K.geglu(g, u, self._gelu, a)
             else:
                 K.swiglu(g, u, a)
             (d,) = _quantized(a, (L.down,), nm)
+            if L.b_down is not None:
+                d += L.b_down
             K.residual_norm(x, d, L.post_ffn_norm, eps,
                             self.layers[il + 1].attn_norm if il < last else none, h)
         cache["n"] = n_kv

@@ -49,12 +49,16 @@ def rms_norm(x, w, eps, out):
 
 
 @kernel
-def rope(x, pos, n_rot, freq_base, neox):
+def rope(x, pos, n_rot, freq_base, neox, factors, freq_scale, mscale):
     """Rotary position embedding in place on ``x`` f32 ``[T, H, head_dim]`` at positions ``pos``
-    (int ``[T]``), as ggml_rope_cache_init + rotate_pairs (ext_factor 0, freq_scale 1,
-    attn_factor 1): ``theta_scale = powf(freq_base, -2.0f/n_rot)``; per pair ``i0 = 0, 2, ...``
-    ``theta`` starts at ``(float)pos`` and is multiplied by ``theta_scale`` in f32 after each
-    pair; ``cos = cosf(theta)``, ``sin = sinf(theta)``; ``y0 = x0*cos - x1*sin``,
+    (int ``[T]``), as ggml_rope_cache_init + rope_yarn + rotate_pairs with ext_factor 0 (no
+    YaRN): ``theta_scale = powf(freq_base, -2.0f/n_rot)``; per pair ``i0 = 0, 2, ...`` ``theta``
+    starts at ``(float)pos`` and is multiplied by ``theta_scale`` in f32 after each pair; the
+    angle is ``freq_scale * (theta / ff)`` in f32 (``ff = factors[i0/2]``, the file's
+    ``rope_freqs`` of Llama 3.1+; no division when ``factors`` is empty; ``freq_scale`` = 1 /
+    ``rope.scaling.factor``, linear scaling, 1 when none), ``cos = cosf(angle) * mscale``,
+    ``sin = sinf(angle) * mscale`` (``mscale``: ``rope.scaling.attn_factor``, 1 when absent:
+    multiplying by 1 and by ``freq_scale`` 1 are exact); ``y0 = x0*cos - x1*sin``,
     ``y1 = x0*sin + x1*cos``.  Pairs are ``(i0, i0+1)`` in the normal layout (LLAMA_ROPE_TYPE_NORM,
     llama) and ``(i0/2, i0/2 + n_rot/2)`` in the NeoX layout (gemma3, qwen2, qwen3); dims past
     ``n_rot`` are left as they are."""
@@ -64,8 +68,10 @@ def rope(x, pos, n_rot, freq_base, neox):
     for t in range(T):
         theta = np.float32(pos[t])
         for i0 in range(0, n_rot, 2):
-            cs[i0] = np.float32(math.cos(theta))
-            cs[i0 + 1] = np.float32(math.sin(theta))
+            extrap = np.float32(theta / factors[i0 // 2]) if factors.size else theta
+            angle = np.float32(freq_scale * extrap)
+            cs[i0] = np.float32(np.float32(math.cos(angle)) * mscale)
+            cs[i0 + 1] = np.float32(np.float32(math.sin(angle)) * mscale)
             theta = np.float32(theta * theta_scale)
         for h in range(H):
             for i0 in range(0, n_rot, 2):
@@ -198,12 +204,13 @@ def geglu(g, u, table, out):
 
 
 @kernel
-def attention_step(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, q_scale, kc, vc,
-                   n_past, lo, kq_scale, window, out):
+def attention_step(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, rope_factors,
+                   freq_scale, mscale, q_scale, kc, vc, n_past, lo, kq_scale, window, out):
     """One layer's attention for ``T`` new tokens in one call, the steps of llama.cpp's graph
     (and of the kernels above) in order: ``q``/``k`` (f32 ``[T, H, hd]`` / ``[T, Hkv, hd]``,
     C-contiguous, changed in place) RMS-normalised per head by ``q_norm``/``k_norm`` (gemma3,
-    qwen3; skipped when they are empty), ``rope`` at positions ``pos``, Q times ``q_scale`` in f32
+    qwen3; skipped when they are empty), ``rope`` at positions ``pos`` (with ``rope_factors``,
+    ``freq_scale``, ``mscale``), Q times ``q_scale`` in f32
     (gemma3; skipped when 0); K and ``v`` rounded to f16 (RNE) into the cache layer ``kc``/``vc``
     (uint16 ``[Hkv, n_ctx, hd]``: a ``view`` of the float16 cache) at positions ``n_past ..
     n_past + T - 1``; then ``attention`` of Q rounded to f16 over the cached positions ``lo ..
@@ -216,8 +223,8 @@ def attention_step(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, q_
         rms_norm(q2, q_norm, eps, q2)
         k2 = k.reshape((T * Hkv, hd))
         rms_norm(k2, k_norm, eps, k2)
-    rope(q, pos, n_rot, freq_base, neox)
-    rope(k, pos, n_rot, freq_base, neox)
+    rope(q, pos, n_rot, freq_base, neox, rope_factors, freq_scale, mscale)
+    rope(k, pos, n_rot, freq_base, neox, rope_factors, freq_scale, mscale)
     for t in range(T):
         for h in range(Hkv):
             for i in range(hd):

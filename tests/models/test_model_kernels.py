@@ -20,12 +20,16 @@ def test_rms_norm_follows_ggml_step_by_step(rng):
         np.testing.assert_array_equal(out[t], (x[t] * scale) * w)
 
 
+NO_FACTORS = np.empty(0, np.float32)
+ONE = np.float32(1.0)
+
+
 def test_rope_layouts(rng):
     x = rng.standard_normal((3, 2, 8)).astype(np.float32)
     pos = np.array([0, 1, 7])
     for neox in (False, True):
         y = x.copy()
-        K.rope(y, pos, 8, 10000.0, neox)
+        K.rope(y, pos, 8, 10000.0, neox, NO_FACTORS, ONE, ONE)
         np.testing.assert_array_equal(y[0], x[0])          # position 0: the identity
         pairs = [(i, i + 4) for i in range(4)] if neox else [(i, i + 1) for i in range(0, 8, 2)]
         for t in range(3):
@@ -35,8 +39,32 @@ def test_rope_layouts(rng):
                 np.testing.assert_allclose(y[t, :, a], x[t, :, a] * c - x[t, :, b] * s, atol=1e-5)
                 np.testing.assert_allclose(y[t, :, b], x[t, :, a] * s + x[t, :, b] * c, atol=1e-5)
     y = x.copy()
-    K.rope(y, pos, 4, 10000.0, False)                       # dims past n_rot stay
+    K.rope(y, pos, 4, 10000.0, False, NO_FACTORS, ONE, ONE)   # dims past n_rot stay
     np.testing.assert_array_equal(y[..., 4:], x[..., 4:])
+
+
+def test_rope_factors_linear_scale_and_attn_factor(rng):
+    """Llama 3.1's rope_freqs divide each pair's angle, linear scaling multiplies it by
+    1/factor, the attention factor scales cos and sin (ggml's rope_yarn without YaRN)."""
+    x = rng.standard_normal((3, 2, 8)).astype(np.float32)
+    pos = np.array([0, 5, 300])
+    ff = np.array([1.0, 2.0, 8.0, 31.5], np.float32)
+    for neox in (False, True):
+        y = x.copy()
+        K.rope(y, pos, 8, 500000.0, neox, ff, np.float32(0.25), np.float32(1.5))
+        pairs = [(i, i + 4) for i in range(4)] if neox else [(i, i + 1) for i in range(0, 8, 2)]
+        for t in range(3):
+            for n, (a, b) in enumerate(pairs):
+                theta = 0.25 * pos[t] * 500000.0 ** (-2 * n / 8) / ff[n]
+                c, s = 1.5 * np.cos(theta), 1.5 * np.sin(theta)
+                np.testing.assert_allclose(y[t, :, a], x[t, :, a] * c - x[t, :, b] * s,
+                                           atol=2e-4, rtol=1e-4)
+                np.testing.assert_allclose(y[t, :, b], x[t, :, a] * s + x[t, :, b] * c,
+                                           atol=2e-4, rtol=1e-4)
+    y1, y2 = x.copy(), x.copy()    # factors of 1, scale 1, attn factor 1: the plain rotation
+    K.rope(y1, pos, 8, 10000.0, False, np.ones(4, np.float32), ONE, ONE)
+    K.rope(y2, pos, 8, 10000.0, False, NO_FACTORS, ONE, ONE)
+    np.testing.assert_array_equal(y1, y2)
 
 
 def test_geglu_table_and_swiglu(rng):

@@ -13,10 +13,10 @@ pytest.importorskip("gguf")
 from numba_qk import models  # noqa: E402
 from numba_qk.testing.asserts import assert_same_f32  # noqa: E402
 
-from tiny_models import PROMPT, reference_logits, sha256, write_tiny_model  # noqa: E402
+from tiny_models import PROMPT, SHAPES, reference_logits, sha256, write_tiny_model  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "golden"
-ARCHS = ["llama", "gemma3", "qwen2", "qwen3"]
+ARCHS = ["llama", "gemma3", "qwen2", "qwen3", "llama_ext"]
 
 
 @pytest.fixture(scope="module", params=ARCHS)
@@ -107,6 +107,25 @@ def test_unsupported_architecture_is_refused(tmp_path):
     w.close()
     with pytest.raises(ValueError, match="architecture 'mamba' is not supported"):
         models.load(tmp_path / "x.gguf")
+
+
+@pytest.mark.parametrize("variant,match", [
+    (dict(SHAPES["qwen3"], arch="qwen3", biases=True), "tensor 'blk.0.attn_output.bias' and 7 more is not "
+                                         "part of the qwen3 graph"),
+    (dict(SHAPES["llama_ext"], rope_type="yarn"), "RoPE scaling 'yarn' is not supported"),
+    (dict(SHAPES["llama_ext"], rope_factors=(1.0, 2.0)), r"rope_freqs.weight has shape \(2,\), "
+                                                          r"expected \(8,\)"),
+])
+def test_what_the_graph_does_not_take_is_refused(tmp_path, monkeypatch, variant, match):
+    """A tensor the architecture's llama.cpp graph does not load (llama.cpp: "wrong number of
+    tensors"), a RoPE scaling numba_qk does not implement and misshapen rope factors are
+    refused when the model loads, not run without."""
+    from numba_qk.gguf import GGUFError
+
+    monkeypatch.setitem(SHAPES, "odd", variant)
+    path = write_tiny_model(tmp_path / "odd.gguf", "odd")
+    with pytest.raises(GGUFError, match=match):
+        models.load(path)
 
 
 def test_cli_generate(tiny, capsys):
