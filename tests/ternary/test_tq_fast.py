@@ -75,6 +75,15 @@ def test_simd_sums_equal_the_loops_on_any_bytes(case, rng):
         assert bad.size == 0, (label, bad[:5])
 
 
+def test_digit_rule_of_the_vector_decoder():
+    """The vector decoder's TQ1_0 digit ``(b >= 86) + (b >= 171)`` is ggml's ``(b * 3) >> 8``
+    for every byte ``b`` (and ``b = (u8)(q * 3^n)`` takes every byte value: 3 is odd)."""
+    b = np.arange(256)
+    assert np.array_equal((b >= 86).astype(int) + (b >= 171), (b * 3) >> 8)
+    for n in range(5):
+        assert len(set((b * 3 ** n) % 256)) == 256
+
+
 def _unaligned(a):
     """A copy of ``a`` whose data starts one byte past an aligned address."""
     buf = np.zeros(a.nbytes + 1, np.uint8)
