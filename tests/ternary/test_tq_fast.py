@@ -92,6 +92,29 @@ def _unaligned(a):
     return out
 
 
+_KEEP = []   # the guarded mappings stay mapped for the life of the process
+
+
+def _before_a_guard_page(nbytes):
+    """A writable uint8 array of ``nbytes`` that ends where a PROT_NONE page begins (Linux;
+    elsewhere a plain array)."""
+    import ctypes
+    import mmap
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return np.zeros(nbytes, np.uint8)
+    page = mmap.PAGESIZE
+    pages = -(-nbytes // page) + 1
+    m = mmap.mmap(-1, pages * page)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(addr + (pages - 1) * page, page, 0) == 0   # PROT_NONE
+    _KEEP.append(m)
+    return np.frombuffer(m, np.uint8, count=nbytes, offset=(pages - 1) * page - nbytes)
+
+
 def _records(rng, fmt, n):
     """``n`` random records with finite f16 scales d in [1e-3, 1e-2]."""
     rec = rng.integers(0, 256, (n, fmt.block_bytes), dtype=np.uint8)
@@ -151,11 +174,10 @@ def test_fast_paths_equal_the_portable_definition(name, rng):
             for label, arr in got.items():
                 assert_same_f32(arr, want, f"{name} G={g} {label}")
     # matmul: activations quantized to Q8_K first, then the same dots (one 8-activation tile
-    # + 1 leftover, 2 tiles of 8 rows + 3); the last record of the weights at the very end of
-    # its buffer (TQ1_0's masked load reads nothing past it)
+    # + 1 leftover, 2 tiles of 8 rows + 3); the weights end where an unreadable page begins
+    # (a load past the last record would crash the process)
     g = 3
-    buf = np.zeros(rows * g * fmt.block_bytes + 4096, np.uint8)
-    w = buf[4096:].reshape(rows, g, fmt.block_bytes)
+    w = _before_a_guard_page(rows * g * fmt.block_bytes).reshape(rows, g, fmt.block_bytes)
     w[...] = _records(rng, fmt, rows * g).reshape(rows, g, fmt.block_bytes)
     a = rng.standard_normal((9, 256 * g)).astype(np.float32)
     xq = qk.quantize(a.reshape(-1, 256), format=qk.quant.q8_k).reshape(9, g, 292)

@@ -8,7 +8,7 @@ loaded as they lie, in chunks of L lanes (L = 64 with AVX-512BW, 32 with AVX2; a
 zero-filled: one masked load with AVX-512BW), and each byte gives one code per *digit* ``n``
 as u8 ``u = t + 1``::
 
-    TQ1_0  q_n = (u8)(byte * 3^n)                 three byte adds per digit, wrapping as ggml's
+    TQ1_0  q_n = (u8)(byte * 3^n)                 q_{n-1} * 3 as two byte adds, wrapping as ggml's
            u   = (q_n >= 86) + (q_n >= 171)       = ((u8)(byte * 3^n) * 3) >> 8 (0..2) for every
                                                   byte (86 * 3 = 258, 171 * 3 = 513; checked for
                                                   all 256 values by the tests)
@@ -31,11 +31,14 @@ readable loops ``record_sum_tq*_q8_k`` of ``kernels/ternary/tq.py``), in two arr
       S = sum_j dot(xq ^ 0x80, t) - 128 * sum_i t_i    xq ^ 0x80 = xq + 128 as u8 (0..255)
 
 ``dot(a, b)`` of u8 ``a`` and i8 ``b``: with AVX-512 VNNI one ``vpdpbusd`` per vector (i32
-lanes of four products, exact); without, ``pmaddubsw`` per vector (i16 lane = a0 b0 + a1 b1,
-|.| <= 2 * 3 * 128 = 768 (rows) or 2 * 255 * 2 = 1020 (acts): no saturation), the record's i16
-lanes summed (at most 8 + 10 vectors per lane: |.| <= 8 * 1020 + 8 * 512 < 2**15) and widened
-once by ``pmaddwd`` with ones.  The correction term starts each accumulator (computed from the
-quants, never the stored ``bsum``).  |S| <= 256 * 2 * 128.
+lanes of four products, exact, no saturation); without, ``pmaddubsw`` per vector (i16 lane =
+a0 b0 + a1 b1, |.| <= 2 * 3 * 128 = 768 (rows) or 2 * 255 * 2 = 1020 (acts): no saturation),
+the record's i16 lanes summed and widened once by ``pmaddwd`` with ones.  Every partial i16 sum
+stays below 2**15: rows at most 10 vectors of <= 512 (TQ1_0, u <= 2) or 8 of <= 768 (TQ2_0),
+plus 8 of the correction's |x0 + x1| <= 256: <= 8192; acts 8 of <= 1020 plus 8 of the
+correction's |128 (t0 + t1)| <= 512: <= 12256 (the counts are those of 256-bit vectors; 512-bit
+ones have half).  The correction term starts each accumulator (computed from the quants, never
+the stored ``bsum``).  |S| <= 256 * 2 * 128.
 
 The float steps are those of ``record_value_d`` (one IEEE instruction each, no fast-math, in the
 same order): ``v = R32(ds * R32(f32(d) * f32(S)))``; the tiles fold the 8 values lane by lane
@@ -93,9 +96,9 @@ class _TQ1:
         per digit, each ``q`` passed through an empty inline-asm statement (LLVM would
         otherwise fold the chain into byte multiplies by 9, 27, 81, which x86 lacks: widened
         ``vpmullw`` and a byte shuffle, 3 instructions instead of 2), and the code as a
-        select of 1 and a masked add of 1 after two unsigned byte compares (with AVX-512: two
-        mask-register ops; as zext + add, 3).  Both together: the gemv 7 % and the gemm 4-7 %
-        faster than the plain IR (A/B in one process, 200 rounds)."""
+        select of 1 and a masked add of 1 after the two unsigned byte compares (zext + add
+        took one more).  Both together: the gemv 7 % and the gemm 4-7 % faster than the plain
+        IR (A/B in one process, 200 rounds)."""
         n = w.type.count
         out, q = [], w
         lo, hi = _splat8(86, n), _splat8(171, n)
