@@ -1,3 +1,112 @@
-"""Shared inputs for the benchmarks (deterministic, model-shaped): numba_qk.samples."""
+"""Shared pieces of the benchmarks: deterministic, model-shaped inputs (numba_qk.samples), the
+timing helpers (best of repeats; interleaved rounds) and the products' speed table against ggml
+that the per-family scripts (iq_grid_vs_ggml.py, ternary_vs_ggml.py) print with ``--speed``."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
 
 from numba_qk.samples import activations, q4_k_weights  # noqa: F401
+
+
+def best(fn, repeats):
+    """Best seconds of ``repeats`` calls of ``fn`` (after one warm-up call)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def interleaved(cands, rounds, clock=time.perf_counter):
+    """Best seconds per call of each callable of ``cands``, one call of each in turn per round
+    (after one warm-up call each), measured by ``clock`` (wall time; ``time.process_time``:
+    the process's CPU time, which leaves out the time other processes held the core -- on a
+    loaded machine the longer calls are preempted more often, so best wall times of calls of
+    tens of ms are not comparable with those of short ones)."""
+    for fn in cands.values():
+        fn()
+    best_t = {k: float("inf") for k in cands}
+    for _ in range(rounds):
+        for k, fn in cands.items():
+            t = clock()
+            fn()
+            best_t[k] = min(best_t[k], clock() - t)
+    return best_t
+
+
+def cycling(fns):
+    """One callable that calls ``fns`` round robin, one per call."""
+    state = [0]
+
+    def run():
+        fns[state[0] % len(fns)]()
+        state[0] += 1
+    return run
+
+
+def load_ggml():
+    """``(ggml, label)``: the native build named by ``NUMBA_QK_GGML_LIB=<dir>`` (libggml-base.so
+    + libggml-cpu.so), else the libggml-python wheel; ``(None, "")`` when neither loads."""
+    from numba_qk.testing import ggml as ggml_bridge
+
+    libdir = os.environ.get("NUMBA_QK_GGML_LIB")
+    g = ggml_bridge.load_dir(libdir) if libdir else ggml_bridge.load()
+    if g is None:
+        return None, ""
+    feats = ", ".join(k for k, v in g.features.items() if v) or "none"
+    return g, f"{'native ggml from ' + libdir if libdir else 'libggml-python'} {g.version} ({feats})"
+
+
+def speed_table(g, formats, weights, shape="4096x4096", rounds=7, stream_mb=256.0,
+                clock=time.perf_counter):
+    """Print the products' speed table: per format of ``formats`` (``weights(fmt, rows, cols)``
+    gives its records ``[rows, cols / 256, bytes]``), each numba_qk / ggml pair timed
+    interleaved (best of ``rounds``), ggml in each weight layout it offers for the type (plain
+    CPU buffer, CPU_REPACK where it converts the type; the fastest counts, among those whose
+    result agrees with numba_qk's to 1e-4 of the largest value): the matvec hot (one matrix),
+    DRAM-streamed (distinct copies totalling ``stream_mb``, called round robin) and the
+    batch-32 ``matmul`` (f32 activations [32, cols]), all on 1 thread; times by ``clock``
+    (``interleaved``)."""
+    import numba_qk as qk
+
+    rows, cols = (int(v) for v in shape.split("x"))
+    layouts = (lambda t: g.weight_bufts(t) or [None]) if g.dev is not None else (lambda t: [None])
+    print("| format | matvec hot ours ms | ggml ms | ours/ggml | streamed ours ms | ggml ms | "
+          "ours/ggml | batch-32 ours ms | ggml ms | ours/ggml |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    xv = np.random.default_rng(6).standard_normal(cols).astype(np.float32)
+    xb = np.random.default_rng(7).standard_normal((32, cols)).astype(np.float32)
+    for fmt in formats:
+        t = fmt.ggml_type
+        wm = weights(fmt, rows, cols)
+        res = {}
+        for kind, batch, x in (("hot", 0, xv), ("b32", 32, xb)):
+            ref = np.asarray(qk.matmul(wm, x, lhs_format=fmt, threads=1), np.float64)
+            cands = {"ours": lambda x=x: qk.matmul(wm, x, lhs_format=fmt, threads=1)}
+            for buft in layouts(t):
+                mv = g.matvec(wm, threads=1, batch=batch, type_id=t, buft=buft)
+                y = np.asarray(mv(x), np.float64).reshape(ref.shape)
+                if np.max(np.abs(y - ref)) <= 1e-4 * np.max(np.abs(ref)):
+                    cands[buft or "plain"] = lambda mv=mv, x=x: mv(x)
+            r = interleaved(cands, rounds, clock)
+            res[kind] = (r.pop("ours"), min(r.values()) if r else float("nan"))
+        n = max(2, int(np.ceil(stream_mb * 1e6 / wm.nbytes)))
+        ws = [wm.copy() for _ in range(n)]
+        cands = {"ours": cycling([lambda w=w: qk.matmul(w, xv, lhs_format=fmt, threads=1)
+                                  for w in ws])}
+        mvs = {}
+        for buft in layouts(t):
+            mvs[buft] = [g.matvec(wm, threads=1, type_id=t, buft=buft) for _ in range(n)]
+            cands[buft or "plain"] = cycling([lambda m=m: m(xv) for m in mvs[buft]])
+        r = interleaved(cands, rounds * n, clock)
+        res["stream"] = (r.pop("ours"), min(r.values()))
+        del ws, mvs
+        cells = " | ".join(f"{o * 1e3:.2f} | {gg * 1e3:.2f} | {o / gg:.2f}"
+                           for o, gg in (res["hot"], res["stream"], res["b32"]))
+        print(f"| {fmt.name} | {cells} |", flush=True)

@@ -34,95 +34,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numba_qk as qk  # noqa: E402
 from numba_qk import _registry as registry  # noqa: E402
 from numba_qk.kernels.simd import base as _simd  # noqa: E402
-from numba_qk.testing import ggml as ggml_bridge  # noqa: E402
+
+from _common import best, load_ggml, speed_table  # noqa: E402
 
 NAMES = ("iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s", "iq3_s", "iq2_s", "iq1_m")
 
 
-def best(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
-
-
-def load_ggml():
-    import os
-
-    libdir = os.environ.get("NUMBA_QK_GGML_LIB")
-    g = ggml_bridge.load_dir(libdir) if libdir else ggml_bridge.load()
-    if g is None:
-        return None, ""
-    feats = ", ".join(k for k, v in g.features.items() if v) or "none"
-    return g, f"{'native ggml from ' + libdir if libdir else 'libggml-python'} {g.version} ({feats})"
-
-
-def interleaved(cands, rounds):
-    """Best seconds per call of each callable of ``cands``, one call of each in turn per round
-    (after one warm-up call each)."""
-    for fn in cands.values():
-        fn()
-    best_t = {k: float("inf") for k in cands}
-    for _ in range(rounds):
-        for k, fn in cands.items():
-            t = time.perf_counter()
-            fn()
-            best_t[k] = min(best_t[k], time.perf_counter() - t)
-    return best_t
-
-
-def cycling(fns):
-    state = [0]
-
-    def run():
-        fns[state[0] % len(fns)]()
-        state[0] += 1
-    return run
-
-
-def speed(args, g) -> None:
-    """The speed table (see the module docstring)."""
-    rows, cols = (int(v) for v in args.shape.split("x"))
-    layouts = (lambda t: g.weight_bufts(t) or [None]) if g.dev is not None else (lambda t: [None])
-    print("| format | matvec hot ours ms | ggml ms | ours/ggml | streamed ours ms | ggml ms | "
-          "ours/ggml | batch-32 ours ms | ggml ms | ours/ggml |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    xv = np.random.default_rng(6).standard_normal(cols).astype(np.float32)
-    xb = np.random.default_rng(7).standard_normal((32, cols)).astype(np.float32)
-    for name in args.only.split(","):
-        fmt = getattr(qk.quant, name)
-        t = fmt.ggml_type
-        rng = np.random.default_rng(t)
-        wm = quantize_chunk(g, fmt, np.random.default_rng(5).standard_normal((rows, cols)),
-                            rng.uniform(0.1, 2.0, cols))
-        res = {}
-        for kind, batch, x in (("hot", 0, xv), ("b32", 32, xb)):
-            ref = np.asarray(qk.matmul(wm, x, lhs_format=fmt, threads=1), np.float64)
-            cands = {"ours": lambda x=x: qk.matmul(wm, x, lhs_format=fmt, threads=1)}
-            for buft in layouts(t):
-                mv = g.matvec(wm, threads=1, batch=batch, type_id=t, buft=buft)
-                y = np.asarray(mv(x), np.float64).reshape(ref.shape)
-                if np.max(np.abs(y - ref)) <= 1e-4 * np.max(np.abs(ref)):
-                    cands[buft or "plain"] = lambda mv=mv, x=x: mv(x)
-            r = interleaved(cands, args.rounds)
-            res[kind] = (r.pop("ours"), min(r.values()) if r else float("nan"))
-        n = max(2, int(np.ceil(args.stream_mb * 1e6 / wm.nbytes)))
-        ws = [wm.copy() for _ in range(n)]
-        cands = {"ours": cycling([lambda w=w: qk.matmul(w, xv, lhs_format=fmt, threads=1)
-                                  for w in ws])}
-        mvs = {}
-        for buft in layouts(t):
-            mvs[buft] = [g.matvec(wm, threads=1, type_id=t, buft=buft) for _ in range(n)]
-            cands[buft or "plain"] = cycling([lambda m=m: m(xv) for m in mvs[buft]])
-        r = interleaved(cands, args.rounds * n)
-        res["stream"] = (r.pop("ours"), min(r.values()))
-        del ws, mvs
-        cells = " | ".join(f"{o * 1e3:.2f} | {gg * 1e3:.2f} | {o / gg:.2f}"
-                           for o, gg in (res["hot"], res["stream"], res["b32"]))
-        print(f"| {fmt.name} | {cells} |", flush=True)
+def _weights(g):
+    """The speed table's weights: ggml_quantize_chunk with an importance matrix."""
+    def weights(fmt, rows, cols):
+        rng = np.random.default_rng(fmt.ggml_type)
+        return quantize_chunk(g, fmt, np.random.default_rng(5).standard_normal((rows, cols)),
+                              rng.uniform(0.1, 2.0, cols))
+    return weights
 
 
 def quantize_chunk(g, fmt, x, imatrix):
@@ -150,14 +74,19 @@ def main() -> int:
     ap.add_argument("--speed", action="store_true", help="only the products' speed table")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--stream-mb", type=float, default=256.0)
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="--speed: best CPU time of the process instead of wall time")
     args = ap.parse_args()
     g, label = load_ggml()
     if g is None:
         print("libggml-python is not installed", file=sys.stderr)
         return 1
     if args.speed:
-        print(f"{label}; numba_qk SIMD: {_simd.HAVE_AVX2=} {_simd.HAVE_VNNI=}; 1 thread")
-        speed(args, g)
+        print(f"{label}; numba_qk SIMD: {_simd.HAVE_AVX2=} {_simd.HAVE_VNNI=}; 1 thread; "
+              f"{'CPU' if args.cpu_time else 'wall'} time")
+        speed_table(g, [getattr(qk.quant, n) for n in args.only.split(",")], _weights(g),
+                    args.shape, args.rounds, args.stream_mb,
+                    time.process_time if args.cpu_time else time.perf_counter)
         return 0
     try:
         from gguf import GGMLQuantizationType
@@ -165,7 +94,7 @@ def main() -> int:
     except ImportError:
         gq = None
     rows, cols = (int(v) for v in args.shape.split("x"))
-    print(f"libggml-python {g.version}")
+    print(label)
     print("| format | dequantize = ggml (quantized / random records) | dots = 0 ulp / compared "
           "(max rel diff) | matvec ours ms | ggml ms | ours/ggml | dequantize 4096 rec ours ms "
           "| ggml ms | gguf-py ms |")

@@ -3,6 +3,13 @@ dequantize, dot) and single-thread timings (4096x4096 matvec through ``qk.matmul
 ``ggml_mul_mat`` graph, hot; encoders; dequantizers; gguf-py's numpy dequantize).
 
     python bench/ternary_vs_ggml.py [--blocks 16384] [--repeats 5] [--shape 4096x4096]
+    python bench/ternary_vs_ggml.py --speed [--rounds 7] [--stream-mb 256]
+
+``--speed``: the products only, the table of ``bench/_common.speed_table`` (matvec hot and
+DRAM-streamed, batch-32 ``matmul``; each numba_qk / ggml pair interleaved, ggml in each weight
+layout it offers, the fastest counts); weights from ``qk.quantize`` (byte-identical to ggml's
+``quantize_row_tq*_0_ref``).  ``NUMBA_QK_GGML_LIB=<dir>`` measures a native ggml build
+(libggml-base.so + libggml-cpu.so) instead of the libggml-python wheel.
 
 Timings are only meaningful on a quiet machine.
 """
@@ -20,17 +27,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numba_qk as qk  # noqa: E402
 from numba_qk import _registry as registry  # noqa: E402
-from numba_qk.testing import ggml as ggml_bridge  # noqa: E402
+from numba_qk.kernels.simd import base as _simd  # noqa: E402
+
+from _common import best, load_ggml, speed_table  # noqa: E402
 
 
-def best(fn, repeats):
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
+def weights(fmt, rows, cols):
+    """The speed table's weights: N(0, 1) rows through ``qk.quantize``."""
+    x = np.random.default_rng(5).standard_normal((rows, cols)).astype(np.float32)
+    return qk.quantize(x.reshape(-1, 256), fmt).reshape(rows, cols // 256, fmt.block_bytes)
 
 
 def inputs(n, seed=7):
@@ -46,11 +51,23 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=16384)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--shape", default="4096x4096")
+    ap.add_argument("--speed", action="store_true", help="only the products' speed table")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--stream-mb", type=float, default=256.0)
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="--speed: best CPU time of the process instead of wall time")
     args = ap.parse_args()
-    g = ggml_bridge.load()
+    g, label = load_ggml()
     if g is None:
         print("libggml-python is not installed", file=sys.stderr)
         return 1
+    if args.speed:
+        print(f"{label}; numba_qk SIMD: {_simd.HAVE_AVX2=} {_simd.HAVE_VNNI=}; 1 thread; "
+              f"{'CPU' if args.cpu_time else 'wall'} time")
+        speed_table(g, (qk.quant.tq1_0, qk.quant.tq2_0), weights, args.shape, args.rounds,
+                    args.stream_mb,
+                    time.process_time if args.cpu_time else time.perf_counter)
+        return 0
     try:
         from gguf import GGMLQuantizationType
         from gguf import quants as gq
@@ -59,7 +76,7 @@ def main() -> int:
     rows, cols = (int(v) for v in args.shape.split("x"))
     x = inputs(args.blocks)
     rng = np.random.default_rng(11)
-    print(f"libggml-python {g.version}")
+    print(label)
     for fmt in (qk.quant.tq1_0, qk.quant.tq2_0):
         t, b = fmt.ggml_type, registry.BY_FORMAT[fmt]
         enc = qk.quantize(x, fmt)
@@ -82,8 +99,7 @@ def main() -> int:
         print(f"{fmt.name}: encode {enc_eq}/{x.shape[0]} equal, dequantize {dec_eq}/"
               f"{recs.shape[0]} equal, dot {dot_eq}/{n_dot} equal (max rel diff {maxrel:.2e})")
         # timing
-        wm = qk.quantize(np.random.default_rng(5).standard_normal((rows, cols)).astype(np.float32)
-                         .reshape(-1, 256), fmt).reshape(rows, cols // 256, fmt.block_bytes)
+        wm = weights(fmt, rows, cols)
         xv = np.random.default_rng(6).standard_normal(cols).astype(np.float32)
         t_ours = best(lambda: qk.matmul(wm, xv, lhs_format=fmt, threads=1), args.repeats)
         mv = g.matvec(wm, threads=1, type_id=t)

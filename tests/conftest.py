@@ -47,7 +47,8 @@ LONGEST_FIRST = ("package/test_parity.py", "package/test_jit_policy.py",
                  "conformance/test_fast_paths.py", "kquants/test_kquants.py", "io/test_gguf.py",
                  "lowp/test_lowp_parity.py", "iq/test_iq2_encode.py", "iq/test_iq3_encode.py",
                  "simd/test_legacy_vnni_paths.py", "simd/test_legacy_vnni.py",
-                 "iq/test_iq_grid_fast.py", "models/test_tiny_models.py")
+                 "iq/test_iq_grid_fast.py", "ternary/test_tq_fast.py",
+                 "models/test_tiny_models.py")
 
 
 def _file_rank(item):

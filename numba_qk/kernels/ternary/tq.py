@@ -36,6 +36,7 @@ from numba_qk.kernels.drive import kernels_for, register
 from numba_qk.kernels.kquants.common import (f16_at, portable_dot_for, quantizer_for,
                                              record_value_d, store_f16)
 from numba_qk.kernels.kquants.common import X_Q_AT
+from numba_qk.kernels.simd import ternary as _simd
 
 TQ1_0_RECORD_BYTES = _FMT1.block_bytes
 TQ2_0_RECORD_BYTES = _FMT2.block_bytes
@@ -273,10 +274,19 @@ def _dot_loop_tq2_0(w, x):
     return dot_tq2_0_q8_k_portable(w, x)
 
 
-# ---- dot / gemv / gemm: the shared driver (kernels/drive.py), portable tier only -------------
+# ---- dot / gemv / gemm: the shared driver (kernels/drive.py) -----------------------------------
+# The SIMD record values and 8-lane tiles (kernels/simd/ternary.py) equal the portable
+# definitions above bit for bit (tests/ternary/test_tq_fast.py); strided records take the
+# portable dot through _dot_loop_*, kernels of this module (the driver caches the entry points
+# under loop_dot's module, whose source digest then covers the SIMD module too).
 
-register(_FMT1.ggml_type, loop_dot=_dot_loop_tq1_0)
-register(_FMT2.ggml_type, loop_dot=_dot_loop_tq2_0)
+# Records of 16 per gemm block: 5-17 % less time than 8 at batch 32 (bench/experiments/
+# tq_gemm_ab.py; 1, 2, 4 no better).  TQ2_0's gemm tile is about as fast as its gemv per
+# activation there, TQ1_0's takes half the time.
+register(_FMT1.ggml_type, loop_dot=_dot_loop_tq1_0, value=_simd.tq1_0_q8_k_value,
+         rows_x8=_simd.tq1_0_rows_x8, acts_x8=_simd.tq1_0_acts_x8, record_block=16)
+register(_FMT2.ggml_type, loop_dot=_dot_loop_tq2_0, value=_simd.tq2_0_q8_k_value,
+         rows_x8=_simd.tq2_0_rows_x8, acts_x8=_simd.tq2_0_acts_x8, record_block=16)
 dot_tq1_0_q8_k, gemv_tq1_0_q8_k, gemm_tq1_0_q8_k = kernels_for(_FMT1.ggml_type)
 dot_tq2_0_q8_k, gemv_tq2_0_q8_k, gemm_tq2_0_q8_k = kernels_for(_FMT2.ggml_type)
 
