@@ -122,11 +122,17 @@ def _records(rng, fmt, n):
     return rec
 
 
-@pytest.mark.parametrize("name", default_few(NAMES, {"tq1_0"}))
-def test_fast_paths_equal_the_portable_definition(name, rng):
+# carriers: "combined" passes one strided, read-only, unaligned view of the weights (one compiled
+# specialisation of gemv / gemm for all three properties); "each" passes the three separately
+# (three specialisations each: -m slow)
+@pytest.mark.parametrize("case", default_few(
+    [(n, c) for n in NAMES for c in ("combined", "each")], {"tq1_0-combined"},
+    lambda nc: f"{nc[0]}-{nc[1]}"))
+def test_fast_paths_equal_the_portable_definition(case, rng):
     """dot, gemv (2 tiles of 8 rows + 3 leftover rows), gemm (1 tile of 8 activations + 3
     leftover, 2 record blocks) and matmul equal the portable dot of every (row, activation)
     pair bit for bit; also on strided (the loops), read-only and unaligned inputs and G = 0, 1."""
+    name, carriers = case
     fmt = getattr(qk.quant, name)
     port = getattr(tq, f"dot_{name}_q8_k_portable")
     dot, gemv, gemm = (getattr(tq, f"{k}_{name}_q8_k") for k in ("dot", "gemv", "gemm"))
@@ -163,8 +169,14 @@ def test_fast_paths_equal_the_portable_definition(name, rng):
         wro.flags.writeable = xro.flags.writeable = False
         wu, xu = _unaligned(w), _unaligned(x)
         got = {"dot": got_dot, "gemv": got_gemv, "gemm": got_gemm}
-        for label, ww, xx in (("strided", ws, xro), ("read-only", wro, xro),
-                              ("unaligned", wu, xu)):
+        if carriers == "each":
+            views = (("strided", ws, xro), ("read-only", wro, xro), ("unaligned", wu, xu))
+        else:
+            wall = _unaligned(np.zeros((rows, g, 2 * fmt.block_bytes), np.uint8))[:, :, ::2]
+            wall[...] = w
+            wall.flags.writeable = False
+            views = (("strided read-only unaligned", wall, xu),)
+        for label, ww, xx in views:
             got[f"{label} gemm"] = np.empty((batch, rows), np.float32)
             gemm(ww, xx, got[f"{label} gemm"])
             got[f"{label} gemv"] = np.empty((batch, rows), np.float32)
