@@ -465,7 +465,11 @@ CASES = {  # name: (preset, source, numba_qk keywords, llama_model_quantize para
     # the importance-weighted encoders (issue 24), whole files: every preset they serve
     **{f"imatrix-{p.lower()}": (p, "f32", dict(imatrix="w"), dict(imatrix="w"))
        for p in ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q3_K_M", "Q2_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0",
-                 "Q5_1", "IQ4_NL", "IQ4_XS", "Q2_K_S", "IQ3_XS", "IQ3_S", "IQ3_M")},
+                 "Q5_1", "IQ4_NL", "IQ4_XS", "Q2_K_S", "IQ3_XS", "IQ3_S", "IQ3_M",
+                 # the grid IQ encoders' presets (on this model llama.cpp refuses each without one)
+                 "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M",
+                 # ternary: ggml's quantizer ignores the matrix, the type plan does not
+                 "TQ1_0", "TQ2_0")},
     "split-q4km": ("Q4_K_M", "split", {}, {}),
 }
 
@@ -571,6 +575,33 @@ def test_imatrix_type_rules_equal_llama_cpp(tmp_path, preset):
     without = G.quantize_file(src, None, preset=preset, dry_run=True)
     if preset in ("Q4_0", "Q5_0", "IQ4_NL", "IQ3_XXS"):
         assert [r.type_after for r in without] != [t for _, t in theirs]
+
+
+IQ_PRESETS = ("IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M")
+# every row length a multiple of 32 but not of 256: each IQ type falls back to IQ4_NL, the
+# K-quants to legacy types, the output to Q8_0, so no tensor needs an importance matrix
+ALL_FALLBACK = C._m(2, 160, 5, 5, 288, 256, "rows 160 and 288: every 256-block type falls back")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", IQ_PRESETS)
+def test_iq_presets_without_imatrix_as_llama_cpp(sources, tmp_path, preset):
+    """Without an importance matrix llama.cpp refuses a preset as soon as one tensor's final
+    type (after the row-size fallbacks) needs one (tensor_requires_imatrix), before writing
+    anything; numba_qk refuses the same files. Where no tensor needs one it runs the preset,
+    and the files are byte-identical."""
+    ft = P.find_preset(preset).ftype
+    r = O.quantize(sources["f32"], tmp_path / "ref.gguf", ft)
+    assert r.returncode != 0 and "requires an imatrix" in r.stderr, r.stderr[-2000:]
+    with pytest.raises(G.GGUFError, match=f"preset {preset} needs an importance matrix"):
+        G.quantize_file(sources["f32"], tmp_path / "ours.gguf", preset=preset)
+    assert not (tmp_path / "ours.gguf").exists()
+    src = tmp_path / "fb.gguf"
+    C.build_model(src, ALL_FALLBACK)
+    r = O.quantize(src, tmp_path / "ref.gguf", ft)
+    assert r.returncode == 0, r.stderr[-2000:]
+    G.quantize_file(src, tmp_path / "ours.gguf", preset=preset)
+    assert (tmp_path / "ref.gguf").read_bytes() == (tmp_path / "ours.gguf").read_bytes()
 
 
 def _tensor_bytes(path):
