@@ -653,3 +653,25 @@ def test_llama_cpp_reads_split_output(model, tmp_path):
     assert O.quantize(tmp_path / "s-00001-of-00006.gguf", tmp_path / "a.gguf", 7).returncode == 0
     assert O.quantize(tmp_path / "one.gguf", tmp_path / "b.gguf", 7).returncode == 0
     assert (tmp_path / "a.gguf").read_bytes() == (tmp_path / "b.gguf").read_bytes()
+
+
+def test_preset_of_a_type_gguf_py_does_not_size(model, tmp_path):
+    """Q2_0 (ggml type 42, block_q2_0: f16 d + 16 bytes per 64 values) is missing from
+    gguf-py 0.19's size table: the Q2_0 preset's dry run sizes it as llama.cpp does, and the real
+    run is refused in one line (no numba_qk encoder), not with a KeyError."""
+    res = G.quantize_file(model, None, preset="Q2_0", dry_run=True)
+    with G.open(model) as f:
+        for r in res:
+            if r.type_after == "Q2_0":
+                n = int(np.prod(f.tensor(r.name).shape))
+                assert r.bytes_after == n // 64 * 18
+    assert "Q2_0" in {r.type_after for r in res}
+    # Q1_0 (gguf-py sizes it; no numba_qk format either): sized as converted, not as kept
+    # (ffn_down's rows of 288 have no Q1_0 fallback: llama.cpp refuses them, so does the plan)
+    res = G.quantize_file(model, None, preset="Q1_0", dry_run=True,
+                          tensor_types=[("ffn_down", "Q8_0")])
+    q1 = [r for r in res if r.type_after == "Q1_0"]
+    assert q1 and all(r.bytes_after == int(np.prod(r.shape)) // 128 * 18 for r in q1)
+    with pytest.raises(G.GGUFError, match="type Q2_0 .*cannot encode yet"):
+        G.quantize_file(model, tmp_path / "q.gguf", preset="Q2_0")
+    assert not (tmp_path / "q.gguf").exists()
