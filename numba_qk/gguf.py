@@ -113,6 +113,9 @@ _ELEMENT_DTYPES = {"F32": "f4", "F16": "f2", "F64": "f8", "I8": "i1", "I16": "i2
 # Where gguf-py's size table differs from ggml: block_q8_1 is {f16 d, f16 s, i8 qs[32]} in ggml
 # (36 bytes, what numba_qk's Q8_1 records are); gguf-py still has the old 2 x f32 layout (40).
 _SIZE_OVERRIDES = {GGMLType.Q8_1: (32, 36)}
+# Types of llama.cpp 0.3.36's ggml that gguf-py (0.19) does not size: block_q2_0 is
+# {f16 d, u8 qs[16]} per 64 values (ggml-common.h); the Q2_0 preset gives it
+_SIZE_MISSING = {GGMLType.Q2_0: ("Q2_0", 64, 18)}
 
 
 def _type_table():
@@ -123,6 +126,8 @@ def _type_table():
     for t, (bs, ts) in _SIZE_OVERRIDES.items():
         if t in table:
             table[t] = (table[t][0], bs, ts)
+    for t, entry in _SIZE_MISSING.items():
+        table.setdefault(int(t), entry)
     return table
 
 
@@ -1421,8 +1426,8 @@ def _preset_outputs(f, dst, preset, say, extra, preset_options):
             if weights is not None and t.target in _IMATRIX_UNUSED:
                 weights = None           # ggml's quantizer for this type ignores it
         _, bs, ts = table[t.target]
-        nbytes = (e.end - e.start if target is None else
-                  int(np.prod(e.info.shape, dtype=object)) // bs * ts)
+        nbytes = (e.end - e.start if not t.convert else   # (target is None also for a type
+                  int(np.prod(e.info.shape, dtype=object)) // bs * ts)   # it cannot encode)
         items.append((e, t.name, target, t.target, nbytes, weights))
     if limit is not None:
         raise GGUFError(limit)
@@ -1462,7 +1467,7 @@ def _dry_run(items, say, warn_imatrix: bool) -> list:
                                        nbytes, None))
         say(f"[{k + 1}/{len(items)}] {name} {'x'.join(map(str, info.shape))} "
             f"{info.type_name} -> {after}: {info.nbytes / 2**20:.2f} MiB -> "
-            f"{nbytes / 2**20:.2f} MiB" + ("" if target is not None else " (kept)"))
+            f"{nbytes / 2**20:.2f} MiB" + ("" if type_id != info.ggml_type else " (kept)"))
     if warn_imatrix:
         say("WARNING: dry run completed successfully, but actually completing this "
             "quantization will require an imatrix!")

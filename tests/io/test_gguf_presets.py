@@ -213,14 +213,9 @@ def test_whole_files_equal_llama_cpp(tmp_path, model):
     src = tmp_path / "in.gguf"
     C.build_model(src, C.MODELS[model])
     compared = 0
+    refused = []
     for p in presets.PRESETS:
         if p.copy_only:
-            continue
-        try:
-            plan = G.plan_file(src, p.name)
-        except presets.PresetError:
-            continue
-        if not _encodable(plan):
             continue
         ref, ours = tmp_path / f"{p.name}-llama.gguf", tmp_path / f"{p.name}-ours.gguf"
         code = ("import llama_cpp, ctypes, sys\n"
@@ -228,9 +223,69 @@ def test_whole_files_equal_llama_cpp(tmp_path, model):
                 f"p.ftype = {p.ftype}; p.nthread = 2\n"
                 f"sys.exit(llama_cpp.llama_model_quantize({str(src).encode()!r}, "
                 f"{str(ref).encode()!r}, ctypes.byref(p)))\n")
+        try:
+            plan = G.plan_file(src, p.name)
+        except presets.PresetError:       # llama.cpp refuses it as well (an imatrix needed)
+            r = subprocess.run([LLAMA_PY, "-c", code], capture_output=True, text=True)
+            assert r.returncode != 0, (model, p.name)
+            refused.append(p.name)
+            continue
+        if not _encodable(plan):
+            continue
         r = subprocess.run([LLAMA_PY, "-c", code], capture_output=True, text=True)
         assert r.returncode == 0, r.stderr[-2000:]
         G.quantize_file(src, ours, preset=p.name)
         assert ref.read_bytes() == ours.read_bytes(), (model, p.name)
         compared += 1
-    assert compared >= 4
+    assert compared >= 4 and "IQ2_XXS" in refused
+
+
+def _oracle():
+    spec = importlib.util.spec_from_file_location("llama_oracle", Path(__file__).with_name("llama_oracle.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _random_imatrix(src, seed=3):
+    """Random positive weights for every matrix: ne0 values per expert (a 3-D expert tensor's
+    entry holds one slice per expert, as llama-imatrix writes it)."""
+    rng = np.random.default_rng(seed)
+    with G.open(src) as f:
+        return {t.name: (rng.random(t.shape[-1] * (t.shape[0] if len(t.shape) == 3 else 1))
+                         + 0.1).astype(np.float32)
+                for t in f.tensors if len(t.shape) >= 2}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["gqa4", "tied160", "l16gqa8", "moe8"])
+def test_whole_files_with_imatrix_equal_llama_cpp(tmp_path, model):
+    """Every preset with an importance matrix (random weights, one slice per expert): the
+    importance-weighted encoders and llama.cpp's has_imatrix type rules, file by file."""
+    O = _oracle()
+    if not O.available():
+        pytest.skip("no llama-cpp-python interpreter")
+    src = tmp_path / "in.gguf"
+    C.build_model(src, C.MODELS[model])
+    w = _random_imatrix(src)
+    theirs_w = {k: v.tolist() for k, v in w.items()}
+    compared = []
+    for p in presets.PRESETS:
+        if p.copy_only:
+            continue
+        ref, ours = tmp_path / f"{p.name}-llama.gguf", tmp_path / f"{p.name}-ours.gguf"
+        try:
+            plan = G.plan_file(src, p.name, imatrix=True)
+        except presets.PresetError:       # llama.cpp refuses it as well
+            assert O.quantize(src, ref, p.ftype, imatrix=theirs_w).returncode != 0, p.name
+            continue
+        if not _encodable(plan):
+            continue
+        r = O.quantize(src, ref, p.ftype, imatrix=theirs_w)
+        assert r.returncode == 0, (p.name, r.stderr[-2000:])
+        G.quantize_file(src, ours, preset=p.name, imatrix=w)
+        assert ref.read_bytes() == ours.read_bytes(), (model, p.name)
+        ref.unlink()
+        ours.unlink()
+        compared.append(p.name)
+    assert {"IQ2_XXS", "IQ1_S", "IQ3_XXS", "Q4_K_M"} <= set(compared), compared

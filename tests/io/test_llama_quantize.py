@@ -465,7 +465,11 @@ CASES = {  # name: (preset, source, numba_qk keywords, llama_model_quantize para
     # the importance-weighted encoders (issue 24), whole files: every preset they serve
     **{f"imatrix-{p.lower()}": (p, "f32", dict(imatrix="w"), dict(imatrix="w"))
        for p in ("Q4_K_M", "Q4_K_S", "Q5_K_M", "Q3_K_M", "Q2_K", "Q6_K", "Q4_0", "Q4_1", "Q5_0",
-                 "Q5_1", "IQ4_NL", "IQ4_XS", "Q2_K_S", "IQ3_XS", "IQ3_S", "IQ3_M")},
+                 "Q5_1", "IQ4_NL", "IQ4_XS", "Q2_K_S", "IQ3_XS", "IQ3_S", "IQ3_M",
+                 # the grid IQ encoders' presets (on this model llama.cpp refuses each without one)
+                 "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M",
+                 # ternary: ggml's quantizer ignores the matrix, the type plan does not
+                 "TQ1_0", "TQ2_0")},
     "split-q4km": ("Q4_K_M", "split", {}, {}),
 }
 
@@ -573,6 +577,33 @@ def test_imatrix_type_rules_equal_llama_cpp(tmp_path, preset):
         assert [r.type_after for r in without] != [t for _, t in theirs]
 
 
+IQ_PRESETS = ("IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M")
+# every row length a multiple of 32 but not of 256: each IQ type falls back to IQ4_NL, the
+# K-quants to legacy types, the output to Q8_0, so no tensor needs an importance matrix
+ALL_FALLBACK = C._m(2, 160, 5, 5, 288, 256, "rows 160 and 288: every 256-block type falls back")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", IQ_PRESETS)
+def test_iq_presets_without_imatrix_as_llama_cpp(sources, tmp_path, preset):
+    """Without an importance matrix llama.cpp refuses a preset as soon as one tensor's final
+    type (after the row-size fallbacks) needs one (tensor_requires_imatrix), before writing
+    anything; numba_qk refuses the same files. Where no tensor needs one it runs the preset,
+    and the files are byte-identical."""
+    ft = P.find_preset(preset).ftype
+    r = O.quantize(sources["f32"], tmp_path / "ref.gguf", ft)
+    assert r.returncode != 0 and "requires an imatrix" in r.stderr, r.stderr[-2000:]
+    with pytest.raises(G.GGUFError, match=f"preset {preset} needs an importance matrix"):
+        G.quantize_file(sources["f32"], tmp_path / "ours.gguf", preset=preset)
+    assert not (tmp_path / "ours.gguf").exists()
+    src = tmp_path / "fb.gguf"
+    C.build_model(src, ALL_FALLBACK)
+    r = O.quantize(src, tmp_path / "ref.gguf", ft)
+    assert r.returncode == 0, r.stderr[-2000:]
+    G.quantize_file(src, tmp_path / "ours.gguf", preset=preset)
+    assert (tmp_path / "ref.gguf").read_bytes() == (tmp_path / "ours.gguf").read_bytes()
+
+
 def _tensor_bytes(path):
     with G.open(path) as f:
         return {t.name: f.raw(t.name).tobytes() for t in f.tensors}
@@ -622,3 +653,25 @@ def test_llama_cpp_reads_split_output(model, tmp_path):
     assert O.quantize(tmp_path / "s-00001-of-00006.gguf", tmp_path / "a.gguf", 7).returncode == 0
     assert O.quantize(tmp_path / "one.gguf", tmp_path / "b.gguf", 7).returncode == 0
     assert (tmp_path / "a.gguf").read_bytes() == (tmp_path / "b.gguf").read_bytes()
+
+
+def test_preset_of_a_type_gguf_py_does_not_size(model, tmp_path):
+    """Q2_0 (ggml type 42, block_q2_0: f16 d + 16 bytes per 64 values) is missing from
+    gguf-py 0.19's size table: the Q2_0 preset's dry run sizes it as llama.cpp does, and the real
+    run is refused in one line (no numba_qk encoder), not with a KeyError."""
+    res = G.quantize_file(model, None, preset="Q2_0", dry_run=True)
+    with G.open(model) as f:
+        for r in res:
+            if r.type_after == "Q2_0":
+                n = int(np.prod(f.tensor(r.name).shape))
+                assert r.bytes_after == n // 64 * 18
+    assert "Q2_0" in {r.type_after for r in res}
+    # Q1_0 (gguf-py sizes it; no numba_qk format either): sized as converted, not as kept
+    # (ffn_down's rows of 288 have no Q1_0 fallback: llama.cpp refuses them, so does the plan)
+    res = G.quantize_file(model, None, preset="Q1_0", dry_run=True,
+                          tensor_types=[("ffn_down", "Q8_0")])
+    q1 = [r for r in res if r.type_after == "Q1_0"]
+    assert q1 and all(r.bytes_after == int(np.prod(r.shape)) // 128 * 18 for r in q1)
+    with pytest.raises(G.GGUFError, match="type Q2_0 .*cannot encode yet"):
+        G.quantize_file(model, tmp_path / "q.gguf", preset="Q2_0")
+    assert not (tmp_path / "q.gguf").exists()

@@ -363,6 +363,16 @@ def test_low_bit_presets_need_imatrix():
     g = types(P.plan("Q2_K_S", meta(8, 8, 2), ts, imatrix=True))
     assert g["blk.0.attn_v.weight"] == "Q4_K" and g["blk.0.ffn_down.weight"] == "Q4_K"
     assert g["blk.1.ffn_down.weight"] == "Q2_K"
+    # the refusal looks at each tensor's final type: where every row length falls back (160,
+    # 288: multiples of 32, not of 256) no tensor needs a matrix and llama.cpp runs the preset
+    fb = llama_tensors(2, n_embd=160, n_ff=288, n_kv=160)
+    for name in ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M", "IQ3_XXS"):
+        pl = P.plan(name, meta(2, 5, 5), fb)
+        assert not pl.will_require_imatrix and pl.n_fallback > 0
+        assert set(types(pl).values()) <= {"IQ4_NL", "Q4_0", "Q5_0", "Q8_0", "F32"}, name
+    with pytest.raises(P.PresetError, match="blk.1.ffn_down.weight would be IQ2_XXS"):
+        P.plan("IQ2_XXS", meta(8, 5, 5), llama_tensors(8, n_embd=160, n_ff=256, n_kv=160))
+    # (blk.0.ffn_down, the first n_layer/8, is Q2_K: no matrix needed for it)
     # IQ3_S / IQ3_M need none: their types (IQ3_S, Q4_K) do not require one
     g = types(P.plan("IQ3_M", meta(8), ts))
     assert g["blk.3.attn_v.weight"] == "Q4_K" and g["blk.0.ffn_down.weight"] == "Q4_K"
