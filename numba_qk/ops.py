@@ -16,7 +16,7 @@ from . import _threads
 from ._registry import (BlockFields, MXFP4Fields, NVFP4Fields, Q2KFields, Q3KFields,  # noqa: F401
                         Q4KFields, Q5KFields, Q6KFields, Q8KFields, TQFields)
 from ._registry import IQ4NLFields, IQ4XSFields  # noqa: F401
-from ._registry import IQGridFields  # noqa: F401
+from ._registry import IQGridFields, LowBitFields  # noqa: F401
 from ._validate import (as_array, check_f32, check_out, check_records, check_slot, check_slot_in,
                         check_threads, describe, prepare_out)
 from .errors import QuantizationDomainError
