@@ -420,4 +420,4 @@ def test_inspect_prints_capabilities(tmp_path, capsys):
     assert cli._quantizable_weights() == ["q4_k", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k",
                                           "q3_k", "q5_k", "q6_k", "mxfp4", "nvfp4", "iq4_nl",
                                           "iq4_xs", "tq1_0", "tq2_0", "iq3_xxs", "iq3_s",
-                                          "iq2_s", "iq1_m"]
+                                          "iq2_s", "iq1_m", "q1_0", "q2_0"]
