@@ -26,8 +26,8 @@ that format (``numba_qk._registry.BINDINGS``), so no numerics live here.
 
 Array contract (the caller validates; nothing is checked here, the public functions do):
 uint8 records with the format's record size as last axis, matching ``G`` (``2G`` for NVFP4's and
-Q2_0's activation, ``4G`` for Q1_0's), ``rows`` outputs.  The flat float32 arrays (``x`` of quantize, ``out`` of
-dequantize) must be C-contiguous (they are viewed as ``[G, block]`` with ``reshape``: numba
+Q2_0's activation, ``4G`` for Q1_0's), ``rows`` outputs.  The flat float32 arrays (``x`` of
+quantize, ``out`` of dequantize) must be C-contiguous (they are viewed as ``[G, block]`` with ``reshape``: numba
 refuses to compile a non-contiguous one, and raises ValueError when the size is not
 ``G * block``).
 
