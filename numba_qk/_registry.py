@@ -43,6 +43,7 @@ from numba_qk.kernels.kquants import q8_k as _k8
 from numba_qk.kernels.legacy import kernels as _klegacy
 from numba_qk.kernels.iq import iq4 as _kiq4
 from numba_qk.kernels.ternary import tq as _ktq
+from numba_qk.kernels.lowbit import q1q2 as _klowbit
 from numba_qk.kernels.kquants import weighted as _kwk
 from numba_qk.kernels.legacy import weighted as _kwl
 from numba_qk.kernels.iq import iq4_weighted as _kwiq
@@ -59,11 +60,12 @@ __all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "TRAITS
            "fields_types",
            "Q4KFields", "Q8KFields", "BlockFields", "Q2KFields", "Q3KFields", "Q5KFields",
            "Q6KFields", "MXFP4Fields", "NVFP4Fields", "IQ4NLFields", "IQ4XSFields",
-           "TQFields", "IQGridFields"]
+           "TQFields", "IQGridFields", "LowBitFields"]
 
 # The kernel modules, each ending with its ``TRAITS`` declaration (numba_qk/kernels/traits.py).
 # Order matters only for messages and listings: activation Q8_K first, then the weight formats.
-KERNEL_MODULES = (_k8, _k4, _klegacy, _k2, _k3, _k5, _k6, _kfp4, _kiq4, _ktq, _kiqgrid)
+KERNEL_MODULES = (_k8, _k4, _klegacy, _k2, _k3, _k5, _k6, _kfp4, _kiq4, _ktq, _kiqgrid,
+                  _klowbit)
 
 
 def _collect(modules) -> tuple:
@@ -289,7 +291,8 @@ WEIGHTS = tuple(b.format for b in BINDINGS if b.dot is not None)
 # modules of ggml's ``quantize_row_*_impl`` paths.  ``IMATRIX_IGNORED``: formats whose
 # ``quantize_<t>`` in ggml takes and ignores the importance matrix (numba_qk does the same).
 WEIGHTED = {**_kwk.WEIGHTED, **_kwl.WEIGHTED, **_kwiq.WEIGHTED, **_GRID_WEIGHTED}
-IMATRIX_IGNORED = (quant.q8_0, quant.mxfp4, quant.nvfp4, quant.tq1_0, quant.tq2_0)
+IMATRIX_IGNORED = (quant.q8_0, quant.mxfp4, quant.nvfp4, quant.tq1_0, quant.tq2_0, quant.q1_0,
+                   quant.q2_0)
 
 # ggml's CPU activation quantizers (``quantize(..., numerics="ggml_cpu")``): what llama.cpp runs
 # on activations at run time, bit for bit (numba_qk.kernels.ggml_cpu).

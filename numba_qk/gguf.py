@@ -1766,8 +1766,10 @@ def read_imatrix(path, include=(), exclude=()) -> Imatrix:
 # numpy encoder gives ggml's bytes, tested) and NVFP4 (gguf-py decodes only; its decoder equals
 # ggml's, tested).  Not routed: Q8_1
 # (gguf-py sizes it 40 B, ggml 36 B, and has no codec), Q8_K (no gguf-py codec; numba_qk's Q8_K
-# quantizer is spec 000's, not ggml's).
-GGUF_PY_ROUTED = tuple(f for f in _registry.WEIGHTS)
+# quantizer is spec 000's, not ggml's), Q1_0 and Q2_0 (gguf-py 0.19 has no codec for Q1_0 and
+# no Q2_0 type: nothing of gguf-py's to stand in for; numba_qk's GGUF reader decodes both).
+_NOT_IN_GGUF_PY = (quant.q1_0, quant.q2_0)
+GGUF_PY_ROUTED = tuple(f for f in _registry.WEIGHTS if f not in _NOT_IN_GGUF_PY)
 _GGUF_PY_ORIGINAL: dict = {}   # {"quantize": fn, "dequantize": fn} while accelerated
 _GGUF_PY_LOCK = threading.Lock()  # accelerate/restore are check-then-patch sequences
 _SIGNED_ZERO_FALLBACK = (quant.q4_0, quant.q4_1, quant.q5_0, quant.q5_1)

@@ -16,7 +16,7 @@ from . import _threads
 from ._registry import (BlockFields, MXFP4Fields, NVFP4Fields, Q2KFields, Q3KFields,  # noqa: F401
                         Q4KFields, Q5KFields, Q6KFields, Q8KFields, TQFields)
 from ._registry import IQ4NLFields, IQ4XSFields  # noqa: F401
-from ._registry import IQGridFields  # noqa: F401
+from ._registry import IQGridFields, LowBitFields  # noqa: F401
 from ._validate import (as_array, check_f32, check_out, check_records, check_slot, check_slot_in,
                         check_threads, describe, prepare_out)
 from .errors import QuantizationDomainError
@@ -131,9 +131,9 @@ def quantize(values, format, *, imatrix=None, out=None, numerics="canonical"):
     (Q4_0 ... Q5_1 weight each block by statistics of its whole row, hence whole rows).
     IQ2_XXS, IQ2_XS and IQ1_S need it (ggml quantizes them only with one:
     ``ggml_quantize_requires_imatrix``; ``ValueError`` without it); IQ3_XXS, IQ3_S, IQ2_S and
-    IQ1_M take it or not.  Q8_0, MXFP4, NVFP4, TQ1_0 and TQ2_0 accept and ignore it, as ggml
-    does (it is still checked); Q8_K and Q8_1, which ggml_quantize_chunk does not produce,
-    refuse it.  None of these ggml paths aborts on large values but the grid searches (IQ3_XXS,
+    IQ1_M take it or not.  Q8_0, MXFP4, NVFP4, TQ1_0, TQ2_0, Q1_0 and Q2_0 accept and ignore
+    it, as ggml does (it is still checked); Q8_K and Q8_1, which ggml_quantize_chunk does not
+    produce, refuse it.  None of these ggml paths aborts on large values but the grid searches (IQ3_XXS,
     IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, with or without an importance matrix): where
     ggml's search would abort the process (its float32 sums overflow: for normal data from
     about 1e13 .. 1e16 in magnitude, docs/numerics_iq_grid.md) ``QuantizationDomainError``

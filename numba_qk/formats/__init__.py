@@ -21,7 +21,7 @@ is either owned by one field or shared by fields whose bit widths fill it comple
 packed 6-bit ``sc``/``m``).
 
 Layout: ``_schema`` (``Field``, ``Format``, the tiling check), one declaration module per family
-(``kquants``, ``legacy``, ``mxrec``, ``iq``), ``scalars`` (``ScalarType`` and one declaration per element
+(``kquants``, ``legacy``, ``mxrec``, ``iq``, ``lowbit``), ``scalars`` (``ScalarType`` and one declaration per element
 type, the table every element-type lookup derives from) and ``mx`` (``ScaledFormat`` and the
 block-scaled formats built from those element types); this module collects them.  No numba
 anywhere in the package.
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from . import iq, kquants, legacy, mxrec
+from . import iq, kquants, legacy, lowbit, mxrec
 from ._schema import (F, TOKEN, Field, Format, check_tiling, Frozen,  # noqa: F401
                       _lookup_format, no_subclass)
 from .scalars import SCALARS, ScalarType, _lookup_scalar, bf16, f16, f32, i8, i32  # noqa: F401
@@ -41,13 +41,14 @@ from .legacy import q4_0, q4_1, q5_0, q5_1, q8_0, q8_1  # noqa: F401
 from .mxrec import mxfp4, nvfp4  # noqa: F401
 from .iq import iq4_nl, iq4_xs  # noqa: F401
 from .iq import iq1_m, iq1_s, iq2_s, iq2_xs, iq2_xxs, iq3_s, iq3_xxs  # noqa: F401
+from .lowbit import q1_0, q2_0  # noqa: F401
 
 __all__ = ["Field", "Format", "ScalarType", "ScaledFormat", "QuantNamespace", "quant", "f32", "f16", "bf16", "i8",
            "i32", "from_ggml_type", "activation_format"]
 
 # The families, in listing order; a new family module is added here, a new format only in its
 # family's FORMATS.
-_FAMILIES = (kquants, legacy, mxrec, iq)
+_FAMILIES = (kquants, legacy, mxrec, iq, lowbit)
 _FORMATS = {f._attr: f for family in _FAMILIES for f in family.FORMATS}
 _BY_GGML_TYPE = {t.ggml_type: t for t in (*_FORMATS.values(), *SCALARS)}
 

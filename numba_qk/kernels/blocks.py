@@ -2,7 +2,7 @@
 
 For a weight format ``f`` and its activation format ``a`` (``numba_qk.activation_format(f)``:
 Q4_K/Q2_K/Q3_K/Q5_K/Q6_K/TQ1_0/TQ2_0/IQ4_XS and the grid IQ formats -> Q8_K,
-Q4_0/Q5_0/Q8_0/MXFP4/NVFP4/IQ4_NL -> Q8_0,
+Q4_0/Q5_0/Q8_0/MXFP4/NVFP4/IQ4_NL/Q1_0/Q2_0 -> Q8_0,
 Q4_1/Q5_1 -> Q8_1)::
 
     dot_<f>_<a>(w_row, xq) -> float32   w_row uint8 [G, bytes_f], xq uint8 [G', bytes_a]
@@ -10,7 +10,8 @@ Q4_1/Q5_1 -> Q8_1)::
     dequantize_<f>(w, out)              w uint8 [G, bytes_f], out float32 [G * block_f]
     quantize_<f>(x, out) -> int         x float32 [G * block_f], out uint8 [G, bytes_f]
 
-``G' = G`` except for NVFP4 (64 values per record), whose activation is ``2G`` Q8_0 records.
+``G' = G`` except for NVFP4 and Q2_0 (64 values per record), whose activation is ``2G`` Q8_0
+records, and Q1_0 (128 values), ``4G``.
 Q8_K and Q8_1 are activation-only formats: they get dequantize / quantize, no dot / gemv; the
 grid IQ formats (IQ2_XXS ... IQ1_M) get dot / gemv / dequantize, and quantize for IQ3_XXS,
 IQ3_S, IQ2_S and IQ1_M (the encoders that need an importance matrix, IQ2_XXS / IQ2_XS /
@@ -24,9 +25,9 @@ Every result equals the public operation's (``quantized_dot``, ``gemv``, ``dequa
 that format (``numba_qk._registry.BINDINGS``), so no numerics live here.
 
 Array contract (the caller validates; nothing is checked here, the public functions do):
-uint8 records with the format's record size as last axis, matching ``G`` (``2G`` for NVFP4's
-activation), ``rows`` outputs.  The flat float32 arrays (``x`` of quantize, ``out`` of
-dequantize) must be C-contiguous (they are viewed as ``[G, block]`` with ``reshape``: numba
+uint8 records with the format's record size as last axis, matching ``G`` (``2G`` for NVFP4's and
+Q2_0's activation, ``4G`` for Q1_0's), ``rows`` outputs.  The flat float32 arrays (``x`` of
+quantize, ``out`` of dequantize) must be C-contiguous (they are viewed as ``[G, block]`` with ``reshape``: numba
 refuses to compile a non-contiguous one, and raises ValueError when the size is not
 ``G * block``).
 
@@ -55,6 +56,7 @@ from numba_qk.kernels.kquants import q3_k as _k3
 from numba_qk.kernels.kquants import q5_k as _k5
 from numba_qk.kernels.kquants import q6_k as _k6
 from numba_qk.kernels.ternary import tq as _ktq
+from numba_qk.kernels.lowbit import q1q2 as _klow
 from numba_qk.kernels.iq import grid as _kiqg
 from numba_qk.kernels.iq import iq3_encode as _kiq3e
 from numba_qk.kernels.iq import iq2_encode as _kiq2e
@@ -88,6 +90,8 @@ __all__ = [
     "dot_iq3_s_q8_k", "gemv_iq3_s_q8_k", "dequantize_iq3_s", "quantize_iq3_s",
     "dot_iq2_s_q8_k", "gemv_iq2_s_q8_k", "dequantize_iq2_s", "quantize_iq2_s",
     "dot_iq1_m_q8_k", "gemv_iq1_m_q8_k", "dequantize_iq1_m", "quantize_iq1_m",
+    "dot_q1_0_q8_0", "gemv_q1_0_q8_0", "dequantize_q1_0", "quantize_q1_0",
+    "dot_q2_0_q8_0", "gemv_q2_0_q8_0", "dequantize_q2_0", "quantize_q2_0",
 ]
 
 # The registry's kernels, as module globals (numba resolves a global at compile time; an
@@ -126,6 +130,10 @@ _tq1_0_dequantize, _tq1_0_quantize = _ktq.dequantize_tq1_0, _ktq.quantize_tq1_0
 _tq1_0_dot, _tq1_0_gemv = _ktq.dot_tq1_0_q8_k, _ktq.gemv_tq1_0_q8_k
 _tq2_0_dequantize, _tq2_0_quantize = _ktq.dequantize_tq2_0, _ktq.quantize_tq2_0
 _tq2_0_dot, _tq2_0_gemv = _ktq.dot_tq2_0_q8_k, _ktq.gemv_tq2_0_q8_k
+_q1_0_dequantize, _q1_0_quantize = _klow.dequantize_q1_0, _klow.quantize_q1_0
+_q1_0_dot, _q1_0_gemv = _klow.dot_q1_0_q8_0, _klow.gemv_q1_0_q8_0
+_q2_0_dequantize, _q2_0_quantize = _klow.dequantize_q2_0, _klow.quantize_q2_0
+_q2_0_dot, _q2_0_gemv = _klow.dot_q2_0_q8_0, _klow.gemv_q2_0_q8_0
 _iq2_xxs_dequantize = _kiqg.dequantize_iq2_xxs
 _iq2_xxs_dot, _iq2_xxs_gemv = _kiqg.dot_iq2_xxs_q8_k, _kiqg.gemv_iq2_xxs_q8_k
 _iq2_xs_dequantize = _kiqg.dequantize_iq2_xs
@@ -793,3 +801,59 @@ def quantize_iq1_m(x, out):
     quantize_iq1_m, no importance matrix); -1, or the first block holding a non-finite value
     or on which ggml's grid search aborts (out untouched then)."""
     return _iq1_m_quantize(x.reshape(out.shape[0], 256), out)
+
+# ---- Q1_0 -------------------------------------------------------------------------------------
+
+
+@kernel
+def dot_q1_0_q8_0(w_row, xq):
+    """Q1_0 x Q8_0 dot: w_row uint8 [G, 18], xq uint8 [4G, 34] -> float32."""
+    return _q1_0_dot(w_row, xq)
+
+
+@kernel
+def gemv_q1_0_q8_0(w, xq, out):
+    """out[r] = dot_q1_0_q8_0(w[r], xq): w uint8 [rows, G, 18], xq uint8 [4G, 34], out
+    float32 [rows]."""
+    _q1_0_gemv(w, xq, out)
+
+
+@kernel
+def dequantize_q1_0(w, out):
+    """Q1_0 records w uint8 [G, 18] -> out float32 [G * 128] (C-contiguous)."""
+    _q1_0_dequantize(w, out.reshape(w.shape[0], 128))
+
+
+@kernel
+def quantize_q1_0(x, out):
+    """x float32 [G * 128] (C-contiguous) -> Q1_0 records out uint8 [G, 18]; -1, or the
+    first block holding a non-finite value (out untouched then)."""
+    return _q1_0_quantize(x.reshape(out.shape[0], 128), out)
+
+# ---- Q2_0 -------------------------------------------------------------------------------------
+
+
+@kernel
+def dot_q2_0_q8_0(w_row, xq):
+    """Q2_0 x Q8_0 dot: w_row uint8 [G, 18], xq uint8 [2G, 34] -> float32."""
+    return _q2_0_dot(w_row, xq)
+
+
+@kernel
+def gemv_q2_0_q8_0(w, xq, out):
+    """out[r] = dot_q2_0_q8_0(w[r], xq): w uint8 [rows, G, 18], xq uint8 [2G, 34], out
+    float32 [rows]."""
+    _q2_0_gemv(w, xq, out)
+
+
+@kernel
+def dequantize_q2_0(w, out):
+    """Q2_0 records w uint8 [G, 18] -> out float32 [G * 64] (C-contiguous)."""
+    _q2_0_dequantize(w, out.reshape(w.shape[0], 64))
+
+
+@kernel
+def quantize_q2_0(x, out):
+    """x float32 [G * 64] (C-contiguous) -> Q2_0 records out uint8 [G, 18]; -1, or the
+    first block holding a non-finite value (out untouched then)."""
+    return _q2_0_quantize(x.reshape(out.shape[0], 64), out)

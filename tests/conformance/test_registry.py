@@ -24,7 +24,7 @@ ids = [f.name for f in ALL]
 
 
 def span(fmt):
-    """Activation records per weight record (NVFP4 x Q8_0: 2, else 1)."""
+    """Activation records per weight record (Q1_0 x Q8_0: 4, NVFP4 and Q2_0: 2, else 1)."""
     return fmt.block_size // qk.activation_format(fmt).block_size
 
 
@@ -41,13 +41,13 @@ def test_registry_is_whole_and_ordered():
                                              qk.quant.q3_k, qk.quant.q5_k, qk.quant.q6_k,
                                              qk.quant.mxfp4, qk.quant.nvfp4, qk.quant.iq4_nl,
                                              qk.quant.iq4_xs, qk.quant.tq1_0, qk.quant.tq2_0,
-                                             *IQ_GRID]
+                                             *IQ_GRID, qk.quant.q1_0, qk.quant.q2_0]
     assert set(ALL) == set(qk.quant)
     assert WEIGHTS == (qk.quant.q4_k, qk.quant.q4_0, qk.quant.q4_1, qk.quant.q5_0,
                        qk.quant.q5_1, qk.quant.q8_0, qk.quant.q2_k, qk.quant.q3_k,
                        qk.quant.q5_k, qk.quant.q6_k, qk.quant.mxfp4, qk.quant.nvfp4,
                        qk.quant.iq4_nl, qk.quant.iq4_xs, qk.quant.tq1_0, qk.quant.tq2_0,
-                       *IQ_GRID)
+                       *IQ_GRID, qk.quant.q1_0, qk.quant.q2_0)
     # every format is quantizable (IQ2_XXS, IQ2_XS and IQ1_S with an importance matrix only:
     # _registry.REQUIRES_IMATRIX)
     assert QUANTIZABLE == tuple(ALL)
@@ -420,4 +420,4 @@ def test_inspect_prints_capabilities(tmp_path, capsys):
     assert cli._quantizable_weights() == ["q4_k", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k",
                                           "q3_k", "q5_k", "q6_k", "mxfp4", "nvfp4", "iq4_nl",
                                           "iq4_xs", "tq1_0", "tq2_0", "iq3_xxs", "iq3_s",
-                                          "iq2_s", "iq1_m"]
+                                          "iq2_s", "iq1_m", "q1_0", "q2_0"]

@@ -469,8 +469,15 @@ CASES = {  # name: (preset, source, numba_qk keywords, llama_model_quantize para
                  # the grid IQ encoders' presets (on this model llama.cpp refuses each without one)
                  "IQ3_XXS", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ1_S", "IQ1_M",
                  # ternary: ggml's quantizer ignores the matrix, the type plan does not
-                 "TQ1_0", "TQ2_0")},
+                 "TQ1_0", "TQ2_0", "Q2_0")},
     "split-q4km": ("Q4_K_M", "split", {}, {}),
+    # Q1_0 / Q2_0 (ggml types 41, 42): Q1_0 has no fallback for ffn_down's rows of 288
+    # (llama.cpp refuses them), so ffn_down goes to Q8_0 on both sides
+    "q2_0": ("Q2_0", "f32", {}, {}),
+    "q1_0": ("Q1_0", "f32", dict(tensor_types=[("ffn_down", "Q8_0")]),
+             dict(tensor_types=[["ffn_down", T["Q8_0"]]])),
+    "imatrix-q1_0": ("Q1_0", "f32", dict(imatrix="w", tensor_types=[("ffn_down", "Q8_0")]),
+                     dict(imatrix="w", tensor_types=[["ffn_down", T["Q8_0"]]])),
 }
 
 
@@ -658,7 +665,7 @@ def test_llama_cpp_reads_split_output(model, tmp_path):
 def test_preset_of_a_type_gguf_py_does_not_size(model, tmp_path):
     """Q2_0 (ggml type 42, block_q2_0: f16 d + 16 bytes per 64 values) is missing from
     gguf-py 0.19's size table: the Q2_0 preset's dry run sizes it as llama.cpp does, and the real
-    run is refused in one line (no numba_qk encoder), not with a KeyError."""
+    run writes them (Q2_0 records, numba_qk's encoder)."""
     res = G.quantize_file(model, None, preset="Q2_0", dry_run=True)
     with G.open(model) as f:
         for r in res:
@@ -666,12 +673,12 @@ def test_preset_of_a_type_gguf_py_does_not_size(model, tmp_path):
                 n = int(np.prod(f.tensor(r.name).shape))
                 assert r.bytes_after == n // 64 * 18
     assert "Q2_0" in {r.type_after for r in res}
-    # Q1_0 (gguf-py sizes it; no numba_qk format either): sized as converted, not as kept
+    # Q1_0 (gguf-py sizes it): sized as converted, not as kept
     # (ffn_down's rows of 288 have no Q1_0 fallback: llama.cpp refuses them, so does the plan)
     res = G.quantize_file(model, None, preset="Q1_0", dry_run=True,
                           tensor_types=[("ffn_down", "Q8_0")])
     q1 = [r for r in res if r.type_after == "Q1_0"]
     assert q1 and all(r.bytes_after == int(np.prod(r.shape)) // 128 * 18 for r in q1)
-    with pytest.raises(G.GGUFError, match="type Q2_0 .*cannot encode yet"):
-        G.quantize_file(model, tmp_path / "q.gguf", preset="Q2_0")
-    assert not (tmp_path / "q.gguf").exists()
+    G.quantize_file(model, tmp_path / "q.gguf", preset="Q2_0")
+    with G.open(tmp_path / "q.gguf") as f:
+        assert "Q2_0" in {t.type_name for t in f.tensors}

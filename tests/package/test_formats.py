@@ -82,10 +82,10 @@ def test_singletons_survive_copy_and_pickle():
 
 
 def test_namespace():
-    assert list(qk.quant)[:2] == [Q4, Q8] and len(list(qk.quant)) == 25
-    assert [f.name for f in qk.quant][-11:] == ["MXFP4", "NVFP4", "IQ4_NL", "IQ4_XS", "IQ2_XXS",
+    assert list(qk.quant)[:2] == [Q4, Q8] and len(list(qk.quant)) == 27
+    assert [f.name for f in qk.quant][-13:] == ["MXFP4", "NVFP4", "IQ4_NL", "IQ4_XS", "IQ2_XXS",
                                                 "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ3_S", "IQ2_S",
-                                                "IQ1_M"]
+                                                "IQ1_M", "Q1_0", "Q2_0"]
     assert [f.name for f in qk.quant][2:6] == ["Q2_K", "Q3_K", "Q5_K", "Q6_K"]
     assert Q4 in qk.quant and qk.f32 not in qk.quant and "q4_k" not in qk.quant
     assert repr(Q4) == "numba_qk.quant.q4_k" and str(Q8) == "Q8_K"
@@ -142,11 +142,12 @@ def test_scalar_types_answer_spec_001():
 def test_ggml_type_ids_round_trip():
     ids = {0: qk.f32, 1: qk.f16, 2: qk.quant.q4_0, 3: qk.quant.q4_1, 6: qk.quant.q5_0,
            7: qk.quant.q5_1, 8: qk.quant.q8_0, 9: qk.quant.q8_1, 12: Q4, 15: Q8, 24: qk.i8,
-           26: qk.i32, 30: qk.bf16, 16: qk.quant.iq2_xxs, 29: qk.quant.iq1_m}
+           26: qk.i32, 30: qk.bf16, 16: qk.quant.iq2_xxs, 29: qk.quant.iq1_m,
+           41: qk.quant.q1_0, 42: qk.quant.q2_0}
     for tid, fmt in ids.items():
         assert qk.from_ggml_type(tid) is fmt and fmt.ggml_type == tid
-    with pytest.raises(KeyError, match="GGML type id 41 is not modelled"):
-        qk.from_ggml_type(41)  # Q1_0 (unmodelled)
+    with pytest.raises(KeyError, match="GGML type id 28 is not modelled"):
+        qk.from_ggml_type(28)  # F64 (unmodelled)
     with pytest.raises(TypeError):
         qk.from_ggml_type("Q4_0")
 

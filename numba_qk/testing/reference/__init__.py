@@ -11,7 +11,8 @@
 ``oracle(fmt)`` returns the ``Oracle`` row; ``ORACLES`` is the table (format name -> row).
 The family modules keep their own conventions and more detail (fields, record terms):
 ``core`` (spec 000's Q4_K/Q8_K, ggml's legacy formats), ``kquants`` (Q2_K..Q6_K), ``mxrec``
-(ggml's MXFP4/NVFP4 records), ``iq`` (IQ4_NL, IQ4_XS and the grid IQ formats), ``lowp`` (element types: ``decode(t, code)``,
+(ggml's MXFP4/NVFP4 records), ``iq`` (IQ4_NL, IQ4_XS and the grid IQ formats), ``ternary``
+(TQ1_0/TQ2_0), ``lowbit`` (Q1_0/Q2_0), ``lowp`` (element types: ``decode(t, code)``,
 ``encode(t, value)``) and ``mx`` (OCP MX / NVFP4 block-scaled tensors).
 
 Nothing here imports numba_qk's kernels, registry or declarations: a format is looked up by
@@ -23,10 +24,10 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable, NamedTuple, Optional
 
-from . import core, iq, kquants, lowp, mx, mxrec, ternary
+from . import core, iq, kquants, lowbit, lowp, mx, mxrec, ternary
 
 __all__ = ["Oracle", "ORACLES", "oracle", "dequantize", "dot", "quantize",
-           "core", "kquants", "lowp", "mx", "mxrec", "iq", "ternary"]
+           "core", "kquants", "lowp", "mx", "mxrec", "iq", "ternary", "lowbit"]
 
 
 class Oracle(NamedTuple):
@@ -81,6 +82,12 @@ for _name in ("TQ1_0", "TQ2_0"):
     ORACLES[_name] = Oracle(partial(ternary.dequantize, _name),
                             partial(ternary.quantized_dot, _name),
                             partial(ternary.quantize_block, _name),
+                            "ggml dequantize_row/quantize_row_" + _name.lower()
+                            + "_ref, docs/numerics.md")
+for _name in ("Q1_0", "Q2_0"):
+    ORACLES[_name] = Oracle(partial(lowbit.dequantize, _name),
+                            partial(lowbit.quantized_dot, _name),
+                            partial(lowbit.quantize_block, _name),
                             "ggml dequantize_row/quantize_row_" + _name.lower()
                             + "_ref, docs/numerics.md")
 del _name
