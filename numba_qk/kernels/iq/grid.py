@@ -555,8 +555,8 @@ dot_iq3_s_q8_k_portable = portable_dot_for(_S3, value=record_value_iq3_s_q8_k)
 dot_iq1_s_q8_k_portable = portable_dot_for(_S1, value=record_value_iq1_s_q8_k)
 dot_iq1_m_q8_k_portable = portable_dot_for(_M1, value=record_value_iq1_m_q8_k)
 
-# The SIMD record values and 8-lane tiles (kernels/simd/iq_grid.py; the 8-row gemv tile only
-# where it is faster, simd.iq_grid.ROWS_X8) equal these portable definitions bit for bit
+# The SIMD record values and 8-lane tiles (kernels/simd/iq_grid.py) equal these portable
+# definitions bit for bit
 # (tests/iq/test_iq_grid_fast.py); strided records take the portable dot (through a kernel of this module: the
 # driver caches the entry points under loop_dot's module, whose source digest must cover this
 # module and the SIMD one, not only kquants.common where portable_dot_for builds the dots).

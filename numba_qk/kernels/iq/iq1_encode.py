@@ -26,7 +26,7 @@ import numpy as np
 from numba_qk._jit import inline_kernel, kernel
 from numba_qk.formats import iq as _iq
 from numba_qk.kernels._round import f32_to_f16_bits, nearest_int
-from numba_qk.kernels.iq.iq2_encode import sigma2_of, tables_for
+from numba_qk.kernels.iq.iq2_encode import _bad, sigma2_of, tables_for
 from numba_qk.kernels.kquants.common import store_f16
 
 _S1 = _iq.iq1_s
@@ -65,6 +65,76 @@ def find_best_neighbour2(neighbours, start, grid, xb, xo, weight, scale, xx, L, 
     return gi
 
 
+@inline_kernel
+def max_abs(xb, n):
+    """C's ``max = fabsf(xb[0]); max = MAX(max, fabsf(xb[i]))``."""
+    mx = abs(xb[0])
+    for i in range(1, n):
+        ax = abs(xb[i])
+        mx = mx if mx > ax else ax
+    return mx
+
+
+@inline_kernel
+def stable_order(xb, order, n):
+    """``order[:n]``: the indices of ``xb[:n]`` sorted by value, equal values in index order
+    (glibc 2.36's msort, as the oracles' qsort; an insertion sort)."""
+    for j in range(n):
+        order[j] = j
+    for j in range(1, n):
+        t = order[j]
+        k = j - 1
+        while k >= 0 and xb[order[k]] > xb[t]:
+            order[k + 1] = order[k]
+            k -= 1
+        order[k + 1] = t
+
+
+@inline_kernel
+def levels_of(L, order, n, i1, i2, flip):
+    """The levels of the best split: sorted positions below ``i1`` 0, below ``i2`` 1, the rest
+    2; with ``flip`` (a negative scale) 2 - level."""
+    for j in range(n):
+        L[order[j]] = 0 if j < i1 else (1 if j < i2 else 2)
+    if flip:
+        for j in range(n):
+            L[j] = 2 - L[j]
+
+
+@inline_kernel
+def snap_groups(ngroups, L, xb, weight, scale, xx0, xx1, grid, kmap, neighbours, index):
+    """Groups of 8 levels to grid indices (``index``; ``iq1_find_best_neighbour2`` for a group
+    off the grid, the scale then refitted over all groups); group 0 has the level values
+    ``xx0``, the others ``xx1``.  Returns ``(scale, ok)``; ``ok`` False where ggml aborts."""
+    all_on_grid = True
+    for k in range(ngroups):
+        xx = xx0 if k == 0 else xx1
+        u = 0
+        for j in range(8):
+            u |= L[8 * k + j] << (2 * j)
+        gi = np.int32(kmap[u])
+        if gi < 0:
+            all_on_grid = False
+            gi = find_best_neighbour2(neighbours, -gi - 1, grid, xb, 8 * k, weight, scale, xx,
+                                      L, 8 * k)
+            if gi < 0:
+                return scale, False
+        index[k] = gi
+    if not all_on_grid:
+        sumqx = _F0
+        sumq2 = _F0
+        for k in range(ngroups):
+            xx = xx0 if k == 0 else xx1
+            for j in range(8):
+                w = weight[8 * k + j]
+                q = xx[(np.int32(grid[index[k], j]) - 1) // 2]
+                sumqx = np.float32(sumqx + np.float32(np.float32(w * q) * xb[8 * k + j]))
+                sumq2 = np.float32(sumq2 + np.float32(np.float32(w * q) * q))
+        if sumqx > _F0 and sumq2 > _F0:
+            scale = np.float32(sumqx / sumq2)
+    return scale, True
+
+
 @kernel
 def encode_iq1_s(values, qw, out, grid, kmap, neighbours):
     """ggml's ``quantize_iq1_s`` with ``quant_weights = qw`` (rows of ``len(qw)``)."""
@@ -82,10 +152,8 @@ def encode_iq1_s(values, qw, out, grid, kmap, neighbours):
     scales = np.zeros(8, np.float32)
     shifts = np.zeros(8, np.int32)
     for b in range(values.shape[0]):
-        for i in range(256):
-            v = values[b, i]
-            if (v - v) != _F0:
-                return b
+        if _bad(values, b):
+            return b
         qoff = 256 * (b % per_row)
         max_scale = _F0
         sigma2 = sigma2_of(values, b, True)
@@ -96,23 +164,12 @@ def encode_iq1_s(values, qw, out, grid, kmap, neighbours):
                 weight[i] = np.float32(qw[qoff + 32 * ib + i]
                                        * np.float32(np.sqrt(np.float32(sigma2
                                                                        + np.float32(x * x)))))
-            mx = abs(xb[0])
-            for i in range(1, 32):
-                ax = abs(xb[i])
-                mx = mx if mx > ax else ax
+            mx = max_abs(xb, 32)
             if mx < _GROUP_MAX_EPS_IQ1_S:
                 scales[ib] = _F0
                 shifts[ib] = 1
                 continue
-            for j in range(32):             # stable sort of the values (glibc 2.36's msort)
-                order[j] = j
-            for j in range(1, 32):
-                t = order[j]
-                k = j - 1
-                while k >= 0 and xb[order[k]] > xb[t]:
-                    order[k + 1] = order[k]
-                    k -= 1
-                order[k + 1] = t
+            stable_order(xb, order, 32)
             sumx[0] = _F0
             sumw[0] = _F0
             for j in range(32):
@@ -160,38 +217,15 @@ def encode_iq1_s(values, qw, out, grid, kmap, neighbours):
                 scales[ib] = _F0
                 shifts[ib] = 1
                 continue
-            for j in range(32):
-                L[order[j]] = 0 if j < besti1 else (1 if j < besti2 else 2)
+            levels_of(L, order, 32, besti1, besti2, scale < _F0)
             if scale < _F0:
-                for j in range(32):
-                    L[j] = 2 - L[j]
                 scale = -scale
                 best_shift = -best_shift
             xx = X_P if best_shift == 1 else X_M
-            all_on_grid = True
-            for k in range(4):
-                u = 0
-                for j in range(8):
-                    u |= L[8 * k + j] << (2 * j)
-                gi = np.int32(kmap[u])
-                if gi < 0:
-                    all_on_grid = False
-                    gi = find_best_neighbour2(neighbours, -gi - 1, grid, xb, 8 * k, weight,
-                                              scale, xx, L, 8 * k)
-                    if gi < 0:
-                        return b
-                index[k] = gi
-            if not all_on_grid:
-                sumqx = _F0
-                sumq2 = _F0
-                for k in range(4):
-                    for j in range(8):
-                        w = weight[8 * k + j]
-                        q = xx[(np.int32(grid[index[k], j]) - 1) // 2]
-                        sumqx = np.float32(sumqx + np.float32(np.float32(w * q) * xb[8 * k + j]))
-                        sumq2 = np.float32(sumq2 + np.float32(np.float32(w * q) * q))
-                if sumqx > _F0 and sumq2 > _F0:
-                    scale = np.float32(sumqx / sumq2)
+            scale, ok = snap_groups(4, L, xb, weight, scale, xx, xx, grid, kmap, neighbours,
+                                    index)
+            if not ok:
+                return b
             h = 0
             for k in range(4):
                 rec[b, 2 + 4 * ib + k] = np.uint8(index[k] & 255)
@@ -267,10 +301,8 @@ def encode_iq1_m(values, qw, out, grid, kmap, neighbours):
     sq2 = np.zeros(4, np.float32)
     sc = np.zeros(4, np.int32)
     for b in range(values.shape[0]):
-        for i in range(256):
-            v = values[b, i]
-            if (v - v) != _F0:
-                return b
+        if _bad(values, b):
+            return b
         qoff = 256 * (b % per_row)
         max_scale = _F0
         sigma2 = sigma2_of(values, b, True)
@@ -278,23 +310,12 @@ def encode_iq1_m(values, qw, out, grid, kmap, neighbours):
             _m_weights(values, b, 16 * ib, qw, qoff + 16 * ib, sigma2, weight)
             for i in range(16):
                 xb[i] = values[b, 16 * ib + i]
-            mx = abs(xb[0])
-            for i in range(1, 16):
-                ax = abs(xb[i])
-                mx = mx if mx > ax else ax
+            mx = max_abs(xb, 16)
             if mx < _GROUP_MAX_EPS_IQ1_M:
                 scales[ib] = _F0
                 shifts[ib] = 0
                 continue
-            for j in range(16):             # stable sort of the values (glibc 2.36's msort)
-                order[j] = j
-            for j in range(1, 16):
-                t = order[j]
-                k = j - 1
-                while k >= 0 and xb[order[k]] > xb[t]:
-                    order[k + 1] = order[k]
-                    k -= 1
-                order[k + 1] = t
+            stable_order(xb, order, 16)
             px[0, 0] = _F0
             px[1, 0] = _F0
             pw[0, 0] = _F0
@@ -351,39 +372,14 @@ def encode_iq1_m(values, qw, out, grid, kmap, neighbours):
                 scales[ib] = _F0
                 shifts[ib] = 0
                 continue
-            for j in range(16):
-                L[order[j]] = 0 if j < besti1 else (1 if j < besti2 else 2)
+            levels_of(L, order, 16, besti1, besti2, scale < _F0)
             if scale < _F0:
-                for j in range(16):
-                    L[j] = 2 - L[j]
                 scale = -scale
                 best_k = 3 - best_k
-            all_on_grid = True
-            for k in range(2):
-                xx = _xx_of(k, best_k)
-                u = 0
-                for j in range(8):
-                    u |= L[8 * k + j] << (2 * j)
-                gi = np.int32(kmap[u])
-                if gi < 0:
-                    all_on_grid = False
-                    gi = find_best_neighbour2(neighbours, -gi - 1, grid, xb, 8 * k, weight,
-                                              scale, xx, L, 8 * k)
-                    if gi < 0:
-                        return b
-                index[k] = gi
-            if not all_on_grid:
-                sumqx = _F0
-                sumq2 = _F0
-                for k in range(2):
-                    xx = _xx_of(k, best_k)
-                    for j in range(8):
-                        w = weight[8 * k + j]
-                        q = xx[(np.int32(grid[index[k], j]) - 1) // 2]
-                        sumqx = np.float32(sumqx + np.float32(np.float32(w * q) * xb[8 * k + j]))
-                        sumq2 = np.float32(sumq2 + np.float32(np.float32(w * q) * q))
-                if sumqx > _F0 and sumq2 > _F0:
-                    scale = np.float32(sumqx / sumq2)
+            scale, ok = snap_groups(2, L, xb, weight, scale, _xx_of(0, best_k),
+                                    _xx_of(1, best_k), grid, kmap, neighbours, index)
+            if not ok:
+                return b
             rec[b, 2 * ib] = np.uint8(index[0] & 255)
             rec[b, 2 * ib + 1] = np.uint8(index[1] & 255)
             rec[b, _M_QH + ib] = np.uint8((index[0] >> 8) | ((index[1] >> 8) << 4))

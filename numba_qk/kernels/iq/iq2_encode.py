@@ -153,11 +153,9 @@ def block_weights(values, b, off, n, qw, qoff, sigma2, weight, waux):
 
 
 @inline_kernel
-def even_signs(values, b, off, k, weight, xval):
-    """ggml's sign handling of IQ2_XXS / IQ2_XS for group ``k``: ``xval = |x|``, and for an odd
-    number of negatives the element of least ``R32(R32(w*x)*x)`` keeps its sign (flipped in
-    ``xval``); returns the 7 stored sign bits."""
-    nflip = 0
+def plain_signs(values, b, off, k, xval):
+    """The signs of group ``k`` (8 values from ``off + 8 k``): ``|x|`` into ``xval``, the
+    sign bits (bit i set where x_i < 0) returned."""
     s = 0
     for i in range(8):
         x = values[b, off + 8 * k + i]
@@ -165,8 +163,19 @@ def even_signs(values, b, off, k, weight, xval):
             xval[8 * k + i] = x
         else:
             xval[8 * k + i] = -x
-            nflip += 1
             s |= 1 << i
+    return s
+
+
+@inline_kernel
+def even_signs(values, b, off, k, weight, xval):
+    """ggml's sign handling of IQ2_XXS / IQ2_XS for group ``k``: ``xval = |x|``, and for an odd
+    number of negatives the element of least ``R32(R32(w*x)*x)`` keeps its sign (flipped in
+    ``xval``); returns the 7 stored sign bits."""
+    s = plain_signs(values, b, off, k, xval)
+    nflip = 0
+    for i in range(8):
+        nflip += (s >> i) & 1
     if nflip % 2:
         imin = 0
         x = values[b, off + 8 * k]
@@ -256,6 +265,56 @@ def _bad(values, b):
     return False
 
 
+@inline_kernel
+def block16(values, b, ib, qw, qoff, sigma2, weight, waux, xval, L, Laux, on, on_aux, bs, gi2,
+            grid, kmap, neighbours, is_s):
+    """Sub-block ``ib`` (16 values) of ``quantize_row_iq2_xs_impl`` (``is_s`` False: even-parity
+    signs, 7 bits) or ``_iq2_s_impl`` (True: 8 plain sign bits, its own epsilon): the groups'
+    sign bits in ``bs``, grid indices in ``gi2``; returns ``(scale, status)``: status 1 with the
+    sub-block's scale, 0 for a sub-block under the epsilon (scale 0, ``bs`` / ``gi2`` not set),
+    -1 where ggml aborts (off-grid search failed, a final level off the grid, a NaN scale)."""
+    block_weights(values, b, 16 * ib, 16, qw, qoff + 16 * ib, sigma2, weight, waux)
+    for k in range(2):
+        if is_s:
+            bs[k] = plain_signs(values, b, 16 * ib, k, xval)
+        else:
+            bs[k] = even_signs(values, b, 16 * ib, k, weight, xval)
+    mx = max_of(xval, 16)
+    for i in range(16):
+        L[i] = 0
+    if mx < (_GROUP_MAX_EPS_IQ2_S if is_s else _GROUP_MAX_EPS):
+        return _F0, 0
+    scale, ok = search16(xval, weight, waux, L, Laux, on, on_aux, mx, grid, kmap, neighbours)
+    if not ok:
+        return scale, -1
+    if scale < _F0:
+        scale = -scale
+        for k in range(2):
+            bs[k] = (~bs[k]) & (255 if is_s else 127)
+    for k in range(2):
+        gi2[k] = final_index(L, 8 * k, kmap)
+        if gi2[k] < 0:
+            return scale, -1
+    if not scale >= _F0:
+        return scale, -1
+    return scale, 1
+
+
+@inline_kernel
+def store_ls16(rec, b, at, max_scale, d_factor, scales):
+    """The super-block scale ``d = max_scale / 31`` (stored as f16 of ``d * d_factor``) and the
+    16 4-bit scale codes (two per byte from ``at``, low nibble first) of IQ2_XS / IQ2_S."""
+    d = np.float32(max_scale / np.float32(31.0))
+    store_f16(rec, b, 0, np.float32(d * d_factor))
+    idv = np.float32(_F1 / d)
+    for ib in range(16):
+        l = ls_code(idv, scales[ib])
+        if ib % 2 == 0:
+            rec[b, at + ib // 2] = np.uint8(l)
+        else:
+            rec[b, at + ib // 2] |= np.uint8(l << 4)
+
+
 @kernel
 def encode_iq2_xs(values, qw, out, grid, kmap, neighbours):
     """ggml's ``quantize_iq2_xs`` with ``quant_weights = qw`` (rows of ``len(qw)``)."""
@@ -271,6 +330,7 @@ def encode_iq2_xs(values, qw, out, grid, kmap, neighbours):
     scales = np.zeros(16, np.float32)
     q2 = np.zeros(32, np.int32)
     bs = np.zeros(2, np.int32)
+    gi2 = np.zeros(2, np.int32)
     for b in range(values.shape[0]):
         if _bad(values, b):
             return b
@@ -280,43 +340,19 @@ def encode_iq2_xs(values, qw, out, grid, kmap, neighbours):
         max_scale = _F0
         sigma2 = sigma2_of(values, b, False)
         for ib in range(16):
-            block_weights(values, b, 16 * ib, 16, qw, qoff + 16 * ib, sigma2, weight, waux)
-            for k in range(2):
-                bs[k] = even_signs(values, b, 16 * ib, k, weight, xval)
-            mx = max_of(xval, 16)
-            for i in range(16):
-                L[i] = 0
-            if mx < _GROUP_MAX_EPS:
-                scales[ib] = _F0
-                continue
-            scale, ok = search16(xval, weight, waux, L, Laux, on, on_aux, mx, grid, kmap,
-                                 neighbours)
-            if not ok:
-                return b
-            if scale < _F0:
-                scale = -scale
-                for k in range(2):
-                    bs[k] = (~bs[k]) & 127
-            for k in range(2):
-                gi = final_index(L, 8 * k, kmap)
-                if gi < 0:
-                    return b
-                q2[2 * ib + k] = gi | (bs[k] << 9)
-            if not scale >= _F0:
+            scale, status = block16(values, b, ib, qw, qoff, sigma2, weight, waux, xval, L,
+                                    Laux, on, on_aux, bs, gi2, grid, kmap, neighbours, False)
+            if status < 0:
                 return b
             scales[ib] = scale
+            if status == 0:
+                continue
+            for k in range(2):
+                q2[2 * ib + k] = gi2[k] | (bs[k] << 9)
             max_scale = max_scale if max_scale > scale else scale
         if max_scale == _F0:
             continue
-        d = np.float32(max_scale / np.float32(31.0))
-        store_f16(rec, b, 0, d)
-        idv = np.float32(_F1 / d)
-        for ib in range(16):
-            l = ls_code(idv, scales[ib])
-            if ib % 2 == 0:
-                rec[b, _XS_SC + ib // 2] = np.uint8(l)
-            else:
-                rec[b, _XS_SC + ib // 2] |= np.uint8(l << 4)
+        store_ls16(rec, b, _XS_SC, max_scale, _F1, scales)
         for i in range(32):
             rec[b, 2 + 2 * i] = np.uint8(q2[i] & 0xFF)
             rec[b, 3 + 2 * i] = np.uint8((q2[i] >> 8) & 0xFF)
@@ -339,6 +375,7 @@ def encode_iq2_s(values, qw, out, grid, kmap, neighbours):
     on_aux = np.zeros(2, np.bool_)
     scales = np.zeros(16, np.float32)
     bs = np.zeros(2, np.int32)
+    gi2 = np.zeros(2, np.int32)
     for b in range(values.shape[0]):
         if _bad(values, b):
             return b
@@ -346,54 +383,22 @@ def encode_iq2_s(values, qw, out, grid, kmap, neighbours):
         max_scale = _F0
         sigma2 = sigma2_of(values, b, True)
         for ib in range(16):
-            block_weights(values, b, 16 * ib, 16, qw, qoff + 16 * ib, sigma2, weight, waux)
-            for k in range(2):
-                s = 0
-                for i in range(8):
-                    x = values[b, 16 * ib + 8 * k + i]
-                    if x >= _F0:
-                        xval[8 * k + i] = x
-                    else:
-                        xval[8 * k + i] = -x
-                        s |= 1 << i
-                bs[k] = s
-            mx = max_of(xval, 16)
-            for i in range(16):
-                L[i] = 0
-            if mx < _GROUP_MAX_EPS_IQ2_S:
-                scales[ib] = _F0
-                continue
-            scale, ok = search16(xval, weight, waux, L, Laux, on, on_aux, mx, grid, kmap,
-                                 neighbours)
-            if not ok:
-                return b
-            if scale < _F0:
-                scale = -scale
-                for k in range(2):
-                    bs[k] = (~bs[k]) & 255
-            for k in range(2):
-                gi = final_index(L, 8 * k, kmap)
-                if gi < 0:
-                    return b
-                i8 = 2 * ib + k
-                rec[b, 2 + i8] = np.uint8(gi & 255)
-                rec[b, _S_QH + i8 // 4] |= np.uint8((gi >> 8) << (2 * (i8 % 4)))
-                rec[b, _S_SIGNS + i8] = np.uint8(bs[k])
-            if not scale >= _F0:
+            scale, status = block16(values, b, ib, qw, qoff, sigma2, weight, waux, xval, L,
+                                    Laux, on, on_aux, bs, gi2, grid, kmap, neighbours, True)
+            if status < 0:
                 return b
             scales[ib] = scale
+            if status == 0:
+                continue
+            for k in range(2):
+                i8 = 2 * ib + k
+                rec[b, 2 + i8] = np.uint8(gi2[k] & 255)
+                rec[b, _S_QH + i8 // 4] |= np.uint8((gi2[k] >> 8) << (2 * (i8 % 4)))
+                rec[b, _S_SIGNS + i8] = np.uint8(bs[k])
             max_scale = max_scale if max_scale > scale else scale
         if max_scale == _F0:
             continue
-        d = np.float32(max_scale / np.float32(31.0))
-        store_f16(rec, b, 0, np.float32(d * np.float32(0.9875)))
-        idv = np.float32(_F1 / d)
-        for ib in range(16):
-            l = ls_code(idv, scales[ib])
-            if ib % 2 == 0:
-                rec[b, _S_SC + ib // 2] = np.uint8(l)
-            else:
-                rec[b, _S_SC + ib // 2] |= np.uint8(l << 4)
+        store_ls16(rec, b, _S_SC, max_scale, np.float32(0.9875), scales)
     out[:] = rec
     return -1
 

@@ -1,7 +1,7 @@
 """Explicit-SIMD record sums of the grid IQ formats against Q8_K (IQ2_XXS, IQ2_XS, IQ2_S,
 IQ3_XXS, IQ3_S, IQ1_S, IQ1_M; LLVM IR through numba intrinsics, the plumbing of ``base.py``):
-the record value ``v``, the 8-activation gemm tile and (IQ2_XXS, IQ2_XS, IQ3_XXS) the 8-row
-gemv tile of the driver (``kernels/drive.py``), registered by ``kernels/iq/grid.py``.
+the record value ``v``, the 8-activation gemm tile and the 8-row gemv tile of the driver
+(``kernels/drive.py``), registered by ``kernels/iq/grid.py``.
 
 Integer work (exact in any order, so these give the integers of the readable loops
 ``record_sums_<t>_q8_k`` of ``kernels/iq/grid.py``), per record pair, in units of 32 elements in
@@ -12,14 +12,22 @@ element order::
              4 for IQ3) by the record's indices, signs as byte masks m (0 / -1) from 8 sign
              bits per group compared with [1, 2, 4, ..., 128] -- the plain sign bytes (IQ2_S,
              IQ3_S) or ksigns_iq2xs of the 7 stored bits, computed as the bits and their parity
-             (popcount & 1) in bit 7; IQ1 adds its +-1 per sub-block (IQ1_S) or group (IQ1_M)
+             (popcount & 1) in bit 7.  Indices with high bits in qh (IQ2_S, IQ3_S, IQ1) are put
+             together 4 at a time by two BMI2 pdep into the u16 lanes of a u64 where the target
+             has BMI2.  IQ1 reads a table of q = 8 grid +- 1 by a 12-bit index whose bit 11 is
+             the delta sign (qh's nibble of the group, IQ1_M; bit 15 of the sub-block's qh word,
+             IQ1_S), so q needs no shift after the gather
     w'     = (grid ^ mm) - mm, mm = m ^ (xq >> 7)    w with the sign of xq applied (a
-                                                     conditional negate: |w| <= 62 never wraps)
+                                                     conditional negate: |w| <= 62 never wraps);
+                                                     IQ1 (no sign bits): psignb(q, xq), which
+                                                     differs only where xq = 0 = |xq|
     p      = pmaddubsw(|xq|, w')                     i16 lane = |x0| w0' + |x1| w1' = x0 w0 + x1 w1
                                                      |.| <= 2 * 128 * 62 (no saturation; |xq| as
                                                      u8: |-128| = 128 is exact)
     acc   += pmaddwd(p, sc16)                        sc16: each i16 lane's 2 ls + 1 (vpdpwssd
-                                                     with AVX-512 VNNI: the same sum)
+                                                     with AVX-512 VNNI: the same sum), splat
+                                                     from the record's scale codes decoded
+                                                     together (one vector per record)
     S      = reduce_add(acc)                         |S| < 2**31 (docs/numerics_iq_grid.md)
 
 The float steps are those of ``record_value`` in ``kernels/iq/grid.py`` (one IEEE instruction
@@ -40,14 +48,17 @@ from numba.extending import intrinsic
 from numba_qk.formats import iq as _iq
 from numba_qk.formats import iq_grids as _g
 from numba_qk.formats import quant
-from numba_qk.kernels.simd.base import (HAVE_VNNI, Ops, byte_ptr, decl, gather_f16, gather_f32,
-                                        i8, i16, i32, i64, load, reduce_many, splat_lanes,
-                                        tile_intrinsic, vec)
+from numba_qk.kernels.simd.base import (FEATURES, HAVE_AVX2, HAVE_VNNI, Ops, byte_ptr, decl,
+                                        gather_f16, gather_f32, i8, i16, i32, i64, load,
+                                        reduce_many, splat_lanes, tile_intrinsic, vec)
 
 _A_DS_AT = quant.q8_k.field("ds").start
 _A_Q_AT = quant.q8_k.field("q").start
 _V32 = vec(i8, 32)
 _F32 = ir.FloatType()
+# BMI2 pdep spreads 4 index bytes and their high bits into 4 u16 lanes of a u64 in 3 ops (as
+# ggml's AVX2 IQ1 code does); without it the indices are assembled by shifts and masks.
+HAVE_BMI2 = HAVE_AVX2 and "bmi2" in FEATURES
 
 
 # ---- tables --------------------------------------------------------------------------------
@@ -66,13 +77,24 @@ def _iq1_q(grid):
     return out
 
 
+def _iq1_q12(grid):
+    """u64 per 12-bit IQ1 index (the 11-bit iq1s_grid index, bit 11 the delta sign t): byte j
+    = 8 * (byte j of the grid entry) + 1 - 2 t as int8 (q with its +-1 shift: |q| <= 9)."""
+    base = _iq1_q(grid)
+    out = []
+    for t in (0, 1):
+        d = 1 - 2 * t
+        out += [sum((((v >> (8 * j)) + d) & 0xFF) << (8 * j) for j in range(8)) for v in base]
+    return out
+
+
 _TABLES = {
     "iq2xxs": (i64, list(_g.IQ2XXS_GRID)),
     "iq2xs": (i64, list(_g.IQ2XS_GRID)),
     "iq2s": (i64, list(_g.IQ2S_GRID)),
     "iq3xxs": (i32, list(_g.IQ3XXS_GRID)),
     "iq3s": (i32, list(_g.IQ3S_GRID)),
-    "iq1s_q": (i64, _iq1_q(_g.IQ1S_GRID)),
+    "iq1_q12": (i64, _iq1_q12(_g.IQ1S_GRID)),
 }
 
 
@@ -127,6 +149,21 @@ def _and(b, v, m):
     return b.and_(v, _c(m, v.type))
 
 
+def _idx4(b, lo, hi, width):
+    """The 4 indices (i32 values) ``byte k of lo | (bits width*k .. of hi) << 8`` (k < 4) of the
+    i32 ``lo`` and the i32 ``hi`` (bits above 4 * width ignored): with BMI2 two pdep into the
+    4 u16 lanes of a u64, else shifts and masks."""
+    if HAVE_BMI2:
+        pdep = decl(b, "llvm.x86.bmi.pdep.64", i64, [i64, i64])
+        m = (1 << width) - 1
+        lanes = b.or_(b.call(pdep, [b.zext(lo, i64), _c(0x00FF00FF00FF00FF, i64)]),
+                      b.call(pdep, [b.zext(hi, i64), _c((m << 8) * 0x0001000100010001, i64)]))
+        return [b.zext(b.trunc(_shr(b, lanes, 16 * k), i16), i32) for k in range(4)]
+    return [b.or_(_and(b, _shr(b, lo, 8 * k), 0xFF),
+                  _shl(b, _and(b, _shr(b, hi, width * k), (1 << width) - 1), 8))
+            for k in range(4)]
+
+
 # ---- vector builders ---------------------------------------------------------------------------
 
 def _pack(b, vals):
@@ -153,10 +190,25 @@ def _even_parity(b, s7):
     return b.or_(s7, b.shl(odd, ir.Constant(_V32, [7] * 32)))
 
 
-def _nibble_scales(b, wb, at):
-    """``_scales`` of the two 4-bit codes of byte ``at`` (low nibble first: IQ2_XS, IQ2_S)."""
-    sc = _u8(b, wb, at)
-    return _scales(b, [_and(b, sc, 15), _shr(b, sc, 4)])
+def _odd(b, codes):
+    """2 c + 1 of each lane c of the <n x i16> ``codes``."""
+    return b.add(b.add(codes, codes), ir.Constant(codes.type, [1] * codes.type.count))
+
+
+def _unit_scales(b, sc, s):
+    """Unit ``s``'s <16 x i16> pmaddubsw-lane scales from the record's 2 ls + 1 ``sc`` (<8 x
+    i16>, one per 32 elements: lane s everywhere; <16 x i16>, one per 16: lanes 2s, 2s + 1)."""
+    if sc.type.count == 8:
+        return splat_lanes(b, sc, [s] * 16)
+    return splat_lanes(b, sc, [2 * s + k // 8 for k in range(16)])
+
+
+def _nibble_scale_vector(b, wb, at):
+    """<16 x i16> 2 ls + 1 of the 16 4-bit codes of the 8 bytes at ``at`` (IQ2_XS, IQ2_S:
+    code k in nibble k % 2 of byte k // 2)."""
+    v = b.zext(splat_lanes(b, load(b, wb, at, vec(i8, 8)), [k // 2 for k in range(16)]),
+               vec(i16, 16))
+    return _odd(b, _lanes(b, v, [4 * (k % 2) for k in range(16)], 15))
 
 
 def _ksigns_of_aux(b, aux):
@@ -169,18 +221,6 @@ def _ksigns_of_aux(b, aux):
         t = b.shl(t, ir.Constant(vec(i32, 8), [8 * l] * 8)) if l else t
         v = t if v is None else b.or_(v, t)
     return _even_parity(b, b.bitcast(v, _V32))
-
-
-def _scales(b, codes):
-    """<16 x i16> of pmaddubsw lanes: 2 ls + 1 for each of the i32 scale codes ``codes`` (one
-    per 32 elements: all lanes; two, per 16 elements: lanes 0-7 and 8-15).  (From scalars:
-    splatting lanes of a vector of all the record's scales instead cost IQ1_S twice the time.)"""
-    v = ir.Constant(vec(i16, 2), None)
-    for k, ls in enumerate(codes):
-        v = b.insert_element(v, b.trunc(b.add(b.add(ls, ls), _c(1)), i16), _c(k))
-    if len(codes) == 1:
-        return splat_lanes(b, v, [0] * 16)
-    return splat_lanes(b, v, [k // 8 for k in range(16)])
 
 
 def _lanes(b, v, shifts, mask):
@@ -202,23 +242,23 @@ class _Fmt:
 _QS = 2
 
 
-def _units_aux(b, wb, table, n, aux, aux_at, aux_step):
+def _units_aux(b, wb, table, n, aux):
     """IQ2_XXS (``n`` = 4 byte indices per unit) and IQ3_XXS (8): the indices of unit s at
-    bytes ``2 + 8 s``, its u32 of 4 x 7 sign bits and ls (bits 28..31) at ``aux_at + aux_step
-    s`` (``aux``: the 8 words as <8 x i32>)."""
+    bytes ``2 + 8 s``, lane s of the <8 x i32> ``aux`` its u32 of 4 x 7 sign bits and ls (bits
+    28..31)."""
     sb = _ksigns_of_aux(b, aux)
+    scales = _odd(b, b.trunc(b.lshr(aux, ir.Constant(vec(i32, 8), [28] * 8)), vec(i16, 8)))
     out = []
     for s in range(8):
         grid = _pack(b, [_entry(b, table, _u8(b, wb, _QS + 8 * s + k)) for k in range(n)])
-        ls = _shr(b, _u8(b, wb, aux_at + aux_step * s + 3), 4)
-        out.append((grid, _bits_to_masks(b, sb, 4 * s), _scales(b, [ls])))
+        out.append((grid, _bits_to_masks(b, sb, 4 * s), _unit_scales(b, scales, s)))
     return out
 
 
 def _units_iq2_xxs(b, wb):
     words = load(b, wb, _QS, vec(i32, 16))        # lane 2s + 1: the aux word of sub-block s
     aux = splat_lanes(b, words, [2 * s + 1 for s in range(8)])
-    return _units_aux(b, wb, "iq2xxs", 4, aux, _QS + 4, 8)
+    return _units_aux(b, wb, "iq2xxs", 4, aux)
 
 
 _XS2_SC = _iq.iq2_xs.field("ls").start
@@ -228,10 +268,11 @@ def _units_iq2_xs(b, wb):
     words = load(b, wb, _QS, vec(i16, 32))
     sb = _even_parity(b, b.trunc(b.lshr(words, ir.Constant(vec(i16, 32), [9] * 32)), _V32))
     out = []
+    scv = _nibble_scale_vector(b, wb, _XS2_SC)
     for s in range(8):
         vs = [_u16(b, wb, _QS + 8 * s + 2 * l) for l in range(4)]
         grid = _pack(b, [_entry(b, "iq2xs", _and(b, v, 511)) for v in vs])
-        out.append((grid, _bits_to_masks(b, sb, 4 * s), _nibble_scales(b, wb, _XS2_SC + s)))
+        out.append((grid, _bits_to_masks(b, sb, 4 * s), _unit_scales(b, scv, s)))
     return out
 
 
@@ -243,22 +284,23 @@ _S2_SC = _iq.iq2_s.field("ls").start
 def _units_qh_signs(b, wb, table, n, width, qh_at, signs_at, scales):
     """IQ2_S (``n`` = 4 indices of 10 bits per unit, ``width`` = 2) and IQ3_S (8 of 9 bits,
     width 1): index k of unit s is byte ``n s + k`` of qs with bits ``width k ..`` of qh byte s
-    as its bits 8 and up; plain sign bytes at ``signs_at``; ``scales(s)`` the unit's sc16."""
+    as its bits 8 and up; plain sign bytes at ``signs_at``; ``scales`` the record's 2 ls + 1
+    (``_unit_scales``)."""
     sb = load(b, wb, signs_at, _V32)
-    high = ((1 << width) - 1) << 8
     out = []
     for s in range(8):
         qh = _u8(b, wb, qh_at + s)
-        idx = [b.or_(_u8(b, wb, _QS + n * s + k), _and(b, _shl(b, qh, 8 - width * k), high))
-               for k in range(n)]
+        idx = [i for h in range(n // 4)
+               for i in _idx4(b, load(b, wb, _QS + n * s + 4 * h, i32),
+                              _shr(b, qh, 4 * width * h), width)]
         out.append((_pack(b, [_entry(b, table, i) for i in idx]), _bits_to_masks(b, sb, 4 * s),
-                    scales(s)))
+                    _unit_scales(b, scales, s)))
     return out
 
 
 def _units_iq2_s(b, wb):
     return _units_qh_signs(b, wb, "iq2s", 4, 2, _S2_QH, _S2_SIGNS,
-                           lambda s: _nibble_scales(b, wb, _S2_SC + s))
+                           _nibble_scale_vector(b, wb, _S2_SC))
 
 
 _XXS3_AUX = _iq.iq3_xxs.field("signs").start
@@ -266,7 +308,7 @@ _XXS3_AUX = _iq.iq3_xxs.field("signs").start
 
 def _units_iq3_xxs(b, wb):
     aux = load(b, wb, _XXS3_AUX, vec(i32, 8))
-    return _units_aux(b, wb, "iq3xxs", 8, aux, _XXS3_AUX, 4)
+    return _units_aux(b, wb, "iq3xxs", 8, aux)
 
 
 _S3_QH = _iq.iq3_s.field("qh").start
@@ -275,31 +317,25 @@ _S3_SC = _iq.iq3_s.field("ls").start
 
 
 def _units_iq3_s(b, wb):
-    def scales(s):
-        return _scales(b, [_and(b, _shr(b, _u8(b, wb, _S3_SC + s // 2), 4 * (s % 2)), 15)])
+    v = b.zext(splat_lanes(b, load(b, wb, _S3_SC, vec(i8, 4)), [s // 2 for s in range(8)]),
+               vec(i16, 8))
+    scales = _odd(b, _lanes(b, v, [4 * (s % 2) for s in range(8)], 15))
     return _units_qh_signs(b, wb, "iq3s", 8, 1, _S3_QH, _S3_SIGNS, scales)
 
 
 _S1_QH = _iq.iq1_s.field("qh").start
 
 
-def _one_minus_twice(b, bits):
-    """1 - 2 t of each lane t (0 or 1): the IQ1 shift +-1 of q = 8 grid +- 1, branch-free."""
-    ones = ir.Constant(bits.type, [1] * bits.type.count)
-    return b.sub(ones, b.add(bits, bits))
-
-
 def _units_iq1_s(b, wb):
-    qhv = load(b, wb, _S1_QH, vec(i16, 8))
-    delta = b.trunc(_one_minus_twice(b, _lanes(b, qhv, [15] * 8, 1)), vec(i8, 8))
     out = []
+    scv = _odd(b, _lanes(b, load(b, wb, _S1_QH, vec(i16, 8)), [12] * 8, 7))
     for s in range(8):
         qh = _u16(b, wb, _S1_QH + 2 * s)
-        idx = [b.or_(_u8(b, wb, _QS + 4 * s + l), _shl(b, _and(b, _shr(b, qh, 3 * l), 7), 8))
-               for l in range(4)]
-        q8g = _pack(b, [_entry(b, "iq1s_q", i) for i in idx])
-        out.append((b.add(q8g, splat_lanes(b, delta, [s] * 32)), None,
-                    _scales(b, [_and(b, _shr(b, qh, 12), 7)])))
+        # the 12-bit index of the q table: 11 index bits, the sub-block's delta sign as bit 11
+        t = b.mul(_shr(b, qh, 15), _c(0x0800))
+        idx = [b.or_(i, t) for i in _idx4(b, load(b, wb, _QS + 4 * s, i32), qh, 3)]
+        out.append((_pack(b, [_entry(b, "iq1_q12", i) for i in idx]), None,
+                    _unit_scales(b, scv, s)))
     return out
 
 
@@ -308,29 +344,36 @@ _M1_SC = _iq.iq1_m.field("ls").start
 
 
 def _units_iq1_m(b, wb):
-    words = [_u16(b, wb, _M1_SC + 2 * t) for t in range(4)]
-    # group g = 4s + l: its delta bit is bit 3 + 4 (g % 2) of qh byte g // 2
-    qhg = splat_lanes(b, load(b, wb, _M1_QH, vec(i8, 16)), [g // 2 for g in range(32)])
-    delta = _one_minus_twice(b, _lanes(b, qhg, [3 + 4 * (g % 2) for g in range(32)], 1))
+    # the 16 scale codes as 2 ls + 1: lane k from bits 3 (k % 4) of u16 k // 4
+    words = splat_lanes(b, load(b, wb, _M1_SC, vec(i16, 4)), [k // 4 for k in range(16)])
+    ls = _lanes(b, words, [3 * (k % 4) for k in range(16)], 7)
+    sc16 = b.add(b.add(ls, ls), ir.Constant(vec(i16, 16), [1] * 16))
     out = []
     for s in range(8):
-        qs = []
-        for l in range(4):
-            qh = _u8(b, wb, _M1_QH + 2 * s + l // 2)
-            hi = _and(b, _shr(b, qh, 4 * (l % 2)), 7)
-            qs.append(_entry(b, "iq1s_q", b.or_(_u8(b, wb, 4 * s + l), _shl(b, hi, 8))))
-        dl = splat_lanes(b, delta, [4 * s + k // 8 for k in range(32)])
-        ls = [_and(b, _shr(b, words[k // 4], 3 * (k % 4)), 7) for k in (2 * s, 2 * s + 1)]
-        out.append((b.add(_pack(b, qs), dl), None, _scales(b, ls)))
+        # group l's qh nibble (3 index bits, the delta sign) is nibble l of u16 s of qh: the
+        # 12-bit index of the q table
+        idx = _idx4(b, load(b, wb, 4 * s, i32), _u16(b, wb, _M1_QH + 2 * s), 4)
+        out.append((_pack(b, [_entry(b, "iq1_q12", i) for i in idx]), None,
+                    splat_lanes(b, sc16, [2 * s + k // 8 for k in range(16)])))
     return out
 
 
-def _d_iq1_m(b, wb):
-    """The f16 super-block scale of an IQ1_M record (its scale words' top nibbles) as f32."""
-    words = [_u16(b, wb, _M1_SC + 2 * t) for t in range(4)]
-    bits = b.or_(b.or_(_shr(b, words[0], 12), _and(b, _shr(b, words[1], 8), 0x00F0)),
-                 b.or_(_and(b, _shr(b, words[2], 4), 0x0F00), _and(b, words[3], 0xF000)))
-    return b.fpext(b.bitcast(b.trunc(bits, i16), ir.HalfType()), _F32)
+def _d_iq1_m(b, wbs):
+    """<n x float>: the f16 super-block scales of the IQ1_M records ``wbs`` (the top nibbles of
+    their 4 scale words, the u64 at _M1_SC) widened, lane by lane."""
+    n = len(wbs)
+    t = vec(i64, n)
+    u, seen = ir.Constant(t, None), {}
+    for k, wb in enumerate(wbs):
+        if id(wb) not in seen:
+            seen[id(wb)] = load(b, wb, _M1_SC, i64)
+        u = b.insert_element(u, seen[id(wb)], _c(k))
+
+    def nibble(t_):       # bits 12..15 of word t_ at bits 4 t_ ..
+        sh, m = 12 + 16 * t_ - 4 * t_, 0xF << (4 * t_)
+        return b.and_(b.lshr(u, ir.Constant(t, [sh] * n)), ir.Constant(t, [m] * n))
+    bits = b.or_(b.or_(nibble(0), nibble(1)), b.or_(nibble(2), nibble(3)))
+    return b.fpext(b.bitcast(b.trunc(bits, vec(i16, n)), vec(ir.HalfType(), n)), vec(_F32, n))
 
 
 FORMATS = {f.name: f for f in (
@@ -347,21 +390,25 @@ FORMATS = {f.name: f for f in (
 # ---- sums and values ---------------------------------------------------------------------------
 
 def _x_side(b, xb):
-    """Per unit of 32 activation quants: (|xq| as u8, xq >> 7 (0 / -1 per byte))."""
+    """Per unit of 32 activation quants: (|xq| as u8, xq >> 7 (0 / -1 per byte), xq)."""
     out = []
     for u in range(8):
         x = load(b, xb, _A_Q_AT + 32 * u, _V32)
         neg = b.ashr(x, ir.Constant(_V32, [7] * 32))
-        out.append((b.sub(b.xor(x, neg), neg), neg))
+        out.append((b.sub(b.xor(x, neg), neg), neg, x))
     return out
 
 
 def _pair(b, ops, units, xside):
     """<8 x i32> whose lane sum is S of one decoded weight record and one Q8_K record."""
     acc = None
-    for (grid, signs, sc), (ax, xneg) in zip(units, xside):
-        mm = xneg if signs is None else b.xor(signs, xneg)
-        w = b.sub(b.xor(grid, mm), mm)
+    psign = decl(b, "llvm.x86.avx2.psign.b", _V32, [_V32, _V32])
+    for (grid, signs, sc), (ax, xneg, x) in zip(units, xside):
+        if signs is None:    # psignb: w' = w * sign(xq) (0 where xq = 0, and |xq| = 0 there)
+            w = b.call(psign, [grid, x])
+        else:
+            mm = b.xor(signs, xneg)
+            w = b.sub(b.xor(grid, mm), mm)
         p = b.call(ops.maddubs, [ax, w])
         if ops.dpwssd is not None:
             acc = b.call(ops.dpwssd, [acc if acc is not None else ir.Constant(vec(i32, 8), None),
@@ -398,6 +445,8 @@ def _sums(b, ops, kf, wbs, xbs):
     if len(wbs) > 1 and all(wb is wbs[0] for wb in wbs):
         units = _spilled_units(b, kf.units(b, wbs[0]))
         return reduce_many(b, [_pair(b, ops, units, _x_side(b, xb)) for xb in xbs])
+    if len(wbs) > 1 and len({id(wb) for wb in wbs}) == len(wbs):
+        return _sums_one_by_one(b, ops, kf, wbs, xbs)
     wdec, xdec, s = {}, {}, []
     for wb, xb in zip(wbs, xbs):
         if id(wb) not in wdec:
@@ -408,17 +457,27 @@ def _sums(b, ops, kf, wbs, xbs):
     return reduce_many(b, s)
 
 
+def _sums_one_by_one(b, ops, kf, wbs, xbs):
+    """``_sums`` of distinct record pairs (the 8-row tile), each pair's lane sums stored to a
+    stack slot behind an empty inline-asm statement that clobbers memory before the next pair
+    is decoded: LLVM then decodes one pair after the other (left to itself it interleaves all
+    8, spills, and the tile ran 1.1-3.4x the time of 8 record values); the lane sums are
+    reduced together as before."""
+    slot = cgutils.alloca_once(b, ir.ArrayType(vec(i32, 8), len(wbs)))
+    fence = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [slot.type]), "", "r,~{memory}",
+                         side_effect=True)
+    for k, (wb, xb) in enumerate(zip(wbs, xbs)):
+        b.store(_pair(b, ops, kf.units(b, wb), _x_side(b, xb)), b.gep(slot, [_c(0), _c(k)]))
+        b.call(fence, [slot])
+    return reduce_many(b, [b.load(b.gep(slot, [_c(0), _c(k)])) for k in range(len(wbs))])
+
+
 def _values(b, ops, kf, wbs, xbs):
     """<n x float> record values: v = R32(ds * R32(R32(d * c) * f32(S))), lane by lane."""
     n = len(wbs)
     s = _sums(b, ops, kf, wbs, xbs)
     if kf.d_at is None:
-        d = ir.Constant(vec(_F32, n), None)
-        seen = {}
-        for k, wb in enumerate(wbs):
-            if id(wb) not in seen:
-                seen[id(wb)] = _d_iq1_m(b, wb)
-            d = b.insert_element(d, seen[id(wb)], _c(k))
+        d = _d_iq1_m(b, wbs)
     else:
         d = gather_f16(b, wbs, kf.d_at)
     f32v = vec(_F32, n)
@@ -458,14 +517,14 @@ def _make_tile(name, vnni, over_rows):
     return tile_intrinsic(over_rows, 8, make_values)
 
 
-# {t}_q8_k_s_{avx2, avx2vnni}: S (the tests check both against the loops); {t}_q8_k_value and
-# {t}_acts_x8 with VNNI where the target has it; {t}_rows_x8, the 8-row gemv tile, only for the
-# formats whose indices are plain bytes or words (ROWS_X8).  For the others (index bits in qh,
-# IQ1's shifts) decoding 8 records at once (LLVM interleaves them) measured slower than the
-# record value row by row: IQ2_S, IQ3_S 1.2x, IQ1_S 1.1x, IQ1_M 3.4x; a row of records is one
-# linear stream for the hardware prefetcher.
+# {t}_q8_k_s_{avx2, avx2vnni}: S (the tests check both against the loops); {t}_q8_k_value,
+# {t}_acts_x8 and {t}_rows_x8 with VNNI where the target has it.  The 8-row gemv tile decodes its
+# records one after the other (``_sums_one_by_one``): left to interleave them, LLVM spilled and
+# the tile of the formats with qh index bits or IQ1 shifts ran 1.1-3.4x the time of 8 record
+# values; serialised, it saves each record's horizontal sum and float steps (one reduction and
+# one vector of 8 values per tile) and beat the record values row by row for every format
+# (bench/RESULTS_iq_grid.md).
 VARIANTS = {"avx2": False, "avx2vnni": True}
-ROWS_X8 = ("iq2_xxs", "iq2_xs", "iq3_xxs")
 
 __all__ = []
 for _name in FORMATS:
@@ -475,7 +534,6 @@ for _name in FORMATS:
     globals()[f"{_name}_q8_k_value"] = _make_record(_name, HAVE_VNNI, True)
     globals()[f"{_name}_acts_x8"] = _make_tile(_name, HAVE_VNNI, False)
     __all__ += [f"{_name}_q8_k_value", f"{_name}_acts_x8"]
-    if _name in ROWS_X8:
-        globals()[f"{_name}_rows_x8"] = _make_tile(_name, HAVE_VNNI, True)
-        __all__.append(f"{_name}_rows_x8")
+    globals()[f"{_name}_rows_x8"] = _make_tile(_name, HAVE_VNNI, True)
+    __all__.append(f"{_name}_rows_x8")
 del _name, _var, _v
