@@ -118,7 +118,7 @@ def test_zero_weight_rows_any_batch_every_format(fmt):
     kernel sized its row block from the rows: batch >= 2 raised 'range() arg 3 must not be
     zero')."""
     act = qk.activation_format(fmt)
-    span = 2 if fmt is qk.quant.nvfp4 else 1        # NVFP4 rows pair with 2 Q8_0 records each
+    span = fmt.block_size // act.block_size     # activation records per weight record (NVFP4 2, Q1_0 4)
     for g in (0, 1, 3):
         w = np.zeros((1, g, fmt.block_bytes), np.uint8)[:0]
         for batch in (1, 2, 8, 9):

@@ -151,9 +151,19 @@ def _dots(rng, fmt):
 
 
 @pytest.mark.parametrize("fmt", WEIGHTS, ids=[f.name for f in WEIGHTS])
-def test_gemv_gemm_equal_dot(fmt, rng):
+def test_gemv_equals_dot(fmt, rng):
     act, w, xq, want = _dots(rng, fmt)
     assert_same_f32(qk.gemv(w, xq[3], lhs_format=fmt, rhs_format=act), want[3])
+
+
+# gemm compiles each format's 8-activation tile loop (~2 s of CPU a format, cold): one format of
+# each kernel family by default, every format under -m slow
+@pytest.mark.parametrize("fmt", default_few(WEIGHTS, {"Q4_K", "Q6_K", "Q4_0", "Q4_1", "Q8_0",
+                                                      "MXFP4", "NVFP4", "IQ4_XS", "IQ3_S",
+                                                      "IQ1_M", "TQ1_0", "Q1_0"},
+                                            name=lambda f: f.name))
+def test_gemm_equals_dot(fmt, rng):
+    act, w, xq, want = _dots(rng, fmt)
     assert_same_f32(qk.gemm(w, xq, lhs_format=fmt, rhs_format=act), want)
 
 

@@ -1,6 +1,6 @@
 """Every bound format under NUMBA_QK_PORTABLE=1 (the portable loops, compiled cold in a fresh
 cache) equals the SIMD default bit for bit.  Its own file: the longest parity subprocess.  The
-default run compares three formats (``PORTABLE_FEW``);
+default run compares two formats (``PORTABLE_FEW``);
 ``-m slow`` compares the others."""
 
 import pytest
@@ -11,7 +11,7 @@ from parity_registry import all_formats, needs_simd, registry_run
 # the portable run compiles cold in a cache of its own: three formats by default (Q4_K's own
 # kernels, the Q8_0-paired legacy family, the FP4 records), every other format
 # under -m slow
-PORTABLE_FEW = ("Q4_K", "Q4_0", "MXFP4")
+PORTABLE_FEW = ("Q4_K", "Q4_0")
 
 
 def test_registry_portable_matches_default(tmp_path, rng):

@@ -26,7 +26,7 @@ import numpy as np
 from numba_qk._jit import inline_kernel, kernel
 from numba_qk.formats import iq as _iq
 from numba_qk.kernels._round import f32_to_f16_bits, nearest_int
-from numba_qk.kernels.iq.iq2_encode import _bad, sigma2_of, tables_for
+from numba_qk.kernels.iq.iq2_encode import bad_block, sigma2_of, tables_for
 from numba_qk.kernels.kquants.common import store_f16
 
 _S1 = _iq.iq1_s
@@ -152,7 +152,7 @@ def encode_iq1_s(values, qw, out, grid, kmap, neighbours):
     scales = np.zeros(8, np.float32)
     shifts = np.zeros(8, np.int32)
     for b in range(values.shape[0]):
-        if _bad(values, b):
+        if bad_block(values, b):
             return b
         qoff = 256 * (b % per_row)
         max_scale = _F0
@@ -301,7 +301,7 @@ def encode_iq1_m(values, qw, out, grid, kmap, neighbours):
     sq2 = np.zeros(4, np.float32)
     sc = np.zeros(4, np.int32)
     for b in range(values.shape[0]):
-        if _bad(values, b):
+        if bad_block(values, b):
             return b
         qoff = 256 * (b % per_row)
         max_scale = _F0

@@ -257,7 +257,8 @@ def ls_code(idv, scale):
 
 
 @kernel
-def _bad(values, b):
+def bad_block(values, b):
+    """Whether row ``b`` of ``values`` holds a non-finite value (``v - v`` is not +0)."""
     for i in range(values.shape[1]):
         v = values[b, i]
         if (v - v) != _F0:
@@ -332,7 +333,7 @@ def encode_iq2_xs(values, qw, out, grid, kmap, neighbours):
     bs = np.zeros(2, np.int32)
     gi2 = np.zeros(2, np.int32)
     for b in range(values.shape[0]):
-        if _bad(values, b):
+        if bad_block(values, b):
             return b
         qoff = 256 * (b % per_row)
         for i in range(32):
@@ -377,7 +378,7 @@ def encode_iq2_s(values, qw, out, grid, kmap, neighbours):
     bs = np.zeros(2, np.int32)
     gi2 = np.zeros(2, np.int32)
     for b in range(values.shape[0]):
-        if _bad(values, b):
+        if bad_block(values, b):
             return b
         qoff = 256 * (b % per_row)
         max_scale = _F0
@@ -419,7 +420,7 @@ def encode_iq2_xxs(values, qw, out, grid, kmap, neighbours):
     q2 = np.zeros(16, np.int64)
     bs = np.zeros(4, np.int32)
     for b in range(values.shape[0]):
-        if _bad(values, b):
+        if bad_block(values, b):
             return b
         qoff = 256 * (b % per_row)
         for i in range(16):
