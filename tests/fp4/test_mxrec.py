@@ -404,6 +404,9 @@ def test_fast_products_equal_the_portable_loops(name, rng):
         assert_same_f32(got_v, want_v, "strided gemv")
 
 
+# a cold compile of every FP4 product in a subprocess (~18 s of CPU): -m slow; the default run's
+# other-ISA check is tests/package/test_parity.py's AVX2 subprocess
+@pytest.mark.slow
 def test_fast_products_without_vnni(tmp_path):
     """NUMBA_QK_NO_VNNI=1 (pmaddubsw + pmaddwd instead of vpdpbusd in the transposed gemv tiles,
     what AVX2 machines run): ``test_fast_products_equal_the_portable_loops`` again, in a fresh

@@ -204,12 +204,13 @@ np.savez(sys.argv[1], a=a, b=b, c=c, vec=np.array([L._VEC_ENC, L._HW_F16]))
 
 @pytest.mark.parametrize("env", [
     pytest.param({"NUMBA_QK_PORTABLE": "1"}, marks=pytest.mark.slow),
-    {"NUMBA_CPU_NAME": "haswell"}], ids=["portable", "haswell"])
+    pytest.param({"NUMBA_CPU_NAME": "haswell"}, marks=pytest.mark.slow)],
+    ids=["portable", "haswell"])
 def test_f16_casts_under_other_targets(tmp_path, env):
     """The f16 casts compiled with the vector paths off (NUMBA_QK_PORTABLE=1) and for a CPU
-    without AVX-512 (the 16-lane vectors split into 256-bit halves) give the same bits.  The
-    portable variant is slow-marked (a cold compile of ~11 s; the portable cast loops are also
-    run interpreted against the compiled ones by test_lowp_parity)."""
+    without AVX-512 (the 16-lane vectors split into 256-bit halves) give the same bits.  Both are
+    slow-marked (a cold compile of 11-15 s each; the portable cast loops are also run
+    interpreted against the compiled ones by test_lowp_parity)."""
     if sys.platform != "linux" or os.uname().machine != "x86_64":
         pytest.skip("x86-64 targets only")
     path = tmp_path / "r.npz"

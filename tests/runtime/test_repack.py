@@ -261,11 +261,12 @@ def test_errors(rng):
     assert "Q4_K" in repr(rk) and rk.nbytes == 16 * 2 * 144
 
 
-# each case compiles the kernels afresh in a subprocess: the default run takes the AVX2 machine
-# (the portable tile loop, SIMD single-row tail); the other two run the same tile loop (slow)
+# each case compiles the kernels afresh in a subprocess (~25 s of CPU): all three under -m slow;
+# the default run's other-ISA check is tests/package/test_parity.py's AVX2 subprocess
 @pytest.mark.parametrize("env", [pytest.param({"NUMBA_QK_NO_VNNI": "1"}, marks=pytest.mark.slow),
                                  pytest.param({"NUMBA_QK_PORTABLE": "1"}, marks=pytest.mark.slow),
-                                 {"NUMBA_CPU_NAME": "haswell"}],
+                                 pytest.param({"NUMBA_CPU_NAME": "haswell"},
+                                              marks=pytest.mark.slow)],
                          ids=["no-vnni", "portable", "haswell"])
 def test_without_the_vnni_kernel(env, tmp_path):
     """With the VNNI kernel switched off or compiled for an AVX2 CPU (what other CPUs run: the
