@@ -242,6 +242,25 @@ def tile_signature(w, x, acc):
     return fold_signature(acc, w, x, step=True)
 
 
+def record_intrinsic(value: bool, compute):
+    """The intrinsic ``f(w, w_off, x, x_off)`` of the weight record at byte ``w_off`` of uint8
+    array ``w`` and the activation record at byte ``x_off`` of ``x`` (each record's bytes
+    contiguous): lane 0 of the vector ``compute(builder, wb, xb)`` builds from the two record
+    pointers, the sum S (int32) or with ``value`` the record value v (float32)."""
+    @intrinsic
+    def record(typingctx, w, w_off, x, x_off):
+        if not (isinstance(w, types.Array) and isinstance(x, types.Array)):
+            return None
+        sig = (types.float32 if value else types.int32)(w, types.intp, x, types.intp)
+
+        def codegen(context, builder, signature, args):
+            wb = byte_ptr(context, builder, signature.args[0], args[0], args[1])
+            xb = byte_ptr(context, builder, signature.args[2], args[2], args[3])
+            return builder.extract_element(compute(builder, wb, xb), ir.Constant(i32, 0))
+        return sig, codegen
+    return record
+
+
 def tile_intrinsic(over_rows: bool, n: int, make_values):
     """The intrinsic ``accumulate(w, w_off, x, x_off, step, acc, acc_at, first)`` folding ``n``
     record values into ``acc.flat[acc_at : acc_at + n]`` (``tile_fold``): over_rows (gemv)

@@ -40,16 +40,14 @@ The grid and sign tables are module constants of the generated code (internal LL
 built from ``numba_qk.formats.iq_grids``, ggml's data).
 """
 
-import numpy as np
 from llvmlite import ir
-from numba.core import cgutils, types
-from numba.extending import intrinsic
+from numba.core import cgutils
 
 from numba_qk.formats import iq as _iq
 from numba_qk.formats import iq_grids as _g
 from numba_qk.formats import quant
-from numba_qk.kernels.simd.base import (FEATURES, HAVE_AVX2, HAVE_VNNI, Ops, byte_ptr, decl,
-                                        gather_f16, gather_f32, i8, i16, i32, i64, load,
+from numba_qk.kernels.simd.base import (FEATURES, HAVE_AVX2, HAVE_VNNI, Ops, decl, gather_f16,
+                                        gather_f32, i8, i16, i32, i64, load, record_intrinsic,
                                         reduce_many, splat_lanes, tile_intrinsic, vec)
 
 _A_DS_AT = quant.q8_k.field("ds").start
@@ -490,23 +488,10 @@ def _make_record(name, vnni, value):
     """Intrinsic ``f(w, w_off, x, x_off)``: S (int32) of the weight record (format ``name``) at
     byte ``w_off`` of uint8 array ``w`` and the Q8_K record at byte ``x_off`` of ``x``, or with
     ``value`` the record value v (float32)."""
-    @intrinsic
-    def record(typingctx, w, w_off, x, x_off):
-        if not (isinstance(w, types.Array) and isinstance(x, types.Array)):
-            return None
-        sig = (types.float32 if value else types.int32)(w, types.intp, x, types.intp)
-
-        def codegen(context, builder, signature, args):
-            kf, ops = FORMATS[name], Ops(builder, False, vnni)
-            wb = byte_ptr(context, builder, signature.args[0], args[0], args[1])
-            xb = byte_ptr(context, builder, signature.args[2], args[2], args[3])
-            if value:
-                r = _values(builder, ops, kf, [wb], [xb])
-            else:
-                r = _sums(builder, ops, kf, [wb], [xb])
-            return builder.extract_element(r, _c(0))
-        return sig, codegen
-    return record
+    def compute(b, wb, xb):
+        kf, ops = FORMATS[name], Ops(b, False, vnni)
+        return (_values if value else _sums)(b, ops, kf, [wb], [xb])
+    return record_intrinsic(value, compute)
 
 
 def _make_tile(name, vnni, over_rows):

@@ -45,11 +45,9 @@ and use the portable loops otherwise.
 """
 
 from llvmlite import ir
-from numba.core import types
-from numba.extending import intrinsic
 
 from numba_qk.formats import quant
-from numba_qk.kernels.simd.base import FEATURES, HAVE_AVX512, HAVE_GFNI, HAVE_VNNI, Ops, decl, gather_f16, gather_f32, i8, i16, i32, load, byte_ptr, reduce_many, splat_lanes, vec, tile_intrinsic
+from numba_qk.kernels.simd.base import FEATURES, HAVE_AVX512, HAVE_GFNI, HAVE_VNNI, Ops, decl, gather_f16, gather_f32, i8, i16, i32, load, record_intrinsic, reduce_many, splat_lanes, vec, tile_intrinsic
 from numba_qk.kernels.simd.q4_k import record_values, unpack_scales
 
 _A_DS_AT = quant.q8_k.field("ds").start
@@ -461,23 +459,12 @@ def _make_record(kq, wide, vnni, value):
     """Intrinsic ``f(w, w_off, x, x_off)`` of the weight record at byte ``w_off`` of uint8 array
     ``w`` and the Q8_K record at byte ``x_off`` of ``x`` (both records' bytes contiguous): S
     (int32), or with ``value`` the record value v (float32, DESIGN §7)."""
-    @intrinsic
-    def record(typingctx, w, w_off, x, x_off):
-        if not (isinstance(w, types.Array) and isinstance(x, types.Array)):
-            return None
-        sig = (types.float32 if value else types.int32)(w, types.intp, x, types.intp)
-
-        def codegen(context, builder, signature, args):
-            ops = Ops(builder, wide, vnni)
-            wb = byte_ptr(context, builder, signature.args[0], args[0], args[1])
-            xb = byte_ptr(context, builder, signature.args[2], args[2], args[3])
-            if value:
-                r = _values(builder, ops, kq, [wb], [xb])
-            else:
-                r, _ = _gen_sums(builder, ops, kq, [wb], [xb])
-            return builder.extract_element(r, ir.Constant(i32, 0))
-        return sig, codegen
-    return record
+    def compute(b, wb, xb):
+        ops = Ops(b, wide, vnni)
+        if value:
+            return _values(b, ops, kq, [wb], [xb])
+        return _gen_sums(b, ops, kq, [wb], [xb])[0]
+    return record_intrinsic(value, compute)
 
 
 def _make_accumulate(kq, wide, vnni, over_rows, n=8):

@@ -46,14 +46,12 @@ same order): ``v = R32(ds * R32(f32(d) * f32(S)))``; the tiles fold the 8 values
 """
 
 from llvmlite import ir
-from numba.core import types
-from numba.extending import intrinsic
 
 from numba_qk.formats import kquants as _kq
 from numba_qk.formats import quant
-from numba_qk.kernels.simd.base import (HAVE_AVX512, HAVE_VNNI, Ops, byte_ptr, decl, gather_f16,
-                                        gather_f32, i8, i16, i32, load, reduce_many,
-                                        tile_intrinsic, vec)
+from numba_qk.kernels.simd.base import (HAVE_AVX512, HAVE_VNNI, Ops, decl, gather_f16,
+                                        gather_f32, i8, i16, i32, load, record_intrinsic,
+                                        reduce_many, tile_intrinsic, vec)
 
 _A_DS_AT = quant.q8_k.field("ds").start
 _A_Q_AT = quant.q8_k.field("q").start
@@ -354,23 +352,10 @@ def _make_record(name, wide, vnni, value, acts=False):
     """Intrinsic ``f(w, w_off, x, x_off)``: S (int32) of the weight record (format ``name``) at
     byte ``w_off`` of uint8 array ``w`` and the Q8_K record at byte ``x_off`` of ``x`` in the
     rows (or ``acts``) arrangement, or with ``value`` the record value v (float32)."""
-    @intrinsic
-    def record(typingctx, w, w_off, x, x_off):
-        if not (isinstance(w, types.Array) and isinstance(x, types.Array)):
-            return None
-        sig = (types.float32 if value else types.int32)(w, types.intp, x, types.intp)
-
-        def codegen(context, builder, signature, args):
-            kf, ops = FORMATS[name], Ops(builder, wide, vnni)
-            wb = byte_ptr(context, builder, signature.args[0], args[0], args[1])
-            xb = byte_ptr(context, builder, signature.args[2], args[2], args[3])
-            if value:
-                r = _values(builder, ops, kf, [wb], [xb], acts)
-            else:
-                r = _sums(builder, ops, kf, [wb], [xb], acts)
-            return builder.extract_element(r, _c(0))
-        return sig, codegen
-    return record
+    def compute(b, wb, xb):
+        kf, ops = FORMATS[name], Ops(b, wide, vnni)
+        return (_values if value else _sums)(b, ops, kf, [wb], [xb], acts)
+    return record_intrinsic(value, compute)
 
 
 def _make_tile(name, wide, vnni, over_rows):
