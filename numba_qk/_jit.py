@@ -37,6 +37,14 @@ JIT_OPTIONS = dict(
     boundscheck=False,
 )
 
+# The options of the ``@overload`` implementations (the driver's dot/gemv/gemm/fold, the
+# K-quant portable pieces): JIT_OPTIONS uncached.  numba compiles an overload as a function of
+# its own and, cached, keys it on the overload's file alone; a caller recompiled because a
+# module it depends on changed (``DependencyCache``) then linked the overload's stale code (an
+# edited SIMD tile kept running the old one).  Uncached, the overload is compiled with its
+# caller, whose cache entry holds both.
+OVERLOAD_OPTIONS = {**JIT_OPTIONS, "cache": False}
+
 
 def kernel(fn):
     """Compile ``fn`` with numba_qk's JIT policy."""

@@ -56,7 +56,7 @@ import numpy as np
 from numba.core import types
 from numba.extending import overload
 
-from numba_qk._jit import JIT_OPTIONS, closure_named, inline_kernel, kernel
+from numba_qk._jit import OVERLOAD_OPTIONS, closure_named, inline_kernel, kernel
 from numba_qk.kernels.simd.base import HAVE_AVX2, prefetch_lines, prefetch_plan
 
 _IMPL = {}  # code -> dict of the pieces (see register)
@@ -143,7 +143,7 @@ def _one_per_format(overload_fn):
     return resolve
 
 
-@overload(fold, jit_options=JIT_OPTIONS, inline="always")
+@overload(fold, jit_options=OVERLOAD_OPTIONS, inline="always")
 @_one_per_format
 def _fold_overload(code, w, w_at, w_step, x, x_at, x_step, g):
     impl = _lookup(code)
@@ -220,7 +220,7 @@ def _make_tile(rows_x8):
     return tile
 
 
-@overload(_row, jit_options=JIT_OPTIONS)
+@overload(_row, jit_options=OVERLOAD_OPTIONS)
 @_one_per_format
 def _row_overload(code, w, r, x, x_step, g):
     """Row ``r`` of gemv (records contiguous): the fold of ``value`` where there is one,
@@ -239,7 +239,7 @@ def _row_overload(code, w, r, x, x_step, g):
     return row_loop
 
 
-@overload(dot, jit_options=JIT_OPTIONS)
+@overload(dot, jit_options=OVERLOAD_OPTIONS)
 @_one_per_format
 def _dot_overload(code, w, x):
     impl = _lookup(code)
@@ -261,7 +261,7 @@ def _dot_overload(code, w, x):
     return dot_fold
 
 
-@overload(gemv, jit_options=JIT_OPTIONS)
+@overload(gemv, jit_options=OVERLOAD_OPTIONS)
 @_one_per_format
 def _gemv_overload(code, w, x, out):
     impl = _lookup(code)
@@ -301,7 +301,7 @@ def _gemv_overload(code, w, x, out):
     return gemv_tiles
 
 
-@overload(gemm, jit_options=JIT_OPTIONS)
+@overload(gemm, jit_options=OVERLOAD_OPTIONS)
 @_one_per_format
 def _gemm_overload(code, w, x, out):
     impl = _lookup(code)

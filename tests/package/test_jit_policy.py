@@ -140,6 +140,62 @@ def test_cache_follows_edits_of_modules_a_kernel_is_built_from(tmp_path):
     assert _run_depcheck(tmp_path, env) == (2.0, 1)
 
 
+_DRIVE = """from numba.extending import overload
+from numba_qk._jit import {options}
+from . import tables
+
+
+def value():
+    raise NotImplementedError
+
+
+@overload(value, jit_options={options})
+def _value_overload():
+    return lambda: tables.TABLE[0]
+"""
+_CALLER = """from numba_qk._jit import kernel
+from . import drive
+
+
+@kernel
+def first():
+    return drive.value()
+"""
+
+
+def _edit_a_dependency(tmp_path, drive_options):
+    """The depcheck runs of a kernel that reaches ``tables.py`` through an ``@overload`` in
+    ``drive.py`` (as the format entry points reach the SIMD tiles through kernels/drive.py),
+    before and after only ``tables.py`` changes."""
+    import os
+
+    pkg = tmp_path / "depcheck"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "tables.py").write_text(_TABLES.format("1.0"))
+    (pkg / "drive.py").write_text(_DRIVE.format(options=drive_options))
+    (pkg / "kern.py").write_text(_CALLER)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT.parent), os.environ.get("PYTHONPATH", "")])}
+    env.pop("NUMBA_CACHE_DIR", None)
+    env.pop("NUMBA_DISABLE_JIT", None)
+    runs = [_run_depcheck(tmp_path, env), _run_depcheck(tmp_path, env)]
+    stats = {f: os.stat(pkg / f) for f in ("kern.py", "drive.py")}
+    (pkg / "tables.py").write_text(_TABLES.format("2.0"))
+    for f, st in stats.items():
+        os.utime(pkg / f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    return runs + [_run_depcheck(tmp_path, env), _run_depcheck(tmp_path, env)]
+
+
+def test_cache_follows_edits_behind_an_overload(tmp_path):
+    """An ``@overload`` implementation is compiled as a function of its own; cached (numba
+    keys it on the overload's own file), it kept the code of an older ``tables.py`` and was
+    linked into the recompiled kernel.  ``OVERLOAD_OPTIONS`` compiles it uncached: the
+    kernel's own cache entry (``DependencyCache``) holds it."""
+    assert _edit_a_dependency(tmp_path, "OVERLOAD_OPTIONS") == [
+        (1.0, 0), (1.0, 1), (2.0, 0), (2.0, 1)]
+
+
 def test_every_compiled_kernel_has_a_name_of_its_own():
     """numba names a compiled symbol after the kernel's qualified name and a per-process
     counter: two closures of one factory (``bind(fmt).<locals>.quantize``), compiled in two

@@ -21,7 +21,7 @@ import numpy as np
 from numba.core import types
 from numba.extending import overload
 
-from numba_qk._jit import JIT_OPTIONS, DependencyCache, closure_named, inline_kernel, kernel, module_digest
+from numba_qk._jit import OVERLOAD_OPTIONS, DependencyCache, closure_named, inline_kernel, kernel, module_digest
 from numba_qk.formats import quant as _quant
 from numba_qk.kernels._bits import f16_to_f32, f32_from_bits, f32_to_f16_bits
 from numba_qk.kernels._round import nearest_int
@@ -368,13 +368,13 @@ def _portable_dot(code, w, x):
     return _fold_loop(_VALUE[code])(code, w, x)
 
 
-@overload(_quantize_blocks, jit_options=JIT_OPTIONS, inline="always")
+@overload(_quantize_blocks, jit_options=OVERLOAD_OPTIONS, inline="always")
 def _quantize_blocks_overload(code, values, out):
     impl = _literal(_QUANTIZE, code)
     return None if impl is None else _quantize_loop(*impl)
 
 
-@overload(_portable_dot, jit_options=JIT_OPTIONS, inline="always")
+@overload(_portable_dot, jit_options=OVERLOAD_OPTIONS, inline="always")
 def _portable_dot_overload(code, w, x):
     value = _literal(_VALUE, code)
     return None if value is None else _fold_loop(value)
