@@ -14,3 +14,11 @@ def default_few(items, keep, name=str):
         raise ValueError(f"default_few: {sorted(missing)} not among the cases")
     return [pytest.param(x, id=name(x), marks=() if name(x) in keep else pytest.mark.slow)
             for x in items]
+
+
+# One weight format of each kernel family (Q4_K's own kernels, the K-quant tiles, the Q8_0- and
+# Q8_1-paired legacy formats, the FP4 records, IQ4, the grid IQ formats, ternary, Q1_0/Q2_0):
+# the default run's formats for the products whose every format compiles its own batched
+# kernels (gemm, threads); every format under -m slow.
+FAMILY_FEW = {"Q4_K", "Q6_K", "Q4_0", "Q4_1", "Q8_0", "MXFP4", "NVFP4", "IQ4_XS", "IQ3_S",
+              "IQ1_M", "TQ1_0", "Q1_0"}

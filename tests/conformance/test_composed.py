@@ -9,6 +9,7 @@ from numba_qk._registry import WEIGHTS
 
 from numba_qk.testing.asserts import assert_same_f32
 from records import random_q4_k, random_q8_k
+from subsets import FAMILY_FEW, default_few
 
 Q4, Q8 = qk.quant.q4_k, qk.quant.q8_k
 
@@ -112,7 +113,9 @@ def test_zero_records_per_row(rng):
     assert qk.gemm(w, np.empty((0, 0, 292), np.uint8), lhs_format=Q4, rhs_format=Q8).shape == (0, 5)
 
 
-@pytest.mark.parametrize("fmt", WEIGHTS, ids=lambda f: f.name)
+# every format's batched and threaded kernels compile here: the formats of test_registry's
+# gemm == dot by default (compiled there too), every format under -m slow
+@pytest.mark.parametrize("fmt", default_few(WEIGHTS, FAMILY_FEW, name=lambda f: f.name))
 def test_zero_weight_rows_any_batch_every_format(fmt):
     """No weight rows is an empty result for every batch and thread count (Q4_K's batched
     kernel sized its row block from the rows: batch >= 2 raised 'range() arg 3 must not be

@@ -16,7 +16,7 @@ from numba_qk.testing import reference as oracles
 
 from numba_qk.testing.asserts import assert_same_f32, assert_same_records
 from records import random_iq_grid
-from subsets import default_few
+from subsets import FAMILY_FEW, default_few
 
 ALL = [b.format for b in BINDINGS]
 IQ_GRID = (qk.quant.iq2_xxs, qk.quant.iq2_xs, qk.quant.iq3_xxs, qk.quant.iq1_s, qk.quant.iq3_s, qk.quant.iq2_s, qk.quant.iq1_m)
@@ -158,10 +158,7 @@ def test_gemv_equals_dot(fmt, rng):
 
 # gemm compiles each format's 8-activation tile loop (~2 s of CPU a format, cold): one format of
 # each kernel family by default, every format under -m slow
-@pytest.mark.parametrize("fmt", default_few(WEIGHTS, {"Q4_K", "Q6_K", "Q4_0", "Q4_1", "Q8_0",
-                                                      "MXFP4", "NVFP4", "IQ4_XS", "IQ3_S",
-                                                      "IQ1_M", "TQ1_0", "Q1_0"},
-                                            name=lambda f: f.name))
+@pytest.mark.parametrize("fmt", default_few(WEIGHTS, FAMILY_FEW, name=lambda f: f.name))
 def test_gemm_equals_dot(fmt, rng):
     act, w, xq, want = _dots(rng, fmt)
     assert_same_f32(qk.gemm(w, xq, lhs_format=fmt, rhs_format=act), want)
@@ -209,7 +206,7 @@ def test_unbound_combinations_are_explicit_errors(fmt):
 # One weight format per kernel family by default (each carrier compiles its own
 # specialisations of every kernel it reaches); the others under -m slow.  The K-quants'
 # own carrier test (tests/kquants/test_kquants.py) covers Q2_K..Q6_K in every default run.
-CARRIER_DEFAULT = {"Q4_K", "Q4_0", "Q8_0", "MXFP4", "IQ4_NL", "TQ2_0"}
+CARRIER_DEFAULT = {"Q4_K", "Q4_0", "IQ4_NL", "TQ2_0"}
 
 
 @pytest.mark.parametrize("fmt", [f if f.name in CARRIER_DEFAULT else pytest.param(

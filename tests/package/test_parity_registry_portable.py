@@ -1,19 +1,22 @@
 """Every bound format under NUMBA_QK_PORTABLE=1 (the portable loops, compiled cold in a fresh
-cache) equals the SIMD default bit for bit.  Its own file: the longest parity subprocess.  The
-default run compares two formats (``PORTABLE_FEW``);
-``-m slow`` compares the others."""
+cache) equals the SIMD default bit for bit.  Its own file: the longest parity subprocess.  All
+under ``-m slow`` (a cold compile of 28 s of CPU for two formats): the default run ties the
+portable loops to the fast paths in process instead -- strided records (the portable loop)
+against unit-stride ones (the SIMD path) on one format per family
+(tests/conformance/test_fast_paths.py), every format's dot and gemv against the oracle and
+each other (tests/conformance/test_registry.py), and the driver with only its portable slot
+(tests/conformance/test_drive.py)."""
 
 import pytest
 
 from parity_registry import all_formats, needs_simd, registry_run
 
 
-# the portable run compiles cold in a cache of its own: three formats by default (Q4_K's own
-# kernels, the Q8_0-paired legacy family, the FP4 records), every other format
-# under -m slow
+# one format of Q4_K's own kernels and one of the Q8_0-paired legacy family, then the others
 PORTABLE_FEW = ("Q4_K", "Q4_0")
 
 
+@pytest.mark.slow
 def test_registry_portable_matches_default(tmp_path, rng):
     """One format of each kernel family: NUMBA_QK_PORTABLE=1 equals the SIMD default."""
     needs_simd()
