@@ -89,57 +89,8 @@ def test_no_numba_parallel_code():
 
 
 _TABLES = "import numpy as np\nTABLE = np.array([{}], np.float32)\n"
-_KERNEL = """from numba_qk._jit import kernel
-from . import tables
-
-
-@kernel
-def first():
-    return tables.TABLE[0]
-"""
-_RUN = """import sys
-sys.path.insert(0, {root!r})
-from depcheck import kern
-print(kern.first(), kern.first.stats.cache_hits.get(kern.first.signatures[0], 0)
-      if kern.first.signatures else 0)
-"""
-
-
-def _run_depcheck(root, env):
-    import subprocess
-    import sys
-
-    r = subprocess.run([sys.executable, "-c", _RUN.format(root=str(root))], env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    value, hits = r.stdout.split()
-    return float(value), int(hits)
-
-
-def test_cache_follows_edits_of_modules_a_kernel_is_built_from(tmp_path):
-    """numba keys its cache on the kernel's own file: a kernel that freezes another module's
-    array (or calls IR defined there) kept stale code after that module changed.  With
-    DependencyCache the next process recompiles; an unchanged tree loads from the cache."""
-    import os
-
-    pkg = tmp_path / "depcheck"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    (pkg / "tables.py").write_text(_TABLES.format("1.0"))
-    (pkg / "kern.py").write_text(_KERNEL)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(ROOT.parent), os.environ.get("PYTHONPATH", "")])}
-    env.pop("NUMBA_CACHE_DIR", None)
-    env.pop("NUMBA_DISABLE_JIT", None)
-    assert _run_depcheck(tmp_path, env) == (1.0, 0)       # compiled, cache written
-    assert _run_depcheck(tmp_path, env) == (1.0, 1)       # loaded from the cache
-    kern_stat = os.stat(pkg / "kern.py")
-    (pkg / "tables.py").write_text(_TABLES.format("2.0"))  # only the dependency changes
-    os.utime(pkg / "kern.py", ns=(kern_stat.st_atime_ns, kern_stat.st_mtime_ns))
-    assert _run_depcheck(tmp_path, env) == (2.0, 0)       # recompiled, not the stale 1.0
-    assert _run_depcheck(tmp_path, env) == (2.0, 1)
-
-
+# drive.py: an @overload reaching tables.py, as the format entry points reach the SIMD tiles
+# through kernels/drive.py; compiled with the options numba_qk's overloads use
 _DRIVE = """from numba.extending import overload
 from numba_qk._jit import {options}
 from . import tables
@@ -153,47 +104,77 @@ def value():
 def _value_overload():
     return lambda: tables.TABLE[0]
 """
-_CALLER = """from numba_qk._jit import kernel
-from . import drive
+_KERNEL = """from numba_qk._jit import kernel
+from . import drive, tables
 
 
 @kernel
 def first():
+    return tables.TABLE[0]
+
+
+@kernel
+def second():
     return drive.value()
 """
 
+_RUN = """import sys
+sys.path.insert(0, {root!r})
+from depcheck import kern
+print(kern.first(), kern.second(),
+      *(k.stats.cache_hits.get(k.signatures[0], 0) if k.signatures else 0
+        for k in (kern.first, kern.second)))
+"""
 
-def _edit_a_dependency(tmp_path, drive_options):
-    """The depcheck runs of a kernel that reaches ``tables.py`` through an ``@overload`` in
-    ``drive.py`` (as the format entry points reach the SIMD tiles through kernels/drive.py),
-    before and after only ``tables.py`` changes."""
+
+def _run_depcheck(root, env):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _RUN.format(root=str(root))], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    first, second, *hits = r.stdout.split()
+    return float(first), float(second), *map(int, hits)
+
+
+def _edit_a_dependency(tmp_path, overload_options):
+    """Four processes running ``kern.first`` (reads ``tables.TABLE``) and ``kern.second`` (the
+    same through an ``@overload`` in ``drive.py``): two before and two after only
+    ``tables.py`` changes; each gives (first, second, cache hits of each)."""
     import os
 
     pkg = tmp_path / "depcheck"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "tables.py").write_text(_TABLES.format("1.0"))
-    (pkg / "drive.py").write_text(_DRIVE.format(options=drive_options))
-    (pkg / "kern.py").write_text(_CALLER)
+    (pkg / "drive.py").write_text(_DRIVE.format(options=overload_options))
+    (pkg / "kern.py").write_text(_KERNEL)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT.parent), os.environ.get("PYTHONPATH", "")])}
     env.pop("NUMBA_CACHE_DIR", None)
     env.pop("NUMBA_DISABLE_JIT", None)
     runs = [_run_depcheck(tmp_path, env), _run_depcheck(tmp_path, env)]
     stats = {f: os.stat(pkg / f) for f in ("kern.py", "drive.py")}
-    (pkg / "tables.py").write_text(_TABLES.format("2.0"))
+    (pkg / "tables.py").write_text(_TABLES.format("2.0"))   # only the dependency changes
     for f, st in stats.items():
         os.utime(pkg / f, ns=(st.st_atime_ns, st.st_mtime_ns))
     return runs + [_run_depcheck(tmp_path, env), _run_depcheck(tmp_path, env)]
 
 
-def test_cache_follows_edits_behind_an_overload(tmp_path):
-    """An ``@overload`` implementation is compiled as a function of its own; cached (numba
-    keys it on the overload's own file), it kept the code of an older ``tables.py`` and was
-    linked into the recompiled kernel.  ``OVERLOAD_OPTIONS`` compiles it uncached: the
-    kernel's own cache entry (``DependencyCache``) holds it."""
+def test_cache_follows_edits_of_modules_a_kernel_is_built_from(tmp_path):
+    """numba keys its cache on the kernel's own file: a kernel that freezes another module's
+    array (or calls IR defined there) kept stale code after that module changed.  With
+    DependencyCache the next process recompiles; an unchanged tree loads from the cache.  An
+    ``@overload`` implementation is compiled as a function of its own; cached (numba keys it
+    on the overload's file alone), it kept the code of the older ``tables.py`` and was linked
+    into the recompiled kernel (``JIT_OPTIONS`` there gives 1.0 after the edit).
+    ``OVERLOAD_OPTIONS`` compiles it uncached: the kernel's own cache entry holds it."""
     assert _edit_a_dependency(tmp_path, "OVERLOAD_OPTIONS") == [
-        (1.0, 0), (1.0, 1), (2.0, 0), (2.0, 1)]
+        (1.0, 1.0, 0, 0),    # compiled, cache written
+        (1.0, 1.0, 1, 1),    # loaded from the cache
+        (2.0, 2.0, 0, 0),    # recompiled, not the stale 1.0
+        (2.0, 2.0, 1, 1)]
 
 
 def test_every_compiled_kernel_has_a_name_of_its_own():
