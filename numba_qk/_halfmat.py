@@ -1,6 +1,6 @@
 """The public layer of F16/BF16 weight matrices (``matmul``/``gemv``/``gemm`` with
 ``lhs_format=numba_qk.f16`` or ``numba_qk.bf16``): validation, the activation conversion of
-docs/halfmat.md step 1, and dispatch to ``kernels/halfmat.py`` over row chunks.
+docs/halfmat.md step 1, and dispatch to ``kernels/lowp/halfmat.py`` over row chunks.
 
 Accepted weights / activations: f16 -- numpy ``float16`` arrays (native byte order) or a
 ``numba_qk.Tensor`` of f16; bf16 -- ``ml_dtypes.bfloat16`` arrays or a ``numba_qk.Tensor`` of
@@ -17,7 +17,7 @@ from ._validate import as_array, check_f32, check_slot, prepare_out
 from .dtypes import dtype_lookup
 from ._registry import FLOAT_WEIGHTS
 from .formats import bf16, f16
-from .kernels import halfmat as _k
+from .kernels.lowp import halfmat as _k
 from .tensor import Tensor
 
 __all__ = ["FLOAT_WEIGHTS", "is_float_weight", "codes", "convert_activations", "matmul", "product"]

@@ -51,7 +51,7 @@ from numba_qk.kernels.iq import grid as _kiqgrid
 from numba_qk.kernels.iq import iq3_encode as _kiq3
 from numba_qk.kernels.iq import iq2_encode as _kiq2
 from numba_qk.kernels.iq import iq1_encode as _kiq1
-from numba_qk.kernels import ggml_cpu as _kggml_cpu
+from numba_qk.kernels.simd import ggml_cpu as _kggml_cpu
 
 __all__ = ["Binding", "BINDINGS", "BY_FORMAT", "QUANTIZABLE", "WEIGHTS", "TRAITS", "binding",
            "WEIGHTED", "IMATRIX_IGNORED", "REQUIRES_IMATRIX", "GGML_CPU_QUANTIZERS",
@@ -295,7 +295,7 @@ IMATRIX_IGNORED = (quant.q8_0, quant.mxfp4, quant.nvfp4, quant.tq1_0, quant.tq2_
                    quant.q2_0)
 
 # ggml's CPU activation quantizers (``quantize(..., numerics="ggml_cpu")``): what llama.cpp runs
-# on activations at run time, bit for bit (numba_qk.kernels.ggml_cpu).
+# on activations at run time, bit for bit (numba_qk.kernels.simd.ggml_cpu).
 GGML_CPU_QUANTIZERS = {quant.q8_0: _kggml_cpu.quantize_q8_0_ggml_cpu,
                        quant.q8_1: _kggml_cpu.quantize_q8_1_ggml_cpu,
                        quant.q8_k: _kggml_cpu.quantize_q8_k_ggml_cpu}

@@ -150,7 +150,7 @@ def quantize(values, format, *, imatrix=None, out=None, numerics="canonical"):
     run time (``quantize_row_q8_0`` / ``_q8_1`` / ``_q8_K`` of ggml-cpu/arch/x86/quants.c, the
     AVX path), bit for bit; they differ from the reference ones in a few blocks (ties rounded
     to even, ``id = 127 / amax``; Q8_K: the first extreme wins a ``+a``/``-a`` tie); see
-    ``numba_qk.kernels.ggml_cpu``.  Same domain and errors as the default ``"canonical"``.
+    ``numba_qk.kernels.simd.ggml_cpu``.  Same domain and errors as the default ``"canonical"``.
     """
     check_slot_in(format, "format", registry.QUANTIZABLE, "quantize")
     if numerics != "canonical":

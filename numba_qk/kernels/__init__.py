@@ -16,7 +16,7 @@ from numba_qk.kernels.kquants.dot import dot_q4_k_q8_k, gemv_q4_k_q8_k, record_s
 from numba_qk.kernels.kquants.q4_k import q4_k_d, q4_k_decode_into, q4_k_dmin, q4_k_quant, q4_k_scale_min
 from numba_qk.kernels.kquants.q8_k import q8_k_block_inverse, q8_k_bsum, q8_k_ds, q8_k_quant, quantize_block_q8_k, quantize_q8_k
 from numba_qk.kernels.lowp.codecs import decode_bf16, decode_e2m1, decode_e2m3, decode_e3m2, decode_e4m3, decode_e5m2, decode_e8m0, decode_f16, decode_i4, encode_bf16, encode_e2m1, encode_e2m3, encode_e3m2, encode_e4m3, encode_e5m2, encode_e8m0, encode_f16, encode_i4, encode_u4, packed_bit, packed_nibble
-from numba_qk.kernels.ggml_cpu import quantize_q8_0_ggml_cpu, quantize_q8_1_ggml_cpu, quantize_q8_k_ggml_cpu
+from numba_qk.kernels.simd.ggml_cpu import quantize_q8_0_ggml_cpu, quantize_q8_1_ggml_cpu, quantize_q8_k_ggml_cpu
 from . import blocks as _blocks
 from numba_qk.kernels.blocks import *  # noqa: F401,F403  (the per-format building blocks, blocks.__all__)
 

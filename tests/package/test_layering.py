@@ -129,6 +129,14 @@ def test_no_import_cycles():
     assert not gone, f"these cycles are gone or changed: update KNOWN_CYCLES: {gone}"
 
 
+def test_kernels_top_level_holds_only_shared_pieces():
+    """kernels/ is organised by family (kquants/, legacy/, iq/, ...) and tier (simd/); directly
+    in it only what every family shares (the driver, the scalar helpers, the traits type, the
+    thread pool's compiled half, the @njit building blocks): at most 8 files (issue 22)."""
+    top = sorted(p.name for p in (ROOT / "kernels").glob("*.py"))
+    assert len(top) <= 8, f"{len(top)} modules directly in numba_qk/kernels/: {top}"
+
+
 def test_no_imports_of_another_modules_private_names():
     _, private = _graph()
     bad = sorted(set(private) - PICKLE_LOOKUPS)
