@@ -267,6 +267,9 @@ def main(argv=None) -> int:
     from numba_qk import quantize_cli
 
     p_quant = quantize_cli.add_parser(sub, _quantizable_weights())
+    from numba_qk import split_cli
+
+    split_cli.add_parser(sub)
     p_bench = sub.add_parser("bench", help="matvec speed per accelerated tensor")
     p_bench.add_argument("file", nargs="?", help="GGUF file (default: the embedded demo model)")
     p_bench.add_argument("--repeat", type=int, default=20, help="timed repeats (default 20)")
@@ -308,6 +311,8 @@ def main(argv=None) -> int:
                 return cmd_inspect(args.file or _default_model(tmp, args.demo_dim))
             if args.command == "quantize":
                 return quantize_cli.run(args, parser, lambda: _default_model(tmp, args.demo_dim))
+            if args.command == "gguf-split":
+                return split_cli.run(args, parser)
             if args.command == "generate":
                 if args.n < 1 or args.threads < 1:
                     parser.error("-n and --threads must be >= 1")

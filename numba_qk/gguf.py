@@ -1523,7 +1523,7 @@ def _check_split_limits(max_tensors, max_size, what="split_file"):
 
 
 def split_file(src, prefix, *, max_tensors: Optional[int] = None, max_size: Optional[int] = None,
-               no_tensor_first_split: bool = False,
+               no_tensor_first_split: bool = False, dry_run: bool = False,
                progress: Optional[Callable[[str], None]] = None) -> list:
     """Split a GGUF file as llama.cpp's ``gguf-split --split`` does: shards
     ``<prefix>-0000K-of-0000N.gguf`` of at most ``max_tensors`` tensors (``--split-max-tensors``)
@@ -1534,7 +1534,10 @@ def split_file(src, prefix, *, max_tensors: Optional[int] = None, max_size: Opti
     and ``split.count`` (u16), in gguf-split's order. ``no_tensor_first_split``
     (``--no-tensor-first-split``): the first shard holds only the key-value pairs. Atomic as
     :func:`quantize_file`. Returns the shard paths. A split model given by its first shard is
-    split as a whole (gguf-split would split only the shard it is given)."""
+    split as a whole (gguf-split would split only the shard it is given). ``progress`` first
+    gets gguf-split's plan (``n_split: N``, then ``split 0000K: n_tensors = T, total_size =
+    SM`` per shard: header and tensor bytes in whole megabytes); ``dry_run`` (``--dry-run``)
+    stops there and writes nothing."""
     if (max_tensors is None) == (max_size is None):
         raise TypeError("split_file: give exactly one of max_tensors and max_size")
     _check_split_limits(max_tensors, max_size)
@@ -1550,6 +1553,13 @@ def split_file(src, prefix, *, max_tensors: Optional[int] = None, max_size: Opti
                if k not in (SPLIT_NO, SPLIT_COUNT, SPLIT_TENSORS_COUNT)]
         groups = _shard_groups(items, max_tensors, max_size, no_tensor_first_split)
         outs = _split_outs(prefix, kvs, groups, f.alignment)
+        say(f"n_split: {len(outs)}")
+        for i, out in enumerate(outs):   # gguf-split's print_info: meta size + ggml_nbytes
+            total = len(_header(out)) + sum(it[4] for it in out.items)
+            say(f"split {i + 1:05d}: n_tensors = {len(out.items)}, "
+                f"total_size = {total // 1000 // 1000}M")
+        if dry_run:
+            return [out.path for out in outs]
         stats = [sh[3] for sh in f._shards]
         for out in outs:
             _check_destination(out.path, stats)
@@ -1558,12 +1568,14 @@ def split_file(src, prefix, *, max_tensors: Optional[int] = None, max_size: Opti
     return [out.path for out in outs]
 
 
-def merge_file(src, dst, *, progress: Optional[Callable[[str], None]] = None) -> Path:
+def merge_file(src, dst, *, dry_run: bool = False,
+               progress: Optional[Callable[[str], None]] = None) -> Path:
     """Merge a split model, given by its first shard, into one file as llama.cpp's
     ``gguf-split --merge`` does: the first shard's key-value pairs with ``split.count`` set to
     0 (u16, moved to the end; ``split.no`` and ``split.tensors.count`` stay, so the file is not
     taken for a split model again), then every shard's tensors in order, kept byte for byte.
-    Atomic as :func:`quantize_file`; ``dst`` may exist (it is replaced). Returns ``dst``."""
+    Atomic as :func:`quantize_file`; ``dst`` may exist (it is replaced). Returns ``dst``.
+    ``dry_run``: every shard opened and checked, nothing written."""
     say = progress or (lambda line: None)
     dst = Path(dst)
     with GGUFFile(src) as f:
@@ -1586,6 +1598,8 @@ def merge_file(src, dst, *, progress: Optional[Callable[[str], None]] = None) ->
         kvs = [mm[kv.start:kv.end] for k, kv in f._kvs.items() if k != SPLIT_COUNT]
         kvs.append(_kv_entry(SPLIT_COUNT, 2, 0))
         out = _Out(dst, kvs, f.alignment, items)
+        if dry_run:
+            return dst
         _check_destination(dst, [sh[3] for sh in f._shards])
         _clean_stale_temps(dst, say)
         _write_outputs(f, [out], say, len(entries))

@@ -22,7 +22,7 @@ import re
 import sys
 import time
 
-__all__ = ["add_parser", "run", "preset_listing", "human_size"]
+__all__ = ["add_parser", "run", "preset_listing", "human_size", "split_max_size"]
 
 _STOI = re.compile(r"[ \t\n\v\f\r]*([+-]?\d+)")
 
@@ -107,6 +107,19 @@ def _stoi(text: str):
         return None
     v = int(m.group(1))
     return v if -2**31 <= v < 2**31 else None
+
+
+def split_max_size(text: str, parser) -> int:
+    """Bytes of ``--split-max-size N(M|G)`` as llama.cpp's tools read it (``N`` a positive
+    integer, M = 10**6 and G = 10**9 bytes); a usage error otherwise."""
+    unit = text[-1]
+    n = _stoi(text)
+    if unit not in "MG":
+        parser.error(f"--split-max-size: supported units are M (megabytes) or G "
+                     f"(gigabytes), but got: {unit}")
+    if n is None or n <= 0:
+        parser.error("--split-max-size: size must be a positive value")
+    return n * (1000**2 if unit == "M" else 1000**3)
 
 
 def _ggml_type(text: str, parser, flag: str) -> str:
@@ -209,16 +222,7 @@ def run(args, parser, default_model) -> int:
                      f"argument)")
     if args.include_weights and args.exclude_weights:
         parser.error("--include-weights and --exclude-weights cannot be used together")
-    split_size = None
-    if args.split_max_size:
-        unit = args.split_max_size[-1]
-        n = _stoi(args.split_max_size)
-        if unit not in "MG":
-            parser.error(f"--split-max-size: supported units are M (megabytes) or G "
-                         f"(gigabytes), but got: {unit}")
-        if n is None or n <= 0:
-            parser.error("--split-max-size: size must be a positive value")
-        split_size = n * (1000**2 if unit == "M" else 1000**3)
+    split_size = split_max_size(args.split_max_size, parser) if args.split_max_size else None
     if args.split_max_tensors is not None and args.split_max_tensors < 1:
         parser.error("--split-max-tensors must be positive")
     splitting = split_size is not None or args.split_max_tensors is not None

@@ -118,6 +118,39 @@ def test_merge_file(models, tmp_path):
         G.merge_file(models["small"], tmp_path / "none.gguf")
 
 
+def test_gguf_split_command(models, tmp_path, run_cli):
+    """``python -m numba_qk gguf-split``: the plan on stdout, the same files as split_file /
+    merge_file, --dry-run writes nothing, the merge refuses an existing output as
+    llama-gguf-split does, --delete-splits removes the shards once merged, usage errors."""
+    code, out, _ = run_cli("gguf-split", "--dry-run", "--split-max-tensors", "15",
+                           models["small"], tmp_path / "d")
+    assert code == 0 and out.splitlines()[0] == "n_split: 3" and not list(tmp_path.iterdir())
+    assert [ln.split(":")[0] for ln in out.splitlines()[1:]] == [f"split 0000{i}" for i in (1, 2, 3)]
+    (want,) = G.split_file(models["small"], tmp_path / "api", max_tensors=128)
+    code, out, _ = run_cli("gguf-split", models["small"], tmp_path / "s")   # 128 by default
+    assert code == 0 and out.splitlines()[0] == "n_split: 1"
+    assert (tmp_path / "s-00001-of-00001.gguf").read_bytes() == Path(want).read_bytes()
+    shards = G.split_file(models["small"], tmp_path / "t", max_tensors=15)
+    code, out, _ = run_cli("gguf-split", "--merge", "--dry-run", shards[0], tmp_path / "m.gguf")
+    assert code == 0 and not (tmp_path / "m.gguf").exists()
+    code, _, _ = run_cli("gguf-split", "--merge", shards[0], tmp_path / "m.gguf")
+    assert code == 0
+    ref = G.merge_file(shards[0], tmp_path / "ref.gguf")
+    assert (tmp_path / "m.gguf").read_bytes() == ref.read_bytes()
+    code, _, err = run_cli("gguf-split", "--merge", shards[0], tmp_path / "m.gguf")
+    assert code == 1 and "already exists" in err
+    code, _, _ = run_cli("gguf-split", "--merge", "--delete-splits", shards[0], tmp_path / "d.gguf")
+    assert code == 0 and not any(Path(p).exists() for p in shards)
+    assert (tmp_path / "d.gguf").read_bytes() == ref.read_bytes()
+    for args, msg in ((["--split-max-tensors", "2", "--split-max-size", "1M"], "not allowed"),
+                      (["--split-max-size", "3K"], "supported units are M"),
+                      (["--split-max-tensors", "0"], "must be positive"),
+                      (["--merge", "--split-max-tensors", "2"], "go with --split"),
+                      (["--delete-splits"], "goes with --merge")):
+        code, _, err = run_cli("gguf-split", *args, models["small"], tmp_path / "x")
+        assert code == 2 and msg in err, (args, err)
+
+
 # --- against llama-gguf-split -------------------------------------------------------------------
 
 SPLIT_CASES = [
@@ -166,6 +199,26 @@ def test_split_equals_gguf_split(models, tmp_path, model, args):
     got = _files(ours)
     for name in want:
         assert got[name] == want[name], name
+
+
+@need_split
+@pytest.mark.parametrize("args", [[], ["--split-max-size", "2M", "--no-tensor-first-split"]],
+                         ids=["default", "size-no-first"])
+def test_split_command_equals_gguf_split(models, tmp_path, run_cli, args):
+    """``python -m numba_qk gguf-split`` against the binary: the same files, the same plan
+    (its stdout lines), and the merge of the shards."""
+    r, ref = _gguf_split(tmp_path, *args, models["small"], "out")
+    assert r.returncode == 0, r.stderr
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    code, out, _ = run_cli("gguf-split", *args, models["small"], ours / "out")
+    assert code == 0 and _files(ours) == _files(ref)
+    assert out.splitlines() == [ln for ln in r.stdout.splitlines()
+                                if ln.startswith(("n_split", "split "))]
+    first = sorted(ref.iterdir())[0]
+    assert LT.run("llama-gguf-split", "--merge", first, tmp_path / "ref.gguf").returncode == 0
+    code, _, _ = run_cli("gguf-split", "--merge", sorted(ours.iterdir())[0], tmp_path / "o.gguf")
+    assert code == 0 and (tmp_path / "o.gguf").read_bytes() == (tmp_path / "ref.gguf").read_bytes()
 
 
 @need_split
