@@ -90,7 +90,9 @@ def breakdown(m, ids, n_decode):
 
     real_blocks = _runner._blocks
     weights = [w for L in m.layers for w in (L.wq, L.wk, L.wv, L.wo, L.gate, L.up, L.down)]
-    weights = list({id(w): w for w in weights + [m.output]}.values())
+    fused = [c for L in m.layers for c in (L.qkv_calls or []) + (L.glu_calls or [])
+             if isinstance(c, _runner._Fused)]
+    weights = list({id(w): w for w in weights + [m.output] + fused}.values())
     blocks = [w.block for w in weights]
     saved = {n: getattr(_runner, n) for n in ("gemv", "gemm", "quantize", "get_rows")}
     saved_k = {n: getattr(kernels, n) for n in ("attention_step", "residual_norm", "rms_norm",

@@ -31,6 +31,12 @@ _NEOX = ("gemma3", "qwen2", "qwen3")
 _X8_DECODE = (_LL.Q4_0, _LL.Q4_1, _LL.Q5_0)
 
 
+def _tiles_decode(fmt) -> bool:
+    """Whether ``_decode_block`` decodes ``fmt`` through a tile copy (x8 / x16)."""
+    return ((_x8.HAVE_X8 and _LL.CODES.get(fmt) in _X8_DECODE)
+            or (_x16.HAVE_X16 and fmt is quant.q4_k))
+
+
 def _decode_block(fmt, recs, gemv, threads):
     """``block(recs, x, out)``: one token's ``out = W x`` for weight records ``recs`` of
     ``fmt`` (``gemv`` is the format's @njit building block; None: no block, the public gemv
@@ -88,11 +94,11 @@ class _Weight:
             self.mat = None
             # one token: the @njit building block itself (same bits as ops.gemv, without the
             # public layer's checks, which cost ~10 us a call); with threads, its rows split by
-            # the compiled row runner (_threads.run_rows: each row still one serial call)
-            self.block = _decode_block(
-                self.fmt, self.recs,
-                getattr(_blocks, f"gemv_{self.fmt.name.lower()}_{self.act.name.lower()}", None),
-                threads)
+            # the compiled row runner (_threads.run_rows: each row still one serial call).
+            # Made by prepare_decode, unless the weight is decoded in a _Fused group.
+            self.gemv_block = getattr(
+                _blocks, f"gemv_{self.fmt.name.lower()}_{self.act.name.lower()}", None)
+            self.block = None
         elif info.type_name in ("F32", "F16"):
             self.fmt = self.act = None
             self.recs = None
@@ -100,6 +106,11 @@ class _Weight:
         else:
             raise _gguf.GGUFError(f"tensor {name!r} is {info.type_name}: not supported by "
                                   f"numba_qk.models")
+
+    def prepare_decode(self):
+        """Make the one-token block (a tile copy for the formats decoded through tiles)."""
+        if self.recs is not None and self.block is None:
+            self.block = _decode_block(self.fmt, self.recs, self.gemv_block, self.threads)
 
     def apply(self, xq, x):
         """``x @ W.T`` for ``x`` f32 ``[T, K]`` whose activation records are ``xq``."""
@@ -115,13 +126,56 @@ class _Weight:
         return gemm(self.recs, xq, lhs_format=self.fmt, rhs_format=self.act, threads=self.threads)
 
 
+class _Fused:
+    """Weights of one format that read the same activations (q/k/v, gate/up), decoded for one
+    token by one block over their rows stacked in one tile copy: one call (one hand-off to the
+    thread pool) instead of one per weight.  Every output row is still its own serial dot over
+    the same records, so the bits are those of the separate weights'.  Only formats decoded
+    through tiles (a copy made anyway); others stay separate weights."""
+
+    def __init__(self, weights, threads):
+        w0 = weights[0]
+        self.weights = weights
+        self.act = w0.act
+        self.ends = np.cumsum([w.rows for w in weights])
+        stacked = np.concatenate([np.asarray(w.recs) for w in weights])
+        # with tiles the block reads only its tile copy (_fuse groups only those formats)
+        self.recs = stacked[:0] if _tiles_decode(w0.fmt) else stacked
+        self.block = _decode_block(w0.fmt, stacked, w0.gemv_block, threads)
+
+    def apply_one(self, xq):
+        """The outputs ``[1, rows]`` of each weight for one token's activation records."""
+        out = np.empty((1, int(self.ends[-1])), np.float32)
+        self.block(self.recs, xq[0], out[0])
+        return np.split(out, self.ends[:-1], axis=1)
+
+
+def _fuse(weights, threads):
+    """``weights`` in decode calls: each format decoded through tiles with two or more weights
+    becomes one ``_Fused`` group (in the order of its first weight), the rest stay single;
+    every single weight gets its own block.  Returns the list of calls."""
+    calls, groups = [], {}
+    for w in weights:
+        if w.recs is not None and w.gemv_block is not None and _tiles_decode(w.fmt):
+            same = [v for v in weights if v.fmt is w.fmt and v.recs is not None]
+            if len(same) > 1:
+                if w.fmt not in groups:
+                    groups[w.fmt] = _Fused(same, threads)
+                    calls.append(groups[w.fmt])
+                continue
+        w.prepare_decode()
+        calls.append(w)
+    return calls
+
+
 NUMERICS = ("ggml_cpu", "canonical")
 
 
-def _quantized(x, weights, numerics="canonical"):
-    """Activation records of ``x`` f32 ``[T, K]`` for each activation format the weights need:
-    one quantization shared by every weight of that format (llama.cpp quantizes per matmul),
-    with ``ops.quantize``'s ``numerics``."""
+def _quantized(x, weights, numerics="canonical", calls=None):
+    """``x @ W.T`` for each weight W of ``weights``: activation records of ``x`` f32 ``[T, K]``
+    for each activation format the weights need, one quantization shared by every weight of
+    that format (llama.cpp quantizes per matmul), with ``ops.quantize``'s ``numerics``; one
+    token goes through the decode ``calls`` (``_fuse``) of those weights where given."""
     cache = {}
     for w in weights:
         if w.act is not None and w.act not in cache:
@@ -143,7 +197,15 @@ def _quantized(x, weights, numerics="canonical"):
             else:
                 cache[w.act] = quantize(np.ascontiguousarray(x).reshape(-1, b), format=w.act,
                                         numerics=numerics).reshape(T, n // b, -1)
-    return [w.apply(cache.get(w.act), x) for w in weights]
+    if calls is None or x.shape[0] != 1:
+        return [w.apply(cache.get(w.act), x) for w in weights]
+    got = {}
+    for c in calls:
+        if isinstance(c, _Fused):
+            got.update(zip(map(id, c.weights), c.apply_one(cache[c.act])))
+        else:
+            got[id(c)] = c.apply(cache.get(c.act), x)
+    return [got[id(w)] for w in weights]
 
 
 _NONE = np.empty(0, np.float32)   # an absent norm weight (the fused kernels skip the step)
@@ -178,6 +240,9 @@ class _Layer:
     post_ffn_norm: np.ndarray = field(default_factory=lambda: _NONE)
     window: int = 0
     freq_base: float = 10000.0
+    # one token's decode calls (_fuse) of q/k/v and of gate/up
+    qkv_calls: list = None
+    glu_calls: list = None
 
 
 class Model:
@@ -293,12 +358,17 @@ class Model:
                 if i in swa_layers:
                     layer.window = n_swa
                     layer.freq_base = freq_base_swa
+            layer.qkv_calls = _fuse([layer.wq, layer.wk, layer.wv], threads)
+            layer.glu_calls = _fuse([layer.gate, layer.up], threads)
+            layer.wo.prepare_decode()
+            layer.down.prepare_decode()
             self.layers.append(layer)
         self.output_norm = vec("output_norm.weight")
         embd = f.tensor("token_embd.weight")
         self.n_vocab = embd.shape[0]
         self.tok_embd = w("token_embd.weight")
         self.output = w("output.weight") if "output.weight" in names else self.tok_embd
+        self.output.prepare_decode()
         # qwen2.cpp's optional output.bias, added to the logits
         self.output_b = vec("output.bias") if arch == "qwen2" and "output.bias" in names else None
         # Llama 3.1+'s per-pair RoPE frequency factors (models/llama.cpp's rope_freqs, shared by
@@ -376,7 +446,7 @@ class Model:
         n_kv = n_past + T
         last = len(self.layers) - 1
         for il, L in enumerate(self.layers):
-            q, k, v = _quantized(h, (L.wq, L.wk, L.wv), nm)
+            q, k, v = _quantized(h, (L.wq, L.wk, L.wv), nm, L.qkv_calls)
             for y, b in ((q, L.bq), (k, L.bk), (v, L.bv)):
                 if b is not None:   # ggml_add in f32
                     y += b
@@ -389,7 +459,7 @@ class Model:
             if L.bo is not None:
                 o += L.bo
             K.residual_norm(x, o, L.post_attn_norm, eps, L.ffn_norm, h)
-            g, u = _quantized(h, (L.gate, L.up), nm)
+            g, u = _quantized(h, (L.gate, L.up), nm, L.glu_calls)
             if L.b_up is not None:
                 u += L.b_up
             if L.b_gate is not None:

@@ -77,6 +77,46 @@ def test_decode_blocks_split_over_threads_equal_gemv(fmt):
         assert_same_f32(out, want, f"{fmt} threads={threads}")
 
 
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_k"])
+def test_fused_decode_equals_each_weight(fmt):
+    """q/k/v (and gate/up) of one format decoded by one block over their stacked tile copy
+    (``_fuse``) equal each weight's own ``gemv`` bit for bit -- row counts that put rows of
+    two weights in one tile included -- with one and two threads; a weight of another format
+    stays a call of its own."""
+    import numba_qk as qk
+    from types import SimpleNamespace
+    from numba_qk.models._runner import _Fused, _fuse
+
+    rng = np.random.default_rng(6)
+    f = getattr(qk.quant, fmt)
+    act = qk.activation_format(f)
+    g = 2 * (256 // f.block_size)
+    gemv = getattr(qk.kernels, f"gemv_{fmt}_{act.name.lower()}")
+
+    def weight(rows, fmt=f):
+        recs = qk.quantize(rng.standard_normal((rows * g, fmt.block_size)).astype(np.float32),
+                           format=fmt).reshape(rows, g, fmt.block_bytes)
+        a = qk.activation_format(fmt)
+        return SimpleNamespace(fmt=fmt, act=a, recs=recs, rows=rows, threads=1, block=None,
+                               gemv_block=getattr(qk.kernels, f"gemv_{fmt.name.lower()}_"
+                                                              f"{a.name.lower()}"),
+                               prepare_decode=lambda: None)
+
+    ws = [weight(rows) for rows in (16 * 3 + 5, 7, 16 + 9)]
+    x = qk.quantize(rng.standard_normal((g * f.block_size // act.block_size, act.block_size))
+                    .astype(np.float32), format=act)
+    for threads in (1, 2):
+        outs = _Fused(ws, threads).apply_one(x[None])
+        for w, got in zip(ws, outs):
+            assert got.shape == (1, w.rows)
+            assert_same_f32(got[0], qk.gemv(w.recs, x, lhs_format=f, rhs_format=act),
+                            f"{fmt} threads={threads} rows={w.rows}")
+    other = weight(8, qk.quant.q8_0)
+    calls = _fuse([ws[0], other, ws[1]], 1)
+    assert len(calls) == 2 and isinstance(calls[0], _Fused) and calls[1] is other
+    assert calls[0].weights == [ws[0], ws[1]] and gemv is ws[0].gemv_block
+
+
 def test_logits_agree_with_llama_cpp_golden(tiny):
     arch, path, m = tiny
     golden = GOLDEN / f"tiny_{arch}.npz"
