@@ -137,7 +137,9 @@ class _Fused:
         w0 = weights[0]
         self.weights = weights
         self.act = w0.act
-        self.ends = np.cumsum([w.rows for w in weights])
+        ends = np.cumsum([w.rows for w in weights]).tolist()
+        self.rows = ends[-1]
+        self.spans = list(zip([0] + ends[:-1], ends))
         stacked = np.concatenate([np.asarray(w.recs) for w in weights])
         # with tiles the block reads only its tile copy (_fuse groups only those formats)
         self.recs = stacked[:0] if _tiles_decode(w0.fmt) else stacked
@@ -145,9 +147,9 @@ class _Fused:
 
     def apply_one(self, xq):
         """The outputs ``[1, rows]`` of each weight for one token's activation records."""
-        out = np.empty((1, int(self.ends[-1])), np.float32)
+        out = np.empty((1, self.rows), np.float32)
         self.block(self.recs, xq[0], out[0])
-        return np.split(out, self.ends[:-1], axis=1)
+        return [out[:, a:b] for a, b in self.spans]
 
 
 def _fuse(weights, threads):
