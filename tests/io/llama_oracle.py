@@ -1,7 +1,9 @@
 """Run llama.cpp's own quantizer (``llama_cpp.llama_model_quantize`` of a natively built
 llama-cpp-python, in its own interpreter) with llama-quantize's parameters, as the oracle for
-byte-identity tests. ``NUMBA_QK_LLAMA_CPP_PYTHON`` names the interpreter (default
-/work/native-ggml/bin/python); :func:`available` says whether it works.
+byte-identity tests. ``NUMBA_QK_LLAMA_CPP_PYTHON`` names the interpreter; without it, the
+``.native-ggml`` virtual environment that ``shared/tools/build-native-ggml.sh`` makes by default,
+in the repository or beside it (:data:`LLAMA_PY`, the one default the tests use);
+:func:`available` says whether it works.
 
 What llama-quantize's main() adds on top of ``llama_model_quantize`` (its parsing, the
 ``quantize.imatrix.*`` keys) is passed here already done: kv overrides as (key, type, value),
@@ -15,7 +17,16 @@ import os
 import subprocess
 from pathlib import Path
 
-LLAMA_PY = os.environ.get("NUMBA_QK_LLAMA_CPP_PYTHON", "/work/native-ggml/bin/python")
+def _default_interpreter() -> str:
+    root = Path(__file__).resolve().parents[2]
+    for d in (root, root.parent):
+        py = d / ".native-ggml" / "bin" / "python"
+        if py.exists():
+            return str(py)
+    return str(root / ".native-ggml" / "bin" / "python")
+
+
+LLAMA_PY = os.environ.get("NUMBA_QK_LLAMA_CPP_PYTHON") or _default_interpreter()
 
 _SCRIPT = r'''
 import ctypes, json, sys

@@ -201,7 +201,7 @@ def test_cli_to_preset_and_type(tmp_path, run_cli):
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "c.gguf").exists()
 
 
-LLAMA_PY = os.environ.get("NUMBA_QK_LLAMA_CPP_PYTHON", "/work/native-ggml/bin/python")
+from llama_oracle import LLAMA_PY  # noqa: E402  (the one default interpreter)
 
 
 @pytest.mark.slow

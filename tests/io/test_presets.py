@@ -429,13 +429,13 @@ def test_refusal_order_follows_llama_cpp():
 @pytest.mark.slow
 def test_against_llama_cpp_quantizer(tmp_path):
     """A few presets through llama.cpp's own quantizer (llama-cpp-python built from source;
-    interpreter from $NUMBA_QK_LLAMA_CPP_PYTHON or /work/native-ggml/bin/python)."""
+    interpreter: ``llama_oracle.LLAMA_PY``)."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
-    py = os.environ.get("NUMBA_QK_LLAMA_CPP_PYTHON", "/work/native-ggml/bin/python")
+    from llama_oracle import LLAMA_PY as py
     if not Path(py).exists() or subprocess.run([py, "-c", "import llama_cpp"],
                                                capture_output=True).returncode != 0:
         pytest.skip("no llama-cpp-python interpreter")
