@@ -41,14 +41,17 @@ built from ``numba_qk.formats.iq_grids``, ggml's data).
 """
 
 from llvmlite import ir
-from numba.core import cgutils
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
 from numba_qk.formats import iq as _iq
 from numba_qk.formats import iq_grids as _g
 from numba_qk.formats import quant
-from numba_qk.kernels.simd.base import (FEATURES, HAVE_AVX2, HAVE_VNNI, Ops, decl, gather_f16,
-                                        gather_f32, i8, i16, i32, i64, load, record_intrinsic,
-                                        reduce_many, splat_lanes, tile_intrinsic, vec)
+
+from numba_qk.kernels.simd.base import (FEATURES, HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, Ops, decl,
+                                        float_array_ptr, fold_into, gather_f16, gather_f32, i8,
+                                        i16, i32, i64, load, record_intrinsic, reduce_many,
+                                        splat_lanes, tile_intrinsic, vcall, vec)
 
 _A_DS_AT = quant.q8_k.field("ds").start
 _A_Q_AT = quant.q8_k.field("q").start
@@ -233,8 +236,9 @@ class _Fmt:
     """A grid format's layout (byte offsets from its schema), its constant ``c`` and the
     decoding of one record into 8 units of 32 elements."""
 
-    def __init__(self, fmt, c, units, d_at=0):
+    def __init__(self, fmt, c, units, d_at=0, sub=32):
         self.fmt, self.name, self.c, self.units, self.d_at = fmt, fmt.name.lower(), c, units, d_at
+        self.sub = sub    # elements per scale code (16: IQ2_XS, IQ2_S, IQ1_M)
 
 
 _QS = 2
@@ -376,12 +380,12 @@ def _d_iq1_m(b, wbs):
 
 FORMATS = {f.name: f for f in (
     _Fmt(_iq.iq2_xxs, 0.125, _units_iq2_xxs),
-    _Fmt(_iq.iq2_xs, 0.125, _units_iq2_xs),
-    _Fmt(_iq.iq2_s, 0.125, _units_iq2_s),
+    _Fmt(_iq.iq2_xs, 0.125, _units_iq2_xs, sub=16),
+    _Fmt(_iq.iq2_s, 0.125, _units_iq2_s, sub=16),
     _Fmt(_iq.iq3_xxs, 0.25, _units_iq3_xxs),
     _Fmt(_iq.iq3_s, 1.0, _units_iq3_s),
     _Fmt(_iq.iq1_s, 0.125, _units_iq1_s),
-    _Fmt(_iq.iq1_m, 0.125, _units_iq1_m, d_at=None),
+    _Fmt(_iq.iq1_m, 0.125, _units_iq1_m, d_at=None, sub=16),
 )}
 
 
@@ -502,6 +506,153 @@ def _make_tile(name, vnni, over_rows):
     return tile_intrinsic(over_rows, 8, make_values)
 
 
+# ---- gemm by decoded records (AVX-512 VNNI): 8 weight rows x 16 activations per step ----------
+#
+# The weight records are decoded once per gemm call into DEC_BYTES each: the 256 multipliers q
+# as int8 (|q| <= 62), the nsub = 256 / sub scale factors 2 ls + 1 as i32 at byte DEC_SC_AT,
+# R32(f32(d) * c) (exact) at DEC_DC_AT and C = BIAS * sum_s (2 ls_s + 1) sum_{i in s} q_i
+# (i32) at DEC_C_AT.  The activations are laid out once per call in tiles of 16 (``XT_BYTES``
+# per tile and record, see kernels/iq/grid.py): the quants plus BIAS as u8 (xq ^ 0x80), 64
+# vectors of 16 i32 (vector k: quants 4k .. 4k+3 of each activation), then the 16 ds (f32) at
+# XT_DS_AT.  Per weight row, one zmm lane per activation (as ggml's tiled kernels):
+#
+#     a_s  = sum of vpdpbusd(xq + BIAS quads, the row's q quad broadcast) over sub-block s
+#          = sum_{i in s} (xq_i + BIAS) q_i                             i32 lane per activation
+#     S    = sum_s (2 ls_s + 1) a_s - C                                (vpmulld, vpaddd)
+#
+# exact in modular int32 arithmetic, and S itself fits (docs/numerics_iq_grid.md), so S is the
+# exact integer of the record pair; then the record value's float steps, lane by lane, folded
+# into the row's 16 lanes in record order (``base.fold_into``).
+
+BIAS = 128     # the activations' u8 quants are xq ^ 0x80 (kernels/iq/grid.py)
+DEC_BYTES = 384
+DEC_SC_AT, DEC_DC_AT, DEC_C_AT = 256, 320, 324
+XT_BYTES = 4096 + 64
+XT_DS_AT = 4096
+MK_ROWS, MK_ACTS = 8, 16
+
+
+def _raw_ptr(context, builder, arrty, arr, off):
+    """i8* to byte ``off`` of any array's data (its element type ignored)."""
+    data = context.make_array(arrty)(context, builder, arr).data
+    return builder.gep(builder.bitcast(data, i8.as_pointer()), [off])
+
+
+def _store_at(b, base, off, v):
+    b.store(v, b.bitcast(b.gep(base, [_c(off, i64)]), v.type.as_pointer()), align=1)
+
+
+def _decode_into(b, kf, wb, db):
+    """Store weight record ``wb`` of format ``kf`` decoded at ``db`` (layout above)."""
+    units = kf.units(b, wb)
+    ops = Ops(b, False, False)
+    ones = ir.Constant(_V32, [1] * 32)
+    csum = None
+    for u, (grid, signs, sc) in enumerate(units):
+        w = grid if signs is None else b.sub(b.xor(grid, signs), signs)
+        _store_at(b, db, 32 * u, w)
+        m = b.call(ops.maddwd, [b.call(ops.maddubs, [ones, w]), sc])   # (2 ls + 1) q pairs
+        csum = m if csum is None else b.add(csum, m)
+    radd = decl(b, "llvm.vector.reduce.add.v8i32", i32, [vec(i32, 8)])
+    _store_at(b, db, DEC_C_AT, b.mul(b.call(radd, [csum]), _c(BIAS)))
+    lanes = [0] if kf.sub == 32 else [0, 8]
+    k = 0
+    for _, _, sc in units:
+        for lane in lanes:
+            _store_at(b, db, DEC_SC_AT + 4 * k, b.sext(b.extract_element(sc, _c(lane)), i32))
+            k += 1
+    d = _d_iq1_m(b, [wb]) if kf.d_at is None else gather_f16(b, [wb], kf.d_at)
+    dc = b.fmul(b.extract_element(d, _c(0)), ir.Constant(_F32, kf.c))   # exact: c = 2**-k
+    _store_at(b, db, DEC_DC_AT, dc)
+
+
+def _make_decode(name):
+    """Intrinsic ``decode(w, w_off, dec, d_off)``: the record at byte ``w_off`` of uint8 array
+    ``w`` (format ``name``) decoded into ``DEC_BYTES`` at byte ``d_off`` of array ``dec``."""
+    @intrinsic
+    def decode(typingctx, w, w_off, dec, d_off):
+        if not (isinstance(w, types.Array) and isinstance(dec, types.Array)):
+            return None
+        sig = types.none(w, types.intp, dec, types.intp)
+
+        def codegen(context, builder, signature, args):
+            wb = _raw_ptr(context, builder, signature.args[0], args[0], args[1])
+            db = _raw_ptr(context, builder, signature.args[2], args[2], args[3])
+            _decode_into(builder, FORMATS[name], wb, db)
+            return context.get_dummy_value()
+        return sig, codegen
+    return decode
+
+
+def _splat_load(b, ptr, ty, n):
+    """<n x ty>: the scalar at ``ptr`` (i8*) in every lane."""
+    v = b.load(b.bitcast(ptr, ty.as_pointer()), align=1)
+    z = ir.Constant(vec(ty, 1), None)
+    return b.shuffle_vector(b.insert_element(z, v, _c(0)), z,
+                            ir.Constant(vec(i32, n), [0] * n))
+
+
+def _make_microtile(sub):
+    """Intrinsic ``mk(dec, d_off, r_step, xt, x_off, acc, first)``: record values of
+    ``MK_ROWS`` decoded weight records (at bytes ``d_off + t * r_step`` of ``dec``; ``sub``
+    elements per scale) against the ``MK_ACTS`` activations of the tile record at byte
+    ``x_off`` of ``xt``, folded into ``acc.flat[16 t : 16 t + 16]`` (f32) for row t
+    (``first``: the fold's first record)."""
+    @intrinsic
+    def microtile(typingctx, dec, d_off, r_step, xt, x_off, acc, first):
+        if not all(isinstance(a, types.Array) for a in (dec, xt, acc)):
+            return None
+        sig = types.none(dec, types.intp, types.intp, xt, types.intp, acc, types.boolean)
+
+        def codegen(context, builder, signature, args):
+            b = builder
+            nsub, quads = 256 // sub, sub // 4
+            v16, f16v = vec(i32, 16), vec(_F32, 16)
+            ops = Ops(b, True, True)
+            dec_v, d_off_v, r_step_v, xt_v, x_off_v, acc_v, first_v = args
+            rows = [_raw_ptr(context, b, signature.args[0], dec_v,
+                             b.add(d_off_v, b.mul(r_step_v, ir.Constant(r_step_v.type, t))))
+                    for t in range(MK_ROWS)]
+            xb = _raw_ptr(context, b, signature.args[3], xt_v, x_off_v)
+
+            def at(p, off):
+                return b.gep(p, [_c(off, i64)])
+
+            # an empty inline-asm statement that clobbers memory after each quad step: the
+            # row's broadcast loads then stay beside their vpdpbusd (a {1to16} memory
+            # operand); left alone, LLVM hoisted them all and spilled
+            fence = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "", "~{memory}",
+                                 side_effect=True)
+            # and an empty one that returns its operand in the same register: each sub-block's
+            # product is added when it is made (LLVM otherwise kept them all for one sum at
+            # the end, and spilled)
+            keep = ir.InlineAsm(ir.FunctionType(v16, [v16]), "", "=v,0", side_effect=False)
+            zero = ir.Constant(v16, None)
+            s1 = [None] * MK_ROWS
+            for s in range(nsub):
+                a = [zero] * MK_ROWS
+                for g in range(quads):
+                    kq = s * quads + g
+                    xq = b.load(b.bitcast(at(xb, 64 * kq), v16.as_pointer()), align=1)
+                    for t in range(MK_ROWS):
+                        wq = _splat_load(b, at(rows[t], 4 * kq), i32, 16)
+                        a[t] = vcall(b, ops.dpbusd, [a[t], xq, wq])
+                    b.call(fence, [])
+                for t in range(MK_ROWS):
+                    m = b.mul(a[t], _splat_load(b, at(rows[t], DEC_SC_AT + 4 * s), i32, 16))
+                    s1[t] = m if s1[t] is None else b.call(keep, [b.add(s1[t], m)])
+            ds = b.load(b.bitcast(at(xb, XT_DS_AT), f16v.as_pointer()), align=1)
+            accp = float_array_ptr(context, b, signature.args[5], acc_v)
+            for t in range(MK_ROWS):
+                st = b.sub(s1[t], _splat_load(b, at(rows[t], DEC_C_AT), i32, 16))
+                dc = _splat_load(b, at(rows[t], DEC_DC_AT), _F32, 16)
+                v = b.fmul(ds, b.fmul(dc, b.sitofp(st, f16v)))
+                fold_into(b, b.gep(accp, [_c(16 * t)]), v, b.zext(first_v, i32))
+            return context.get_dummy_value()
+        return sig, codegen
+    return microtile
+
+
 # {t}_q8_k_s_{avx2, avx2vnni}: S (the tests check both against the loops); {t}_q8_k_value,
 # {t}_acts_x8 and {t}_rows_x8 with VNNI where the target has it.  The 8-row gemv tile decodes its
 # records one after the other (``_sums_one_by_one``): left to interleave them, LLVM spilled and
@@ -521,4 +672,11 @@ for _name in FORMATS:
     __all__ += [f"{_name}_q8_k_value", f"{_name}_acts_x8"]
     globals()[f"{_name}_rows_x8"] = _make_tile(_name, HAVE_VNNI, True)
     __all__.append(f"{_name}_rows_x8")
+    globals()[f"{_name}_decode"] = _make_decode(_name)
+    __all__.append(f"{_name}_decode")
 del _name, _var, _v
+# The gemm microtiles (one per scale span) where the target has AVX-512 VNNI.
+HAVE_GEMM_TILES = HAVE_VNNI and HAVE_AVX512
+microtile_sub32 = _make_microtile(32)
+microtile_sub16 = _make_microtile(16)
+__all__ += ["microtile_sub32", "microtile_sub16", "HAVE_GEMM_TILES"]
