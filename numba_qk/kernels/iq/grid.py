@@ -573,9 +573,11 @@ for _fmt, _dot in ((_XXS2, dot_iq2_xxs_q8_k_portable), (_XS2, dot_iq2_xs_q8_k_po
                    (_S3, dot_iq3_s_q8_k_portable), (_S1, dot_iq1_s_q8_k_portable),
                    (_M1, dot_iq1_m_q8_k_portable)):
     _t = _fmt.name.lower()
+    # with the gemm microtiles (below) the driver's gemm only takes batches under
+    # GEMM_TILE_MIN_BATCH (1, 2: gemv per activation) and strided records: no 8-activation tile
     register(_fmt.ggml_type, loop_dot=_loop_dot(_dot), value=getattr(_simd, f"{_t}_q8_k_value"),
              rows_x8=getattr(_simd, f"{_t}_rows_x8", None),
-             acts_x8=getattr(_simd, f"{_t}_acts_x8"))
+             acts_x8=None if _simd.HAVE_GEMM_TILES else getattr(_simd, f"{_t}_acts_x8"))
 del _fmt, _dot, _t
 dot_iq2_xxs_q8_k, gemv_iq2_xxs_q8_k, gemm_iq2_xxs_q8_k = kernels_for(_XXS2.ggml_type)
 dot_iq2_xs_q8_k, gemv_iq2_xs_q8_k, gemm_iq2_xs_q8_k = kernels_for(_XS2.ggml_type)
@@ -592,7 +594,7 @@ dot_iq1_m_q8_k, gemv_iq1_m_q8_k, gemm_iq1_m_q8_k = kernels_for(_M1.ggml_type)
 _XT, _DEC = _simd.XT_BYTES, _simd.DEC_BYTES
 _XQ_AT, _XDS_AT = X_Q_AT, quant.q8_k.field("ds").start
 # Below this batch the driver's gemm (gemv per activation) runs: a tile has 16 lanes.
-GEMM_TILE_MIN_BATCH = 4
+GEMM_TILE_MIN_BATCH = 3
 
 
 @kernel
