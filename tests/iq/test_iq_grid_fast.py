@@ -67,14 +67,16 @@ def _unaligned(a):
 
 @pytest.mark.parametrize("name", default_few(NAMES, {"iq3_xxs"}))  # value + both tiles
 def test_fast_paths_equal_the_portable_definition(name, rng):
-    """dot, gemv (2 tiles of 8 rows + 3 leftover rows), gemm (1 tile of 8 activations + 3
-    leftover, 2 record blocks) and matmul equal the portable dot of every (row, activation)
-    pair bit for bit; also on strided (the loops), read-only and unaligned inputs and G = 0, 1."""
+    """dot, gemv (2 tiles of 8 rows + 3 leftover rows), gemm (2 tiles of 8 activations + 3
+    leftover, 2 record blocks; with AVX-512 VNNI a full and a partial tile of 16 activations
+    over 2 bands of 8 decoded rows + 3, and 2 activations through gemv) and matmul equal the
+    portable dot of every (row, activation) pair bit for bit; also on strided (the loops),
+    read-only and unaligned inputs and G = 0, 1."""
     fmt = getattr(qk.quant, name)
     t = name
     port = getattr(grid, f"dot_{t}_q8_k_portable")
     dot, gemv, gemm = (getattr(grid, f"{k}_{t}_q8_k") for k in ("dot", "gemv", "gemm"))
-    rows, batch = 19, 11
+    rows, batch = 19, 19
     for g in (10, 1, 0):
         w = random_iq_grid(rng, fmt, rows * g).reshape(rows, g, fmt.block_bytes)
         x = rng.integers(0, 256, (batch, g, 292), dtype=np.uint8)
@@ -99,13 +101,16 @@ def test_fast_paths_equal_the_portable_definition(name, rng):
             gemv(w, x[a], got_gemv[a])
         got_gemm = np.empty((batch, rows), np.float32)
         gemm(w, x, got_gemm)
+        got_gemm2 = np.empty((batch, rows), np.float32)
+        gemm(w, x[:2], got_gemm2[:2])
+        gemm(w, x[2:], got_gemm2[2:])
         ws = np.zeros((rows, g, 2 * fmt.block_bytes), np.uint8)      # strided bytes
         ws[:, :, ::2] = w
         ws = ws[:, :, ::2]
         wro, xro = w.copy(), x.copy()
         wro.flags.writeable = xro.flags.writeable = False
         wu, xu = _unaligned(w), _unaligned(x)
-        got = {"dot": got_dot, "gemv": got_gemv, "gemm": got_gemm}
+        got = {"dot": got_dot, "gemv": got_gemv, "gemm": got_gemm, "gemm 2 + 17": got_gemm2}
         for label, ww, xx in (("strided", ws, xro), ("read-only", wro, xro),
                               ("unaligned", wu, xu)):
             got[f"{label} gemm"] = np.empty((batch, rows), np.float32)
@@ -116,6 +121,18 @@ def test_fast_paths_equal_the_portable_definition(name, rng):
         with np.errstate(all="ignore"):
             for label, arr in got.items():
                 assert_same_f32(arr, want, f"{name} G={g} {label}")
+    # gemm over several decoded-row panels (203 rows of 10 records: 12 bands of 8 per panel
+    # with the microtiles; and a partial last band), 33 activations (3 tiles of 16, 1 lane used
+    # in the last)
+    rows2, g = 203, 10
+    w = random_iq_grid(rng, fmt, rows2 * g).reshape(rows2, g, fmt.block_bytes)
+    x = rng.integers(0, 256, (33, g, 292), dtype=np.uint8)
+    x[:, :, 3] &= 0x3F
+    want = np.array([[port(w[r], x[a]) for r in range(rows2)] for a in range(33)], np.float32)
+    got_gemm = np.empty((33, rows2), np.float32)
+    gemm(w, x, got_gemm)
+    with np.errstate(all="ignore"):
+        assert_same_f32(got_gemm, want, f"{name} gemm 203 rows x 33")
     # matmul: activations quantized to Q8_K first, then the same dots (one 8-activation tile
     # + 1 leftover, 2 tiles of 8 rows + 3)
     g = 3

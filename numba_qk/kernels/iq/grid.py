@@ -595,6 +595,7 @@ _XT, _DEC = _simd.XT_BYTES, _simd.DEC_BYTES
 _XQ_AT, _XDS_AT = X_Q_AT, quant.q8_k.field("ds").start
 # Below this batch the driver's gemm (gemv per activation) runs: a tile has 16 lanes.
 GEMM_TILE_MIN_BATCH = 3
+_PANEL_BYTES = 384 << 10   # decoded weight bytes per panel (64 rows of 4096 columns)
 
 
 @kernel
@@ -615,11 +616,13 @@ def _x_tiles(x, xt, base):
 
 
 def _tiled_gemm(decode, microtile, fallback):
-    """The gemm of one grid format: weight records decoded once per call (``decode``), 8 rows
-    at a time, against the activations in tiles of 16 (``_x_tiles``) through ``microtile``;
-    ``fallback`` (the driver's gemm) for strided records and batches under
-    ``GEMM_TILE_MIN_BATCH``.  Each output is the fold of its record values in record order,
-    as every path (the microtile keeps one lane per activation and row)."""
+    """The gemm of one grid format: weight records decoded once per call (``decode``) a panel
+    of bands of 8 rows at a time (about ``_PANEL_BYTES`` decoded, kept in L2 while every
+    activation tile passes), the activations laid out once in tiles of 16 (``_x_tiles``), and
+    per (tile, band) the records in order through ``microtile``; ``fallback`` (the driver's
+    gemm) for strided records and batches under ``GEMM_TILE_MIN_BATCH``.  Each output is the
+    fold of its record values in record order, as on every path (the microtile keeps one lane
+    per row and activation)."""
     def gemm_tiles(w, x, out):
         batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
         if no_records(g, out):
@@ -631,24 +634,28 @@ def _tiled_gemm(decode, microtile, fallback):
         xt = np.zeros(tiles * g * _XT + 64, np.uint8)
         xb = (64 - array_address(xt) % 64) % 64
         _x_tiles(x, xt, xb)
-        step = g * _DEC
-        dec = np.zeros(8 * step + 64, np.uint8)
+        step = g * _DEC                                  # bytes per decoded row
+        bands = (rows + 7) // 8
+        panel = min(bands, max(1, _PANEL_BYTES // (8 * step)))
+        dec = np.zeros(panel * 8 * step + 64, np.uint8)
         db = (64 - array_address(dec) % 64) % 64
         acc = np.empty(8 * 16, np.float32)
         ws0, ws1 = w.strides[0], w.strides[1]
-        for r0 in range(0, rows, 8):
-            nr = min(8, rows - r0)
-            for t in range(nr):
+        for p0 in range(0, bands, panel):
+            p1 = min(bands, p0 + panel)
+            for r in range(8 * p0, min(rows, 8 * p1)):
                 for b in range(g):
-                    decode(w, (r0 + t) * ws0 + b * ws1, dec, db + t * step + b * _DEC)
+                    decode(w, r * ws0 + b * ws1, dec, db + (r - 8 * p0) * step + b * _DEC)
             for tile in range(tiles):
-                for b in range(g):
-                    microtile(dec, db + b * _DEC, step, xt, xb + (tile * g + b) * _XT, acc,
-                              b == 0)
                 na = min(16, batch - 16 * tile)
-                for t in range(nr):
-                    for k in range(na):
-                        out[16 * tile + k, r0 + t] = acc[16 * t + k]
+                for band in range(p0, p1):
+                    at = db + (band - p0) * 8 * step
+                    for b in range(g):
+                        microtile(dec, at + b * _DEC, step, xt, xb + (tile * g + b) * _XT,
+                                  acc, b == 0)
+                    for t in range(min(8, rows - 8 * band)):
+                        for k in range(na):
+                            out[16 * tile + k, 8 * band + t] = acc[16 * t + k]
     return kernel(gemm_tiles)
 
 

@@ -1,7 +1,9 @@
 """Explicit-SIMD record sums of the grid IQ formats against Q8_K (IQ2_XXS, IQ2_XS, IQ2_S,
 IQ3_XXS, IQ3_S, IQ1_S, IQ1_M; LLVM IR through numba intrinsics, the plumbing of ``base.py``):
 the record value ``v``, the 8-activation gemm tile and the 8-row gemv tile of the driver
-(``kernels/drive.py``), registered by ``kernels/iq/grid.py``.
+(``kernels/drive.py``), registered by ``kernels/iq/grid.py``; with AVX-512 VNNI the gemm runs
+on records decoded once per call instead (``<t>_decode`` and the 8-row x 16-activation
+``microtile_sub{32,16}``, section "gemm by decoded records" below).
 
 Integer work (exact in any order, so these give the integers of the readable loops
 ``record_sums_<t>_q8_k`` of ``kernels/iq/grid.py``), per record pair, in units of 32 elements in
@@ -520,8 +522,8 @@ def _make_tile(name, vnni, over_rows):
 #          = sum_{i in s} (xq_i + BIAS) q_i                             i32 lane per activation
 #     S    = sum_s (2 ls_s + 1) a_s - C                                (vpmulld, vpaddd)
 #
-# exact in modular int32 arithmetic, and S itself fits (docs/numerics_iq_grid.md), so S is the
-# exact integer of the record pair; then the record value's float steps, lane by lane, folded
+# exact: every intermediate fits int32 (sum_s (2 ls_s + 1) a_s <= 31 * 255 * 62 * 256 < 2**27,
+# C < 2**26; docs/numerics_iq_grid.md), so S is the exact integer of the record pair; then the record value's float steps, lane by lane, folded
 # into the row's 16 lanes in record order (``base.fold_into``).
 
 BIAS = 128     # the activations' u8 quants are xq ^ 0x80 (kernels/iq/grid.py)
