@@ -180,3 +180,34 @@ def random_iq_grid(rng, fmt, g: int) -> np.ndarray:
     else:
         rec[:, 0], rec[:, 1] = bits & 0xFF, bits >> 8
     return rec
+
+
+def unaligned(a):
+    """A copy of ``a`` whose data starts one byte past an aligned address."""
+    buf = np.zeros(a.nbytes + 1, np.uint8)
+    out = buf[1:].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+_KEEP = []   # the guarded mappings stay mapped for the life of the process
+
+
+def before_a_guard_page(nbytes):
+    """A writable uint8 array of ``nbytes`` that ends where a PROT_NONE page begins (Linux;
+    elsewhere a plain array)."""
+    import ctypes
+    import mmap
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return np.zeros(nbytes, np.uint8)
+    page = mmap.PAGESIZE
+    pages = -(-nbytes // page) + 1
+    m = mmap.mmap(-1, pages * page)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(addr + (pages - 1) * page, page, 0) == 0   # PROT_NONE
+    _KEEP.append(m)
+    return np.frombuffer(m, np.uint8, count=nbytes, offset=(pages - 1) * page - nbytes)

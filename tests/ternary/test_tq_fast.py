@@ -17,6 +17,7 @@ import numba_qk as qk
 from numba_qk.kernels.simd import base as _simd
 from numba_qk.kernels.ternary import tq
 from numba_qk.testing.asserts import assert_same_f32
+from records import before_a_guard_page, unaligned
 from subsets import default_few
 
 NAMES = ["tq1_0", "tq2_0"]
@@ -85,37 +86,6 @@ def test_digit_rule_of_the_vector_decoder():
         assert len(set((b * 3 ** n) % 256)) == 256
 
 
-def _unaligned(a):
-    """A copy of ``a`` whose data starts one byte past an aligned address."""
-    buf = np.zeros(a.nbytes + 1, np.uint8)
-    out = buf[1:].view(a.dtype).reshape(a.shape)
-    out[...] = a
-    return out
-
-
-_KEEP = []   # the guarded mappings stay mapped for the life of the process
-
-
-def _before_a_guard_page(nbytes):
-    """A writable uint8 array of ``nbytes`` that ends where a PROT_NONE page begins (Linux;
-    elsewhere a plain array)."""
-    import ctypes
-    import mmap
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return np.zeros(nbytes, np.uint8)
-    page = mmap.PAGESIZE
-    pages = -(-nbytes // page) + 1
-    m = mmap.mmap(-1, pages * page)
-    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    assert libc.mprotect(addr + (pages - 1) * page, page, 0) == 0   # PROT_NONE
-    _KEEP.append(m)
-    return np.frombuffer(m, np.uint8, count=nbytes, offset=(pages - 1) * page - nbytes)
-
-
 def _records(rng, fmt, n):
     """``n`` random records with finite f16 scales d in [1e-3, 1e-2]."""
     rec = rng.integers(0, 256, (n, fmt.block_bytes), dtype=np.uint8)
@@ -168,12 +138,12 @@ def test_fast_paths_equal_the_portable_definition(case, rng):
         ws = ws[:, :, ::2]
         wro, xro = w.copy(), x.copy()
         wro.flags.writeable = xro.flags.writeable = False
-        wu, xu = _unaligned(w), _unaligned(x)
+        wu, xu = unaligned(w), unaligned(x)
         got = {"dot": got_dot, "gemv": got_gemv, "gemm": got_gemm}
         if carriers == "each":
             views = (("strided", ws, xro), ("read-only", wro, xro), ("unaligned", wu, xu))
         else:
-            wall = _unaligned(np.zeros((rows, g, 2 * fmt.block_bytes), np.uint8))[:, :, ::2]
+            wall = unaligned(np.zeros((rows, g, 2 * fmt.block_bytes), np.uint8))[:, :, ::2]
             wall[...] = w
             wall.flags.writeable = False
             views = (("strided read-only unaligned", wall, xu),)
@@ -190,7 +160,7 @@ def test_fast_paths_equal_the_portable_definition(case, rng):
     # + 1 leftover, 2 tiles of 8 rows + 3); the weights end where an unreadable page begins
     # (a load past the last record would crash the process)
     g = 3
-    w = _before_a_guard_page(rows * g * fmt.block_bytes).reshape(rows, g, fmt.block_bytes)
+    w = before_a_guard_page(rows * g * fmt.block_bytes).reshape(rows, g, fmt.block_bytes)
     w[...] = _records(rng, fmt, rows * g).reshape(rows, g, fmt.block_bytes)
     a = rng.standard_normal((9, 256 * g)).astype(np.float32)
     xq = qk.quantize(a.reshape(-1, 256), format=qk.quant.q8_k).reshape(9, g, 292)
