@@ -20,30 +20,23 @@ from numba_qk.kernels.lowbit import q1q2
 from numba_qk.kernels.simd import base as _simd
 from numba_qk.testing.asserts import assert_same_f32
 from records import before_a_guard_page, unaligned
-from subsets import default_few
+from subsets import default_few, simd_variant_runs, variant_cases
 
 NAMES = ["q1_0", "q2_0"]
 SPAN = {"q1_0": 4, "q2_0": 2}
 X_BYTES = 34
 needs_simd = pytest.mark.skipif(not _simd.HAVE_AVX2, reason="no AVX2/F16C on this machine")
-_RUNS = {"avx2": True, "avx2vnni": _simd.HAVE_VNNI, "avx512": _simd.HAVE_AVX512,
-         "avx512vnni": _simd.HAVE_AVX512 and _simd.HAVE_VNNI}
-_WIDEST = [v for v in _RUNS if _RUNS[v]][-1]
-CASES = [(n, v) for n in NAMES for v in _RUNS]
-
-
-def _case_id(case):
-    return f"{case[0]}-{case[1]}"
+_RUNS = simd_variant_runs()
 
 
 @needs_simd
-@pytest.mark.parametrize("case", default_few(
-    CASES, {f"{n}-{v}" for n in NAMES for v in ("avx2", _WIDEST)}, _case_id))
+@pytest.mark.parametrize("case", variant_cases(NAMES))
 def test_simd_values_equal_the_portable_value_on_any_bytes(case, rng):
     """v of the vector variant == the portable record value, bits compared (NaN matches NaN,
-    as everywhere: LLVM may swap an add's operands, and x86 returns the first NaN): random bytes (any f16 scales: inf, NaN, subnormal), every byte value in every weight
-    position, all-0xFF / all-0x00 weights, quants -128 / 127 everywhere, and sums of the
-    largest magnitude (+-32 * 128 per sub-record, its scales 1.0)."""
+    as everywhere: LLVM may swap an add's operands, and x86 returns the first NaN): random
+    bytes (any f16 scales: inf, NaN, subnormal), every byte value in every weight position,
+    all-0xFF / all-0x00 weights, quants -128 / 127 everywhere, and sums of the largest
+    magnitude (+-32 * 128 per sub-record, its scales 1.0)."""
     from numba import njit
 
     from numba_qk.kernels.simd import lowbit as sl

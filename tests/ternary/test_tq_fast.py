@@ -18,23 +18,15 @@ from numba_qk.kernels.simd import base as _simd
 from numba_qk.kernels.ternary import tq
 from numba_qk.testing.asserts import assert_same_f32
 from records import before_a_guard_page, unaligned
-from subsets import default_few
+from subsets import default_few, simd_variant_runs, variant_cases
 
 NAMES = ["tq1_0", "tq2_0"]
 needs_simd = pytest.mark.skipif(not _simd.HAVE_AVX2, reason="no AVX2/F16C on this machine")
-_RUNS = {"avx2": True, "avx2vnni": _simd.HAVE_VNNI, "avx512": _simd.HAVE_AVX512,
-         "avx512vnni": _simd.HAVE_AVX512 and _simd.HAVE_VNNI}
-_WIDEST = [v for v in _RUNS if _RUNS[v]][-1]
-CASES = [(n, v) for n in NAMES for v in _RUNS]
-
-
-def _case_id(case):
-    return f"{case[0]}-{case[1]}"
+_RUNS = simd_variant_runs()
 
 
 @needs_simd
-@pytest.mark.parametrize("case", default_few(
-    CASES, {f"{n}-{v}" for n in NAMES for v in ("avx2", _WIDEST)}, _case_id))
+@pytest.mark.parametrize("case", variant_cases(NAMES))
 def test_simd_sums_equal_the_loops_on_any_bytes(case, rng):
     """S of both arrangements of the vector decoder == the portable record_sum on random bytes,
     every byte value in every weight position (the digit rule ``(q >= 86) + (q >= 171)`` for
