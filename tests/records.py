@@ -211,3 +211,37 @@ def before_a_guard_page(nbytes):
     assert libc.mprotect(addr + (pages - 1) * page, page, 0) == 0   # PROT_NONE
     _KEEP.append(m)
     return np.frombuffer(m, np.uint8, count=nbytes, offset=(pages - 1) * page - nbytes)
+
+
+def carrier_views(w, x, carriers):
+    """``(label, weights, activations)`` views of one product case's records ``w`` ``[rows, G,
+    B]`` and ``x`` ``[batch, ...]``: ``"each"`` strided weights (bytes 2 apart), read-only and
+    unaligned copies, one property at a time; ``"combined"`` one strided, read-only, unaligned
+    view of the weights with unaligned activations (one compiled specialisation for all)."""
+    if carriers == "each":
+        ws = np.zeros(w.shape[:2] + (2 * w.shape[2],), np.uint8)
+        ws[:, :, ::2] = w
+        wro, xro = w.copy(), x.copy()
+        wro.flags.writeable = xro.flags.writeable = False
+        return [("strided", ws[:, :, ::2], xro), ("read-only", wro, xro),
+                ("unaligned", unaligned(w), unaligned(x))]
+    wall = unaligned(np.zeros(w.shape[:2] + (2 * w.shape[2],), np.uint8))[:, :, ::2]
+    wall[...] = w
+    wall.flags.writeable = False
+    return [("strided read-only unaligned", wall, unaligned(x))]
+
+
+def products_on(views, gemv, gemm, dot=None):
+    """``{"<label> gemm" / "gemv" (/ "dot"): [batch, rows] float32}`` of each view."""
+    got = {}
+    for label, ww, xx in views:
+        batch, rows = xx.shape[0], ww.shape[0]
+        got[f"{label} gemm"] = np.empty((batch, rows), np.float32)
+        gemm(ww, xx, got[f"{label} gemm"])
+        got[f"{label} gemv"] = np.empty((batch, rows), np.float32)
+        for a in range(batch):
+            gemv(ww, xx[a], got[f"{label} gemv"][a])
+        if dot is not None:
+            got[f"{label} dot"] = np.array([[dot(ww[r], xx[a]) for r in range(rows)]
+                                            for a in range(batch)], np.float32)
+    return got

@@ -19,7 +19,7 @@ import numba_qk as qk
 from numba_qk.kernels.lowbit import q1q2
 from numba_qk.kernels.simd import base as _simd
 from numba_qk.testing.asserts import assert_same_f32
-from records import before_a_guard_page, unaligned
+from records import before_a_guard_page, carrier_views, products_on
 from subsets import default_few, simd_variant_runs, variant_cases
 
 NAMES = ["q1_0", "q2_0"]
@@ -162,31 +162,12 @@ def test_fast_paths_equal_the_portable_definition(case, rng):
             gemv(w, x[a], got["gemv"][a])
         got["gemm"] = np.empty((batch, rows), np.float32)
         gemm(w, x, got["gemm"])
-        ws = np.zeros((rows, g, 36), np.uint8)                        # strided bytes
-        ws[:, :, ::2] = w
-        ws = ws[:, :, ::2]
-        xs = np.zeros((batch, span * g, 2, X_BYTES), np.uint8)        # records 68 bytes apart
-        xs[:, :, 0] = x
-        xs = xs[:, :, 0]
-        wro, xro = w.copy(), x.copy()
-        wro.flags.writeable = xro.flags.writeable = False
-        wu, xu = unaligned(w), unaligned(x)
+        views = carrier_views(w, x, carriers)
         if carriers == "each":
-            views = (("strided", ws, xro), ("read-only", wro, xro), ("unaligned", wu, xu),
-                     ("spread activations", w, xs))
-        else:
-            wall = unaligned(np.zeros((rows, g, 36), np.uint8))[:, :, ::2]
-            wall[...] = w
-            wall.flags.writeable = False
-            views = (("strided read-only unaligned", wall, xu),)
-        for label, ww, xx in views:
-            got[f"{label} gemm"] = np.empty((batch, rows), np.float32)
-            gemm(ww, xx, got[f"{label} gemm"])
-            got[f"{label} gemv"] = np.empty((batch, rows), np.float32)
-            for a in range(batch):
-                gemv(ww, xx[a], got[f"{label} gemv"][a])
-            got[f"{label} dot"] = np.array([[dot(ww[r], xx[a]) for r in range(rows)]
-                                            for a in range(batch)], np.float32)
+            xs = np.zeros((batch, span * g, 2, X_BYTES), np.uint8)    # records 68 bytes apart
+            xs[:, :, 0] = x
+            views.append(("spread activations", w, xs[:, :, 0]))
+        got.update(products_on(views, gemv, gemm, dot))
         with np.errstate(all="ignore"):
             for label, arr in got.items():
                 assert_same_f32(arr, want, f"{name} G={g} {label}")

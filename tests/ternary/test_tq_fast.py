@@ -17,7 +17,7 @@ import numba_qk as qk
 from numba_qk.kernels.simd import base as _simd
 from numba_qk.kernels.ternary import tq
 from numba_qk.testing.asserts import assert_same_f32
-from records import before_a_guard_page, unaligned
+from records import before_a_guard_page, carrier_views, products_on
 from subsets import default_few, simd_variant_runs, variant_cases
 
 NAMES = ["tq1_0", "tq2_0"]
@@ -125,26 +125,8 @@ def test_fast_paths_equal_the_portable_definition(case, rng):
             gemv(w, x[a], got_gemv[a])
         got_gemm = np.empty((batch, rows), np.float32)
         gemm(w, x, got_gemm)
-        ws = np.zeros((rows, g, 2 * fmt.block_bytes), np.uint8)      # strided bytes
-        ws[:, :, ::2] = w
-        ws = ws[:, :, ::2]
-        wro, xro = w.copy(), x.copy()
-        wro.flags.writeable = xro.flags.writeable = False
-        wu, xu = unaligned(w), unaligned(x)
         got = {"dot": got_dot, "gemv": got_gemv, "gemm": got_gemm}
-        if carriers == "each":
-            views = (("strided", ws, xro), ("read-only", wro, xro), ("unaligned", wu, xu))
-        else:
-            wall = unaligned(np.zeros((rows, g, 2 * fmt.block_bytes), np.uint8))[:, :, ::2]
-            wall[...] = w
-            wall.flags.writeable = False
-            views = (("strided read-only unaligned", wall, xu),)
-        for label, ww, xx in views:
-            got[f"{label} gemm"] = np.empty((batch, rows), np.float32)
-            gemm(ww, xx, got[f"{label} gemm"])
-            got[f"{label} gemv"] = np.empty((batch, rows), np.float32)
-            for a in range(batch):
-                gemv(ww, xx[a], got[f"{label} gemv"][a])
+        got.update(products_on(carrier_views(w, x, carriers), gemv, gemm))
         with np.errstate(all="ignore"):
             for label, arr in got.items():
                 assert_same_f32(arr, want, f"{name} G={g} {label}")
