@@ -26,7 +26,7 @@ Q2_0: a byte shuffle), once per activation record (shared by a gemv tile's 8 row
 ``pmaddubsw(1, xq)`` lanes (|.| <= 256; their sum <= 1024 < 2**15), widened by ``pmaddwd``
 with ones.  Either way i32 lane ``i`` holds bytes ``4i..4i+3``: 8 lanes per sub-record,
 contiguous.  The sums of a record (or a tile's 8 records) are reduced by ``reduce_groups``
-to ``S_k`` per (lane, k), exact in any order.
+to ``S_k`` per (lane, k), exact in any order, with in-block shuffles where the lanes allow.
 
 The float steps are the portable ``record_value_q*_0_q8_0``'s (one IEEE instruction each, no
 fast-math, in the same order), lane by lane::
@@ -96,42 +96,93 @@ class _Q2:
 FORMATS = {f.name: f for f in (_Q1, _Q2)}
 
 
-def reduce_groups(b, vecs, group):
-    """The sums of each ``group`` (a power of two) consecutive lanes of the equal-length i32
-    vectors ``vecs``, as vectors whose lanes, read in order, are those sums in order (vector by
-    vector): pairs of vectors merged as ``base.reduce_many`` does (lane sums of neighbours, which
-    stay within a group), then a lone vector halved."""
-    while group > 1:
-        width = vecs[0].type.count
-        if len(vecs) > 1:
-            even = [2 * i for i in range(width)]
-            odd = [e + 1 for e in even]
-            vecs = [b.add(b.shuffle_vector(x, y, ir.Constant(vec(i32, width), even)),
-                          b.shuffle_vector(x, y, ir.Constant(vec(i32, width), odd)))
-                    for x, y in zip(vecs[0::2], vecs[1::2])]
+def _merge_plan(la, lb):
+    """Lane pairs ``(i, j)`` (indices into the concatenation of two vectors with lane labels
+    ``la``, ``lb``; equal labels only) for one merge that halves the lanes, or None.  Tried in
+    order: within each 128-bit block (``vshufps``: block q of the result = neighbour sums of
+    block q of a, then of b), block by block (``vshufi64x2`` / ``vperm2i128``: block pairs of
+    a, then of b), then neighbours of a, then of b (``reduce_many``'s cross-lane shuffles)."""
+    w = len(la)
+    lab = la + lb
+    plans = []
+    if w % 4 == 0:
+        plans.append([(s + 4 * q + e, s + 4 * q + e + 1)
+                      for q in range(w // 4) for s in (0, w) for e in (0, 2)])
+    if w % 8 == 0:
+        plans.append([(s + 8 * q + e, s + 8 * q + 4 + e)
+                      for s in (0, w) for q in range(w // 8) for e in range(4)])
+    plans.append([(2 * i, 2 * i + 1) for i in range(w)])
+    for plan in plans:
+        if all(lab[i] == lab[j] for i, j in plan):
+            return plan
+    return None
+
+
+def _halve_plan(labels):
+    """Lane pairs of one vector with equal labels (each lane in one pair), or None."""
+    first, plan = {}, []
+    for i, lab in enumerate(labels):
+        if lab in first:
+            plan.append((first.pop(lab), i))
         else:
-            v, half = vecs[0], width // 2
-            und = ir.Constant(v.type, ir.Undefined)
-            vecs = [b.add(
-                b.shuffle_vector(v, und, ir.Constant(vec(i32, half), [2 * i for i in range(half)])),
-                b.shuffle_vector(v, und, ir.Constant(vec(i32, half),
-                                                     [2 * i + 1 for i in range(half)])))]
-        group //= 2
-    return vecs
+            first[lab] = i
+    return None if first else sorted(plan)
 
 
-def _pick(b, vecs, idx):
-    """<len(idx) x i32> of the lanes ``idx`` of ``vecs`` read as one run of lanes."""
-    width = vecs[0].type.count
-    srcs = sorted({i // width for i in idx})
-    if len(srcs) == 1:
-        v = vecs[srcs[0]]
-        return b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), ir.Constant(
-            vec(i32, len(idx)), [i % width for i in idx]))
-    assert len(srcs) == 2, idx
-    lo, hi = srcs
-    return b.shuffle_vector(vecs[lo], vecs[hi], ir.Constant(
-        vec(i32, len(idx)), [i % width + (width if i // width == hi else 0) for i in idx]))
+def reduce_groups(b, vecs, labels):
+    """Sums of the lanes of equal label of the equal-length i32 vectors ``vecs`` (``labels``:
+    per vector, a label per lane; lanes of one label lie in one vector and come in powers of
+    two): ``(vectors, labels)`` in which every label is one lane.  Pairs of vectors merge
+    (``_merge_plan``) until the lanes of a label meet, a lone vector is halved."""
+    def add_pairs(x, y, plan):
+        width = len(plan)
+        lo = ir.Constant(vec(i32, width), [i for i, _ in plan])
+        hi = ir.Constant(vec(i32, width), [j for _, j in plan])
+        return b.add(b.shuffle_vector(x, y, lo), b.shuffle_vector(x, y, hi))
+
+    while True:
+        if all(len(set(la)) == len(la) for la in labels):
+            return vecs, labels
+        if len(vecs) > 1:
+            plans = [_merge_plan(la, lb) for la, lb in zip(labels[0::2], labels[1::2])]
+            if all(p is not None for p in plans):
+                pairs = list(zip(vecs[0::2], vecs[1::2], labels[0::2], labels[1::2], plans))
+                odd = len(vecs) % 2
+                vecs = [add_pairs(x, y, p) for x, y, _, _, p in pairs] + vecs[len(vecs) - odd:]
+                labels = ([[(la + lb)[i] for i, _ in p] for _, _, la, lb, p in pairs]
+                          + labels[len(labels) - odd:])
+                continue
+        out_v, out_l = [], []
+        for v, la in zip(vecs, labels):
+            p = _halve_plan(la)
+            if p is None:
+                out_v.append(v)
+                out_l.append(la)
+            else:
+                und = ir.Constant(v.type, ir.Undefined)
+                out_v.append(add_pairs(v, und, p))
+                out_l.append([la[i] for i, _ in p])
+        assert out_l != labels, "reduce_groups: no pairing"
+        vecs, labels = out_v, out_l
+
+
+def _pick(b, vecs, labels, want):
+    """<len(want) x i32> of the lanes labelled ``want`` (from at most two of ``vecs``)."""
+    where = {lab: (v, i) for v, la in enumerate(labels) for i, lab in enumerate(la)}
+    srcs = sorted({where[lab][0] for lab in want})
+    assert len(srcs) <= 2, want
+    x, y = vecs[srcs[0]], vecs[srcs[-1]]
+    width = max(x.type.count, y.type.count)
+
+    def widen(v):                     # the narrower of two to the other's width
+        m = v.type.count
+        return v if m == width else b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined),
+                                                     ir.Constant(vec(i32, width), list(range(m))
+                                                                 + [m] * (width - m)))
+    x = widen(x)
+    y = widen(y) if len(srcs) == 2 else ir.Constant(x.type, ir.Undefined)
+    return b.shuffle_vector(x, y, ir.Constant(vec(i32, len(want)), [
+        where[lab][1] + (width if where[lab][0] != srcs[0] else 0) for lab in want]))
 
 
 def _w_codes(b, ops, kf, wb):
@@ -142,7 +193,9 @@ def _w_codes(b, ops, kf, wb):
 
 def _x_quants(b, ops, kf, xb):
     """The activation quants of one weight record's S Q8_0 records, in the lanes of
-    ``_w_codes``, and per vector the start ``-sum(xq)`` of its accumulator."""
+    ``_w_codes``, and per vector the start ``-sum(xq)`` of its accumulator (``base.neg_dots``;
+    folding the correction in after the reduction instead, one lane per activation record,
+    took 10-20 % longer)."""
     c = ops.lanes // 32
     xs = []
     for k in range(0, kf.SPAN, c):
@@ -168,15 +221,16 @@ def _values(b, ops, kf, wbs, xbs):
         if id(xb) not in xdec:
             xdec[id(xb)] = _x_quants(b, ops, kf, xb)
     n, c = len(wbs), ops.lanes // 32
+    labels = []                       # (sub-record k, lane r) of each i32 lane
     for j in range(kf.SPAN // c):
-        for wb, xb in zip(wbs, xbs):
+        for r, (wb, xb) in enumerate(zip(wbs, xbs)):
             xs, starts = xdec[id(xb)]
             accs.append(dots(b, ops, starts[j], [(wdec[id(wb)][j], xs[j])]))
-    flat = reduce_groups(b, accs, 8)  # lane (j n + r) c + g: S of sub-record j c + g, lane r
+            labels.append([(j * c + i // 8, r) for i in range(8 * c)])
+    sums, labels = reduce_groups(b, accs, labels)
     t = ir.Constant(vec(_F32, n), None)  # +0.0, ggml's seed
     for k in range(kf.SPAN):
-        j, g = divmod(k, c)
-        s = _pick(b, flat, [(j * n + r) * c + g for r in range(n)])
+        s = _pick(b, sums, labels, [(k, r) for r in range(n)])
         dx = gather_f16(b, xbs, _X_BYTES * k + _X_D_AT)
         t = b.fadd(t, b.fmul(dx, b.sitofp(s, vec(_F32, n))))
     return b.fmul(gather_f16(b, wbs, kf.D), t)
