@@ -236,21 +236,15 @@ def _values(b, ops, kf, wbs, xbs):
     return b.fmul(gather_f16(b, wbs, kf.D), t)
 
 
-def _make_record(name, wide, vnni):
-    """Intrinsic ``f(w, w_off, x, x_off)``: the record value v (float32) of the weight record
-    (format ``name``) at byte ``w_off`` of uint8 array ``w`` and the S Q8_0 records from byte
-    ``x_off`` of ``x``."""
-    def compute(b, wb, xb):
-        return _values(b, Ops(b, wide, vnni), FORMATS[name], [wb], [xb])
-    return record_intrinsic(True, compute)
-
-
-def _make_tile(name, wide, vnni):
-    """The 8-row gemv tile intrinsic of format ``name`` (``base.tile_intrinsic``)."""
-    def make_values(builder):
-        kf, ops = FORMATS[name], Ops(builder, wide, vnni)
-        return lambda wbs, xbs: _values(builder, ops, kf, wbs, xbs)
-    return tile_intrinsic(True, 8, make_values)
+def _intrinsics(name, wide, vnni):
+    """``(value, rows_x8)`` of format ``name`` for one vector variant: the intrinsic
+    ``f(w, w_off, x, x_off)``, the record value v (float32) of the weight record at byte
+    ``w_off`` of uint8 array ``w`` and the S Q8_0 records from byte ``x_off`` of ``x``
+    (``base.record_intrinsic``), and the 8-row gemv tile (``base.tile_intrinsic``)."""
+    def values(builder, wbs, xbs):
+        return _values(builder, Ops(builder, wide, vnni), FORMATS[name], wbs, xbs)
+    return (record_intrinsic(True, lambda builder, wb, xb: values(builder, [wb], [xb])),
+            tile_intrinsic(True, 8, lambda builder: lambda wbs, xbs: values(builder, wbs, xbs)))
 
 
 # {t}_q8_0_value_{var}: the record value of each variant (the tests compare each with the
@@ -262,9 +256,9 @@ WIDE, VNNI = HAVE_AVX512, HAVE_VNNI
 __all__ = ["reduce_groups"]
 for _name in FORMATS:
     for _var, (_w, _v) in VARIANTS.items():
-        globals()[f"{_name}_q8_0_value_{_var}"] = _make_record(_name, _w, _v)
+        globals()[f"{_name}_q8_0_value_{_var}"] = _intrinsics(_name, _w, _v)[0]
         __all__.append(f"{_name}_q8_0_value_{_var}")
-    globals()[f"{_name}_q8_0_value"] = _make_record(_name, WIDE, VNNI)
-    globals()[f"{_name}_rows_x8"] = _make_tile(_name, WIDE, VNNI)
+    globals()[f"{_name}_q8_0_value"], globals()[f"{_name}_rows_x8"] = _intrinsics(_name, WIDE,
+                                                                                  VNNI)
     __all__ += [f"{_name}_q8_0_value", f"{_name}_rows_x8"]
 del _name, _var, _w, _v
