@@ -9,8 +9,11 @@ that end where an unreadable page begins.
 
 Default run: the record values of both formats with the AVX2 and the widest variant, and the
 products at the end of a guarded page (the specialisations the conformance run compiles anyway);
-the other variants and the products on every carrier under ``-m slow`` (each case compiles its
-own specialisations)."""
+the other variants, the products on every carrier and the values and guarded-page products
+again compiled for an AVX2 CPU (Haswell, in a subprocess) under ``-m slow`` (each case compiles
+its own specialisations)."""
+
+import os
 
 import numpy as np
 import pytest
@@ -171,3 +174,31 @@ def test_fast_paths_equal_the_portable_definition(case, rng):
         with np.errstate(all="ignore"):
             for label, arr in got.items():
                 assert_same_f32(arr, want, f"{name} G={g} {label}")
+
+
+# An AVX2 CPU's code (LLVM lowers the sign-bit masks with vpshufb / vpcmpeqb there, with
+# AVX-512BW as masked moves): the record values and the products at a guarded page again in a
+# fresh process compiled for Haswell, with its own numba cache (~25 s of CPU: -m slow)
+_HASWELL = ("+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+f16c,+fma,+lzcnt,+movbe,+pclmul,+popcnt,"
+            "+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+xsave")
+
+
+@needs_simd
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("NUMBA_CPU_NAME") == "haswell", reason="already there")
+def test_under_a_haswell_target(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve()
+    e = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), NUMBA_CPU_NAME="haswell",
+             NUMBA_CPU_FEATURES=_HASWELL)
+    e["PYTHONPATH"] = str(here.parents[2]) + os.pathsep + e.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-p", "no:xdist", str(here), "-k",
+                        "(portable_value and avx2 and not vnni) or guarded",
+                        "-m", "slow or not slow"], env=e, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "4 passed" in r.stdout, r.stdout[-500:]   # q1_0, q2_0: values (avx2), guarded page
