@@ -11,8 +11,11 @@ payloads compared.  Dots: N/3 three-record dots (random and ggml-quantized weigh
 ggml-quantized Q8_0 activations) vs ggml's ``ggml_vec_dot_q*_0_q8_0_generic`` (Q2_0's x86
 ``vec_dot`` is the generic one) and vs ggml's CPU ``vec_dot`` (Q1_0: its AVX2 kernel, lane-wise
 FMAs).  ``--ggml-lib`` / NUMBA_QK_GGML_LIB: a native build's folder; else libggml-python.
-``--speed``: only a 4096x4096 one-thread matvec, numba_qk's ``matmul`` (activation quantized
-to Q8_0 inside) against ggml's ``ggml_mul_mat`` graph, interleaved, best of 7 wall-clock.
+``--speed [--rounds 7] [--stream-mb 256] [--cpu-time]``: only the products' table of
+``bench/_common.speed_table`` (4096x4096, 1 thread: matvec hot and DRAM-streamed, batch-32
+``matmul``; numba_qk's ``matmul``, activations quantized to Q8_0 inside, against ggml's
+``ggml_mul_mat`` graph, each pair interleaved, best of ``--rounds``, wall clock or with
+``--cpu-time`` the process's CPU time, for loaded machines).
 """
 
 import argparse
@@ -36,26 +39,22 @@ def bits_equal(a, b):
     return bool(a.view(np.uint32) == b.view(np.uint32) or (np.isnan(a) and np.isnan(b)))
 
 
-def speed(g) -> int:
-    rng = np.random.default_rng(0)
-    rows = cols = 4096
-    for f, tid in ((qk.quant.q1_0, 41), (qk.quant.q2_0, 42)):
-        x = rng.standard_normal((rows * cols // f.block_size, f.block_size)).astype(np.float32)
-        w = qk.quantize(x, f).reshape(rows, -1, f.block_bytes)
-        v = rng.standard_normal((1, cols)).astype(np.float32)
-        mv = g.matvec(w, threads=1, type_id=tid)
-        qk.matmul(w, v, lhs_format=f, threads=1)
-        mv(v[0])
-        tq = tg = float("inf")
-        for _ in range(7):
-            t = time.perf_counter()
-            qk.matmul(w, v, lhs_format=f, threads=1)
-            tq = min(tq, time.perf_counter() - t)
-            t = time.perf_counter()
-            mv(v[0])
-            tg = min(tg, time.perf_counter() - t)
-        print(f"{f.name} 4096x4096 matvec, 1 thread: numba_qk {tq * 1e3:.2f} ms, ggml "
-              f"{tg * 1e3:.2f} ms ({tq / tg:.2f}x ggml's time)")
+def weights(fmt, rows, cols):
+    """The speed table's weights: N(0, 1) rows through ``qk.quantize``."""
+    x = np.random.default_rng(0).standard_normal((rows * cols // fmt.block_size, fmt.block_size))
+    return qk.quantize(x.astype(np.float32), fmt).reshape(rows, -1, fmt.block_bytes)
+
+
+def speed(g, label, rounds, stream_mb, cpu_time) -> int:
+    from numba_qk.kernels.simd import base as _simd
+
+    from _common import speed_table
+
+    print(f"{label}; numba_qk SIMD: {_simd.HAVE_AVX2=} {_simd.HAVE_AVX512=} {_simd.HAVE_VNNI=}; "
+          f"1 thread; {'CPU' if cpu_time else 'wall'} time; load average {os.getloadavg()[0]:.2f}")
+    speed_table(g, (qk.quant.q1_0, qk.quant.q2_0), weights, "4096x4096", rounds, stream_mb,
+                time.process_time if cpu_time else time.perf_counter)
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
     return 0
 
 
@@ -65,13 +64,18 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=30000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--speed", action="store_true")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--stream-mb", type=float, default=256.0)
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="--speed: best CPU time of the process instead of wall time")
     a = ap.parse_args()
     g = ggml_bridge.load(a.ggml_lib) if a.ggml_lib else ggml_bridge.load()
     if g is None:
         print("no ggml library")
         return 1
     if a.speed:
-        return speed(g)
+        return speed(g, f"ggml: {a.ggml_lib or 'libggml-python'} {g.version}", a.rounds,
+                     a.stream_mb, a.cpu_time)
     cpu = C.CDLL(str(Path(a.ggml_lib) / "libggml-cpu.so")) if a.ggml_lib else g.cpu
     print(f"ggml: {a.ggml_lib or 'libggml-python'}; {a.blocks} blocks per format, seed {a.seed}")
     rng = np.random.default_rng(a.seed)

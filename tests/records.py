@@ -180,3 +180,68 @@ def random_iq_grid(rng, fmt, g: int) -> np.ndarray:
     else:
         rec[:, 0], rec[:, 1] = bits & 0xFF, bits >> 8
     return rec
+
+
+def unaligned(a):
+    """A copy of ``a`` whose data starts one byte past an aligned address."""
+    buf = np.zeros(a.nbytes + 1, np.uint8)
+    out = buf[1:].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+_KEEP = []   # the guarded mappings stay mapped for the life of the process
+
+
+def before_a_guard_page(nbytes):
+    """A writable uint8 array of ``nbytes`` that ends where a PROT_NONE page begins (Linux;
+    elsewhere a plain array)."""
+    import ctypes
+    import mmap
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return np.zeros(nbytes, np.uint8)
+    page = mmap.PAGESIZE
+    pages = -(-nbytes // page) + 1
+    m = mmap.mmap(-1, pages * page)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(addr + (pages - 1) * page, page, 0) == 0   # PROT_NONE
+    _KEEP.append(m)
+    return np.frombuffer(m, np.uint8, count=nbytes, offset=(pages - 1) * page - nbytes)
+
+
+def carrier_views(w, x, carriers):
+    """``(label, weights, activations)`` views of one product case's records ``w`` ``[rows, G,
+    B]`` and ``x`` ``[batch, ...]``: ``"each"`` strided weights (bytes 2 apart), read-only and
+    unaligned copies, one property at a time; ``"combined"`` one strided, read-only, unaligned
+    view of the weights with unaligned activations (one compiled specialisation for all)."""
+    if carriers == "each":
+        ws = np.zeros(w.shape[:2] + (2 * w.shape[2],), np.uint8)
+        ws[:, :, ::2] = w
+        wro, xro = w.copy(), x.copy()
+        wro.flags.writeable = xro.flags.writeable = False
+        return [("strided", ws[:, :, ::2], xro), ("read-only", wro, xro),
+                ("unaligned", unaligned(w), unaligned(x))]
+    wall = unaligned(np.zeros(w.shape[:2] + (2 * w.shape[2],), np.uint8))[:, :, ::2]
+    wall[...] = w
+    wall.flags.writeable = False
+    return [("strided read-only unaligned", wall, unaligned(x))]
+
+
+def products_on(views, gemv, gemm, dot=None):
+    """``{"<label> gemm" / "gemv" (/ "dot"): [batch, rows] float32}`` of each view."""
+    got = {}
+    for label, ww, xx in views:
+        batch, rows = xx.shape[0], ww.shape[0]
+        got[f"{label} gemm"] = np.empty((batch, rows), np.float32)
+        gemm(ww, xx, got[f"{label} gemm"])
+        got[f"{label} gemv"] = np.empty((batch, rows), np.float32)
+        for a in range(batch):
+            gemv(ww, xx[a], got[f"{label} gemv"][a])
+        if dot is not None:
+            got[f"{label} dot"] = np.array([[dot(ww[r], xx[a]) for r in range(rows)]
+                                            for a in range(batch)], np.float32)
+    return got

@@ -22,3 +22,22 @@ def default_few(items, keep, name=str):
 # kernels (gemm, threads); every format under -m slow.
 FAMILY_FEW = {"Q4_K", "Q6_K", "Q4_0", "Q4_1", "Q8_0", "MXFP4", "NVFP4", "IQ4_XS", "IQ3_S",
               "IQ1_M", "TQ1_0", "Q1_0"}
+
+
+def simd_variant_runs():
+    """``{variant: whether this machine runs it}`` for the vector variants of the SIMD modules
+    (``VARIANTS`` of ``kernels/simd/ternary.py``, ``lowbit.py``), narrowest first."""
+    from numba_qk.kernels.simd import base
+
+    return {"avx2": True, "avx2vnni": base.HAVE_VNNI, "avx512": base.HAVE_AVX512,
+            "avx512vnni": base.HAVE_AVX512 and base.HAVE_VNNI}
+
+
+def variant_cases(names):
+    """``(name, variant)`` for every format name and vector variant, as ``default_few`` values
+    (ids ``name-variant``): the AVX2 and the widest variant this machine runs by default."""
+    runs = simd_variant_runs()
+    widest = [v for v in runs if runs[v]][-1]
+    return default_few([(n, v) for n in names for v in runs],
+                       {f"{n}-{v}" for n in names for v in ("avx2", widest)},
+                       lambda case: f"{case[0]}-{case[1]}")

@@ -5,7 +5,8 @@ A format module registers its pieces under an int code (its GGML type id; a vari
 e.g. a second tile for the same records, takes another unused int) and gets its three entry
 points from ``kernels_for(code)``::
 
-    register(code, loop_dot=..., value=..., rows_x8=..., acts_x8=..., prep=..., record_block=8)
+    register(code, loop_dot=..., value=..., rows_x8=..., acts_x8=..., prep=..., record_block=8,
+             span=1)
     dot_<t>_<a>, gemv_<t>_<a>, gemm_<t>_<a> = kernels_for(code)
 
 * ``loop_dot(w, x)`` (required): the dot of one row of records, any strides (the generic tier;
@@ -18,7 +19,10 @@ points from ``kernels_for(code)``::
   computed once per gemv call (per-activation tables such as the FP4 formats' scale/sum rows);
 * ``acts_x8(w, w_off, x, x_off, x_step, acc, at, first)`` (optional): the 8-activation tile of
   gemm (each weight record decoded once per tile of activations), blocks of ``record_block``
-  records so that the tile's activation records stay in L1 while every row passes.
+  records so that the tile's activation records stay in L1 while every row passes;
+* ``span``: activation records per weight record (Q1_0: 4 Q8_0 records, Q2_0: 2): the SIMD
+  pieces get the offset of the first, the others follow it (the SIMD paths are taken only where
+  the activation records are consecutive, stride = their byte count; else ``loop_dot``).
 
 The SIMD slots are used where the target has AVX2 (``simd.base.HAVE_AVX2``); a format whose
 tile needs more (VNNI) registers the tile that its target has.  The loops:
@@ -63,10 +67,10 @@ _IMPL = {}  # code -> dict of the pieces (see register)
 
 
 def register(code: int, *, loop_dot, value=None, rows_x8=None, acts_x8=None, prep=None,
-             record_block: int = 8) -> None:
+             record_block: int = 8, span: int = 1) -> None:
     """Bind a format's record-level pieces to ``code`` (see the module docstring)."""
     impl = dict(loop_dot=loop_dot, value=value, rows_x8=rows_x8, acts_x8=acts_x8, prep=prep,
-                record_block=int(record_block))
+                record_block=int(record_block), span=int(span))
     if code in _IMPL and _IMPL[code] != impl:
         raise AssertionError(f"driver code {code} bound twice")
     _IMPL[code] = impl
@@ -245,7 +249,7 @@ def _dot_overload(code, w, x):
     impl = _lookup(code)
     if impl is None:
         return None
-    loop_dot = impl["loop_dot"]
+    loop_dot, span = impl["loop_dot"], impl["span"]
     if _simd(impl, "value") is None:
         def dot_loop(code, w, x):
             if w.shape[0] == 0:
@@ -255,9 +259,9 @@ def _dot_overload(code, w, x):
     def dot_fold(code, w, x):
         if w.shape[0] == 0:
             return np.float32(0.0)
-        if w.strides[1] != 1 or x.strides[1] != 1:
+        if w.strides[1] != 1 or x.strides[1] != 1 or (span > 1 and x.strides[0] != x.shape[1]):
             return loop_dot(w, x)
-        return fold(code, w, 0, w.strides[0], x, 0, x.strides[0], w.shape[0])
+        return fold(code, w, 0, w.strides[0], x, 0, span * x.strides[0], w.shape[0])
     return dot_fold
 
 
@@ -265,7 +269,7 @@ def _dot_overload(code, w, x):
 @_one_per_format
 def _gemv_overload(code, w, x, out):
     impl = _lookup(code)
-    loop_dot = impl["loop_dot"]
+    loop_dot, span = impl["loop_dot"], impl["span"]
     has_tile, has_value = _simd(impl, "rows_x8") is not None, _simd(impl, "value") is not None
     if not has_tile and not has_value:
         def gemv_loop(code, w, x, out):
@@ -280,11 +284,11 @@ def _gemv_overload(code, w, x, out):
         rows, g = w.shape[0], w.shape[1]
         if no_records(g, out):
             return
-        if w.strides[2] != 1 or x.strides[1] != 1:
+        if w.strides[2] != 1 or x.strides[1] != 1 or (span > 1 and x.strides[0] != x.shape[1]):
             for r in range(rows):
                 out[r] = loop_dot(w[r], x)
             return
-        ws0, ws1, xs = w.strides[0], w.strides[1], x.strides[0]
+        ws0, ws1, xs = w.strides[0], w.strides[1], span * x.strides[0]
         r = 0
         if has_tile:
             state = prep(x)
@@ -308,7 +312,7 @@ def _gemm_overload(code, w, x, out):
     if impl is None:
         return None
     loop_dot, acts_x8 = impl["loop_dot"], _simd(impl, "acts_x8")
-    record_block = impl["record_block"]
+    record_block, span = impl["record_block"], impl["span"]
     if acts_x8 is None:
         if _simd(impl, "rows_x8") is None and _simd(impl, "value") is None:
             def gemm_loop(code, w, x, out):
@@ -328,12 +332,12 @@ def _gemm_overload(code, w, x, out):
         batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
         if no_records(g, out):
             return
-        if w.strides[2] != 1 or x.strides[2] != 1:
+        if w.strides[2] != 1 or x.strides[2] != 1 or (span > 1 and x.strides[1] != x.shape[2]):
             for r in range(rows):
                 for a in range(batch):
                     out[a, r] = loop_dot(w[r], x[a])
             return
-        ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], x.strides[1]
+        ws0, ws1, xs0, xs1 = w.strides[0], w.strides[1], x.strides[0], span * x.strides[1]
         acc = np.empty((rows, 8), np.float32)
         a0 = 0
         while batch - a0 >= 8:

@@ -16,7 +16,7 @@ import numba_qk as qk
 from numba_qk.kernels.iq import grid
 from numba_qk.kernels.simd import base as _simd
 from numba_qk.testing.asserts import assert_same_f32
-from records import random_iq_grid
+from records import random_iq_grid, unaligned
 from subsets import default_few
 
 NAMES = ["iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"]
@@ -55,14 +55,6 @@ def test_simd_sums_equal_the_loops_on_any_bytes(name, rng):
         out = np.zeros((512, 2), np.int64)
         both(w, x, out)
         assert (out[:, 0] == out[:, 1]).all(), (var, np.flatnonzero(out[:, 0] != out[:, 1])[:5])
-
-
-def _unaligned(a):
-    """A copy of ``a`` whose data starts one byte past an aligned address."""
-    buf = np.zeros(a.nbytes + 1, np.uint8)
-    out = buf[1:].view(a.dtype).reshape(a.shape)
-    out[...] = a
-    return out
 
 
 @pytest.mark.parametrize("name", default_few(NAMES, {"iq3_xxs"}))  # value + both tiles
@@ -109,7 +101,7 @@ def test_fast_paths_equal_the_portable_definition(name, rng):
         ws = ws[:, :, ::2]
         wro, xro = w.copy(), x.copy()
         wro.flags.writeable = xro.flags.writeable = False
-        wu, xu = _unaligned(w), _unaligned(x)
+        wu, xu = unaligned(w), unaligned(x)
         got = {"dot": got_dot, "gemv": got_gemv, "gemm": got_gemm, "gemm 2 + 17": got_gemm2}
         for label, ww, xx in (("strided", ws, xro), ("read-only", wro, xro),
                               ("unaligned", wu, xu)):

@@ -17,23 +17,16 @@ import numba_qk as qk
 from numba_qk.kernels.simd import base as _simd
 from numba_qk.kernels.ternary import tq
 from numba_qk.testing.asserts import assert_same_f32
-from subsets import default_few
+from records import before_a_guard_page, carrier_views, products_on
+from subsets import default_few, simd_variant_runs, variant_cases
 
 NAMES = ["tq1_0", "tq2_0"]
 needs_simd = pytest.mark.skipif(not _simd.HAVE_AVX2, reason="no AVX2/F16C on this machine")
-_RUNS = {"avx2": True, "avx2vnni": _simd.HAVE_VNNI, "avx512": _simd.HAVE_AVX512,
-         "avx512vnni": _simd.HAVE_AVX512 and _simd.HAVE_VNNI}
-_WIDEST = [v for v in _RUNS if _RUNS[v]][-1]
-CASES = [(n, v) for n in NAMES for v in _RUNS]
-
-
-def _case_id(case):
-    return f"{case[0]}-{case[1]}"
+_RUNS = simd_variant_runs()
 
 
 @needs_simd
-@pytest.mark.parametrize("case", default_few(
-    CASES, {f"{n}-{v}" for n in NAMES for v in ("avx2", _WIDEST)}, _case_id))
+@pytest.mark.parametrize("case", variant_cases(NAMES))
 def test_simd_sums_equal_the_loops_on_any_bytes(case, rng):
     """S of both arrangements of the vector decoder == the portable record_sum on random bytes,
     every byte value in every weight position (the digit rule ``(q >= 86) + (q >= 171)`` for
@@ -85,37 +78,6 @@ def test_digit_rule_of_the_vector_decoder():
         assert len(set((b * 3 ** n) % 256)) == 256
 
 
-def _unaligned(a):
-    """A copy of ``a`` whose data starts one byte past an aligned address."""
-    buf = np.zeros(a.nbytes + 1, np.uint8)
-    out = buf[1:].view(a.dtype).reshape(a.shape)
-    out[...] = a
-    return out
-
-
-_KEEP = []   # the guarded mappings stay mapped for the life of the process
-
-
-def _before_a_guard_page(nbytes):
-    """A writable uint8 array of ``nbytes`` that ends where a PROT_NONE page begins (Linux;
-    elsewhere a plain array)."""
-    import ctypes
-    import mmap
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return np.zeros(nbytes, np.uint8)
-    page = mmap.PAGESIZE
-    pages = -(-nbytes // page) + 1
-    m = mmap.mmap(-1, pages * page)
-    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    assert libc.mprotect(addr + (pages - 1) * page, page, 0) == 0   # PROT_NONE
-    _KEEP.append(m)
-    return np.frombuffer(m, np.uint8, count=nbytes, offset=(pages - 1) * page - nbytes)
-
-
 def _records(rng, fmt, n):
     """``n`` random records with finite f16 scales d in [1e-3, 1e-2]."""
     rec = rng.integers(0, 256, (n, fmt.block_bytes), dtype=np.uint8)
@@ -163,26 +125,8 @@ def test_fast_paths_equal_the_portable_definition(case, rng):
             gemv(w, x[a], got_gemv[a])
         got_gemm = np.empty((batch, rows), np.float32)
         gemm(w, x, got_gemm)
-        ws = np.zeros((rows, g, 2 * fmt.block_bytes), np.uint8)      # strided bytes
-        ws[:, :, ::2] = w
-        ws = ws[:, :, ::2]
-        wro, xro = w.copy(), x.copy()
-        wro.flags.writeable = xro.flags.writeable = False
-        wu, xu = _unaligned(w), _unaligned(x)
         got = {"dot": got_dot, "gemv": got_gemv, "gemm": got_gemm}
-        if carriers == "each":
-            views = (("strided", ws, xro), ("read-only", wro, xro), ("unaligned", wu, xu))
-        else:
-            wall = _unaligned(np.zeros((rows, g, 2 * fmt.block_bytes), np.uint8))[:, :, ::2]
-            wall[...] = w
-            wall.flags.writeable = False
-            views = (("strided read-only unaligned", wall, xu),)
-        for label, ww, xx in views:
-            got[f"{label} gemm"] = np.empty((batch, rows), np.float32)
-            gemm(ww, xx, got[f"{label} gemm"])
-            got[f"{label} gemv"] = np.empty((batch, rows), np.float32)
-            for a in range(batch):
-                gemv(ww, xx[a], got[f"{label} gemv"][a])
+        got.update(products_on(carrier_views(w, x, carriers), gemv, gemm))
         with np.errstate(all="ignore"):
             for label, arr in got.items():
                 assert_same_f32(arr, want, f"{name} G={g} {label}")
@@ -190,7 +134,7 @@ def test_fast_paths_equal_the_portable_definition(case, rng):
     # + 1 leftover, 2 tiles of 8 rows + 3); the weights end where an unreadable page begins
     # (a load past the last record would crash the process)
     g = 3
-    w = _before_a_guard_page(rows * g * fmt.block_bytes).reshape(rows, g, fmt.block_bytes)
+    w = before_a_guard_page(rows * g * fmt.block_bytes).reshape(rows, g, fmt.block_bytes)
     w[...] = _records(rng, fmt, rows * g).reshape(rows, g, fmt.block_bytes)
     a = rng.standard_normal((9, 256 * g)).astype(np.float32)
     xq = qk.quantize(a.reshape(-1, 256), format=qk.quant.q8_k).reshape(9, g, 292)

@@ -152,6 +152,37 @@ def reduce_many(builder, vecs):
     return v
 
 
+def neg_dots(b, ops, pairs):
+    """The start of an accumulator that subtracts ``sum dot(a, c)`` over ``pairs`` (``dots``):
+    VNNI: -(the i32 lanes); otherwise -(the i16 lanes)."""
+    n = ops.lanes
+    if ops.dpbusd is not None:
+        acc = ir.Constant(vec(i32, n // 4), None)
+        for a, c in pairs:
+            acc = b.call(ops.dpbusd, [acc, a, c])
+        return b.sub(ir.Constant(acc.type, None), acc)
+    p = None
+    for a, c in pairs:
+        m = b.call(ops.maddubs, [a, c])
+        p = m if p is None else b.add(p, m)
+    return b.sub(ir.Constant(p.type, None), p)
+
+
+def dots(b, ops, start, pairs):
+    """i32 vector whose lane sum is ``sum dot(a, c)`` over ``pairs`` (u8 ``a``, i8 ``c``) plus
+    the lane sum of ``start`` (``neg_dots``)."""
+    if ops.dpbusd is not None:
+        acc = start
+        for a, c in pairs:
+            acc = b.call(ops.dpbusd, [acc, a, c])
+        return acc
+    p = start
+    for a, c in pairs:
+        p = b.add(p, b.call(ops.maddubs, [a, c]))
+    ones = ir.Constant(p.type, [1] * p.type.count)
+    return b.call(ops.maddwd, [p, ones])
+
+
 def gather_f16(builder, bases, offset):
     """<n x float> from the f16 at ``offset`` of each base (exact widening, vcvtph2ps)."""
     v = ir.Constant(vec(ir.HalfType(), len(bases)), None)

@@ -49,9 +49,9 @@ from llvmlite import ir
 
 from numba_qk.formats import kquants as _kq
 from numba_qk.formats import quant
-from numba_qk.kernels.simd.base import (HAVE_AVX512, HAVE_VNNI, Ops, decl, gather_f16,
-                                        gather_f32, i8, i16, i32, load, record_intrinsic,
-                                        reduce_many, tile_intrinsic, vec)
+from numba_qk.kernels.simd.base import (HAVE_AVX512, HAVE_VNNI, Ops, decl, dots, gather_f16,
+                                        gather_f32, i8, i16, i32, load, neg_dots,
+                                        record_intrinsic, reduce_many, tile_intrinsic, vec)
 
 _A_DS_AT = quant.q8_k.field("ds").start
 _A_Q_AT = quant.q8_k.field("q").start
@@ -229,37 +229,6 @@ def _shape(kf, n):
     return _SHAPES[key]
 
 
-def _neg_dots(b, ops, pairs):
-    """The start of an accumulator that subtracts ``sum dot(a, c)`` over ``pairs`` (``_dots``):
-    VNNI: -(the i32 lanes); otherwise -(the i16 lanes)."""
-    n = ops.lanes
-    if ops.dpbusd is not None:
-        acc = ir.Constant(vec(i32, n // 4), None)
-        for a, c in pairs:
-            acc = b.call(ops.dpbusd, [acc, a, c])
-        return b.sub(ir.Constant(acc.type, None), acc)
-    p = None
-    for a, c in pairs:
-        m = b.call(ops.maddubs, [a, c])
-        p = m if p is None else b.add(p, m)
-    return b.sub(ir.Constant(p.type, None), p)
-
-
-def _dots(b, ops, start, pairs):
-    """i32 vector whose lane sum is ``sum dot(a, c)`` over ``pairs`` (u8 ``a``, i8 ``c``) plus
-    the lane sum of ``start`` (``_neg_dots``)."""
-    if ops.dpbusd is not None:
-        acc = start
-        for a, c in pairs:
-            acc = b.call(ops.dpbusd, [acc, a, c])
-        return acc
-    p = start
-    for a, c in pairs:
-        p = b.add(p, b.call(ops.maddubs, [a, c]))
-    ones = ir.Constant(p.type, [1] * p.type.count)
-    return b.call(ops.maddwd, [p, ones])
-
-
 # ---- rows: codes u against gathered activations -------------------------------------------
 
 def _x_rows(b, ops, sh, xb):
@@ -268,7 +237,7 @@ def _x_rows(b, ops, sh, xb):
     n = ops.lanes
     xs = {kd: _gather(b, xb, _A_Q_AT, es, False) for kd, es in sh.elems.items()}
     nat = [load(b, xb, _A_Q_AT + n * j, vec(i8, n)) for j in range(256 // n)]
-    return xs, _neg_dots(b, ops, [(_splat8(1, n), v) for v in nat])
+    return xs, neg_dots(b, ops, [(_splat8(1, n), v) for v in nat])
 
 
 def _w_rows(b, ops, sh, wb):
@@ -283,7 +252,7 @@ def _w_rows(b, ops, sh, wb):
 
 def _sum_rows(b, ops, wdec, xdec):
     xs, start = xdec
-    return _dots(b, ops, start, [(wdec[kd], xs[kd]) for kd in xs])
+    return dots(b, ops, start, [(wdec[kd], xs[kd]) for kd in xs])
 
 
 # ---- acts: signed t in element order against xq ^ 0x80 ----------------------------------------
@@ -309,7 +278,7 @@ def _w_acts(b, ops, sh, wb):
                 v = b.shuffle_vector(v, u[key], ir.Constant(
                     vec(i32, n), [i if m is None else n + m for i, m in enumerate(idx)]))
         ts.append(b.sub(v, _splat8(1, n)))
-    return ts, _neg_dots(b, ops, [(_splat8(128, n), t) for t in ts])
+    return ts, neg_dots(b, ops, [(_splat8(128, n), t) for t in ts])
 
 
 def _x_acts(b, ops, xb):
@@ -320,7 +289,7 @@ def _x_acts(b, ops, xb):
 
 def _sum_acts(b, ops, wdec, xdec):
     ts, start = wdec
-    return _dots(b, ops, start, list(zip(xdec, ts)))
+    return dots(b, ops, start, list(zip(xdec, ts)))
 
 
 # ---- sums and values -------------------------------------------------------------------------
