@@ -78,19 +78,14 @@ for _name in ("IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M"
     ORACLES[_name] = Oracle(partial(iq.dequantize_grid, _name), partial(iq.dot_grid, _name), None,
                             "ggml-common.h / ggml-quants.c (" + _name
                             + "), docs/numerics_iq_grid.md")
-for _name in ("TQ1_0", "TQ2_0"):
-    ORACLES[_name] = Oracle(partial(ternary.dequantize, _name),
-                            partial(ternary.quantized_dot, _name),
-                            partial(ternary.quantize_block, _name),
+for _module, _name in ((ternary, "TQ1_0"), (ternary, "TQ2_0"), (lowbit, "Q1_0"),
+                       (lowbit, "Q2_0")):
+    ORACLES[_name] = Oracle(partial(_module.dequantize, _name),
+                            partial(_module.quantized_dot, _name),
+                            partial(_module.quantize_block, _name),
                             "ggml dequantize_row/quantize_row_" + _name.lower()
                             + "_ref, docs/numerics.md")
-for _name in ("Q1_0", "Q2_0"):
-    ORACLES[_name] = Oracle(partial(lowbit.dequantize, _name),
-                            partial(lowbit.quantized_dot, _name),
-                            partial(lowbit.quantize_block, _name),
-                            "ggml dequantize_row/quantize_row_" + _name.lower()
-                            + "_ref, docs/numerics.md")
-del _name
+del _module, _name
 
 
 def oracle(fmt) -> Oracle:
