@@ -308,6 +308,22 @@ def _repacked(w, lhs_format, what):
     return w
 
 
+def _product_operands(op, w, xq, lhs_format, rhs_format, threads, xq_layout):
+    """The checked operands of ``gemv`` / ``gemm`` (``op``): ``(nthreads, repacked or None,
+    weight records or tiles, rows, activation records)``; ``xq`` ``[G', bytes]``
+    (``xq_layout`` ``records``) or ``[batch, G', bytes]`` (``batch``), ``G'`` matching ``w``."""
+    _check_pair(lhs_format, rhs_format, op)
+    nthreads = check_threads(threads)
+    rp = _repacked(w, lhs_format, op)
+    wa = rp.tiles if rp else check_records(as_array(w, "w"), "w", lhs_format, "weights")
+    rows, g = rp.shape[:2] if rp else wa.shape[:2]
+    xa = check_records(as_array(xq, "xq"), "xq", rhs_format, xq_layout)
+    span = _span(lhs_format)
+    if xa.shape[-2] != span * g:
+        raise ValueError(_per_row_mismatch(g, xa.shape[-2], span))
+    return nthreads, rp, wa, rows, xa
+
+
 def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     """Matrix-vector product of quantized weight rows and one quantized activation.
 
@@ -327,15 +343,8 @@ def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     if _halfmat.is_float_weight(lhs_format):
         return _halfmat.product("gemv", w, xq, lhs_format, rhs_format, out,
                                 check_threads(threads))
-    _check_pair(lhs_format, rhs_format, "gemv")
-    nthreads = check_threads(threads)
-    rp = _repacked(w, lhs_format, "gemv")
-    wa = rp.tiles if rp else check_records(as_array(w, "w"), "w", lhs_format, "weights")
-    rows, g = rp.shape[:2] if rp else wa.shape[:2]
-    xa = check_records(as_array(xq, "xq"), "xq", rhs_format)
-    span = _span(lhs_format)
-    if xa.shape[0] != span * g:
-        raise ValueError(_per_row_mismatch(g, xa.shape[0], span))
+    nthreads, rp, wa, rows, xa = _product_operands("gemv", w, xq, lhs_format, rhs_format,
+                                                   threads, "records")
     target, user_out = prepare_out(out, (rows,), np.float32, (wa, xa), "gemv's result")
     if rp:
         _repack.product(rp, "gemv", xa, target, nthreads)
@@ -356,15 +365,8 @@ def gemm(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     if _halfmat.is_float_weight(lhs_format):
         return _halfmat.product("gemm", w, xq, lhs_format, rhs_format, out,
                                 check_threads(threads))
-    _check_pair(lhs_format, rhs_format, "gemm")
-    nthreads = check_threads(threads)
-    rp = _repacked(w, lhs_format, "gemm")
-    wa = rp.tiles if rp else check_records(as_array(w, "w"), "w", lhs_format, "weights")
-    rows, g = rp.shape[:2] if rp else wa.shape[:2]
-    xa = check_records(as_array(xq, "xq"), "xq", rhs_format, "batch")
-    span = _span(lhs_format)
-    if xa.shape[1] != span * g:
-        raise ValueError(_per_row_mismatch(g, xa.shape[1], span))
+    nthreads, rp, wa, rows, xa = _product_operands("gemm", w, xq, lhs_format, rhs_format,
+                                                   threads, "batch")
     target, user_out = prepare_out(out, (xa.shape[0], rows), np.float32, (wa, xa),
                                    "gemm's result")
     if xa.shape[0]:
