@@ -185,11 +185,13 @@ def best_index_iq4(x):
     return mu
 
 
-@kernel
-def iq4_block_scale(values, b, off, L):
-    """One sub-block of 32 values ``values[b, off:off+32]``: ggml's scale search (weights
-    ``x*x``, ``ntry = 7``); leaves the first pass's codes in ``L[off:off+32]``, returns the
-    f32 scale (0 for a sub-block whose largest ``|x|`` is below ``GROUP_MAX_EPS``)."""
+@inline_kernel
+def block_scale_search(values, b, off, L, weight, woff, weighted):
+    """ggml's scale search over the sub-block of 32 values ``values[b, off:off+32]``
+    (``ntry = 7``), each value weighted by ``weight[woff + j]`` where ``weighted``, else by
+    ``x*x`` (``weight`` not read); leaves the first pass's codes in ``L[off:off+32]``, returns
+    the f32 scale (0 for a sub-block whose largest ``|x|`` is below ``GROUP_MAX_EPS``).  The
+    first fit is 0 where its ``sumq2`` is 0 (only weighted: ``x*x`` gives ``sumq2 > 0``)."""
     amax = np.float32(0.0)
     mx = np.float32(0.0)
     for j in range(32):
@@ -208,11 +210,11 @@ def iq4_block_scale(values, b, off, L):
         l = best_index_iq4(np.float32(idv * xj))
         L[off + j] = l
         q = KVALUES_F32[l]
-        w = np.float32(xj * xj)
+        w = weight[woff + j] if weighted else np.float32(xj * xj)
         wq = np.float32(w * q)
         sumqx = np.float32(sumqx + np.float32(wq * xj))
         sumq2 = np.float32(sumq2 + np.float32(wq * q))
-    d = np.float32(sumqx / sumq2)
+    d = np.float32(sumqx / sumq2) if sumq2 > np.float32(0.0) else np.float32(0.0)
     best = np.float32(d * sumqx)
     for itry in range(-_NTRY, _NTRY + 1):
         idv = np.float32(np.float32(itry + np.int32(KVALUES[0])) / mx)
@@ -221,7 +223,7 @@ def iq4_block_scale(values, b, off, L):
         for j in range(32):
             xj = np.float32(values[b, off + j])
             q = KVALUES_F32[best_index_iq4(np.float32(idv * xj))]
-            w = np.float32(xj * xj)
+            w = weight[woff + j] if weighted else np.float32(xj * xj)
             wq = np.float32(w * q)
             sumqx = np.float32(sumqx + np.float32(wq * xj))
             sumq2 = np.float32(sumq2 + np.float32(wq * q))
@@ -229,6 +231,14 @@ def iq4_block_scale(values, b, off, L):
             d = np.float32(sumqx / sumq2)
             best = np.float32(d * sumqx)
     return d
+
+
+@kernel
+def iq4_block_scale(values, b, off, L):
+    """One sub-block of 32 values ``values[b, off:off+32]``: ggml's scale search (weights
+    ``x*x``, ``ntry = 7``); leaves the first pass's codes in ``L[off:off+32]``, returns the
+    f32 scale (0 for a sub-block whose largest ``|x|`` is below ``GROUP_MAX_EPS``)."""
+    return block_scale_search(values, b, off, L, KVALUES_F32, 0, False)
 
 
 @inline_kernel

@@ -16,12 +16,9 @@ import numpy as np
 
 from numba_qk._jit import kernel
 from numba_qk.formats.iq import iq4_nl as _NL, iq4_xs as _XS
-from numba_qk.kernels.iq.iq4 import (KVALUES, KVALUES_F32, best_index_iq4, iq4_nl_store,
-                                     iq4_xs_store)
+from numba_qk.kernels.iq.iq4 import block_scale_search, iq4_nl_store, iq4_xs_store
 from numba_qk.kernels.kquants.common import first_nonfinite_block
 
-_GROUP_MAX_EPS = np.float32(1e-15)
-_NTRY = 7
 _F0 = np.float32(0.0)
 
 
@@ -43,43 +40,7 @@ def _weights(values, b, off, n, qw, qoff, weight):
 @kernel
 def iq4_block_scale_weighted(values, b, off, L, weight, woff):
     """``iq4.iq4_block_scale`` with the weights ``weight[woff:woff+32]``."""
-    amax = _F0
-    mx = _F0
-    for j in range(32):
-        ax = abs(np.float32(values[b, off + j]))
-        if ax > amax:
-            amax = ax
-            mx = np.float32(values[b, off + j])
-    if amax < _GROUP_MAX_EPS:
-        return _F0
-    d = np.float32(-mx / KVALUES_F32[0])
-    idv = np.float32(np.float32(1.0) / d)
-    sumqx = _F0
-    sumq2 = _F0
-    for j in range(32):
-        xj = np.float32(values[b, off + j])
-        l = best_index_iq4(np.float32(idv * xj))
-        L[off + j] = l
-        q = KVALUES_F32[l]
-        wq = np.float32(weight[woff + j] * q)
-        sumqx = np.float32(sumqx + np.float32(wq * xj))
-        sumq2 = np.float32(sumq2 + np.float32(wq * q))
-    d = np.float32(sumqx / sumq2) if sumq2 > _F0 else _F0
-    best = np.float32(d * sumqx)
-    for itry in range(-_NTRY, _NTRY + 1):
-        idv = np.float32(np.float32(itry + np.int32(KVALUES[0])) / mx)
-        sumqx = _F0
-        sumq2 = _F0
-        for j in range(32):
-            xj = np.float32(values[b, off + j])
-            q = KVALUES_F32[best_index_iq4(np.float32(idv * xj))]
-            wq = np.float32(weight[woff + j] * q)
-            sumqx = np.float32(sumqx + np.float32(wq * xj))
-            sumq2 = np.float32(sumq2 + np.float32(wq * q))
-        if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best * sumq2):
-            d = np.float32(sumqx / sumq2)
-            best = np.float32(d * sumqx)
-    return d
+    return block_scale_search(values, b, off, L, weight, woff, True)
 
 
 @kernel
