@@ -94,13 +94,22 @@ def _signed_absmax(values, b):
     One branch-free pass (vectorizes without fast-math): the largest of the int64 keys
     ``magnitude bits << 6 | (63 - j)`` carries the largest magnitude and, among equal ones, the
     first index, which is what ggml's strict comparison keeps."""
+    return first_absmax(values, b, 32, 6)
+
+
+@inline_kernel
+def first_absmax(values, b, n, bits):
+    """The first of ``values[b, :n]`` of largest magnitude, or +0.0 where all are zeros
+    (``n <= 2**bits``): the largest of the int64 keys ``magnitude bits << bits | (2**bits - 1 -
+    j)``, one branch-free pass that vectorizes without fast-math."""
+    top = np.int64((1 << bits) - 1)
     key = np.int64(0)
-    for j in range(32):
+    for j in range(n):
         mag = np.int64(np.float32(values[b, j]).view(np.int32) & _MAGNITUDE)
-        key = max(key, (mag << np.int64(6)) | np.int64(63 - j))
-    if (key >> np.int64(6)) == np.int64(0):
+        key = max(key, (mag << np.int64(bits)) | (top - j))
+    if (key >> np.int64(bits)) == np.int64(0):
         return np.float32(0.0)
-    return np.float32(values[b, np.int64(63) - (key & np.int64(63))])
+    return np.float32(values[b, top - (key & top)])
 
 
 @kernel

@@ -31,7 +31,7 @@ import numpy as np
 from numba_qk._jit import kernel
 from numba_qk.kernels.kquants.encode_lanes import f16_bits
 from numba_qk.kernels.kquants.q8_k import q8_k_write_block
-from numba_qk.kernels.legacy.kernels import first_nonfinite_block
+from numba_qk.kernels.legacy.kernels import first_absmax, first_nonfinite_block
 
 __all__ = ["quantize_q8_0_ggml_cpu", "quantize_q8_1_ggml_cpu", "quantize_q8_k_ggml_cpu"]
 
@@ -102,13 +102,7 @@ def quantize_q8_1_ggml_cpu(x, out):
 def _first_absmax(values, b):
     """ggml's ``if (ax > amax) { amax = ax; max = x[j]; }`` loop: the first value of largest
     magnitude, or 0.0 (on int64 keys ``magnitude << 9 | (511 - j)``, which vectorizes)."""
-    key = np.int64(0)
-    for j in range(256):
-        mag = np.int64(np.float32(values[b, j]).view(np.int32) & _MAGNITUDE)
-        key = max(key, (mag << np.int64(9)) | np.int64(511 - j))
-    if (key >> np.int64(9)) == np.int64(0):
-        return np.float32(0.0)
-    return np.float32(values[b, np.int64(511) - (key & np.int64(511))])
+    return first_absmax(values, b, 256, 9)
 
 
 @kernel
