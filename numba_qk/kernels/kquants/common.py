@@ -32,6 +32,11 @@ X_BSUM_AT = _quant.q8_k.field("bsum").start  # Q8_K: int16 sums of 16 quants
 GROUP_MAX_EPS = np.float32(1e-15)              # ggml's GROUP_MAX_EPS: a smaller max |x| is "all zero"
 
 
+def field_starts(fmt, *names):
+    """The byte offsets in a record of ``fmt`` of the fields ``names``, in that order."""
+    return tuple(fmt.field(name).start for name in names)
+
+
 @kernel
 def f16_at(a, row, off):
     """Exact f16 -> f32 of bytes ``a[row, off:off+2]`` (little-endian)."""

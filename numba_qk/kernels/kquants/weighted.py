@@ -33,7 +33,7 @@ import numpy as np
 from numba_qk._jit import inline_kernel, kernel
 from numba_qk.formats.kquants import q2_k as _Q2, q3_k as _Q3, q4_k as _Q4, q5_k as _Q5, q6_k as _Q6
 from numba_qk.kernels._round import nearest_int
-from numba_qk.kernels.kquants.common import (GROUP_MAX_EPS, first_nonfinite_block,
+from numba_qk.kernels.kquants.common import (GROUP_MAX_EPS, field_starts, first_nonfinite_block,
                                              k4_pack_scale_min, k4_scale_min_inline,
                                              make_qx_quants, pack_2bit, q3_split_hmask,
                                              q5_pack_quants, signed_absmax, store_f16,
@@ -349,10 +349,7 @@ def weighted_blocks(values, qw, out, block, work, bs):
 
 # ---- Q2_K ------------------------------------------------------------------------------------------
 
-_Q2_SC_AT = _Q2.field("sc").start
-_Q2_Q_AT = _Q2.field("q").start
-_Q2_D_AT = _Q2.field("d").start
-_Q2_DMIN_AT = _Q2.field("dmin").start
+_Q2_SC_AT, _Q2_Q_AT, _Q2_D_AT, _Q2_DMIN_AT = field_starts(_Q2, "sc", "q", "d", "dmin")
 
 
 @kernel
@@ -410,10 +407,7 @@ def quantize_q2_k_weighted(values, qw, out):
 
 # ---- Q3_K ------------------------------------------------------------------------------------------
 
-_Q3_HM_AT = _Q3.field("hmask").start
-_Q3_QL_AT = _Q3.field("ql").start
-_Q3_SC_AT = _Q3.field("sc").start
-_Q3_D_AT = _Q3.field("d").start
+_Q3_HM_AT, _Q3_QL_AT, _Q3_SC_AT, _Q3_D_AT = field_starts(_Q3, "hmask", "ql", "sc", "d")
 
 
 @kernel
@@ -459,15 +453,9 @@ def quantize_q3_k_weighted(values, qw, out):
 
 # ---- Q4_K and Q5_K ---------------------------------------------------------------------------------
 
-_Q4_D_AT = _Q4.field("d").start
-_Q4_DMIN_AT = _Q4.field("dmin").start
-_Q4_SC_AT = _Q4.field("sc").start
-_Q4_Q_AT = _Q4.field("q").start
-_Q5_D_AT = _Q5.field("d").start
-_Q5_DMIN_AT = _Q5.field("dmin").start
-_Q5_SC_AT = _Q5.field("sc").start
-_Q5_QH_AT = _Q5.field("qh").start
-_Q5_QL_AT = _Q5.field("ql").start
+_Q4_D_AT, _Q4_DMIN_AT, _Q4_SC_AT, _Q4_Q_AT = field_starts(_Q4, "d", "dmin", "sc", "q")
+_Q5_D_AT, _Q5_DMIN_AT, _Q5_SC_AT, _Q5_QH_AT, _Q5_QL_AT = field_starts(
+    _Q5, "d", "dmin", "sc", "qh", "ql")
 
 
 @inline_kernel
@@ -529,10 +517,7 @@ def quantize_q5_k_weighted(values, qw, out):
 
 # ---- Q6_K ------------------------------------------------------------------------------------------
 
-_Q6_QL_AT = _Q6.field("ql").start
-_Q6_QH_AT = _Q6.field("qh").start
-_Q6_SC_AT = _Q6.field("sc").start
-_Q6_D_AT = _Q6.field("d").start
+_Q6_QL_AT, _Q6_QH_AT, _Q6_SC_AT, _Q6_D_AT = field_starts(_Q6, "ql", "qh", "sc", "d")
 _Q6_BYTES = _Q6.block_bytes
 
 
