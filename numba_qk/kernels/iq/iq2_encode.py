@@ -316,16 +316,22 @@ def store_ls16(rec, b, at, max_scale, d_factor, scales):
             rec[b, at + ib // 2] |= np.uint8(l << 4)
 
 
-@kernel
-def encode_iq2_xs(values, qw, out, grid, kmap, neighbours):
-    """ggml's ``quantize_iq2_xs`` with ``quant_weights = qw`` (rows of ``len(qw)``)."""
-    per_row = qw.shape[0] // 256
+@inline_kernel
+def search_scratch(n):
+    """The per-sub-block scratch of the searches: ``weight``, ``waux``, ``xval`` (f32 [n]),
+    ``L``, ``Laux`` (int32 [n])."""
+    return (np.zeros(n, np.float32), np.zeros(n, np.float32), np.zeros(n, np.float32),
+            np.zeros(n, np.int32), np.zeros(n, np.int32))
+
+
+@inline_kernel
+def encode_sub16(values, qw, out, grid, kmap, neighbours, is_s):
+    """The encoders of 16 sub-blocks of 16 (``block16``): IQ2_XS (``is_s`` False; codes in a
+    ``q2`` buffer written only for a block with a scale) or IQ2_S (True; codes written as
+    found, ``len(qw) == 0`` for no importance matrix)."""
+    per_row = max(qw.shape[0] // 256, 1)
     rec = np.zeros_like(out)
-    weight = np.zeros(16, np.float32)
-    waux = np.zeros(16, np.float32)
-    xval = np.zeros(16, np.float32)
-    L = np.zeros(16, np.int32)
-    Laux = np.zeros(16, np.int32)
+    weight, waux, xval, L, Laux = search_scratch(16)
     on = np.zeros(2, np.bool_)
     on_aux = np.zeros(2, np.bool_)
     scales = np.zeros(16, np.float32)
@@ -339,53 +345,10 @@ def encode_iq2_xs(values, qw, out, grid, kmap, neighbours):
         for i in range(32):
             q2[i] = 0
         max_scale = _F0
-        sigma2 = sigma2_of(values, b, False)
+        sigma2 = sigma2_of(values, b, is_s)
         for ib in range(16):
             scale, status = block16(values, b, ib, qw, qoff, sigma2, weight, waux, xval, L,
-                                    Laux, on, on_aux, bs, gi2, grid, kmap, neighbours, False)
-            if status < 0:
-                return b
-            scales[ib] = scale
-            if status == 0:
-                continue
-            for k in range(2):
-                q2[2 * ib + k] = gi2[k] | (bs[k] << 9)
-            max_scale = max_scale if max_scale > scale else scale
-        if max_scale == _F0:
-            continue
-        store_ls16(rec, b, _XS_SC, max_scale, _F1, scales)
-        for i in range(32):
-            rec[b, 2 + 2 * i] = np.uint8(q2[i] & 0xFF)
-            rec[b, 3 + 2 * i] = np.uint8((q2[i] >> 8) & 0xFF)
-    out[:] = rec
-    return -1
-
-
-@kernel
-def encode_iq2_s(values, qw, out, grid, kmap, neighbours):
-    """ggml's ``quantize_iq2_s`` with ``quant_weights = qw`` (rows of ``len(qw)``), or without
-    an importance matrix where ``len(qw) == 0``."""
-    per_row = max(qw.shape[0] // 256, 1)
-    rec = np.zeros_like(out)
-    weight = np.zeros(16, np.float32)
-    waux = np.zeros(16, np.float32)
-    xval = np.zeros(16, np.float32)
-    L = np.zeros(16, np.int32)
-    Laux = np.zeros(16, np.int32)
-    on = np.zeros(2, np.bool_)
-    on_aux = np.zeros(2, np.bool_)
-    scales = np.zeros(16, np.float32)
-    bs = np.zeros(2, np.int32)
-    gi2 = np.zeros(2, np.int32)
-    for b in range(values.shape[0]):
-        if bad_block(values, b):
-            return b
-        qoff = 256 * (b % per_row)
-        max_scale = _F0
-        sigma2 = sigma2_of(values, b, True)
-        for ib in range(16):
-            scale, status = block16(values, b, ib, qw, qoff, sigma2, weight, waux, xval, L,
-                                    Laux, on, on_aux, bs, gi2, grid, kmap, neighbours, True)
+                                    Laux, on, on_aux, bs, gi2, grid, kmap, neighbours, is_s)
             if status < 0:
                 return b
             scales[ib] = scale
@@ -393,15 +356,37 @@ def encode_iq2_s(values, qw, out, grid, kmap, neighbours):
                 continue
             for k in range(2):
                 i8 = 2 * ib + k
-                rec[b, 2 + i8] = np.uint8(gi2[k] & 255)
-                rec[b, _S_QH + i8 // 4] |= np.uint8((gi2[k] >> 8) << (2 * (i8 % 4)))
-                rec[b, _S_SIGNS + i8] = np.uint8(bs[k])
+                if is_s:
+                    rec[b, 2 + i8] = np.uint8(gi2[k] & 255)
+                    rec[b, _S_QH + i8 // 4] |= np.uint8((gi2[k] >> 8) << (2 * (i8 % 4)))
+                    rec[b, _S_SIGNS + i8] = np.uint8(bs[k])
+                else:
+                    q2[i8] = gi2[k] | (bs[k] << 9)
             max_scale = max_scale if max_scale > scale else scale
         if max_scale == _F0:
             continue
-        store_ls16(rec, b, _S_SC, max_scale, np.float32(0.9875), scales)
+        if is_s:
+            store_ls16(rec, b, _S_SC, max_scale, np.float32(0.9875), scales)
+        else:
+            store_ls16(rec, b, _XS_SC, max_scale, _F1, scales)
+            for i in range(32):
+                rec[b, 2 + 2 * i] = np.uint8(q2[i] & 0xFF)
+                rec[b, 3 + 2 * i] = np.uint8((q2[i] >> 8) & 0xFF)
     out[:] = rec
     return -1
+
+
+@kernel
+def encode_iq2_xs(values, qw, out, grid, kmap, neighbours):
+    """ggml's ``quantize_iq2_xs`` with ``quant_weights = qw`` (rows of ``len(qw)``)."""
+    return encode_sub16(values, qw, out, grid, kmap, neighbours, False)
+
+
+@kernel
+def encode_iq2_s(values, qw, out, grid, kmap, neighbours):
+    """ggml's ``quantize_iq2_s`` with ``quant_weights = qw`` (rows of ``len(qw)``), or without
+    an importance matrix where ``len(qw) == 0``."""
+    return encode_sub16(values, qw, out, grid, kmap, neighbours, True)
 
 
 @kernel
@@ -409,11 +394,7 @@ def encode_iq2_xxs(values, qw, out, grid, kmap, neighbours):
     """ggml's ``quantize_iq2_xxs`` with ``quant_weights = qw`` (rows of ``len(qw)``)."""
     per_row = qw.shape[0] // 256
     rec = np.zeros_like(out)
-    weight = np.zeros(32, np.float32)
-    waux = np.zeros(32, np.float32)
-    xval = np.zeros(32, np.float32)
-    L = np.zeros(32, np.int32)
-    Laux = np.zeros(32, np.int32)
+    weight, waux, xval, L, Laux = search_scratch(32)
     Ltmp = np.zeros(8, np.int32)
     Lqp = np.zeros(32, np.uint8)
     scales = np.zeros(8, np.float32)
