@@ -301,31 +301,35 @@ def quantize_block_iq4_xs(values, b, out, L, scales):
     iq4_xs_store(values, b, out, L, scales)
 
 
+@inline_kernel
+def _rows(values, out, xs):
+    """IQ4_XS (``xs``) or IQ4_NL records of ``values``: -1, or the first block holding a
+    non-finite value (nothing written then)."""
+    bad = first_nonfinite_block(values)
+    if bad >= 0:
+        return bad
+    L = np.empty(256 if xs else 32, np.int64)
+    scales = np.empty(8, np.float32)
+    for b in range(values.shape[0]):
+        if xs:
+            quantize_block_iq4_xs(values, b, out, L, scales)
+        else:
+            quantize_block_iq4_nl(values, b, out, L)
+    return -1
+
+
 @kernel
 def quantize_iq4_nl(values, out):
     """f32 ``values`` ``[G, 32]`` -> IQ4_NL records ``[G, 18]`` (ggml_quantize_chunk, no
     imatrix); -1, or the first block holding a non-finite value (nothing written then)."""
-    bad = first_nonfinite_block(values)
-    if bad >= 0:
-        return bad
-    L = np.empty(32, np.int64)
-    for b in range(values.shape[0]):
-        quantize_block_iq4_nl(values, b, out, L)
-    return -1
+    return _rows(values, out, False)
 
 
 @kernel
 def quantize_iq4_xs(values, out):
     """f32 ``values`` ``[G, 256]`` -> IQ4_XS records ``[G, 136]`` (ggml_quantize_chunk, no
     imatrix); -1, or the first block holding a non-finite value (nothing written then)."""
-    bad = first_nonfinite_block(values)
-    if bad >= 0:
-        return bad
-    L = np.empty(256, np.int64)
-    scales = np.empty(8, np.float32)
-    for b in range(values.shape[0]):
-        quantize_block_iq4_xs(values, b, out, L, scales)
-    return -1
+    return _rows(values, out, True)
 
 
 # ---- the registry's declaration of this module's formats (numba_qk/kernels/traits.py) ----------

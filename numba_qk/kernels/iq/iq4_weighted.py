@@ -14,7 +14,7 @@ weighted ``sum q^2`` is 0), and the same scale and code steps.
 
 import numpy as np
 
-from numba_qk._jit import kernel
+from numba_qk._jit import inline_kernel, kernel
 from numba_qk.formats.iq import iq4_nl as _NL, iq4_xs as _XS
 from numba_qk.kernels.iq.iq4 import block_scale_search, iq4_nl_store, iq4_xs_store
 from numba_qk.kernels.kquants.common import first_nonfinite_block
@@ -43,37 +43,39 @@ def iq4_block_scale_weighted(values, b, off, L, weight, woff):
     return block_scale_search(values, b, off, L, weight, woff, True)
 
 
-@kernel
-def quantize_iq4_nl_weighted(values, qw, out):
-    """f32 ``values`` [G, 32] (rows of ``len(qw)`` values) -> IQ4_NL records, weighted by ``qw``."""
+@inline_kernel
+def _weighted_rows(values, qw, out, xs):
+    """IQ4_XS (``xs``: records of 8 sub-blocks of 32) or IQ4_NL (records of 32) of ``values``
+    ``[G, 256]`` / ``[G, 32]`` whose blocks run along rows of ``len(qw)``, weighted by ``qw``."""
     bad = first_nonfinite_block(values)
     if bad >= 0:
         return bad
-    per_row = qw.shape[0] // 32
-    L = np.zeros(32, np.int64)
-    weight = np.zeros(32, np.float32)
+    n = 256 if xs else 32
+    per_row = qw.shape[0] // n
+    L = np.zeros(n, np.int64)
+    weight = np.zeros(n, np.float32)
+    scales = np.zeros(8, np.float32)
     for b in range(values.shape[0]):
-        _weights(values, b, 0, 32, qw, 32 * (b % per_row), weight)
-        iq4_nl_store(values, b, out, L, iq4_block_scale_weighted(values, b, 0, L, weight, 0))
+        _weights(values, b, 0, n, qw, n * (b % per_row), weight)
+        if xs:
+            for s in range(8):
+                scales[s] = iq4_block_scale_weighted(values, b, 32 * s, L, weight, 32 * s)
+            iq4_xs_store(values, b, out, L, scales)
+        else:
+            iq4_nl_store(values, b, out, L, iq4_block_scale_weighted(values, b, 0, L, weight, 0))
     return -1
+
+
+@kernel
+def quantize_iq4_nl_weighted(values, qw, out):
+    """f32 ``values`` [G, 32] (rows of ``len(qw)`` values) -> IQ4_NL records, weighted by ``qw``."""
+    return _weighted_rows(values, qw, out, False)
 
 
 @kernel
 def quantize_iq4_xs_weighted(values, qw, out):
     """f32 ``values`` [G, 256] (rows of ``len(qw)`` values) -> IQ4_XS records, weighted by ``qw``."""
-    bad = first_nonfinite_block(values)
-    if bad >= 0:
-        return bad
-    per_row = qw.shape[0] // 256
-    L = np.zeros(256, np.int64)
-    weight = np.zeros(256, np.float32)
-    scales = np.zeros(8, np.float32)
-    for b in range(values.shape[0]):
-        _weights(values, b, 0, 256, qw, 256 * (b % per_row), weight)
-        for s in range(8):
-            scales[s] = iq4_block_scale_weighted(values, b, 32 * s, L, weight, 32 * s)
-        iq4_xs_store(values, b, out, L, scales)
-    return -1
+    return _weighted_rows(values, qw, out, True)
 
 
 # The weighted path per format: (kernel, what it reproduces), read by numba_qk._registry.
