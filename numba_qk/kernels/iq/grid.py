@@ -625,6 +625,8 @@ def _tiled_gemm(decode, microtile, fallback):
     per row and activation)."""
     def gemm_tiles(w, x, out):
         batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
+        if rows == 0 or batch == 0:                      # an empty result (and no panel)
+            return
         if no_records(g, out):
             return
         if batch < GEMM_TILE_MIN_BATCH or w.strides[2] != 1 or x.strides[2] != 1:
