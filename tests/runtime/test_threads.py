@@ -16,6 +16,9 @@ def _loadavg(tmp_path, monkeypatch, running, cpus):
     monkeypatch.setattr(_threads, "_LOADAVG", str(p))
     monkeypatch.setattr(_threads.os, "cpu_count", lambda: cpus)
     monkeypatch.setattr(_threads, "_SAMPLE_S", 0.0)
+    # the faked task count is the whole load: a worker of ours still spinning after an earlier
+    # job (free_cores counts it as a free core) would otherwise add one free core at random
+    monkeypatch.setattr(_threads._POOL, "spinning", lambda: 0)
 
 
 @pytest.mark.parametrize("running, cpus, asked, want", [
