@@ -88,8 +88,7 @@ def run(args, parser) -> int:
     if args.split_max_tensors is not None and args.split_max_tensors < 1:
         parser.error("--split-max-tensors must be positive")
     size = split_max_size(args.split_max_size, parser) if args.split_max_size else None
-    tensors = args.split_max_tensors if size is None and args.split_max_tensors is not None \
-        else (DEFAULT_MAX_TENSORS if size is None else None)
+    tensors = None if size is not None else (args.split_max_tensors or DEFAULT_MAX_TENSORS)
     paths = gguf.split_file(args.input, args.output, max_tensors=tensors, max_size=size,
                             no_tensor_first_split=args.no_tensor_first_split,
                             dry_run=args.dry_run,
