@@ -86,7 +86,9 @@ def breakdown(m, ids, n_decode):
     class TimedBlocks:   # numba_qk.kernels as the runner sees it, its quantizers timed
         def __getattr__(self, name):
             fn = getattr(real_blocks, name)
-            return timed("activation quantize", fn) if name.startswith("quantize") else fn
+            if name.startswith("quantize"):
+                return timed("activation quantize", fn)
+            return timed("embedding rows", fn) if name.startswith("dequantize") else fn
 
     real_blocks = _runner._blocks
     weights = [w for L in m.layers for w in (L.wq, L.wk, L.wv, L.wo, L.gate, L.up, L.down)]
@@ -109,6 +111,7 @@ def breakdown(m, ids, n_decode):
         for w, b in zip(weights, blocks):
             if b is not None:
                 w.block = timed("matmul (gemv)", b)
+        m._decoder = None   # the one-token decoder takes its blocks when made: remade timed
         cache = m.new_cache(len(ids) + n_decode + 1)
         tok = int(np.argmax(m.forward(ids, cache, all_logits=False)[-1]))
         spent.clear()
@@ -124,6 +127,7 @@ def breakdown(m, ids, n_decode):
         _runner._blocks = real_blocks
         for w, b in zip(weights, blocks):
             w.block = b
+        m._decoder = None
     parts = {k: v / n_decode for k, v in spent.items()}
     parts["Python, numpy, rest"] = total / n_decode - sum(parts.values())
     return total / n_decode, parts

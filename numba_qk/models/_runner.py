@@ -103,6 +103,7 @@ class _Weight:
             self.fmt = self.act = None
             self.recs = None
             self.mat = np.asarray(f.raw(name), dtype=np.float32)
+            self.gemv_block = self.block = None
         else:
             raise _gguf.GGUFError(f"tensor {name!r} is {info.type_name}: not supported by "
                                   f"numba_qk.models")
@@ -173,6 +174,26 @@ def _fuse(weights, threads):
 NUMERICS = ("ggml_cpu", "canonical")
 
 
+def _act_quantizer(act, numerics):
+    """``quantize(x32, xq) -> bad`` for one token: the @njit building block that quantizes f32
+    ``x32`` ``[n]`` (contiguous) into activation records ``xq`` ``[n // block, bytes]`` of
+    ``act`` with ``numerics`` (same bits as ``ops.quantize``); ``bad`` >= 0 names a block
+    holding a NaN or inf."""
+    name = act.name.lower()
+    if numerics == "ggml_cpu":
+        return getattr(_blocks, f"quantize_{name}_ggml_cpu")
+    if act.block_size == 256:
+        q8_k = _blocks.quantize_q8_k
+        return lambda x32, xq: q8_k(x32.reshape(-1, 256), xq)
+    return getattr(_blocks, f"quantize_{name}")
+
+
+def _check_quantized(bad):
+    if bad >= 0:
+        raise QuantizationDomainError(int(bad), "the model's activations cannot be quantized "
+                                      "(a NaN or inf)", row=0)
+
+
 def _quantized(x, weights, numerics="canonical", calls=None):
     """``x @ W.T`` for each weight W of ``weights``: activation records of ``x`` f32 ``[T, K]``
     for each activation format the weights need, one quantization shared by every weight of
@@ -186,15 +207,7 @@ def _quantized(x, weights, numerics="canonical", calls=None):
             if T == 1:   # the @njit building block (same bits as ops.quantize)
                 xq = np.empty((1, n // b, w.act.block_bytes), np.uint8)
                 x32 = np.ascontiguousarray(x[0], dtype=np.float32)
-                if numerics == "ggml_cpu":
-                    bad = getattr(_blocks, f"quantize_{w.act.name.lower()}_ggml_cpu")(x32, xq[0])
-                elif b == 256:
-                    bad = _blocks.quantize_q8_k(x32.reshape(-1, 256), xq[0])
-                else:
-                    bad = getattr(_blocks, f"quantize_{w.act.name.lower()}")(x32, xq[0])
-                if bad >= 0:
-                    raise QuantizationDomainError(int(bad), "the model's activations cannot "
-                                                  "be quantized (a NaN or inf)", row=0)
+                _check_quantized(_act_quantizer(w.act, numerics)(x32, xq[0]))
                 cache[w.act] = xq
             else:
                 cache[w.act] = quantize(np.ascontiguousarray(x).reshape(-1, b), format=w.act,
@@ -208,6 +221,51 @@ def _quantized(x, weights, numerics="canonical", calls=None):
         else:
             got[id(c)] = c.apply(cache.get(c.act), x)
     return [got[id(w)] for w in weights]
+
+
+class _Matmuls:
+    """One token's ``x @ W.T`` for the weights that read the same activations (q/k/v, gate/up,
+    or one weight), with every buffer made once: the input ``x`` f32 ``[1, K]``, the activation
+    records of each format the weights need (quantized once, shared), and the outputs (one
+    ``[1, rows]`` row per weight, views of one buffer for a ``_Fused`` group).  ``run()`` does
+    what ``_quantized(x, weights, numerics, calls)`` does for one token, with the same kernels
+    (so the same bits), without its per-call allocations and lookups."""
+
+    def __init__(self, x, weights, calls, numerics):
+        self.x = x
+        acts = {}
+        for w in weights:
+            if w.act is not None and w.act not in acts:
+                xq = np.empty((1, x.shape[1] // w.act.block_size, w.act.block_bytes), np.uint8)
+                acts[w.act] = (_act_quantizer(w.act, numerics), xq)
+        self.quantizers = [(fn, xq[0]) for fn, xq in acts.values()]
+        self.outs = {}
+        self.steps = []   # (block, records, activation records, out row) per decode call
+        for c in calls:
+            out = np.empty((1, c.rows), np.float32)
+            if isinstance(c, _Fused):
+                self.outs.update((id(w), out[:, a:b]) for w, (a, b) in zip(c.weights, c.spans))
+                self.steps.append((c.block, c.recs, acts[c.act][1][0], out[0]))
+            elif c.block is not None:
+                self.outs[id(c)] = out
+                self.steps.append((c.block, c.recs, acts[c.act][1][0], out[0]))
+            else:   # an F32/F16 matrix, or a format without a building block: its own apply
+                self.outs[id(c)] = out
+                self.steps.append((None, c, acts[c.act][1] if c.act else None, out))
+        self.results = [self.outs[id(w)] for w in weights]
+
+    def run(self):
+        """The outputs (``[1, rows]`` each, in the order of ``weights``) for the current ``x``;
+        they are overwritten by the next ``run``."""
+        x32 = self.x[0]
+        for fn, xq in self.quantizers:
+            _check_quantized(fn(x32, xq))
+        for block, recs, xq, out in self.steps:
+            if block is not None:
+                block(recs, xq, out)
+            else:
+                out[...] = recs.apply(xq, self.x)
+        return self.results
 
 
 _NONE = np.empty(0, np.float32)   # an absent norm weight (the fused kernels skip the step)
@@ -245,6 +303,103 @@ class _Layer:
     # one token's decode calls (_fuse) of q/k/v and of gate/up
     qkv_calls: list = None
     glu_calls: list = None
+
+
+class _Decoder:
+    """``Model.forward`` for one token (decoding), every buffer made once per model: the same
+    kernels in the same order (so the same bits as the batched path's one-token case, which
+    ``tests/models`` checks), without numpy allocations or dictionary lookups per matmul."""
+
+    def __init__(self, m):
+        self.m = m
+        T, D, H, Hkv, hd = 1, m.n_embd, m.n_head, m.n_head_kv, m.head_dim
+        nm = m.numerics
+        self.x = np.empty((T, D), np.float32)
+        self.h = np.empty((T, D), np.float32)
+        self.attn = np.empty((T, H, hd), np.float32)
+        self.pos = np.zeros(T, np.int64)
+        attn2 = self.attn.reshape(T, H * hd)
+        self.layers = []
+        for L in m.layers:
+            qkv = _Matmuls(self.h, (L.wq, L.wk, L.wv), L.qkv_calls, nm)
+            q, k, v = qkv.results
+            o = _Matmuls(attn2, (L.wo,), (L.wo,), nm)
+            glu = _Matmuls(self.h, (L.gate, L.up), L.glu_calls, nm)
+            a = np.empty_like(glu.results[0])
+            down = _Matmuls(a, (L.down,), (L.down,), nm)
+            self.layers.append((L, qkv, (q, k, v), q.reshape(T, H, hd), k.reshape(T, Hkv, hd),
+                                v.reshape(T, Hkv, hd), o, glu, a, down))
+        e = m.tok_embd
+        self.dequantize_row = (None if e.mat is not None else
+                               getattr(_blocks, f"dequantize_{e.fmt.name.lower()}", None))
+        out = m.output
+        self.out_quantize = (_act_quantizer(out.act, nm),
+                             np.empty((1, D // out.act.block_size, out.act.block_bytes),
+                                      np.uint8)) if out.act is not None else None
+
+    def embed(self, tok):
+        """The embedding row of token ``tok`` into ``self.x`` (``Model.embed``'s bits)."""
+        m = self.m
+        if self.dequantize_row is None:
+            self.x[...] = m.embed([tok])
+            return
+        m.check_ids(tok, tok)
+        self.dequantize_row(m.tok_embd.recs[tok], self.x[0])
+        if m.embd_scale is not None:
+            np.multiply(self.x, m.embd_scale, out=self.x)
+
+    def step(self, tok, cache):
+        """Logits f32 ``[1, n_vocab]`` (a new array) of token ``tok`` at position
+        ``cache['n']``; its K/V appended to the cache."""
+        m = self.m
+        n_past = cache["n"]
+        if n_past + 1 > cache["k"].shape[2]:
+            raise ValueError(f"context full: {n_past} + 1 > {cache['k'].shape[2]}")
+        self.embed(tok)
+        self.pos[0] = n_past
+        x, h, attn, eps, none = self.x, self.h, self.attn, m.eps, m._none
+        q_scale = m.q_scale if m.q_scale is not None else np.float32(0.0)
+        kcs, vcs = cache["k"].view(np.uint16), cache["v"].view(np.uint16)
+        K.rms_norm(x, m.layers[0].attn_norm, eps, h)
+        last = len(self.layers) - 1
+        for il, (L, qkv, qkv_out, q3, k3, v3, o, glu, a, down) in enumerate(self.layers):
+            qkv.run()
+            for y, b in zip(qkv_out, (L.bq, L.bk, L.bv)):
+                if b is not None:   # ggml_add in f32
+                    y += b
+            lo = max(0, n_past - L.window + 1) if L.window else 0
+            K.attention_step(q3, k3, v3, L.q_norm, L.k_norm, eps, self.pos, m.n_rot,
+                             L.freq_base, m.neox, m.rope_factors, m.freq_scale, m.rope_mscale,
+                             q_scale, kcs[il], vcs[il], n_past, lo, m.kq_scale, L.window, attn)
+            (oy,) = o.run()
+            if L.bo is not None:
+                oy += L.bo
+            K.residual_norm(x, oy, L.post_attn_norm, eps, L.ffn_norm, h)
+            g, u = glu.run()
+            if L.b_up is not None:
+                u += L.b_up
+            if L.b_gate is not None:
+                g += L.b_gate
+            if m._gelu is not None:
+                K.geglu(g, u, m._gelu, a)
+            else:
+                K.swiglu(g, u, a)
+            (d,) = down.run()
+            if L.b_down is not None:
+                d += L.b_down
+            K.residual_norm(x, d, L.post_ffn_norm, eps,
+                            m.layers[il + 1].attn_norm if il < last else none, h)
+        cache["n"] = n_past + 1
+        K.rms_norm(x, m.output_norm, eps, h)
+        out = m.output
+        if self.out_quantize is not None and out.block is not None:
+            fn, xq = self.out_quantize
+            _check_quantized(fn(h[0], xq[0]))
+            logits = np.empty((1, out.rows), np.float32)
+            out.block(out.recs, xq[0], logits[0])
+        else:
+            (logits,) = _quantized(h, (out,), m.numerics)
+        return m._finish_logits(logits)
 
 
 class Model:
@@ -389,6 +544,10 @@ class Model:
                                   f"graph numba_qk.models runs")
         self._gelu = K.gelu_f16_table() if arch == "gemma3" else None
         self._none = _NONE
+        # one token goes through _Decoder (made on first use); False: through the batched
+        # code below as well (the tests compare the two)
+        self._fast_decode = True
+        self._decoder = None
         self.vocab = Vocab(md)
 
     def tokenize(self, text, add_bos=True, special=False) -> list:
@@ -411,6 +570,8 @@ class Model:
     def embed(self, ids) -> np.ndarray:
         """f32 ``[T, n_embd]``: the embedding rows of ``ids`` (only those records are read)."""
         ids = np.asarray(ids, dtype=np.int64)
+        if ids.size:
+            self.check_ids(int(ids.min()), int(ids.max()))
         e = self.tok_embd
         if e.mat is not None:
             x = e.mat[ids].astype(np.float32)
@@ -419,6 +580,12 @@ class Model:
         if self.embd_scale is not None:
             x = x * self.embd_scale
         return x
+
+    def check_ids(self, lo, hi):
+        """IndexError unless token ids ``lo`` .. ``hi`` are in the vocabulary."""
+        if lo < 0 or hi >= self.n_vocab:
+            bad = lo if lo < 0 else hi
+            raise IndexError(f"token id {bad} out of range for a vocabulary of {self.n_vocab}")
 
     def _norm(self, x, w):
         out = np.empty_like(x)
@@ -433,6 +600,10 @@ class Model:
         """Run ``ids`` at positions ``cache['n'] ...`` (one batch), append their K/V to the cache,
         return logits f32 ``[T, n_vocab]`` (or ``[1, n_vocab]`` for the last token only)."""
         T = len(ids)
+        if T == 1 and self._fast_decode:
+            if self._decoder is None:
+                self._decoder = _Decoder(self)
+            return self._decoder.step(int(ids[0]), cache)
         n_past = cache["n"]
         if n_past + T > cache["k"].shape[2]:
             raise ValueError(f"context full: {n_past} + {T} > {cache['k'].shape[2]}")
@@ -481,6 +652,10 @@ class Model:
             x = x[-1:]
         h = self._norm(np.ascontiguousarray(x), self.output_norm)
         (logits,) = _quantized(h, (self.output,), nm)
+        return self._finish_logits(logits)
+
+    def _finish_logits(self, logits):
+        """qwen2's output bias, gemma's final soft-capping."""
         if self.output_b is not None:
             logits += self.output_b
         if self.softcap is not None:   # ggml_scale(1/c), ggml_tanh, ggml_scale(c)

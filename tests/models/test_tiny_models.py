@@ -197,10 +197,39 @@ def test_non_finite_activations_raise(tiny, monkeypatch):
     import numba_qk as qk
 
     arch, path, m = tiny
-    monkeypatch.setattr(m, "embed", lambda ids: np.full((len(ids), m.n_embd), np.nan, np.float32))
-    for ids in ([5], [5, 6]):            # one token (the @njit blocks) and a batch (ops)
+    nan = np.full(m.n_embd, np.nan, np.float32)
+    monkeypatch.setattr(m.layers[0], "attn_norm", nan)
+    for ids in ([5], [5, 6]):            # one token (the decoder) and a batch (ops)
         with pytest.raises(qk.QuantizationDomainError):
             m.logits(ids)
+
+
+def test_one_token_decoder_equals_the_batched_code(tiny):
+    """``forward`` of one token runs ``_Decoder`` (buffers made once); the general code run for
+    one token gives the same logits and cache bit for bit, with both activation numerics and
+    two threads."""
+    arch, path, m = tiny
+    for numerics, threads in (("ggml_cpu", 1), ("canonical", 1), ("ggml_cpu", 2)):
+        a = models.load(path, numerics=numerics, threads=threads)
+        b = models.load(path, numerics=numerics, threads=threads)
+        b._fast_decode = False
+        ca, cb = a.new_cache(len(PROMPT)), b.new_cache(len(PROMPT))
+        a.forward(PROMPT[:3], ca)
+        b.forward(PROMPT[:3], cb)
+        for i in PROMPT[3:]:
+            np.testing.assert_array_equal(a.forward([i], ca), b.forward([i], cb))
+        assert a._decoder is not None and b._decoder is None
+        np.testing.assert_array_equal(ca["k"], cb["k"])
+        np.testing.assert_array_equal(ca["v"], cb["v"])
+
+
+def test_token_ids_out_of_range_are_refused(tiny):
+    arch, path, m = tiny
+    for ids in ([m.n_vocab], [-1], [3, m.n_vocab]):
+        with pytest.raises(IndexError, match="out of range for a vocabulary"):
+            m.logits(ids)
+        with pytest.raises(IndexError, match="out of range for a vocabulary"):
+            m.generate(ids, 2)
 
 
 def test_activation_numerics_option(tiny):

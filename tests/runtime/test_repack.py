@@ -172,6 +172,21 @@ def _q4_k_extremes(f, act, rng):
     assert_same_f32(_gemv_any(f, act, _repack_any(f, w), xq), _loop(f, w, xq), "records.py")
 
 
+def test_q4_k_both_read_plans(rng):
+    """Q4_K tiles of at most ``_SMALL_BYTES`` are read as one run with software prefetch, larger
+    ones as ``_STREAMS`` runs: both give the plain records' bits (random bytes, tiles at the
+    boundary and one tile past it, a tail, int16 and int32 pair sums)."""
+    f, act = _fmt("q4_k")
+    g = 8
+    at = q4_k_x16._SMALL_BYTES // (g * q4_k_x16.X16_BYTES)   # whole tiles in the small plan
+    for tiles in (at, at + 1, at + 2):
+        rows = 16 * tiles + 5
+        w = rng.integers(0, 256, (rows, g, f.block_bytes), dtype=np.uint8)
+        rp = _repack_any(f, w)
+        for x in (random_q8_k(rng, g), rng.integers(0, 256, (g, act.block_bytes), np.uint8)):
+            assert_same_f32(_gemv_any(f, act, rp, x), _loop(f, w, x), f"{tiles} tiles")
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_strided_unaligned_readonly_inputs(name, rng):
     f, act = _fmt(name)

@@ -15,7 +15,7 @@ in record order per row -- one i32/f32 lane per row, no horizontal reductions.
 import numpy as np
 
 from numba_qk._jit import kernel
-from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI
+from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI, prefetch
 from numba_qk.kernels.simd.q4_k import X16_BYTES, X16_D_AT, X16_DMIN_AT, X16_Q_AT, X16_ROWS, X16_U_AT, q4_k_x16_rows_p16, q4_k_x16_rows_p32
 from numba_qk.kernels.kquants.common import x_bsum
 from numba_qk.kernels.drive import no_records
@@ -80,31 +80,48 @@ def _pair_sums(x, p16, p32):
 
 _STREAMS = 2   # runs of tiles read at once (Zen 4, 4096x4096 / 14336x4096 streamed from DRAM:
 #                1 run ~1.2x the time of 2, 3 runs ~1.5x, 4 runs ~2x; hot: 2 within 5 % of 1)
+_SMALL_BYTES = 1 << 20   # tiles of at most this many bytes: one run with software prefetch
+_SMALL_AHEAD = 1 << 15   # bytes ahead that the small plan prefetches (each record once)
 
 
 @kernel
 def _gemv_x16_simd(tiles, x, out):
-    """Tiles only (``out`` has 16 entries per tile); ``x`` contiguous Q8_K records.  The tiles
-    are read as _STREAMS runs at once (tile t of each equal run, record by record): that many
-    linear byte streams, which the hardware prefetcher follows; each tile's 16 rows folded in
-    record order.  No software prefetch: the plain gemv's plan (``_simd.prefetch_plan``: the
-    tile ~64 KiB ahead, a share per record step) measured 1.2-1.45x slower streamed from DRAM
-    and ~1.2x slower hot on Zen 4 with one run (4096x4096 and 14336x4096;
-    bench/experiments/legacy_x8_ab.py), other distances (37 KiB .. 1 MiB) and shares no better."""
+    """Tiles only (``out`` has 16 entries per tile); ``x`` contiguous Q8_K records; each
+    tile's 16 rows folded in record order.  Two read plans, by the size of the tiles:
+
+    - large (more than ``_SMALL_BYTES``): the tiles read as ``_STREAMS`` runs at once (tile t
+      of each equal run, record by record), linear byte streams which the hardware prefetcher
+      follows, no software prefetch: the plain gemv's plan (``simd.base.prefetch_plan``: the
+      tile ~64 KiB ahead, a share per record step) measured 1.2-1.45x slower streamed from DRAM
+      and ~1.2x slower hot on Zen 4 with one run (4096x4096 and 14336x4096;
+      bench/experiments/legacy_x8_ab.py), other distances (37 KiB .. 1 MiB) and shares no
+      better; Zen 5 likewise (4096x4096 streamed: 2 runs without prefetch 171-229 us, with
+      it 286-434 us).
+    - small (a model's per-layer matrices, read once per token from DRAM and so always
+      cold): one run, each record's bytes prefetched ``_SMALL_AHEAD`` ahead -- the hardware
+      prefetcher has no time to ramp up on a few hundred KiB (Zen 5, evicted before each
+      call: 640x1024 Q4_K 40-60 -> 28-33 us, 640x2048 66-85 -> 37-40 us, against 20 and
+      36 us to merely read the bytes; hot 4.0 -> 4.9 us and 9.0 -> 9.6 us)."""
     t_n, g = tiles.shape[0], x.shape[0]
     ts0, xs0 = tiles.strides[0], x.strides[0]
     p16 = np.empty(8 * g, np.int16)
     p32 = np.empty(8 * g, np.int32)
     fits = _pair_sums(x, p16, p32)
     acc = np.empty(_STREAMS * X16_ROWS, np.float32)
-    h = (t_n + _STREAMS - 1) // _STREAMS
+    small = t_n * ts0 <= _SMALL_BYTES
+    runs = 1 if small else _STREAMS
+    end = t_n * ts0
+    h = (t_n + runs - 1) // runs
     for t in range(h):
-        m = _STREAMS
+        m = runs
         while m > 1 and t + (m - 1) * h >= t_n:
             m -= 1
         for b in range(g):
             for k in range(m):
                 o = (t + k * h) * ts0 + b * X16_BYTES
+                if small and o + _SMALL_AHEAD < end:
+                    for j in range(0, X16_BYTES, 64):
+                        prefetch(tiles, o + _SMALL_AHEAD + j)
                 if fits:
                     q4_k_x16_rows_p16(tiles, o, x, b * xs0, p16, 16 * b, acc, X16_ROWS * k,
                                       b == 0)
