@@ -62,17 +62,34 @@ def rope(x, pos, n_rot, freq_base, neox, factors, freq_scale, mscale):
     ``y1 = x0*sin + x1*cos``.  Pairs are ``(i0, i0+1)`` in the normal layout (LLAMA_ROPE_TYPE_NORM,
     llama) and ``(i0/2, i0/2 + n_rot/2)`` in the NeoX layout (gemma3, qwen2, qwen3); dims past
     ``n_rot`` are left as they are."""
-    T, H, hd = x.shape
+    _rope_apply(x, rope_table(pos, n_rot, freq_base, factors, freq_scale, mscale), neox)
+
+
+@kernel
+def rope_table(pos, n_rot, freq_base, factors, freq_scale, mscale):
+    """``cs`` f32 ``[T, n_rot]``: ``cos`` and ``sin`` of pair ``i0`` at position ``pos[t]`` in
+    ``cs[t, i0]`` and ``cs[t, i0 + 1]`` (``rope``'s angles; one table serves Q and K)."""
+    T = pos.shape[0]
     theta_scale = np.float32(math.pow(np.float32(freq_base), np.float32(-2.0) / np.float32(n_rot)))
-    cs = np.empty(n_rot, np.float32)
+    cs = np.empty((T, n_rot), np.float32)
     for t in range(T):
         theta = np.float32(pos[t])
         for i0 in range(0, n_rot, 2):
             extrap = np.float32(theta / factors[i0 // 2]) if factors.size else theta
             angle = np.float32(freq_scale * extrap)
-            cs[i0] = np.float32(np.float32(math.cos(angle)) * mscale)
-            cs[i0 + 1] = np.float32(np.float32(math.sin(angle)) * mscale)
+            cs[t, i0] = np.float32(np.float32(math.cos(angle)) * mscale)
+            cs[t, i0 + 1] = np.float32(np.float32(math.sin(angle)) * mscale)
             theta = np.float32(theta * theta_scale)
+    return cs
+
+
+@kernel
+def _rope_apply(x, cs, neox):
+    """Rotate the pairs of ``x`` f32 ``[T, H, head_dim]`` in place by the table ``cs``
+    (``rope_table``)."""
+    T, H, hd = x.shape
+    n_rot = cs.shape[1]
+    for t in range(T):
         for h in range(H):
             for i0 in range(0, n_rot, 2):
                 if neox:
@@ -81,8 +98,8 @@ def rope(x, pos, n_rot, freq_base, neox, factors, freq_scale, mscale):
                 else:
                     a = i0
                     b = i0 + 1
-                c = cs[i0]
-                s = cs[i0 + 1]
+                c = cs[t, i0]
+                s = cs[t, i0 + 1]
                 x0 = x[t, h, a]
                 x1 = x[t, h, b]
                 x[t, h, a] = np.float32(x0 * c) - np.float32(x1 * s)
@@ -223,8 +240,9 @@ def attention_step(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, ro
         rms_norm(q2, q_norm, eps, q2)
         k2 = k.reshape((T * Hkv, hd))
         rms_norm(k2, k_norm, eps, k2)
-    rope(q, pos, n_rot, freq_base, neox, rope_factors, freq_scale, mscale)
-    rope(k, pos, n_rot, freq_base, neox, rope_factors, freq_scale, mscale)
+    cs = rope_table(pos, n_rot, freq_base, rope_factors, freq_scale, mscale)
+    _rope_apply(q, cs, neox)
+    _rope_apply(k, cs, neox)
     for t in range(T):
         for h in range(Hkv):
             for i in range(hd):

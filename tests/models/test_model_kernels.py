@@ -1,6 +1,7 @@
 """numba_qk.models.kernels against numpy emulations of ggml-cpu's arithmetic."""
 
 import numpy as np
+import pytest
 
 from numba_qk.models import kernels as K
 
@@ -97,3 +98,47 @@ def test_attention_window_and_groups():
         want[lo:t + 1] = np.float32(np.float16(1.0 / (t + 1 - lo)))
         for h in range(Hq):
             np.testing.assert_array_equal(out[t, h], want)
+
+
+def _attention_in_order(q, k, v, n_past, scale, window):
+    """The documented numerics written out: per key an f32 sum of f32 products in the order of
+    i, ``s * scale``, softmax (expf in f32, sum in double, times (float)(1/sum)), p rounded to
+    f16, ``sum_j p_j v_j`` in f32 in the order of j.  k, v: ``[Hkv, n_kv, hd]``."""
+    f = np.float32
+    T, Hq, hd = q.shape
+    group = Hq // k.shape[0]
+    out = np.empty_like(q)
+    for t in range(T):
+        pos = n_past + t
+        j0 = max(0, pos - window + 1) if window > 0 else 0
+        for h in range(Hq):
+            kh = h // group
+            sc = []
+            for j in range(j0, pos + 1):
+                acc = f(0.0)
+                for i in range(hd):
+                    acc = f(acc + f(q[t, h, i] * k[kh, j, i]))
+                sc.append(f(acc * scale))
+            mx = max(sc)
+            es = [f(np.exp(f(s - mx))) for s in sc]
+            inv = f(1.0 / sum(float(e) for e in es))
+            acc_v = np.zeros(hd, np.float32)
+            for j, e in zip(range(j0, pos + 1), es):
+                p = f(np.float16(f(e * inv)))
+                acc_v = (acc_v + (p * v[kh, j]).astype(np.float32)).astype(np.float32)
+            out[t, h] = acc_v
+    return out
+
+
+@pytest.mark.parametrize("window", [0, 3])
+def test_attention_sums_in_the_documented_order(rng, window):
+    """Each score is the in-order f32 sum, bit for bit, as are the softmax and the weighted
+    values (against the docstring's steps written out in numpy)."""
+    T, Hq, Hkv, hd, n_past = 3, 4, 2, 37, 6
+    q = rng.standard_normal((T, Hq, hd)).astype(np.float16).astype(np.float32)
+    k = rng.standard_normal((Hkv, n_past + T, hd)).astype(np.float16).astype(np.float32)
+    v = rng.standard_normal((Hkv, n_past + T, hd)).astype(np.float16).astype(np.float32)
+    out = np.empty((T, Hq, hd), np.float32)
+    K.attention(q, k, v, n_past, np.float32(0.125), window, out)
+    np.testing.assert_array_equal(out, _attention_in_order(q, k, v, n_past, np.float32(0.125),
+                                                           window))
