@@ -134,19 +134,27 @@ def attention(q, k, v, n_past, scale, window, out):
             kh = h // group
             mx = -np.inf
             j = j0
-            while j + 4 <= pos + 1:   # four keys a pass: four independent in-order sums
-                a0 = a1 = a2 = a3 = np.float32(0.0)
+            while j + 8 <= pos + 1:   # eight keys a pass: eight independent in-order sums
+                a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = np.float32(0.0)
                 for i in range(hd):
                     qi = q[t, h, i]
                     a0 += qi * k[kh, j, i]
                     a1 += qi * k[kh, j + 1, i]
                     a2 += qi * k[kh, j + 2, i]
                     a3 += qi * k[kh, j + 3, i]
+                    a4 += qi * k[kh, j + 4, i]
+                    a5 += qi * k[kh, j + 5, i]
+                    a6 += qi * k[kh, j + 6, i]
+                    a7 += qi * k[kh, j + 7, i]
                 sc[j] = np.float32(a0 * scale)
                 sc[j + 1] = np.float32(a1 * scale)
                 sc[j + 2] = np.float32(a2 * scale)
                 sc[j + 3] = np.float32(a3 * scale)
-                j += 4
+                sc[j + 4] = np.float32(a4 * scale)
+                sc[j + 5] = np.float32(a5 * scale)
+                sc[j + 6] = np.float32(a6 * scale)
+                sc[j + 7] = np.float32(a7 * scale)
+                j += 8
             for jj in range(j, pos + 1):
                 acc = np.float32(0.0)
                 for i in range(hd):
