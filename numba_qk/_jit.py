@@ -143,6 +143,7 @@ def module_digest(name: str) -> str:
     digest = _DIGESTS.get(name)
     if digest is None:
         files = sorted(_closure(name))
+        _save_statements()
         h = hashlib.sha256()
         for f in files:
             h.update(str(Path(f).name).encode() + b"\0" + Path(f).read_bytes() + b"\0")
@@ -204,18 +205,92 @@ def _imports_of(mod: str, path: str) -> list:
     is_pkg = path.endswith("__init__.py")
     package = mod if is_pkg else mod.rpartition(".")[0]
     found = []
-    for node in ast.walk(ast.parse(Path(path).read_bytes(), path)):
-        if isinstance(node, ast.Import):
-            found.extend(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[:len(base) - node.level + 1] if node.level > 1 else base
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module
-            for a in node.names:
-                sub = f"{target}.{a.name}"
-                found.append(sub if _source_of(sub) is not None else target)
+    for level, target, names in import_statements(Path(path).read_bytes(), path):
+        if names is None:                      # import a.b.c
+            found.append(target)
+            continue
+        if level:
+            base = package.split(".")
+            base = base[:len(base) - level + 1] if level > 1 else base
+            target = ".".join(base + ([target] if target else []))
+        for a in names:
+            sub = f"{target}.{a}"
+            found.append(sub if _source_of(sub) is not None else target)
     _IMPORTS[path] = found
     return found
+
+
+def parse_import_statements(source: bytes, path: str) -> list:
+    """The import statements of a Python source, in ``ast.walk`` order (function-level ones
+    included): ``(0, name, None)`` for ``import name``, ``(level, module or "", [names])`` for
+    ``from ... import``."""
+    found = []
+    for node in ast.walk(ast.parse(source, path)):
+        if isinstance(node, ast.Import):
+            found.extend((0, a.name, None) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node.level, node.module or "", [a.name for a in node.names]))
+    return found
+
+
+# Parsing the ~50 kernel-layer sources took ~0.45 s of every process's first cache lookup (a
+# model's warm start is ~5 s); their import statements are kept on disk beside numba's cache,
+# keyed by the sha256 of each file's bytes, so only an edited file is parsed again.
+_STATEMENTS: dict = {}
+_STATEMENTS_FILE = "numba_qk-imports-1.json"
+_statements_loaded = False
+
+
+def _statements_path() -> Path:
+    from numba.core import config
+
+    base = Path(config.CACHE_DIR) if config.CACHE_DIR else Path(__file__).parent / "__pycache__"
+    return base / _STATEMENTS_FILE
+
+
+def import_statements(source: bytes, path: str) -> list:
+    """``parse_import_statements`` of ``source``, from the on-disk store when a file with the
+    same bytes was parsed before (an unreadable, corrupt or unwritable store is ignored)."""
+    global _statements_loaded
+    if not _statements_loaded:
+        _statements_loaded = True
+        try:
+            import json
+
+            _STATEMENTS.update(json.loads(_statements_path().read_text()))
+        except (OSError, ValueError):
+            pass
+    key = hashlib.sha256(source).hexdigest()
+    got = _STATEMENTS.get(key)
+    if isinstance(got, list):
+        return [(lvl, name, names) for lvl, name, names in got]
+    global _statements_new
+    got = parse_import_statements(source, path)
+    _STATEMENTS[key] = got
+    _statements_new = True
+    return got
+
+
+_statements_new = False
+
+
+def _save_statements():
+    """Write the store if this process parsed a file it did not hold."""
+    global _statements_new
+    if not _statements_new:
+        return
+    _statements_new = False
+    import json
+    import os
+    import tempfile
+
+    path = _statements_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".imports-")
+        with os.fdopen(fd, "w") as f:
+            json.dump(_STATEMENTS, f)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError:
+        pass

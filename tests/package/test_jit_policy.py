@@ -1,6 +1,8 @@
 """The JIT policy holds everywhere: no fast-math, cached, GIL released."""
 
 import re
+
+import pytest
 from pathlib import Path
 
 import numba_qk
@@ -242,3 +244,41 @@ def test_closures_compiled_in_two_processes_keep_their_own_code(tmp_path):
         r = subprocess.run([sys.executable, "-c", _CROSS_PROCESS, formats], env=env,
                            capture_output=True, text=True)
         assert r.returncode == 0, f"{formats}: {r.stderr[-2000:]}"
+
+
+def test_import_statements_store_gives_what_parsing_gives(tmp_path, monkeypatch):
+    """The dependency digest reads each source's import statements from an on-disk store keyed
+    by the file's bytes: what it holds equals parsing, for every module of the package; an
+    edited file is parsed again; a corrupt store is ignored."""
+    from numba_qk import _jit
+
+    store = tmp_path / "imports.json"
+    monkeypatch.setattr(_jit, "_statements_path", lambda: store)
+    monkeypatch.setattr(_jit, "_STATEMENTS", {})
+    monkeypatch.setattr(_jit, "_statements_loaded", False)
+    sources = sorted(Path(numba_qk.__file__).parent.rglob("*.py"))
+    want = {p: _jit.parse_import_statements(p.read_bytes(), str(p)) for p in sources}
+    for p in sources:
+        assert _jit.import_statements(p.read_bytes(), str(p)) == want[p], p
+    _jit._save_statements()
+    assert store.exists()
+
+    def no_parsing(source, path):
+        raise AssertionError(f"{path} parsed again")
+
+    monkeypatch.setattr(_jit, "_STATEMENTS", {})             # a new process: from the store only
+    monkeypatch.setattr(_jit, "_statements_loaded", False)
+    with monkeypatch.context() as m:
+        m.setattr(_jit, "parse_import_statements", no_parsing)
+        for p in sources:
+            assert _jit.import_statements(p.read_bytes(), str(p)) == want[p], p
+        edited = b"import numba_qk.kernels.f16\nfrom . import x\n"
+        with pytest.raises(AssertionError, match="parsed again"):
+            _jit.import_statements(edited, "edited.py")
+    assert _jit.import_statements(edited, "edited.py") == [(0, "numba_qk.kernels.f16", None),
+                                                          (1, "", ["x"])]
+    store.write_text("{not json")
+    monkeypatch.setattr(_jit, "_STATEMENTS", {})
+    monkeypatch.setattr(_jit, "_statements_loaded", False)
+    assert _jit.import_statements(edited, "edited.py") == [(0, "numba_qk.kernels.f16", None),
+                                                          (1, "", ["x"])]
