@@ -353,8 +353,8 @@ class _Decoder:
         ``cache['n']``; its K/V appended to the cache."""
         m = self.m
         n_past = cache["n"]
-        if n_past + 1 > cache["k"].shape[2]:
-            raise ValueError(f"context full: {n_past} + 1 > {cache['k'].shape[2]}")
+        if n_past + 1 > cache["n_ctx"]:
+            raise ValueError(f"context full: {n_past} + 1 > {cache['n_ctx']}")
         self.embed(tok)
         self.pos[0] = n_past
         x, h, attn, eps, none = self.x, self.h, self.attn, m.eps, m._none
@@ -367,10 +367,9 @@ class _Decoder:
             for y, b in zip(qkv_out, (L.bq, L.bk, L.bv)):
                 if b is not None:   # ggml_add in f32
                     y += b
-            lo = max(0, n_past - L.window + 1) if L.window else 0
             K.attention_step(q3, k3, v3, L.q_norm, L.k_norm, eps, self.pos, m.n_rot,
                              L.freq_base, m.neox, m.rope_factors, m.freq_scale, m.rope_mscale,
-                             q_scale, kcs[il], vcs[il], n_past, lo, m.kq_scale, L.window, attn)
+                             q_scale, kcs[il], vcs[il], n_past, m.kq_scale, L.window, attn)
             (oy,) = o.run()
             if L.bo is not None:
                 oy += L.bo
@@ -593,8 +592,10 @@ class Model:
         return out
 
     def new_cache(self, n_ctx):
-        shape = (self.n_layer, self.n_head_kv, n_ctx, self.head_dim)
-        return {"k": np.zeros(shape, np.float16), "v": np.zeros(shape, np.float16), "n": 0}
+        kshape = (self.n_layer, *K.key_cache_shape(n_ctx, self.n_head_kv, self.head_dim))
+        vshape = (self.n_layer, self.n_head_kv, n_ctx, self.head_dim)
+        return {"k": np.zeros(kshape, np.float16), "v": np.zeros(vshape, np.float16),
+                "n": 0, "n_ctx": n_ctx}
 
     def forward(self, ids, cache, all_logits=True) -> np.ndarray:
         """Run ``ids`` at positions ``cache['n'] ...`` (one batch), append their K/V to the cache,
@@ -605,8 +606,8 @@ class Model:
                 self._decoder = _Decoder(self)
             return self._decoder.step(int(ids[0]), cache)
         n_past = cache["n"]
-        if n_past + T > cache["k"].shape[2]:
-            raise ValueError(f"context full: {n_past} + {T} > {cache['k'].shape[2]}")
+        if n_past + T > cache["n_ctx"]:
+            raise ValueError(f"context full: {n_past} + {T} > {cache['n_ctx']}")
         pos = np.arange(n_past, n_past + T, dtype=np.int64)
         hd, H, Hkv = self.head_dim, self.n_head, self.n_head_kv
         x = np.ascontiguousarray(self.embed(ids), dtype=np.float32)
@@ -623,11 +624,10 @@ class Model:
             for y, b in ((q, L.bq), (k, L.bk), (v, L.bv)):
                 if b is not None:   # ggml_add in f32
                     y += b
-            lo = max(0, n_past - L.window + 1) if L.window else 0  # keys a window can reach
             K.attention_step(q.reshape(T, H, hd), k.reshape(T, Hkv, hd), v.reshape(T, Hkv, hd),
                              L.q_norm, L.k_norm, eps, pos, self.n_rot, L.freq_base, self.neox,
                              self.rope_factors, self.freq_scale, self.rope_mscale, q_scale,
-                             kcs[il], vcs[il], n_past, lo, self.kq_scale, L.window, attn)
+                             kcs[il], vcs[il], n_past, self.kq_scale, L.window, attn)
             (o,) = _quantized(attn.reshape(T, H * hd), (L.wo,), nm)
             if L.bo is not None:
                 o += L.bo

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from llvmlite import ir
-from numba.core import types
+from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from .._jit import kernel
@@ -28,6 +28,80 @@ def _widen(typingctx, x):
             return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
         return types.float32(x), codegen
     return None
+
+
+_KEY_LANES = 16   # keys side by side in one vector of scores
+_KEY_BLOCKS = 4   # key blocks scored at once (independent accumulators: the adds' latency)
+
+
+@intrinsic
+def _scores64(typingctx, q, kc, kc_at, hd, sc):
+    """``sc[16 b + u] = sum_i q[i] * f32(kc[kc_at + (b hd + i) 16 + u])`` for key blocks
+    b < 4 and lanes u < 16 (``q``, ``sc`` f32 contiguous, ``kc`` the uint16 bits of f16 keys,
+    element offset ``kc_at``): each score an f32 sum of f32 products in the order of ``i`` (one
+    ``fmul`` then one ``fadd`` a term, as a scalar loop; the keys, not the terms, are the lanes;
+    ``fpext`` widens the keys exactly)."""
+    if not (isinstance(q, types.Array) and q.dtype == types.float32
+            and isinstance(kc, types.Array) and kc.dtype == types.uint16):
+        return None
+    sig = types.none(q, kc, types.intp, types.intp, sc)
+
+    def codegen(context, builder, signature, args):
+        qa, ka, k_off, n, sa = args
+        v16 = ir.VectorType(ir.FloatType(), _KEY_LANES)
+        h16 = ir.VectorType(ir.HalfType(), _KEY_LANES)
+        qp = context.make_array(signature.args[0])(context, builder, qa).data
+        kp = builder.gep(context.make_array(signature.args[1])(context, builder, ka).data,
+                         [k_off])
+        sp = context.make_array(signature.args[4])(context, builder, sa).data
+        accs = [cgutils.alloca_once_value(builder, ir.Constant(v16, None))
+                for _ in range(_KEY_BLOCKS)]
+        block = builder.mul(n, ir.Constant(n.type, _KEY_LANES))
+        with cgutils.for_range(builder, n) as loop:
+            i = loop.index
+            qi = builder.load(builder.gep(qp, [i]), align=4)
+            qv = builder.insert_element(ir.Constant(v16, ir.Undefined), qi,
+                                        ir.Constant(ir.IntType(32), 0))
+            qv = builder.shuffle_vector(qv, ir.Constant(v16, ir.Undefined),
+                                        ir.Constant(ir.VectorType(ir.IntType(32), _KEY_LANES),
+                                                    [0] * _KEY_LANES))
+            row = builder.mul(i, ir.Constant(i.type, _KEY_LANES))
+            for b, acc in enumerate(accs):
+                at = builder.add(row, builder.mul(block, ir.Constant(n.type, b)))
+                kh = builder.load(builder.bitcast(builder.gep(kp, [at]), h16.as_pointer()),
+                                  align=2)
+                kv = builder.fpext(kh, v16)
+                builder.store(builder.fadd(builder.load(acc), builder.fmul(qv, kv)), acc)
+        for b, acc in enumerate(accs):
+            dst = builder.bitcast(builder.gep(sp, [ir.Constant(ir.IntType(64), 16 * b)]),
+                                  v16.as_pointer())
+            builder.store(builder.load(acc), dst, align=4)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def key_cache_shape(n_ctx, n_head_kv, head_dim):
+    """Shape of one layer's K cache (f16): ``[Hkv, NB, head_dim, 16]``, the key at position
+    ``p`` in ``[h, p // 16, :, p % 16]`` (16 positions side by side, so that ``attention``
+    scores 64 keys at once), NB rounded up to a multiple of 4 blocks."""
+    nb = (n_ctx + _KEY_LANES - 1) // _KEY_LANES
+    return (n_head_kv, -(-nb // _KEY_BLOCKS) * _KEY_BLOCKS, head_dim, _KEY_LANES)
+
+
+@kernel
+def key_blocks(k):
+    """The f16 K cache (``key_cache_shape``, as uint16 bits) holding ``k`` (f32 ``[Hkv, n,
+    hd]``, values rounded to f16 by RNE)."""
+    Hkv, n, hd = k.shape
+    nb = (n + _KEY_LANES - 1) // _KEY_LANES
+    nb = (nb + _KEY_BLOCKS - 1) // _KEY_BLOCKS * _KEY_BLOCKS
+    kc = np.zeros((Hkv, nb, hd, _KEY_LANES), np.uint16)
+    for h in range(Hkv):
+        for j in range(n):
+            for i in range(hd):
+                kc[h, j // _KEY_LANES, i, j % _KEY_LANES] = f16_bits(k[h, j, i])
+    return kc
 
 
 @kernel
@@ -107,24 +181,30 @@ def _rope_apply(x, cs, neox):
 
 
 @kernel
-def attention(q, k, v, n_past, scale, window, out):
+def attention(q, kc, vc, n_past, scale, window, out):
     """Causal multi-head attention with grouped K/V heads over an f16 KV cache, as llama.cpp's
     CPU graph without flash attention.  ``q`` f32 ``[T, Hq, hd]`` holds Q rounded to f16 (as
-    ``ggml_mul_mat`` converts it to K's vec_dot_type); ``k``/``v`` f32 ``[Hkv, n_kv, hd]`` hold
-    the cache's f16 values widened (exactly) for positions ``0 .. n_past + T - 1``; query ``t``
-    sits at position ``n_past + t``.  Query head ``h`` reads K/V head ``h // (Hq // Hkv)`` (GQA,
-    as ggml_mul_mat broadcasts).  Scores: f16·f16 products (exact in f32) summed in f32, then
-    ``ggml_soft_max_ext``: ``s*scale``, masked to keys ``j <= pos`` (and ``pos - j < window``
-    when ``window > 0``: LLAMA_SWA_TYPE_STANDARD), ``expf(s - max)`` summed in double,
-    multiplied by ``(float)(1/sum)``.  The probabilities are rounded to f16 (ggml_mul_mat of the
-    f16 V converts them) and ``sum_j p_j v_j`` is summed in f32 -> ``out`` f32 ``[T, Hq, hd]``.
-    ggml's SIMD dot products sum in another order: equal to float32 rounding, not bit for bit."""
+    ``ggml_mul_mat`` converts it to K's vec_dot_type); ``kc`` (``key_cache_shape``) and ``vc``
+    (``[Hkv, n_ctx, hd]``) are one layer's cache (uint16 bits of f16 values, widened exactly
+    where read) holding positions ``0 .. n_past + T - 1``; query ``t`` sits at position
+    ``n_past + t``.  Query head ``h`` reads K/V head ``h // (Hq // Hkv)`` (GQA, as ggml_mul_mat
+    broadcasts).  Scores: f16·f16 products (exact in f32) summed in f32 in the order of the
+    dimensions (ggml's scalar ``ggml_vec_dot_f16`` order; 64 keys are scored at once, each in
+    a vector lane of its own), then ``ggml_soft_max_ext``: ``s*scale``, masked to keys
+    ``j <= pos`` (and ``pos - j < window`` when ``window > 0``: LLAMA_SWA_TYPE_STANDARD),
+    ``expf(s - max)`` summed in double, multiplied by ``(float)(1/sum)``.  The probabilities
+    are rounded to f16 (ggml_mul_mat of the f16 V converts them) and ``sum_j p_j v_j`` is
+    summed in f32 -> ``out`` f32 ``[T, Hq, hd]``.  ggml's SIMD dot products sum in another
+    order: equal to float32 rounding, not bit for bit."""
     T, Hq, hd = q.shape
-    Hkv = k.shape[0]
+    Hkv = kc.shape[0]
     group = Hq // Hkv
     n_kv = n_past + T
     sc = np.empty(n_kv, np.float32)
+    got = np.empty(_KEY_LANES * _KEY_BLOCKS, np.float32)
+    qrow = np.empty(hd, np.float32)
     acc_v = np.empty(hd, np.float32)
+    per = _KEY_LANES * _KEY_BLOCKS
     for t in range(T):
         pos = n_past + t
         j0 = 0
@@ -132,34 +212,16 @@ def attention(q, k, v, n_past, scale, window, out):
             j0 = pos - window + 1
         for h in range(Hq):
             kh = h // group
+            for i in range(hd):
+                qrow[i] = q[t, h, i]
+            j = j0 // per * per                     # 64 keys a pass, from the group of j0
+            while j <= pos:
+                _scores64(qrow, kc, (kh * kc.shape[1] + j // _KEY_LANES) * hd * _KEY_LANES,
+                          hd, got)
+                for u in range(max(j, j0), min(j + per, pos + 1)):
+                    sc[u] = np.float32(got[u - j] * scale)
+                j += per
             mx = -np.inf
-            j = j0
-            while j + 8 <= pos + 1:   # eight keys a pass: eight independent in-order sums
-                a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = np.float32(0.0)
-                for i in range(hd):
-                    qi = q[t, h, i]
-                    a0 += qi * k[kh, j, i]
-                    a1 += qi * k[kh, j + 1, i]
-                    a2 += qi * k[kh, j + 2, i]
-                    a3 += qi * k[kh, j + 3, i]
-                    a4 += qi * k[kh, j + 4, i]
-                    a5 += qi * k[kh, j + 5, i]
-                    a6 += qi * k[kh, j + 6, i]
-                    a7 += qi * k[kh, j + 7, i]
-                sc[j] = np.float32(a0 * scale)
-                sc[j + 1] = np.float32(a1 * scale)
-                sc[j + 2] = np.float32(a2 * scale)
-                sc[j + 3] = np.float32(a3 * scale)
-                sc[j + 4] = np.float32(a4 * scale)
-                sc[j + 5] = np.float32(a5 * scale)
-                sc[j + 6] = np.float32(a6 * scale)
-                sc[j + 7] = np.float32(a7 * scale)
-                j += 8
-            for jj in range(j, pos + 1):
-                acc = np.float32(0.0)
-                for i in range(hd):
-                    acc += q[t, h, i] * k[kh, jj, i]
-                sc[jj] = np.float32(acc * scale)
             for j in range(j0, pos + 1):
                 if sc[j] > mx:
                     mx = sc[j]
@@ -174,7 +236,7 @@ def attention(q, k, v, n_past, scale, window, out):
             for j in range(j0, pos + 1):
                 p = f16_to_f32(f16_bits(np.float32(sc[j] * inv)))
                 for i in range(hd):
-                    acc_v[i] += p * v[kh, j, i]
+                    acc_v[i] += p * _widen(vc[kh, j, i])
             for i in range(hd):
                 out[t, h, i] = acc_v[i]
 
@@ -230,17 +292,16 @@ def geglu(g, u, table, out):
 
 @kernel
 def attention_step(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, rope_factors,
-                   freq_scale, mscale, q_scale, kc, vc, n_past, lo, kq_scale, window, out):
+                   freq_scale, mscale, q_scale, kc, vc, n_past, kq_scale, window, out):
     """One layer's attention for ``T`` new tokens in one call, the steps of llama.cpp's graph
     (and of the kernels above) in order: ``q``/``k`` (f32 ``[T, H, hd]`` / ``[T, Hkv, hd]``,
     C-contiguous, changed in place) RMS-normalised per head by ``q_norm``/``k_norm`` (gemma3,
     qwen3; skipped when they are empty), ``rope`` at positions ``pos`` (with ``rope_factors``,
     ``freq_scale``, ``mscale``), Q times ``q_scale`` in f32
     (gemma3; skipped when 0); K and ``v`` rounded to f16 (RNE) into the cache layer ``kc``/``vc``
-    (uint16 ``[Hkv, n_ctx, hd]``: a ``view`` of the float16 cache) at positions ``n_past ..
-    n_past + T - 1``; then ``attention`` of Q rounded to f16 over the cached positions ``lo ..
-    n_past + T - 1`` (``lo``: the first key a sliding window can reach) into ``out`` f32
-    ``[T, H, hd]``."""
+    (uint16 views of the float16 cache: ``key_cache_shape`` / ``[Hkv, n_ctx, hd]``) at positions
+    ``n_past .. n_past + T - 1``; then ``attention`` of Q rounded to f16 over the cached
+    positions into ``out`` f32 ``[T, H, hd]``."""
     T, H, hd = q.shape
     Hkv = k.shape[1]
     if q_norm.size:
@@ -254,7 +315,8 @@ def attention_step(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, ro
     for t in range(T):
         for h in range(Hkv):
             for i in range(hd):
-                kc[h, n_past + t, i] = f16_bits(k[t, h, i])
+                kc[h, (n_past + t) // _KEY_LANES, i, (n_past + t) % _KEY_LANES] = \
+                    f16_bits(k[t, h, i])
                 vc[h, n_past + t, i] = f16_bits(v[t, h, i])
         for h in range(H):
             for i in range(hd):
@@ -262,15 +324,7 @@ def attention_step(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, ro
                 if q_scale != 0:
                     y = np.float32(y * q_scale)
                 q[t, h, i] = f16_to_f32(f16_bits(y))
-    n_kv = n_past + T
-    kf = np.empty((Hkv, n_kv - lo, hd), np.float32)   # the reachable keys/values widened
-    vf = np.empty((Hkv, n_kv - lo, hd), np.float32)
-    for h in range(Hkv):
-        for j in range(n_kv - lo):
-            for i in range(hd):
-                kf[h, j, i] = _widen(kc[h, lo + j, i])
-                vf[h, j, i] = _widen(vc[h, lo + j, i])
-    attention(q, kf, vf, n_past - lo, kq_scale, window, out)
+    attention(q, kc, vc, n_past, kq_scale, window, out)
 
 
 @kernel

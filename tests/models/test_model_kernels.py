@@ -91,13 +91,17 @@ def test_attention_window_and_groups():
     for j in range(T):
         v[:, j, j] = 1.0
     out = np.empty((T, Hq, hd), np.float32)
-    K.attention(q, k, v, 0, np.float32(1.0), 3, out)          # equal scores: uniform weights
+    K.attention(q, K.key_blocks(k), _f16_bits(v), 0, np.float32(1.0), 3, out)   # equal scores
     for t in range(T):
         lo = max(0, t - 2)
         want = np.zeros(hd, np.float32)
         want[lo:t + 1] = np.float32(np.float16(1.0 / (t + 1 - lo)))
         for h in range(Hq):
             np.testing.assert_array_equal(out[t, h], want)
+
+
+def _f16_bits(a):
+    return a.astype(np.float16).view(np.uint16)
 
 
 def _attention_in_order(q, k, v, n_past, scale, window):
@@ -130,15 +134,15 @@ def _attention_in_order(q, k, v, n_past, scale, window):
     return out
 
 
-@pytest.mark.parametrize("window", [0, 3])
+@pytest.mark.parametrize("window", [0, 3, 20])
 def test_attention_sums_in_the_documented_order(rng, window):
     """Each score is the in-order f32 sum, bit for bit, as are the softmax and the weighted
     values (against the docstring's steps written out in numpy)."""
-    T, Hq, Hkv, hd, n_past = 3, 4, 2, 37, 6
+    T, Hq, Hkv, hd, n_past = 3, 4, 2, 37, 70
     q = rng.standard_normal((T, Hq, hd)).astype(np.float16).astype(np.float32)
     k = rng.standard_normal((Hkv, n_past + T, hd)).astype(np.float16).astype(np.float32)
     v = rng.standard_normal((Hkv, n_past + T, hd)).astype(np.float16).astype(np.float32)
     out = np.empty((T, Hq, hd), np.float32)
-    K.attention(q, k, v, n_past, np.float32(0.125), window, out)
+    K.attention(q, K.key_blocks(k), _f16_bits(v), n_past, np.float32(0.125), window, out)
     np.testing.assert_array_equal(out, _attention_in_order(q, k, v, n_past, np.float32(0.125),
                                                            window))
