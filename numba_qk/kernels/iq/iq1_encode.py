@@ -297,8 +297,8 @@ def encode_iq1_m(values, qw, out, grid, kmap, neighbours):
     index = np.zeros(2, np.int32)
     scales = np.zeros(16, np.float32)
     shifts = np.zeros(16, np.int32)
-    sqx = np.zeros(4, np.float32)
-    sq2 = np.zeros(4, np.float32)
+    hp = np.zeros((2, 4), np.float32)
+    w1 = np.zeros((2, 4, 17), np.float32)
     sc = np.zeros(4, np.int32)
     for b in range(values.shape[0]):
         if bad_block(values, b):
@@ -334,37 +334,47 @@ def encode_iq1_m(values, qw, out, grid, kmap, neighbours):
             best_k = -1
             p2 = X_P[2]
             m2 = X_M[2]
+            # the products that depend on one end of the pair only, each computed once (the
+            # same f32 operations as ggml's loop, which computes them per pair)
+            for h in range(2):
+                hp[h, 0] = np.float32(px[h, 16] * p2)
+                hp[h, 1] = np.float32(px[h, 16] * m2)
+                hp[h, 2] = np.float32(np.float32(pw[h, 16] * p2) * p2)
+                hp[h, 3] = np.float32(np.float32(pw[h, 16] * m2) * m2)
+                for i in range(17):
+                    w1[h, 0, i] = np.float32(pw[h, i] * _CP1)
+                    w1[h, 1, i] = np.float32(pw[h, i] * _CM1)
+                    w1[h, 2, i] = np.float32(pw[h, i] * _CP2)
+                    w1[h, 3, i] = np.float32(pw[h, i] * _CM2)
+            pxp0, pxm0, pwp0, pwm0 = hp[0, 0], hp[0, 1], hp[0, 2], hp[0, 3]
+            pxp1, pxm1, pwp1, pwm1 = hp[1, 0], hp[1, 1], hp[1, 2], hp[1, 3]
             for i1 in range(17):
+                ep0 = np.float32(pwp0 + w1[0, 0, i1])
+                fm0 = np.float32(pwm0 + w1[0, 1, i1])
+                ep1 = np.float32(pwp1 + w1[1, 0, i1])
+                fm1 = np.float32(pwm1 + w1[1, 1, i1])
                 for i2 in range(i1, 17):
-                    qxp0 = qxm0 = q2p0 = q2m0 = _F0
-                    qxp1 = qxm1 = q2p1 = q2m1 = _F0
-                    for h in range(2):
-                        sx = np.float32(px[h, i1] + px[h, i2])
-                        a = np.float32(np.float32(px[h, 16] * p2) - sx)
-                        c = np.float32(np.float32(px[h, 16] * m2) - sx)
-                        e = np.float32(np.float32(np.float32(np.float32(
-                            np.float32(pw[h, 16] * p2) * p2) + np.float32(pw[h, i1] * _CP1))
-                            + np.float32(pw[h, i2] * _CP2)))
-                        f = np.float32(np.float32(np.float32(np.float32(
-                            np.float32(pw[h, 16] * m2) * m2) + np.float32(pw[h, i1] * _CM1))
-                            + np.float32(pw[h, i2] * _CM2)))
-                        if h == 0:
-                            qxp0, qxm0, q2p0, q2m0 = a, c, e, f
-                        else:
-                            qxp1, qxm1, q2p1, q2m1 = a, c, e, f
-                    sqx[0] = np.float32(qxp0 + qxp1)
-                    sqx[1] = np.float32(qxp0 + qxm1)
-                    sqx[2] = np.float32(qxm0 + qxp1)
-                    sqx[3] = np.float32(qxm0 + qxm1)
-                    sq2[0] = np.float32(q2p0 + q2p1)
-                    sq2[1] = np.float32(q2p0 + q2m1)
-                    sq2[2] = np.float32(q2m0 + q2p1)
-                    sq2[3] = np.float32(q2m0 + q2m1)
+                    sx0 = np.float32(px[0, i1] + px[0, i2])
+                    sx1 = np.float32(px[1, i1] + px[1, i2])
+                    qxp0 = np.float32(pxp0 - sx0)
+                    qxm0 = np.float32(pxm0 - sx0)
+                    qxp1 = np.float32(pxp1 - sx1)
+                    qxm1 = np.float32(pxm1 - sx1)
+                    q2p0 = np.float32(ep0 + w1[0, 2, i2])
+                    q2m0 = np.float32(fm0 + w1[0, 3, i2])
+                    q2p1 = np.float32(ep1 + w1[1, 2, i2])
+                    q2m1 = np.float32(fm1 + w1[1, 3, i2])
                     for k in range(4):
-                        if sq2[k] > _F0 and (np.float32(sqx[k] * sqx[k])
-                                             > np.float32(best_score * sq2[k])):
-                            scale = np.float32(sqx[k] / sq2[k])
-                            best_score = np.float32(scale * sqx[k])
+                        a = qxp0 if k < 2 else qxm0
+                        c = qxp1 if k % 2 == 0 else qxm1
+                        e = q2p0 if k < 2 else q2m0
+                        f = q2p1 if k % 2 == 0 else q2m1
+                        sqx = np.float32(a + c)
+                        sq2 = np.float32(e + f)
+                        if sq2 > _F0 and (np.float32(sqx * sqx)
+                                          > np.float32(best_score * sq2)):
+                            scale = np.float32(sqx / sq2)
+                            best_score = np.float32(scale * sqx)
                             besti1 = i1
                             besti2 = i2
                             best_k = k
