@@ -61,7 +61,12 @@ from numba.core import types
 from numba.extending import overload
 
 from numba_qk._jit import OVERLOAD_OPTIONS, closure_named, inline_kernel, kernel
+from numba_qk.formats import quant as _quant
+from numba_qk.kernels.simd import iq_grid as _panel
 from numba_qk.kernels.simd.base import HAVE_AVX2, prefetch_lines, prefetch_plan
+from numba_qk.kernels.simd.q4_k import array_address
+
+_Q8K = _quant.q8_k
 
 _IMPL = {}  # code -> dict of the pieces (see register)
 
@@ -386,3 +391,81 @@ def kernels_for(code: int):
         f.__module__ = home
         entries.append(kernel(f))
     return tuple(entries)
+
+
+# ---- gemm by decoded records (AVX-512 VNNI; simd/iq_grid.py "gemm by decoded records") ------
+#
+# For formats whose record value is R32(ds * R32(dc * f32(S))) with S = sum_s scale_s * sum_{i in
+# s} q_i x_i (int8 q, int32 scales per 16 or 32 elements): the grid IQ formats, Q3_K and Q6_K.
+# A ``decode(w, w_off, dec, d_off)`` intrinsic writes a record's q, scales, dc and the bias term
+# C (``DEC_BYTES``, layout in simd/iq_grid.py), a ``microtile`` folds 8 decoded rows against
+# 16 activations per record step.
+
+_XT, _DEC = _panel.XT_BYTES, _panel.DEC_BYTES
+_XQ_AT, _XDS_AT = _Q8K.field("q").start, _Q8K.field("ds").start
+# Below this batch the driver's gemm (gemv per activation) runs: a tile has 16 lanes.
+GEMM_TILE_MIN_BATCH = 3
+_PANEL_BYTES = 384 << 10   # decoded weight bytes per panel (64 rows of 4096 columns)
+
+
+@kernel
+def x_tiles16(x, xt, base):
+    """Q8_K activations ``x`` ``[batch, G, 292]`` (contiguous record bytes) into tiles of 16 at
+    byte ``base`` of the zeroed uint8 ``xt``, ``XT_BYTES`` per tile and record
+    (simd/iq_grid.py): the quants plus BIAS as u8 in quads, then ds."""
+    batch, g = x.shape[0], x.shape[1]
+    for a in range(batch):
+        tile, lane = a // 16, a % 16
+        for b in range(g):
+            at = base + (tile * g + b) * _XT
+            for k in range(64):
+                for e in range(4):
+                    xt[at + 64 * k + 4 * lane + e] = x[a, b, _XQ_AT + 4 * k + e] ^ np.uint8(0x80)
+            for e in range(4):
+                xt[at + _panel.XT_DS_AT + 4 * lane + e] = x[a, b, _XDS_AT + e]
+
+
+def panel_gemm(decode, microtile, fallback):
+    """The gemm of one such format: weight records decoded once per call (``decode``) a panel
+    of bands of 8 rows at a time (about ``_PANEL_BYTES`` decoded, kept in L2 while every
+    activation tile passes), the activations laid out once in tiles of 16 (``x_tiles16``), and
+    per (tile, band) the records in order through ``microtile``; ``fallback`` (the driver's
+    gemm) for strided records and batches under ``GEMM_TILE_MIN_BATCH``.  Each output is the
+    fold of its record values in record order, as on every path (the microtile keeps one lane
+    per row and activation)."""
+    def gemm_tiles(w, x, out):
+        batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
+        if rows == 0 or batch == 0:                      # an empty result (and no panel)
+            return
+        if no_records(g, out):
+            return
+        if batch < GEMM_TILE_MIN_BATCH or w.strides[2] != 1 or x.strides[2] != 1:
+            fallback(w, x, out)
+            return
+        tiles = (batch + 15) // 16
+        xt = np.zeros(tiles * g * _XT + 64, np.uint8)
+        xb = (64 - array_address(xt) % 64) % 64
+        x_tiles16(x, xt, xb)
+        step = g * _DEC                                  # bytes per decoded row
+        bands = (rows + 7) // 8
+        panel = min(bands, max(1, _PANEL_BYTES // (8 * step)))
+        dec = np.zeros(panel * 8 * step + 64, np.uint8)
+        db = (64 - array_address(dec) % 64) % 64
+        acc = np.empty(8 * 16, np.float32)
+        ws0, ws1 = w.strides[0], w.strides[1]
+        for p0 in range(0, bands, panel):
+            p1 = min(bands, p0 + panel)
+            for r in range(8 * p0, min(rows, 8 * p1)):
+                for b in range(g):
+                    decode(w, r * ws0 + b * ws1, dec, db + (r - 8 * p0) * step + b * _DEC)
+            for tile in range(tiles):
+                na = min(16, batch - 16 * tile)
+                for band in range(p0, p1):
+                    at = db + (band - p0) * 8 * step
+                    for b in range(g):
+                        microtile(dec, at + b * _DEC, step, xt, xb + (tile * g + b) * _XT,
+                                  acc, b == 0)
+                    for t in range(min(8, rows - 8 * band)):
+                        for k in range(na):
+                            out[16 * tile + k, 8 * band + t] = acc[16 * t + k]
+    return kernel(gemm_tiles)

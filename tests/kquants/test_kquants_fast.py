@@ -123,3 +123,37 @@ def test_tiles_equal_the_portable_definition(name, rng):
     with np.errstate(all="ignore"):
         assert_same_f32(got_gemv, want, f"{name} gemv tiles")
         assert_same_f32(got_gemm, want, f"{name} gemm tiles")
+
+
+@pytest.mark.parametrize("name", ["q3_k", "q6_k"])
+def test_panel_gemm_equals_the_portable_definition(name, rng):
+    """Q3_K and Q6_K batches of 3 or more go through the panel gemm (records decoded once per
+    call, 8 rows x 16 activations per microtile, kernels/drive.py ``panel_gemm``): over several
+    decoded panels (203 rows of 10 records: 12 bands of 8 per panel, a partial last band), 33
+    and 3 activations (tiles of 16 with lanes unused), random bytes with -128 / 127 quants and
+    NaN / inf / subnormal scales, every output equals the portable dot bit for bit; batches of
+    1 and 2 and strided records take the driver's gemm, with the same bits."""
+    mod = importlib.import_module(f"numba_qk.kernels.kquants.{name}")
+    fmt = getattr(qk.quant, name)
+    port = getattr(mod, f"dot_{name}_q8_k_portable")
+    gemm = getattr(mod, f"gemm_{name}_q8_k")
+    rows, g = 203, 10
+    w = rng.integers(0, 256, (rows, g, fmt.block_bytes), dtype=np.uint8)
+    w[:40] = qk.quantize(rng.standard_normal((40 * g, 256)).astype(np.float32),
+                         format=fmt).reshape(40, g, -1)
+    x = rng.integers(0, 256, (33, g, 292), dtype=np.uint8)
+    x[:, :, 3] &= 0x3F                           # mostly finite ds
+    x[0, :, 4:260] = 0x80
+    x[1, :, 4:260] = 0x7F
+    want = np.array([[port(w[r], x[a]) for r in range(rows)] for a in range(33)], np.float32)
+    for batch in (33, 3, 2, 1):
+        got = np.full((batch, rows), np.nan, np.float32)
+        gemm(w, x[:batch], got)
+        with np.errstate(all="ignore"):
+            assert_same_f32(got, want[:batch], f"{name} gemm {rows} rows x {batch}")
+    ws = np.zeros((rows, g, 2 * fmt.block_bytes), np.uint8)[:, :, ::2]   # strided records
+    ws[...] = w
+    got = np.empty((5, rows), np.float32)
+    gemm(ws, x[:5], got)
+    with np.errstate(all="ignore"):
+        assert_same_f32(got, want[:5], f"{name} gemm strided")

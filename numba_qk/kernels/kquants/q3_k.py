@@ -51,8 +51,9 @@ if ``new != L_i``: ``slx += (w*x)*new``, ``sl2 += (w*new)*new`` and accept when 
 import numpy as np
 
 from numba_qk._jit import kernel
-from numba_qk.kernels.drive import kernels_for, register
-from numba_qk.kernels.simd.kquants import q3_k_acts_x8, q3_k_q8_k_value, q3_k_rows_x8
+from numba_qk.kernels.drive import kernels_for, panel_gemm, register
+from numba_qk.kernels.simd.iq_grid import HAVE_GEMM_TILES, microtile_sub16
+from numba_qk.kernels.simd.kquants import q3_k_acts_x8, q3_k_decode, q3_k_q8_k_value, q3_k_rows_x8
 from numba_qk.formats.kquants import q3_k as _FMT
 from numba_qk.kernels._bits import f16_to_f32, load_u16
 from numba_qk.kernels.kquants.common import f16_at, pack_2bit, q3_split_hmask, portable_dot_for, quantizer_for, qx_sums, record_value_d, signed_absmax, store_f16, transpose_in, transpose_out, x_q
@@ -286,6 +287,8 @@ def _dot_loop(w, x):
 register(_FMT.ggml_type, value=q3_k_q8_k_value, rows_x8=q3_k_rows_x8, acts_x8=q3_k_acts_x8,
          loop_dot=_dot_loop)
 dot_q3_k_q8_k, gemv_q3_k_q8_k, gemm_q3_k_q8_k = kernels_for(_FMT.ggml_type)
+if HAVE_GEMM_TILES:   # batches of 3 or more: records decoded once per call, 8 x 16 microtiles
+    gemm_q3_k_q8_k = panel_gemm(q3_k_decode, microtile_sub16, gemm_q3_k_q8_k)
 
 
 # ---- the registry's declaration of this module's format (numba_qk/kernels/traits.py) ----------

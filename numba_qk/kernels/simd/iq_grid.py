@@ -540,7 +540,8 @@ def _raw_ptr(context, builder, arrty, arr, off):
     return builder.gep(builder.bitcast(data, i8.as_pointer()), [off])
 
 
-def _store_at(b, base, off, v):
+def store_at(b, base, off, v):
+    """Store vector or scalar ``v`` at byte ``off`` of i8* ``base`` (unaligned)."""
     b.store(v, b.bitcast(b.gep(base, [_c(off, i64)]), v.type.as_pointer()), align=1)
 
 
@@ -552,25 +553,27 @@ def _decode_into(b, kf, wb, db):
     csum = None
     for u, (grid, signs, sc) in enumerate(units):
         w = grid if signs is None else b.sub(b.xor(grid, signs), signs)
-        _store_at(b, db, 32 * u, w)
+        store_at(b, db, 32 * u, w)
         m = b.call(ops.maddwd, [b.call(ops.maddubs, [ones, w]), sc])   # (2 ls + 1) q pairs
         csum = m if csum is None else b.add(csum, m)
     radd = decl(b, "llvm.vector.reduce.add.v8i32", i32, [vec(i32, 8)])
-    _store_at(b, db, DEC_C_AT, b.mul(b.call(radd, [csum]), _c(BIAS)))
+    store_at(b, db, DEC_C_AT, b.mul(b.call(radd, [csum]), _c(BIAS)))
     lanes = [0] if kf.sub == 32 else [0, 8]
     k = 0
     for _, _, sc in units:
         for lane in lanes:
-            _store_at(b, db, DEC_SC_AT + 4 * k, b.sext(b.extract_element(sc, _c(lane)), i32))
+            store_at(b, db, DEC_SC_AT + 4 * k, b.sext(b.extract_element(sc, _c(lane)), i32))
             k += 1
     d = _d_iq1_m(b, [wb]) if kf.d_at is None else gather_f16(b, [wb], kf.d_at)
     dc = b.fmul(b.extract_element(d, _c(0)), ir.Constant(_F32, kf.c))   # exact: c = 2**-k
-    _store_at(b, db, DEC_DC_AT, dc)
+    store_at(b, db, DEC_DC_AT, dc)
 
 
-def _make_decode(name):
-    """Intrinsic ``decode(w, w_off, dec, d_off)``: the record at byte ``w_off`` of uint8 array
-    ``w`` (format ``name``) decoded into ``DEC_BYTES`` at byte ``d_off`` of array ``dec``."""
+def decode_intrinsic(write):
+    """Intrinsic ``decode(w, w_off, dec, d_off)``: ``write(builder, wb, db)`` stores the record
+    at byte ``w_off`` of uint8 array ``w`` decoded into ``DEC_BYTES`` at byte ``d_off`` of
+    array ``dec`` (the panel gemm's decode: this module's formats, simd/kquants.py's Q3_K and
+    Q6_K)."""
     @intrinsic
     def decode(typingctx, w, w_off, dec, d_off):
         if not (isinstance(w, types.Array) and isinstance(dec, types.Array)):
@@ -580,10 +583,15 @@ def _make_decode(name):
         def codegen(context, builder, signature, args):
             wb = _raw_ptr(context, builder, signature.args[0], args[0], args[1])
             db = _raw_ptr(context, builder, signature.args[2], args[2], args[3])
-            _decode_into(builder, FORMATS[name], wb, db)
+            write(builder, wb, db)
             return context.get_dummy_value()
         return sig, codegen
     return decode
+
+
+def _make_decode(name):
+    """The panel decode of format ``name`` (``_decode_into``)."""
+    return decode_intrinsic(lambda b, wb, db: _decode_into(b, FORMATS[name], wb, db))
 
 
 def _splat_load(b, ptr, ty, n):
