@@ -396,13 +396,14 @@ def kernels_for(code: int):
 # ---- gemm by decoded records (AVX-512 VNNI; simd/iq_grid.py "gemm by decoded records") ------
 #
 # For formats whose record value is R32(ds * R32(dc * f32(S))) with S = sum_s scale_s * sum_{i in
-# s} q_i x_i (int8 q, int32 scales per 16 or 32 elements): the grid IQ formats, Q3_K and Q6_K.
+# s} q_i x_i (int8 q, int32 scales per 16 or 32 elements): the grid IQ formats, Q3_K and Q6_K;
+# and, with a min term T = sum_j m_j bsum_j, R32(ds * R32(R32(d S) - R32(dmin T))): Q2_K, Q5_K.
 # A ``decode(w, w_off, dec, d_off)`` intrinsic writes a record's q, scales, dc and the bias term
 # C (``DEC_BYTES``, layout in simd/iq_grid.py), a ``microtile`` folds 8 decoded rows against
 # 16 activations per record step.
 
 _XT, _DEC = _panel.XT_BYTES, _panel.DEC_BYTES
-_XQ_AT, _XDS_AT = _Q8K.field("q").start, _Q8K.field("ds").start
+_XQ_AT, _XDS_AT, _XBS_AT = (_Q8K.field(n).start for n in ("q", "ds", "bsum"))
 # Below this batch the driver's gemm (gemv per activation) runs: a tile has 16 lanes.
 GEMM_TILE_MIN_BATCH = 3
 _PANEL_BYTES = 384 << 10   # decoded weight bytes per panel (64 rows of 4096 columns)
@@ -412,7 +413,7 @@ _PANEL_BYTES = 384 << 10   # decoded weight bytes per panel (64 rows of 4096 col
 def x_tiles16(x, xt, base):
     """Q8_K activations ``x`` ``[batch, G, 292]`` (contiguous record bytes) into tiles of 16 at
     byte ``base`` of the zeroed uint8 ``xt``, ``XT_BYTES`` per tile and record
-    (simd/iq_grid.py): the quants plus BIAS as u8 in quads, then ds."""
+    (simd/iq_grid.py): the quants plus BIAS as u8 in quads, then ds, then the bsum pairs."""
     batch, g = x.shape[0], x.shape[1]
     for a in range(batch):
         tile, lane = a // 16, a % 16
@@ -423,6 +424,9 @@ def x_tiles16(x, xt, base):
                     xt[at + 64 * k + 4 * lane + e] = x[a, b, _XQ_AT + 4 * k + e] ^ np.uint8(0x80)
             for e in range(4):
                 xt[at + _panel.XT_DS_AT + 4 * lane + e] = x[a, b, _XDS_AT + e]
+            for k in range(8):
+                for e in range(4):
+                    xt[at + _panel.XT_BS_AT + 64 * k + 4 * lane + e] = x[a, b, _XBS_AT + 4 * k + e]
 
 
 def panel_gemm(decode, microtile, fallback):

@@ -125,14 +125,15 @@ def test_tiles_equal_the_portable_definition(name, rng):
         assert_same_f32(got_gemm, want, f"{name} gemm tiles")
 
 
-@pytest.mark.parametrize("name", ["q3_k", "q6_k"])
+@pytest.mark.parametrize("name", ["q2_k", "q3_k", "q5_k", "q6_k"])
 def test_panel_gemm_equals_the_portable_definition(name, rng):
-    """Q3_K and Q6_K batches of 3 or more go through the panel gemm (records decoded once per
-    call, 8 rows x 16 activations per microtile, kernels/drive.py ``panel_gemm``): over several
-    decoded panels (203 rows of 10 records: 12 bands of 8 per panel, a partial last band), 33
-    and 3 activations (tiles of 16 with lanes unused), random bytes with -128 / 127 quants and
-    NaN / inf / subnormal scales, every output equals the portable dot bit for bit; batches of
-    1 and 2 and strided records take the driver's gemm, with the same bits."""
+    """Batches of 3 or more go through the panel gemm (records decoded once per call, 8 rows x
+    16 activations per microtile, kernels/drive.py ``panel_gemm``; Q2_K and Q5_K with the min
+    term from the stored bsums): over several decoded panels (203 rows of 10 records: 12 bands
+    of 8 per panel, a partial last band), 33 and 3 activations (tiles of 16 with lanes unused),
+    random bytes (any bsum, -128 / 127 quants, NaN / inf / subnormal scales), every output
+    equals the portable dot bit for bit; batches of 1 and 2 and strided records take the
+    driver's gemm, with the same bits."""
     mod = importlib.import_module(f"numba_qk.kernels.kquants.{name}")
     fmt = getattr(qk.quant, name)
     port = getattr(mod, f"dot_{name}_q8_k_portable")

@@ -42,8 +42,9 @@ Quantize (ggml ``quantize_row_q5_K_ref``, no importance matrix): the Q4_K recipe
 import numpy as np
 
 from numba_qk._jit import kernel
-from numba_qk.kernels.drive import kernels_for, register
-from numba_qk.kernels.simd.kquants import q5_k_acts_x8, q5_k_q8_k_value, q5_k_rows_x8
+from numba_qk.kernels.drive import kernels_for, panel_gemm, register
+from numba_qk.kernels.simd.iq_grid import HAVE_GEMM_TILES, microtile_sub32_mins
+from numba_qk.kernels.simd.kquants import q5_k_acts_x8, q5_k_decode, q5_k_q8_k_value, q5_k_rows_x8
 from numba_qk.formats.kquants import q5_k as _FMT
 from numba_qk.kernels._bits import f16_to_f32, load_u16
 from numba_qk.kernels.kquants.common import fields_decoder, records_decoder, X_Q_AT, av_weights_in, f16_at, portable_dot_for, quantizer_for, k4_encode_scales, k4_scale_min, q5_pack_quants, record_value_d_dmin, transpose_out, x_bsum, x_q
@@ -238,6 +239,8 @@ def _dot_loop(w, x):
 register(_FMT.ggml_type, value=q5_k_q8_k_value, rows_x8=q5_k_rows_x8, acts_x8=q5_k_acts_x8,
          loop_dot=_dot_loop)
 dot_q5_k_q8_k, gemv_q5_k_q8_k, gemm_q5_k_q8_k = kernels_for(_FMT.ggml_type)
+if HAVE_GEMM_TILES:   # batches of 3 or more: records decoded once per call, 8 x 16 microtiles
+    gemm_q5_k_q8_k = panel_gemm(q5_k_decode, microtile_sub32_mins, gemm_q5_k_q8_k)
 
 
 # ---- the registry's declaration of this module's format (numba_qk/kernels/traits.py) ----------

@@ -526,11 +526,15 @@ def _make_tile(name, vnni, over_rows):
 # C < 2**26; docs/numerics_iq_grid.md), so S is the exact integer of the record pair; then the record value's float steps, lane by lane, folded
 # into the row's 16 lanes in record order (``base.fold_into``).
 
-BIAS = 128     # the activations' u8 quants are xq ^ 0x80 (kernels/iq/grid.py)
+BIAS = 128     # the activations' u8 quants are xq ^ 0x80 (kernels/drive.py x_tiles16)
 DEC_BYTES = 384
 DEC_SC_AT, DEC_DC_AT, DEC_C_AT = 256, 320, 324
-XT_BYTES = 4096 + 64
+# formats with a min term (Q2_K, Q5_K: v = R32(ds * R32(R32(d S) - R32(dmin T)))): f32(dmin)
+# and the 16 mins m_j (one per 16 elements, i16 pairs) of T = sum_j m_j bsum_j
+DEC_DMIN_AT, DEC_M_AT = 328, 332
+XT_BYTES = 4096 + 64 + 512
 XT_DS_AT = 4096
+XT_BS_AT = 4160   # 8 vectors of 16 i32: the bsum pair (2k, 2k + 1) of each activation
 MK_ROWS, MK_ACTS = 8, 16
 
 
@@ -602,12 +606,13 @@ def _splat_load(b, ptr, ty, n):
                             ir.Constant(vec(i32, n), [0] * n))
 
 
-def _make_microtile(sub):
+def _make_microtile(sub, mins=False):
     """Intrinsic ``mk(dec, d_off, r_step, xt, x_off, acc, first)``: record values of
     ``MK_ROWS`` decoded weight records (at bytes ``d_off + t * r_step`` of ``dec``; ``sub``
     elements per scale) against the ``MK_ACTS`` activations of the tile record at byte
     ``x_off`` of ``xt``, folded into ``acc.flat[16 t : 16 t + 16]`` (f32) for row t
-    (``first``: the fold's first record)."""
+    (``first``: the fold's first record).  With ``mins``, T = sum_j m_j bsum_j (``vpdpwssd``
+    over the bsum pairs, exact) and v = R32(ds * R32(R32(dc * f32(S)) - R32(dmin * f32(T))))."""
     @intrinsic
     def microtile(typingctx, dec, d_off, r_step, xt, x_off, acc, first):
         if not all(isinstance(a, types.Array) for a in (dec, xt, acc)):
@@ -653,10 +658,21 @@ def _make_microtile(sub):
                     s1[t] = m if s1[t] is None else b.call(keep, [b.add(s1[t], m)])
             ds = b.load(b.bitcast(at(xb, XT_DS_AT), f16v.as_pointer()), align=1)
             accp = float_array_ptr(context, b, signature.args[5], acc_v)
+            if mins:
+                bs = [b.load(b.bitcast(at(xb, XT_BS_AT + 64 * k), v16.as_pointer()), align=1)
+                      for k in range(8)]
             for t in range(MK_ROWS):
                 st = b.sub(s1[t], _splat_load(b, at(rows[t], DEC_C_AT), i32, 16))
                 dc = _splat_load(b, at(rows[t], DEC_DC_AT), _F32, 16)
-                v = b.fmul(ds, b.fmul(dc, b.sitofp(st, f16v)))
+                p = b.fmul(dc, b.sitofp(st, f16v))
+                if mins:
+                    tt = zero
+                    for k in range(8):
+                        mk = _splat_load(b, at(rows[t], DEC_M_AT + 4 * k), i32, 16)
+                        tt = vcall(b, ops.dpwssd, [tt, bs[k], mk])
+                    dmin = _splat_load(b, at(rows[t], DEC_DMIN_AT), _F32, 16)
+                    p = b.fsub(p, b.fmul(dmin, b.sitofp(tt, f16v)))
+                v = b.fmul(ds, p)
                 fold_into(b, b.gep(accp, [_c(16 * t)]), v, b.zext(first_v, i32))
             return context.get_dummy_value()
         return sig, codegen
@@ -689,4 +705,7 @@ del _name, _var, _v
 HAVE_GEMM_TILES = HAVE_VNNI and HAVE_AVX512
 microtile_sub32 = _make_microtile(32)
 microtile_sub16 = _make_microtile(16)
-__all__ += ["microtile_sub32", "microtile_sub16", "HAVE_GEMM_TILES"]
+microtile_sub32_mins = _make_microtile(32, mins=True)
+microtile_sub16_mins = _make_microtile(16, mins=True)
+__all__ += ["microtile_sub32", "microtile_sub16", "microtile_sub32_mins", "microtile_sub16_mins",
+            "HAVE_GEMM_TILES"]

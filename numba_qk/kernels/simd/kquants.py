@@ -49,7 +49,7 @@ from llvmlite import ir
 from numba_qk.formats import quant
 from numba_qk.kernels.simd.base import FEATURES, HAVE_AVX512, HAVE_GFNI, HAVE_VNNI, Ops, decl, gather_f16, gather_f32, i8, i16, i32, load, record_intrinsic, reduce_many, splat_lanes, vec, tile_intrinsic
 from numba_qk.kernels.simd.q4_k import record_values, unpack_scales
-from numba_qk.kernels.simd.iq_grid import BIAS, DEC_C_AT, DEC_DC_AT, DEC_SC_AT, decode_intrinsic, store_at
+from numba_qk.kernels.simd.iq_grid import BIAS, DEC_C_AT, DEC_DC_AT, DEC_DMIN_AT, DEC_M_AT, DEC_SC_AT, decode_intrinsic, store_at
 
 _A_DS_AT = quant.q8_k.field("ds").start
 _A_Q_AT = quant.q8_k.field("q").start
@@ -497,43 +497,46 @@ for _name, _kq in KQUANTS.items():
 del _name, _kq, _var, _w, _v
 
 
-# ---- Q3_K / Q6_K records decoded for the panel gemm (kernels/drive.py ``panel_gemm``) --------
+# ---- K-quant records decoded for the panel gemm (kernels/drive.py ``panel_gemm``) -----------
 #
-# Their record value is R32(ds * R32(d * f32(S))) with S = sum_j sc_j * sum_{i in j} q_i x_i over
-# 16 sub-blocks of 16: the grid IQ formats' form with c = 1, so the same 8 x 16 microtile
-# (simd/iq_grid.py ``microtile_sub16``) runs them once a record is decoded into its DEC layout:
-# q = u - offset as int8 (|q| <= 32), sc_j as i32, dc = f32(d) (exact), C = BIAS * sum_j sc_j *
-# sum q.  Exact in int32 (Q6_K: |sum_j sc_j a_j| <= 16 * 128 * 16 * 255 * 32 < 2**28).
+# Q3_K and Q6_K have the record value R32(ds * R32(d * f32(S))) with S = sum_j sc_j * sum_{i in j}
+# q_i x_i over 16 sub-blocks of 16: the grid IQ formats' form with c = 1, so the same 8 x 16
+# microtile (simd/iq_grid.py ``microtile_sub16``) runs them once a record is decoded into its DEC
+# layout: q = u - offset as int8 (|q| <= 32), sc_j as i32, dc = f32(d) (exact), C = BIAS *
+# sum_j sc_j * sum q.  Q2_K (scales per 16) and Q5_K (per 32) add the min term (``mins``
+# microtiles): f32(dmin) and their 16 mins, one per Q8_K bsum.  Exact in int32 (Q6_K:
+# |sum_j sc_j a_j| <= 16 * 128 * 16 * 255 * 32 < 2**28; Q5_K: 8 * 63 * 32 * 255 * 31 < 2**27).
 
-def _panel_scales(kq, b, wb):
-    if hasattr(kq, "scales"):
-        return kq.scales(b, wb)
-    return b.sext(load(b, wb, kq.SC, vec(i8, 16)), vec(i16, 16))
-
-
-def _panel_decode_into(b, kq, wb, db):
-    units, _ = kq.weights(b, wb)
+def _panel_decode_into(b, kq, wb, db, sub):
+    units, mins = kq.weights(b, wb)
     ops = Ops(b, False, False)
     ones = _c8(1)
     csum = None
+    k = 0
     for u, (uu, scp) in enumerate(units):
-        q = b.sub(uu, _c8(kq.offset))
+        q = b.sub(uu, _c8(kq.offset)) if kq.offset else uu
         store_at(b, db, 32 * u, q)
         m = b.call(ops.maddwd, [b.call(ops.maddubs, [ones, q]), scp])   # sc_j * pair sums
         csum = m if csum is None else b.add(csum, m)
+        for lane in ([0] if sub == 32 else [0, 8]):                        # scale of each sub-block
+            store_at(b, db, DEC_SC_AT + 4 * k,
+                     b.sext(b.extract_element(scp, ir.Constant(i32, lane)), i32))
+            k += 1
     radd = decl(b, "llvm.vector.reduce.add.v8i32", i32, [vec(i32, 8)])
     store_at(b, db, DEC_C_AT, b.mul(b.call(radd, [csum]), ir.Constant(i32, BIAS)))
-    sc16 = _panel_scales(kq, b, wb)
-    for j in range(16):
-        store_at(b, db, DEC_SC_AT + 4 * j, b.sext(b.extract_element(sc16, ir.Constant(i32, j)), i32))
-    d = gather_f16(b, [wb], kq.D)
-    store_at(b, db, DEC_DC_AT, b.extract_element(d, ir.Constant(i32, 0)))
+    store_at(b, db, DEC_DC_AT, b.extract_element(gather_f16(b, [wb], kq.D), ir.Constant(i32, 0)))
+    if kq.has_t:
+        store_at(b, db, DEC_DMIN_AT,
+                 b.extract_element(gather_f16(b, [wb], kq.DMIN), ir.Constant(i32, 0)))
+        store_at(b, db, DEC_M_AT, mins)
 
 
-def _make_panel_decode(kq):
-    return decode_intrinsic(lambda b, wb, db: _panel_decode_into(b, kq, wb, db))
+def _make_panel_decode(kq, sub):
+    return decode_intrinsic(lambda b, wb, db: _panel_decode_into(b, kq, wb, db, sub))
 
 
-q3_k_decode = _make_panel_decode(KQUANTS["q3_k"])
-q6_k_decode = _make_panel_decode(KQUANTS["q6_k"])
-__all__ += ["q3_k_decode", "q6_k_decode"]
+q2_k_decode = _make_panel_decode(KQUANTS["q2_k"], 16)
+q3_k_decode = _make_panel_decode(KQUANTS["q3_k"], 16)
+q5_k_decode = _make_panel_decode(KQUANTS["q5_k"], 32)
+q6_k_decode = _make_panel_decode(KQUANTS["q6_k"], 16)
+__all__ += ["q2_k_decode", "q3_k_decode", "q5_k_decode", "q6_k_decode"]
