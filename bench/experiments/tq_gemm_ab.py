@@ -30,7 +30,7 @@ BLOCKS = (1, 2, 4, 8, 16, 32)
 
 def variants(name):
     """{label: gemm} for the record blocks and the gemv-per-activation path."""
-    loop = getattr(tq, f"_dot_loop_{name}")
+    loop = getattr(tq, f"dot_{name}_q8_k_portable")
     pieces = dict(loop_dot=loop, value=getattr(st, f"{name}_q8_k_value"),
                   rows_x8=getattr(st, f"{name}_rows_x8"))
     base = 9000 + 100 * int(name[2])

@@ -556,15 +556,9 @@ dot_iq1_s_q8_k_portable = portable_dot_for(_S1, value=record_value_iq1_s_q8_k)
 dot_iq1_m_q8_k_portable = portable_dot_for(_M1, value=record_value_iq1_m_q8_k)
 
 # The SIMD record values and 8-lane tiles (kernels/simd/iq_grid.py) equal these portable
-# definitions bit for bit
-# (tests/iq/test_iq_grid_fast.py); strided records take the portable dot (through a kernel of this module: the
-# driver caches the entry points under loop_dot's module, whose source digest must cover this
-# module and the SIMD one, not only kquants.common where portable_dot_for builds the dots).
-def _loop_dot(portable):
-    def loop_dot(w, x):
-        return portable(w, x)
-    return kernel(loop_dot)
-
+# definitions bit for bit (tests/iq/test_iq_grid_fast.py); strided records take the portable
+# dot, a kernel of this module (portable_dot_for: the driver caches the entry points under
+# loop_dot's module, whose source digest must cover this module and the SIMD one).
 
 for _fmt, _dot in ((_XXS2, dot_iq2_xxs_q8_k_portable), (_XS2, dot_iq2_xs_q8_k_portable),
                    (_S2, dot_iq2_s_q8_k_portable), (_XXS3, dot_iq3_xxs_q8_k_portable),
@@ -573,7 +567,7 @@ for _fmt, _dot in ((_XXS2, dot_iq2_xxs_q8_k_portable), (_XS2, dot_iq2_xs_q8_k_po
     _t = _fmt.name.lower()
     # with the gemm microtiles (below) the driver's gemm only takes batches under
     # GEMM_TILE_MIN_BATCH (1, 2: gemv per activation) and strided records: no 8-activation tile
-    register(_fmt.ggml_type, loop_dot=_loop_dot(_dot), value=getattr(_simd, f"{_t}_q8_k_value"),
+    register(_fmt.ggml_type, loop_dot=_dot, value=getattr(_simd, f"{_t}_q8_k_value"),
              rows_x8=getattr(_simd, f"{_t}_rows_x8", None),
              acts_x8=None if _simd.HAVE_GEMM_TILES else getattr(_simd, f"{_t}_acts_x8"))
 del _fmt, _dot, _t

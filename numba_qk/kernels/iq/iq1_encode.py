@@ -26,7 +26,7 @@ import numpy as np
 from numba_qk._jit import inline_kernel, kernel
 from numba_qk.formats import iq as _iq
 from numba_qk.kernels._round import f32_to_f16_bits, nearest_int
-from numba_qk.kernels.iq.iq2_encode import bad_block, sigma2_of, tables_for
+from numba_qk.kernels.iq.iq2_encode import bad_block, find_best_neighbour, sigma2_of, tables_for
 from numba_qk.kernels.kquants.common import store_f16
 
 _S1 = _iq.iq1_s
@@ -39,30 +39,6 @@ _DELTA = np.float32(0.125)
 X_P = np.array([np.float32(-1) + _DELTA, _DELTA, _F1 + _DELTA], np.float32)
 X_M = np.array([np.float32(-1) - _DELTA, -_DELTA, _F1 - _DELTA], np.float32)
 _QH = _S1.field("qh").start
-
-
-@inline_kernel
-def find_best_neighbour2(neighbours, start, grid, xb, xo, weight, scale, xx, L, lo):
-    """ggml's ``iq1_find_best_neighbour2`` over the neighbour list (``q = xx[level]``, distance
-    ``sum R32(R32(w*diff)*diff)``, first of equals); -1 where no distance is below FLT_MAX
-    (ggml's out-of-bounds fallback scan, then its assert)."""
-    m = np.int32(neighbours[start])
-    best = _FLT_MAX
-    gi = -1
-    for j in range(1, m + 1):
-        idx = np.int32(neighbours[start + j])
-        d2 = _F0
-        for i in range(8):
-            q = xx[(np.int32(grid[idx, i]) - 1) // 2]
-            diff = np.float32(np.float32(scale * q) - xb[xo + i])
-            d2 = np.float32(d2 + np.float32(np.float32(weight[xo + i] * diff) * diff))
-        if d2 < best:
-            best = d2
-            gi = idx
-    if gi >= 0:
-        for i in range(8):
-            L[lo + i] = (np.int32(grid[gi, i]) - 1) // 2
-    return gi
 
 
 @inline_kernel
@@ -115,8 +91,8 @@ def snap_groups(ngroups, L, xb, weight, scale, xx0, xx1, grid, kmap, neighbours,
         gi = np.int32(kmap[u])
         if gi < 0:
             all_on_grid = False
-            gi = find_best_neighbour2(neighbours, -gi - 1, grid, xb, 8 * k, weight, scale, xx,
-                                      L, 8 * k)
+            gi = find_best_neighbour(neighbours, -gi - 1, grid, xb, 8 * k, weight, scale, L,
+                                     8 * k, 8, xx)
             if gi < 0:
                 return scale, False
         index[k] = gi

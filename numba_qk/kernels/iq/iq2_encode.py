@@ -55,25 +55,32 @@ _XS_SC = _XS.field("ls").start
 
 
 @inline_kernel
-def find_best_neighbour(neighbours, start, grid, xval, xo, waux, scale, L, lo):
-    """ggml's ``iq2_find_best_neighbour``: among the neighbour list at ``neighbours[start]``
-    (count, then entries), the entry minimising ``sum_i waux_i * (scale*q_i - x_i)^2`` (f32,
-    first of equals); writes its levels ``(q - 1) / 2`` to ``L[lo:lo+8]`` and returns it, or
-    returns -1 (L untouched) where ggml's ``GGML_ASSERT(grid_index >= 0)`` aborts."""
+def find_best_neighbour(neighbours, start, grid, xval, xo, waux, scale, L, lo, n=8, xx=None):
+    """ggml's ``iq2_find_best_neighbour`` (``n`` = 8 values from ``xo``; ``n`` = 4:
+    ``iq3_find_best_neighbour``): among the neighbour list at ``neighbours[start]`` (count, then
+    entries), the entry minimising ``sum_i waux_i * (scale*q_i - x_i)^2`` (f32, in order, first
+    of equals); writes its levels ``(g - 1) / 2`` (``g`` its grid values) to ``L[lo:lo+n]`` and
+    returns it, or returns -1 (L untouched) where ggml's ``GGML_ASSERT(grid_index >= 0)``
+    aborts.  ``q = g``; with ``xx``, ``q = xx[(g - 1) / 2]`` (``iq1_find_best_neighbour2`` of
+    IQ1_S / IQ1_M, where ggml then scans the whole grid out of bounds and asserts)."""
     m = np.int32(neighbours[start])
     best_d2 = _FLT_MAX
     gi = -1
     for j in range(1, m + 1):
         idx = np.int32(neighbours[start + j])
         d2 = _F0
-        for i in range(8):
-            diff = np.float32(np.float32(scale * np.float32(grid[idx, i])) - xval[xo + i])
+        for i in range(n):
+            if xx is None:   # pruned at compile time: one loop per case
+                q = np.float32(grid[idx, i])
+            else:
+                q = xx[(np.int32(grid[idx, i]) - 1) // 2]
+            diff = np.float32(np.float32(scale * q) - xval[xo + i])
             d2 = np.float32(d2 + np.float32(np.float32(waux[xo + i] * diff) * diff))
         if d2 < best_d2:
             best_d2 = d2
             gi = idx
     if gi >= 0:
-        for i in range(8):
+        for i in range(n):
             L[lo + i] = (np.int32(grid[gi, i]) - 1) // 2
     return gi
 

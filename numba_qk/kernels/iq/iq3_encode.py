@@ -32,6 +32,7 @@ from numba_qk._jit import kernel
 from numba_qk.formats import iq as _iq
 from numba_qk.formats import iq_grids as _g
 from numba_qk.kernels._round import nearest_int
+from numba_qk.kernels.iq.iq2_encode import find_best_neighbour
 from numba_qk.kernels.kquants.common import first_nonfinite_block, store_f16
 
 _XXS, _S = _iq.iq3_xxs, _iq.iq3_s
@@ -79,41 +80,11 @@ GRID512, MAP512, NEIGHBOURS512 = grid_tables(_grid_bytes(_g.IQ3S_GRID), _S_VALUE
 
 _F0, _F1, _F2, _HALF = np.float32(0.0), np.float32(1.0), np.float32(2.0), np.float32(0.5)
 _F15, _F31, _F256, _F02 = np.float32(15.0), np.float32(31.0), np.float32(256.0), np.float32(0.2)
-_FLT_MAX = np.float32(np.finfo(np.float32).max)
 _EPS_XXS = np.float32(1e-8)                       # GROUP_MAX_EPS_IQ3_XXS
 _FUDGE_XXS, _FUDGE_S = np.float32(1.0125), np.float32(1.033)
 _XXS_SS = _XXS.field("signs").start               # u32 per sub-block: 4 x 7 sign bits, ls << 28
 _S_QH, _S_SIGNS, _S_LS = _S.field("qh").start, _S.field("signs").start, _S.field("ls").start
 _QS = 2
-
-
-@kernel
-def iq3_find_best_neighbour(nbrs, start, grid, xval, waux, at, scale, L):
-    """ggml's ``iq3_find_best_neighbour``: of the grid points listed at ``nbrs[start]`` the
-    first with the least ``sum_i waux_i (scale q_i - xval_i)^2`` (f32, C order); its levels go
-    to ``L[at:at+4]``.  Returns its index, or -1 where no distance is below FLT_MAX (ggml
-    asserts there)."""
-    best_d2 = _FLT_MAX
-    gi = -1
-    x0, x1, x2, x3 = xval[at], xval[at + 1], xval[at + 2], xval[at + 3]
-    w0, w1, w2, w3 = waux[at], waux[at + 1], waux[at + 2], waux[at + 3]
-    for j in range(1, np.int64(nbrs[start]) + 1):
-        idx = np.int64(nbrs[start + j])
-        diff = np.float32(np.float32(scale * np.float32(grid[idx, 0])) - x0)
-        d2 = np.float32(_F0 + np.float32(np.float32(w0 * diff) * diff))
-        diff = np.float32(np.float32(scale * np.float32(grid[idx, 1])) - x1)
-        d2 = np.float32(d2 + np.float32(np.float32(w1 * diff) * diff))
-        diff = np.float32(np.float32(scale * np.float32(grid[idx, 2])) - x2)
-        d2 = np.float32(d2 + np.float32(np.float32(w2 * diff) * diff))
-        diff = np.float32(np.float32(scale * np.float32(grid[idx, 3])) - x3)
-        d2 = np.float32(d2 + np.float32(np.float32(w3 * diff) * diff))
-        if d2 < best_d2:
-            best_d2 = d2
-            gi = idx
-    if gi >= 0:
-        for i in range(4):
-            L[at + i] = (np.int32(grid[gi, i]) - 1) // 2
-    return gi
 
 
 @kernel
@@ -212,8 +183,8 @@ def encode_block(values, b, qw, qoff, weighted, xxs, grid, kmap, nbrs, rec, r,
                 on_aux[k] = True
                 if gi < 0:
                     on_aux[k] = False
-                    if iq3_find_best_neighbour(nbrs, -gi - 1, grid, xval, waux, 4 * k,
-                                               this_scale, Laux) < 0:
+                    if find_best_neighbour(nbrs, -gi - 1, grid, xval, 4 * k, waux, this_scale,
+                                           Laux, 4 * k, 4) < 0:
                         return False
             sumqx, sumq2 = weighted_sums(weight, xval, Laux)
             if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best * sumq2):
@@ -234,7 +205,8 @@ def encode_block(values, b, qw, qoff, weighted, xxs, grid, kmap, nbrs, rec, r,
                     continue
                 gi = kmap[group_code(xval, 4 * k, idv, Laux)]
                 if gi < 0:
-                    gi = iq3_find_best_neighbour(nbrs, -gi - 1, grid, xval, waux, 4 * k, scale, L)
+                    gi = find_best_neighbour(nbrs, -gi - 1, grid, xval, 4 * k, waux, scale, L,
+                                             4 * k, 4)
                     if gi < 0:
                         return False
                 for i in range(4):

@@ -21,7 +21,7 @@ import numpy as np
 from numba.core import types
 from numba.extending import overload
 
-from numba_qk._jit import OVERLOAD_OPTIONS, DependencyCache, closure_named, inline_kernel, kernel, module_digest
+from numba_qk._jit import OVERLOAD_OPTIONS, closure_named, inline_kernel, kernel
 from numba_qk.formats import quant as _quant
 from numba_qk.kernels._bits import f16_to_f32, f32_from_bits, f32_to_f16_bits
 from numba_qk.kernels._round import nearest_int
@@ -391,27 +391,14 @@ def _bind(table, code, impl):
     table[code] = impl
 
 
-class _FormatCache(DependencyCache):
-    """``DependencyCache`` whose key also digests the module of the format's pieces (this
-    module does not import them): an edit of a format's block encoder or record value
-    recompiles the entry points built from it."""
-
-    def __init__(self, py_func, module):
-        super().__init__(py_func)
-        self._piece_module = module
-
-    def _index_key(self, sig, codegen):
-        sig_, magic, hashes = super()._index_key(sig, codegen)
-        return (sig_, magic, (*hashes, module_digest(self._piece_module)))
-
-
 def _entry(fn, piece, doc):
-    """``kernel(fn)`` documented by ``doc``, its cache key following ``piece``'s module."""
+    """``kernel(fn)`` documented by ``doc``, made a kernel of ``piece``'s module (the format's):
+    its cache key then digests that module's sources (``DependencyCache``), which import this
+    one, so an edit of either recompiles it; and the driver (``drive.kernels_for``), given it
+    as ``loop_dot``, caches the format's entry points under that module too."""
     fn.__doc__ = doc
-    disp = kernel(fn)
-    if hasattr(disp, "py_func"):   # not under NUMBA_DISABLE_JIT (a plain function then)
-        disp._cache = _FormatCache(disp.py_func, piece.py_func.__module__)
-    return disp
+    fn.__module__ = getattr(piece, "py_func", piece).__module__
+    return kernel(fn)
 
 
 def quantizer_for(fmt, *, block, scratch):

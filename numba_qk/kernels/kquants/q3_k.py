@@ -274,18 +274,13 @@ def record_value_q3_k_q8_k(w, bw, x, bx):
 dot_q3_k_q8_k_portable = portable_dot_for(_FMT, value=record_value_q3_k_q8_k)
 
 
-@kernel
-def _dot_loop(w, x):
-    return dot_q3_k_q8_k_portable(w, x)
-
-
 # ---- dot / gemv / gemm: the shared driver (kernels/drive.py) over the SIMD
 # record values and 8-lane tiles of kernels/simd/kquants.py; results equal
-# dot_q3_k_q8_k_portable bit for bit (tests/kquants/test_kquants_fast.py).  _dot_loop is the fallback
-# for strided records.
+# dot_q3_k_q8_k_portable bit for bit (tests/kquants/test_kquants_fast.py), the fallback for
+# strided records.
 
 register(_FMT.ggml_type, value=q3_k_q8_k_value, rows_x8=q3_k_rows_x8, acts_x8=q3_k_acts_x8,
-         loop_dot=_dot_loop)
+         loop_dot=dot_q3_k_q8_k_portable)
 dot_q3_k_q8_k, gemv_q3_k_q8_k, gemm_q3_k_q8_k = kernels_for(_FMT.ggml_type)
 if HAVE_GEMM_TILES:   # batches of 3 or more: records decoded once per call, 8 x 16 microtiles
     gemm_q3_k_q8_k = panel_gemm(q3_k_decode, microtile_sub16, gemm_q3_k_q8_k)

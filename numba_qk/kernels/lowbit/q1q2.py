@@ -207,26 +207,16 @@ dot_q1_0_q8_0_portable = portable_dot_for(_FMT1, value=record_value_q1_0_q8_0)
 dot_q2_0_q8_0_portable = portable_dot_for(_FMT2, value=record_value_q2_0_q8_0)
 
 
-@kernel
-def _dot_loop_q1_0(w, x):
-    return dot_q1_0_q8_0_portable(w, x)
-
-
-@kernel
-def _dot_loop_q2_0(w, x):
-    return dot_q2_0_q8_0_portable(w, x)
-
-
 # ---- dot / gemv / gemm: the shared driver (kernels/drive.py) -----------------------------------
 # The SIMD record values and 8-lane tiles (kernels/simd/lowbit.py) equal the portable
 # definitions above bit for bit (tests/lowbit/test_q1q2_fast.py); strided records (or activation
-# records that are not consecutive) take the portable dot through _dot_loop_*, kernels of this
-# module (the driver caches the entry points under loop_dot's module, whose source digest then
-# covers the SIMD module too).  span: the Q8_0 records per weight record.  No gemm tile: gemm is
+# records that are not consecutive) take the portable dot, a kernel of this module
+# (portable_dot_for: the driver caches the entry points under loop_dot's module, whose source
+# digest then covers the SIMD module too).  span: the Q8_0 records per weight record.  No gemm tile: gemm is
 # the gemv per activation (faster here than an 8-activation tile; kernels/simd/lowbit.py).
-register(_FMT1.ggml_type, loop_dot=_dot_loop_q1_0, value=_simd.q1_0_q8_0_value,
+register(_FMT1.ggml_type, loop_dot=dot_q1_0_q8_0_portable, value=_simd.q1_0_q8_0_value,
          rows_x8=_simd.q1_0_rows_x8, span=4)
-register(_FMT2.ggml_type, loop_dot=_dot_loop_q2_0, value=_simd.q2_0_q8_0_value,
+register(_FMT2.ggml_type, loop_dot=dot_q2_0_q8_0_portable, value=_simd.q2_0_q8_0_value,
          rows_x8=_simd.q2_0_rows_x8, span=2)
 dot_q1_0_q8_0, gemv_q1_0_q8_0, gemm_q1_0_q8_0 = kernels_for(_FMT1.ggml_type)
 dot_q2_0_q8_0, gemv_q2_0_q8_0, gemm_q2_0_q8_0 = kernels_for(_FMT2.ggml_type)

@@ -264,28 +264,18 @@ dot_tq1_0_q8_k_portable = portable_dot_for(_FMT1, value=record_value_tq1_0_q8_k)
 dot_tq2_0_q8_k_portable = portable_dot_for(_FMT2, value=record_value_tq2_0_q8_k)
 
 
-@kernel
-def _dot_loop_tq1_0(w, x):
-    return dot_tq1_0_q8_k_portable(w, x)
-
-
-@kernel
-def _dot_loop_tq2_0(w, x):
-    return dot_tq2_0_q8_k_portable(w, x)
-
-
 # ---- dot / gemv / gemm: the shared driver (kernels/drive.py) -----------------------------------
 # The SIMD record values and 8-lane tiles (kernels/simd/ternary.py) equal the portable
 # definitions above bit for bit (tests/ternary/test_tq_fast.py); strided records take the
-# portable dot through _dot_loop_*, kernels of this module (the driver caches the entry points
+# portable dot, a kernel of this module (portable_dot_for: the driver caches the entry points
 # under loop_dot's module, whose source digest then covers the SIMD module too).
 
 # Records of 16 per gemm block: 5-17 % less time than 8 at batch 32 (bench/experiments/
 # tq_gemm_ab.py; 1, 2, 4 no better).  TQ2_0's gemm tile is about as fast as its gemv per
 # activation there, TQ1_0's takes half the time.
-register(_FMT1.ggml_type, loop_dot=_dot_loop_tq1_0, value=_simd.tq1_0_q8_k_value,
+register(_FMT1.ggml_type, loop_dot=dot_tq1_0_q8_k_portable, value=_simd.tq1_0_q8_k_value,
          rows_x8=_simd.tq1_0_rows_x8, acts_x8=_simd.tq1_0_acts_x8, record_block=16)
-register(_FMT2.ggml_type, loop_dot=_dot_loop_tq2_0, value=_simd.tq2_0_q8_k_value,
+register(_FMT2.ggml_type, loop_dot=dot_tq2_0_q8_k_portable, value=_simd.tq2_0_q8_k_value,
          rows_x8=_simd.tq2_0_rows_x8, acts_x8=_simd.tq2_0_acts_x8, record_block=16)
 dot_tq1_0_q8_k, gemv_tq1_0_q8_k, gemm_tq1_0_q8_k = kernels_for(_FMT1.ggml_type)
 dot_tq2_0_q8_k, gemv_tq2_0_q8_k, gemm_tq2_0_q8_k = kernels_for(_FMT2.ggml_type)
