@@ -21,6 +21,9 @@ element order::
              IQ1_S), so q needs no shift after the gather
     w'     = (grid ^ mm) - mm, mm = m ^ (xq >> 7)    w with the sign of xq applied (a
                                                      conditional negate: |w| <= 62 never wraps);
+                                                     with AVX-512BW/VL m and xq < 0 are k masks
+                                                     (kmovd / vptestmb, vpmovb2m), w' a vpsubb
+                                                     from 0 under their kxor;
                                                      IQ1 (no sign bits): psignb(q, xq), which
                                                      differs only where xq = 0 = |xq|
     p      = pmaddubsw(|xq|, w')                     i16 lane = |x0| w0' + |x1| w1' = x0 w0 + x1 w1
@@ -36,7 +39,8 @@ The float steps are those of ``record_value`` in ``kernels/iq/grid.py`` (one IEE
 each, no fast-math, in the same order): ``v = R32(ds * R32(R32(d * c) * f32(S)))``.  Tiles: 8
 weight records against one activation record (gemv) or one weight record against 8 activation
 records (gemm), the shared record decoded once, the 8 values folded lane by lane
-(``base.fold_into``).  The record's bytes must be contiguous (the driver checks it).
+(``base.fold_into``); the gemv tile makes the activation record's side (|xq|, its sign
+mask) once for its 8 rows.  The record's bytes must be contiguous (the driver checks it).
 
 The grid and sign tables are module constants of the generated code (internal LLVM globals,
 built from ``numba_qk.formats.iq_grids``, ggml's data).
@@ -58,10 +62,14 @@ from numba_qk.kernels.simd.base import (FEATURES, HAVE_AVX2, HAVE_AVX512, HAVE_V
 _A_DS_AT = quant.q8_k.field("ds").start
 _A_Q_AT = quant.q8_k.field("q").start
 _V32 = vec(i8, 32)
+_K32 = vec(ir.IntType(1), 32)
 _F32 = ir.FloatType()
 # BMI2 pdep spreads 4 index bytes and their high bits into 4 u16 lanes of a u64 in 3 ops (as
 # ggml's AVX2 IQ1 code does); without it the indices are assembled by shifts and masks.
-HAVE_BMI2 = HAVE_AVX2 and "bmi2" in FEATURES
+HAVE_BMI2 = HAVE_AVX2 and {"bmi", "bmi2"} <= FEATURES   # pdep (BMI2), bextr (BMI1)
+# AVX-512BW/VL: a unit's 32 signs as one k mask (kmovd of the plain sign bytes, vptestmb of the
+# ksigns bytes) and the weights negated under it (a masked vpsubb) in place of byte masks.
+_MASKS = HAVE_AVX512 and "avx512vl" in FEATURES
 
 
 # ---- tables --------------------------------------------------------------------------------
@@ -118,12 +126,21 @@ def _table(b, name):
         return gv
 
 
-def _entry(b, name, idx):
-    """Entry ``idx`` (an i32 value) of table ``name``."""
+def _entry(b, name, idx, base=None):
+    """Entry ``idx`` (an i32 value) of table ``name``, or of the entries from ``base``
+    (``_part``) on."""
+    i = b.zext(idx, i64) if idx.type != i64 else idx
+    if base is not None:
+        return b.load(b.gep(base, [i], inbounds=True))
     gv = _table(b, name)
-    ptr = b.gep(gv, [ir.Constant(i32, 0), b.zext(idx, i64) if idx.type != i64 else idx],
-                inbounds=True)
-    return b.load(ptr)
+    return b.load(b.gep(gv, [ir.Constant(i32, 0), i], inbounds=True))
+
+
+def _part(b, name, first):
+    """Pointer to entry ``first`` (an i32 value) of table ``name``: one address per unit
+    for ``_entry``'s lookups (the register base of their loads)."""
+    gv = _table(b, name)
+    return b.gep(gv, [ir.Constant(i32, 0), b.zext(first, i64)], inbounds=True)
 
 
 # ---- scalar field reads (i32 results) ----------------------------------------------------------
@@ -155,13 +172,16 @@ def _and(b, v, m):
 def _idx4(b, lo, hi, width):
     """The 4 indices (i32 values) ``byte k of lo | (bits width*k .. of hi) << 8`` (k < 4) of the
     i32 ``lo`` and the i32 ``hi`` (bits above 4 * width ignored): with BMI2 two pdep into the
-    4 u16 lanes of a u64, else shifts and masks."""
+    4 u16 lanes of a u64, lanes 1..3 read out by ``bextr`` (one op each: a shift and a movzx
+    were two, plus a register copy); else shifts and masks."""
     if HAVE_BMI2:
         pdep = decl(b, "llvm.x86.bmi.pdep.64", i64, [i64, i64])
+        bextr = decl(b, "llvm.x86.bmi.bextr.64", i64, [i64, i64])
         m = (1 << width) - 1
         lanes = b.or_(b.call(pdep, [b.zext(lo, i64), _c(0x00FF00FF00FF00FF, i64)]),
                       b.call(pdep, [b.zext(hi, i64), _c((m << 8) * 0x0001000100010001, i64)]))
-        return [b.zext(b.trunc(_shr(b, lanes, 16 * k), i16), i32) for k in range(4)]
+        return [b.zext(b.trunc(lanes, i16), i32)] + [
+            b.trunc(b.call(bextr, [lanes, _c(16 * k | 16 << 8, i64)]), i32) for k in (1, 2, 3)]
     return [b.or_(_and(b, _shr(b, lo, 8 * k), 0xFF),
                   _shl(b, _and(b, _shr(b, hi, width * k), (1 << width) - 1), 8))
             for k in range(4)]
@@ -179,11 +199,28 @@ def _pack(b, vals):
 
 
 def _bits_to_masks(b, signs, at):
-    """<32 x i8>: byte 8k + j = -1 where bit j of byte ``at + k`` (k < 4) of the <32 x i8>
-    ``signs`` is set, else 0."""
+    """Element k of the unit is negated where bit k % 8 of byte ``at + k // 8`` of the <32 x
+    i8> ``signs`` is set: with AVX-512BW/VL the <32 x i1> mask (``vptestmb``), else the <32 x
+    i8> byte mask (-1 / 0)."""
     v = splat_lanes(b, signs, [at + k // 8 for k in range(32)])
     bit = ir.Constant(_V32, [1 << (k % 8) for k in range(32)])
+    if _MASKS:
+        return b.icmp_unsigned("!=", b.and_(v, bit), ir.Constant(_V32, None))
     return b.sext(b.icmp_unsigned("==", b.and_(v, bit), bit), _V32)
+
+
+def _plain_sign_masks(b, wb, at, s):
+    """Unit ``s``'s signs from the plain sign bytes at ``at`` (IQ2_S, IQ3_S: bit k of the u32
+    at ``at + 4 s`` for element k): with AVX-512BW/VL the u32 as a <32 x i1> mask (``kmovd``),
+    else the <32 x i8> byte mask."""
+    if _MASKS:
+        return b.bitcast(load(b, wb, at + 4 * s, i32), _K32)
+    return _bits_to_masks(b, load(b, wb, at, _V32), 4 * s)
+
+
+def _byte_masks(b, signs):
+    """``signs`` (``_bits_to_masks``) as the <32 x i8> byte mask (-1 / 0)."""
+    return b.sext(signs, _V32) if signs.type == _K32 else signs
 
 
 def _even_parity(b, s7):
@@ -246,6 +283,13 @@ class _Fmt:
 _QS = 2
 
 
+def _opaque(b, ptr):
+    """``ptr`` through an empty inline-asm statement: the same address, which LLVM no longer
+    knows, so scalar loads through it are not rewritten as lane extracts (``vpextrb`` /
+    ``vpextrw``, 2 uops each) of a vector load of the same bytes."""
+    return b.call(ir.InlineAsm(ir.FunctionType(ptr.type, [ptr.type]), "", "=r,0"), [ptr])
+
+
 def _units_aux(b, wb, table, n, aux):
     """IQ2_XXS (``n`` = 4 byte indices per unit) and IQ3_XXS (8): the indices of unit s at
     bytes ``2 + 8 s``, lane s of the <8 x i32> ``aux`` its u32 of 4 x 7 sign bits and ls (bits
@@ -253,8 +297,9 @@ def _units_aux(b, wb, table, n, aux):
     sb = _ksigns_of_aux(b, aux)
     scales = _odd(b, b.trunc(b.lshr(aux, ir.Constant(vec(i32, 8), [28] * 8)), vec(i16, 8)))
     out = []
+    wi = _opaque(b, wb)   # the index bytes as byte loads (IQ2_XXS: aux is a vector load of them)
     for s in range(8):
-        grid = _pack(b, [_entry(b, table, _u8(b, wb, _QS + 8 * s + k)) for k in range(n)])
+        grid = _pack(b, [_entry(b, table, _u8(b, wi, _QS + 8 * s + k)) for k in range(n)])
         out.append((grid, _bits_to_masks(b, sb, 4 * s), _unit_scales(b, scales, s)))
     return out
 
@@ -273,9 +318,15 @@ def _units_iq2_xs(b, wb):
     sb = _even_parity(b, b.trunc(b.lshr(words, ir.Constant(vec(i16, 32), [9] * 32)), _V32))
     out = []
     scv = _nibble_scale_vector(b, wb, _XS2_SC)
+    wi = _opaque(b, wb)   # the index words as scalar loads, not lane extracts of ``words``
     for s in range(8):
-        vs = [_u16(b, wb, _QS + 8 * s + 2 * l) for l in range(4)]
-        grid = _pack(b, [_entry(b, "iq2xs", _and(b, v, 511)) for v in vs])
+        if HAVE_BMI2:     # the 9 index bits of word l of the unit's u64: one bextr each
+            u = load(b, wi, _QS + 8 * s, i64)
+            bextr = decl(b, "llvm.x86.bmi.bextr.64", i64, [i64, i64])
+            idx = [b.call(bextr, [u, _c(16 * l | 9 << 8, i64)]) for l in range(4)]
+        else:
+            idx = [_and(b, _u16(b, wi, _QS + 8 * s + 2 * l), 511) for l in range(4)]
+        grid = _pack(b, [_entry(b, "iq2xs", i) for i in idx])
         out.append((grid, _bits_to_masks(b, sb, 4 * s), _unit_scales(b, scv, s)))
     return out
 
@@ -290,15 +341,14 @@ def _units_qh_signs(b, wb, table, n, width, qh_at, signs_at, scales):
     width 1): index k of unit s is byte ``n s + k`` of qs with bits ``width k ..`` of qh byte s
     as its bits 8 and up; plain sign bytes at ``signs_at``; ``scales`` the record's 2 ls + 1
     (``_unit_scales``)."""
-    sb = load(b, wb, signs_at, _V32)
     out = []
     for s in range(8):
         qh = _u8(b, wb, qh_at + s)
         idx = [i for h in range(n // 4)
                for i in _idx4(b, load(b, wb, _QS + n * s + 4 * h, i32),
                               _shr(b, qh, 4 * width * h), width)]
-        out.append((_pack(b, [_entry(b, table, i) for i in idx]), _bits_to_masks(b, sb, 4 * s),
-                    _unit_scales(b, scales, s)))
+        out.append((_pack(b, [_entry(b, table, i) for i in idx]),
+                    _plain_sign_masks(b, wb, signs_at, s), _unit_scales(b, scales, s)))
     return out
 
 
@@ -336,9 +386,10 @@ def _units_iq1_s(b, wb):
     for s in range(8):
         qh = _u16(b, wb, _S1_QH + 2 * s)
         # the 12-bit index of the q table: 11 index bits, the sub-block's delta sign as bit 11
-        t = b.mul(_shr(b, qh, 15), _c(0x0800))
-        idx = [b.or_(i, t) for i in _idx4(b, load(b, wb, _QS + 4 * s, i32), qh, 3)]
-        out.append((_pack(b, [_entry(b, "iq1_q12", i) for i in idx]), None,
+        # (the second half of the table from the address of entry 2048 on)
+        half = _part(b, "iq1_q12", b.and_(_shr(b, qh, 4), _c(0x0800)))
+        idx = _idx4(b, load(b, wb, _QS + 4 * s, i32), qh, 3)
+        out.append((_pack(b, [_entry(b, "iq1_q12", i, half) for i in idx]), None,
                     _unit_scales(b, scv, s)))
     return out
 
@@ -394,12 +445,14 @@ FORMATS = {f.name: f for f in (
 # ---- sums and values ---------------------------------------------------------------------------
 
 def _x_side(b, xb):
-    """Per unit of 32 activation quants: (|xq| as u8, xq >> 7 (0 / -1 per byte), xq)."""
+    """Per unit of 32 activation quants: (|xq| as u8, xq >> 7 (0 / -1 per byte), xq, and with
+    AVX-512BW/VL xq < 0 as a <32 x i1> mask (``vpmovb2m``), else None)."""
     out = []
     for u in range(8):
         x = load(b, xb, _A_Q_AT + 32 * u, _V32)
         neg = b.ashr(x, ir.Constant(_V32, [7] * 32))
-        out.append((b.sub(b.xor(x, neg), neg), neg, x))
+        kx = b.icmp_signed("<", x, ir.Constant(_V32, None)) if _MASKS else None
+        out.append((b.sub(b.xor(x, neg), neg), neg, x, kx))
     return out
 
 
@@ -407,9 +460,12 @@ def _pair(b, ops, units, xside):
     """<8 x i32> whose lane sum is S of one decoded weight record and one Q8_K record."""
     acc = None
     psign = decl(b, "llvm.x86.avx2.psign.b", _V32, [_V32, _V32])
-    for (grid, signs, sc), (ax, xneg, x) in zip(units, xside):
+    for (grid, signs, sc), (ax, xneg, x, kx) in zip(units, xside):
         if signs is None:    # psignb: w' = w * sign(xq) (0 where xq = 0, and |xq| = 0 there)
             w = b.call(psign, [grid, x])
+        elif signs.type == _K32:   # one k mask: negate where the weight's and xq's signs differ
+            k = b.xor(signs, kx)
+            w = b.select(k, b.sub(ir.Constant(_V32, None), grid), grid)
         else:
             mm = b.xor(signs, xneg)
             w = b.sub(b.xor(grid, mm), mm)
@@ -432,6 +488,7 @@ def _spilled_units(b, units):
     slot = cgutils.alloca_once(b, ir.ArrayType(_V32, 8))
     scs = cgutils.alloca_once(b, ir.ArrayType(vec(i16, 16), 8))
     for u, (grid, signs, sc) in enumerate(units):
+        signs = None if signs is None else _byte_masks(b, signs)
         w = grid if signs is None else b.sub(b.xor(grid, signs), signs)
         b.store(w, b.gep(slot, [_c(0), _c(u)]))
         b.store(sc, b.gep(scs, [_c(0), _c(u)]))
@@ -470,8 +527,11 @@ def _sums_one_by_one(b, ops, kf, wbs, xbs):
     slot = cgutils.alloca_once(b, ir.ArrayType(vec(i32, 8), len(wbs)))
     fence = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [slot.type]), "", "r,~{memory}",
                          side_effect=True)
+    # one activation record for all (the gemv tile): its side made once, before the rows
+    xs = _x_side(b, xbs[0]) if all(xb is xbs[0] for xb in xbs) else None
     for k, (wb, xb) in enumerate(zip(wbs, xbs)):
-        b.store(_pair(b, ops, kf.units(b, wb), _x_side(b, xb)), b.gep(slot, [_c(0), _c(k)]))
+        b.store(_pair(b, ops, kf.units(b, wb), xs or _x_side(b, xb)),
+                b.gep(slot, [_c(0), _c(k)]))
         b.call(fence, [slot])
     return reduce_many(b, [b.load(b.gep(slot, [_c(0), _c(k)])) for k in range(len(wbs))])
 
@@ -556,6 +616,7 @@ def _decode_into(b, kf, wb, db):
     ones = ir.Constant(_V32, [1] * 32)
     csum = None
     for u, (grid, signs, sc) in enumerate(units):
+        signs = None if signs is None else _byte_masks(b, signs)
         w = grid if signs is None else b.sub(b.xor(grid, signs), signs)
         store_at(b, db, 32 * u, w)
         m = b.call(ops.maddwd, [b.call(ops.maddubs, [ones, w]), sc])   # (2 ls + 1) q pairs
