@@ -206,10 +206,11 @@ def test_non_finite_activations_raise(tiny, monkeypatch):
 
 def test_one_token_decoder_equals_the_batched_code(tiny):
     """``forward`` of one token runs ``_Decoder`` (buffers made once); the general code run for
-    one token gives the same logits and cache bit for bit, with both activation numerics and
-    two threads."""
+    one token gives the same logits and cache bit for bit (every architecture; the other
+    activation numerics and two threads on gemma3)."""
     arch, path, m = tiny
-    for numerics, threads in (("ggml_cpu", 1), ("canonical", 1), ("ggml_cpu", 2)):
+    configs = [("ggml_cpu", 1)] + ([("canonical", 1), ("ggml_cpu", 2)] if arch == "gemma3" else [])
+    for numerics, threads in configs:
         a = models.load(path, numerics=numerics, threads=threads)
         b = models.load(path, numerics=numerics, threads=threads)
         b._fast_decode = False
