@@ -244,7 +244,9 @@ def _close_to_vec_dot(name, n, seed):
 
 
 @needs_ggml
-@pytest.mark.parametrize("name", DEFAULT_FEW)
+# IQ1_M under -m slow here: ggml's quantize_chunk for it spends ~10 s building its IQ1 search
+# tables (the default run's longest IQ test); the other IQ1_M tests of this file run by default
+@pytest.mark.parametrize("name", default_few(NAMES, {"iq2_xxs", "iq3_s"}))
 def test_dot_close_to_ggml_vec_dot(name):
     """On ggml-quantized weights: our exact dot and ggml's vec_dot (its own f32 order) differ by
     rounding only (measured worst about 3e-9 of sum |w| * max |x|)."""
