@@ -239,20 +239,20 @@ class _Matmuls:
                 xq = np.empty((1, x.shape[1] // w.act.block_size, w.act.block_bytes), np.uint8)
                 acts[w.act] = (_act_quantizer(w.act, numerics), xq)
         self.quantizers = [(fn, xq[0]) for fn, xq in acts.values()]
-        self.outs = {}
+        outs = {}
         self.steps = []   # (block, records, activation records, out row) per decode call
         for c in calls:
             out = np.empty((1, c.rows), np.float32)
             if isinstance(c, _Fused):
-                self.outs.update((id(w), out[:, a:b]) for w, (a, b) in zip(c.weights, c.spans))
+                outs.update((id(w), out[:, a:b]) for w, (a, b) in zip(c.weights, c.spans))
                 self.steps.append((c.block, c.recs, acts[c.act][1][0], out[0]))
             elif c.block is not None:
-                self.outs[id(c)] = out
+                outs[id(c)] = out
                 self.steps.append((c.block, c.recs, acts[c.act][1][0], out[0]))
             else:   # an F32/F16 matrix, or a format without a building block: its own apply
-                self.outs[id(c)] = out
+                outs[id(c)] = out
                 self.steps.append((None, c, acts[c.act][1] if c.act else None, out))
-        self.results = [self.outs[id(w)] for w in weights]
+        self.results = [outs[id(w)] for w in weights]
 
     def run(self):
         """The outputs (``[1, rows]`` each, in the order of ``weights``) for the current ``x``;
