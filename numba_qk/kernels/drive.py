@@ -457,9 +457,11 @@ def panel_gemm(decode, microtile, fallback):
         db = (64 - array_address(dec) % 64) % 64
         acc = np.empty(8 * 16, np.float32)
         ws0, ws1 = w.strides[0], w.strides[1]
-        for p0 in range(0, bands, panel):
+        ahead, lines = prefetch_plan(ws0, 1)     # rows ~64 KiB ahead (the hardware prefetcher
+        for p0 in range(0, bands, panel):        # alone left the decode at ~1/3 of the rate)
             p1 = min(bands, p0 + panel)
             for r in range(8 * p0, min(rows, 8 * p1)):
+                prefetch_lines(w, r * ws0 + ahead, lines, rows * ws0)
                 for b in range(g):
                     decode(w, r * ws0 + b * ws1, dec, db + (r - 8 * p0) * step + b * _DEC)
             for tile in range(tiles):

@@ -1,7 +1,9 @@
-"""Legacy-format kernels added for numba_qk.models.  The gemm with AVX-512 VNNI (``legacy/kernels._vnni_gemm``: activations laid
-out once per call in tiles of 16 lanes, one weight record against 16 or 32 activations per
-``legacy_acts_vnni``): every output equals the portable loop bit for bit (NaN == NaN) on any
-bytes and at the quants' extremes, for batches of one tile, two tiles and a tile left over.
+"""Legacy-format kernels added for numba_qk.models.  The gemm with AVX-512 VNNI
+(``legacy/kernels._vnni_gemm``: activations laid out once per call in tiles of 16 lanes; batch
+2 one weight record against 16 or 32 activations per ``legacy_acts_vnni``, from batch 3 the panel
+gemm ``_panel_gemm``, records decoded once per call and 8 rows x 16 activations per microtile):
+every output equals the portable loop bit for bit (NaN == NaN) on any bytes and at the quants'
+extremes, for batches of one tile, two tiles and a tile left over, over several panels.
 The Q4_1 and Q5_0 x8 tiles (``legacy/x8.py``, kernel level: ``repack`` offers Q4_0 only) give
 the plain gemv's bits, and unpack to the records they came from."""
 
@@ -44,6 +46,40 @@ def test_vnni_gemm_equals_portable_loop(name, rng):
         x[::3] = xe
         got = qk.gemm(w, x, lhs_format=f, rhs_format=act)
         assert_same_f32(got, _portable(f, w, x))
+
+
+@needs_vnni
+# Q4_1 by default (nibbles, the min term); every format under -m slow
+@pytest.mark.parametrize("name", default_few(NAMES, {"q4_1"}))
+def test_panel_gemm_equals_portable_loop(name, rng, monkeypatch):
+    """203 rows of 80 records over several decoded panels (12 bands of 8 rows per panel, a
+    partial last band), 33 and 3 activations (tiles with lanes unused), random bytes with the
+    quants' extremes and non-finite scales: the portable loop's bits."""
+    f = getattr(qk.quant, name)
+    act = qk.activation_format(f)
+    rows, g = 203, 80
+    per_panel = legacy._PANEL_BYTES // (8 * g * legacy.LDEC_BYTES)
+    assert 0 < per_panel < (rows + 7) // 8 // 2            # two full panels and a partial one
+    code = legacy.CODES[f]
+    w = rng.integers(0, 256, (rows, g, f.block_bytes), dtype=np.uint8)
+    we, xe = legacy_extremes(f, act, rows, g, rng)
+    w[::3] = we[::3]
+    x = rng.integers(0, 256, (33, g, act.block_bytes), dtype=np.uint8)
+    x[::4] = xe
+    # scales in [0.5, 2) but on rows 0..2 and activation 0 (any f16 there: inf, NaN,
+    # subnormal), so that most outputs are finite and the integer sums show through
+    for at in (legacy.D_AT[code], legacy.M_AT[code]):
+        if at >= 0:
+            w[3:, :, at + 1] = 0x38 | (w[3:, :, at + 1] & 0x07)
+    for at in (legacy.X_D_AT[code], legacy.X_S_AT[code]):
+        if at >= 0:
+            x[1:, :, at + 1] = 0x38 | (x[1:, :, at + 1] & 0x07)
+    want = _portable(f, w, x)
+    assert np.isfinite(want).mean() > 0.9
+    for batch in (33, 3):
+        got = np.full((batch, rows), np.nan, np.float32)
+        legacy.ENTRIES[f].gemm(w, x[:batch], got)
+        assert_same_f32(got, want[:batch])
 
 
 @pytest.mark.parametrize("name", default_few(["q4_1", "q5_0"], {"q5_0"}))

@@ -50,6 +50,8 @@ from numba_qk.kernels.kquants.q8_k import order_key
 from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, kernels_for, register
 from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch_lines, prefetch_plan
 from numba_qk.kernels.simd.legacy import U8_BIAS, legacy_accumulate_x8, legacy_acts_vnni, legacy_block_value, legacy_rows_vnni, legacy_rows_vnni_inserts
+from numba_qk.kernels.simd.q4_k import array_address
+from numba_qk.kernels.simd.legacy import LDEC_BYTES, LXT_BYTES, LXT_DX_AT, LXT_SX_AT, legacy_microtile, legacy_panel_decode
 
 from numba_qk.kernels.legacy.layout import CODES, FORMATS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, WEIGHT_FORMATS, D_AT, M_AT, QH_AT, QS_AT, S_AT, X_D_AT, X_QS_AT, X_S_AT, ZERO
 
@@ -438,6 +440,7 @@ def _vnni_gemv(wcode, dcode, w, x, out):
 # (simd/legacy.py's legacy_acts_vnni), then per pair of tiles every weight row folds its records
 # in order into 32 lanes (one per activation).  Same folds, same bits as the portable dot.
 _LANES = 16
+PANEL_MIN_BATCH = 3   # from this batch on the panel gemm (_panel_gemm) beats the lane tiles
 _LANE_BYTES = 512     # 8 vectors of 64 bytes per record and tile
 _LANE_FLOATS = 32     # dx row, sx row (xz: 16 i32 per record and tile)
 _U8_BIAS_T = tuple(U8_BIAS.get(c, 0) for c in range(len(FORMATS)))
@@ -482,9 +485,75 @@ def _vnni_gemm(wcode, dcode, w, x, out):
     if HAVE_LEGACY_VNNI:   # a constant: the branch is pruned before typing elsewhere
         if (w.shape[1] != 0 and x.shape[0] >= 2 and w.strides[2] == 1
                 and x.strides[2] == 1):
-            _lanes_gemm(wcode, w, x, out)
+            if x.shape[0] >= PANEL_MIN_BATCH:
+                _panel_gemm(wcode, w, x, out)
+            else:
+                _lanes_gemm(wcode, w, x, out)
             return
     drive_gemm(dcode, w, x, out)
+
+
+@kernel
+def x_tiles16(wcode, x, xt, base):
+    """Activation records ``x`` ``[batch, G, bytes]`` (paired with legacy weight format
+    ``wcode``) into tiles of 16 at byte ``base`` (a multiple of 4) of the zeroed uint8 ``xt``,
+    ``LXT_BYTES`` per tile and record (simd/legacy.py): the quants plus 128 as u8, dx, sx."""
+    batch, g = x.shape[0], x.shape[1]
+    xf = xt.view(np.float32)
+    x_at, d_at, s_at = X_QS_AT[wcode], X_D_AT[wcode], X_S_AT[wcode]
+    for a in range(batch):
+        tile, lane = a // _LANES, a % _LANES
+        xa = x[a]
+        for b in range(g):
+            at = base + (tile * g + b) * LXT_BYTES
+            for j in range(32):
+                xt[at + 64 * (j // 4) + 4 * lane + j % 4] = xa[b, x_at + j] ^ np.uint8(0x80)
+            xf[(at + LXT_DX_AT) // 4 + lane] = f16(xa, b, d_at)
+            if s_at >= 0:
+                xf[(at + LXT_SX_AT) // 4 + lane] = f16(xa, b, s_at)
+
+
+# decoded weight bytes per panel (8 bands of 8 rows of 4096 columns: kept in L2 while every
+# activation tile passes)
+_PANEL_BYTES = 384 << 10
+
+
+@kernel
+def _panel_gemm(wcode, w, x, out):
+    """The gemm by decoded records (simd/legacy.py): the weight records decoded once per call a
+    panel of bands of 8 rows at a time, the activations laid out once in tiles of 16, then per
+    (tile, band) one microtile folds every record of the band's rows in order."""
+    literally(wcode)
+    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
+    if rows == 0:                                    # an empty result (and no panel)
+        return
+    tiles = (batch + _LANES - 1) // _LANES
+    xt = np.zeros(tiles * g * LXT_BYTES + 64, np.uint8)
+    xb = (64 - array_address(xt) % 64) % 64
+    x_tiles16(wcode, x, xt, xb)
+    band_bytes = 8 * g * LDEC_BYTES
+    bands = (rows + 7) // 8
+    panel = min(bands, max(1, _PANEL_BYTES // band_bytes))
+    dec = np.zeros(panel * band_bytes + 64, np.uint8)
+    db = (64 - array_address(dec) % 64) % 64
+    acc = np.empty(8 * _LANES, np.float32)
+    ws0, ws1 = w.strides[0], w.strides[1]
+    ahead, lines = prefetch_plan(ws0, 1)     # rows ~64 KiB ahead (the hardware prefetcher
+    for p0 in range(0, bands, panel):        # alone left the decode at ~1/3 of the read rate)
+        p1 = min(bands, p0 + panel)
+        for r in range(8 * p0, min(rows, 8 * p1)):
+            prefetch_lines(w, r * ws0 + ahead, lines, rows * ws0)
+            at = db + ((r - 8 * p0) // 8) * band_bytes + (r % 8) * LDEC_BYTES
+            for b in range(g):
+                legacy_panel_decode(wcode, w, r * ws0 + b * ws1, dec, at + 8 * b * LDEC_BYTES)
+        for tile in range(tiles):
+            na = min(_LANES, batch - _LANES * tile)
+            for band in range(p0, p1):
+                legacy_microtile(wcode, dec, db + (band - p0) * band_bytes, xt,
+                                 xb + tile * g * LXT_BYTES, g, acc)
+                for t in range(min(8, rows - 8 * band)):
+                    for k in range(na):
+                        out[_LANES * tile + k, 8 * band + t] = acc[_LANES * t + k]
 
 
 @kernel

@@ -581,3 +581,135 @@ def legacy_acts_vnni(typingctx, code, ntile, w, w_off, xt, xt_off, xt_step, xf, 
 
 __all__ += ["legacy_acts_vnni", "U8_BIAS"]
 U8_BIAS = _U8_BIAS
+
+
+# ---- gemm by decoded records (AVX-512 VNNI): 8 weight rows x 16 activations per step ----------
+#
+# As the K-quants' panel gemm (simd/iq_grid.py), with the legacy formats' per-block float steps.
+# Each weight record is decoded once per gemm call into LDEC_BYTES: its 32 integers w (q - 8,
+# q - 16, q or the int8: |w| <= 128, int8) at byte 0, C = 128 * sum w (i32) at LDEC_C_AT, f32(d)
+# at LDEC_DW_AT and f32(m) at LDEC_MW_AT (Q4_1/Q5_1).  A band of 8 rows keeps record b of row t
+# at (8 b + t) * LDEC_BYTES.  The activations are laid out once per call in tiles of 16
+# (LXT_BYTES per tile and record): the quants plus 128 as u8 (x ^ 0x80; byte 64 (j // 4) + 4 k
+# + j % 4 holds quant j of activation k), then the 16 dx (f32) at LXT_DX_AT and the 16 sx (Q8_1)
+# at LXT_SX_AT.  Per row and record, one zmm lane per activation:
+#
+#     a = sum of 8 vpdpbusd(x + 128 quads, the row's w quad broadcast) = sum (x_i + 128) w_i
+#     S = a - C                                  exact (|a| <= 32 * 255 * 128 < 2**21)
+#     v = R32(dx * R32(dw * f32(S)))  [+ R32(mw * sx), then R32 of the sum]
+#
+# and each lane folds its rows' record values in record order (acc starts at -0.0, the identity
+# of f32 addition, so acc = v after the first record): the bits of the portable dot.
+
+LDEC_BYTES = 48
+LDEC_C_AT, LDEC_DW_AT, LDEC_MW_AT = 32, 36, 40
+LXT_BYTES = 512 + 64 + 64
+LXT_DX_AT, LXT_SX_AT = 512, 576
+
+
+@intrinsic
+def legacy_panel_decode(typingctx, code, w, w_off, dec, d_off):
+    """Decode the weight record at byte ``w_off`` of uint8 ``w`` into LDEC_BYTES at byte
+    ``d_off`` of uint8 ``dec`` (layout above); ``code`` a legacy weight format (a literal)."""
+    c = literal_int(code)
+    if c is None or c not in _L_WEIGHT:
+        return None
+    sig = types.none(code, w, types.intp, dec, types.intp)
+
+    def codegen(context, builder, signature, args):
+        b = builder
+        wb = byte_ptr(context, b, signature.args[1], args[1], args[2])
+        db = byte_ptr(context, b, signature.args[3], args[3], args[4])
+        f32 = ir.FloatType()
+
+        def store(off, v):
+            b.store(v, b.bitcast(b.gep(db, [ir.Constant(i64, off)]), v.type.as_pointer()),
+                    align=1)
+        v32 = vec(i8, 32)
+        if _LL.FORMATS[c].field("qs").signed:                  # the int8 quants
+            q = load(b, wb, _LL.QS_AT[c], v32)
+        else:                                                   # nibbles (+ fifth bits) - zero
+            qs = load(b, wb, _LL.QS_AT[c], vec(i8, 16))
+            q = b.shuffle_vector(b.and_(qs, ir.Constant(vec(i8, 16), [0x0F] * 16)),
+                                 b.lshr(qs, ir.Constant(vec(i8, 16), [4] * 16)),
+                                 ir.Constant(vec(i32, 32), list(range(32))))
+            if _LL.QH_AT[c] >= 0:   # fifth bits: bit j of the u32 qh -> 16 in lane j
+                mask = b.bitcast(load(b, wb, _LL.QH_AT[c], i32), vec(ir.IntType(1), 32))
+                q = b.or_(q, b.select(mask, ir.Constant(v32, [16] * 32), ir.Constant(v32, None)))
+            if _LL.ZERO[c]:
+                q = b.sub(q, ir.Constant(v32, [_LL.ZERO[c]] * 32))
+        store(0, q)
+        # sum w = sum (w + 128) - 32 * 128, the u8 sum by vpsadbw (exact)
+        sad = b.call(decl(b, "llvm.x86.avx2.psad.bw", vec(i64, 4), [v32, v32]),
+                     [b.xor(q, ir.Constant(v32, [-128] * 32)), ir.Constant(v32, None)])
+        s = b.call(decl(b, "llvm.vector.reduce.add.v4i64", i64, [vec(i64, 4)]), [sad])
+        s = b.sub(b.trunc(s, i32), ir.Constant(i32, 32 * 128))
+        store(LDEC_C_AT, b.mul(s, ir.Constant(i32, 128)))
+        store(LDEC_DW_AT, b.fpext(load(b, wb, _LL.D_AT[c], ir.HalfType()), f32))
+        if _LL.M_AT[c] >= 0:
+            store(LDEC_MW_AT, b.fpext(load(b, wb, _LL.M_AT[c], ir.HalfType()), f32))
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def legacy_microtile(typingctx, code, dec, d_off, xt, x_off, g, acc):
+    """Fold ``g`` records of a band of 8 decoded weight rows (byte ``d_off`` of ``dec``) against
+    a tile of 16 activations (byte ``x_off`` of ``xt``), records in order, into ``acc``
+    (float32 [128]: row t in elements 16 t .. 16 t + 15, one per activation); layout above,
+    ``code`` a legacy weight format (a literal); AVX-512 VNNI only."""
+    c = literal_int(code)
+    if c is None or c not in _L_WEIGHT:
+        return None
+    sig = types.none(code, dec, types.intp, xt, types.intp, types.intp, acc)
+
+    def codegen(context, builder, signature, args):
+        from numba.core import cgutils
+        b = builder
+        f32 = ir.FloatType()
+        v16, f16v = vec(i32, 16), vec(f32, 16)
+        ops = Ops(b, True, vnni=True)
+        _, dec_v, d_off_v, xt_v, x_off_v, g_v, acc_v = args
+        d0 = byte_ptr(context, b, signature.args[1], dec_v, d_off_v)
+        x0 = byte_ptr(context, b, signature.args[3], xt_v, x_off_v)
+        has_m = _LL.M_AT[c] >= 0
+        accs = [cgutils.alloca_once_value(b, ir.Constant(f16v, [-0.0] * 16)) for _ in range(8)]
+        # an empty statement that clobbers memory after each quad step keeps the rows'
+        # broadcast loads beside their vpdpbusd (as simd/iq_grid.py's microtile)
+        fence = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), "", "~{memory}",
+                             side_effect=True)
+        zero = ir.Constant(v16, None)
+
+        def splat(p, off, ty):
+            v = b.load(b.bitcast(b.gep(p, [ir.Constant(i64, off)]), ty.as_pointer()), align=1)
+            z = ir.Constant(vec(ty, 1), None)
+            return b.shuffle_vector(b.insert_element(z, v, ir.Constant(i32, 0)), z,
+                                    ir.Constant(vec(i32, 16), [0] * 16))
+        with cgutils.for_range(b, g_v) as loop:
+            db = b.gep(d0, [b.mul(loop.index, ir.Constant(loop.index.type, 8 * LDEC_BYTES))])
+            xb = b.gep(x0, [b.mul(loop.index, ir.Constant(loop.index.type, LXT_BYTES))])
+            rows = [b.gep(db, [ir.Constant(i64, t * LDEC_BYTES)]) for t in range(8)]
+            a = [zero] * 8
+            for k in range(8):
+                xq = load(b, xb, 64 * k, v16)
+                for t in range(8):
+                    a[t] = vcall(b, ops.dpbusd, [a[t], xq, splat(rows[t], 4 * k, i32)])
+                b.call(fence, [])
+            dx = load(b, xb, LXT_DX_AT, f16v)
+            sx = load(b, xb, LXT_SX_AT, f16v) if has_m else None
+            for t in range(8):
+                s = b.sub(a[t], splat(rows[t], LDEC_C_AT, i32))
+                v = b.fmul(dx, b.fmul(splat(rows[t], LDEC_DW_AT, f32), b.sitofp(s, f16v)))
+                if has_m:
+                    v = b.fadd(v, b.fmul(splat(rows[t], LDEC_MW_AT, f32), sx))
+                b.store(b.fadd(b.load(accs[t]), v), accs[t])
+        accp = float_array_ptr(context, b, signature.args[6], acc_v)
+        for t in range(8):
+            p = b.bitcast(b.gep(accp, [ir.Constant(i64, 16 * t)]), f16v.as_pointer())
+            b.store(b.load(accs[t]), p, align=4)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+__all__ += ["legacy_panel_decode", "legacy_microtile", "LDEC_BYTES", "LXT_BYTES", "LXT_DX_AT",
+            "LXT_SX_AT"]
