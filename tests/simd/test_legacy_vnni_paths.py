@@ -60,26 +60,57 @@ def test_panel_gemm_equals_portable_loop(name, rng, monkeypatch):
     rows, g = 203, 80
     per_panel = legacy._PANEL_BYTES // (8 * g * legacy.LDEC_BYTES)
     assert 0 < per_panel < (rows + 7) // 8 // 2            # two full panels and a partial one
-    code = legacy.CODES[f]
     w = rng.integers(0, 256, (rows, g, f.block_bytes), dtype=np.uint8)
     we, xe = legacy_extremes(f, act, rows, g, rng)
     w[::3] = we[::3]
     x = rng.integers(0, 256, (33, g, act.block_bytes), dtype=np.uint8)
     x[::4] = xe
-    # scales in [0.5, 2) but on rows 0..2 and activation 0 (any f16 there: inf, NaN,
-    # subnormal), so that most outputs are finite and the integer sums show through
-    for at in (legacy.D_AT[code], legacy.M_AT[code]):
-        if at >= 0:
-            w[3:, :, at + 1] = 0x38 | (w[3:, :, at + 1] & 0x07)
-    for at in (legacy.X_D_AT[code], legacy.X_S_AT[code]):
-        if at >= 0:
-            x[1:, :, at + 1] = 0x38 | (x[1:, :, at + 1] & 0x07)
+    # scales mostly finite, so that the integer sums show through the float steps
+    _mostly_finite(f, act, w, x)
     want = _portable(f, w, x)
     assert np.isfinite(want).mean() > 0.9
     for batch in (33, 3):
         got = np.full((batch, rows), np.nan, np.float32)
         legacy.ENTRIES[f].gemm(w, x[:batch], got)
         assert_same_f32(got, want[:batch])
+
+
+def _mostly_finite(f, act, w, x):
+    """Scales in [0.5, 2) but on weight rows 0..2 and activation 0 (any f16 there)."""
+    code = legacy.CODES[f]
+    for at in (legacy.D_AT[code], legacy.M_AT[code]):
+        if at >= 0:
+            w[3:, :, at + 1] = 0x38 | (w[3:, :, at + 1] & 0x07)
+    for at in (legacy.X_D_AT[code], legacy.X_S_AT[code]):
+        if at >= 0:
+            x[1:, :, at + 1] = 0x38 | (x[1:, :, at + 1] & 0x07)
+
+
+@needs_vnni
+@pytest.mark.parametrize("name", default_few(["q4_0", "q4_1", "q8_0"], {"q4_0", "q8_0"}))
+def test_rows16_gemm_equals_portable_loop(name, rng):
+    """Batches 2..16 of Q4_0/Q4_1/Q8_0 go through ``_rows16_gemm`` (16 rows in the lanes,
+    records read in place, activations in groups of 8, 4, 2, 1; the rows past the last 16 by
+    the driver): 53 rows (3 bands and 5 more), contiguous and strided records, the quants'
+    extremes, non-finite scales on a few rows: the portable loop's bits."""
+    f = getattr(qk.quant, name)
+    act = qk.activation_format(f)
+    rows, g = 53, 7
+    w = rng.integers(0, 256, (rows, g, f.block_bytes), dtype=np.uint8)
+    we, xe = legacy_extremes(f, act, rows, g, rng)
+    w[::3] = we[::3]
+    x = rng.integers(0, 256, (16, g, act.block_bytes), dtype=np.uint8)
+    x[::4] = xe
+    _mostly_finite(f, act, w, x)
+    want = _portable(f, w, x)
+    assert np.isfinite(want).mean() > 0.9
+    ws = np.zeros((rows, g, 2 * f.block_bytes), np.uint8)[:, :, ::2]    # strided records
+    ws[...] = w
+    for batch in (16, 15, 6, 3, 2):                # every group of 8, 4, 2 and 1
+        for weights in (w, ws):
+            got = np.full((batch, rows), np.nan, np.float32)
+            legacy.ENTRIES[f].gemm(weights, x[:batch], got)
+            assert_same_f32(got, want[:batch])
 
 
 @pytest.mark.parametrize("name", default_few(["q4_1", "q5_0"], {"q5_0"}))

@@ -40,18 +40,19 @@ gives ``+0.0``.  |S_b| <= 32 * 128 * 128 = 524,288: exact in int32 and in f32.
 
 import numpy as np
 from numba import literally
+from numba.extending import overload
 
-from numba_qk._jit import inline_kernel, kernel
+from numba_qk._jit import OVERLOAD_OPTIONS, inline_kernel, kernel
 from numba_qk.formats import activation_format
 from numba_qk.kernels._bits import f16_to_f32
 from numba_qk.kernels._round import c_int8, roundf
 from numba_qk.kernels.kquants.encode_lanes import f16_bits
 from numba_qk.kernels.kquants.q8_k import order_key
 from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, kernels_for, register
-from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch_lines, prefetch_plan
+from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, literal_int, prefetch_lines, prefetch_plan
 from numba_qk.kernels.simd.legacy import U8_BIAS, legacy_accumulate_x8, legacy_acts_vnni, legacy_block_value, legacy_rows_vnni, legacy_rows_vnni_inserts
 from numba_qk.kernels.simd.q4_k import array_address
-from numba_qk.kernels.simd.legacy import LDEC_BYTES, LXT_BYTES, LXT_DX_AT, LXT_SX_AT, legacy_microtile, legacy_panel_decode
+from numba_qk.kernels.simd.legacy import LDEC_BYTES, LXT_BYTES, LXT_DX_AT, LXT_SX_AT, ROWS16_CODES, ROWS16_ROW_OF_LANE, legacy_microtile, legacy_panel_decode, legacy_rows16
 
 from numba_qk.kernels.legacy.layout import CODES, FORMATS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, WEIGHT_FORMATS, D_AT, M_AT, QH_AT, QS_AT, S_AT, X_D_AT, X_QS_AT, X_S_AT, ZERO
 
@@ -441,6 +442,7 @@ def _vnni_gemv(wcode, dcode, w, x, out):
 # in order into 32 lanes (one per activation).  Same folds, same bits as the portable dot.
 _LANES = 16
 PANEL_MIN_BATCH = 3   # from this batch on the panel gemm (_panel_gemm) beats the lane tiles
+ROWS16_MAX_BATCH = 16  # up to this batch, Q4_0/Q4_1/Q8_0 by 16 rows in the lanes (_rows16_gemm)
 _LANE_BYTES = 512     # 8 vectors of 64 bytes per record and tile
 _LANE_FLOATS = 32     # dx row, sx row (xz: 16 i32 per record and tile)
 _U8_BIAS_T = tuple(U8_BIAS.get(c, 0) for c in range(len(FORMATS)))
@@ -485,6 +487,9 @@ def _vnni_gemm(wcode, dcode, w, x, out):
     if HAVE_LEGACY_VNNI:   # a constant: the branch is pruned before typing elsewhere
         if (w.shape[1] != 0 and x.shape[0] >= 2 and w.strides[2] == 1
                 and x.strides[2] == 1):
+            if (x.shape[0] <= ROWS16_MAX_BATCH and abs(w.strides[0]) < _GATHER_STEP_MAX
+                    and _small_batch_gemm(wcode, dcode, w, x, out)):
+                return
             if x.shape[0] >= PANEL_MIN_BATCH:
                 _panel_gemm(wcode, w, x, out)
             else:
@@ -554,6 +559,93 @@ def _panel_gemm(wcode, w, x, out):
                 for t in range(min(8, rows - 8 * band)):
                     for k in range(na):
                         out[_LANES * tile + k, 8 * band + t] = acc[_LANES * t + k]
+
+
+def _small_batch_gemm(wcode, dcode, w, x, out):
+    """True once ``_rows16_gemm`` computed ``out`` (formats of ``ROWS16_CODES``), else False
+    (nothing done): resolved per literal code at compile time."""
+
+
+@overload(_small_batch_gemm, **OVERLOAD_OPTIONS)
+def _small_batch_gemm_overload(wcode, dcode, w, x, out):
+    c = literal_int(wcode)
+    if c is None:
+        return None
+    if c in ROWS16_CODES:
+        def rows16(wcode, dcode, w, x, out):
+            _rows16_gemm(wcode, dcode, w, x, out)
+            return True
+        return rows16
+
+    def other(wcode, dcode, w, x, out):
+        return False
+    return other
+
+
+@kernel
+def x_corrections(wcode, x):
+    """float32 ``[batch, G, 4]`` of activation records ``x`` (paired with legacy weight format
+    ``wcode``): per record the i32 z * sum(x) (its bits; z the u8 bias of the weight format's
+    quants), f32 dx and f32 sx (Q8_1), as ``legacy_rows16`` reads them."""
+    batch, g = x.shape[0], x.shape[1]
+    xc = np.zeros((batch, g, 4), np.float32)
+    xi = xc.view(np.int32)
+    x_at, d_at, s_at = X_QS_AT[wcode], X_D_AT[wcode], X_S_AT[wcode]
+    z = np.int32(_U8_BIAS_T[wcode])
+    for a in range(batch):
+        xa = x[a]
+        for b in range(g):
+            t = np.int32(0)
+            for j in range(32):
+                t += np.int32(np.int8(xa[b, x_at + j]))
+            xi[a, b, 0] = z * t
+            xc[a, b, 1] = f16(xa, b, d_at)
+            if s_at >= 0:
+                xc[a, b, 2] = f16(xa, b, s_at)
+    return xc
+
+
+@kernel
+def _rows16_group(wcode, na, w, r0, x, a0, xc, acc, out):
+    literally(wcode)
+    literally(na)
+    g = w.shape[1]
+    legacy_rows16(wcode, na, w, r0 * w.strides[0], w.strides[0], w.strides[1], x,
+                  a0 * x.strides[0], x.strides[0], x.strides[1], xc, a0 * 4 * g, 4 * g, g, acc)
+    for a in range(na):
+        for lane in range(16):
+            out[a0 + a, r0 + ROWS16_ROW_OF_LANE[lane]] = acc[16 * a + lane]
+
+
+@kernel
+def _rows16_gemm(wcode, dcode, w, x, out):
+    """The small-batch gemm (simd/legacy.py ``legacy_rows16``): per band of 16 weight rows,
+    groups of up to 8 activations, the records read in place; rows past the last band by the
+    driver's gemm."""
+    literally(wcode)
+    literally(dcode)
+    batch, rows = x.shape[0], w.shape[0]
+    xc = x_corrections(wcode, x)
+    acc = np.empty(8 * _LANES, np.float32)
+    ws0 = w.strides[0]
+    ahead, lines = prefetch_plan(16 * ws0, 1)
+    body = rows - rows % 16
+    for r0 in range(0, body, 16):
+        prefetch_lines(w, r0 * ws0 + ahead, lines, rows * ws0)
+        a0 = 0
+        while batch - a0 >= 8:
+            _rows16_group(wcode, 8, w, r0, x, a0, xc, acc, out)
+            a0 += 8
+        if batch - a0 >= 4:
+            _rows16_group(wcode, 4, w, r0, x, a0, xc, acc, out)
+            a0 += 4
+        if batch - a0 >= 2:
+            _rows16_group(wcode, 2, w, r0, x, a0, xc, acc, out)
+            a0 += 2
+        if batch - a0 >= 1:
+            _rows16_group(wcode, 1, w, r0, x, a0, xc, acc, out)
+    if body < rows:
+        drive_gemm(dcode, w[body:], x, out[:, body:])
 
 
 @kernel

@@ -713,3 +713,152 @@ def legacy_microtile(typingctx, code, dec, d_off, xt, x_off, g, acc):
 
 __all__ += ["legacy_panel_decode", "legacy_microtile", "LDEC_BYTES", "LXT_BYTES", "LXT_DX_AT",
             "LXT_SX_AT"]
+
+
+# ---- small batches (AVX-512 VNNI): 16 weight rows in the lanes, records read in place ----------
+#
+# Per record step, the 16 rows' quants are loaded straight from their records (16-byte loads,
+# one 128-bit quarter of a zmm per row) and transposed in registers so that lane r of vector c
+# holds bytes 4c .. 4c+3 of row r's quants; nibble formats split each such vector into the low
+# nibbles (elements 4c .. 4c+3) and the high ones (16 + 4c ..), Q8_0's int8 become u8 (q + 128).
+# Each activation's quad of four int8 quants is the broadcast operand of vpdpbusd, so one
+# instruction adds the four u8 x i8 products of 16 rows; after the record's 8 quads
+#
+#     S = lane - z * sum(x)        z = 8 (Q4_0), 128 (Q8_0), 0 (Q4_1): exact in int32
+#
+# with z * sum(x) precomputed per activation and record (``xc``: i32 z sum x, f32 dx, f32 sx),
+# then the float steps lane by lane in the order of the portable dot, each lane (row) folding
+# its records in order per activation.  The weights are read once per group of activations
+# (no decoded copy): what the panel gemm pays to decode, small batches cannot amortize.
+
+ROWS16_CODES = tuple(c for c in sorted(_L_WEIGHT) if _LL.QH_AT[c] < 0)   # Q4_0, Q4_1, Q8_0
+# the row in lane L (the in-register transpose below leaves rows in this order)
+ROWS16_ROW_OF_LANE = tuple(4 * (lane % 4) + lane // 4 for lane in range(16))
+
+
+def _unpack(b, x, y, wide):
+    """vpunpck{l,h}dq (``wide`` False) / vpunpck{l,h}qdq (True) of <16 x i32> x, y: (lo, hi)."""
+    if wide:
+        lo = [k for j in range(4) for k in (4 * j, 4 * j + 1, 16 + 4 * j, 17 + 4 * j)]
+    else:
+        lo = [k for j in range(4) for k in (4 * j, 16 + 4 * j, 4 * j + 1, 17 + 4 * j)]
+    hi = [k + 2 for k in lo]
+    return (b.shuffle_vector(x, y, ir.Constant(vec(i32, 16), lo)),
+            b.shuffle_vector(x, y, ir.Constant(vec(i32, 16), hi)))
+
+
+def _rows16_quant_vectors(b, code, rows):
+    """[(u8 weight vector <16 x i32>, activation quad index)] of one record step of 16 rows
+    (i8* to each row's record): lane L holds row ``ROWS16_ROW_OF_LANE[L]``."""
+    v4, v16 = vec(i32, 4), vec(i32, 16)
+    qs_at = _LL.QS_AT[code]
+    signed = _LL.FORMATS[code].field("qs").signed
+    pairs = []
+    for half in range(2 if signed else 1):
+        z = []
+        for k in range(4):   # rows 4k .. 4k+3, row 4k + j in 128-bit quarter j
+            q = [load(b, rows[4 * k + j], qs_at + 16 * half, v4) for j in range(4)]
+            lo = b.shuffle_vector(q[0], q[1], ir.Constant(vec(i32, 8), list(range(8))))
+            hi = b.shuffle_vector(q[2], q[3], ir.Constant(vec(i32, 8), list(range(8))))
+            z.append(b.shuffle_vector(lo, hi, ir.Constant(vec(i32, 16), list(range(16)))))
+        # a 4 x 4 dword transpose within each quarter j: lane 4j + k of vector c = dword c of
+        # row 4k + j
+        t0, t1 = _unpack(b, z[0], z[1], False)
+        t2, t3 = _unpack(b, z[2], z[3], False)
+        vs = [*_unpack(b, t0, t2, True), *_unpack(b, t1, t3, True)]
+        for c, v in enumerate(vs):
+            if signed:
+                pairs.append((b.xor(v, ir.Constant(v16, [-0x7F7F7F80] * 16)), 4 * half + c))
+            else:
+                m = ir.Constant(v16, [0x0F0F0F0F] * 16)
+                pairs.append((b.and_(v, m), c))
+                pairs.append((b.and_(b.lshr(v, ir.Constant(v16, [4] * 16)), m), 4 + c))
+    return pairs
+
+
+def _gather_rows16_f16(b, base, idx, offset):
+    """<16 x float>: the f16 at byte ``offset`` of the record at ``base + idx[L]`` in lane L
+    (one vpgatherdd of the dwords there, the low halves widened exactly)."""
+    v16 = vec(i32, 16)
+    fn = decl(b, "llvm.x86.avx512.mask.gather.dpi.512", v16,
+              [v16, i8.as_pointer(), v16, vec(ir.IntType(1), 16), i32])
+    g = b.call(fn, [ir.Constant(v16, None), b.gep(base, [ir.Constant(i64, offset)]), idx,
+                    ir.Constant(vec(ir.IntType(1), 16), [1] * 16), ir.Constant(i32, 1)])
+    return b.fpext(b.bitcast(b.trunc(g, vec(i16, 16)), vec(ir.HalfType(), 16)),
+                   vec(ir.FloatType(), 16))
+
+
+@intrinsic
+def legacy_rows16(typingctx, code, na, w, w_off, ws0, ws1, x, x_off, xs0, xs1, xc, xc_off,
+                  xcs0, g, acc):
+    """Fold ``g`` records of 16 weight rows (row r's record b at byte ``w_off + r * ws0 + b *
+    ws1`` of uint8 ``w``) against ``na`` (a literal) activations (activation a's record b at
+    byte ``x_off + a * xs0 + b * xs1`` of uint8 ``x``; its (i32 z sum x, f32 dx, f32 sx) at
+    int32 element ``xc_off + a * xcs0 + 4 b`` of ``xc``), records in order, into ``acc``
+    (float32 [16 na]: activation a's rows in lanes 16 a + L, row ``ROWS16_ROW_OF_LANE[L]``);
+    ``code`` in ``ROWS16_CODES`` (a literal); 16 |ws0| < 2**31; AVX-512 VNNI only."""
+    c = literal_int(code)
+    n = literal_int(na)
+    if c is None or c not in ROWS16_CODES or n is None or not 1 <= n <= 8:
+        return None
+    ip = types.intp
+    sig = types.none(code, na, w, ip, ip, ip, x, ip, ip, ip, xc, ip, ip, ip, acc)
+
+    def codegen(context, builder, signature, args):
+        from numba.core import cgutils
+        b = builder
+        f32 = ir.FloatType()
+        v16, f16v = vec(i32, 16), vec(f32, 16)
+        ops = Ops(b, True, vnni=True)
+        (_, _, w_v, w_off_v, ws0_v, ws1_v, x_v, x_off_v, xs0_v, xs1_v, xc_v, xc_off_v,
+         xcs0_v, g_v, acc_v) = args
+        sa = signature.args
+        w0 = byte_ptr(context, b, sa[2], w_v, w_off_v)
+        x0 = byte_ptr(context, b, sa[6], x_v, x_off_v)
+        xcp = b.gep(float_array_ptr(context, b, sa[10], xc_v), [xc_off_v])
+        has_m = _LL.M_AT[c] >= 0
+        x_at = _LL.X_QS_AT[c]
+        accs = [cgutils.alloca_once_value(b, ir.Constant(f16v, [-0.0] * 16)) for _ in range(n)]
+        zero = ir.Constant(v16, None)
+
+        def splat(v):
+            z = ir.Constant(vec(v.type, 1), None)
+            return b.shuffle_vector(b.insert_element(z, v, ir.Constant(i32, 0)), z,
+                                    ir.Constant(vec(i32, 16), [0] * 16))
+
+        # i32 byte offsets of the rows' records from row 0's, lane by lane (the caller bounds
+        # 16 |ws0| below 2**31)
+        st = b.trunc(ws0_v, i32)
+        idx = b.mul(splat(st), ir.Constant(v16, list(ROWS16_ROW_OF_LANE)))
+        with cgutils.for_range(b, g_v) as loop:
+            blk = loop.index
+            wb = b.gep(w0, [b.mul(blk, ws1_v)])
+            rows = [b.gep(wb, [b.mul(ws0_v, ir.Constant(ws0_v.type, r))]) for r in range(16)]
+            pairs = _rows16_quant_vectors(b, c, rows)
+            dw = _gather_rows16_f16(b, wb, idx, _LL.D_AT[c])
+            mw = _gather_rows16_f16(b, wb, idx, _LL.M_AT[c]) if has_m else None
+            for a in range(n):
+                xb = b.gep(x0, [b.add(b.mul(xs0_v, ir.Constant(xs0_v.type, a)),
+                                      b.mul(blk, xs1_v))])
+                s = zero
+                for wv, quad in pairs:
+                    xq = splat(load(b, xb, x_at + 4 * quad, i32))
+                    s = vcall(b, ops.dpbusd, [s, wv, xq])
+                cp = b.gep(xcp, [b.add(b.mul(xcs0_v, ir.Constant(xcs0_v.type, a)),
+                                       b.mul(blk, ir.Constant(blk.type, 4)))])
+                corr = b.load(b.bitcast(cp, i32.as_pointer()), align=4)
+                dx = b.load(b.gep(cp, [ir.Constant(i64, 1)]), align=4)
+                v = b.fmul(splat(dx), b.fmul(dw, b.sitofp(b.sub(s, splat(corr)), f16v)))
+                if has_m:
+                    sx = b.load(b.gep(cp, [ir.Constant(i64, 2)]), align=4)
+                    v = b.fadd(v, b.fmul(mw, splat(sx)))
+                b.store(b.fadd(b.load(accs[a]), v), accs[a])
+        accp = float_array_ptr(context, b, sa[14], acc_v)
+        for a in range(n):
+            p = b.bitcast(b.gep(accp, [ir.Constant(i64, 16 * a)]), f16v.as_pointer())
+            b.store(b.load(accs[a]), p, align=4)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+__all__ += ["legacy_rows16", "ROWS16_CODES", "ROWS16_ROW_OF_LANE"]
