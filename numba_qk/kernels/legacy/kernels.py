@@ -606,12 +606,13 @@ def x_corrections(wcode, x):
 
 
 @kernel
-def _rows16_group(wcode, na, w, r0, x, a0, xc, acc, out):
+def _rows16_group(wcode, na, w, r0, x, a0, xc, acc, out, pf_off, pf_lines):
     literally(wcode)
     literally(na)
     g = w.shape[1]
     legacy_rows16(wcode, na, w, r0 * w.strides[0], w.strides[0], w.strides[1], x,
-                  a0 * x.strides[0], x.strides[0], x.strides[1], xc, a0 * 4 * g, 4 * g, g, acc)
+                  a0 * x.strides[0], x.strides[0], x.strides[1], xc, a0 * 4 * g, 4 * g, g, acc,
+                  pf_off, pf_lines)
     for a in range(na):
         for lane in range(16):
             out[a0 + a, r0 + ROWS16_ROW_OF_LANE[lane]] = acc[16 * a + lane]
@@ -627,23 +628,28 @@ def _rows16_gemm(wcode, dcode, w, x, out):
     batch, rows = x.shape[0], w.shape[0]
     xc = x_corrections(wcode, x)
     acc = np.empty(8 * _LANES, np.float32)
-    ws0 = w.strides[0]
-    ahead, lines = prefetch_plan(16 * ws0, 1)
+    ws0, g = w.strides[0], w.shape[1]
+    # the band ~64 KiB ahead, an equal share of its lines per record step of the band's first
+    # group (as the driver's gemv tiles: one linear stream; 16 row streams defeat the hardware
+    # prefetcher)
+    ahead, per = prefetch_plan(16 * ws0, g)
+    prefetch_lines(w, 0, ahead // 64, rows * ws0)
     body = rows - rows % 16
     for r0 in range(0, body, 16):
-        prefetch_lines(w, r0 * ws0 + ahead, lines, rows * ws0)
+        pf = r0 * ws0 + ahead
+        per_band = per if pf < rows * ws0 else 0
         a0 = 0
         while batch - a0 >= 8:
-            _rows16_group(wcode, 8, w, r0, x, a0, xc, acc, out)
+            _rows16_group(wcode, 8, w, r0, x, a0, xc, acc, out, pf, per_band if a0 == 0 else 0)
             a0 += 8
         if batch - a0 >= 4:
-            _rows16_group(wcode, 4, w, r0, x, a0, xc, acc, out)
+            _rows16_group(wcode, 4, w, r0, x, a0, xc, acc, out, pf, per_band if a0 == 0 else 0)
             a0 += 4
         if batch - a0 >= 2:
-            _rows16_group(wcode, 2, w, r0, x, a0, xc, acc, out)
+            _rows16_group(wcode, 2, w, r0, x, a0, xc, acc, out, pf, per_band if a0 == 0 else 0)
             a0 += 2
         if batch - a0 >= 1:
-            _rows16_group(wcode, 1, w, r0, x, a0, xc, acc, out)
+            _rows16_group(wcode, 1, w, r0, x, a0, xc, acc, out, pf, per_band if a0 == 0 else 0)
     if body < rows:
         drive_gemm(dcode, w[body:], x, out[:, body:])
 

@@ -790,19 +790,22 @@ def _gather_rows16_f16(b, base, idx, offset):
 
 @intrinsic
 def legacy_rows16(typingctx, code, na, w, w_off, ws0, ws1, x, x_off, xs0, xs1, xc, xc_off,
-                  xcs0, g, acc):
+                  xcs0, g, acc, pf_off, pf_lines):
     """Fold ``g`` records of 16 weight rows (row r's record b at byte ``w_off + r * ws0 + b *
     ws1`` of uint8 ``w``) against ``na`` (a literal) activations (activation a's record b at
     byte ``x_off + a * xs0 + b * xs1`` of uint8 ``x``; its (i32 z sum x, f32 dx, f32 sx) at
     int32 element ``xc_off + a * xcs0 + 4 b`` of ``xc``), records in order, into ``acc``
     (float32 [16 na]: activation a's rows in lanes 16 a + L, row ``ROWS16_ROW_OF_LANE[L]``);
-    ``code`` in ``ROWS16_CODES`` (a literal); 16 |ws0| < 2**31; AVX-512 VNNI only."""
+    ``code`` in ``ROWS16_CODES`` (a literal); 16 |ws0| < 2**31; AVX-512 VNNI only.  Record
+    step b also prefetches ``pf_lines`` 64-byte lines of ``w`` from byte ``pf_off + 64 b
+    pf_lines`` (the caller's share of the rows ahead: spread over the steps, they arrive in
+    time)."""
     c = literal_int(code)
     n = literal_int(na)
     if c is None or c not in ROWS16_CODES or n is None or not 1 <= n <= 8:
         return None
     ip = types.intp
-    sig = types.none(code, na, w, ip, ip, ip, x, ip, ip, ip, xc, ip, ip, ip, acc)
+    sig = types.none(code, na, w, ip, ip, ip, x, ip, ip, ip, xc, ip, ip, ip, acc, ip, ip)
 
     def codegen(context, builder, signature, args):
         from numba.core import cgutils
@@ -811,7 +814,7 @@ def legacy_rows16(typingctx, code, na, w, w_off, ws0, ws1, x, x_off, xs0, xs1, x
         v16, f16v = vec(i32, 16), vec(f32, 16)
         ops = Ops(b, True, vnni=True)
         (_, _, w_v, w_off_v, ws0_v, ws1_v, x_v, x_off_v, xs0_v, xs1_v, xc_v, xc_off_v,
-         xcs0_v, g_v, acc_v) = args
+         xcs0_v, g_v, acc_v, pf_off_v, pf_lines_v) = args
         sa = signature.args
         w0 = byte_ptr(context, b, sa[2], w_v, w_off_v)
         x0 = byte_ptr(context, b, sa[6], x_v, x_off_v)
@@ -830,8 +833,14 @@ def legacy_rows16(typingctx, code, na, w, w_off, ws0, ws1, x, x_off, xs0, xs1, x
         # 16 |ws0| below 2**31)
         st = b.trunc(ws0_v, i32)
         idx = b.mul(splat(st), ir.Constant(v16, list(ROWS16_ROW_OF_LANE)))
+        pf0 = byte_ptr(context, b, sa[2], w_v, pf_off_v)
+        pf_fn = decl(b, "llvm.prefetch.p0i8", ir.VoidType(), [i8.as_pointer(), i32, i32, i32])
         with cgutils.for_range(b, g_v) as loop:
             blk = loop.index
+            pfb = b.gep(pf0, [b.mul(b.mul(blk, pf_lines_v), ir.Constant(blk.type, 64))])
+            with cgutils.for_range(b, pf_lines_v) as pl:      # prefetcht1 (simd/base.py)
+                b.call(pf_fn, [b.gep(pfb, [b.mul(pl.index, ir.Constant(pl.index.type, 64))]),
+                               ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])
             wb = b.gep(w0, [b.mul(blk, ws1_v)])
             rows = [b.gep(wb, [b.mul(ws0_v, ir.Constant(ws0_v.type, r))]) for r in range(16)]
             pairs = _rows16_quant_vectors(b, c, rows)
