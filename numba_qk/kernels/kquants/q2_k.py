@@ -43,8 +43,8 @@ import numpy as np
 
 from numba_qk._jit import kernel
 from numba_qk.kernels.drive import kernels_for, panel_gemm, register
-from numba_qk.kernels.simd.iq_grid import HAVE_GEMM_TILES, microtile_sub16_mins
-from numba_qk.kernels.simd.kquants import q2_k_acts_x8, q2_k_decode, q2_k_q8_k_value, q2_k_rows_x8
+from numba_qk.kernels.simd.iq_grid import HAVE_GEMM_TILES, microtile_prescaled_mins
+from numba_qk.kernels.simd.kquants import q2_k_acts_x8, q2_k_decode_prescaled, q2_k_q8_k_value, q2_k_rows_x8
 from numba_qk.formats.kquants import q2_k as _FMT
 from numba_qk.kernels._bits import f16_to_f32, load_u16
 from numba_qk.kernels.kquants.common import f16_at, fields_decoder, records_decoder, max_scale_min, portable_dot_for, quantizer_for, pack_2bit, record_value_d_dmin, store_f16, transpose_out, x_bsum, x_q
@@ -220,7 +220,8 @@ register(_FMT.ggml_type, value=q2_k_q8_k_value, rows_x8=q2_k_rows_x8, acts_x8=q2
          loop_dot=dot_q2_k_q8_k_portable)
 dot_q2_k_q8_k, gemv_q2_k_q8_k, gemm_q2_k_q8_k = kernels_for(_FMT.ggml_type)
 if HAVE_GEMM_TILES:   # batches of 3 or more: records decoded once per call, 8 x 16 microtiles
-    gemm_q2_k_q8_k = panel_gemm(q2_k_decode, microtile_sub16_mins, gemm_q2_k_q8_k)
+    # the quants decoded times their scales (<= 45: int8), no scale product per sub-block
+    gemm_q2_k_q8_k = panel_gemm(q2_k_decode_prescaled, microtile_prescaled_mins, gemm_q2_k_q8_k)
 
 
 # ---- the registry's declaration of this module's format (numba_qk/kernels/traits.py) ----------

@@ -667,13 +667,15 @@ def _splat_load(b, ptr, ty, n):
                             ir.Constant(vec(i32, n), [0] * n))
 
 
-def _make_microtile(sub, mins=False):
+def _make_microtile(sub, mins=False, prescaled=False):
     """Intrinsic ``mk(dec, d_off, r_step, xt, x_off, acc, first)``: record values of
     ``MK_ROWS`` decoded weight records (at bytes ``d_off + t * r_step`` of ``dec``; ``sub``
     elements per scale) against the ``MK_ACTS`` activations of the tile record at byte
     ``x_off`` of ``xt``, folded into ``acc.flat[16 t : 16 t + 16]`` (f32) for row t
     (``first``: the fold's first record).  With ``mins``, T = sum_j m_j bsum_j (``vpdpwssd``
-    over the bsum pairs, exact) and v = R32(ds * R32(R32(dc * f32(S)) - R32(dmin * f32(T))))."""
+    over the bsum pairs, exact) and v = R32(ds * R32(R32(dc * f32(S)) - R32(dmin * f32(T)))).
+    ``prescaled``: the decoded quants carry their scale already (Q2_K's u sc), S is one
+    vpdpbusd chain per row over the record, no scale products."""
     @intrinsic
     def microtile(typingctx, dec, d_off, r_step, xt, x_off, acc, first):
         if not all(isinstance(a, types.Array) for a in (dec, xt, acc)):
@@ -714,6 +716,10 @@ def _make_microtile(sub, mins=False):
                         wq = _splat_load(b, at(rows[t], 4 * kq), i32, 16)
                         a[t] = vcall(b, ops.dpbusd, [a[t], xq, wq])
                     b.call(fence, [])
+                if prescaled:      # independent chains per sub-block, summed as they end
+                    for t in range(MK_ROWS):
+                        s1[t] = a[t] if s1[t] is None else b.call(keep, [b.add(s1[t], a[t])])
+                    continue
                 for t in range(MK_ROWS):
                     m = b.mul(a[t], _splat_load(b, at(rows[t], DEC_SC_AT + 4 * s), i32, 16))
                     s1[t] = m if s1[t] is None else b.call(keep, [b.add(s1[t], m)])
@@ -767,6 +773,6 @@ HAVE_GEMM_TILES = HAVE_VNNI and HAVE_AVX512
 microtile_sub32 = _make_microtile(32)
 microtile_sub16 = _make_microtile(16)
 microtile_sub32_mins = _make_microtile(32, mins=True)
-microtile_sub16_mins = _make_microtile(16, mins=True)
-__all__ += ["microtile_sub32", "microtile_sub16", "microtile_sub32_mins", "microtile_sub16_mins",
-            "HAVE_GEMM_TILES"]
+microtile_prescaled_mins = _make_microtile(32, mins=True, prescaled=True)
+__all__ += ["microtile_sub32", "microtile_sub16", "microtile_sub32_mins",
+            "microtile_prescaled_mins", "HAVE_GEMM_TILES"]

@@ -47,7 +47,7 @@ and use the portable loops otherwise.
 from llvmlite import ir
 
 from numba_qk.formats import quant
-from numba_qk.kernels.simd.base import FEATURES, HAVE_AVX512, HAVE_GFNI, HAVE_VNNI, Ops, decl, gather_f16, gather_f32, i8, i16, i32, load, record_intrinsic, reduce_many, splat_lanes, vec, tile_intrinsic
+from numba_qk.kernels.simd.base import FEATURES, HAVE_AVX512, HAVE_GFNI, HAVE_VNNI, Ops, decl, gather_f16, gather_f32, i8, i16, i32, i64, load, record_intrinsic, reduce_many, splat_lanes, vec, tile_intrinsic
 from numba_qk.kernels.simd.q4_k import record_values, unpack_scales
 from numba_qk.kernels.simd.iq_grid import BIAS, DEC_C_AT, DEC_DC_AT, DEC_DMIN_AT, DEC_M_AT, DEC_SC_AT, decode_intrinsic, store_at
 
@@ -503,9 +503,11 @@ del _name, _kq, _var, _w, _v
 # q_i x_i over 16 sub-blocks of 16: the grid IQ formats' form with c = 1, so the same 8 x 16
 # microtile (simd/iq_grid.py ``microtile_sub16``) runs them once a record is decoded into its DEC
 # layout: q = u - offset as int8 (|q| <= 32), sc_j as i32, dc = f32(d) (exact), C = BIAS *
-# sum_j sc_j * sum q.  Q2_K (scales per 16) and Q5_K (per 32) add the min term (``mins``
-# microtiles): f32(dmin) and their 16 mins, one per Q8_K bsum.  Exact in int32 (Q6_K:
-# |sum_j sc_j a_j| <= 16 * 128 * 16 * 255 * 32 < 2**28; Q5_K: 8 * 63 * 32 * 255 * 31 < 2**27).
+# sum_j sc_j * sum q.  Q2_K and Q5_K (scales per 32) add the min term (``mins`` microtiles):
+# f32(dmin) and their 16 mins, one per Q8_K bsum; Q2_K's quants are stored times their scale
+# (``q2_k_decode_prescaled``, <= 45: int8), so its microtile has no scale products.  Exact in
+# int32 (Q6_K: |sum_j sc_j a_j| <= 16 * 128 * 16 * 255 * 32 < 2**28; Q5_K: 8 * 63 * 32 * 255 *
+# 31 < 2**27; Q2_K: 256 * 255 * 45 < 2**22).
 
 def _panel_decode_into(b, kq, wb, db, sub):
     units, mins = kq.weights(b, wb)
@@ -535,8 +537,33 @@ def _make_panel_decode(kq, sub):
     return decode_intrinsic(lambda b, wb, db: _panel_decode_into(b, kq, wb, db, sub))
 
 
-q2_k_decode = _make_panel_decode(KQUANTS["q2_k"], 16)
+def _q2_k_prescaled_into(b, wb, db):
+    """Q2_K decoded with each quant times its sub-block scale (u sc <= 3 * 15: int8), so the
+    ``prescaled`` microtile needs no scale product: S = sum_i (u_i sc_j(i)) x_i, the same
+    integer; C = BIAS * sum u sc (vpsadbw: the products are >= 0)."""
+    kq = KQUANTS["q2_k"]
+    units, mins = kq.weights(b, wb)
+    scm = b.and_(load(b, wb, kq.SC, vec(i8, 16)), _c8(0x0F, 16))
+    v32 = vec(i8, 32)
+    sad = decl(b, "llvm.x86.avx2.psad.bw", vec(i64, 4), [v32, v32])
+    total = None
+    for u, (uu, _) in enumerate(units):     # unit u: sub-blocks 2u (bytes 0..15), 2u + 1
+        sc = splat_lanes(b, scm, [2 * u] * 16 + [2 * u + 1] * 16)
+        q = b.mul(uu, sc)
+        store_at(b, db, 32 * u, q)
+        t = b.call(sad, [q, ir.Constant(v32, None)])
+        total = t if total is None else b.add(total, t)
+    radd = decl(b, "llvm.vector.reduce.add.v4i64", i64, [vec(i64, 4)])
+    store_at(b, db, DEC_C_AT, b.mul(b.trunc(b.call(radd, [total]), i32), ir.Constant(i32, BIAS)))
+    store_at(b, db, DEC_DC_AT, b.extract_element(gather_f16(b, [wb], kq.D), ir.Constant(i32, 0)))
+    store_at(b, db, DEC_DMIN_AT,
+             b.extract_element(gather_f16(b, [wb], kq.DMIN), ir.Constant(i32, 0)))
+    store_at(b, db, DEC_M_AT, mins)
+
+
+q2_k_decode_prescaled = decode_intrinsic(_q2_k_prescaled_into)
 q3_k_decode = _make_panel_decode(KQUANTS["q3_k"], 16)
 q5_k_decode = _make_panel_decode(KQUANTS["q5_k"], 32)
 q6_k_decode = _make_panel_decode(KQUANTS["q6_k"], 16)
-__all__ += ["q2_k_decode", "q3_k_decode", "q5_k_decode", "q6_k_decode"]
+__all__ += ["q2_k_decode_prescaled", "q3_k_decode", "q5_k_decode",
+            "q6_k_decode"]
