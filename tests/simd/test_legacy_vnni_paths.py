@@ -30,6 +30,28 @@ def _portable(f, w, x):
     return out
 
 
+def _adversarial(f, act, rows, g, batch, rng):
+    """(w, x, the portable loop's out) for random records with the quants' extremes on every
+    third row / fourth activation, scales in [0.5, 2) but on weight rows 0..2 and activation 0
+    (any f16 there: inf, NaN, subnormal), so that most outputs are finite and the integer sums
+    show through the float steps."""
+    w = rng.integers(0, 256, (rows, g, f.block_bytes), dtype=np.uint8)
+    we, xe = legacy_extremes(f, act, rows, g, rng)
+    w[::3] = we[::3]
+    x = rng.integers(0, 256, (batch, g, act.block_bytes), dtype=np.uint8)
+    x[::4] = xe
+    code = legacy.CODES[f]
+    for at in (legacy.D_AT[code], legacy.M_AT[code]):
+        if at >= 0:
+            w[3:, :, at + 1] = 0x38 | (w[3:, :, at + 1] & 0x07)
+    for at in (legacy.X_D_AT[code], legacy.X_S_AT[code]):
+        if at >= 0:
+            x[1:, :, at + 1] = 0x38 | (x[1:, :, at + 1] & 0x07)
+    want = _portable(f, w, x)
+    assert np.isfinite(want).mean() > 0.9
+    return w, x, want
+
+
 @needs_vnni
 # Q5_0 by default (the register-decoded groups, the z * sum(x) correction); the tiny models
 # of tests/models run Q4_0 and Q8_0 through this gemm too; every format under -m slow
@@ -60,30 +82,13 @@ def test_panel_gemm_equals_portable_loop(name, rng, monkeypatch):
     rows, g = 203, 80
     per_panel = legacy._PANEL_BYTES // (8 * g * legacy.LDEC_BYTES)
     assert 0 < per_panel < (rows + 7) // 8 // 2            # two full panels and a partial one
-    w = rng.integers(0, 256, (rows, g, f.block_bytes), dtype=np.uint8)
-    we, xe = legacy_extremes(f, act, rows, g, rng)
-    w[::3] = we[::3]
-    x = rng.integers(0, 256, (33, g, act.block_bytes), dtype=np.uint8)
-    x[::4] = xe
-    # scales mostly finite, so that the integer sums show through the float steps
-    _mostly_finite(f, act, w, x)
-    want = _portable(f, w, x)
-    assert np.isfinite(want).mean() > 0.9
+    w, x, want = _adversarial(f, act, rows, g, 33, rng)
     for batch in (33, 3):
         got = np.full((batch, rows), np.nan, np.float32)
         legacy.ENTRIES[f].gemm(w, x[:batch], got)
         assert_same_f32(got, want[:batch])
 
 
-def _mostly_finite(f, act, w, x):
-    """Scales in [0.5, 2) but on weight rows 0..2 and activation 0 (any f16 there)."""
-    code = legacy.CODES[f]
-    for at in (legacy.D_AT[code], legacy.M_AT[code]):
-        if at >= 0:
-            w[3:, :, at + 1] = 0x38 | (w[3:, :, at + 1] & 0x07)
-    for at in (legacy.X_D_AT[code], legacy.X_S_AT[code]):
-        if at >= 0:
-            x[1:, :, at + 1] = 0x38 | (x[1:, :, at + 1] & 0x07)
 
 
 @needs_vnni
@@ -96,14 +101,7 @@ def test_rows16_gemm_equals_portable_loop(name, rng):
     f = getattr(qk.quant, name)
     act = qk.activation_format(f)
     rows, g = 53, 7
-    w = rng.integers(0, 256, (rows, g, f.block_bytes), dtype=np.uint8)
-    we, xe = legacy_extremes(f, act, rows, g, rng)
-    w[::3] = we[::3]
-    x = rng.integers(0, 256, (16, g, act.block_bytes), dtype=np.uint8)
-    x[::4] = xe
-    _mostly_finite(f, act, w, x)
-    want = _portable(f, w, x)
-    assert np.isfinite(want).mean() > 0.9
+    w, x, want = _adversarial(f, act, rows, g, 16, rng)
     ws = np.zeros((rows, g, 2 * f.block_bytes), np.uint8)[:, :, ::2]    # strided records
     ws[...] = w
     for batch in (16, 15, 6, 3, 2):                # every group of 8, 4, 2 and 1
