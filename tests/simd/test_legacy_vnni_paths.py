@@ -1,9 +1,10 @@
 """Legacy-format kernels added for numba_qk.models.  The gemm with AVX-512 VNNI
-(``legacy/kernels._vnni_gemm``: activations laid out once per call in tiles of 16 lanes; batch
-2 one weight record against 16 or 32 activations per ``legacy_acts_vnni``, from batch 3 the panel
-gemm ``_panel_gemm``, records decoded once per call and 8 rows x 16 activations per microtile):
-every output equals the portable loop bit for bit (NaN == NaN) on any bytes and at the quants'
-extremes, for batches of one tile, two tiles and a tile left over, over several panels.
+(``legacy/kernels._vnni_gemm``: up to 16 activations of Q4_0/Q4_1/Q8_0 by 16 weight rows in
+the lanes, ``_rows16_gemm``; from batch 3 the panel gemm ``_panel_gemm``, records decoded once
+per call and 8 rows x 16 activations per microtile; batch 2 of Q5_0/Q5_1 the gemv per
+activation): every output equals the portable loop bit for bit (NaN == NaN) on any bytes and
+at the quants' extremes, for batches of one tile, two tiles and a tile left over, over several
+panels, in every group of the rows16 kernel.
 The Q4_1 and Q5_0 x8 tiles (``legacy/x8.py``, kernel level: ``repack`` offers Q4_0 only) give
 the plain gemv's bits, and unpack to the records they came from."""
 

@@ -50,7 +50,7 @@ from numba_qk.kernels.kquants.encode_lanes import f16_bits
 from numba_qk.kernels.kquants.q8_k import order_key
 from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, kernels_for, register
 from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, literal_int, prefetch_lines, prefetch_plan
-from numba_qk.kernels.simd.legacy import U8_BIAS, legacy_accumulate_x8, legacy_acts_vnni, legacy_block_value, legacy_rows_vnni, legacy_rows_vnni_inserts
+from numba_qk.kernels.simd.legacy import U8_BIAS, legacy_accumulate_x8, legacy_block_value, legacy_rows_vnni, legacy_rows_vnni_inserts
 from numba_qk.kernels.simd.q4_k import array_address
 from numba_qk.kernels.simd.legacy import LDEC_BYTES, LXT_BYTES, LXT_DX_AT, LXT_SX_AT, ROWS16_CODES, ROWS16_ROW_OF_LANE, legacy_microtile, legacy_panel_decode, legacy_rows16
 
@@ -437,45 +437,15 @@ def _vnni_gemv(wcode, dcode, w, x, out):
         drive_gemv(dcode, w, x, out)
 
 
-# AVX-512 VNNI gemm: the activations laid out once per call in tiles of 16 lanes
-# (simd/legacy.py's legacy_acts_vnni), then per pair of tiles every weight row folds its records
-# in order into 32 lanes (one per activation).  Same folds, same bits as the portable dot.
+# AVX-512 VNNI gemm (simd/legacy.py; docs/decisions/040): up to ROWS16_MAX_BATCH activations of
+# Q4_0/Q4_1/Q8_0, 16 weight rows in the lanes with the records read in place (_rows16_gemm);
+# otherwise from PANEL_MIN_BATCH activations the panel gemm (_panel_gemm: records decoded once
+# per call, 8 rows x 16 activations per microtile), and batch 2 of the others the gemv per
+# activation (the decode is not paid back there).  Same folds, same bits as the portable dot.
 _LANES = 16
-PANEL_MIN_BATCH = 3   # from this batch on the panel gemm (_panel_gemm) beats the lane tiles
-ROWS16_MAX_BATCH = 16  # up to this batch, Q4_0/Q4_1/Q8_0 by 16 rows in the lanes (_rows16_gemm)
-_LANE_BYTES = 512     # 8 vectors of 64 bytes per record and tile
-_LANE_FLOATS = 32     # dx row, sx row (xz: 16 i32 per record and tile)
+PANEL_MIN_BATCH = 3
+ROWS16_MAX_BATCH = 16  # two groups of 8: at 16 the panel is about as fast, beyond it faster
 _U8_BIAS_T = tuple(U8_BIAS.get(c, 0) for c in range(len(FORMATS)))
-
-
-@kernel
-def legacy_lanes(wcode, x):
-    """The gemm tiles of activation records ``x`` ``[batch, G, bytes]`` (paired with legacy weight
-    format ``wcode``): ``(xt, xf, xz)``, xt uint8 ``[tiles, G, 512]`` (the int8 quant j of
-    activation ``16 t + k`` at byte ``64 (j // 4) + 4 k + j % 4``), xf float32 ``[tiles, G, 32]``
-    (dx, then sx for Q8_1), xz int32 ``[tiles, G, 16]`` (z * sum of the quants, z the u8 bias
-    of the weight format's quants); lanes past the batch hold zeros."""
-    batch, g = x.shape[0], x.shape[1]
-    nt = (batch + _LANES - 1) // _LANES
-    xt = np.zeros((nt, g, _LANE_BYTES), np.uint8)
-    xf = np.zeros((nt, g, _LANE_FLOATS), np.float32)
-    xz = np.zeros((nt, g, _LANES), np.int32)
-    x_at, d_at, s_at = X_QS_AT[wcode], X_D_AT[wcode], X_S_AT[wcode]
-    z = _U8_BIAS_T[wcode]
-    for a in range(batch):
-        t, k = divmod(a, _LANES)
-        xa = x[a]
-        for b in range(g):
-            s = np.int32(0)
-            for j in range(32):
-                q = xa[b, x_at + j]
-                xt[t, b, 64 * (j // 4) + 4 * k + j % 4] = q
-                s += np.int32(np.int8(q))
-            xz[t, b, k] = np.int32(z * s)
-            xf[t, b, k] = f16(xa, b, d_at)
-            if s_at >= 0:
-                xf[t, b, _LANES + k] = f16(xa, b, s_at)
-    return xt, xf, xz
 
 
 @kernel
@@ -492,8 +462,9 @@ def _vnni_gemm(wcode, dcode, w, x, out):
                 return
             if x.shape[0] >= PANEL_MIN_BATCH:
                 _panel_gemm(wcode, w, x, out)
-            else:
-                _lanes_gemm(wcode, w, x, out)
+            else:                       # batch 2 of Q5_0/Q5_1: the VNNI gemv per activation
+                for a in range(x.shape[0]):
+                    _vnni_gemv(wcode, dcode, w, x[a], out[a])
             return
     drive_gemm(dcode, w, x, out)
 
@@ -652,32 +623,6 @@ def _rows16_gemm(wcode, dcode, w, x, out):
             _rows16_group(wcode, 1, w, r0, x, a0, xc, acc, out, pf, per_band if a0 == 0 else 0)
     if body < rows:
         drive_gemm(dcode, w[body:], x, out[:, body:])
-
-
-@kernel
-def _lanes_gemm(wcode, w, x, out):
-    literally(wcode)
-    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
-    xt, xf, xz = legacy_lanes(wcode, x)
-    nt = xt.shape[0]
-    ws0, ws1 = w.strides[0], w.strides[1]
-    acc = np.empty(2 * _LANES, np.float32)
-    for t0 in range(0, nt, 2):
-        a0 = t0 * _LANES
-        n = min(2 * _LANES, batch - a0)
-        for r in range(rows):
-            if n > _LANES:
-                for b in range(g):
-                    legacy_acts_vnni(wcode, 2, w, r * ws0 + b * ws1, xt,
-                                     (t0 * g + b) * _LANE_BYTES, g * _LANE_BYTES, xf, xz,
-                                     (t0 * g + b) * _LANE_FLOATS, g * _LANE_FLOATS, acc, b == 0)
-            else:
-                for b in range(g):
-                    legacy_acts_vnni(wcode, 1, w, r * ws0 + b * ws1, xt,
-                                     (t0 * g + b) * _LANE_BYTES, 0, xf, xz,
-                                     (t0 * g + b) * _LANE_FLOATS, 0, acc, b == 0)
-            for k in range(n):
-                out[a0 + k, r] = acc[k]
 
 
 # ---- per-format entry points.  ``bind(fmt)`` builds them as closures over the format's int

@@ -12,7 +12,7 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from numba_qk.kernels.legacy import layout as _LL
-from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_GFNI, Ops, decl, float_array_ptr, fold_into, gather_f16, i8, i16, i32, i64, literal_int, load, pmaddwd32, byte_ptr, reduce_many, splat_lanes, tile_fold, vcall, vec
+from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_GFNI, Ops, decl, float_array_ptr, gather_f16, i8, i16, i32, i64, literal_int, load, pmaddwd32, byte_ptr, reduce_many, splat_lanes, tile_fold, vcall, vec
 
 __all__ = ["legacy_block_value", "legacy_accumulate_x8"]
 
@@ -20,11 +20,12 @@ __all__ = ["legacy_block_value", "legacy_accumulate_x8"]
 _L_WEIGHT = {c for c, fmt in enumerate(_LL.FORMATS) if fmt in _LL.WEIGHT_FORMATS}
 
 
-def _legacy_weights(builder, code, wbase):
-    """<32 x i16>: the integers a dot multiplies, for one legacy weight record."""
-    v32i16 = vec(i16, 32)
+def _legacy_weights_i8(builder, code, wbase):
+    """<32 x i8>: the integers a dot multiplies (q - 8, q - 16, q or the int8: all fit int8),
+    for one legacy weight record."""
+    v32 = vec(i8, 32)
     if _LL.FORMATS[code].field("qs").signed:  # int8 quants
-        return builder.sext(load(builder, wbase, _LL.QS_AT[code], vec(i8, 32)), v32i16)
+        return load(builder, wbase, _LL.QS_AT[code], v32)
     qs = load(builder, wbase, _LL.QS_AT[code], vec(i8, 16))
     lo = builder.and_(qs, ir.Constant(vec(i8, 16), [0x0F] * 16))
     hi = builder.lshr(qs, ir.Constant(vec(i8, 16), [4] * 16))
@@ -32,12 +33,16 @@ def _legacy_weights(builder, code, wbase):
     if _LL.QH_AT[code] >= 0:  # fifth bits: bit j of the u32 qh -> 16 in lane j
         qh = load(builder, wbase, _LL.QH_AT[code], i32)
         mask = builder.bitcast(qh, vec(ir.IntType(1), 32))
-        q = builder.or_(q, builder.select(mask, ir.Constant(vec(i8, 32), [16] * 32),
-                                          ir.Constant(vec(i8, 32), [0] * 32)))
-    q16 = builder.zext(q, v32i16)
+        q = builder.or_(q, builder.select(mask, ir.Constant(v32, [16] * 32),
+                                          ir.Constant(v32, [0] * 32)))
     if _LL.ZERO[code]:  # q - 8 (Q4_0), q - 16 (Q5_0)
-        q16 = builder.sub(q16, ir.Constant(v32i16, [_LL.ZERO[code]] * 32))
-    return q16
+        q = builder.sub(q, ir.Constant(v32, [_LL.ZERO[code]] * 32))
+    return q
+
+
+def _legacy_weights(builder, code, wbase):
+    """<32 x i16>: ``_legacy_weights_i8`` widened."""
+    return builder.sext(_legacy_weights_i8(builder, code, wbase), vec(i16, 32))
 
 
 def _legacy_sums(builder, ops, code, wbases, xbases):
@@ -473,113 +478,7 @@ def legacy_x8_rows(typingctx, code, nrec, w, d_off, q_off, x, x_off, xc8, dx8, e
 __all__ += ["legacy_x8_rows", "X8_AUX_BYTES"]
 
 
-# ---- gemm with AVX-512 VNNI: one weight record against 16 activations per vector --------------
-#
-# The activations of a gemm are laid out once per call in "lanes" tiles of 16 (``legacy_lanes``
-# in kernels/legacy/kernels.py): per record, 8 vectors of 64 bytes, vector c holding the int8
-# quants 4c .. 4c+3 of activation k in bytes 4k .. 4k+3; beside them f32 rows of the 16 dx (and
-# the 16 sx of Q8_1) and an i32 row of z * sum(x) (z: the u8 bias of the weight format,
-# ``_U8_BIAS``).  Each group of four u8 weight quants u (the stored nibble / 5-bit value, or the
-# int8 + 128) is broadcast to every lane (Q4_0/Q4_1: a dword of the record's bytes, masked;
-# Q5_0/Q5_1/Q8_0: from the record decoded in a register), and one vpdpbusd per group adds
-# sum u * x to each activation's i32 lane: after the 8 groups, lane k - z * sum(x_k) = S_k,
-# exactly (|lane| <= 32 * 255 * 128).  The float steps then run lane-wise in spec order, each
-# lane (activation) its own in-order fold over the records: the same bits as the portable dot.
-
-def _record_u8_groups(builder, code, wb):
-    """The 8 <16 x i32> vectors whose every lane holds quants 4g .. 4g+3 of the weight record at
-    ``wb`` as u8 (group g = 0..7)."""
-    v16 = vec(i32, 16)
-
-    def splat_dword(at):
-        d = load(builder, wb, at, i32)
-        return splat_lanes(builder, builder.insert_element(
-            ir.Constant(v16, ir.Undefined), d, ir.Constant(i32, 0)), [0] * 16)
-    qs_at = _LL.QS_AT[code]
-    if _LL.FORMATS[code].field("qs").signed:   # int8 q -> u8 q + 128 (in a register: the
-        # same xor on broadcast dwords sent LLVM's x86 code generation into a loop)
-        q = builder.xor(load(builder, wb, qs_at, vec(i8, 32)), ir.Constant(vec(i8, 32), [-128] * 32))
-        qd = builder.bitcast(q, vec(i32, 8))
-        return [splat_lanes(builder, qd, [g] * 16) for g in range(8)]
-    if _LL.QH_AT[code] < 0:   # nibbles: byte j holds element j (low) and j + 16 (high)
-        low, high = [], []
-        m = ir.Constant(v16, [0x0F0F0F0F] * 16)
-        for c in range(4):
-            d = splat_dword(qs_at + 4 * c)
-            low.append(builder.and_(d, m))
-            high.append(builder.and_(builder.lshr(d, ir.Constant(v16, [4] * 16)), m))
-        return low + high
-    q16 = _legacy_weights(builder, code, wb)   # q - z as i16: back to the stored u8
-    if _LL.ZERO[code]:
-        q16 = builder.add(q16, ir.Constant(vec(i16, 32), [_LL.ZERO[code]] * 32))
-    qd = builder.bitcast(builder.trunc(q16, vec(i8, 32)), vec(i32, 8))
-    return [splat_lanes(builder, qd, [g] * 16) for g in range(8)]
-
-
-@intrinsic
-def legacy_acts_vnni(typingctx, code, ntile, w, w_off, xt, xt_off, xt_step, xf, xz, xf_off,
-                     xf_step, acc, first):
-    """Fold the weight record at byte ``w_off`` of ``w`` against ``ntile`` (a literal: 1 or 2)
-    tiles of 16 activations into ``acc[16 t : 16 t + 16]`` (float32, contiguous): tile t's lane
-    vectors of that record at byte ``xt_off + t * xt_step`` of ``xt`` (uint8, 512 bytes), its
-    f32 dx row at element ``xf_off + t * xf_step`` of ``xf`` (sx 16 elements further, Q8_1), its
-    i32 z * sum(x) row at element ``(xf_off + t * xf_step) // 2`` of ``xz``.
-    acc = v (``first`` != 0) or R32(acc + v) lane by lane.  ``code`` a legacy weight format (a
-    literal); AVX-512 VNNI only."""
-    c = literal_int(code)
-    nt = literal_int(ntile)
-    if c is None or c not in _L_WEIGHT or nt not in (1, 2):
-        return None
-    sig = types.none(code, ntile, w, types.intp, xt, types.intp, types.intp, xf, xz, types.intp,
-                     types.intp, acc, types.intp)
-
-    def codegen(context, builder, signature, args):
-        ops = Ops(builder, True, vnni=True)
-        (_, _, w_arr, w_off_v, xt_arr, xt_off_v, xt_step_v, xf_arr, xz_arr, xf_off_v,
-         xf_step_v, acc_arr, first_v) = args
-        sa = signature.args
-        f32 = ir.FloatType()
-        v16i32, v16f = vec(i32, 16), vec(f32, 16)
-        wb = byte_ptr(context, builder, sa[2], w_arr, w_off_v)
-        groups = _record_u8_groups(builder, c, wb)
-
-        def splat_f(x):
-            return splat_lanes(builder, builder.insert_element(
-                ir.Constant(v16f, ir.Undefined), x, ir.Constant(i32, 0)), [0] * 16)
-        dw = splat_f(builder.fpext(load(builder, wb, _LL.D_AT[c], ir.HalfType()), f32))
-        has_m = _LL.M_AT[c] >= 0
-        mw = splat_f(builder.fpext(load(builder, wb, _LL.M_AT[c], ir.HalfType()), f32)) \
-            if has_m else None
-        xf_base = float_array_ptr(context, builder, sa[7], xf_arr)
-        xz_base = float_array_ptr(context, builder, sa[8], xz_arr)
-        acc_base = float_array_ptr(context, builder, sa[11], acc_arr)
-        zero = ir.Constant(v16i32, [0] * 16)
-        for t in range(nt):
-            off = builder.add(xt_off_v, builder.mul(xt_step_v, ir.Constant(xt_step_v.type, t)))
-            xb = byte_ptr(context, builder, sa[4], xt_arr, off)
-            chains = [zero, zero]
-            for g in range(8):
-                xv = load(builder, xb, 64 * g, vec(i8, 64))
-                chains[g % 2] = vcall(builder, ops.dpbusd, [chains[g % 2], groups[g], xv])
-            s = builder.add(chains[0], chains[1])
-            fo = builder.add(xf_off_v, builder.mul(xf_step_v, ir.Constant(xf_step_v.type, t)))
-            if _U8_BIAS[c]:
-                zp = builder.gep(xz_base, [builder.sdiv(fo, ir.Constant(fo.type, 2))])
-                s = builder.sub(s, builder.load(builder.bitcast(zp, v16i32.as_pointer()),
-                                                align=4))
-            dxp = builder.gep(xf_base, [fo])
-            dx = builder.load(builder.bitcast(dxp, v16f.as_pointer()), align=4)
-            v = builder.fmul(dx, builder.fmul(dw, builder.sitofp(s, v16f)))
-            if has_m:
-                sxp = builder.gep(dxp, [ir.Constant(i64, 16)])
-                sx = builder.load(builder.bitcast(sxp, v16f.as_pointer()), align=4)
-                v = builder.fadd(v, builder.fmul(mw, sx))
-            fold_into(builder, builder.gep(acc_base, [ir.Constant(i64, 16 * t)]), v, first_v)
-        return context.get_dummy_value()
-    return sig, codegen
-
-
-__all__ += ["legacy_acts_vnni", "U8_BIAS"]
+__all__ += ["U8_BIAS"]
 U8_BIAS = _U8_BIAS
 
 
@@ -626,18 +525,7 @@ def legacy_panel_decode(typingctx, code, w, w_off, dec, d_off):
             b.store(v, b.bitcast(b.gep(db, [ir.Constant(i64, off)]), v.type.as_pointer()),
                     align=1)
         v32 = vec(i8, 32)
-        if _LL.FORMATS[c].field("qs").signed:                  # the int8 quants
-            q = load(b, wb, _LL.QS_AT[c], v32)
-        else:                                                   # nibbles (+ fifth bits) - zero
-            qs = load(b, wb, _LL.QS_AT[c], vec(i8, 16))
-            q = b.shuffle_vector(b.and_(qs, ir.Constant(vec(i8, 16), [0x0F] * 16)),
-                                 b.lshr(qs, ir.Constant(vec(i8, 16), [4] * 16)),
-                                 ir.Constant(vec(i32, 32), list(range(32))))
-            if _LL.QH_AT[c] >= 0:   # fifth bits: bit j of the u32 qh -> 16 in lane j
-                mask = b.bitcast(load(b, wb, _LL.QH_AT[c], i32), vec(ir.IntType(1), 32))
-                q = b.or_(q, b.select(mask, ir.Constant(v32, [16] * 32), ir.Constant(v32, None)))
-            if _LL.ZERO[c]:
-                q = b.sub(q, ir.Constant(v32, [_LL.ZERO[c]] * 32))
+        q = _legacy_weights_i8(b, c, wb)
         store(0, q)
         # sum w = sum (w + 128) - 32 * 128, the u8 sum by vpsadbw (exact)
         sad = b.call(decl(b, "llvm.x86.avx2.psad.bw", vec(i64, 4), [v32, v32]),
