@@ -14,7 +14,6 @@ import pytest
 import numba_qk as qk
 from numba_qk.kernels.legacy import kernels as legacy
 from numba_qk.kernels.legacy import x8 as legacy_x8
-from numba_qk.kernels.simd import base as _simd
 from numba_qk.testing.asserts import assert_same_f32
 from records import legacy_extremes
 from subsets import default_few

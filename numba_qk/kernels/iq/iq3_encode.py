@@ -32,7 +32,7 @@ from numba_qk._jit import kernel
 from numba_qk.formats import iq as _iq
 from numba_qk.formats import iq_grids as _g
 from numba_qk.kernels._round import nearest_int
-from numba_qk.kernels.iq.iq2_encode import find_best_neighbour
+from numba_qk.kernels.iq.iq2_encode import find_best_neighbour, weighted_sums
 from numba_qk.kernels.kquants.common import first_nonfinite_block, store_f16
 
 _XXS, _S = _iq.iq3_xxs, _iq.iq3_s
@@ -98,19 +98,6 @@ def group_code(xval, at, idv, L):
         L[at + i] = l
         u |= l << (3 * i)
     return u
-
-
-@kernel
-def weighted_sums(weight, xval, L):
-    """``(sum w x q, sum w q^2)`` over 32 values, ``q = 2 L + 1`` (f32, in order)."""
-    sumqx = _F0
-    sumq2 = _F0
-    for i in range(32):
-        w = weight[i]
-        q = np.float32(2 * L[i] + 1)
-        sumqx = np.float32(sumqx + np.float32(np.float32(w * xval[i]) * q))
-        sumq2 = np.float32(sumq2 + np.float32(np.float32(w * q) * q))
-    return sumqx, sumq2
 
 
 @kernel
@@ -186,7 +173,7 @@ def encode_block(values, b, qw, qoff, weighted, xxs, grid, kmap, nbrs, rec, r,
                     if find_best_neighbour(nbrs, -gi - 1, grid, xval, 4 * k, waux, this_scale,
                                            Laux, 4 * k, 4) < 0:
                         return False
-            sumqx, sumq2 = weighted_sums(weight, xval, Laux)
+            sumqx, sumq2 = weighted_sums(weight, xval, Laux, 32)
             if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best * sumq2):
                 scale = np.float32(sumqx / sumq2)
                 best = np.float32(scale * sumqx)
@@ -211,7 +198,7 @@ def encode_block(values, b, qw, qoff, weighted, xxs, grid, kmap, nbrs, rec, r,
                         return False
                 for i in range(4):
                     L[4 * k + i] = (np.int32(grid[gi, i]) - 1) // 2
-            sumqx, sumq2 = weighted_sums(weight, xval, L)
+            sumqx, sumq2 = weighted_sums(weight, xval, L, 32)
             if sumq2 > _F0:
                 scale = np.float32(sumqx / sumq2)
         if scale < _F0:

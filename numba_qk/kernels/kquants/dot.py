@@ -26,8 +26,8 @@ import numpy as np
 from numba_qk._jit import kernel
 from numba_qk.formats import quant
 from numba_qk.kernels.kquants.common import X_BSUM_AT, X_DS_AT, X_Q_AT, f16_at, f32_at, x_bsum
-from numba_qk.kernels.drive import kernels_for, no_records, register
-from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_raw, prefetch_lines, prefetch_plan
+from numba_qk.kernels.drive import kernels_for, no_records, register, tile_loop_start, tile_loop_store
+from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, load_f16_fpext, load_f32_raw, prefetch_lines
 from numba_qk.kernels.simd.q4_k import R16_BYTES, R16_ROWS, accumulate_acts_x8, accumulate_rows16_vnni, accumulate_rows16_vnni_b2, accumulate_rows_x8, accumulate_rows_x8_vnni, array_address, q4_k_decode_rows16, q4_k_q8_k_sums
 from numba_qk.kernels.simd.amx_q4_k import ACT_BHI_AT, ACT_BLO_AT, ACT_DS_AT, AMX_ACT_BYTES, AMX_ACTS, AMX_CONFIG, AMX_DEC_BYTES, AMX_ROWS, HAVE_AMX, accumulate_amx, amx_begin, amx_end, q4_k_decode_amx
 from numba_qk.kernels.kquants.q4_k import q4_k_scale_min
@@ -142,17 +142,13 @@ def _vnni_gemv(w, x, out):
         return
     rows, g = w.shape[0], w.shape[1]
     ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
-    acc = np.empty(8, np.float32)
-    ahead, per = prefetch_plan(8 * ws0, g)
-    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
+    acc, ahead, per = tile_loop_start(w)
     r = 0
     while rows - r >= 8:
         for b in range(g):   # prefetch as in _simd_gemv
             prefetch_lines(w, r * ws0 + ahead + b * per * 64, per, rows * ws0)
             accumulate_rows_x8_vnni(w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0, b == 0)
-        for k in range(8):
-            out[r + k] = acc[k]
-        r += 8
+        r = tile_loop_store(out, r, acc)
     for rr in range(r, rows):
         out[rr] = _simd_dot(w[rr], x)
 

@@ -48,13 +48,13 @@ from numba_qk.kernels._bits import f16_to_f32
 from numba_qk.kernels._round import c_int8, roundf
 from numba_qk.kernels.kquants.encode_lanes import f16_bits
 from numba_qk.kernels.kquants.q8_k import order_key
-from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, kernels_for, register
-from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, literal_int, prefetch_lines, prefetch_plan
+from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, kernels_for, register, tile_loop_start, tile_loop_store
+from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI, literal_int, prefetch_lines, prefetch_plan
 from numba_qk.kernels.simd.legacy import U8_BIAS, legacy_accumulate_x8, legacy_block_value, legacy_rows_vnni, legacy_rows_vnni_inserts
 from numba_qk.kernels.simd.q4_k import array_address
 from numba_qk.kernels.simd.legacy import LDEC_BYTES, LXT_BYTES, LXT_DX_AT, LXT_SX_AT, ROWS16_CODES, ROWS16_ROW_OF_LANE, legacy_microtile, legacy_panel_decode, legacy_rows16
 
-from numba_qk.kernels.legacy.layout import CODES, FORMATS, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, WEIGHT_FORMATS, D_AT, M_AT, QH_AT, QS_AT, S_AT, X_D_AT, X_QS_AT, X_S_AT, ZERO
+from numba_qk.kernels.legacy.layout import CODES, FORMATS, Q4_0, Q5_0, Q5_1, Q8_0, Q8_1, WEIGHT_FORMATS, D_AT, M_AT, QH_AT, QS_AT, S_AT, X_D_AT, X_QS_AT, X_S_AT, ZERO
 
 _MAGNITUDE = np.int32(0x7FFFFFFF)  # all bits but the sign
 _EXP_ALL_ONES = np.int32(0x7F800000)  # f32 exponent of inf/NaN
@@ -394,9 +394,7 @@ def _vnni_gemv_trip(wcode, w, x, out, trip, gather):
     literally(gather)
     rows, g = w.shape[0], w.shape[1]
     ws0, ws1, xs0 = w.strides[0], w.strides[1], x.strides[0]
-    acc = np.empty(8, np.float32)
-    ahead, per = prefetch_plan(8 * ws0, g)
-    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first tiles, before the loop
+    acc, ahead, per = tile_loop_start(w)
     r = 0
     while rows - r >= 8:
         nxt = r * ws0 + ahead
@@ -416,9 +414,7 @@ def _vnni_gemv_trip(wcode, w, x, out, trip, gather):
             legacy_accumulate_x8(wcode, True, w, r * ws0 + b * ws1, x, b * xs0, ws0, acc, 0,
                                  b == 0)
             b += 1
-        for k in range(8):
-            out[r + k] = acc[k]
-        r += 8
+        r = tile_loop_store(out, r, acc)
     for rr in range(r, rows):
         out[rr] = simd_dot_at(wcode, w, rr * ws0, ws1, x, xs0, g)
 

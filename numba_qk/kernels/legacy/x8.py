@@ -27,10 +27,10 @@ from numba import literally
 
 from numba_qk._jit import kernel
 from numba_qk.kernels.legacy.layout import FORMATS, D_AT, M_AT, QH_AT, QS_AT, X_D_AT, X_QS_AT, X_S_AT, ZERO, Q4_0, Q4_1, Q5_0, Q8_0
-from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI, prefetch, prefetch_plan
+from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch, prefetch_plan
 from numba_qk.kernels.simd.legacy import X8_AUX_BYTES, X8_QS_BYTES, legacy_x8_rows
 from numba_qk.kernels.drive import no_records
-from numba_qk.kernels.legacy.kernels import f16, gemv_loop, simd_dot_at, HAVE_AVX2
+from numba_qk.kernels.legacy.kernels import f16, gemv_loop, simd_dot_at
 
 HAVE_X8 = HAVE_VNNI and HAVE_AVX512
 X8_CODES = (Q4_0, Q4_1, Q5_0, Q8_0)
