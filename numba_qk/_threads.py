@@ -394,13 +394,22 @@ def run(tasks, threads: int) -> int:
     return n
 
 
+def _gemm_rows(gemm, w, x, out, r0, r1):
+    """gemm of weight rows [r0, r1) into a contiguous block, then copied to ``out[:, r0:r1]``
+    (the serial kernels stay compiled for contiguous outputs only)."""
+    block = np.empty((out.shape[0], r1 - r0), np.float32)
+    gemm(w[r0:r1], x, block)
+    out[:, r0:r1] = block
+
+
 def run_rows(gemv, w, x, out, threads: int, per_thread: int = 4, tile: int = 8,
-             per: int = 1) -> int:
+             per: int = 1, gemm: bool = False) -> int:
     """``gemv(w, x, out)`` over row chunks of ``w`` on up to ``threads`` threads including the
     caller, claimed in compiled code (``kernels/_pool.py``); the chunk boundaries are those of
-    ``row_chunks``, and weight rows ``[r0, r1)`` write ``out[per * r0:per * r1]``.  Returns the
-    thread count used.  Where the compiled runner cannot run (``NUMBA_DISABLE_JIT``) the chunks
-    run as Python pieces through ``run``."""
+    ``row_chunks``, and weight rows ``[r0, r1)`` write ``out[per * r0:per * r1]``.  With
+    ``gemm=True``, ``gemv`` is a gemm and rows ``[r0, r1)`` write ``out[:, r0:r1]`` (``per`` =
+    1).  Returns the thread count used.  Where the compiled runner cannot run
+    (``NUMBA_DISABLE_JIT``) the chunks run as Python pieces through ``run``."""
     rows = w.shape[0]
     chunk = _chunk_rows(rows, threads, per_thread, tile)
     n = max(1, min(threads, -(-rows // chunk)))
@@ -408,9 +417,12 @@ def run_rows(gemv, w, x, out, threads: int, per_thread: int = 4, tile: int = 8,
         gemv(w, x, out)
         return 1
     if not _pool.HAVE_ATOMICS:
+        if gemm:
+            return run([(_gemm_rows, (gemv, w, x, out, r0, min(rows, r0 + chunk)))
+                        for r0 in range(0, rows, chunk)], n)
         return run([(gemv, (w[r0:r0 + chunk], x, out[per * r0:per * (r0 + chunk)]))
                     for r0 in range(0, rows, chunk)], n)
-    runner = _pool.rows_runner(gemv)
+    runner = _pool.rows_runner(gemv, gemm)
     ctl = np.zeros(4, np.int64)   # [next chunk, chunks done, helpers back, threads entered]
     call = _Call(runner, (w, x, out, ctl, chunk, 0, 0, _GO, per), n - 1, ctl)
     try:

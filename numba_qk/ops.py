@@ -271,14 +271,6 @@ def find_invalid_records(records, format) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- composed products
 
-def _gemm_rows(gemm, w, x, out, r0, r1):
-    """gemm of weight rows [r0, r1) into a contiguous block, then copied to ``out[:, r0:r1]``
-    (the serial kernels stay compiled for contiguous outputs only)."""
-    block = np.empty((out.shape[0], r1 - r0), np.float32)
-    gemm(w[r0:r1], x, block)
-    out[:, r0:r1] = block
-
-
 def _product(fmt, kind: str, wa, xa, target, nthreads):
     """gemv (``kind='gemv'``) or gemm of ``fmt``'s kernels, on row chunks over up to
     ``nthreads`` threads (``numba_qk._threads``: dynamic claiming, caller included)."""
@@ -288,13 +280,12 @@ def _product(fmt, kind: str, wa, xa, target, nthreads):
     if n == 1:
         (b.gemv if kind == "gemv" else b.gemm)(wa, xa, target)
         return
-    if kind == "gemv":       # chunks claimed in compiled code, one call per thread
+    # chunks claimed in compiled code, one call per thread; a gemm chunk re-tiles the
+    # activations, so fewer, larger chunks there
+    if kind == "gemv":
         _threads.run_rows(b.gemv, wa, xa, target, n)
-        return
-    # A gemm chunk re-tiles the activations, so fewer, larger chunks.
-    tasks = [(_gemm_rows, (b.gemm, wa, xa, target, r0, r1))
-             for r0, r1 in _threads.row_chunks(rows, n, per_thread=2)]
-    _threads.run(tasks, n)
+    else:
+        _threads.run_rows(b.gemm, wa, xa, target, n, per_thread=2, gemm=True)
 
 
 def _repacked(w, lhs_format, what):

@@ -151,10 +151,13 @@ class _RunnerCache(FunctionCache):
                                              module_digest(self._kernel_module)))
 
 
-def rows_runner(gemv):
+def rows_runner(gemv, gemm=False):
     """A kernel ``run(w, x, out, ctl, chunk, wait_iters, caller, go, per)`` for the serial
     kernel ``gemv(w, x, out)`` (weights ``[rows, ...]``, ``out[per * rows]``: ``per`` outputs
-    per weight row, e.g. the 16 rows of a repacked tile).  ``ctl`` is an int64 array:
+    per weight row, e.g. the 16 rows of a repacked tile).  With ``gemm=True`` the serial kernel
+    is a gemm ``(w, x, out)`` with ``out[batch, rows]`` (``per`` = 1): each chunk of rows
+    ``[r0, r1)`` is computed into a contiguous block (the serial gemms are compiled for
+    contiguous outputs) and copied to ``out[:, r0:r1]``.  ``ctl`` is an int64 array:
     ``[next chunk, chunks done, helpers back, threads entered]``; the caller counts its entry
     in ``go[0]`` too (``spin_until_changed``).  Each thread counts itself
     in ``ctl[3]``, claims row chunks ``[i * chunk, (i + 1) * chunk)`` through
@@ -165,7 +168,7 @@ def rows_runner(gemv):
     (``ctl[2]``, counted by the pool), so that it does not queue for the GIL behind a helper's
     Python bookkeeping; that wait changes no result.  The pool's workers pass
     ``wait_iters=0, caller=0``."""
-    run = _RUNNERS.get(gemv)
+    run = _RUNNERS.get((gemv, gemm))
     if run is None:
         @kernel
         def run(w, x, out, ctl, chunk, wait_iters, caller, go, per):
@@ -181,7 +184,12 @@ def rows_runner(gemv):
                     break
                 r0 = i * step
                 r1 = min(rows, r0 + step)
-                gemv(w[r0:r1], x, out[r0 * per:min(np.int64(out.shape[0]), r1 * per)])
+                if gemm:   # a closure constant: numba compiles one branch only
+                    block = np.empty((x.shape[0], r1 - r0), np.float32)
+                    gemv(w[r0:r1], x, block)
+                    out[:, r0:r1] = block
+                else:
+                    gemv(w[r0:r1], x, out[r0 * per:min(np.int64(out.shape[0]), r1 * per)])
                 fetch_add(ctl, 1, np.int64(1))
             if wait_count(ctl, 1, n, wait_iters) == 0:
                 return np.int64(0)
@@ -192,6 +200,7 @@ def rows_runner(gemv):
                     cpu_relax()
             return np.int64(1)
 
-        run._cache = _RunnerCache(run.py_func, kernel_identity(gemv), gemv.py_func.__module__)
-        _RUNNERS[gemv] = run
+        identity = kernel_identity(gemv) + (" gemm" if gemm else "")
+        run._cache = _RunnerCache(run.py_func, identity, gemv.py_func.__module__)
+        _RUNNERS[(gemv, gemm)] = run
     return run

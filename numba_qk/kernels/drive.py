@@ -409,24 +409,30 @@ GEMM_TILE_MIN_BATCH = 3
 _PANEL_BYTES = 384 << 10   # decoded weight bytes per panel (64 rows of 4096 columns)
 
 
+@inline_kernel
+def quad_at(x, a, b, at):
+    """Bytes ``at .. at+3`` of record ``x[a, b]`` as one little-endian uint32 (any alignment)."""
+    return (np.uint32(x[a, b, at]) | (np.uint32(x[a, b, at + 1]) << np.uint32(8))
+            | (np.uint32(x[a, b, at + 2]) << np.uint32(16))
+            | (np.uint32(x[a, b, at + 3]) << np.uint32(24)))
+
+
 @kernel
 def x_tiles16(x, xt, base):
     """Q8_K activations ``x`` ``[batch, G, 292]`` (contiguous record bytes) into tiles of 16 at
     byte ``base`` of the zeroed uint8 ``xt``, ``XT_BYTES`` per tile and record
     (simd/iq_grid.py): the quants plus BIAS as u8 in quads, then ds, then the bsum pairs."""
     batch, g = x.shape[0], x.shape[1]
+    xw = xt.view(np.uint32)     # every entry is one dword of a tile (``base`` 4-byte aligned)
     for a in range(batch):
         tile, lane = a // 16, a % 16
         for b in range(g):
-            at = base + (tile * g + b) * _XT
+            at = (base + (tile * g + b) * _XT) // 4 + lane
             for k in range(64):
-                for e in range(4):
-                    xt[at + 64 * k + 4 * lane + e] = x[a, b, _XQ_AT + 4 * k + e] ^ np.uint8(0x80)
-            for e in range(4):
-                xt[at + _panel.XT_DS_AT + 4 * lane + e] = x[a, b, _XDS_AT + e]
+                xw[at + 16 * k] = quad_at(x, a, b, _XQ_AT + 4 * k) ^ np.uint32(0x80808080)
+            xw[at + _panel.XT_DS_AT // 4] = quad_at(x, a, b, _XDS_AT)
             for k in range(8):
-                for e in range(4):
-                    xt[at + _panel.XT_BS_AT + 64 * k + 4 * lane + e] = x[a, b, _XBS_AT + 4 * k + e]
+                xw[at + (_panel.XT_BS_AT + 64 * k) // 4] = quad_at(x, a, b, _XBS_AT + 4 * k)
 
 
 def panel_gemm(decode, microtile, fallback):

@@ -48,7 +48,7 @@ from numba_qk.kernels._bits import f16_to_f32
 from numba_qk.kernels._round import c_int8, roundf
 from numba_qk.kernels.kquants.encode_lanes import f16_bits
 from numba_qk.kernels.kquants.q8_k import order_key
-from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, kernels_for, register, tile_loop_start, tile_loop_store
+from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, kernels_for, quad_at, register, tile_loop_start, tile_loop_store
 from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI, literal_int, prefetch_lines, prefetch_plan
 from numba_qk.kernels.simd.legacy import U8_BIAS, legacy_accumulate_x8, legacy_block_value, legacy_rows_vnni, legacy_rows_vnni_inserts
 from numba_qk.kernels.simd.q4_k import array_address
@@ -472,14 +472,16 @@ def x_tiles16(wcode, x, xt, base):
     ``LXT_BYTES`` per tile and record (simd/legacy.py): the quants plus 128 as u8, dx, sx."""
     batch, g = x.shape[0], x.shape[1]
     xf = xt.view(np.float32)
+    xw = xt.view(np.uint32)   # a quad of quants is one dword of the tile (4-byte aligned)
     x_at, d_at, s_at = X_QS_AT[wcode], X_D_AT[wcode], X_S_AT[wcode]
     for a in range(batch):
         tile, lane = a // _LANES, a % _LANES
         xa = x[a]
         for b in range(g):
             at = base + (tile * g + b) * LXT_BYTES
-            for j in range(32):
-                xt[at + 64 * (j // 4) + 4 * lane + j % 4] = xa[b, x_at + j] ^ np.uint8(0x80)
+            for k in range(8):
+                xw[(at + 64 * k) // 4 + lane] = (quad_at(x, a, b, x_at + 4 * k)
+                                                 ^ np.uint32(0x80808080))
             xf[(at + LXT_DX_AT) // 4 + lane] = f16(xa, b, d_at)
             if s_at >= 0:
                 xf[(at + LXT_SX_AT) // 4 + lane] = f16(xa, b, s_at)
