@@ -513,6 +513,7 @@ def _panel_gemm(wcode, w, x, out):
     acc = np.empty(8 * _LANES, np.float32)
     ws0, ws1 = w.strides[0], w.strides[1]
     ahead, lines = prefetch_plan(ws0, 1)     # rows ~64 KiB ahead (the hardware prefetcher
+    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first ~64 KiB, before the loop
     for p0 in range(0, bands, panel):        # alone left the decode at ~1/3 of the read rate)
         p1 = min(bands, p0 + panel)
         for r in range(8 * p0, min(rows, 8 * p1)):
