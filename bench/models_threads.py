@@ -4,7 +4,7 @@
         [--repeat 5] [--threads 2]
 
 Prompt (one batch of ``--prompt`` ids, fresh context) and decode (``--decode`` greedy tokens with
-the KV cache) tokens/s, best of ``--repeat`` runs alternating the thread counts in one process
+the KV cache) tokens/s, best and median of ``--repeat`` runs alternating the thread counts in one process
 (the first, cache-loading run not timed).  The adaptive thread count is switched off, so the
 asked-for count runs even if another process is busy: run it on a quiet machine, and give the
 load average with the figures.  Without MODEL: the two files of issue 23 from
@@ -13,6 +13,7 @@ load average with the figures.  Without MODEL: the two files of issue 23 from
 
 import argparse
 import os
+import statistics
 import sys
 from pathlib import Path
 
@@ -38,16 +39,18 @@ def main():
     for path in paths:
         ms = {n: models.load(path, threads=n) for n in counts}
         ids = prompt_ids(ms[1].n_vocab, a.prompt)
-        best = {n: [0.0, 0.0] for n in counts}
+        runs = {n: [] for n in counts}
         for rep in range(a.repeat + 1):
             for n in counts:
                 p, dec = run_ours(ms[n], ids, a.decode)
                 if rep:
-                    best[n] = [max(best[n][0], p), max(best[n][1], dec)]
-        b1, bn = best[1], best[a.threads]
-        print(f"{Path(path).name}: prompt {b1[0]:.1f} -> {bn[0]:.1f} tok/s ({bn[0] / b1[0]:.2f}x), "
-              f"decode {b1[1]:.1f} -> {bn[1]:.1f} tok/s ({bn[1] / b1[1]:.2f}x), "
-              f"{a.threads} threads vs 1")
+                    runs[n].append((p, dec))
+        for what, stat in (("best", max), ("median", statistics.median)):
+            b1 = [stat(r[i] for r in runs[1]) for i in (0, 1)]
+            bn = [stat(r[i] for r in runs[a.threads]) for i in (0, 1)]
+            print(f"{Path(path).name} ({what} of {a.repeat}): prompt {b1[0]:.1f} -> {bn[0]:.1f} "
+                  f"tok/s ({bn[0] / b1[0]:.2f}x), decode {b1[1]:.1f} -> {bn[1]:.1f} tok/s "
+                  f"({bn[1] / b1[1]:.2f}x), {a.threads} threads vs 1")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
