@@ -132,3 +132,12 @@ def test_rounding_helpers():
     for r, want in [(127.0, 127), (128.0, 127), (1e30, 127), (-128.0, -128), (-129.0, -128),
                     (-3e38, -128), (0.0, 0), (-0.0, 0), (-5.0, -5)]:
         assert saturate_i8(np.float32(r)) == want
+
+
+def test_every_decoded_fields_type_is_exported():
+    """``decode``'s result type for every record format is a public name of ``numba_qk``
+    (users check ``isinstance(fields, qk.IQGridFields)``)."""
+    for fmt in qk.quant:
+        got = qk.decode(np.zeros((1, fmt.block_bytes), np.uint8), fmt)
+        name = type(got).__name__
+        assert name in qk.__all__ and getattr(qk, name) is type(got), (fmt.name, name)
