@@ -5,26 +5,35 @@ matmul against ``dot_<t>_q8_k_portable`` on random bytes (NaN/inf scales), extre
 ggml-like data, over 8-row tiles with leftover rows, 8-activation tiles with leftover
 activations and several record blocks, G = 0, 1, strided, read-only and unaligned inputs.
 
-IQ3_XXS (record value, 8-row and 8-activation tiles) for the products and IQ2_XS, IQ3_S for the
-record sums in the default run (each case compiles its own specialisations); the others under
-``-m slow``."""
+IQ4_XS is not a grid format but runs through the same SIMD record values, tiles and panel gemm
+(``simd.iq_grid._units_iq4_xs``), so it is checked here too, against ``kernels.iq.iq4``'s
+portable loops.
+
+IQ3_XXS and IQ4_XS (record value, 8-row and 8-activation tiles) for the products and IQ3_S,
+IQ4_XS for the record sums in the default run (each case compiles its own specialisations); the
+others under ``-m slow``."""
 
 import numpy as np
 import pytest
 
 import numba_qk as qk
-from numba_qk.kernels.iq import grid
+from numba_qk.kernels.iq import grid, iq4
 from numba_qk.kernels.simd import base as _simd
 from numba_qk.testing.asserts import assert_same_f32
 from records import random_iq_grid, unaligned
 from subsets import default_few
 
-NAMES = ["iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"]
+NAMES = ["iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m", "iq4_xs"]
+
+
+def _module(name):
+    """The kernel module of format ``name``: its portable loops and its dot / gemv / gemm."""
+    return iq4 if name == "iq4_xs" else grid
 needs_simd = pytest.mark.skipif(not _simd.HAVE_AVX2, reason="no AVX2/F16C on this machine")
 
 
 @needs_simd
-@pytest.mark.parametrize("name", default_few(NAMES, {"iq3_s"}))
+@pytest.mark.parametrize("name", default_few(NAMES, {"iq3_s", "iq4_xs"}))
 def test_simd_sums_equal_the_loops_on_any_bytes(name, rng):
     """S of the vector decoder (with and without VNNI, where the machine has it) == the
     portable record_sums on random bytes, all-0xFF / all-0x00 weights and extreme activations
@@ -33,7 +42,7 @@ def test_simd_sums_equal_the_loops_on_any_bytes(name, rng):
 
     from numba_qk.kernels.simd import iq_grid as sg
 
-    sums = getattr(grid, f"record_sums_{name}_q8_k")
+    sums = getattr(_module(name), f"record_sums_{name}_q8_k")
     variants = ["avx2"] + (["avx2vnni"] if _simd.HAVE_VNNI else [])
     w = rng.integers(0, 256, (512, getattr(qk.quant, name).block_bytes), dtype=np.uint8)
     x = rng.integers(0, 256, (512, 292), dtype=np.uint8)
@@ -57,7 +66,7 @@ def test_simd_sums_equal_the_loops_on_any_bytes(name, rng):
         assert (out[:, 0] == out[:, 1]).all(), (var, np.flatnonzero(out[:, 0] != out[:, 1])[:5])
 
 
-@pytest.mark.parametrize("name", default_few(NAMES, {"iq3_xxs"}))  # value + both tiles
+@pytest.mark.parametrize("name", default_few(NAMES, {"iq3_xxs", "iq4_xs"}))  # value + tiles
 def test_fast_paths_equal_the_portable_definition(name, rng):
     """dot, gemv (2 tiles of 8 rows + 3 leftover rows), gemm (2 tiles of 8 activations + 3
     leftover, 2 record blocks; with AVX-512 VNNI a full and a partial tile of 16 activations
@@ -66,8 +75,8 @@ def test_fast_paths_equal_the_portable_definition(name, rng):
     read-only and unaligned inputs and G = 0, 1."""
     fmt = getattr(qk.quant, name)
     t = name
-    port = getattr(grid, f"dot_{t}_q8_k_portable")
-    dot, gemv, gemm = (getattr(grid, f"{k}_{t}_q8_k") for k in ("dot", "gemv", "gemm"))
+    port = getattr(_module(name), f"dot_{t}_q8_k_portable")
+    dot, gemv, gemm = (getattr(_module(name), f"{k}_{t}_q8_k") for k in ("dot", "gemv", "gemm"))
     rows, batch = 19, 19
     for g in (10, 1, 0):
         w = random_iq_grid(rng, fmt, rows * g).reshape(rows, g, fmt.block_bytes)

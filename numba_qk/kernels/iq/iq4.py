@@ -31,7 +31,8 @@ from numba_qk.formats.iq import KVALUES_IQ4NL, iq4_nl as _NL, iq4_xs as _XS
 from numba_qk.formats.kquants import q8_k as _Q8K
 from numba_qk.formats.legacy import q8_0 as _Q80
 from numba_qk.kernels._round import nearest_int
-from numba_qk.kernels.drive import kernels_for, register
+from numba_qk.kernels.drive import kernels_for, panel_gemm, register
+from numba_qk.kernels.simd import iq_grid as _simd
 from numba_qk.kernels.kquants.common import f16_at, first_nonfinite_block, portable_dot_for, store_f16, x_ds
 
 KVALUES = np.array(KVALUES_IQ4NL, np.int8)
@@ -157,10 +158,18 @@ dot_iq4_xs_q8_k_portable = portable_dot_for(_XS, value=record_value_iq4_xs_q8_k)
 
 
 # The shared driver (kernels/drive.py) makes dot / gemv / gemm from the portable row dots.
+# IQ4_XS has the shape of the grid IQ formats (int8 multipliers, one scale per 32 elements,
+# v = R32(ds * R32(d * f32(S)))): simd/iq_grid.py's record value, 8-row gemv tile and, with
+# AVX-512 VNNI, the panel gemm serve it (the 8-activation tile otherwise); results equal the
+# portable dot bit for bit (tests/iq/test_iq4.py).
 register(_NL.ggml_type, loop_dot=dot_iq4_nl_q8_0_portable)
-register(_XS.ggml_type, loop_dot=dot_iq4_xs_q8_k_portable)
+register(_XS.ggml_type, loop_dot=dot_iq4_xs_q8_k_portable, value=_simd.iq4_xs_q8_k_value,
+         rows_x8=_simd.iq4_xs_rows_x8,
+         acts_x8=None if _simd.HAVE_GEMM_TILES else _simd.iq4_xs_acts_x8)
 dot_iq4_nl_q8_0, gemv_iq4_nl_q8_0, gemm_iq4_nl_q8_0 = kernels_for(_NL.ggml_type)
 dot_iq4_xs_q8_k, gemv_iq4_xs_q8_k, gemm_iq4_xs_q8_k = kernels_for(_XS.ggml_type)
+if _simd.HAVE_GEMM_TILES:   # batches of 3 or more: records decoded once per call
+    gemm_iq4_xs_q8_k = panel_gemm(_simd.iq4_xs_decode, _simd.microtile_sub32, gemm_iq4_xs_q8_k)
 
 
 # ---- quantizers (ggml quantize_row_iq4_nl_impl, ntry = 7, no imatrix) ---------------------------

@@ -431,6 +431,36 @@ def _d_iq1_m(b, wbs):
     return b.fpext(b.bitcast(b.trunc(bits, vec(i16, n)), vec(ir.HalfType(), n)), vec(_F32, n))
 
 
+_XS4 = _iq.iq4_xs
+_XS4_LS, _XS4_QS = _XS4.field("ls").start, _XS4.field("qs").start
+
+
+def _units_iq4_xs(b, wb):
+    """IQ4_XS (not a grid format, but the same shape: signed int8 multipliers and one scale per
+    32 elements): unit s is the 16 code bytes at ``qs + 16 s``, low nibbles then high ones,
+    through ``kvalues_iq4nl`` (``pshufb``: |k| <= 127, so ``psignb`` and ``pmaddubsw`` stay
+    exact), its scale ``ls_s - 32`` (6 bits: nibble s % 2 of scales_l byte s // 2, bits 2s of
+    the scales_h word as bits 4, 5)."""
+    pshufb = decl(b, "llvm.x86.ssse3.pshuf.b.128", vec(i8, 16), [vec(i8, 16), vec(i8, 16)])
+    table = ir.Constant(vec(i8, 16), list(_iq.KVALUES_IQ4NL))
+    v16 = vec(i16, 8)
+    lo = b.zext(splat_lanes(b, load(b, wb, _XS4_LS + 2, vec(i8, 4)), [s // 2 for s in range(8)]),
+                v16)
+    hi = splat_lanes(b, load(b, wb, _XS4_LS, vec(i16, 1)), [0] * 8)
+    ls = b.or_(_lanes(b, lo, [4 * (s % 2) for s in range(8)], 15),
+               b.shl(_lanes(b, hi, [2 * s for s in range(8)], 3), ir.Constant(v16, [4] * 8)))
+    sc = b.sub(ls, ir.Constant(v16, [32] * 8))
+    out = []
+    for s in range(8):
+        packed = load(b, wb, _XS4_QS + 16 * s, vec(i8, 16))
+        lo4 = b.and_(packed, ir.Constant(vec(i8, 16), [0x0F] * 16))
+        hi4 = b.lshr(packed, ir.Constant(vec(i8, 16), [4] * 16))
+        q = b.shuffle_vector(b.call(pshufb, [table, lo4]), b.call(pshufb, [table, hi4]),
+                             ir.Constant(vec(i32, 32), list(range(32))))
+        out.append((q, None, _unit_scales(b, sc, s)))
+    return out
+
+
 FORMATS = {f.name: f for f in (
     _Fmt(_iq.iq2_xxs, 0.125, _units_iq2_xxs),
     _Fmt(_iq.iq2_xs, 0.125, _units_iq2_xs, sub=16),
@@ -439,6 +469,7 @@ FORMATS = {f.name: f for f in (
     _Fmt(_iq.iq3_s, 1.0, _units_iq3_s),
     _Fmt(_iq.iq1_s, 0.125, _units_iq1_s),
     _Fmt(_iq.iq1_m, 0.125, _units_iq1_m, d_at=None, sub=16),
+    _Fmt(_XS4, 1.0, _units_iq4_xs),
 )}
 
 
