@@ -32,7 +32,7 @@ from numba_qk.formats.kquants import q8_k as _Q8K
 from numba_qk.formats.legacy import q8_0 as _Q80
 from numba_qk.kernels._round import nearest_int
 from numba_qk.kernels.drive import kernels_for, panel_gemm, register
-from numba_qk.kernels.simd import iq_grid as _simd
+from numba_qk.kernels.simd import iq4_nl as _simd_nl, iq_grid as _simd
 from numba_qk.kernels.kquants.common import f16_at, first_nonfinite_block, portable_dot_for, store_f16, x_ds
 
 KVALUES = np.array(KVALUES_IQ4NL, np.int8)
@@ -157,12 +157,14 @@ dot_iq4_nl_q8_0_portable = portable_dot_for(_NL, value=record_value_iq4_nl_q8_0)
 dot_iq4_xs_q8_k_portable = portable_dot_for(_XS, value=record_value_iq4_xs_q8_k)
 
 
-# The shared driver (kernels/drive.py) makes dot / gemv / gemm from the portable row dots.
+# The shared driver (kernels/drive.py) makes dot / gemv / gemm from the portable row dots and
+# the SIMD record values and 8-lane tiles: IQ4_NL's in simd/iq4_nl.py.
 # IQ4_XS has the shape of the grid IQ formats (int8 multipliers, one scale per 32 elements,
 # v = R32(ds * R32(d * f32(S)))): simd/iq_grid.py's record value, 8-row gemv tile and, with
 # AVX-512 VNNI, the panel gemm serve it (the 8-activation tile otherwise); results equal the
 # portable dot bit for bit (tests/iq/test_iq4.py).
-register(_NL.ggml_type, loop_dot=dot_iq4_nl_q8_0_portable)
+register(_NL.ggml_type, loop_dot=dot_iq4_nl_q8_0_portable, value=_simd_nl.iq4_nl_q8_0_value,
+         rows_x8=_simd_nl.iq4_nl_rows_x8, acts_x8=_simd_nl.iq4_nl_acts_x8)
 register(_XS.ggml_type, loop_dot=dot_iq4_xs_q8_k_portable, value=_simd.iq4_xs_q8_k_value,
          rows_x8=_simd.iq4_xs_rows_x8,
          acts_x8=None if _simd.HAVE_GEMM_TILES else _simd.iq4_xs_acts_x8)

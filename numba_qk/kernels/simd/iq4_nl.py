@@ -1,0 +1,84 @@
+"""Explicit-SIMD record values of IQ4_NL against Q8_0 (LLVM IR through numba intrinsics, the
+plumbing of ``base.py``): the record value and the 8-lane tiles of the driver
+(``kernels/drive.py``), registered by ``kernels/iq/iq4.py``; equal bit for bit to its portable
+loops.
+
+Integers, per record pair (exact in any order): the 16 code bytes split into nibbles, low ones
+first (elements 0..15, then 16..31), looked up in ``kvalues_iq4nl`` by ``pshufb`` (int8, |k| <=
+127); ``k' = psignb(k, q)`` carries the activation quant's sign (|k'| <= 127, and 0 where q = 0),
+``pmaddubsw(|q|, k')`` multiplies (|q| as u8: |-128| = 128; each i16 pair <= 2 * 128 * 127 =
+32512, no saturation), ``pmaddwd`` with ones (``vpdpwssd`` with VNNI) widens to i32 lanes whose
+sum is ``S`` (|S| <= 32 * 127 * 128 < 2**20).
+Floats: the portable steps, lane by lane, ``v = R32(d_x * R32(f32(d) * f32(S)))`` (no fast-math
+flags).  The records' bytes must be contiguous (the driver checks it).
+"""
+
+from llvmlite import ir
+
+from numba_qk.formats.iq import KVALUES_IQ4NL, iq4_nl as _NL
+from numba_qk.formats.legacy import q8_0 as _Q80
+from numba_qk.kernels.simd.base import (HAVE_VNNI, Ops, decl, gather_f16, i8, i16, i32, load,
+                                        record_intrinsic, reduce_many, tile_intrinsic, vec)
+
+_D_AT, _QS_AT = _NL.field("d").start, _NL.field("qs").start
+_X_D_AT, _X_QS_AT = _Q80.field("d").start, _Q80.field("qs").start
+_V16, _V32 = vec(i8, 16), vec(i8, 32)
+
+
+def _codes(b, wb):
+    """<32 x i8>: the record's 32 values k(c) in element order."""
+    pshufb = decl(b, "llvm.x86.ssse3.pshuf.b.128", _V16, [_V16, _V16])
+    table = ir.Constant(_V16, list(KVALUES_IQ4NL))
+    packed = load(b, wb, _QS_AT, _V16)
+    lo = b.and_(packed, ir.Constant(_V16, [0x0F] * 16))
+    hi = b.lshr(packed, ir.Constant(_V16, [4] * 16))
+    return b.shuffle_vector(b.call(pshufb, [table, lo]), b.call(pshufb, [table, hi]),
+                            ir.Constant(vec(i32, 32), list(range(32))))
+
+
+def _sums(b, ops, wbs, xbs):
+    """<n x i32> S of the record pairs zip(wbs, xbs); a record listed several times (the same IR
+    value) is decoded once."""
+    psign = decl(b, "llvm.x86.avx2.psign.b", _V32, [_V32, _V32])
+    ones = ir.Constant(vec(i16, 16), [1] * 16)
+    codes, xs, accs = {}, {}, []
+    for wb, xb in zip(wbs, xbs):
+        if id(wb) not in codes:
+            codes[id(wb)] = _codes(b, wb)
+        if id(xb) not in xs:
+            q = load(b, xb, _X_QS_AT, _V32)
+            neg = b.ashr(q, ir.Constant(_V32, [7] * 32))
+            xs[id(xb)] = (q, b.sub(b.xor(q, neg), neg))      # (q, |q| as u8)
+        q, aq = xs[id(xb)]
+        p = b.call(ops.maddubs, [aq, b.call(psign, [codes[id(wb)], q])])
+        if ops.dpwssd is not None:
+            accs.append(b.call(ops.dpwssd, [ir.Constant(vec(i32, 8), None), p, ones]))
+        else:
+            accs.append(b.call(ops.maddwd, [p, ones]))
+    return reduce_many(b, accs)
+
+
+def _values(b, ops, wbs, xbs):
+    """<n x float> record values v = R32(d_x * R32(f32(d) * f32(S))), lane by lane."""
+    n = len(wbs)
+    s = _sums(b, ops, wbs, xbs)
+    d = gather_f16(b, wbs, _D_AT)
+    dx = gather_f16(b, xbs, _X_D_AT)
+    return b.fmul(dx, b.fmul(d, b.sitofp(s, vec(ir.FloatType(), n))))
+
+
+def _make_tile(over_rows):
+    def make_values(builder):
+        ops = Ops(builder, False, HAVE_VNNI)
+        return lambda wbs, xbs: _values(builder, ops, wbs, xbs)
+    return tile_intrinsic(over_rows, 8, make_values)
+
+
+iq4_nl_q8_0_value = record_intrinsic(
+    True, lambda b, wb, xb: _values(b, Ops(b, False, HAVE_VNNI), [wb], [xb]))
+iq4_nl_q8_0_s = record_intrinsic(
+    False, lambda b, wb, xb: _sums(b, Ops(b, False, HAVE_VNNI), [wb], [xb]))
+iq4_nl_rows_x8 = _make_tile(True)
+iq4_nl_acts_x8 = _make_tile(False)
+
+__all__ = ["iq4_nl_q8_0_value", "iq4_nl_q8_0_s", "iq4_nl_rows_x8", "iq4_nl_acts_x8"]
