@@ -32,6 +32,8 @@ from numba_qk.formats.kquants import q8_k as _Q8K
 from numba_qk.formats.legacy import q8_0 as _Q80
 from numba_qk.kernels._round import nearest_int
 from numba_qk.kernels.drive import kernels_for, panel_gemm, register
+from numba_qk.kernels.legacy import kernels as _legacy
+from numba_qk.kernels.legacy.layout import Q4_0 as _LEGACY_Q4_0
 from numba_qk.kernels.simd import iq4_nl as _simd_nl, iq_grid as _simd
 from numba_qk.kernels.kquants.common import f16_at, first_nonfinite_block, portable_dot_for, store_f16, x_ds
 
@@ -172,6 +174,22 @@ dot_iq4_nl_q8_0, gemv_iq4_nl_q8_0, gemm_iq4_nl_q8_0 = kernels_for(_NL.ggml_type)
 dot_iq4_xs_q8_k, gemv_iq4_xs_q8_k, gemm_iq4_xs_q8_k = kernels_for(_XS.ggml_type)
 if _simd.HAVE_GEMM_TILES:   # batches of 3 or more: records decoded once per call
     gemm_iq4_xs_q8_k = panel_gemm(_simd.iq4_xs_decode, _simd.microtile_sub32, gemm_iq4_xs_q8_k)
+
+if _legacy.HAVE_LEGACY_VNNI:
+    # IQ4_NL's records decoded into the legacy panel layout run the legacy panel gemm as Q4_0
+    # (the same Q8_0 activations and float steps, v = R32(dx * R32(d * f32(S)))).
+    _nl_panel = _legacy.panel_gemm_over(_simd_nl.iq4_nl_panel_decode)
+    _gemm_nl_tiles = gemm_iq4_nl_q8_0
+
+    @kernel
+    def gemm_iq4_nl_q8_0(w, x, out):
+        """``out[a, r] = dot_iq4_nl_q8_0(w[r], x[a])``: batches of 3 or more with contiguous
+        record bytes by decoded records (the legacy panel gemm), others by the driver's tiles."""
+        if (w.shape[1] != 0 and x.shape[0] >= _legacy.PANEL_MIN_BATCH and w.strides[2] == 1
+                and x.strides[2] == 1):
+            _nl_panel(_LEGACY_Q4_0, w, x, out)
+        else:
+            _gemm_nl_tiles(w, x, out)
 
 
 # ---- quantizers (ggml quantize_row_iq4_nl_impl, ntry = 7, no imatrix) ---------------------------

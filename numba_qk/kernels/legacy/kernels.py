@@ -492,43 +492,52 @@ def x_tiles16(wcode, x, xt, base):
 _PANEL_BYTES = 384 << 10
 
 
-@kernel
-def _panel_gemm(wcode, w, x, out):
-    """The gemm by decoded records (simd/legacy.py): the weight records decoded once per call a
-    panel of bands of 8 rows at a time, the activations laid out once in tiles of 16, then per
-    (tile, band) one microtile folds every record of the band's rows in order."""
-    literally(wcode)
-    batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
-    if rows == 0:                                    # an empty result (and no panel)
-        return
-    tiles = (batch + _LANES - 1) // _LANES
-    xt = np.zeros(tiles * g * LXT_BYTES + 64, np.uint8)
-    xb = (64 - array_address(xt) % 64) % 64
-    x_tiles16(wcode, x, xt, xb)
-    band_bytes = 8 * g * LDEC_BYTES
-    bands = (rows + 7) // 8
-    panel = min(bands, max(1, _PANEL_BYTES // band_bytes))
-    dec = np.zeros(panel * band_bytes + 64, np.uint8)
-    db = (64 - array_address(dec) % 64) % 64
-    acc = np.empty(8 * _LANES, np.float32)
-    ws0, ws1 = w.strides[0], w.strides[1]
-    ahead, lines = prefetch_plan(ws0, 1)     # rows ~64 KiB ahead (the hardware prefetcher
-    prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first ~64 KiB, before the loop
-    for p0 in range(0, bands, panel):        # alone left the decode at ~1/3 of the read rate)
-        p1 = min(bands, p0 + panel)
-        for r in range(8 * p0, min(rows, 8 * p1)):
-            prefetch_lines(w, r * ws0 + ahead, lines, rows * ws0)
-            at = db + ((r - 8 * p0) // 8) * band_bytes + (r % 8) * LDEC_BYTES
-            for b in range(g):
-                legacy_panel_decode(wcode, w, r * ws0 + b * ws1, dec, at + 8 * b * LDEC_BYTES)
-        for tile in range(tiles):
-            na = min(_LANES, batch - _LANES * tile)
-            for band in range(p0, p1):
-                legacy_microtile(wcode, dec, db + (band - p0) * band_bytes, xt,
-                                 xb + tile * g * LXT_BYTES, g, acc)
-                for t in range(min(8, rows - 8 * band)):
-                    for k in range(na):
-                        out[_LANES * tile + k, 8 * band + t] = acc[_LANES * t + k]
+def panel_gemm_over(decode):
+    """The gemm by decoded records over the record decoder ``decode(wcode, w, w_off, dec,
+    d_off)`` (an intrinsic writing simd/legacy.py's LDEC layout): the weight records decoded
+    once per call a panel of bands of 8 rows at a time, the activations (paired with weight
+    format ``wcode``) laid out once in tiles of 16, then per (tile, band) one microtile folds
+    every record of the band's rows in order.  ``legacy_panel_decode`` for the legacy formats;
+    IQ4_NL (kernels/iq/iq4.py) decodes its own records into the same layout and runs as Q4_0
+    (same activations, same float steps)."""
+    @kernel
+    def panel_gemm(wcode, w, x, out):
+        literally(wcode)
+        batch, rows, g = x.shape[0], w.shape[0], w.shape[1]
+        if rows == 0:                                    # an empty result (and no panel)
+            return
+        tiles = (batch + _LANES - 1) // _LANES
+        xt = np.zeros(tiles * g * LXT_BYTES + 64, np.uint8)
+        xb = (64 - array_address(xt) % 64) % 64
+        x_tiles16(wcode, x, xt, xb)
+        band_bytes = 8 * g * LDEC_BYTES
+        bands = (rows + 7) // 8
+        panel = min(bands, max(1, _PANEL_BYTES // band_bytes))
+        dec = np.zeros(panel * band_bytes + 64, np.uint8)
+        db = (64 - array_address(dec) % 64) % 64
+        acc = np.empty(8 * _LANES, np.float32)
+        ws0, ws1 = w.strides[0], w.strides[1]
+        ahead, lines = prefetch_plan(ws0, 1)     # rows ~64 KiB ahead (the hardware prefetcher
+        prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first ~64 KiB, before the loop
+        for p0 in range(0, bands, panel):        # alone left the decode at ~1/3 of the rate)
+            p1 = min(bands, p0 + panel)
+            for r in range(8 * p0, min(rows, 8 * p1)):
+                prefetch_lines(w, r * ws0 + ahead, lines, rows * ws0)
+                at = db + ((r - 8 * p0) // 8) * band_bytes + (r % 8) * LDEC_BYTES
+                for b in range(g):
+                    decode(wcode, w, r * ws0 + b * ws1, dec, at + 8 * b * LDEC_BYTES)
+            for tile in range(tiles):
+                na = min(_LANES, batch - _LANES * tile)
+                for band in range(p0, p1):
+                    legacy_microtile(wcode, dec, db + (band - p0) * band_bytes, xt,
+                                     xb + tile * g * LXT_BYTES, g, acc)
+                    for t in range(min(8, rows - 8 * band)):
+                        for k in range(na):
+                            out[_LANES * tile + k, 8 * band + t] = acc[_LANES * t + k]
+    return panel_gemm
+
+
+_panel_gemm = panel_gemm_over(legacy_panel_decode)
 
 
 def _small_batch_gemm(wcode, dcode, w, x, out):
