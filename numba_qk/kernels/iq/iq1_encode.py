@@ -78,7 +78,34 @@ def levels_of(L, order, n, i1, i2, flip):
 
 
 @inline_kernel
-def snap_groups(ngroups, L, xb, weight, scale, xx0, xx1, grid, kmap, neighbours, index):
+def best_neighbour(neighbours, start, grid, xb, weight, scale, L, lo, xx, tab):
+    """``find_best_neighbour`` for IQ1 (grid values 1, 3, 5 -> ``xx``): the terms
+    ``R32(R32(w_i * diff) * diff)`` of each position and level made once per group."""
+    for i in range(8):
+        w = weight[lo + i]
+        x = xb[lo + i]
+        for l in range(3):
+            diff = np.float32(np.float32(scale * xx[l]) - x)
+            tab[8 * i + 2 * l + 1] = np.float32(np.float32(w * diff) * diff)
+    m = np.int32(neighbours[start])
+    best_d2 = _FLT_MAX
+    gi = -1
+    for j in range(1, m + 1):
+        idx = np.int32(neighbours[start + j])
+        d2 = _F0
+        for i in range(8):
+            d2 = np.float32(d2 + tab[8 * i + np.int32(grid[idx, i])])
+        if d2 < best_d2:
+            best_d2 = d2
+            gi = idx
+    if gi >= 0:
+        for i in range(8):
+            L[lo + i] = (np.int32(grid[gi, i]) - 1) >> 1
+    return gi
+
+
+@inline_kernel
+def snap_groups(ngroups, L, xb, weight, scale, xx0, xx1, grid, kmap, neighbours, index, tab):
     """Groups of 8 levels to grid indices (``index``; ``iq1_find_best_neighbour2`` for a group
     off the grid, the scale then refitted over all groups); group 0 has the level values
     ``xx0``, the others ``xx1``.  Returns ``(scale, ok)``; ``ok`` False where ggml aborts."""
@@ -91,8 +118,7 @@ def snap_groups(ngroups, L, xb, weight, scale, xx0, xx1, grid, kmap, neighbours,
         gi = np.int32(kmap[u])
         if gi < 0:
             all_on_grid = False
-            gi = find_best_neighbour(neighbours, -gi - 1, grid, xb, 8 * k, weight, scale, L,
-                                     8 * k, 8, xx)
+            gi = best_neighbour(neighbours, -gi - 1, grid, xb, weight, scale, L, 8 * k, xx, tab)
             if gi < 0:
                 return scale, False
         index[k] = gi
@@ -125,6 +151,7 @@ def encode_iq1_s(values, qw, out, grid, kmap, neighbours):
     tw = np.zeros((2, 33), np.float32)
     L = np.zeros(32, np.int32)
     index = np.zeros(4, np.int32)
+    tab = np.zeros(64, np.float32)
     scales = np.zeros(8, np.float32)
     shifts = np.zeros(8, np.int32)
     for b in range(values.shape[0]):
@@ -199,7 +226,7 @@ def encode_iq1_s(values, qw, out, grid, kmap, neighbours):
                 best_shift = -best_shift
             xx = X_P if best_shift == 1 else X_M
             scale, ok = snap_groups(4, L, xb, weight, scale, xx, xx, grid, kmap, neighbours,
-                                    index)
+                                    index, tab)
             if not ok:
                 return b
             h = 0
@@ -271,6 +298,7 @@ def encode_iq1_m(values, qw, out, grid, kmap, neighbours):
     pw = np.zeros((2, 17), np.float32)
     L = np.zeros(16, np.int32)
     index = np.zeros(2, np.int32)
+    tab = np.zeros(64, np.float32)
     scales = np.zeros(16, np.float32)
     shifts = np.zeros(16, np.int32)
     hp = np.zeros((2, 4), np.float32)
@@ -363,7 +391,7 @@ def encode_iq1_m(values, qw, out, grid, kmap, neighbours):
                 scale = -scale
                 best_k = 3 - best_k
             scale, ok = snap_groups(2, L, xb, weight, scale, _xx_of(0, best_k),
-                                    _xx_of(1, best_k), grid, kmap, neighbours, index)
+                                    _xx_of(1, best_k), grid, kmap, neighbours, index, tab)
             if not ok:
                 return b
             rec[b, 2 * ib] = np.uint8(index[0] & 255)
