@@ -13,8 +13,9 @@ explicit f32 rounding in C order (no double, no FMA: see there), the records wri
 scratch array and copied into ``out`` only when every block is in the domain.
 
 Per sub-block of 32, ggml sorts the values (glibc's ``qsort``: the glibc 2.36 of the oracles
-merge-sorts, so equal values keep their order; here a stable insertion sort), then tries every
-split of the sorted values into levels -1, 0, 1 with the shifts ``+-1/8``.  Domain: finite
+merge-sorts, so equal values keep their order; here a stable insertion sort, for IQ1_M's 16
+values the same order by counting), then tries every split of the sorted values into levels
+-1, 0, 1 with the shifts ``+-1/8``.  Domain: finite
 values on which ggml does not abort: a group off the grid whose every neighbour distance of
 ``iq1_find_best_neighbour2`` is >= FLT_MAX or NaN (ggml then scans the whole grid with an
 out-of-bounds read, undefined behaviour, and asserts unless that finds a point; numba_qk
@@ -64,6 +65,21 @@ def stable_order(xb, order, n):
             order[k + 1] = order[k]
             k -= 1
         order[k + 1] = t
+
+
+@inline_kernel
+def rank_order(xb, order, n):
+    """``stable_order`` by counting, without its data-dependent branches (IQ1_M: ~6 % of the
+    encoder's time): value ``i`` goes to position ``#{j: x_j < x_i} + #{j < i: x_j == x_i}``,
+    its place in the stable sort (finite values, +-0 equal, as the insertion sort compares)."""
+    for i in range(n):
+        xi = xb[i]
+        r = 0
+        for j in range(i):
+            r += np.int64(xb[j] <= xi)
+        for j in range(i + 1, n):
+            r += np.int64(xb[j] < xi)
+        order[r] = i
 
 
 @inline_kernel
@@ -304,6 +320,7 @@ def encode_iq1_m(values, qw, out, grid, kmap, neighbours):
     hp = np.zeros((2, 4), np.float32)
     w1 = np.zeros((2, 4, 17), np.float32)
     sc = np.zeros(4, np.int32)
+    wblock = np.zeros(256, np.float32)
     for b in range(values.shape[0]):
         if bad_block(values, b):
             return b
@@ -314,12 +331,13 @@ def encode_iq1_m(values, qw, out, grid, kmap, neighbours):
             _m_weights(values, b, 16 * ib, qw, qoff + 16 * ib, sigma2, weight)
             for i in range(16):
                 xb[i] = values[b, 16 * ib + i]
+                wblock[16 * ib + i] = weight[i]
             mx = max_abs(xb, 16)
             if mx < _GROUP_MAX_EPS_IQ1_M:
                 scales[ib] = _F0
                 shifts[ib] = 0
                 continue
-            stable_order(xb, order, 16)
+            rank_order(xb, order, 16)
             px[0, 0] = _F0
             px[1, 0] = _F0
             pw[0, 0] = _F0
@@ -416,13 +434,12 @@ def encode_iq1_m(values, qw, out, grid, kmap, neighbours):
             sc[ib // 4] |= l << (3 * (ib % 4))
             qh = np.int32(rec[b, _M_QH + ib]) | _MASKS[shifts[ib]]
             rec[b, _M_QH + ib] = np.uint8(qh)
-            _m_weights(values, b, 16 * ib, qw, qoff + 16 * ib, sigma2, weight)
             fl = np.float32(2 * l + 1)
             for k in range(2):
                 xx = _xx_of(k, shifts[ib])
                 gi = np.int32(rec[b, 2 * ib + k]) + ((qh << (8 - 4 * k)) & 0x700)
                 for j in range(8):
-                    w = weight[8 * k + j]
+                    w = wblock[16 * ib + 8 * k + j]
                     q = np.float32(xx[(np.int32(grid[gi, j]) - 1) // 2] * fl)
                     x = values[b, 16 * ib + 8 * k + j]
                     sumqx = np.float32(sumqx + np.float32(np.float32(w * q) * x))
