@@ -37,6 +37,13 @@ def _tiles_decode(fmt) -> bool:
             or (_x16.HAVE_X16 and fmt is quant.q4_k))
 
 
+#: A one-token product over fewer weights than this runs on one thread whatever ``threads``
+#: says: a hand-off to the pool costs ~10-20 us, about what a second core saves on a matrix of
+#: 1 M weights (SmolLM2's 576 x 1536: two threads made its decoding 0.85x; the vocabulary
+#: matrices, 28-168 M weights, keep their threads; docs/decisions/041).
+DECODE_MIN_THREADED = 2 << 20
+
+
 def _decode_block(fmt, recs, gemv, threads):
     """``block(recs, x, out)``: one token's ``out = W x`` for weight records ``recs`` of
     ``fmt`` (``gemv`` is the format's @njit building block; None: no block, the public gemv
@@ -48,6 +55,8 @@ def _decode_block(fmt, recs, gemv, threads):
     on the thread count."""
     if gemv is None:
         return None
+    if recs.shape[0] * recs.shape[1] * fmt.block_size < DECODE_MIN_THREADED:
+        threads = 1
     code = _LL.CODES.get(fmt)
     if _x8.HAVE_X8 and code in _X8_DECODE:
         tiles, tail = _x8.repack_x8(code, recs)
