@@ -21,7 +21,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import numba_qk as qk  # noqa: E402
+import numba_qk as qk
+from numba_qk import _registry  # noqa: E402
 from _common import interleaved, load_ggml, speed_table  # noqa: E402
 
 
@@ -50,7 +51,11 @@ def main(argv=None) -> int:
 
     def weights(fmt, rows, cols):
         x = rng.standard_normal((rows * cols // fmt.block_size, fmt.block_size))
-        return qk.quantize(x.astype(np.float32), format=fmt).reshape(rows, cols // fmt.block_size, -1)
+        # the formats ggml quantizes only with an importance matrix get a random one
+        imatrix = (rng.uniform(0.5, 2.0, cols).astype(np.float32)
+                   if fmt in _registry.REQUIRES_IMATRIX else None)
+        return qk.quantize(x.astype(np.float32), format=fmt, imatrix=imatrix).reshape(
+            rows, cols // fmt.block_size, -1)
 
     clock = time.process_time if args.cpu_time else time.perf_counter
     if args.batches:
