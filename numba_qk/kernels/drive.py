@@ -410,6 +410,26 @@ _PANEL_BYTES = 384 << 10   # decoded weight bytes per panel (64 rows of 4096 col
 
 
 @inline_kernel
+def aligned_zeros(nbytes):
+    """``(buf, at)``: a zeroed uint8 buffer of ``nbytes + 64`` and the offset of its first
+    64-byte aligned byte (a panel gemm's activation tiles and decoded records)."""
+    buf = np.zeros(nbytes + 64, np.uint8)
+    return buf, (64 - array_address(buf) % 64) % 64
+
+
+@inline_kernel
+def panel_prefetch_start(w):
+    """``(ahead, lines)`` of a panel decode loop that prefetches each row ~64 KiB ahead
+    (``prefetch_lines(w, r * ws0 + ahead, lines, ...)``: the hardware prefetcher alone left the
+    decode at ~1/3 of the read rate), the first ~64 KiB prefetched now (a threaded gemm's row
+    chunk is often shorter than the distance; decision 041)."""
+    rows, ws0 = w.shape[0], w.strides[0]
+    ahead, lines = prefetch_plan(ws0, 1)
+    prefetch_lines(w, 0, ahead // 64, rows * ws0)
+    return ahead, lines
+
+
+@inline_kernel
 def quad_at(x, a, b, at):
     """Bytes ``at .. at+3`` of record ``x[a, b]`` as one little-endian uint32 (any alignment)."""
     return (np.uint32(x[a, b, at]) | (np.uint32(x[a, b, at + 1]) << np.uint32(8))
@@ -453,19 +473,16 @@ def panel_gemm(decode, microtile, fallback):
             fallback(w, x, out)
             return
         tiles = (batch + 15) // 16
-        xt = np.zeros(tiles * g * _XT + 64, np.uint8)
-        xb = (64 - array_address(xt) % 64) % 64
+        xt, xb = aligned_zeros(tiles * g * _XT)
         x_tiles16(x, xt, xb)
         step = g * _DEC                                  # bytes per decoded row
         bands = (rows + 7) // 8
         panel = min(bands, max(1, _PANEL_BYTES // (8 * step)))
-        dec = np.zeros(panel * 8 * step + 64, np.uint8)
-        db = (64 - array_address(dec) % 64) % 64
+        dec, db = aligned_zeros(panel * 8 * step)
         acc = np.empty(8 * 16, np.float32)
         ws0, ws1 = w.strides[0], w.strides[1]
-        ahead, lines = prefetch_plan(ws0, 1)     # rows ~64 KiB ahead (the hardware prefetcher
-        prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first ~64 KiB, before the loop
-        for p0 in range(0, bands, panel):        # alone left the decode at ~1/3 of the rate)
+        ahead, lines = panel_prefetch_start(w)
+        for p0 in range(0, bands, panel):
             p1 = min(bands, p0 + panel)
             for r in range(8 * p0, min(rows, 8 * p1)):
                 prefetch_lines(w, r * ws0 + ahead, lines, rows * ws0)

@@ -48,10 +48,9 @@ from numba_qk.kernels._bits import f16_to_f32
 from numba_qk.kernels._round import c_int8, roundf
 from numba_qk.kernels.kquants.encode_lanes import f16_bits
 from numba_qk.kernels.kquants.q8_k import order_key
-from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, kernels_for, quad_at, register, tile_loop_start, tile_loop_store
+from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, aligned_zeros, kernels_for, panel_prefetch_start, quad_at, register, tile_loop_start, tile_loop_store
 from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI, literal_int, prefetch_lines, prefetch_plan
 from numba_qk.kernels.simd.legacy import U8_BIAS, legacy_accumulate_x8, legacy_block_value, legacy_rows_vnni, legacy_rows_vnni_inserts
-from numba_qk.kernels.simd.q4_k import array_address
 from numba_qk.kernels.simd.legacy import LDEC_BYTES, LXT_BYTES, LXT_DX_AT, LXT_SX_AT, ROWS16_CODES, ROWS16_ROW_OF_LANE, legacy_microtile, legacy_panel_decode, legacy_rows16
 
 from numba_qk.kernels.legacy.layout import CODES, FORMATS, Q4_0, Q5_0, Q5_1, Q8_0, Q8_1, WEIGHT_FORMATS, D_AT, M_AT, QH_AT, QS_AT, S_AT, X_D_AT, X_QS_AT, X_S_AT, ZERO
@@ -507,19 +506,16 @@ def panel_gemm_over(decode):
         if rows == 0:                                    # an empty result (and no panel)
             return
         tiles = (batch + _LANES - 1) // _LANES
-        xt = np.zeros(tiles * g * LXT_BYTES + 64, np.uint8)
-        xb = (64 - array_address(xt) % 64) % 64
+        xt, xb = aligned_zeros(tiles * g * LXT_BYTES)
         x_tiles16(wcode, x, xt, xb)
         band_bytes = 8 * g * LDEC_BYTES
         bands = (rows + 7) // 8
         panel = min(bands, max(1, _PANEL_BYTES // band_bytes))
-        dec = np.zeros(panel * band_bytes + 64, np.uint8)
-        db = (64 - array_address(dec) % 64) % 64
+        dec, db = aligned_zeros(panel * band_bytes)
         acc = np.empty(8 * _LANES, np.float32)
         ws0, ws1 = w.strides[0], w.strides[1]
-        ahead, lines = prefetch_plan(ws0, 1)     # rows ~64 KiB ahead (the hardware prefetcher
-        prefetch_lines(w, 0, ahead // 64, rows * ws0)   # the first ~64 KiB, before the loop
-        for p0 in range(0, bands, panel):        # alone left the decode at ~1/3 of the rate)
+        ahead, lines = panel_prefetch_start(w)
+        for p0 in range(0, bands, panel):
             p1 = min(bands, p0 + panel)
             for r in range(8 * p0, min(rows, 8 * p1)):
                 prefetch_lines(w, r * ws0 + ahead, lines, rows * ws0)

@@ -15,15 +15,12 @@ flags).  The records' bytes must be contiguous (the driver checks it).
 """
 
 from llvmlite import ir
-from numba.core import types
-from numba.extending import intrinsic
 
 from numba_qk.formats.iq import KVALUES_IQ4NL, iq4_nl as _NL
 from numba_qk.formats.legacy import q8_0 as _Q80
-from numba_qk.kernels.simd.base import (HAVE_VNNI, Ops, byte_ptr, decl, gather_f16, i8, i16, i32,
-                                        i64, load, record_intrinsic, reduce_many, tile_intrinsic,
-                                        vec)
-from numba_qk.kernels.simd.legacy import LDEC_C_AT, LDEC_DW_AT
+from numba_qk.kernels.simd.base import (HAVE_VNNI, Ops, decl, gather_f16, i8, i16, i32, load,
+                                        record_intrinsic, reduce_many, tile_intrinsic, vec)
+from numba_qk.kernels.simd.legacy import LDEC_DW_AT, panel_decode_intrinsic, store_decoded_ints
 
 _D_AT, _QS_AT = _NL.field("d").start, _NL.field("qs").start
 _X_D_AT, _X_QS_AT = _Q80.field("d").start, _Q80.field("qs").start
@@ -88,36 +85,17 @@ iq4_nl_acts_x8 = _make_tile(False)
 
 
 
-@intrinsic
-def iq4_nl_panel_decode(typingctx, code, w, w_off, dec, d_off):
-    """The IQ4_NL record at byte ``w_off`` of uint8 ``w`` decoded into the legacy panel layout
-    (simd/legacy.py, ``LDEC_BYTES`` at byte ``d_off`` of ``dec``): its 32 values k(c) as int8
-    (|k| <= 127), ``C = 128 * sum k`` (i32) and f32(d); ``code`` is ignored (the panel gemm
-    passes the weight code its activations and microtile go by: Q4_0's, whose float steps
-    ``v = R32(dx * R32(dw * f32(S)))`` are IQ4_NL's)."""
-    if not (isinstance(w, types.Array) and isinstance(dec, types.Array)):
-        return None
-    sig = types.none(code, w, types.intp, dec, types.intp)
+def _write_panel_record(b, c, wb, store):
+    store_decoded_ints(b, store, _codes(b, wb))
+    store(LDEC_DW_AT, b.fpext(load(b, wb, _D_AT, ir.HalfType()), ir.FloatType()))
 
-    def codegen(context, builder, signature, args):
-        b = builder
-        wb = byte_ptr(context, b, signature.args[1], args[1], args[2])
-        db = byte_ptr(context, b, signature.args[3], args[3], args[4])
 
-        def store(off, v):
-            b.store(v, b.bitcast(b.gep(db, [ir.Constant(i64, off)]), v.type.as_pointer()),
-                    align=1)
-        q = _codes(b, wb)
-        store(0, q)
-        # sum k = sum (k + 128) - 32 * 128, the u8 sum by vpsadbw (exact)
-        sad = b.call(decl(b, "llvm.x86.avx2.psad.bw", vec(i64, 4), [_V32, _V32]),
-                     [b.xor(q, ir.Constant(_V32, [-128] * 32)), ir.Constant(_V32, None)])
-        s = b.call(decl(b, "llvm.vector.reduce.add.v4i64", i64, [vec(i64, 4)]), [sad])
-        s = b.sub(b.trunc(s, i32), ir.Constant(i32, 32 * 128))
-        store(LDEC_C_AT, b.mul(s, ir.Constant(i32, 128)))
-        store(LDEC_DW_AT, b.fpext(load(b, wb, _D_AT, ir.HalfType()), ir.FloatType()))
-        return context.get_dummy_value()
-    return sig, codegen
+#: The IQ4_NL record at byte ``w_off`` of uint8 ``w`` decoded into the legacy panel layout
+#: (simd/legacy.py, LDEC_BYTES at byte ``d_off`` of ``dec``): its 32 values k(c) as int8 (|k| <=
+#: 127), ``C = 128 * sum k`` and f32(d).  Any ``code`` is accepted and ignored: the panel gemm
+#: passes the weight code its activations and microtile go by, Q4_0's, whose float steps
+#: ``v = R32(dx * R32(dw * f32(S)))`` are IQ4_NL's.
+iq4_nl_panel_decode = panel_decode_intrinsic(lambda c: True, _write_panel_record)
 
 
 __all__ = ["iq4_nl_q8_0_value", "iq4_nl_q8_0_s", "iq4_nl_rows_x8", "iq4_nl_acts_x8",

@@ -506,38 +506,58 @@ LXT_BYTES = 512 + 64 + 64
 LXT_DX_AT, LXT_SX_AT = 512, 576
 
 
-@intrinsic
-def legacy_panel_decode(typingctx, code, w, w_off, dec, d_off):
-    """Decode the weight record at byte ``w_off`` of uint8 ``w`` into LDEC_BYTES at byte
-    ``d_off`` of uint8 ``dec`` (layout above); ``code`` a legacy weight format (a literal)."""
-    c = literal_int(code)
-    if c is None or c not in _L_WEIGHT:
-        return None
-    sig = types.none(code, w, types.intp, dec, types.intp)
+def store_decoded_ints(b, store, q):
+    """Store a record's 32 integers ``q`` (<32 x i8>) at byte 0 of its decoded layout and
+    ``C = 128 * sum q`` (i32) at LDEC_C_AT, the sum by ``vpsadbw`` of ``q + 128`` as u8 less
+    32 * 128 (exact)."""
+    v32 = vec(i8, 32)
+    store(0, q)
+    sad = b.call(decl(b, "llvm.x86.avx2.psad.bw", vec(i64, 4), [v32, v32]),
+                 [b.xor(q, ir.Constant(v32, [-128] * 32)), ir.Constant(v32, None)])
+    s = b.call(decl(b, "llvm.vector.reduce.add.v4i64", i64, [vec(i64, 4)]), [sad])
+    s = b.sub(b.trunc(s, i32), ir.Constant(i32, 32 * 128))
+    store(LDEC_C_AT, b.mul(s, ir.Constant(i32, 128)))
 
-    def codegen(context, builder, signature, args):
-        b = builder
-        wb = byte_ptr(context, b, signature.args[1], args[1], args[2])
-        db = byte_ptr(context, b, signature.args[3], args[3], args[4])
-        f32 = ir.FloatType()
 
-        def store(off, v):
-            b.store(v, b.bitcast(b.gep(db, [ir.Constant(i64, off)]), v.type.as_pointer()),
-                    align=1)
-        v32 = vec(i8, 32)
-        q = _legacy_weights_i8(b, c, wb)
-        store(0, q)
-        # sum w = sum (w + 128) - 32 * 128, the u8 sum by vpsadbw (exact)
-        sad = b.call(decl(b, "llvm.x86.avx2.psad.bw", vec(i64, 4), [v32, v32]),
-                     [b.xor(q, ir.Constant(v32, [-128] * 32)), ir.Constant(v32, None)])
-        s = b.call(decl(b, "llvm.vector.reduce.add.v4i64", i64, [vec(i64, 4)]), [sad])
-        s = b.sub(b.trunc(s, i32), ir.Constant(i32, 32 * 128))
-        store(LDEC_C_AT, b.mul(s, ir.Constant(i32, 128)))
-        store(LDEC_DW_AT, b.fpext(load(b, wb, _LL.D_AT[c], ir.HalfType()), f32))
-        if _LL.M_AT[c] >= 0:
-            store(LDEC_MW_AT, b.fpext(load(b, wb, _LL.M_AT[c], ir.HalfType()), f32))
-        return context.get_dummy_value()
-    return sig, codegen
+def panel_decode_intrinsic(accepts, write):
+    """The intrinsic ``decode(code, w, w_off, dec, d_off)`` of the panel gemm
+    (``legacy.kernels.panel_gemm_over``): ``write(builder, c, wb, store)`` decodes the record at
+    the byte pointer ``wb`` (byte ``w_off`` of uint8 ``w``) through ``store(off, value)`` into
+    LDEC_BYTES at byte ``d_off`` of ``dec``; ``c`` is the literal ``code``, which
+    ``accepts(c)`` must allow."""
+    @intrinsic
+    def decode(typingctx, code, w, w_off, dec, d_off):
+        c = literal_int(code)
+        if (c is None or not accepts(c) or not isinstance(w, types.Array)
+                or not isinstance(dec, types.Array)):
+            return None
+        sig = types.none(code, w, types.intp, dec, types.intp)
+
+        def codegen(context, builder, signature, args):
+            b = builder
+            wb = byte_ptr(context, b, signature.args[1], args[1], args[2])
+            db = byte_ptr(context, b, signature.args[3], args[3], args[4])
+
+            def store(off, v):
+                b.store(v, b.bitcast(b.gep(db, [ir.Constant(i64, off)]),
+                                     v.type.as_pointer()), align=1)
+            write(b, c, wb, store)
+            return context.get_dummy_value()
+        return sig, codegen
+    return decode
+
+
+def _write_legacy(b, c, wb, store):
+    f32 = ir.FloatType()
+    store_decoded_ints(b, store, _legacy_weights_i8(b, c, wb))
+    store(LDEC_DW_AT, b.fpext(load(b, wb, _LL.D_AT[c], ir.HalfType()), f32))
+    if _LL.M_AT[c] >= 0:
+        store(LDEC_MW_AT, b.fpext(load(b, wb, _LL.M_AT[c], ir.HalfType()), f32))
+
+
+#: Decode the legacy weight record at byte ``w_off`` of uint8 ``w`` into LDEC_BYTES at byte
+#: ``d_off`` of uint8 ``dec`` (layout above); ``code`` a legacy weight format (a literal).
+legacy_panel_decode = panel_decode_intrinsic(lambda c: c in _L_WEIGHT, _write_legacy)
 
 
 @intrinsic
@@ -599,7 +619,8 @@ def legacy_microtile(typingctx, code, dec, d_off, xt, x_off, g, acc):
     return sig, codegen
 
 
-__all__ += ["legacy_panel_decode", "legacy_microtile", "LDEC_BYTES", "LXT_BYTES", "LXT_DX_AT",
+__all__ += ["legacy_panel_decode", "legacy_microtile", "panel_decode_intrinsic",
+            "store_decoded_ints", "LDEC_BYTES", "LXT_BYTES", "LXT_DX_AT",
             "LXT_SX_AT"]
 
 
