@@ -1,7 +1,8 @@
 """Explicit-SIMD record values of IQ4_NL against Q8_0 (LLVM IR through numba intrinsics, the
 plumbing of ``base.py``): the record value and the 8-lane tiles of the driver
-(``kernels/drive.py``), registered by ``kernels/iq/iq4.py``; equal bit for bit to its portable
-loops.
+(``kernels/drive.py``), registered by ``kernels/iq/iq4.py``, and the record decoder of its
+batched gemm (``iq4_nl_panel_decode``: the legacy formats' panel layout, see simd/legacy.py);
+equal bit for bit to its portable loops.
 
 Integers, per record pair (exact in any order): the 16 code bytes split into nibbles, low ones
 first (elements 0..15, then 16..31), looked up in ``kvalues_iq4nl`` by ``pshufb`` (int8, |k| <=
