@@ -27,7 +27,7 @@ import numpy as np
 from numba_qk._jit import inline_kernel, kernel
 from numba_qk.formats import iq as _iq
 from numba_qk.kernels._round import f32_to_f16_bits, nearest_int
-from numba_qk.kernels.iq.iq2_encode import bad_block, find_best_neighbour, sigma2_of, tables_for
+from numba_qk.kernels.iq.iq2_encode import bad_block, sigma2_of, tables_for
 from numba_qk.kernels.kquants.common import store_f16
 
 _S1 = _iq.iq1_s

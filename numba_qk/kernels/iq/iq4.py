@@ -164,7 +164,8 @@ dot_iq4_xs_q8_k_portable = portable_dot_for(_XS, value=record_value_iq4_xs_q8_k)
 # IQ4_XS has the shape of the grid IQ formats (int8 multipliers, one scale per 32 elements,
 # v = R32(ds * R32(d * f32(S)))): simd/iq_grid.py's record value, 8-row gemv tile and, with
 # AVX-512 VNNI, the panel gemm serve it (the 8-activation tile otherwise); results equal the
-# portable dot bit for bit (tests/iq/test_iq4.py).
+# portable dot bit for bit (tests/iq/test_iq_grid_fast.py; IQ4_NL:
+# tests/conformance/test_fast_paths.py).
 register(_NL.ggml_type, loop_dot=dot_iq4_nl_q8_0_portable, value=_simd_nl.iq4_nl_q8_0_value,
          rows_x8=_simd_nl.iq4_nl_rows_x8, acts_x8=_simd_nl.iq4_nl_acts_x8)
 register(_XS.ggml_type, loop_dot=dot_iq4_xs_q8_k_portable, value=_simd.iq4_xs_q8_k_value,

@@ -83,6 +83,20 @@ def splat_lanes(builder, v, lanes):
                                   ir.Constant(vec(i32, len(lanes)), list(lanes)))
 
 
+def nibble_lookup(builder, packed16, values):
+    """<32 x i8> in element order of 16 packed code bytes: the low nibbles' entries of the
+    16-entry int8 table ``values`` (elements 0..15), then the high nibbles' (16..31), by one
+    ``pshufb`` per half (ggml's nibble layout of Q4_0 / IQ4_NL / MXFP4 blocks)."""
+    v16 = vec(i8, 16)
+    pshufb = decl(builder, "llvm.x86.ssse3.pshuf.b.128", v16, [v16, v16])
+    table = ir.Constant(v16, [int(v) for v in values])
+    lo = builder.and_(packed16, ir.Constant(v16, [0x0F] * 16))
+    hi = builder.lshr(packed16, ir.Constant(v16, [4] * 16))
+    return builder.shuffle_vector(builder.call(pshufb, [table, lo]),
+                                  builder.call(pshufb, [table, hi]),
+                                  ir.Constant(vec(i32, 32), list(range(32))))
+
+
 def byte_ptr(context, builder, arrty, arr, offset):
     """data pointer of a uint8 array plus a byte offset (the caller computed it from strides)."""
     return builder.gep(context.make_array(arrty)(context, builder, arr).data, [offset])

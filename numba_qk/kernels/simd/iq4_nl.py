@@ -20,7 +20,8 @@ from llvmlite import ir
 from numba_qk.formats.iq import KVALUES_IQ4NL, iq4_nl as _NL
 from numba_qk.formats.legacy import q8_0 as _Q80
 from numba_qk.kernels.simd.base import (HAVE_VNNI, Ops, decl, gather_f16, i8, i16, i32, load,
-                                        record_intrinsic, reduce_many, tile_intrinsic, vec)
+                                        nibble_lookup, record_intrinsic, reduce_many,
+                                        tile_intrinsic, vec)
 from numba_qk.kernels.simd.legacy import LDEC_DW_AT, panel_decode_intrinsic, store_decoded_ints
 
 _D_AT, _QS_AT = _NL.field("d").start, _NL.field("qs").start
@@ -30,13 +31,7 @@ _V16, _V32 = vec(i8, 16), vec(i8, 32)
 
 def _codes(b, wb):
     """<32 x i8>: the record's 32 values k(c) in element order."""
-    pshufb = decl(b, "llvm.x86.ssse3.pshuf.b.128", _V16, [_V16, _V16])
-    table = ir.Constant(_V16, list(KVALUES_IQ4NL))
-    packed = load(b, wb, _QS_AT, _V16)
-    lo = b.and_(packed, ir.Constant(_V16, [0x0F] * 16))
-    hi = b.lshr(packed, ir.Constant(_V16, [4] * 16))
-    return b.shuffle_vector(b.call(pshufb, [table, lo]), b.call(pshufb, [table, hi]),
-                            ir.Constant(vec(i32, 32), list(range(32))))
+    return nibble_lookup(b, load(b, wb, _QS_AT, _V16), KVALUES_IQ4NL)
 
 
 def _sums(b, ops, wbs, xbs):

@@ -56,8 +56,8 @@ from numba_qk.formats import quant
 
 from numba_qk.kernels.simd.base import (FEATURES, HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, Ops, decl,
                                         float_array_ptr, fold_into, gather_f16, gather_f32, i8,
-                                        i16, i32, i64, load, record_intrinsic, reduce_many,
-                                        splat_lanes, tile_intrinsic, vcall, vec)
+                                        i16, i32, i64, load, nibble_lookup, record_intrinsic,
+                                        reduce_many, splat_lanes, tile_intrinsic, vcall, vec)
 
 _A_DS_AT = quant.q8_k.field("ds").start
 _A_Q_AT = quant.q8_k.field("q").start
@@ -441,8 +441,6 @@ def _units_iq4_xs(b, wb):
     through ``kvalues_iq4nl`` (``pshufb``: |k| <= 127, so ``psignb`` and ``pmaddubsw`` stay
     exact), its scale ``ls_s - 32`` (6 bits: nibble s % 2 of scales_l byte s // 2, bits 2s of
     the scales_h word as bits 4, 5)."""
-    pshufb = decl(b, "llvm.x86.ssse3.pshuf.b.128", vec(i8, 16), [vec(i8, 16), vec(i8, 16)])
-    table = ir.Constant(vec(i8, 16), list(_iq.KVALUES_IQ4NL))
     v16 = vec(i16, 8)
     lo = b.zext(splat_lanes(b, load(b, wb, _XS4_LS + 2, vec(i8, 4)), [s // 2 for s in range(8)]),
                 v16)
@@ -452,11 +450,7 @@ def _units_iq4_xs(b, wb):
     sc = b.sub(ls, ir.Constant(v16, [32] * 8))
     out = []
     for s in range(8):
-        packed = load(b, wb, _XS4_QS + 16 * s, vec(i8, 16))
-        lo4 = b.and_(packed, ir.Constant(vec(i8, 16), [0x0F] * 16))
-        hi4 = b.lshr(packed, ir.Constant(vec(i8, 16), [4] * 16))
-        q = b.shuffle_vector(b.call(pshufb, [table, lo4]), b.call(pshufb, [table, hi4]),
-                             ir.Constant(vec(i32, 32), list(range(32))))
+        q = nibble_lookup(b, load(b, wb, _XS4_QS + 16 * s, vec(i8, 16)), _iq.KVALUES_IQ4NL)
         out.append((q, None, _unit_scales(b, sc, s)))
     return out
 

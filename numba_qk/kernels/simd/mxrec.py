@@ -15,25 +15,13 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from numba_qk.kernels.simd.base import HAVE_VNNI, decl, float_array_ptr, fold_into, i8, i16, i32, load, byte_ptr, reduce_many, vcall, vec
+from numba_qk.kernels.simd.base import HAVE_VNNI, decl, nibble_lookup, float_array_ptr, fold_into, i8, i16, i32, load, byte_ptr, reduce_many, vcall, vec
 from numba_qk.kernels.fp4.layout import KVALUES, MX_E_AT, MX_QS_AT, NV_D_AT, NV_QS_AT, Y_QS_AT
 
 __all__ = ["mxfp4_q8_0_s", "mxfp4_rows_x8_t",
            "nvfp4_rows_x8_t", "mxfp4_acts_x8_t", "nvfp4_acts_x8_t", "XT_ROWS"]
 
 _F32 = ir.FloatType()
-
-
-def _kvalues_i8(builder, packed16):
-    """<32 x i8> k values (element order) of 16 packed MXFP4 code bytes."""
-    pshufb = decl(builder, "llvm.x86.ssse3.pshuf.b.128", vec(i8, 16),
-                   [vec(i8, 16), vec(i8, 16)])
-    table = ir.Constant(vec(i8, 16), [int(v) for v in KVALUES])
-    lo = builder.and_(packed16, ir.Constant(vec(i8, 16), [0x0F] * 16))
-    hi = builder.lshr(packed16, ir.Constant(vec(i8, 16), [4] * 16))
-    return builder.shuffle_vector(builder.call(pshufb, [table, lo]),
-                                  builder.call(pshufb, [table, hi]),
-                                  ir.Constant(vec(i32, 32), list(range(32))))
 
 
 def _maddubs_sum(builder, k, q):
@@ -58,7 +46,8 @@ def _mxfp4_sums(builder, wbs, xbs):
     decoded, accs = {}, []
     for wb, xb in zip(wbs, xbs):
         if id(wb) not in decoded:
-            decoded[id(wb)] = _kvalues_i8(builder, load(builder, wb, MX_QS_AT, vec(i8, 16)))
+            decoded[id(wb)] = nibble_lookup(builder, load(builder, wb, MX_QS_AT, vec(i8, 16)),
+                                            KVALUES)
         accs.append(_maddubs_sum(builder, decoded[id(wb)],
                                  load(builder, xb, Y_QS_AT, vec(i8, 32))))
     return reduce_many(builder, accs)
