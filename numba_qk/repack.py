@@ -1,6 +1,6 @@
 """Row-interleaved weights: ``repack`` (ggml's CPU_REPACK idea for numba_qk's legacy gemv).
 
-``repack(w, format)`` copies Q4_0 weight records ``[rows, G, bytes]`` into tiles of 8 rows
+``repack(w, format)`` copies Q4_0 or IQ4_NL weight records ``[rows, G, bytes]`` into tiles of 8 rows
 whose scales and quants are interleaved (see ``numba_qk.kernels.legacy.x8``), so that one
 512-bit load feeds all 8 rows and no per-row horizontal reduction is needed.  ``gemv``,
 ``gemm`` and ``matmul`` accept the result in place of the plain records and return the same
@@ -21,28 +21,36 @@ from .formats import Format, quant
 from numba_qk.kernels.legacy import layout as _LL
 from numba_qk.kernels.legacy import x8 as _x8
 from numba_qk.kernels.kquants import q4_k_x16 as _x16
+from numba_qk.kernels.iq import iq4 as _iq4
 
 __all__ = ["repack", "Repacked", "REPACK_FORMATS"]
 
 #: Weight formats ``repack`` accepts (the kernels also do Q8_0, kept private: its tiles were
 #: slower than the plain records when streamed from DRAM, see kernels/legacy/x8.py).
-REPACK_FORMATS = (quant.q4_0, quant.q4_k)
+REPACK_FORMATS = (quant.q4_0, quant.q4_k, quant.iq4_nl)
+#: the x8 code of each 8-row format (kernels/legacy/x8.py; IQ4_NL's tiles have Q4_0's layout)
+_X8_CODE = {quant.q4_0: _LL.CODES[quant.q4_0], quant.iq4_nl: _x8.X8_IQ4_NL}
 
 
-def _bind(code, record_bytes):
+def _bind(code, record_bytes, gemv_x8=None):
+    """(gemv, gemm, gemv of whole tiles) on the x8 tiles of ``code``: ``gemv_x8(tiles, tail,
+    x, out)`` (default: the legacy formats' ``x8.gemv_x8`` of ``code``)."""
+    if gemv_x8 is None:
+        gemv_x8 = _x8.GEMV_X8[code]
+
     @kernel
     def gemv(tiles, tail, x, out):
-        _x8.gemv_x8(code, tiles, tail, x, out)
+        gemv_x8(tiles, tail, x, out)
 
     @kernel
     def gemv_tiles(tiles, x, out):
         """``gemv`` of whole tiles only (the threaded runner's serial kernel)."""
-        _x8.gemv_x8(code, tiles, np.empty((0, 1, record_bytes), np.uint8), x, out)
+        gemv_x8(tiles, np.empty((0, 1, record_bytes), np.uint8), x, out)
 
     @kernel
     def gemm(tiles, tail, x, out):
         for a in range(x.shape[0]):
-            _x8.gemv_x8(code, tiles, tail, x[a], out[a])
+            gemv_x8(tiles, tail, x[a], out[a])
     return gemv, gemm, gemv_tiles
 
 
@@ -65,16 +73,19 @@ def _gemm_q4_k(tiles, tail, x, out):
 
 #: (gemv, gemm, gemv of whole tiles) per format
 _KERNELS = {quant.q4_0: _bind(_LL.CODES[quant.q4_0], quant.q4_0.block_bytes),
+            quant.iq4_nl: _bind(_x8.X8_IQ4_NL, quant.iq4_nl.block_bytes,
+                                _iq4.gemv_x8_iq4_nl_q8_0),
             quant.q4_k: (_gemv_q4_k, _gemm_q4_k, _gemv_tiles_q4_k)}
-#: Rows per tile of each format (Q4_0: 8-row interleave; Q4_K: 16-row groups, kernels/kquants/q4_k_x16.py).
-_TILE_ROWS = {quant.q4_0: 8, quant.q4_k: _x16.X16_ROWS}
+#: Rows per tile of each format (Q4_0, IQ4_NL: 8-row interleave; Q4_K: 16-row groups,
+#: kernels/kquants/q4_k_x16.py).
+_TILE_ROWS = {quant.q4_0: 8, quant.iq4_nl: 8, quant.q4_k: _x16.X16_ROWS}
 
 
 def _tile_bytes(format, g: int) -> int:
     """Bytes of one tile of ``g`` records per row."""
     if format is quant.q4_k:
         return g * _x16.X16_BYTES
-    return _x8.x8_planes(_LL.CODES[format], g)[1]
+    return _x8.x8_planes(_X8_CODE[format], g)[1]
 
 
 def _frozen(arr: np.ndarray) -> np.ndarray:
@@ -100,7 +111,7 @@ def _aligned_copy(arr: np.ndarray) -> np.ndarray:
 class Repacked:
     """Weight records of ``format`` repacked by ``repack``: ``shape`` is the plain records'
     ``(rows, G, bytes)``; ``tiles`` holds the full tiles of R rows (uint8 ``[rows // R, tile
-    bytes]``; Q4_0: R = 8, ``G * (16 + 8 * 16)`` bytes rounded up to 64; Q4_K: R = 16,
+    bytes]``; Q4_0, IQ4_NL: R = 8, ``G * (16 + 8 * 16)`` bytes rounded up to 64; Q4_K: R = 16,
     ``G * 2304`` bytes, the size of the plain records), ``tail`` (uint8 ``[rows % R, G,
     bytes]``) the rows after them as plain records.  ``unpack()`` gives the plain records back.
 
@@ -177,7 +188,7 @@ class Repacked:
         rows, g, nb = self.shape
         if self.format is quant.q4_k:
             return _x16.unpack_x16(self.tiles, self.tail, g)
-        return _x8.unpack_x8(_LL.CODES[self.format], self.tiles, self.tail, g, nb)
+        return _x8.unpack_x8(_X8_CODE[self.format], self.tiles, self.tail, g, nb)
 
     def __repr__(self):
         return f"Repacked({self.format.name}, shape={self.shape})"
@@ -219,12 +230,13 @@ def _check_parts(format, shape, tiles, tail):
 
 def repack(w, format) -> Repacked:
     """Copy weight records ``w`` (uint8 ``[rows, G, bytes]``, any strides) of ``format``
-    (``numba_qk.quant.q4_0`` or ``q4_k``) into row-interleaved tiles (Q4_0: 8 rows; Q4_K: 16
-    rows, one i32 lane per row) for ``gemv`` / ``gemm`` / ``matmul``, which then return the
-    same bits as on ``w``.  The speed-up needs AVX-512 VNNI (4096x4096 Q4_0 matvec on Zen 4:
-    ~0.45x the plain kernel's time with the weights in cache, ~0.65-0.75x streamed from DRAM;
-    Q4_K: see kernels/kquants/q4_k_x16.py); elsewhere the portable loops run on the tiles (slower
-    than the plain records' kernels).
+    (``numba_qk.quant.q4_0``, ``iq4_nl`` or ``q4_k``) into row-interleaved tiles (Q4_0,
+    IQ4_NL: 8 rows; Q4_K: 16 rows, one i32 lane per row) for ``gemv`` / ``gemm`` / ``matmul``,
+    which then return the same bits as on ``w``.  The speed-up needs AVX-512 VNNI (4096x4096
+    Q4_0 matvec on Zen 4: ~0.45x the plain kernel's time with the weights in cache,
+    ~0.65-0.75x streamed from DRAM; IQ4_NL: bench/RESULTS_iq_grid.md; Q4_K: see
+    kernels/kquants/q4_k_x16.py); elsewhere the portable loops run on the tiles (slower than
+    the plain records' kernels).
     A batch (``gemm``, 2-d ``matmul``) runs the repacked gemv once per activation row."""
     if not (isinstance(format, Format) and format in REPACK_FORMATS):
         raise TypeError(f"format: repack expects one of "
@@ -233,7 +245,7 @@ def repack(w, format) -> Repacked:
     if format is quant.q4_k:
         tiles, tail = _x16.repack_x16(wa)
     else:
-        tiles, tail = _x8.repack_x8(_LL.CODES[format], wa)
+        tiles, tail = _x8.repack_x8(_X8_CODE[format], wa)
     return Repacked._of(format, wa.shape, tiles, tail)
 
 

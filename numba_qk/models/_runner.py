@@ -17,6 +17,7 @@ from ..formats import activation_format, quant
 from ..kernels.legacy import layout as _LL
 from ..kernels.legacy import x8 as _x8
 from ..kernels.kquants import q4_k_x16 as _x16
+from ..kernels.iq import iq4 as _iq4
 from ..ops import gemm, gemv, get_rows, quantize
 from . import kernels as K
 from ._vocab import Vocab
@@ -26,14 +27,18 @@ ARCHITECTURES = ("llama", "gemma3", "qwen2", "qwen3")
 _NEOX = ("gemma3", "qwen2", "qwen3")
 
 
-# weight formats decoded through x8 tiles (Q8_0's were slower than its plain records streamed
-# from DRAM: kernels/legacy/x8.py)
-_X8_DECODE = (_LL.Q4_0, _LL.Q4_1, _LL.Q5_0)
+# weight formats decoded through x8 tiles: format -> (x8 code, gemv(tiles, tail, x, out), gemv
+# of whole tiles (tiles, x, out)) (Q8_0's were slower than its plain records streamed from DRAM:
+# kernels/legacy/x8.py)
+_X8_DECODE = {**{_LL.FORMATS[c]: (c, _x8.GEMV_X8[c], _x8.GEMV_X8_TILES[c])
+                 for c in (_LL.Q4_0, _LL.Q4_1, _LL.Q5_0)},
+              quant.iq4_nl: (_x8.X8_IQ4_NL, _iq4.gemv_x8_iq4_nl_q8_0,
+                             _iq4.gemv_x8_tiles_iq4_nl_q8_0)}
 
 
 def _tiles_decode(fmt) -> bool:
     """Whether ``_decode_block`` decodes ``fmt`` through a tile copy (x8 / x16)."""
-    return ((_x8.HAVE_X8 and _LL.CODES.get(fmt) in _X8_DECODE)
+    return ((_x8.HAVE_X8 and fmt in _X8_DECODE)
             or (_x16.HAVE_X16 and fmt is quant.q4_k))
 
 
@@ -57,10 +62,10 @@ def _decode_block(fmt, recs, gemv, threads):
         return None
     if recs.shape[0] * recs.shape[1] * fmt.block_size < DECODE_MIN_THREADED:
         threads = 1
-    code = _LL.CODES.get(fmt)
-    if _x8.HAVE_X8 and code in _X8_DECODE:
+    if _x8.HAVE_X8 and fmt in _X8_DECODE:
+        code, tiles_gemv, tiles_only = _X8_DECODE[fmt]
         tiles, tail = _x8.repack_x8(code, recs)
-        return _tiled(tiles, tail, _x8.GEMV_X8[code], _x8.GEMV_X8_TILES[code], 8, threads)
+        return _tiled(tiles, tail, tiles_gemv, tiles_only, 8, threads)
     if _x16.HAVE_X16 and fmt is quant.q4_k:
         tiles, tail = _x16.repack_x16(recs)
         return _tiled(tiles, tail, _x16.gemv_x16, _x16.gemv_x16_tiles, 16, threads)

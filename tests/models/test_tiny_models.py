@@ -54,12 +54,15 @@ def test_cached_decoding_equals_the_batched_pass(tiny):
         m.generate(PROMPT[:4], 3, temperature=0.8, seed=1)
 
 
-@pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "q6_k"])
-def test_decode_blocks_split_over_threads_equal_gemv(fmt):
+@pytest.mark.parametrize("fmt", ["q4_0", "q4_k", "q6_k", "iq4_nl"])
+def test_decode_blocks_split_over_threads_equal_gemv(fmt, monkeypatch):
     """The runner's decode blocks (x8 / x16 tiles or plain rows; whole tiles split over the
     pool, then the tail rows) equal ``gemv`` bit for bit, with rows that leave a tail."""
     import numba_qk as qk
+    from numba_qk.models import _runner
     from numba_qk.models._runner import _decode_block
+
+    monkeypatch.setattr(_runner, "DECODE_MIN_THREADED", 0)   # small matrices split too
 
     rng = np.random.default_rng(5)
     f = getattr(qk.quant, fmt)

@@ -1,4 +1,4 @@
-"""``numba_qk.repack``: 8-row interleaved Q4_0 and 16-row Q4_K weights give the same bits as
+"""``numba_qk.repack``: 8-row interleaved Q4_0 / IQ4_NL and 16-row Q4_K weights give the same bits as
 the plain records through ``gemv`` / ``gemm`` / ``matmul`` -- random bytes (NaN/inf/subnormal
 scales), adversarial extremes, every remainder of the tile and of the 4-record trip (G = 1
 included), G = 0, strided / unaligned / read-only inputs, threads, batches -- and the portable
@@ -9,18 +9,19 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
-from numba_qk.testing.reference import core as ref
+from numba_qk.testing.reference import core as ref, iq as ref_iq
 from numba_qk.kernels.kquants import dot
 from numba_qk.kernels.legacy import kernels as legacy
 from numba_qk.kernels.legacy import x8 as legacy_x8
 from numba_qk.kernels.kquants import q4_k_x16
+from numba_qk.kernels.iq import iq4
 from numba_qk.kernels.legacy import layout as _LL
 
 from numba_qk.testing.asserts import assert_same_f32
 from records import extreme_q4_k_q8_k, legacy_extremes, random_q4_k, random_q8_k
 
-NAMES = ["q4_0", "q4_k"]
-KERNEL_NAMES = ["q4_0", "q8_0", "q4_k"]
+NAMES = ["q4_0", "iq4_nl", "q4_k"]
+KERNEL_NAMES = ["q4_0", "q8_0", "iq4_nl", "q4_k"]
 SHAPES = ((8, 1), (1, 1), (7, 3), (9, 1), (16, 4), (17, 5), (24, 6), (31, 7), (40, 2),
           (8, 9), (64, 33), (83, 2))
 
@@ -39,6 +40,10 @@ def _loop(f, w, x):
     out = np.empty(w.shape[0], np.float32)
     if f is qk.quant.q4_k:
         dot._gemv_loop(np.ascontiguousarray(w), np.ascontiguousarray(x), out)
+    elif f is qk.quant.iq4_nl:
+        for r in range(w.shape[0]):
+            out[r] = iq4.dot_iq4_nl_q8_0_portable(np.ascontiguousarray(w[r]),
+                                                  np.ascontiguousarray(x))
     else:
         legacy.gemv_loop(_LL.CODES[f], np.ascontiguousarray(w), np.ascontiguousarray(x), out)
     return out
@@ -54,6 +59,8 @@ def _portable_tiles(f, rp, x):
     rec = np.empty((x.shape[0], f.block_bytes), np.uint8)
     if f is qk.quant.q4_k:
         q4_k_x16._tile_rows_portable(rp.tiles, np.ascontiguousarray(x), out, rec)
+    elif f is qk.quant.iq4_nl:
+        iq4.tiles_portable_iq4_nl_q8_0(rp.tiles, np.ascontiguousarray(x), out, rec)
     else:
         legacy_x8._tile_rows_portable(_LL.CODES[f], rp.tiles, np.ascontiguousarray(x), out, rec)
     return out
@@ -109,6 +116,8 @@ def test_matches_the_oracle_and_plain_gemv(name, rng):
     x = qk.quantize(rng.standard_normal((g, n)).astype(np.float32), format=act)
     if f is qk.quant.q4_k:
         want = np.array([ref.quantized_dot(w[r], x) for r in range(rows)], np.float32)
+    elif f is qk.quant.iq4_nl:
+        want = np.array([ref_iq.dot_iq4_nl_q8_0(w[r], x) for r in range(rows)], np.float32)
     else:
         want = np.array([ref.legacy_dot(name.upper(), w[r], act.name, x) for r in range(rows)],
                         np.float32)
@@ -135,7 +144,10 @@ def test_adversarial_extremes(name, rng):
         x[..., 0:2] = np.array([0x00, 0x3C], np.uint8)
         got = _gemv_any(f, act, _repack_any(f, w), x)
         assert_same_f32(got, _loop(f, w, x), f"{name} all {wb:#x} x {xb:#x}")
-        assert_same_f32(got[0], ref.legacy_dot(name.upper(), w[0], act.name, x))
+        if f is qk.quant.iq4_nl:
+            assert_same_f32(got[0], ref_iq.dot_iq4_nl_q8_0(w[0], x))
+        else:
+            assert_same_f32(got[0], ref.legacy_dot(name.upper(), w[0], act.name, x))
 
 
 def _q4_k_extremes(f, act, rng):
@@ -262,7 +274,8 @@ def test_errors(rng):
         qk.gemv(rp, np.zeros((3, 34), np.uint8), lhs_format=f, rhs_format=act)
     with pytest.raises(ValueError):
         qk.matmul(rp, np.zeros(96, np.float32), lhs_format=f)
-    for other in (qk.quant.q4_1, qk.quant.q8_0, qk.quant.q5_k, qk.quant.q6_k, "q4_0"):
+    for other in (qk.quant.q4_1, qk.quant.q8_0, qk.quant.q5_k, qk.quant.q6_k, qk.quant.iq4_xs,
+                  "q4_0"):
         with pytest.raises(TypeError, match="repack expects"):
             qk.repack(np.zeros((8, 2, 20), np.uint8), other)
     with pytest.raises(ValueError):
@@ -299,7 +312,7 @@ def test_without_the_vnni_kernel(env, tmp_path):
                         "-p", "no:xdist", str(here), "-k", "random_bytes or extremes"],
                        env=e, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "6 passed" in r.stdout, r.stdout[-500:]   # q4_0, q8_0 and q4_k, twice
+    assert "8 passed" in r.stdout, r.stdout[-500:]   # q4_0, q8_0, iq4_nl and q4_k, twice
 
 
 # ----------------------------------------------------------------------------- a Repacked is trusted

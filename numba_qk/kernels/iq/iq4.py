@@ -31,10 +31,11 @@ from numba_qk.formats.iq import KVALUES_IQ4NL, iq4_nl as _NL, iq4_xs as _XS
 from numba_qk.formats.kquants import q8_k as _Q8K
 from numba_qk.formats.legacy import q8_0 as _Q80
 from numba_qk.kernels._round import nearest_int
-from numba_qk.kernels.drive import kernels_for, panel_gemm, register
-from numba_qk.kernels.legacy import kernels as _legacy
+from numba_qk.kernels.drive import kernels_for, no_records, panel_gemm, register
+from numba_qk.kernels.legacy import kernels as _legacy, x8 as _x8
 from numba_qk.kernels.legacy.layout import Q4_0 as _LEGACY_Q4_0
 from numba_qk.kernels.simd import iq4_nl as _simd_nl, iq_grid as _simd
+from numba_qk.kernels.simd.legacy import X8_IQ4_NL
 from numba_qk.kernels.kquants.common import f16_at, first_nonfinite_block, portable_dot_for, store_f16, x_ds
 
 KVALUES = np.array(KVALUES_IQ4NL, np.int8)
@@ -42,6 +43,7 @@ KVALUES_F32 = KVALUES.astype(np.float32)
 _LOW4 = np.uint8(0x0F)
 NL_D_AT = _NL.field("d").start      # f16
 NL_QS_AT = _NL.field("qs").start    # 16 bytes of codes
+NL_BYTES = _NL.block_bytes
 XS_D_AT = _XS.field("d").start      # f16
 XS_SH_AT = _XS.field("ls").start    # scales_h (u16), then scales_l[4]
 XS_SL_AT = XS_SH_AT + 2
@@ -191,6 +193,42 @@ if _legacy.HAVE_LEGACY_VNNI:
             _nl_panel(_LEGACY_Q4_0, w, x, out)
         else:
             _gemm_nl_tiles(w, x, out)
+
+
+@kernel
+def tiles_portable_iq4_nl_q8_0(tiles, x, out, rec):
+    """``out[:8 T]`` of IQ4_NL x8 ``tiles`` by the portable loops (targets without AVX-512
+    VNNI): each row's records rebuilt in ``rec`` ``[G, 18]`` and dotted."""
+    for t in range(tiles.shape[0]):
+        for k in range(8):
+            _x8.x8_row_records(X8_IQ4_NL, tiles, t, k, rec)
+            out[8 * t + k] = dot_iq4_nl_q8_0(rec, x)
+
+
+@kernel
+def gemv_x8_iq4_nl_q8_0(tiles, tail, x, out):
+    """``gemv_iq4_nl_q8_0`` on IQ4_NL weights repacked into x8 tiles (``numba_qk.repack``:
+    ``tiles`` [T, bytes], Q4_0's tile layout, then the plain ``tail`` rows [n, G, 18]); ``out``
+    [8 T + n], the same bits.  AVX-512 VNNI: simd/legacy.py's x8 rows (one ``vpshufb`` looks up
+    64 codes, one ``vpdpbusd`` per 64 products of 8 rows, no per-row reduction); otherwise each
+    row's records are rebuilt and dotted by the portable loops."""
+    g = x.shape[0]
+    t_n = tiles.shape[0]
+    if no_records(g, out):
+        return
+    if _x8.HAVE_X8:
+        _x8.gemv_x8_simd(X8_IQ4_NL, tiles, x, out)
+    else:
+        tiles_portable_iq4_nl_q8_0(tiles, x, out, np.empty((g, NL_BYTES), np.uint8))
+    if tail.shape[0]:
+        gemv_iq4_nl_q8_0(tail, x, out[8 * t_n:])
+
+
+@kernel
+def gemv_x8_tiles_iq4_nl_q8_0(tiles, x, out):
+    """``gemv_x8_iq4_nl_q8_0`` of whole tiles only (``out`` [8 T]): the row kernel that
+    ``numba_qk._threads.run_rows`` splits over tiles (``per=8``)."""
+    gemv_x8_iq4_nl_q8_0(tiles, np.empty((0, x.shape[0], NL_BYTES), np.uint8), x, out)
 
 
 # ---- quantizers (ggml quantize_row_iq4_nl_impl, ntry = 7, no imatrix) ---------------------------

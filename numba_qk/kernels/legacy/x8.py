@@ -1,5 +1,5 @@
-"""Row-interleaved ("x8") weights of ggml's Q4_0, Q4_1, Q5_0 and Q8_0 and their gemv (AVX-512
-VNNI).
+"""Row-interleaved ("x8") weights of ggml's Q4_0, Q4_1, Q5_0, Q8_0 and IQ4_NL and their gemv
+(AVX-512 VNNI).
 
 ``repack_x8`` turns weight records ``[rows, G, bytes]`` into tiles of 8 rows, each one
 contiguous, 64-byte aligned uint8 row (``x8_planes``: both planes start on a cache line)::
@@ -16,7 +16,7 @@ The rows past the last full tile (``rows % 8``) stay plain records (the "tail").
 ``gemv_x8`` computes, bit for bit, what the plain ``gemv`` computes: per record
 ``v_b = R32(dx_b * R32(dw_b * f32(S_b)))`` (Q4_1: ``+ R32(mw_b * sx_b)``), folded left in
 record order per row (legacy.py).
-``numba_qk.repack`` offers Q4_0 only: Q8_0 tiles were ~1.5x faster than the plain kernel with
+``numba_qk.repack`` offers Q4_0 and IQ4_NL of these: Q8_0 tiles were ~1.5x faster than the plain kernel with
 the weights in cache but 5-10 % slower streamed from DRAM on Zen 4 (bench/experiments/legacy_x8_ab.py).
 Q4_1 and Q5_0 tiles are the kernels' too (numba_qk.models repacks such weights for decoding).
 """
@@ -28,13 +28,29 @@ from numba import literally
 from numba_qk._jit import kernel
 from numba_qk.kernels.legacy.layout import FORMATS, D_AT, M_AT, QH_AT, QS_AT, X_D_AT, X_QS_AT, X_S_AT, ZERO, Q4_0, Q4_1, Q5_0, Q8_0
 from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch, prefetch_plan
-from numba_qk.kernels.simd.legacy import X8_AUX_BYTES, X8_QS_BYTES, legacy_x8_rows
+from numba_qk.kernels.simd.legacy import (X8_AUX_BYTES, X8_IQ4_NL, X8_LAYOUT, X8_QS_BYTES,
+                                          legacy_x8_rows)
 from numba_qk.kernels.drive import no_records
 from numba_qk.kernels.legacy.kernels import f16, gemv_loop, simd_dot_at
 
 HAVE_X8 = HAVE_VNNI and HAVE_AVX512
-X8_CODES = (Q4_0, Q4_1, Q5_0, Q8_0)
-_U8_BIAS = {Q4_0: ZERO[Q4_0], Q4_1: 0, Q5_0: ZERO[Q5_0], Q8_0: 128}   # the dot's integer is u - bias of the u8 in the tile
+#: x8 codes: the legacy codes of the formats above and ``X8_IQ4_NL`` (IQ4_NL's records have
+#: Q4_0's layout, so its tiles are Q4_0's bytes; its product, with the tail rows and the portable
+#: path, is kernels/iq/iq4.py's ``gemv_x8_iq4_nl_q8_0``)
+X8_LEGACY = (Q4_0, Q4_1, Q5_0, Q8_0)
+X8_CODES = X8_LEGACY + (X8_IQ4_NL,)
+# the dot's integer is u - bias of the u8 in the tile (IQ4_NL: u = k + 128, simd/legacy.py)
+_U8_BIAS = {Q4_0: ZERO[Q4_0], Q4_1: 0, Q5_0: ZERO[Q5_0], Q8_0: 128, X8_IQ4_NL: 128}
+
+
+def _by_x8_code(table):
+    """The legacy layout ``table`` indexed by x8 code (the layout each code's records have)."""
+    return tuple(table[X8_LAYOUT[c]] if c in X8_LAYOUT else -1
+                 for c in range(max(X8_CODES) + 1))
+
+
+_D_AT, _M_AT, _QH_AT, _QS_AT = (_by_x8_code(t) for t in (D_AT, M_AT, QH_AT, QS_AT))
+_X_D_AT, _X_S_AT, _X_QS_AT = (_by_x8_code(t) for t in (X_D_AT, X_S_AT, X_QS_AT))
 _TRIP = 8   # records per intrinsic call (4 was ~10 % faster hot, ~10 % slower streamed)
 
 
@@ -54,7 +70,7 @@ def repack_x8(code, w):
     ``tiles`` starts on a 64-byte boundary."""
     rows, g, nb = w.shape
     t = rows // 8
-    qs_at, d_at = QS_AT[code], D_AT[code]
+    qs_at, d_at = _QS_AT[code], _D_AT[code]
     qs_n = nb - qs_at
     dp, tb = x8_planes(code, g)
     buf = np.zeros(t * tb + 64, np.uint8)
@@ -63,12 +79,12 @@ def repack_x8(code, w):
     body = np.asarray(w[:8 * t]).reshape(t, 8, g, nb)
     tiles[:, :16 * g] = body[..., d_at:d_at + 2].transpose(0, 2, 1, 3).reshape(t, 16 * g)
     aux = X8_AUX_BYTES[code] * g
-    if M_AT[code] >= 0:
-        m_at = M_AT[code]
+    if _M_AT[code] >= 0:
+        m_at = _M_AT[code]
         tiles[:, 16 * g:16 * g + aux] = (body[..., m_at:m_at + 2].transpose(0, 2, 1, 3)
                                          .reshape(t, aux))
-    elif QH_AT[code] >= 0:
-        h_at = QH_AT[code]
+    elif _QH_AT[code] >= 0:
+        h_at = _QH_AT[code]
         tiles[:, 16 * g:16 * g + aux] = (body[..., h_at:h_at + 4].transpose(0, 2, 3, 1)
                                          .reshape(t, aux))
     tiles[:, dp:dp + 8 * qs_n * g] = (body[..., qs_at:].reshape(t, 8, g, qs_n // 8, 8)
@@ -80,19 +96,19 @@ def repack_x8(code, w):
 def unpack_x8(code, tiles, tail, g, nb):
     """The plain records ``[rows, G, bytes]`` of (tiles, tail) (inverse of ``repack_x8``)."""
     t = tiles.shape[0]
-    qs_at, d_at = QS_AT[code], D_AT[code]
+    qs_at, d_at = _QS_AT[code], _D_AT[code]
     qs_n = nb - qs_at
     dp = x8_planes(code, g)[0]
     out = np.empty((8 * t + tail.shape[0], g, nb), np.uint8)
     body = out[:8 * t].reshape(t, 8, g, nb)
     body[..., d_at:d_at + 2] = tiles[:, :16 * g].reshape(t, g, 8, 2).transpose(0, 2, 1, 3)
     aux = X8_AUX_BYTES[code] * g
-    if M_AT[code] >= 0:
-        m_at = M_AT[code]
+    if _M_AT[code] >= 0:
+        m_at = _M_AT[code]
         body[..., m_at:m_at + 2] = (tiles[:, 16 * g:16 * g + aux].reshape(t, g, 8, 2)
                                     .transpose(0, 2, 1, 3))
-    elif QH_AT[code] >= 0:
-        h_at = QH_AT[code]
+    elif _QH_AT[code] >= 0:
+        h_at = _QH_AT[code]
         body[..., h_at:h_at + 4] = (tiles[:, 16 * g:16 * g + aux].reshape(t, g, 4, 8)
                                     .transpose(0, 3, 1, 2))
     body[..., qs_at:] = (tiles[:, dp:dp + 8 * qs_n * g].reshape(t, g, qs_n // 8, 8, 8)
@@ -108,14 +124,14 @@ def _x8_prepare(code, x, xc8, dx8, sx8):
     for b in range(x.shape[0]):
         s = np.int32(0)
         for j in range(32):
-            s += np.int32(np.int8(x[b, X_QS_AT[code] + j]))
+            s += np.int32(np.int8(x[b, _X_QS_AT[code] + j]))
         cz = np.int32(_U8_BIAS_T[code] * s)
-        dx = f16(x, b, X_D_AT[code])
+        dx = f16(x, b, _X_D_AT[code])
         for k in range(8):
             xc8[8 * b + k] = cz
             dx8[8 * b + k] = dx
-        if X_S_AT[code] >= 0:
-            sx = f16(x, b, X_S_AT[code])
+        if _X_S_AT[code] >= 0:
+            sx = f16(x, b, _X_S_AT[code])
             for k in range(8):
                 sx8[8 * b + k] = sx
 
@@ -145,7 +161,7 @@ def _gemv_x8_simd_ahead(code, tiles, x, out, trip, tiles_ahead):
     ts0, xs0 = tiles.strides[0], x.strides[0]
     xc8 = np.empty(8 * g, np.int32)
     dx8 = np.empty(8 * g, np.float32)
-    sx8 = np.empty(8 * g if X_S_AT[code] >= 0 else 0, np.float32)
+    sx8 = np.empty(8 * g if _X_S_AT[code] >= 0 else 0, np.float32)
     _x8_prepare(code, x, xc8, dx8, sx8)
     acc = np.empty(8, np.float32)
     qb = X8_QS_BYTES_T[code]
@@ -183,36 +199,50 @@ X8_AUX_BYTES_T = tuple(X8_AUX_BYTES.get(c, 0) for c in range(max(X8_CODES) + 1))
 
 
 @kernel
+def x8_row_records(code, tiles, t, k, rec):
+    """Row ``k`` of tile ``t`` of x8 ``tiles`` as plain records in ``rec`` ``[G, bytes]`` (the
+    portable loops' view of a tile)."""
+    g = rec.shape[0]
+    qs_n = rec.shape[1] - _QS_AT[code]
+    ab = X8_AUX_BYTES_T[code]
+    q0 = ((16 + ab) * g + 63) // 64 * 64
+    for b in range(g):
+        rec[b, _D_AT[code]] = tiles[t, 16 * b + 2 * k]
+        rec[b, _D_AT[code] + 1] = tiles[t, 16 * b + 2 * k + 1]
+        if _M_AT[code] >= 0:
+            rec[b, _M_AT[code]] = tiles[t, 16 * g + ab * b + 2 * k]
+            rec[b, _M_AT[code] + 1] = tiles[t, 16 * g + ab * b + 2 * k + 1]
+        if _QH_AT[code] >= 0:
+            for c in range(4):
+                rec[b, _QH_AT[code] + c] = tiles[t, 16 * g + ab * b + 8 * c + k]
+        for c in range(qs_n // 8):
+            for j in range(8):
+                rec[b, _QS_AT[code] + 8 * c + j] = tiles[t, q0 + 8 * qs_n * b + 64 * c + 8 * k + j]
+
+
+@kernel
 def _tile_rows_portable(code, tiles, x, out, rec):
     """The portable loops on tiles (targets without AVX-512 VNNI): rebuild each row's record
-    in ``rec`` ``[G, bytes]`` and fold it as ``legacy.gemv_loop`` does."""
-    g = x.shape[0]
-    qs_n = rec.shape[1] - QS_AT[code]
-    ab = X8_AUX_BYTES_T[code]
+    in ``rec`` ``[G, bytes]`` and fold it as ``legacy.gemv_loop`` does (legacy codes)."""
     one = np.empty(1, np.float32)
     for t in range(tiles.shape[0]):
         for k in range(8):
-            for b in range(g):
-                rec[b, D_AT[code]] = tiles[t, 16 * b + 2 * k]
-                rec[b, D_AT[code] + 1] = tiles[t, 16 * b + 2 * k + 1]
-                if M_AT[code] >= 0:
-                    rec[b, M_AT[code]] = tiles[t, 16 * g + ab * b + 2 * k]
-                    rec[b, M_AT[code] + 1] = tiles[t, 16 * g + ab * b + 2 * k + 1]
-                if QH_AT[code] >= 0:
-                    for c in range(4):
-                        rec[b, QH_AT[code] + c] = tiles[t, 16 * g + ab * b + 8 * c + k]
-                q0 = ((16 + ab) * g + 63) // 64 * 64 + 8 * qs_n * b
-                for c in range(qs_n // 8):
-                    for j in range(8):
-                        rec[b, QS_AT[code] + 8 * c + j] = tiles[t, q0 + 64 * c + 8 * k + j]
+            x8_row_records(code, tiles, t, k, rec)
             gemv_loop(code, rec.reshape(1, rec.shape[0], rec.shape[1]), x, one)
             out[8 * t + k] = one[0]
 
 
 @kernel
+def gemv_x8_simd(code, tiles, x, out):
+    """``out[:8 T]`` of x8 ``tiles`` [T, bytes] (whole tiles only) against activation records
+    ``x`` [G, bytes] (contiguous, C order, G >= 1); AVX-512 VNNI only (``HAVE_X8``)."""
+    _gemv_x8_simd(code, tiles, x, out, _TRIP)
+
+
+@kernel
 def gemv_x8(code, tiles, tail, x, out):
     """``out`` [8 T + tail rows] of x8 ``tiles`` [T, bytes] and plain ``tail`` [n, G, bytes]
-    against activation records ``x`` [G, bytes] (contiguous, C order)."""
+    against activation records ``x`` [G, bytes] (contiguous, C order); a legacy ``code``."""
     literally(code)
     g = x.shape[0]
     t_n = tiles.shape[0]
@@ -241,7 +271,7 @@ def _bind_gemv(code):
 
 
 #: code -> the x8 gemv ``(tiles, tail, x, out)`` of that format, callable from Python
-GEMV_X8 = {code: _bind_gemv(code) for code in X8_CODES}
+GEMV_X8 = {code: _bind_gemv(code) for code in X8_LEGACY}
 
 
 def _bind_tiles(code, nb):
@@ -254,4 +284,4 @@ def _bind_tiles(code, nb):
 
 
 #: code -> the x8 gemv of whole tiles ``(tiles, x, out)`` (threaded decoding)
-GEMV_X8_TILES = {code: _bind_tiles(code, FORMATS[code].block_bytes) for code in X8_CODES}
+GEMV_X8_TILES = {code: _bind_tiles(code, FORMATS[code].block_bytes) for code in X8_LEGACY}

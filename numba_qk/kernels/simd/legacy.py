@@ -11,6 +11,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
+from numba_qk.formats.iq import KVALUES_IQ4NL
 from numba_qk.kernels.legacy import layout as _LL
 from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_GFNI, Ops, decl, float_array_ptr, gather_f16, i8, i16, i32, i64, literal_int, load, pmaddwd32, byte_ptr, reduce_many, splat_lanes, tile_fold, vcall, vec
 
@@ -352,10 +353,19 @@ __all__ += ["legacy_rows_vnni", "legacy_rows_vnni_inserts"]
 # The float steps then run lane-wise on <16 x float> (lanes 0..7: rows of record b, 8..15:
 # record b+1) in spec order and each row's fold adds its record values in record order.
 
-X8_QS_BYTES = {_LL.Q4_0: 128, _LL.Q4_1: 128, _LL.Q5_0: 128, _LL.Q8_0: 256}   # qs bytes of 8 rows' record
+#: The x8 code of IQ4_NL (past the legacy codes): its records have Q4_0's layout (f16 d, then 16
+#: bytes of nibbles), so its tiles are Q4_0's bytes; its nibbles index ``kvalues_iq4nl``, looked
+#: up by one ``vpshufb`` per 64 nibbles as ``k + 128`` (a u8, the bias taken off as Q8_0's).
+X8_IQ4_NL = len(_LL.FORMATS)
+#: x8 code -> the legacy code whose record layout (field offsets, paired activation) it has
+X8_LAYOUT = {_LL.Q4_0: _LL.Q4_0, _LL.Q4_1: _LL.Q4_1, _LL.Q5_0: _LL.Q5_0, _LL.Q8_0: _LL.Q8_0,
+             X8_IQ4_NL: _LL.Q4_0}
+X8_QS_BYTES = {_LL.Q4_0: 128, _LL.Q4_1: 128, _LL.Q5_0: 128, _LL.Q8_0: 256,
+               X8_IQ4_NL: 128}   # qs bytes of 8 rows' record
 # bytes per record of the plane between the scales and the quants: the 8 rows' f16 mins (Q4_1),
 # their qh words (Q5_0: byte c of row k's qh at 8 c + k); 0: none
-X8_AUX_BYTES = {_LL.Q4_0: 0, _LL.Q4_1: 16, _LL.Q5_0: 32, _LL.Q8_0: 0}
+X8_AUX_BYTES = {_LL.Q4_0: 0, _LL.Q4_1: 16, _LL.Q5_0: 32, _LL.Q8_0: 0, X8_IQ4_NL: 0}
+_KVALUES_U8 = [(v + 128) & 0xFF for v in KVALUES_IQ4NL]   # k + 128 (|k| <= 127: 1..255)
 
 
 def _bcast_q(builder, base, offset):
@@ -369,7 +379,8 @@ def _x8_record_sums(builder, ops, code, qrec, xrec, hrec):
     """<16 x i32>: sum(u * x) of one record of 8 rows, row k in lanes 2k and 2k + 1; Q5_0's
     fifth bits from the record's qh plane ``hrec`` (byte 8 c + k: byte c of row k's qh), a
     64-bit mask per chunk of 64 quants (+ 16 where set)."""
-    x_at = _LL.X_QS_AT[code]
+    lay = X8_LAYOUT[code]
+    x_at = _LL.X_QS_AT[lay]
     a = ir.Constant(vec(i32, 16), [0] * 16)
     v64 = vec(i8, 64)
     for ch in range(X8_QS_BYTES[code] // 64):
@@ -388,7 +399,12 @@ def _x8_record_sums(builder, ops, code, qrec, xrec, hrec):
             hi = builder.and_(builder.bitcast(builder.lshr(w16, ir.Constant(vec(i16, 32),
                                                                              [4] * 32)), v64),
                               ir.Constant(v64, [0x0F] * 64))
-        if _LL.QH_AT[code] >= 0:   # elements 8 ch + e (lo) and 16 + 8 ch + e (hi)
+        if code == X8_IQ4_NL:   # k(c) + 128 as u8, the table repeated in each 128-bit lane
+            shuf = decl(builder, "llvm.x86.avx512.pshuf.b.512", v64, [v64, v64])
+            table = ir.Constant(v64, _KVALUES_U8 * 4)
+            lo = builder.call(shuf, [table, lo])
+            hi = builder.call(shuf, [table, hi])
+        if _LL.QH_AT[lay] >= 0:   # elements 8 ch + e (lo) and 16 + 8 ch + e (hi)
             sixteen = ir.Constant(v64, [16] * 64)
             for name, c in (("lo", ch), ("hi", 2 + ch)):
                 mask = builder.bitcast(load(builder, hrec, 8 * c, i64), vec(ir.IntType(1), 64))
@@ -413,7 +429,7 @@ def legacy_x8_rows(typingctx, code, nrec, w, d_off, q_off, x, x_off, xc8, dx8, e
     taking acc[k] = v.  The first record's aux row (``X8_AUX_BYTES`` per record) at byte
     ``aux_off``: Q4_1 adds R32(mw * sx) to each value (the 8 rows' f16 mins there, f32(sx) 8
     times per record in ``sx8``, as ``dx8``); Q5_0's fifth bits are there.  ``code``: Q4_0,
-    Q4_1, Q5_0 or Q8_0; AVX-512 VNNI only."""
+    Q4_1, Q5_0, Q8_0 or X8_IQ4_NL; AVX-512 VNNI only."""
     c = literal_int(code)
     nr = literal_int(nrec)
     if c is None or c not in X8_QS_BYTES or nr is None or nr < 1:
@@ -425,12 +441,13 @@ def legacy_x8_rows(typingctx, code, nrec, w, d_off, q_off, x, x_off, xc8, dx8, e
         ops = Ops(builder, True, vnni=True)
         (_, _, w_arr, d_off_v, q_off_v, x_arr, x_off_v, xc_arr, dx_arr, e_off_v, acc_arr,
          first_v, aux_off_v, sx_arr) = args
-        has_m = _LL.M_AT[c] >= 0
+        lay = X8_LAYOUT[c]
+        has_m = _LL.M_AT[lay] >= 0
         sa = signature.args
         dbase = byte_ptr(context, builder, sa[2], w_arr, d_off_v)
         qbase = byte_ptr(context, builder, sa[2], w_arr, q_off_v)
         xbase = byte_ptr(context, builder, sa[5], x_arr, x_off_v)
-        xrec = _LL.FORMATS[_LL.CODES[_LL.activation_format(_LL.FORMATS[c])]].block_bytes
+        xrec = _LL.FORMATS[_LL.CODES[_LL.activation_format(_LL.FORMATS[lay])]].block_bytes
         xc_p = builder.gep(float_array_ptr(context, builder, sa[7], xc_arr), [e_off_v])
         dx_p = builder.gep(float_array_ptr(context, builder, sa[8], dx_arr), [e_off_v])
         sx_p = builder.gep(float_array_ptr(context, builder, sa[13], sx_arr), [e_off_v])
@@ -475,7 +492,7 @@ def legacy_x8_rows(typingctx, code, nrec, w, d_off, q_off, x, x_off, xc8, dx8, e
     return sig, codegen
 
 
-__all__ += ["legacy_x8_rows", "X8_AUX_BYTES"]
+__all__ += ["legacy_x8_rows", "X8_AUX_BYTES", "X8_IQ4_NL", "X8_LAYOUT"]
 
 
 __all__ += ["U8_BIAS"]
