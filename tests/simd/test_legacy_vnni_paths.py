@@ -1,6 +1,6 @@
 """Legacy-format kernels added for numba_qk.models.  The gemm with AVX-512 VNNI
 (``legacy/kernels._vnni_gemm``: up to 16 activations of Q4_0/Q4_1/Q8_0 by 16 weight rows in
-the lanes, ``_rows16_gemm``; from batch 3 the panel gemm ``_panel_gemm``, records decoded once
+the lanes, ``rows16_gemm``; from batch 3 the panel gemm ``_panel_gemm``, records decoded once
 per call and 8 rows x 16 activations per microtile; batch 2 of Q5_0/Q5_1 the gemv per
 activation): every output equals the portable loop bit for bit (NaN == NaN) on any bytes and
 at the quants' extremes, for batches of one tile, two tiles and a tile left over, over several
@@ -14,6 +14,7 @@ import pytest
 import numba_qk as qk
 from numba_qk.kernels.legacy import kernels as legacy
 from numba_qk.kernels.legacy import x8 as legacy_x8
+from numba_qk.kernels.iq import iq4
 from numba_qk.testing.asserts import assert_same_f32
 from records import legacy_extremes
 from subsets import default_few
@@ -24,10 +25,19 @@ NAMES = [f.name.lower() for f in legacy.WEIGHT_FORMATS]
 
 def _portable(f, w, x):
     out = np.empty((x.shape[0], w.shape[0]), np.float32)
-    code = legacy.CODES[f]
     for a in range(x.shape[0]):
-        legacy.gemv_loop(code, w, x[a], out[a])
+        if f is qk.quant.iq4_nl:
+            for r in range(w.shape[0]):
+                out[a, r] = iq4.dot_iq4_nl_q8_0_portable(np.ascontiguousarray(w[r]),
+                                                         np.ascontiguousarray(x[a]))
+        else:
+            legacy.gemv_loop(legacy.CODES[f], w, x[a], out[a])
     return out
+
+
+def _gemm(f):
+    """The format's gemm entry point (IQ4_NL's lives in kernels/iq/iq4.py)."""
+    return iq4.gemm_iq4_nl_q8_0 if f is qk.quant.iq4_nl else legacy.ENTRIES[f].gemm
 
 
 def _adversarial(f, act, rows, g, batch, rng):
@@ -40,7 +50,7 @@ def _adversarial(f, act, rows, g, batch, rng):
     w[::3] = we[::3]
     x = rng.integers(0, 256, (batch, g, act.block_bytes), dtype=np.uint8)
     x[::4] = xe
-    code = legacy.CODES[f]
+    code = legacy.CODES.get(f, legacy.Q4_0)   # IQ4_NL has Q4_0's layout
     for at in (legacy.D_AT[code], legacy.M_AT[code]):
         if at >= 0:
             w[3:, :, at + 1] = 0x38 | (w[3:, :, at + 1] & 0x07)
@@ -92,9 +102,10 @@ def test_panel_gemm_equals_portable_loop(name, rng, monkeypatch):
 
 
 @needs_vnni
-@pytest.mark.parametrize("name", default_few(["q4_0", "q4_1", "q8_0"], {"q4_0", "q8_0"}))
+@pytest.mark.parametrize("name", default_few(["q4_0", "q4_1", "q8_0", "iq4_nl"],
+                                             {"q4_0", "q8_0", "iq4_nl"}))
 def test_rows16_gemm_equals_portable_loop(name, rng):
-    """Batches 2..16 of Q4_0/Q4_1/Q8_0 go through ``_rows16_gemm`` (16 rows in the lanes,
+    """Batches 2..16 of Q4_0/Q4_1/Q8_0/IQ4_NL go through ``rows16_gemm`` (16 rows in the lanes,
     records read in place, activations in groups of 8, 4, 2, 1; the rows past the last 16 by
     the driver): 53 rows (3 bands and 5 more), contiguous and strided records, the quants'
     extremes, non-finite scales on a few rows: the portable loop's bits."""
@@ -107,7 +118,7 @@ def test_rows16_gemm_equals_portable_loop(name, rng):
     for batch in (16, 15, 6, 3, 2):                # every group of 8, 4, 2 and 1
         for weights in (w, ws):
             got = np.full((batch, rows), np.nan, np.float32)
-            legacy.ENTRIES[f].gemm(weights, x[:batch], got)
+            _gemm(f)(weights, x[:batch], got)
             assert_same_f32(got, want[:batch])
 
 

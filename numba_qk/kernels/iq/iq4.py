@@ -179,20 +179,28 @@ if _simd.HAVE_GEMM_TILES:   # batches of 3 or more: records decoded once per cal
     gemm_iq4_xs_q8_k = panel_gemm(_simd.iq4_xs_decode, _simd.microtile_sub32, gemm_iq4_xs_q8_k)
 
 if _legacy.HAVE_LEGACY_VNNI:
-    # IQ4_NL's records decoded into the legacy panel layout run the legacy panel gemm as Q4_0
-    # (the same Q8_0 activations and float steps, v = R32(dx * R32(d * f32(S)))).
+    # Batches of 2 to 16: the legacy small-batch gemm (16 rows in the lanes, records read in
+    # place) with IQ4_NL's code, its nibbles looked up there; from 17 IQ4_NL's records decoded
+    # into the legacy panel layout run the legacy panel gemm as Q4_0 (the same Q8_0
+    # activations and float steps, v = R32(dx * R32(d * f32(S)))).
     _nl_panel = _legacy.panel_gemm_over(_simd_nl.iq4_nl_panel_decode)
     _gemm_nl_tiles = gemm_iq4_nl_q8_0
+    _NL_TYPE = _NL.ggml_type
 
     @kernel
     def gemm_iq4_nl_q8_0(w, x, out):
-        """``out[a, r] = dot_iq4_nl_q8_0(w[r], x[a])``: batches of 3 or more with contiguous
-        record bytes by decoded records (the legacy panel gemm), others by the driver's tiles."""
-        if (w.shape[1] != 0 and x.shape[0] >= _legacy.PANEL_MIN_BATCH and w.strides[2] == 1
-                and x.strides[2] == 1):
-            _nl_panel(_LEGACY_Q4_0, w, x, out)
-        else:
-            _gemm_nl_tiles(w, x, out)
+        """``out[a, r] = dot_iq4_nl_q8_0(w[r], x[a])``: with contiguous record bytes batches of
+        2..16 by the small-batch gemm, larger ones by decoded records (the legacy panel gemm);
+        others by the driver's tiles."""
+        if w.shape[1] != 0 and x.shape[0] >= 2 and w.strides[2] == 1 and x.strides[2] == 1:
+            if (x.shape[0] <= _legacy.ROWS16_MAX_BATCH
+                    and abs(w.strides[0]) < _legacy.GATHER_STEP_MAX):
+                _legacy.rows16_gemm(X8_IQ4_NL, _NL_TYPE, w, x, out)
+                return
+            if x.shape[0] >= _legacy.PANEL_MIN_BATCH:
+                _nl_panel(_LEGACY_Q4_0, w, x, out)
+                return
+        _gemm_nl_tiles(w, x, out)
 
 
 @kernel

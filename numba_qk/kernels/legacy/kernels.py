@@ -51,7 +51,7 @@ from numba_qk.kernels.kquants.q8_k import order_key
 from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, aligned_zeros, kernels_for, panel_prefetch_start, quad_at, register, tile_loop_start, tile_loop_store
 from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI, literal_int, prefetch_lines, prefetch_plan
 from numba_qk.kernels.simd.legacy import U8_BIAS, legacy_accumulate_x8, legacy_block_value, legacy_rows_vnni, legacy_rows_vnni_inserts
-from numba_qk.kernels.simd.legacy import LDEC_BYTES, LXT_BYTES, LXT_DX_AT, LXT_SX_AT, ROWS16_CODES, ROWS16_ROW_OF_LANE, legacy_microtile, legacy_panel_decode, legacy_rows16
+from numba_qk.kernels.simd.legacy import LDEC_BYTES, LXT_BYTES, LXT_DX_AT, LXT_SX_AT, ROWS16_CODES, ROWS16_ROW_OF_LANE, X8_LAYOUT, legacy_microtile, legacy_panel_decode, legacy_rows16
 
 from numba_qk.kernels.legacy.layout import CODES, FORMATS, Q4_0, Q5_0, Q5_1, Q8_0, Q8_1, WEIGHT_FORMATS, D_AT, M_AT, QH_AT, QS_AT, S_AT, X_D_AT, X_QS_AT, X_S_AT, ZERO
 
@@ -380,7 +380,7 @@ _VNNI_TRIP = 4
 HAVE_LEGACY_VNNI = HAVE_VNNI and HAVE_AVX512
 # the scale gather addresses a tile's records by i32 offsets from its first row: 8 row strides
 # and a trip of records must stay far below 2**31
-_GATHER_STEP_MAX = 1 << 27
+GATHER_STEP_MAX = 1 << 27
 _W_BYTES = tuple(f.block_bytes for f in FORMATS)   # record strides of contiguous records
 _X_BYTES = tuple(activation_format(f).block_bytes if f in WEIGHT_FORMATS else 0
                  for f in FORMATS)
@@ -426,21 +426,24 @@ def _vnni_gemv(wcode, dcode, w, x, out):
     literally(dcode)
     if (w.shape[1] != 0 and w.strides[2] == 1 and x.strides[1] == 1
             and w.strides[1] == _W_BYTES[wcode] and x.strides[0] == _X_BYTES[wcode]
-            and abs(w.strides[0]) < _GATHER_STEP_MAX):
+            and abs(w.strides[0]) < GATHER_STEP_MAX):
         _vnni_gemv_trip(wcode, w, x, out, _VNNI_TRIP, True)
     else:
         drive_gemv(dcode, w, x, out)
 
 
 # AVX-512 VNNI gemm (simd/legacy.py; docs/decisions/040): up to ROWS16_MAX_BATCH activations of
-# Q4_0/Q4_1/Q8_0, 16 weight rows in the lanes with the records read in place (_rows16_gemm);
+# Q4_0/Q4_1/Q8_0, 16 weight rows in the lanes with the records read in place (rows16_gemm);
 # otherwise from PANEL_MIN_BATCH activations the panel gemm (_panel_gemm: records decoded once
 # per call, 8 rows x 16 activations per microtile), and batch 2 of the others the gemv per
 # activation (the decode is not paid back there).  Same folds, same bits as the portable dot.
 _LANES = 16
 PANEL_MIN_BATCH = 3
 ROWS16_MAX_BATCH = 16  # two groups of 8: at 16 the panel is about as fast, beyond it faster
-_U8_BIAS_T = tuple(U8_BIAS.get(c, 0) for c in range(len(FORMATS)))
+# by code, IQ4_NL's small-batch code (X8_IQ4_NL) included
+_U8_BIAS_T = tuple(U8_BIAS.get(c, 0) for c in range(len(X8_LAYOUT)))
+_RX_QS_AT, _RX_D_AT, _RX_S_AT = (tuple(t[X8_LAYOUT[c]] for c in range(len(X8_LAYOUT)))
+                                 for t in (X_QS_AT, X_D_AT, X_S_AT))
 
 
 @kernel
@@ -452,7 +455,7 @@ def _vnni_gemm(wcode, dcode, w, x, out):
     if HAVE_LEGACY_VNNI:   # a constant: the branch is pruned before typing elsewhere
         if (w.shape[1] != 0 and x.shape[0] >= 2 and w.strides[2] == 1
                 and x.strides[2] == 1):
-            if (x.shape[0] <= ROWS16_MAX_BATCH and abs(w.strides[0]) < _GATHER_STEP_MAX
+            if (x.shape[0] <= ROWS16_MAX_BATCH and abs(w.strides[0]) < GATHER_STEP_MAX
                     and _small_batch_gemm(wcode, dcode, w, x, out)):
                 return
             if x.shape[0] >= PANEL_MIN_BATCH:
@@ -472,7 +475,7 @@ def x_tiles16(wcode, x, xt, base):
     batch, g = x.shape[0], x.shape[1]
     xf = xt.view(np.float32)
     xw = xt.view(np.uint32)   # a quad of quants is one dword of the tile (4-byte aligned)
-    x_at, d_at, s_at = X_QS_AT[wcode], X_D_AT[wcode], X_S_AT[wcode]
+    x_at, d_at, s_at = _RX_QS_AT[wcode], _RX_D_AT[wcode], _RX_S_AT[wcode]
     for a in range(batch):
         tile, lane = a // _LANES, a % _LANES
         xa = x[a]
@@ -537,7 +540,7 @@ _panel_gemm = panel_gemm_over(legacy_panel_decode)
 
 
 def _small_batch_gemm(wcode, dcode, w, x, out):
-    """True once ``_rows16_gemm`` computed ``out`` (formats of ``ROWS16_CODES``), else False
+    """True once ``rows16_gemm`` computed ``out`` (formats of ``ROWS16_CODES``), else False
     (nothing done): resolved per literal code at compile time."""
 
 
@@ -548,7 +551,7 @@ def _small_batch_gemm_overload(wcode, dcode, w, x, out):
         return None
     if c in ROWS16_CODES:
         def rows16(wcode, dcode, w, x, out):
-            _rows16_gemm(wcode, dcode, w, x, out)
+            rows16_gemm(wcode, dcode, w, x, out)
             return True
         return rows16
 
@@ -565,7 +568,7 @@ def x_corrections(wcode, x):
     batch, g = x.shape[0], x.shape[1]
     xc = np.zeros((batch, g, 4), np.float32)
     xi = xc.view(np.int32)
-    x_at, d_at, s_at = X_QS_AT[wcode], X_D_AT[wcode], X_S_AT[wcode]
+    x_at, d_at, s_at = _RX_QS_AT[wcode], _RX_D_AT[wcode], _RX_S_AT[wcode]
     z = np.int32(_U8_BIAS_T[wcode])
     for a in range(batch):
         xa = x[a]
@@ -594,7 +597,7 @@ def _rows16_group(wcode, na, w, r0, x, a0, xc, acc, out, pf_off, pf_lines):
 
 
 @kernel
-def _rows16_gemm(wcode, dcode, w, x, out):
+def rows16_gemm(wcode, dcode, w, x, out):
     """The small-batch gemm (simd/legacy.py ``legacy_rows16``): per band of 16 weight rows,
     groups of up to 8 activations, the records read in place; rows past the last band by the
     driver's gemm."""

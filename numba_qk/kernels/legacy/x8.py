@@ -26,10 +26,10 @@ import numpy as np
 from numba import literally
 
 from numba_qk._jit import kernel
-from numba_qk.kernels.legacy.layout import FORMATS, D_AT, M_AT, QH_AT, QS_AT, X_D_AT, X_QS_AT, X_S_AT, ZERO, Q4_0, Q4_1, Q5_0, Q8_0
+from numba_qk.kernels.legacy.layout import FORMATS, D_AT, M_AT, QH_AT, QS_AT, X_D_AT, X_QS_AT, X_S_AT, Q4_0, Q4_1, Q5_0, Q8_0
 from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch, prefetch_plan
-from numba_qk.kernels.simd.legacy import (X8_AUX_BYTES, X8_IQ4_NL, X8_LAYOUT, X8_QS_BYTES,
-                                          legacy_x8_rows)
+from numba_qk.kernels.simd.legacy import (U8_BIAS, X8_AUX_BYTES, X8_IQ4_NL, X8_LAYOUT,
+                                          X8_QS_BYTES, legacy_x8_rows)
 from numba_qk.kernels.drive import no_records
 from numba_qk.kernels.legacy.kernels import f16, gemv_loop, simd_dot_at
 
@@ -39,8 +39,6 @@ HAVE_X8 = HAVE_VNNI and HAVE_AVX512
 #: path, is kernels/iq/iq4.py's ``gemv_x8_iq4_nl_q8_0``)
 X8_LEGACY = (Q4_0, Q4_1, Q5_0, Q8_0)
 X8_CODES = X8_LEGACY + (X8_IQ4_NL,)
-# the dot's integer is u - bias of the u8 in the tile (IQ4_NL: u = k + 128, simd/legacy.py)
-_U8_BIAS = {Q4_0: ZERO[Q4_0], Q4_1: 0, Q5_0: ZERO[Q5_0], Q8_0: 128, X8_IQ4_NL: 128}
 
 
 def _by_x8_code(table):
@@ -136,7 +134,8 @@ def _x8_prepare(code, x, xc8, dx8, sx8):
                 sx8[8 * b + k] = sx
 
 
-_U8_BIAS_T = tuple(_U8_BIAS.get(c, 0) for c in range(max(X8_CODES) + 1))
+# the dot's integer is u - bias of the u8 in the tile (IQ4_NL: u = k + 128, simd/legacy.py)
+_U8_BIAS_T = tuple(U8_BIAS.get(c, 0) for c in range(max(X8_CODES) + 1))
 
 
 @kernel

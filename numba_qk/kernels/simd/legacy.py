@@ -20,6 +20,24 @@ __all__ = ["legacy_block_value", "legacy_accumulate_x8"]
 # Per-code layout, read from the schemas (_legacy_layout.py): only weight formats have a dot.
 _L_WEIGHT = {c for c, fmt in enumerate(_LL.FORMATS) if fmt in _LL.WEIGHT_FORMATS}
 
+#: The code of IQ4_NL in the x8 tiles and the small-batch gemm (``legacy_x8_rows``,
+#: ``legacy_rows16``), past the legacy codes: its records have Q4_0's layout (f16 d, then 16
+#: bytes of nibbles) and pair with Q8_0; its nibbles index ``kvalues_iq4nl``, looked up by one
+#: ``vpshufb`` per 64 nibbles as ``k + 128`` (a u8; ``128 * sum x`` taken off after the exact
+#: sum, as for Q8_0's int8 quants).
+X8_IQ4_NL = len(_LL.FORMATS)
+#: code -> the legacy code whose record layout (field offsets, paired activation) it has
+X8_LAYOUT = {**{c: c for c in range(len(_LL.FORMATS))}, X8_IQ4_NL: _LL.Q4_0}
+_KVALUES_U8 = [(v + 128) & 0xFF for v in KVALUES_IQ4NL]   # k + 128 (|k| <= 127: 1..255)
+
+
+def _iq4_nl_lookup(b, nibbles):
+    """<64 x i8> k(c) + 128 of the 64 nibbles ``c`` (<64 x i8>, each 0..15): one ``vpshufb``,
+    the table repeated in each 128-bit lane."""
+    v64 = vec(i8, 64)
+    shuf = decl(b, "llvm.x86.avx512.pshuf.b.512", v64, [v64, v64])
+    return b.call(shuf, [ir.Constant(v64, _KVALUES_U8 * 4), nibbles])
+
 
 def _legacy_weights_i8(builder, code, wbase):
     """<32 x i8>: the integers a dot multiplies (q - 8, q - 16, q or the int8: all fit int8),
@@ -138,7 +156,8 @@ _GF_LOW = sum((1 << i) << (8 * (7 - i)) for i in range(4))
 _GF_HIGH = sum((1 << (i + 4)) << (8 * (7 - i)) for i in range(4))
 _GF_LOW -= (1 << 64) if _GF_LOW >= 1 << 63 else 0    # as signed i64 constants
 _GF_HIGH -= (1 << 64) if _GF_HIGH >= 1 << 63 else 0
-_U8_BIAS = {c: (128 if _LL.FORMATS[c].field("qs").signed else _LL.ZERO[c]) for c in _L_WEIGHT}
+_U8_BIAS = {**{c: (128 if _LL.FORMATS[c].field("qs").signed else _LL.ZERO[c])
+               for c in _L_WEIGHT}, X8_IQ4_NL: 128}
 
 
 def _pair_weights(builder, code, wb0, wb1):
@@ -353,19 +372,11 @@ __all__ += ["legacy_rows_vnni", "legacy_rows_vnni_inserts"]
 # The float steps then run lane-wise on <16 x float> (lanes 0..7: rows of record b, 8..15:
 # record b+1) in spec order and each row's fold adds its record values in record order.
 
-#: The x8 code of IQ4_NL (past the legacy codes): its records have Q4_0's layout (f16 d, then 16
-#: bytes of nibbles), so its tiles are Q4_0's bytes; its nibbles index ``kvalues_iq4nl``, looked
-#: up by one ``vpshufb`` per 64 nibbles as ``k + 128`` (a u8, the bias taken off as Q8_0's).
-X8_IQ4_NL = len(_LL.FORMATS)
-#: x8 code -> the legacy code whose record layout (field offsets, paired activation) it has
-X8_LAYOUT = {_LL.Q4_0: _LL.Q4_0, _LL.Q4_1: _LL.Q4_1, _LL.Q5_0: _LL.Q5_0, _LL.Q8_0: _LL.Q8_0,
-             X8_IQ4_NL: _LL.Q4_0}
 X8_QS_BYTES = {_LL.Q4_0: 128, _LL.Q4_1: 128, _LL.Q5_0: 128, _LL.Q8_0: 256,
                X8_IQ4_NL: 128}   # qs bytes of 8 rows' record
 # bytes per record of the plane between the scales and the quants: the 8 rows' f16 mins (Q4_1),
 # their qh words (Q5_0: byte c of row k's qh at 8 c + k); 0: none
 X8_AUX_BYTES = {_LL.Q4_0: 0, _LL.Q4_1: 16, _LL.Q5_0: 32, _LL.Q8_0: 0, X8_IQ4_NL: 0}
-_KVALUES_U8 = [(v + 128) & 0xFF for v in KVALUES_IQ4NL]   # k + 128 (|k| <= 127: 1..255)
 
 
 def _bcast_q(builder, base, offset):
@@ -399,11 +410,8 @@ def _x8_record_sums(builder, ops, code, qrec, xrec, hrec):
             hi = builder.and_(builder.bitcast(builder.lshr(w16, ir.Constant(vec(i16, 32),
                                                                              [4] * 32)), v64),
                               ir.Constant(v64, [0x0F] * 64))
-        if code == X8_IQ4_NL:   # k(c) + 128 as u8, the table repeated in each 128-bit lane
-            shuf = decl(builder, "llvm.x86.avx512.pshuf.b.512", v64, [v64, v64])
-            table = ir.Constant(v64, _KVALUES_U8 * 4)
-            lo = builder.call(shuf, [table, lo])
-            hi = builder.call(shuf, [table, hi])
+        if code == X8_IQ4_NL:
+            lo, hi = _iq4_nl_lookup(builder, lo), _iq4_nl_lookup(builder, hi)
         if _LL.QH_AT[lay] >= 0:   # elements 8 ch + e (lo) and 16 + 8 ch + e (hi)
             sixteen = ir.Constant(v64, [16] * 64)
             for name, c in (("lo", ch), ("hi", 2 + ch)):
@@ -657,7 +665,7 @@ __all__ += ["legacy_panel_decode", "legacy_microtile", "panel_decode_intrinsic",
 # its records in order per activation.  The weights are read once per group of activations
 # (no decoded copy): what the panel gemm pays to decode, small batches cannot amortize.
 
-ROWS16_CODES = tuple(c for c in sorted(_L_WEIGHT) if _LL.QH_AT[c] < 0)   # Q4_0, Q4_1, Q8_0
+ROWS16_CODES = tuple(c for c in sorted(_L_WEIGHT) if _LL.QH_AT[c] < 0) + (X8_IQ4_NL,)   # Q4_0, Q4_1, Q8_0, IQ4_NL
 # the row in lane L (the in-register transpose below leaves rows in this order)
 ROWS16_ROW_OF_LANE = tuple(4 * (lane % 4) + lane // 4 for lane in range(16))
 
@@ -677,8 +685,9 @@ def _rows16_quant_vectors(b, code, rows):
     """[(u8 weight vector <16 x i32>, activation quad index)] of one record step of 16 rows
     (i8* to each row's record): lane L holds row ``ROWS16_ROW_OF_LANE[L]``."""
     v4, v16 = vec(i32, 4), vec(i32, 16)
-    qs_at = _LL.QS_AT[code]
-    signed = _LL.FORMATS[code].field("qs").signed
+    lay = X8_LAYOUT[code]
+    qs_at = _LL.QS_AT[lay]
+    signed = _LL.FORMATS[lay].field("qs").signed
     pairs = []
     for half in range(2 if signed else 1):
         z = []
@@ -697,8 +706,12 @@ def _rows16_quant_vectors(b, code, rows):
                 pairs.append((b.xor(v, ir.Constant(v16, [-0x7F7F7F80] * 16)), 4 * half + c))
             else:
                 m = ir.Constant(v16, [0x0F0F0F0F] * 16)
-                pairs.append((b.and_(v, m), c))
-                pairs.append((b.and_(b.lshr(v, ir.Constant(v16, [4] * 16)), m), 4 + c))
+                lo, hi = b.and_(v, m), b.and_(b.lshr(v, ir.Constant(v16, [4] * 16)), m)
+                if code == X8_IQ4_NL:
+                    lo, hi = (b.bitcast(_iq4_nl_lookup(b, b.bitcast(n, vec(i8, 64))), v16)
+                              for n in (lo, hi))
+                pairs.append((lo, c))
+                pairs.append((hi, 4 + c))
     return pairs
 
 
@@ -745,8 +758,9 @@ def legacy_rows16(typingctx, code, na, w, w_off, ws0, ws1, x, x_off, xs0, xs1, x
         w0 = byte_ptr(context, b, sa[2], w_v, w_off_v)
         x0 = byte_ptr(context, b, sa[6], x_v, x_off_v)
         xcp = b.gep(float_array_ptr(context, b, sa[10], xc_v), [xc_off_v])
-        has_m = _LL.M_AT[c] >= 0
-        x_at = _LL.X_QS_AT[c]
+        lay = X8_LAYOUT[c]
+        has_m = _LL.M_AT[lay] >= 0
+        x_at = _LL.X_QS_AT[lay]
         accs = [cgutils.alloca_once_value(b, ir.Constant(f16v, [-0.0] * 16)) for _ in range(n)]
         zero = ir.Constant(v16, None)
 
@@ -770,8 +784,8 @@ def legacy_rows16(typingctx, code, na, w, w_off, ws0, ws1, x, x_off, xs0, xs1, x
             wb = b.gep(w0, [b.mul(blk, ws1_v)])
             rows = [b.gep(wb, [b.mul(ws0_v, ir.Constant(ws0_v.type, r))]) for r in range(16)]
             pairs = _rows16_quant_vectors(b, c, rows)
-            dw = _gather_rows16_f16(b, wb, idx, _LL.D_AT[c])
-            mw = _gather_rows16_f16(b, wb, idx, _LL.M_AT[c]) if has_m else None
+            dw = _gather_rows16_f16(b, wb, idx, _LL.D_AT[lay])
+            mw = _gather_rows16_f16(b, wb, idx, _LL.M_AT[lay]) if has_m else None
             for a in range(n):
                 xb = b.gep(x0, [b.add(b.mul(xs0_v, ir.Constant(xs0_v.type, a)),
                                       b.mul(blk, xs1_v))])
