@@ -123,17 +123,18 @@ def test_fast_paths_equal_the_portable_definition(name, rng):
             for label, arr in got.items():
                 assert_same_f32(arr, want, f"{name} G={g} {label}")
     # gemm over several decoded-row panels (203 rows of 10 records: 12 bands of 8 per panel
-    # with the microtiles; and a partial last band), 33 activations (3 tiles of 16, 1 lane used
-    # in the last)
+    # with the microtiles; and a partial last band), 65, 49, 33 and 20 activations (5, 4, 3 and
+    # 2 tiles of 16; 1 lane used in the last tile of 65, 49 and 33)
     rows2, g = 203, 10
     w = random_iq_grid(rng, fmt, rows2 * g).reshape(rows2, g, fmt.block_bytes)
-    x = rng.integers(0, 256, (33, g, 292), dtype=np.uint8)
+    x = rng.integers(0, 256, (65, g, 292), dtype=np.uint8)
     x[:, :, 3] &= 0x3F
-    want = np.array([[port(w[r], x[a]) for r in range(rows2)] for a in range(33)], np.float32)
-    got_gemm = np.empty((33, rows2), np.float32)
-    gemm(w, x, got_gemm)
-    with np.errstate(all="ignore"):
-        assert_same_f32(got_gemm, want, f"{name} gemm 203 rows x 33")
+    want = np.array([[port(w[r], x[a]) for r in range(rows2)] for a in range(65)], np.float32)
+    for batch in (65, 49, 33, 20):
+        got_gemm = np.empty((batch, rows2), np.float32)
+        gemm(w, x[:batch], got_gemm)
+        with np.errstate(all="ignore"):
+            assert_same_f32(got_gemm, want[:batch], f"{name} gemm 203 rows x {batch}")
     # matmul: activations quantized to Q8_K first, then the same dots (one 8-activation tile
     # + 1 leftover, 2 tiles of 8 rows + 3)
     g = 3

@@ -130,7 +130,8 @@ def test_panel_gemm_equals_the_portable_definition(name, rng):
     """Batches of 3 or more go through the panel gemm (records decoded once per call, 8 rows x
     16 activations per microtile, kernels/drive.py ``panel_gemm``; Q2_K and Q5_K with the min
     term from the stored bsums): over several decoded panels (203 rows of 10 records: 12 bands
-    of 8 per panel, a partial last band), 33 and 3 activations (tiles of 16 with lanes unused),
+    of 8 per panel, a partial last band), 65, 49, 33, 20 and 3 activations (5, 4, 3, 2 and 1
+    tiles of 16, lanes unused),
     random bytes (any bsum, -128 / 127 quants, NaN / inf / subnormal scales), every output
     equals the portable dot bit for bit; batches of 1 and 2 and strided records take the
     driver's gemm, with the same bits."""
@@ -142,21 +143,22 @@ def test_panel_gemm_equals_the_portable_definition(name, rng):
     w = rng.integers(0, 256, (rows, g, fmt.block_bytes), dtype=np.uint8)
     w[:40] = qk.quantize(rng.standard_normal((40 * g, 256)).astype(np.float32),
                          format=fmt).reshape(40, g, -1)
-    x = rng.integers(0, 256, (33, g, 292), dtype=np.uint8)
+    x = rng.integers(0, 256, (65, g, 292), dtype=np.uint8)
     x[:, :, 3] &= 0x3F                           # mostly finite ds
     x[0, :, 4:260] = 0x80
     x[1, :, 4:260] = 0x7F
+    x[48, :, 4:260] = 0x80                       # the first lane of the fourth tile
     # the reference: the driver's gemv row by row (equal to the portable dot: the tests above),
     # and the portable dot itself on every 7th row
     gemv = getattr(mod, f"gemv_{name}_q8_k")
-    want = np.empty((33, rows), np.float32)
-    for a in range(33):
+    want = np.empty((65, rows), np.float32)
+    for a in range(65):
         gemv(w, x[a], want[a])
-    some = np.array([[port(w[r], x[a]) for r in range(0, rows, 7)] for a in range(33)],
+    some = np.array([[port(w[r], x[a]) for r in range(0, rows, 7)] for a in range(0, 65, 4)],
                     np.float32)
     with np.errstate(all="ignore"):
-        assert_same_f32(want[:, ::7], some, f"{name} gemv = portable dot")
-    for batch in (33, 3, 2, 1):
+        assert_same_f32(want[::4, ::7], some, f"{name} gemv = portable dot")
+    for batch in (65, 49, 33, 20, 3, 2, 1):
         got = np.full((batch, rows), np.nan, np.float32)
         gemm(w, x[:batch], got)
         with np.errstate(all="ignore"):
