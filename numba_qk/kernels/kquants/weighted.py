@@ -458,61 +458,101 @@ _Q5_D_AT, _Q5_DMIN_AT, _Q5_SC_AT, _Q5_QH_AT, _Q5_QL_AT = field_starts(
     _Q5, "d", "dmin", "sc", "qh", "ql")
 
 
+@kernel
+def _k45_scratch():
+    # L (two blocks' quants), weight, scales, mins, sw (16 lanes), Ls, Lm
+    return ((np.zeros(512, np.int32), np.zeros(32, np.float32), np.zeros(16, np.float32),
+             np.zeros(16, np.float32), np.zeros(16, np.float32), np.zeros(8, np.int32),
+             np.zeros(8, np.int32)), lanes_scratch())
+
+
 @inline_kernel
-def k45_weighted(values, b, qw, qoff, out, work, nmax, d_at, dmin_at, sc_at, clamp63):
-    """Q4_K (``nmax = 15``) / Q5_K (``nmax = 31``, ``clamp63``): scales, mins, ``d``/``dmin``
-    and the requantized quants in ``L`` (work[0])."""
-    (L, Laux, weight, scales, mins, sw, Ls, Lm), (xt, wt, Lt, scr, Lx) = work
-    sigma2 = np.float32(np.float32(np.float32(2.0) * sum_sq(values, b, 0, 256)) / np.float32(256.0))
-    imatrix_lanes_in(values, b, qw, qoff, sigma2, 32, 8, sw, weight, xt, wt)
-    make_qkx3_lanes_w(xt, wt, 32, 8, nmax, Lt, Lx, scales, mins, scr)  # make_qkx3_quants(32, nmax)
-    transpose_out(Lt, L, 32, 8)
-    d_block = make_qp_quants(8, 63, scales, Ls, sw)
-    m_block = make_qp_quants(8, 63, mins, Lm, sw)
-    for j in range(8):
-        ls = Ls[j]
-        lm = Lm[j]
-        if clamp63:
-            ls = min(63, ls)
-            lm = min(63, lm)
-        k4_pack_scale_min(out, b, sc_at, j, ls, lm)
-    d_all = store_f16(out, b, d_at, d_block)
-    dmin_all = store_f16(out, b, dmin_at, m_block)
-    for j in range(8):
-        sc, m = k4_scale_min_inline(out, b, sc_at, j)
-        d = np.float32(d_all * np.float32(sc))
-        if d == _F0:
-            continue
-        dm = np.float32(dmin_all * np.float32(m))
-        for ii in range(32):
-            l = nearest_int(np.float32(np.float32(np.float32(values[b, 32 * j + ii]) + dm) / d))
-            L[32 * j + ii] = max(0, min(nmax, l))
+def k45_weighted(values, b, nb, qw, per_row, out, work, nmax, d_at, dmin_at, sc_at, clamp63):
+    """Q4_K (``nmax = 15``) / Q5_K (``nmax = 31``, ``clamp63``) blocks ``b .. b + nb - 1`` (``nb``
+    1 or 2, block ``b + h`` weighted from ``qw[256 * ((b + h) % per_row):]``): scales, mins,
+    ``d``/``dmin`` stored, the requantized quants of block ``b + h`` in ``work[0][0][256 h:]``.
+    Two blocks share one ``make_qkx3_lanes_w`` call (their 8 sub-blocks each fill the 16 lanes
+    of its passes; every lane is its own search, so the bits are those of one block at a
+    time)."""
+    (L2, weight, scales, mins, sw, Ls, Lm), (xt, wt, Lt, scr, Lx) = work
+    for h in range(nb):
+        bb = b + h
+        qoff = 256 * (bb % per_row)
+        sigma2 = np.float32(np.float32(np.float32(2.0) * sum_sq(values, bb, 0, 256))
+                            / np.float32(256.0))
+        for j in range(8):
+            lane = 8 * h + j
+            sw[lane] = imatrix_weights(values, bb, 32 * j, 32, qw, qoff + 32 * j, sigma2, weight)
+            for i in range(32):
+                xt[i, lane] = values[bb, 32 * j + i]
+                wt[i, lane] = weight[i]
+    make_qkx3_lanes_w(xt, wt, 32, 8 * nb, nmax, Lt, Lx, scales, mins, scr)  # make_qkx3_quants(32, nmax)
+    for h in range(nb):
+        bb = b + h
+        L = L2[256 * h:256 * h + 256]
+        for j in range(8):
+            for i in range(32):
+                L[32 * j + i] = Lt[i, 8 * h + j]
+        d_block = make_qp_quants(8, 63, scales[8 * h:8 * h + 8], Ls, sw[8 * h:8 * h + 8])
+        m_block = make_qp_quants(8, 63, mins[8 * h:8 * h + 8], Lm, sw[8 * h:8 * h + 8])
+        for j in range(8):
+            ls = Ls[j]
+            lm = Lm[j]
+            if clamp63:
+                ls = min(63, ls)
+                lm = min(63, lm)
+            k4_pack_scale_min(out, bb, sc_at, j, ls, lm)
+        d_all = store_f16(out, bb, d_at, d_block)
+        dmin_all = store_f16(out, bb, dmin_at, m_block)
+        for j in range(8):
+            sc, m = k4_scale_min_inline(out, bb, sc_at, j)
+            d = np.float32(d_all * np.float32(sc))
+            if d == _F0:
+                continue
+            dm = np.float32(dmin_all * np.float32(m))
+            for ii in range(32):
+                l = nearest_int(np.float32(np.float32(np.float32(values[bb, 32 * j + ii]) + dm)
+                                           / d))
+                L[32 * j + ii] = max(0, min(nmax, l))
 
 
-@kernel
-def quantize_block_q4_k_weighted(values, b, qw, qoff, out, work):
-    k45_weighted(values, b, qw, qoff, out, work, 15, _Q4_D_AT, _Q4_DMIN_AT, _Q4_SC_AT, False)
-    L = work[0][0]
-    for j in range(4):
-        for l in range(32):
-            out[b, _Q4_Q_AT + 32 * j + l] = np.uint8(L[64 * j + l] | (L[64 * j + l + 32] << 4))
-
-
-@kernel
-def quantize_block_q5_k_weighted(values, b, qw, qoff, out, work):
-    k45_weighted(values, b, qw, qoff, out, work, 31, _Q5_D_AT, _Q5_DMIN_AT, _Q5_SC_AT, True)
-    L = work[0][0]
-    q5_pack_quants(out, b, _Q5_QL_AT, _Q5_QH_AT, L)
+@inline_kernel
+def k45_weighted_rows(values, qw, out, nmax, d_at, dmin_at, sc_at, clamp63):
+    """The blocks of ``values`` [G, 256] two at a time through :func:`k45_weighted`, each
+    block's quants packed (Q4_K nibbles, or Q5_K with ``clamp63``); -1, or the first block
+    holding a non-finite value (nothing written then)."""
+    bad = first_nonfinite_block(values)
+    if bad >= 0:
+        return bad
+    work = _k45_scratch()
+    L2 = work[0][0]
+    per_row = qw.shape[0] // 256
+    g = values.shape[0]
+    for b in range(0, g, 2):
+        nb = min(2, g - b)
+        k45_weighted(values, b, nb, qw, per_row, out, work, nmax, d_at, dmin_at, sc_at, clamp63)
+        for h in range(nb):
+            L = L2[256 * h:256 * h + 256]
+            if clamp63:
+                q5_pack_quants(out, b + h, _Q5_QL_AT, _Q5_QH_AT, L)
+            else:
+                for j in range(4):
+                    for l in range(32):
+                        out[b + h, _Q4_Q_AT + 32 * j + l] = np.uint8(
+                            L[64 * j + l] | (L[64 * j + l + 32] << 4))
+    return -1
 
 
 @kernel
 def quantize_q4_k_weighted(values, qw, out):
     """f32 ``values`` [G, 256] (rows of ``len(qw)`` values) -> Q4_K records, weighted by ``qw``."""
-    return weighted_blocks(values, qw, out, quantize_block_q4_k_weighted, _kl_scratch(), 256)
+    return k45_weighted_rows(values, qw, out, 15, _Q4_D_AT, _Q4_DMIN_AT, _Q4_SC_AT, False)
+
+
 @kernel
 def quantize_q5_k_weighted(values, qw, out):
     """f32 ``values`` [G, 256] (rows of ``len(qw)`` values) -> Q5_K records, weighted by ``qw``."""
-    return weighted_blocks(values, qw, out, quantize_block_q5_k_weighted, _kl_scratch(), 256)
+    return k45_weighted_rows(values, qw, out, 31, _Q5_D_AT, _Q5_DMIN_AT, _Q5_SC_AT, True)
 
 
 # ---- Q6_K ------------------------------------------------------------------------------------------
