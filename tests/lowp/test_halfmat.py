@@ -58,8 +58,8 @@ def _expect(t, w, x):
 @pytest.mark.parametrize("t", [qk.f16, qk.bf16], ids=["f16", "bf16"])
 def test_matmul_bits_equal_the_oracle(t):
     rng = np.random.default_rng(24)
-    w = _weights(t, 13, rng)       # odd: a row outside the 2-row tiles
-    x = _acts(rng, 6)
+    w = _weights(t, 13, rng)       # a row outside the 4-row tiles
+    x = _acts(rng, 7)              # odd: an activation outside the 2-activation tiles
     want = _expect(t, w, x).view(np.uint32)
     got = qk.matmul(_codes_of(t, w), x, lhs_format=t)
     np.testing.assert_array_equal(got.view(np.uint32), want)

@@ -74,10 +74,13 @@ def _tree(builder, v):
     return builder.select(builder.fcmp_unordered("uno", s, s), nan, s)
 
 
-#: gemm register tile: weight rows x activations per pass (2 x 4 pairs of 2 zmm lanes each);
-#: the activations left over (and gemv) run one row at a time (measured: 4-row passes stream
-#: a 4096 x 4096 F16 matrix 1.45x slower than single rows on Zen 4).
-TILE_ROWS, TILE_BATCH = 2, 4
+#: gemm register tile: weight rows x activations per pass (4 x 2 pairs of 2 zmm lanes each:
+#: the two activations' K floats stay near the core while 4 weight rows stream; batch 32 of a
+#: 4096 x 4096 F16 matrix on Zen 5 10.6-11.1 ms against 13.3-13.8 for 2 x 4; 5-7 x 2 and
+#: 4 x 3 about the same as 4 x 2, bench/RESULTS_lowp.md); an odd activation left over runs
+#: in TILE_ROWS x 1 tiles, the rows left over (and gemv) one row at a time (measured: 4-row
+#: passes stream a 4096 x 4096 F16 matrix 1.45x slower than single rows on Zen 4).
+TILE_ROWS, TILE_BATCH = 4, 2
 #: single-row dots (gemv) prefetch the weights this many bytes ahead (one forward stream
 #: running on into the next rows; simd/base.py's measured 64 KiB).
 PREFETCH_BYTES = 1 << 16
@@ -160,6 +163,7 @@ def _make_tile(bf16: bool, nr: int, nb: int):
 
 _f16_tile, _f16_one = _make_tile(False, TILE_ROWS, TILE_BATCH), _make_tile(False, 1, 1)
 _bf16_tile, _bf16_one = _make_tile(True, TILE_ROWS, TILE_BATCH), _make_tile(True, 1, 1)
+_f16_col, _bf16_col = _make_tile(False, TILE_ROWS, 1), _make_tile(True, TILE_ROWS, 1)
 
 
 @inline_kernel
@@ -224,8 +228,8 @@ def _singles(bf16, w, x, out, rt, bt):
 
 @inline_kernel
 def _gemm(bf16, w, x, out):
-    """Every ``out[b, r]``: tiles of TILE_ROWS x TILE_BATCH, then single dots for the
-    activations and rows left over -- the same bits for each."""
+    """Every ``out[b, r]``: tiles of TILE_ROWS x TILE_BATCH, TILE_ROWS x 1 for the activations
+    left over, then single dots for the rows left over -- the same bits for each."""
     if not _vector(bf16, w, x):
         _portable(bf16, w, x, out)
         return
@@ -237,7 +241,12 @@ def _gemm(bf16, w, x, out):
                 _bf16_tile(w, r0, x, b0, out)
             else:
                 _f16_tile(w, r0, x, b0, out)
-    _singles(bf16, w, x, out, rt, bt)
+        for b in range(bt, x.shape[0]):
+            if bf16:
+                _bf16_col(w, r0, x, b, out)
+            else:
+                _f16_col(w, r0, x, b, out)
+    _singles(bf16, w, x, out, rt, x.shape[0])
 
 
 @inline_kernel
