@@ -401,6 +401,12 @@ def _entry(fn, piece, doc):
     return kernel(fn)
 
 
+@kernel
+def no_scratch():
+    """No scratch: the ``scratch`` of ``quantizer_for`` for blocks that need none."""
+    return 0
+
+
 def quantizer_for(fmt, *, block, scratch):
     """``quantize_<t>(values, out)`` of K-quant ``fmt`` from ``block(values, b, out, work)``
     (one finite block into record ``out[b]``) and ``scratch()`` (the ``work`` it needs): -1, or

@@ -35,7 +35,7 @@ from numba_qk.formats.lowbit import q2_0 as _FMT2
 from numba_qk.kernels._round import roundf
 from numba_qk.kernels.drive import kernels_for, register
 from numba_qk.kernels.f16 import f16_bits_to_f32_bits
-from numba_qk.kernels.kquants.common import f16_at, portable_dot_for, quantizer_for, store_f16
+from numba_qk.kernels.kquants.common import f16_at, portable_dot_for, no_scratch, quantizer_for, store_f16
 from numba_qk.kernels.simd import lowbit as _simd
 
 Q1_0_RECORD_BYTES = _FMT1.block_bytes
@@ -114,12 +114,6 @@ def dequantize_q2_0(records, out):
 # ---- quantize (ggml quantize_row_q1_0_ref / quantize_row_q2_0_ref) ----------------------------
 
 @kernel
-def q_scratch():
-    """No scratch: a placeholder for ``quantizer_for``."""
-    return 0
-
-
-@kernel
 def quantize_block_q1_0(values, b, out, work):
     """One finite block ``values[b]`` into Q1_0 record ``out[b]``."""
     s = np.float32(0.0)
@@ -162,8 +156,8 @@ def quantize_block_q2_0(values, b, out, work):
         out[b, _QS2_AT + m] = np.uint8(byte)
 
 
-quantize_q1_0 = quantizer_for(_FMT1, block=quantize_block_q1_0, scratch=q_scratch)
-quantize_q2_0 = quantizer_for(_FMT2, block=quantize_block_q2_0, scratch=q_scratch)
+quantize_q1_0 = quantizer_for(_FMT1, block=quantize_block_q1_0, scratch=no_scratch)
+quantize_q2_0 = quantizer_for(_FMT2, block=quantize_block_q2_0, scratch=no_scratch)
 
 
 # ---- record dot against Q8_0 ------------------------------------------------------------------
