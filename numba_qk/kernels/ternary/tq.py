@@ -33,8 +33,8 @@ from numba_qk.formats.kquants import tq1_0 as _FMT1
 from numba_qk.formats.kquants import tq2_0 as _FMT2
 from numba_qk.kernels._round import roundf
 from numba_qk.kernels.drive import kernels_for, register
-from numba_qk.kernels.kquants.common import (f16_at, portable_dot_for, no_scratch, quantizer_for,
-                                             record_value_d, store_f16)
+from numba_qk.kernels.kquants.common import (codes2_sum, f16_at, no_scratch, portable_dot_for,
+                                             quantizer_for, record_value_d, store_f16)
 from numba_qk.kernels.kquants.common import X_Q_AT
 from numba_qk.kernels.simd import ternary as _simd
 
@@ -233,12 +233,8 @@ def record_sum_tq2_0_q8_k(w, bw, x, bx):
     s = np.int32(0)
     for c in range(2):
         for l in range(32):   # one weight byte, its four codes (g = 0..3); same integer sum
-            byte = np.int32(w[bw, _QS2_AT + 32 * c + l])
-            at = X_Q_AT + 128 * c + l
-            s += ((byte & 3) - 1) * np.int32(np.int8(x[bx, at]))
-            s += (((byte >> 2) & 3) - 1) * np.int32(np.int8(x[bx, at + 32]))
-            s += (((byte >> 4) & 3) - 1) * np.int32(np.int8(x[bx, at + 64]))
-            s += (((byte >> 6) & 3) - 1) * np.int32(np.int8(x[bx, at + 96]))
+            s += codes2_sum(np.int32(w[bw, _QS2_AT + 32 * c + l]), x, bx, X_Q_AT + 128 * c + l,
+                            32)
     return s
 
 
