@@ -604,37 +604,24 @@ def gemm_nvfp4_q8_0(w, x, out):
 # ---- the registry's declaration of this module's formats (numba_qk/kernels/traits.py) ---------
 from numba_qk.kernels.traits import Decoded, Traits  # noqa: E402
 
+
+def _traits(fmt, scale, value, dequantize, decode, quantize, dot, gemv, gemm):
+    """An FP4 format's declaration: fields ``(scale, q)`` (both filled as uint8), ``value`` the
+    element's formula, ggml's reference quantizer."""
+    return Traits(format=fmt, dequantize=dequantize, decode=decode,
+                  decoded=Decoded(f"{fmt.name}Fields", (scale, "q"), ((scale, "u1"), ("q", "u1")),
+                                  f"Decoded fields of ``G`` ggml {fmt.name} records "
+                                  f"(``x = {value}``)."),
+                  quantize=quantize, domain="finite",
+                  quantizer=f"ggml quantize_row_{fmt.name.lower()}_ref", find_invalid=None,
+                  dot=dot, gemv=gemv, gemm=gemm, oracle="numba_qk.testing.reference.mxrec")
+
+
 TRAITS = (
-    Traits(
-        format=_quant.mxfp4,
-        dequantize=dequantize_mxfp4,
-        decode=mxfp4_decode_records,
-        decoded=Decoded("MXFP4Fields", ("e", "q"), (("e", "u1"), ("q", "u1")),
-                        "Decoded fields of ``G`` ggml MXFP4 records "
-                        "(``x = kvalues_fp4[q] * 2^(e - 128)``)."),
-        quantize=quantize_mxfp4,
-        domain="finite",
-        quantizer="ggml quantize_row_mxfp4_ref",
-        find_invalid=None,
-        dot=dot_mxfp4_q8_0_fast,
-        gemv=gemv_mxfp4_q8_0,
-        gemm=gemm_mxfp4_q8_0,
-        oracle="numba_qk.testing.reference.mxrec",
-    ),
-    Traits(
-        format=_quant.nvfp4,
-        dequantize=dequantize_nvfp4,
-        decode=nvfp4_decode_records,
-        decoded=Decoded("NVFP4Fields", ("d", "q"), (("d", "u1"), ("q", "u1")),
-                        "Decoded fields of ``G`` ggml NVFP4 records "
-                        "(``x = kvalues_fp4[q] * ue4m3(d[i // 16]) / 2``)."),
-        quantize=quantize_nvfp4,
-        domain="finite",
-        quantizer="ggml quantize_row_nvfp4_ref",
-        find_invalid=None,
-        dot=dot_nvfp4_q8_0,
-        gemv=gemv_nvfp4_q8_0,
-        gemm=gemm_nvfp4_q8_0,
-        oracle="numba_qk.testing.reference.mxrec",
-    ),
+    _traits(_quant.mxfp4, "e", "kvalues_fp4[q] * 2^(e - 128)", dequantize_mxfp4,
+            mxfp4_decode_records, quantize_mxfp4, dot_mxfp4_q8_0_fast, gemv_mxfp4_q8_0,
+            gemm_mxfp4_q8_0),
+    _traits(_quant.nvfp4, "d", "kvalues_fp4[q] * ue4m3(d[i // 16]) / 2", dequantize_nvfp4,
+            nvfp4_decode_records, quantize_nvfp4, dot_nvfp4_q8_0, gemv_nvfp4_q8_0,
+            gemm_nvfp4_q8_0),
 )
