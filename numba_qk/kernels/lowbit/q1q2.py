@@ -163,7 +163,7 @@ quantize_q2_0 = quantizer_for(_FMT2, block=quantize_block_q2_0, scratch=no_scrat
 
 # ---- record dot against Q8_0 ------------------------------------------------------------------
 
-@kernel
+@inline_kernel
 def q1_0_sums(w, bw, k, x, xr):
     """``S_k = sum_i t_i * q8_i`` (int32) over part ``k`` (elements 32k .. 32k + 31) of Q1_0
     record ``w[bw]`` and Q8_0 record ``x[xr]``."""
@@ -176,7 +176,7 @@ def q1_0_sums(w, bw, k, x, xr):
     return s
 
 
-@kernel
+@inline_kernel
 def q2_0_sums(w, bw, k, x, xr):
     """``S_k`` (int32) over part ``k`` of Q2_0 record ``w[bw]`` and Q8_0 record ``x[xr]``."""
     s = np.int32(0)
