@@ -86,14 +86,14 @@ def nibble(rec, b, at, k):
     return (np.int32(rec[b, at + k // 2]) >> np.int32(4 * (k % 2))) & np.int32(15)
 
 
-# The 4-bit scales of IQ2_XS (16, one per 16 elements), IQ2_S (16) and IQ3_S (8, one per
-# sub-block): ``nibble(rec, b, <the format's ls field>, k)``.
+# The 4-bit scale codes of IQ2_XS, IQ2_S (16, one per 16 elements) and IQ3_S (8, one per
+# sub-block) are read as ``nibble(rec, b, <the format's ls field start>, k)``.
 
 @kernel
 def qh_index(rec, b, qh_at, n, bits, s, l):
     """Grid index of group ``l`` of sub-block ``s`` (``n`` groups a sub-block): byte
-    ``rec[b, 2 + n * s + l]`` with ``bits`` high bits from the sub-block's qh byte
-    ``rec[b, qh_at + s]``, bits ``bits * l`` up (IQ2_S: 4 groups, 2 bits; IQ3_S: 8, 1)."""
+    ``rec[b, 2 + n * s + l]``, and as bits 8 and up bits ``bits * l .. bits * l + bits - 1`` of
+    the sub-block's qh byte ``rec[b, qh_at + s]`` (IQ2_S: 4 groups, 2 bits; IQ3_S: 8, 1)."""
     return (np.int32(rec[b, _QS2 + n * s + l])
             | ((np.int32(rec[b, qh_at + s]) << np.int32(8 - bits * l))
                & np.int32(((1 << bits) - 1) << 8)))
