@@ -22,7 +22,8 @@ import re
 import sys
 import time
 
-__all__ = ["add_parser", "run", "preset_listing", "human_size", "split_max_size"]
+__all__ = ["add_parser", "run", "preset_listing", "human_size", "split_max_size", "add_switches",
+           "add_split_limits", "split_limits"]
 
 _STOI = re.compile(r"[ \t\n\v\f\r]*([+-]?\d+)")
 
@@ -61,13 +62,11 @@ def add_parser(sub, type_choices):
     target.add_argument("--type", choices=type_choices,
                         help="one format for every F32/F16/BF16 2-D tensor with whole-block "
                              "rows (the default, q4_k, when no preset is given)")
-    p.add_argument("--allow-requantize", action="store_true",
-                   help="allow requantizing tensors that are already quantized (dequantized "
-                        "to f32 as ggml does, then encoded)")
-    p.add_argument("--leave-output-tensor", action="store_true",
-                   help="leave output.weight un(re)quantized")
-    p.add_argument("--pure", action="store_true",
-                   help="no mixture rules: every tensor gets the preset's default type")
+    add_switches(p, ("--allow-requantize", "allow requantizing tensors that are already "
+                                           "quantized (dequantized to f32 as ggml does, then "
+                                           "encoded)"),
+                 ("--leave-output-tensor", "leave output.weight un(re)quantized"),
+                 ("--pure", "no mixture rules: every tensor gets the preset's default type"))
     p.add_argument("--imatrix", metavar="FILE",
                    help="importance matrix (llama-imatrix's GGUF file or the legacy .dat)")
     p.add_argument("--include-weights", metavar="NAME", action="append", default=[],
@@ -84,21 +83,39 @@ def add_parser(sub, type_choices):
                    help="NAME=TYPE entries separated by spaces or newlines")
     p.add_argument("--prune-layers", metavar="L0,L1,...",
                    help="drop these layers (the later ones are renumbered)")
-    p.add_argument("--keep-split", action="store_true",
-                   help="write one file per input shard (OUT-0000K-of-0000N.gguf)")
-    p.add_argument("--split-max-tensors", metavar="N", type=int,
-                   help="write the output as gguf-split --split does: shards of N tensors "
-                        "(OUT without .gguf is the prefix)")
-    p.add_argument("--split-max-size", metavar="N(M|G)",
-                   help="the same, shards of at most N megabytes/gigabytes of tensor data")
+    add_switches(p, ("--keep-split", "write one file per input shard (OUT-0000K-of-0000N.gguf)"))
+    add_split_limits(p, "write the output as gguf-split --split does: shards of N tensors "
+                        "(OUT without .gguf is the prefix)",
+                     "the same, shards of at most N megabytes/gigabytes of tensor data")
     p.add_argument("--override-kv", metavar="KEY=TYPE:VALUE", action="append", default=[],
                    help="set a metadata key in the output; TYPE int, float, bool or str")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the plan and the sizes; write nothing")
+    add_switches(p, ("--dry-run", "print the plan and the sizes; write nothing"))
     p.add_argument("--max-buffer-size", metavar="MiB", type=int,
                    help="accepted for llama-quantize compatibility (numba_qk streams in small "
                         "chunks anyway)")
     return p
+
+
+def add_switches(p, *switches) -> None:
+    """``store_true`` options of parser (or group) ``p``, in order: ``(flag, help)`` pairs."""
+    for flag, text in switches:
+        p.add_argument(flag, action="store_true", help=text)
+
+
+def add_split_limits(p, tensors_help: str, size_help: str) -> None:
+    """gguf-split's shard limits, ``--split-max-tensors N`` and ``--split-max-size N(M|G)``
+    (read by ``split_limits``), as options of parser (or group) ``p``."""
+    p.add_argument("--split-max-tensors", metavar="N", type=int, help=tensors_help)
+    p.add_argument("--split-max-size", metavar="N(M|G)", help=size_help)
+
+
+def split_limits(args, parser):
+    """``(max_tensors, max_bytes)`` of ``add_split_limits``' options, None where not given; a
+    usage error for a tensor count under 1 or a malformed size."""
+    size = split_max_size(args.split_max_size, parser) if args.split_max_size else None
+    if args.split_max_tensors is not None and args.split_max_tensors < 1:
+        parser.error("--split-max-tensors must be positive")
+    return args.split_max_tensors, size
 
 
 def _stoi(text: str):
@@ -222,10 +239,8 @@ def run(args, parser, default_model) -> int:
                      f"argument)")
     if args.include_weights and args.exclude_weights:
         parser.error("--include-weights and --exclude-weights cannot be used together")
-    split_size = split_max_size(args.split_max_size, parser) if args.split_max_size else None
-    if args.split_max_tensors is not None and args.split_max_tensors < 1:
-        parser.error("--split-max-tensors must be positive")
-    splitting = split_size is not None or args.split_max_tensors is not None
+    split_tensors, split_size = split_limits(args, parser)
+    splitting = split_size is not None or split_tensors is not None
     if splitting and args.keep_split:
         parser.error("--keep-split and --split-max-* cannot be used together")
     if args.max_buffer_size is not None and args.max_buffer_size <= 0:
@@ -297,7 +312,7 @@ def run(args, parser, default_model) -> int:
     results = gguf.quantize_file(src, dst, preset=p.name, progress=progress,
                                  dry_run=args.dry_run, kv_overrides=kv, prune_layers=prune,
                                  keep_split=args.keep_split, imatrix=imatrix,
-                                 split_max_tensors=args.split_max_tensors,
+                                 split_max_tensors=split_tensors,
                                  split_max_size=split_size, **options)
     t1 = time.perf_counter()
     counts: dict = {}

@@ -23,6 +23,8 @@ DEFAULT_MAX_TENSORS = 128   # llama-gguf-split's default n_split_tensors
 
 
 def add_parser(sub):
+    from numba_qk.quantize_cli import add_split_limits, add_switches
+
     p = sub.add_parser(
         "gguf-split", help="split or merge a GGUF model: llama-gguf-split's command line",
         usage="python -m numba_qk gguf-split [--split | --merge] [--split-max-tensors N | "
@@ -36,19 +38,14 @@ def add_parser(sub):
                     help="split IN into shards OUT-0000K-of-0000N.gguf (the default)")
     op.add_argument("--merge", dest="merge", action="store_true",
                     help="merge the split model whose first shard is IN into OUT")
-    mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--split-max-tensors", metavar="N", type=int,
-                      help=f"at most N tensors per shard (default: {DEFAULT_MAX_TENSORS})")
-    mode.add_argument("--split-max-size", metavar="N(M|G)",
-                      help="at most N megabytes (M, 10^6 bytes) or gigabytes (G) of tensor "
-                           "data per shard")
-    p.add_argument("--no-tensor-first-split", action="store_true",
-                   help="the first shard holds the metadata only")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the split plan (or check the shards of a merge) and write "
-                        "nothing")
-    p.add_argument("--delete-splits", action="store_true",
-                   help="merge: delete the shards once the merged file is written")
+    add_split_limits(p.add_mutually_exclusive_group(),
+                     f"at most N tensors per shard (default: {DEFAULT_MAX_TENSORS})",
+                     "at most N megabytes (M, 10^6 bytes) or gigabytes (G) of tensor data per "
+                     "shard")
+    add_switches(p, ("--no-tensor-first-split", "the first shard holds the metadata only"),
+                 ("--dry-run", "print the split plan (or check the shards of a merge) and write "
+                               "nothing"),
+                 ("--delete-splits", "merge: delete the shards once the merged file is written"))
     p.add_argument("input", metavar="IN", help="GGUF file to split (a split model by its first "
                                                 "shard), or the first shard to merge")
     p.add_argument("output", metavar="OUT", help="prefix of the shards, or the merged file")
@@ -58,7 +55,7 @@ def add_parser(sub):
 
 def run(args, parser) -> int:
     from numba_qk import gguf
-    from numba_qk.quantize_cli import split_max_size
+    from numba_qk.quantize_cli import split_limits
 
     def say(line):
         print(line, flush=True)
@@ -85,10 +82,8 @@ def run(args, parser) -> int:
         return 0
     if args.delete_splits:
         parser.error("--delete-splits goes with --merge")
-    if args.split_max_tensors is not None and args.split_max_tensors < 1:
-        parser.error("--split-max-tensors must be positive")
-    size = split_max_size(args.split_max_size, parser) if args.split_max_size else None
-    tensors = None if size is not None else (args.split_max_tensors or DEFAULT_MAX_TENSORS)
+    tensors, size = split_limits(args, parser)   # at most one of them (exclusive options)
+    tensors = None if size is not None else (tensors or DEFAULT_MAX_TENSORS)
     paths = gguf.split_file(args.input, args.output, max_tensors=tensors, max_size=size,
                             no_tensor_first_split=args.no_tensor_first_split,
                             dry_run=args.dry_run,

@@ -210,6 +210,20 @@ def F(*args):
     return Field(TOKEN, *args)
 
 
+def f16(name, at):
+    """An IEEE f16 scalar field ``name`` at byte ``at``."""
+    return F(name, at, at + 2, "f16", 1, 16, True)
+
+
+def ggml_format(name, block_size, block_bytes, fields, doc):
+    """ggml's record format ``name`` (``"Q1_0"``): attribute ``name.lower()``, GGML type
+    ``GGMLType.<name>``."""
+    from .ggml_types import GGMLType
+
+    return Format(TOKEN, name, name.lower(), block_size, block_bytes, fields, doc,
+                  getattr(GGMLType, name))
+
+
 
 
 for _cls in (Field, Format):

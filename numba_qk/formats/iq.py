@@ -56,8 +56,7 @@ even parity) or 8 plain sign bits (IQ2_S, IQ3_S); element ``j`` of group ``l`` o
         x = d * (2 ls + 1) * (grid +- 1/8)
 """
 
-from ._schema import F, TOKEN, Format
-from .ggml_types import GGMLType
+from ._schema import F, f16, ggml_format
 from .kquants import q8_k
 from .legacy import q8_0
 
@@ -65,65 +64,57 @@ from .legacy import q8_0
 #: ggml's ``kvalues_iq4nl`` (ggml/src/ggml-common.h), the IQ4 code -> integer value table.
 KVALUES_IQ4NL = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 
-iq4_nl = Format(
-    TOKEN, "IQ4_NL", "iq4_nl", 32, 18,
-    [F("d", 0, 2, "f16", 1, 16, True), F("qs", 2, 18, "iq4", 32, 4, True)],
-    "IQ4_NL: 32 elements, value = d * kvalues_iq4nl[q]", GGMLType.IQ4_NL,
-)
-iq4_xs = Format(
-    TOKEN, "IQ4_XS", "iq4_xs", 256, 136,
-    [F("d", 0, 2, "f16", 1, 16, True), F("ls", 2, 8, "u6", 8, 6, False),
-     F("qs", 8, 136, "iq4", 256, 4, True)],
+iq4_nl = ggml_format("IQ4_NL", 32, 18, [f16("d", 0), F("qs", 2, 18, "iq4", 32, 4, True)],
+                     "IQ4_NL: 32 elements, value = d * kvalues_iq4nl[q]")
+iq4_xs = ggml_format(
+    "IQ4_XS", 256, 136,
+    [f16("d", 0), F("ls", 2, 8, "u6", 8, 6, False), F("qs", 8, 136, "iq4", 256, 4, True)],
     "IQ4_XS: 256 elements in 8 sub-blocks of 32, value = d * (ls - 32) * kvalues_iq4nl[q], "
-    "6-bit ls split into scales_l (low 4 bits) and scales_h (high 2)", GGMLType.IQ4_XS,
-)
+    "6-bit ls split into scales_l (low 4 bits) and scales_h (high 2)")
 
 
-
-def _grid(name, attr, nbytes, fields, doc):
-    return Format(TOKEN, name, attr, 256, nbytes, [F("d", 0, 2, "f16", 1, 16, True), *fields],
-                  doc, getattr(GGMLType, name))
+def _grid(name, nbytes, fields, doc):
+    return ggml_format(name, 256, nbytes, [f16("d", 0), *fields], doc)
 
 
-iq2_xxs = _grid("IQ2_XXS", "iq2_xxs", 66, [
+iq2_xxs = _grid("IQ2_XXS", 66, [
     F("grid", 2, 66, "u8", 32, 8, False), F("signs", 2, 66, "u7", 32, 7, False),
     F("ls", 2, 66, "u4", 8, 4, False)],
     "IQ2_XXS: 256 elements, groups of 8 from iq2xxs_grid, 7 sign bits per group (ksigns), "
     "value = d * (0.5 + ls) / 4 * grid * sign")
-iq2_xs = _grid("IQ2_XS", "iq2_xs", 74, [
+iq2_xs = _grid("IQ2_XS", 74, [
     F("grid", 2, 66, "u9", 32, 9, False), F("signs", 2, 66, "u7", 32, 7, False),
     F("ls", 66, 74, "u4", 16, 4, False)],
     "IQ2_XS: 256 elements, groups of 8 from iq2xs_grid (9-bit index), 7 sign bits per group, "
     "value = d * (0.5 + ls) / 4 * grid * sign, one ls per 16")
-iq3_xxs = _grid("IQ3_XXS", "iq3_xxs", 98, [
+iq3_xxs = _grid("IQ3_XXS", 98, [
     F("grid", 2, 66, "u8", 64, 8, False), F("signs", 66, 98, "u7", 32, 7, False),
     F("ls", 66, 98, "u4", 8, 4, False)],
     "IQ3_XXS: 256 elements, halves of 4 from iq3xxs_grid, 7 sign bits per group of 8, "
     "value = d * (0.5 + ls) / 2 * grid * sign")
-iq1_s = _grid("IQ1_S", "iq1_s", 50, [
+iq1_s = _grid("IQ1_S", 50, [
     F("grid", 2, 34, "u8", 32, 8, False), F("qh", 34, 50, "u3", 32, 3, False),
     F("ls", 34, 50, "u3", 8, 3, False), F("delta", 34, 50, "u1", 8, 1, False)],
     "IQ1_S: 256 elements, groups of 8 from iq1s_grid (11-bit index, values -1, 0, 1), "
     "value = d * (2 ls + 1) * (grid + delta), delta = +-1/8 per sub-block")
-iq3_s = _grid("IQ3_S", "iq3_s", 110, [
+iq3_s = _grid("IQ3_S", 110, [
     F("grid", 2, 66, "u8", 64, 8, False), F("qh", 66, 74, "u1", 64, 1, False),
     F("signs", 74, 106, "u1", 256, 1, False), F("ls", 106, 110, "u4", 8, 4, False)],
     "IQ3_S: 256 elements, halves of 4 from iq3s_grid (9-bit index), one sign bit per element, "
     "value = d * (1 + 2 ls) * grid * sign")
-iq2_s = _grid("IQ2_S", "iq2_s", 82, [
+iq2_s = _grid("IQ2_S", 82, [
     F("grid", 2, 34, "u8", 32, 8, False), F("signs", 34, 66, "u1", 256, 1, False),
     F("qh", 66, 74, "u2", 32, 2, False), F("ls", 74, 82, "u4", 16, 4, False)],
     "IQ2_S: 256 elements, groups of 8 from iq2s_grid (10-bit index), one sign bit per element, "
     "value = d * (0.5 + ls) / 4 * grid * sign, one ls per 16")
-iq1_m = Format(
-    TOKEN, "IQ1_M", "iq1_m", 256, 56,
+iq1_m = ggml_format(
+    "IQ1_M", 256, 56,
     [F("grid", 0, 32, "u8", 32, 8, False), F("qh", 32, 48, "u3", 32, 3, False),
      F("delta", 32, 48, "u1", 32, 1, False), F("ls", 48, 56, "u3", 16, 3, False),
      F("d", 48, 56, "f16", 1, 16, True)],
     "IQ1_M: 256 elements, groups of 8 from iq1s_grid (11-bit index), value = d * (2 ls + 1) * "
     "(grid + delta), delta = +-1/8 per group, one ls per 16, the f16 d in the scales' top "
-    "nibbles", GGMLType.IQ1_M,
-)
+    "nibbles")
 
 FORMATS = (iq4_nl, iq4_xs, iq2_xxs, iq2_xs, iq3_xxs, iq1_s, iq3_s, iq2_s, iq1_m)
 GRID_FORMATS = FORMATS[2:]

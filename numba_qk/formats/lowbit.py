@@ -15,20 +15,13 @@ Q2_0 (18 B, 64 elements; ``x[j] = (q_j - 1) * d``, q 0..3 -> -1, 0, 1, 2)::
     [2, 18)   qs[64]   u2 codes: element j in bits [2 (j % 4), 2 (j % 4) + 2) of byte 2 + j // 4
 """
 
-from ._schema import F, TOKEN, Format
-from .ggml_types import GGMLType
+from ._schema import F, f16, ggml_format
 from .legacy import q8_0
 
-q1_0 = Format(
-    TOKEN, "Q1_0", "q1_0", 128, 18,
-    [F("d", 0, 2, "f16", 1, 16, True), F("qs", 2, 18, "u1", 128, 1, False)],
-    "Q1_0: 128 elements, value = bit ? d : -d", GGMLType.Q1_0,
-)
-q2_0 = Format(
-    TOKEN, "Q2_0", "q2_0", 64, 18,
-    [F("d", 0, 2, "f16", 1, 16, True), F("qs", 2, 18, "u2", 64, 2, False)],
-    "Q2_0: 64 elements, value = (q - 1) * d (q 0..3)", GGMLType.Q2_0,
-)
+q1_0 = ggml_format("Q1_0", 128, 18, [f16("d", 0), F("qs", 2, 18, "u1", 128, 1, False)],
+                   "Q1_0: 128 elements, value = bit ? d : -d")
+q2_0 = ggml_format("Q2_0", 64, 18, [f16("d", 0), F("qs", 2, 18, "u2", 64, 2, False)],
+                   "Q2_0: 64 elements, value = (q - 1) * d (q 0..3)")
 
 FORMATS = (q1_0, q2_0)
 ACTIVATION = {q1_0: q8_0, q2_0: q8_0}

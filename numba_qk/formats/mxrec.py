@@ -28,21 +28,15 @@ NVFP4 (36 B, 64 elements in 4 sub-blocks of 16, ggml type 40; no tensor scale;
                       4 + 8s + j, element j + 8 in the high nibble
 """
 
-from ._schema import F, TOKEN, Format
-from .ggml_types import GGMLType
+from ._schema import F, ggml_format
 from .legacy import q8_0
 
-mxfp4 = Format(
-    TOKEN, "MXFP4", "mxfp4", 32, 17,
-    [F("e", 0, 1, "e8m0", 1, 8, False), F("qs", 1, 17, "e2m1", 32, 4, True)],
-    "MXFP4 (ggml): 32 elements, value = kvalues_fp4[q] * 2^(e - 128)", GGMLType.MXFP4,
-)
-nvfp4 = Format(
-    TOKEN, "NVFP4", "nvfp4", 64, 36,
-    [F("d", 0, 4, "ue4m3", 4, 8, False), F("qs", 4, 36, "e2m1", 64, 4, True)],
-    "NVFP4 (ggml): 64 elements in 4 sub-blocks of 16, value = kvalues_fp4[q] * ue4m3(d[s]) / 2",
-    GGMLType.NVFP4,
-)
+mxfp4 = ggml_format(
+    "MXFP4", 32, 17, [F("e", 0, 1, "e8m0", 1, 8, False), F("qs", 1, 17, "e2m1", 32, 4, True)],
+    "MXFP4 (ggml): 32 elements, value = kvalues_fp4[q] * 2^(e - 128)")
+nvfp4 = ggml_format(
+    "NVFP4", 64, 36, [F("d", 0, 4, "ue4m3", 4, 8, False), F("qs", 4, 36, "e2m1", 64, 4, True)],
+    "NVFP4 (ggml): 64 elements in 4 sub-blocks of 16, value = kvalues_fp4[q] * ue4m3(d[s]) / 2")
 
 FORMATS = (mxfp4, nvfp4)
 ACTIVATION = {mxfp4: q8_0, nvfp4: q8_0}

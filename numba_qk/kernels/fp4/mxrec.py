@@ -71,7 +71,8 @@ from numba import literally
 
 from numba_qk._jit import inline_kernel, kernel
 from numba_qk.kernels._bits import f16_to_f32
-from numba_qk.kernels.kquants.common import first_nonfinite_block
+from numba_qk.formats import quant as _quant
+from numba_qk.kernels.kquants.common import no_scratch, quantizer_for
 
 from numba_qk.kernels.fp4.layout import KVALUES, KVALUES_F32, MX_BLOCK, MX_E_AT, MX_QS_AT, NV_BLOCK, NV_D_AT, NV_NSUB, NV_QS_AT, NV_SUB, Y_BLOCK, Y_D_AT, Y_QS_AT
 from numba_qk.kernels.fp4.layout import LOW4 as _LOW4
@@ -210,8 +211,8 @@ def fp4_code(value, d):
 # ---- quantizers -------------------------------------------------------------------------------
 
 @kernel
-def quantize_block_mxfp4(values, b, out, bo):
-    """One 32-value block ``values[b]`` into record ``out[bo]`` (ggml quantize_row_mxfp4_ref)."""
+def quantize_block_mxfp4(values, b, out, work):
+    """One 32-value block ``values[b]`` into record ``out[b]`` (ggml quantize_row_mxfp4_ref)."""
     amax = np.float32(0.0)
     for j in range(MX_BLOCK):
         a = abs(np.float32(values[b, j]))
@@ -219,29 +220,17 @@ def quantize_block_mxfp4(values, b, out, bo):
             amax = a
     e = mxfp4_scale_code(amax)
     d = E8M0_HALF[e]
-    out[bo, MX_E_AT] = e
+    out[b, MX_E_AT] = e
     half = MX_BLOCK // 2
     for j in range(half):
         lo = fp4_code(values[b, j], d)
         hi = fp4_code(values[b, j + half], d)
-        out[bo, MX_QS_AT + j] = lo | (hi << np.uint8(4))
+        out[b, MX_QS_AT + j] = lo | (hi << np.uint8(4))
 
 
 @kernel
-def quantize_mxfp4(values, out):
-    """f32 ``values`` ``[G, 32]`` -> MXFP4 records ``[G, 17]``; returns -1, or the first block
-    holding a non-finite value (then nothing is written)."""
-    bad = first_nonfinite_block(values)
-    if bad >= 0:
-        return bad
-    for b in range(values.shape[0]):
-        quantize_block_mxfp4(values, b, out, b)
-    return -1
-
-
-@kernel
-def quantize_block_nvfp4(values, b, out, bo):
-    """One 64-value block ``values[b]`` into record ``out[bo]`` (ggml quantize_row_nvfp4_ref)."""
+def quantize_block_nvfp4(values, b, out, work):
+    """One 64-value block ``values[b]`` into record ``out[b]`` (ggml quantize_row_nvfp4_ref)."""
     half = NV_SUB // 2
     for s in range(NV_NSUB):
         base = s * NV_SUB
@@ -251,24 +240,18 @@ def quantize_block_nvfp4(values, b, out, bo):
             if amax < a:
                 amax = a
         ue = fp32_to_ue4m3(np.float32(amax / np.float32(6.0)))   # R32(amax / 6)
-        out[bo, NV_D_AT + s] = ue
+        out[b, NV_D_AT + s] = ue
         d = UE4M3_HALF[ue]
         for j in range(half):
             lo = fp4_code(values[b, base + j], d)
             hi = fp4_code(values[b, base + half + j], d)
-            out[bo, NV_QS_AT + s * half + j] = lo | (hi << np.uint8(4))
+            out[b, NV_QS_AT + s * half + j] = lo | (hi << np.uint8(4))
 
 
-@kernel
-def quantize_nvfp4(values, out):
-    """f32 ``values`` ``[G, 64]`` -> NVFP4 records ``[G, 36]``; returns -1 or the first block
-    holding a non-finite value (nothing written)."""
-    bad = first_nonfinite_block(values)
-    if bad >= 0:
-        return bad
-    for b in range(values.shape[0]):
-        quantize_block_nvfp4(values, b, out, b)
-    return -1
+# f32 ``values`` ``[G, 32]`` / ``[G, 64]`` -> records; -1, or the first block holding a
+# non-finite value (nothing written then): the blocks in order, the K-quants' loop.
+quantize_mxfp4 = quantizer_for(_quant.mxfp4, block=quantize_block_mxfp4, scratch=no_scratch)
+quantize_nvfp4 = quantizer_for(_quant.nvfp4, block=quantize_block_nvfp4, scratch=no_scratch)
 
 
 # ---- decoders and dequantizers ---------------------------------------------------------------
@@ -620,39 +603,25 @@ def gemm_nvfp4_q8_0(w, x, out):
 
 # ---- the registry's declaration of this module's formats (numba_qk/kernels/traits.py) ---------
 from numba_qk.kernels.traits import Decoded, Traits  # noqa: E402
-from numba_qk.formats import quant as _quant  # noqa: E402
+
+
+def _traits(fmt, scale, value, dequantize, decode, quantize, dot, gemv, gemm):
+    """An FP4 format's declaration: fields ``(scale, q)`` (both filled as uint8), ``value`` the
+    element's formula, ggml's reference quantizer."""
+    return Traits(format=fmt, dequantize=dequantize, decode=decode,
+                  decoded=Decoded(f"{fmt.name}Fields", (scale, "q"), ((scale, "u1"), ("q", "u1")),
+                                  f"Decoded fields of ``G`` ggml {fmt.name} records "
+                                  f"(``x = {value}``)."),
+                  quantize=quantize, domain="finite",
+                  quantizer=f"ggml quantize_row_{fmt.name.lower()}_ref", find_invalid=None,
+                  dot=dot, gemv=gemv, gemm=gemm, oracle="numba_qk.testing.reference.mxrec")
+
 
 TRAITS = (
-    Traits(
-        format=_quant.mxfp4,
-        dequantize=dequantize_mxfp4,
-        decode=mxfp4_decode_records,
-        decoded=Decoded("MXFP4Fields", ("e", "q"), (("e", "u1"), ("q", "u1")),
-                        "Decoded fields of ``G`` ggml MXFP4 records "
-                        "(``x = kvalues_fp4[q] * 2^(e - 128)``)."),
-        quantize=quantize_mxfp4,
-        domain="finite",
-        quantizer="ggml quantize_row_mxfp4_ref",
-        find_invalid=None,
-        dot=dot_mxfp4_q8_0_fast,
-        gemv=gemv_mxfp4_q8_0,
-        gemm=gemm_mxfp4_q8_0,
-        oracle="numba_qk.testing.reference.mxrec",
-    ),
-    Traits(
-        format=_quant.nvfp4,
-        dequantize=dequantize_nvfp4,
-        decode=nvfp4_decode_records,
-        decoded=Decoded("NVFP4Fields", ("d", "q"), (("d", "u1"), ("q", "u1")),
-                        "Decoded fields of ``G`` ggml NVFP4 records "
-                        "(``x = kvalues_fp4[q] * ue4m3(d[i // 16]) / 2``)."),
-        quantize=quantize_nvfp4,
-        domain="finite",
-        quantizer="ggml quantize_row_nvfp4_ref",
-        find_invalid=None,
-        dot=dot_nvfp4_q8_0,
-        gemv=gemv_nvfp4_q8_0,
-        gemm=gemm_nvfp4_q8_0,
-        oracle="numba_qk.testing.reference.mxrec",
-    ),
+    _traits(_quant.mxfp4, "e", "kvalues_fp4[q] * 2^(e - 128)", dequantize_mxfp4,
+            mxfp4_decode_records, quantize_mxfp4, dot_mxfp4_q8_0_fast, gemv_mxfp4_q8_0,
+            gemm_mxfp4_q8_0),
+    _traits(_quant.nvfp4, "d", "kvalues_fp4[q] * ue4m3(d[i // 16]) / 2", dequantize_nvfp4,
+            nvfp4_decode_records, quantize_nvfp4, dot_nvfp4_q8_0, gemv_nvfp4_q8_0,
+            gemm_nvfp4_q8_0),
 )

@@ -86,36 +86,29 @@ def nibble(rec, b, at, k):
     return (np.int32(rec[b, at + k // 2]) >> np.int32(4 * (k % 2))) & np.int32(15)
 
 
-@kernel
-def iq2_xs_ls(rec, b, k):
-    """4-bit scale ``k`` (0..15, one per 16 elements) of an IQ2_XS record."""
-    return nibble(rec, b, _XS2_SC, k)
-
+# The 4-bit scale codes of IQ2_XS, IQ2_S (16, one per 16 elements) and IQ3_S (8, one per
+# sub-block) are read as ``nibble(rec, b, <the format's ls field start>, k)``.
 
 @kernel
-def iq2_s_ls(rec, b, k):
-    """4-bit scale ``k`` (0..15, one per 16 elements) of an IQ2_S record."""
-    return nibble(rec, b, _S2_SC, k)
+def qh_index(rec, b, qh_at, n, bits, s, l):
+    """Grid index of group ``l`` of sub-block ``s`` (``n`` groups a sub-block): byte
+    ``rec[b, 2 + n * s + l]``, and as bits 8 and up bits ``bits * l .. bits * l + bits - 1`` of
+    the sub-block's qh byte ``rec[b, qh_at + s]`` (IQ2_S: 4 groups, 2 bits; IQ3_S: 8, 1)."""
+    return (np.int32(rec[b, _QS2 + n * s + l])
+            | ((np.int32(rec[b, qh_at + s]) << np.int32(8 - bits * l))
+               & np.int32(((1 << bits) - 1) << 8)))
 
 
 @kernel
 def iq2_s_index(rec, b, s, l):
     """10-bit iq2s_grid index of group ``l`` of sub-block ``s`` of an IQ2_S record."""
-    return (np.int32(rec[b, _QS2 + 4 * s + l])
-            | ((np.int32(rec[b, _S2_QH + s]) << np.int32(8 - 2 * l)) & np.int32(0x300)))
-
-
-@kernel
-def iq3_s_ls(rec, b, s):
-    """4-bit scale of sub-block ``s`` of an IQ3_S record."""
-    return nibble(rec, b, _S3_SC, s)
+    return qh_index(rec, b, _S2_QH, 4, 2, s, l)
 
 
 @kernel
 def iq3_s_index(rec, b, s, h):
     """9-bit iq3s_grid index of half-group ``h`` (0..7) of sub-block ``s`` of an IQ3_S record."""
-    return (np.int32(rec[b, _QS2 + 8 * s + h])
-            | ((np.int32(rec[b, _S3_QH + s]) << np.int32(8 - h)) & np.int32(256)))
+    return qh_index(rec, b, _S3_QH, 8, 1, s, h)
 
 
 @kernel
@@ -230,13 +223,13 @@ def ls_of(rec, b, fmt_code, k):
     if fmt_code == 16:
         return np.int32(rec[b, _QS2 + 8 * k + 7] >> 4)
     if fmt_code == 17:
-        return iq2_xs_ls(rec, b, k)
+        return nibble(rec, b, _XS2_SC, k)
     if fmt_code == 22:
-        return iq2_s_ls(rec, b, k)
+        return nibble(rec, b, _S2_SC, k)
     if fmt_code == 18:
         return np.int32(rec[b, _XXS3_AUX + 4 * k + 3] >> 4)
     if fmt_code == 21:
-        return iq3_s_ls(rec, b, k)
+        return nibble(rec, b, _S3_SC, k)
     if fmt_code == 19:
         return (u16_at(rec, b, _S1_QH + 2 * k) >> 12) & 7
     return iq1_m_ls(rec, b, k)
@@ -310,7 +303,7 @@ def dequantize_iq2_xs(records, out):
     for b in range(records.shape[0]):
         d = f16_at(records, b, 0)
         for k in range(32):
-            db = db_iq2(d, iq2_xs_ls(records, b, k // 2))
+            db = db_iq2(d, nibble(records, b, _XS2_SC, k // 2))
             v = u16_at(records, b, _QS2 + 2 * k)
             put_group(out, b, 8 * k, db, IQ2XS, v & 511, KSIGNS[v >> 9], 8)
 
@@ -322,7 +315,7 @@ def dequantize_iq2_s(records, out):
         d = f16_at(records, b, 0)
         for s in range(8):
             for l in range(4):
-                db = db_iq2(d, iq2_s_ls(records, b, 2 * s + l // 2))
+                db = db_iq2(d, nibble(records, b, _S2_SC, 2 * s + l // 2))
                 put_group(out, b, 32 * s + 8 * l, db, IQ2S, iq2_s_index(records, b, s, l),
                           records[b, _S2_SIGNS + 4 * s + l], 8)
 
@@ -348,7 +341,7 @@ def dequantize_iq3_s(records, out):
     for b in range(records.shape[0]):
         d = f16_at(records, b, 0)
         for s in range(8):
-            db = np.float32(d * np.float32(1 + 2 * iq3_s_ls(records, b, s)))
+            db = np.float32(d * np.float32(1 + 2 * nibble(records, b, _S3_SC, s)))
             for l in range(4):
                 sg = records[b, _S3_SIGNS + 4 * s + l]
                 for h in range(2):
@@ -428,7 +421,7 @@ def record_sums_iq2_xs_q8_k(w, bw, x, bx):
         for l in range(2):
             v = u16_at(w, bw, _QS2 + 4 * k + 2 * l)
             t += signed_sum(IQ2XS, v & 511, KSIGNS[v >> 9], x, bx, X_Q_AT + 16 * k + 8 * l, 8)
-        total += (2 * iq2_xs_ls(w, bw, k) + np.int32(1)) * t
+        total += (2 * nibble(w, bw, _XS2_SC, k) + np.int32(1)) * t
     return total
 
 
@@ -441,7 +434,7 @@ def record_sums_iq2_s_q8_k(w, bw, x, bx):
             for l in range(2 * h, 2 * h + 2):
                 t += signed_sum(IQ2S, iq2_s_index(w, bw, s, l), w[bw, _S2_SIGNS + 4 * s + l],
                                 x, bx, X_Q_AT + 32 * s + 8 * l, 8)
-            total += (2 * iq2_s_ls(w, bw, 2 * s + h) + np.int32(1)) * t
+            total += (2 * nibble(w, bw, _S2_SC, 2 * s + h) + np.int32(1)) * t
     return total
 
 
@@ -470,7 +463,7 @@ def record_sums_iq3_s_q8_k(w, bw, x, bx):
             at = X_Q_AT + 32 * s + 8 * l
             t += signed_sum(IQ3S, iq3_s_index(w, bw, s, 2 * l), sg, x, bx, at, 4)
             t += signed_sum(IQ3S, iq3_s_index(w, bw, s, 2 * l + 1), sg >> 4, x, bx, at + 4, 4)
-        total += (2 * iq3_s_ls(w, bw, s) + np.int32(1)) * t
+        total += (2 * nibble(w, bw, _S3_SC, s) + np.int32(1)) * t
     return total
 
 

@@ -131,6 +131,17 @@ def k4_pack_scale_min(out, row, at, s, ls, lm):
 
 
 @inline_kernel
+def codes2_sum(byte, x, xr, at, step):
+    """``sum_g t_g * int8(x[xr, at + g * step])`` over the four 2-bit codes of ``byte`` (code
+    ``g`` in bits ``2g, 2g + 1``, ``t_g = code - 1``), int32: TQ2_0's and Q2_0's record sums."""
+    s = ((byte & 3) - 1) * np.int32(np.int8(x[xr, at]))
+    s += (((byte >> 2) & 3) - 1) * np.int32(np.int8(x[xr, at + step]))
+    s += (((byte >> 4) & 3) - 1) * np.int32(np.int8(x[xr, at + 2 * step]))
+    s += (((byte >> 6) & 3) - 1) * np.int32(np.int8(x[xr, at + 3 * step]))
+    return s
+
+
+@inline_kernel
 def record_value_d(w, bw, d_at, s, x, bx):
     """``v = R32(ds * R32(f32(d) * f32(S)))`` of a K-quant record ``w[bw]`` whose f16 ``d``
     sits at byte ``d_at`` (Q3_K, Q6_K), with Q8_K record ``x[bx]``."""
@@ -399,6 +410,12 @@ def _entry(fn, piece, doc):
     fn.__doc__ = doc
     fn.__module__ = getattr(piece, "py_func", piece).__module__
     return kernel(fn)
+
+
+@kernel
+def no_scratch():
+    """No scratch: the ``scratch`` of ``quantizer_for`` for blocks that need none."""
+    return 0
 
 
 def quantizer_for(fmt, *, block, scratch):

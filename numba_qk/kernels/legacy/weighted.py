@@ -102,34 +102,24 @@ def _rows(values, qw, out, kind):
     return -1
 
 
-@kernel
-def quantize_q4_0_weighted(values, qw, out):
-    """f32 ``values`` [G, 32] (rows of ``len(qw)`` values) -> Q4_0 records, weighted by ``qw``."""
-    return _rows(values, qw, out, 0)
+def _weighted(kind):
+    """``quantize_<t>_weighted`` of ``_KINDS[kind]``: ``_rows`` of that ``kind``."""
+    fmt = _KINDS[kind]
+
+    def quantize(values, qw, out):
+        return _rows(values, qw, out, kind)
+    quantize.__name__ = quantize.__qualname__ = f"quantize_{fmt.name.lower()}_weighted"
+    quantize.__doc__ = (f"f32 ``values`` [G, 32] (rows of ``len(qw)`` values) -> {fmt.name} "
+                        f"records, weighted by ``qw``.")
+    return kernel(quantize)
 
 
-@kernel
-def quantize_q4_1_weighted(values, qw, out):
-    """f32 ``values`` [G, 32] (rows of ``len(qw)`` values) -> Q4_1 records, weighted by ``qw``."""
-    return _rows(values, qw, out, 1)
-
-
-@kernel
-def quantize_q5_0_weighted(values, qw, out):
-    """f32 ``values`` [G, 32] (rows of ``len(qw)`` values) -> Q5_0 records, weighted by ``qw``."""
-    return _rows(values, qw, out, 2)
-
-
-@kernel
-def quantize_q5_1_weighted(values, qw, out):
-    """f32 ``values`` [G, 32] (rows of ``len(qw)`` values) -> Q5_1 records, weighted by ``qw``."""
-    return _rows(values, qw, out, 3)
-
+_KINDS = (_Q4_0, _Q4_1, _Q5_0, _Q5_1)   # by the ``kind`` of ``_rows``
+_ENTRIES = tuple(_weighted(kind) for kind in range(len(_KINDS)))
+quantize_q4_0_weighted, quantize_q4_1_weighted, quantize_q5_0_weighted, quantize_q5_1_weighted = (
+    _ENTRIES)
 
 # The weighted path per format: (kernel, what it reproduces), read by numba_qk._registry.
-WEIGHTED = {
-    _Q4_0: (quantize_q4_0_weighted, "ggml quantize_q4_0 with quant_weights (quantize_row_q4_0_impl)"),
-    _Q4_1: (quantize_q4_1_weighted, "ggml quantize_q4_1 with quant_weights (quantize_row_q4_1_impl)"),
-    _Q5_0: (quantize_q5_0_weighted, "ggml quantize_q5_0 with quant_weights (quantize_row_q5_0_impl)"),
-    _Q5_1: (quantize_q5_1_weighted, "ggml quantize_q5_1 with quant_weights (quantize_row_q5_1_impl)"),
-}
+WEIGHTED = {fmt: (entry, f"ggml quantize_{fmt.name.lower()} with quant_weights "
+                         f"(quantize_row_{fmt.name.lower()}_impl)")
+            for fmt, entry in zip(_KINDS, _ENTRIES)}

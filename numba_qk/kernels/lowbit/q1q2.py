@@ -29,13 +29,14 @@ overflows, is x86's ``(int) NaN = INT_MIN``: code 0).
 
 import numpy as np
 
-from numba_qk._jit import kernel
+from numba_qk._jit import inline_kernel, kernel
 from numba_qk.formats.lowbit import q1_0 as _FMT1
 from numba_qk.formats.lowbit import q2_0 as _FMT2
 from numba_qk.kernels._round import roundf
 from numba_qk.kernels.drive import kernels_for, register
 from numba_qk.kernels.f16 import f16_bits_to_f32_bits
-from numba_qk.kernels.kquants.common import f16_at, portable_dot_for, quantizer_for, store_f16
+from numba_qk.kernels.kquants.common import (codes2_sum, f16_at, no_scratch, portable_dot_for,
+                                             quantizer_for, store_f16)
 from numba_qk.kernels.simd import lowbit as _simd
 
 Q1_0_RECORD_BYTES = _FMT1.block_bytes
@@ -114,12 +115,6 @@ def dequantize_q2_0(records, out):
 # ---- quantize (ggml quantize_row_q1_0_ref / quantize_row_q2_0_ref) ----------------------------
 
 @kernel
-def q_scratch():
-    """No scratch: a placeholder for ``quantizer_for``."""
-    return 0
-
-
-@kernel
 def quantize_block_q1_0(values, b, out, work):
     """One finite block ``values[b]`` into Q1_0 record ``out[b]``."""
     s = np.float32(0.0)
@@ -162,45 +157,59 @@ def quantize_block_q2_0(values, b, out, work):
         out[b, _QS2_AT + m] = np.uint8(byte)
 
 
-quantize_q1_0 = quantizer_for(_FMT1, block=quantize_block_q1_0, scratch=q_scratch)
-quantize_q2_0 = quantizer_for(_FMT2, block=quantize_block_q2_0, scratch=q_scratch)
+quantize_q1_0 = quantizer_for(_FMT1, block=quantize_block_q1_0, scratch=no_scratch)
+quantize_q2_0 = quantizer_for(_FMT2, block=quantize_block_q2_0, scratch=no_scratch)
 
 
 # ---- record dot against Q8_0 ------------------------------------------------------------------
+
+@inline_kernel
+def q1_0_sums(w, bw, k, x, xr):
+    """``S_k = sum_i t_i * q8_i`` (int32) over part ``k`` (elements 32k .. 32k + 31) of Q1_0
+    record ``w[bw]`` and Q8_0 record ``x[xr]``."""
+    s = np.int32(0)
+    for m in range(4):
+        byte = np.uint32(w[bw, _QS1_AT + 4 * k + m])
+        for i in range(8):
+            q = np.int32(np.int8(x[xr, _Y_QS_AT + 8 * m + i]))
+            s += q if (byte >> np.uint32(i)) & np.uint32(1) else -q
+    return s
+
+
+@inline_kernel
+def q2_0_sums(w, bw, k, x, xr):
+    """``S_k`` (int32) over part ``k`` of Q2_0 record ``w[bw]`` and Q8_0 record ``x[xr]``."""
+    s = np.int32(0)
+    for m in range(8):
+        s += codes2_sum(np.int32(w[bw, _QS2_AT + 8 * k + m]), x, xr, _Y_QS_AT + 4 * m, 1)
+    return s
+
+
+@inline_kernel
+def _record_value(w, bw, x, bx, q1):
+    """``v = R32(d * T)`` of Q1_0 (``q1``: four Q8_0 records ``x[4 bx + k]``) or Q2_0 (two,
+    ``x[2 bx + k]``) record ``w[bw]``: ``T`` the fold of ``R32(d_k * S_k)`` in order of ``k``
+    (the module docstring)."""
+    span = 4 if q1 else 2
+    t = np.float32(0.0)
+    for k in range(span):
+        xr = span * bx + k
+        s = q1_0_sums(w, bw, k, x, xr) if q1 else q2_0_sums(w, bw, k, x, xr)
+        t = np.float32(t + np.float32(f16_at(x, xr, _Y_D_AT) * np.float32(s)))
+    return np.float32(f16_at(w, bw, _D1_AT if q1 else _D2_AT) * t)
+
 
 @kernel
 def record_value_q1_0_q8_0(w, bw, x, bx):
     """``v = R32(d * T)`` of Q1_0 record ``w[bw]`` and the four Q8_0 records ``x[4 bx + k]``
     (the module docstring)."""
-    t = np.float32(0.0)
-    for k in range(4):
-        xr = 4 * bx + k
-        s = np.int32(0)
-        for m in range(4):
-            byte = np.uint32(w[bw, _QS1_AT + 4 * k + m])
-            for i in range(8):
-                q = np.int32(np.int8(x[xr, _Y_QS_AT + 8 * m + i]))
-                s += q if (byte >> np.uint32(i)) & np.uint32(1) else -q
-        t = np.float32(t + np.float32(f16_at(x, xr, _Y_D_AT) * np.float32(s)))
-    return np.float32(f16_at(w, bw, _D1_AT) * t)
+    return _record_value(w, bw, x, bx, True)
 
 
 @kernel
 def record_value_q2_0_q8_0(w, bw, x, bx):
     """``v = R32(d * T)`` of Q2_0 record ``w[bw]`` and the two Q8_0 records ``x[2 bx + k]``."""
-    t = np.float32(0.0)
-    for k in range(2):
-        xr = 2 * bx + k
-        s = np.int32(0)
-        for m in range(8):
-            byte = np.int32(w[bw, _QS2_AT + 8 * k + m])
-            at = _Y_QS_AT + 4 * m
-            s += ((byte & 3) - 1) * np.int32(np.int8(x[xr, at]))
-            s += (((byte >> 2) & 3) - 1) * np.int32(np.int8(x[xr, at + 1]))
-            s += (((byte >> 4) & 3) - 1) * np.int32(np.int8(x[xr, at + 2]))
-            s += (((byte >> 6) & 3) - 1) * np.int32(np.int8(x[xr, at + 3]))
-        t = np.float32(t + np.float32(f16_at(x, xr, _Y_D_AT) * np.float32(s)))
-    return np.float32(f16_at(w, bw, _D2_AT) * t)
+    return _record_value(w, bw, x, bx, False)
 
 
 dot_q1_0_q8_0_portable = portable_dot_for(_FMT1, value=record_value_q1_0_q8_0)

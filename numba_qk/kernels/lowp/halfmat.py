@@ -260,27 +260,22 @@ def _gemv(bf16, w, x, out):
         _portable(bf16, w, x2, o2)
 
 
-@kernel
-def gemv_f16(w, x, out):
-    """``out[r]`` = the canonical dot of f16 row ``w[r]`` (codes) with ``x`` (f32 values);
-    contiguous 1-d ``x`` and ``out``."""
-    _gemv(False, w, x, out)
+def _entries(bf16):
+    """``(gemv_<t>, gemm_<t>)`` of weight type ``t`` (bf16 or f16): ``_gemv`` / ``_gemm``."""
+    t = "bf16" if bf16 else "f16"
+
+    def gemv(w, x, out):
+        _gemv(bf16, w, x, out)
+
+    def gemm(w, x, out):
+        _gemm(bf16, w, x, out)
+    gemv.__doc__ = (f"``out[r]`` = the canonical dot of {t} row ``w[r]`` (codes) with ``x`` "
+                    f"(f32 values); contiguous 1-d ``x`` and ``out``.")
+    gemm.__doc__ = f"``out[b, r]`` = ``gemv_{t}(w, x[b])[r]`` bit for bit, in register tiles."
+    for f in (gemv, gemm):
+        f.__name__ = f.__qualname__ = f"{f.__name__}_{t}"
+    return kernel(gemv), kernel(gemm)
 
 
-@kernel
-def gemv_bf16(w, x, out):
-    """``out[r]`` = the canonical dot of bf16 row ``w[r]`` (codes) with ``x`` (f32 values);
-    contiguous 1-d ``x`` and ``out``."""
-    _gemv(True, w, x, out)
-
-
-@kernel
-def gemm_f16(w, x, out):
-    """``out[b, r]`` = ``gemv_f16(w, x[b])[r]`` bit for bit, in register tiles."""
-    _gemm(False, w, x, out)
-
-
-@kernel
-def gemm_bf16(w, x, out):
-    """``out[b, r]`` = ``gemv_bf16(w, x[b])[r]`` bit for bit, in register tiles."""
-    _gemm(True, w, x, out)
+gemv_f16, gemm_f16 = _entries(False)
+gemv_bf16, gemm_bf16 = _entries(True)

@@ -33,8 +33,8 @@ from numba_qk.formats.kquants import tq1_0 as _FMT1
 from numba_qk.formats.kquants import tq2_0 as _FMT2
 from numba_qk.kernels._round import roundf
 from numba_qk.kernels.drive import kernels_for, register
-from numba_qk.kernels.kquants.common import (f16_at, portable_dot_for, quantizer_for,
-                                             record_value_d, store_f16)
+from numba_qk.kernels.kquants.common import (codes2_sum, f16_at, no_scratch, portable_dot_for,
+                                             quantizer_for, record_value_d, store_f16)
 from numba_qk.kernels.kquants.common import X_Q_AT
 from numba_qk.kernels.simd import ternary as _simd
 
@@ -150,12 +150,6 @@ def dequantize_tq2_0(records, out):
 # ---- quantize (ggml quantize_row_tq1_0_ref / quantize_row_tq2_0_ref) --------------------------
 
 @kernel
-def tq_scratch():
-    """No scratch: a placeholder for ``quantizer_for``."""
-    return 0
-
-
-@kernel
 def tq_scale(values, b, out, d_at):
     """``id`` of block ``values[b]`` (``amax ? 1/amax : 0``); stores ``d = fp16(amax)``."""
     amax = np.float32(0.0)
@@ -209,8 +203,8 @@ def quantize_block_tq2_0(values, b, out, work):
             out[b, _QS2_AT + 32 * c + m] = np.uint8(q & 0xFF)
 
 
-quantize_tq1_0 = quantizer_for(_FMT1, block=quantize_block_tq1_0, scratch=tq_scratch)
-quantize_tq2_0 = quantizer_for(_FMT2, block=quantize_block_tq2_0, scratch=tq_scratch)
+quantize_tq1_0 = quantizer_for(_FMT1, block=quantize_block_tq1_0, scratch=no_scratch)
+quantize_tq2_0 = quantizer_for(_FMT2, block=quantize_block_tq2_0, scratch=no_scratch)
 
 
 # ---- record dot against Q8_K ----------------------------------------------------------------
@@ -239,12 +233,8 @@ def record_sum_tq2_0_q8_k(w, bw, x, bx):
     s = np.int32(0)
     for c in range(2):
         for l in range(32):   # one weight byte, its four codes (g = 0..3); same integer sum
-            byte = np.int32(w[bw, _QS2_AT + 32 * c + l])
-            at = X_Q_AT + 128 * c + l
-            s += ((byte & 3) - 1) * np.int32(np.int8(x[bx, at]))
-            s += (((byte >> 2) & 3) - 1) * np.int32(np.int8(x[bx, at + 32]))
-            s += (((byte >> 4) & 3) - 1) * np.int32(np.int8(x[bx, at + 64]))
-            s += (((byte >> 6) & 3) - 1) * np.int32(np.int8(x[bx, at + 96]))
+            s += codes2_sum(np.int32(w[bw, _QS2_AT + 32 * c + l]), x, bx, X_Q_AT + 128 * c + l,
+                            32)
     return s
 
 
