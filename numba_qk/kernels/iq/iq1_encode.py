@@ -27,7 +27,7 @@ import numpy as np
 from numba_qk._jit import inline_kernel, kernel
 from numba_qk.formats import iq as _iq
 from numba_qk.kernels._round import f32_to_f16_bits, nearest_int
-from numba_qk.kernels.iq.iq2_encode import bad_block, sigma2_of, tables_for
+from numba_qk.kernels.iq.iq2_encode import bad_block, encoder_entries, sigma2_of
 from numba_qk.kernels.kquants.common import store_f16
 
 _S1 = _iq.iq1_s
@@ -458,32 +458,8 @@ def encode_iq1_m(values, qw, out, grid, kmap, neighbours):
     return -1
 
 
-iq1_s_tables = tables_for(_S1)
-
-
-@kernel
-def quantize_iq1_s_weighted(values, qw, out):
-    """f32 ``values`` [G, 256] (rows of ``len(qw)``) -> IQ1_S records, weighted by ``qw``."""
-    grid, kmap, neighbours = iq1_s_tables()
-    return encode_iq1_s(values, qw, out, grid, kmap, neighbours)
-
-
-iq1_m_tables = tables_for(_M1)
-
-
-@kernel
-def quantize_iq1_m_weighted(values, qw, out):
-    """f32 ``values`` [G, 256] (rows of ``len(qw)``) -> IQ1_M records, weighted by ``qw``."""
-    grid, kmap, neighbours = iq1_m_tables()
-    return encode_iq1_m(values, qw, out, grid, kmap, neighbours)
-
-
-@kernel
-def quantize_iq1_m(values, out):
-    """f32 ``values`` [G, 256] -> IQ1_M records (ggml's ``quantize_iq1_m`` without an
-    importance matrix)."""
-    grid, kmap, neighbours = iq1_m_tables()
-    return encode_iq1_m(values, np.zeros(0, np.float32), out, grid, kmap, neighbours)
+quantize_iq1_s_weighted = encoder_entries(_S1, encode_iq1_s)[0]
+quantize_iq1_m_weighted, quantize_iq1_m = encoder_entries(_M1, encode_iq1_m)
 
 
 WEIGHTED = {

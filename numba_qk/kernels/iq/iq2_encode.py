@@ -518,38 +518,33 @@ def tables_for(fmt):
     return tables
 
 
-iq2_xxs_tables = tables_for(_XXS)
-iq2_xs_tables = tables_for(_XS)
-iq2_s_tables = tables_for(_S)
+def encoder_entries(fmt, encode):
+    """``(quantize_<t>_weighted(values, qw, out), quantize_<t>(values, out))`` of a grid format
+    whose encoder is ``encode(values, qw, out, grid, kmap, neighbours)``: the format's tables
+    (``tables_for``) passed in, ``qw`` empty for the second (no importance matrix: only the
+    formats whose encoder takes none use it)."""
+    t = fmt.name.lower()
+    tables = tables_for(fmt)
+
+    def weighted(values, qw, out):
+        grid, kmap, neighbours = tables()
+        return encode(values, qw, out, grid, kmap, neighbours)
+
+    def plain(values, out):
+        grid, kmap, neighbours = tables()
+        return encode(values, np.zeros(0, np.float32), out, grid, kmap, neighbours)
+    weighted.__name__ = weighted.__qualname__ = f"quantize_{t}_weighted"
+    weighted.__doc__ = (f"f32 ``values`` [G, 256] (rows of ``len(qw)``) -> {fmt.name} records, "
+                        f"weighted by ``qw``.")
+    plain.__name__ = plain.__qualname__ = f"quantize_{t}"
+    plain.__doc__ = (f"f32 ``values`` [G, 256] -> {fmt.name} records (ggml's ``quantize_{t}`` "
+                     f"without an importance matrix).")
+    return kernel(weighted), kernel(plain)
 
 
-@kernel
-def quantize_iq2_xxs_weighted(values, qw, out):
-    """f32 ``values`` [G, 256] (rows of ``len(qw)``) -> IQ2_XXS records, weighted by ``qw``."""
-    grid, kmap, neighbours = iq2_xxs_tables()
-    return encode_iq2_xxs(values, qw, out, grid, kmap, neighbours)
-
-
-@kernel
-def quantize_iq2_xs_weighted(values, qw, out):
-    """f32 ``values`` [G, 256] (rows of ``len(qw)``) -> IQ2_XS records, weighted by ``qw``."""
-    grid, kmap, neighbours = iq2_xs_tables()
-    return encode_iq2_xs(values, qw, out, grid, kmap, neighbours)
-
-
-@kernel
-def quantize_iq2_s_weighted(values, qw, out):
-    """f32 ``values`` [G, 256] (rows of ``len(qw)``) -> IQ2_S records, weighted by ``qw``."""
-    grid, kmap, neighbours = iq2_s_tables()
-    return encode_iq2_s(values, qw, out, grid, kmap, neighbours)
-
-
-@kernel
-def quantize_iq2_s(values, out):
-    """f32 ``values`` [G, 256] -> IQ2_S records (ggml's ``quantize_iq2_s`` without an
-    importance matrix)."""
-    grid, kmap, neighbours = iq2_s_tables()
-    return encode_iq2_s(values, np.zeros(0, np.float32), out, grid, kmap, neighbours)
+quantize_iq2_xxs_weighted = encoder_entries(_XXS, encode_iq2_xxs)[0]
+quantize_iq2_xs_weighted = encoder_entries(_XS, encode_iq2_xs)[0]
+quantize_iq2_s_weighted, quantize_iq2_s = encoder_entries(_S, encode_iq2_s)
 
 
 # The weighted path per format: (entry, what it reproduces), read by numba_qk._registry;
