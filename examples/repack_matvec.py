@@ -26,7 +26,7 @@ def best_of(fn, n=20):
     return t
 
 
-for fmt in qk.REPACK_FORMATS:              # Q4_0, Q4_K
+for fmt in qk.REPACK_FORMATS:              # Q4_0, Q4_K, IQ4_NL
     records = qk.quantize(weights.reshape(-1, fmt.block_size), format=fmt)
     w = records.reshape(rows, cols // fmt.block_size, -1)
     rp = qk.repack(w, fmt)                 # a one-time copy; keep it with the model layer
