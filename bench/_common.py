@@ -23,17 +23,20 @@ def best(fn, repeats):
     return min(times)
 
 
-def interleaved(cands, rounds, clock=time.perf_counter):
+def interleaved(cands, rounds, clock=time.perf_counter, warm=False):
     """Best seconds per call of each callable of ``cands``, one call of each in turn per round
     (after one warm-up call each), measured by ``clock`` (wall time; ``time.process_time``:
     the process's CPU time, which leaves out the time other processes held the core -- on a
     loaded machine the longer calls are preempted more often, so best wall times of calls of
-    tens of ms are not comparable with those of short ones)."""
+    tens of ms are not comparable with those of short ones).  ``warm``: each timed call right
+    after an untimed one of the same callable (its data back in cache after the others ran)."""
     for fn in cands.values():
         fn()
     best_t = {k: float("inf") for k in cands}
     for _ in range(rounds):
         for k, fn in cands.items():
+            if warm:
+                fn()
             t = clock()
             fn()
             best_t[k] = min(best_t[k], clock() - t)
@@ -79,7 +82,7 @@ def speed_table(g, formats, weights, shape="4096x4096", rounds=7, stream_mb=256.
     quantizer does, to 1e-4 of the largest value): the matvec hot (one matrix),
     DRAM-streamed (distinct copies totalling ``stream_mb``, called round robin) and the
     batch-32 ``matmul`` (f32 activations [32, cols]), all on 1 thread; times by ``clock``
-    (``interleaved``).  numba_qk likewise counts its fastest layout: the plain records, or
+    (``interleaved``; the hot matvec times each call right after one of the same candidate).  numba_qk likewise counts its fastest layout: the plain records, or
     ``qk.repack``'s tiles for the formats it repacks (a cell marked ``r``)."""
     import numba_qk as qk
 
@@ -109,7 +112,9 @@ def speed_table(g, formats, weights, shape="4096x4096", rounds=7, stream_mb=256.
                 y = np.asarray(mv(x), np.float64).reshape(ref.shape)
                 if any(np.max(np.abs(y - r)) <= 1e-4 * np.max(np.abs(r)) for r in refs):
                     cands[buft or "plain"] = lambda mv=mv, x=x: mv(x)
-            r = interleaved(cands, rounds, clock)
+            # hot: each timed call right after an untimed one of the same candidate (the
+            # candidates' matrices together would not fit the L3)
+            r = interleaved(cands, rounds, clock, warm=kind == "hot")
             res[kind] = (_ours(r), min(r.values()) if r else float("nan"))
         n = max(2, int(np.ceil(stream_mb * 1e6 / wm.nbytes)))
         ws = [wm.copy() for _ in range(n)]

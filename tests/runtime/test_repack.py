@@ -19,8 +19,12 @@ from numba_qk.kernels.legacy import layout as _LL
 
 from numba_qk.testing.asserts import assert_same_f32
 from records import extreme_q4_k_q8_k, legacy_extremes, random_q4_k, random_q8_k
+from subsets import default_few
 
-NAMES = ["q4_0", "iq4_nl", "q4_k"]
+ALL_NAMES = ["q4_0", "iq4_nl", "q4_k"]
+# IQ4_NL's tiles are Q4_0's kernel with a lookup: by default its bits (random bytes, extremes,
+# the oracle); strides, threads, zero sizes and the Repacked checks under -m slow
+NAMES = default_few(ALL_NAMES, {"q4_0", "q4_k"})
 KERNEL_NAMES = ["q4_0", "q8_0", "iq4_nl", "q4_k"]
 SHAPES = ((8, 1), (1, 1), (7, 3), (9, 1), (16, 4), (17, 5), (24, 6), (31, 7), (40, 2),
           (8, 9), (64, 33), (83, 2))
@@ -106,7 +110,7 @@ def test_random_bytes_every_tile_and_trip_remainder(name, rng):
         assert_same_f32(_portable_tiles(f, rp, x), want[:r], "portable tiles")
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", ALL_NAMES)
 def test_matches_the_oracle_and_plain_gemv(name, rng):
     f, act = _fmt(name)
     rows, g = 20, 6
