@@ -14,11 +14,12 @@ NAMES = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]
 
 @pytest.mark.parametrize("name", default_few(NAMES, {"q3_k", "q4_k"}))  # the rest: -m slow
 def test_imatrix_is_ggml(name):
-    """Rows of 3 blocks, 33 blocks in all: Q4_K / Q5_K search two blocks at a time, here also
-    pairs across rows and a last block alone."""
+    """Q4_K / Q5_K search two blocks at a time: rows of 3 blocks, 33 blocks in all (pairs
+    across rows and a last block alone); the others rows of 2."""
     fmt = getattr(qk.quant, name)
-    x = rows(768, 2, 7)
-    for w in weights(768, 8):
+    n = 768 if name in ("q4_k", "q5_k") else 512
+    x = rows(n, 2, 7)
+    for w in weights(n, 8):
         compare(fmt, x, w)
     compare(fmt, x, None)
 
