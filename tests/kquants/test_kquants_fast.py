@@ -94,7 +94,7 @@ def test_simd_decoders_equal_the_loops_on_any_bytes(name, width, rng):
     assert (out[:, 0] == out[:, 1]).all(), np.flatnonzero(out[:, 0] != out[:, 1])[:5]
 
 
-@pytest.mark.parametrize("name", FAST)
+@pytest.mark.parametrize("name", default_few(FAST, {"q2_k", "q5_k"}))  # q3_k, q6_k: panel below
 def test_tiles_equal_the_portable_definition(name, rng):
     """gemv over 8-row tiles (prefetching the next tile: 2 full tiles + 3 leftover rows) and
     gemm over 8-activation tiles (+ 3 leftover activations, 2 record blocks) equal the
@@ -125,7 +125,7 @@ def test_tiles_equal_the_portable_definition(name, rng):
         assert_same_f32(got_gemm, want, f"{name} gemm tiles")
 
 
-@pytest.mark.parametrize("name", ["q2_k", "q3_k", "q5_k", "q6_k"])
+@pytest.mark.parametrize("name", default_few(FAST, {"q3_k", "q6_k"}))  # q2_k, q5_k: tiles above
 def test_panel_gemm_equals_the_portable_definition(name, rng):
     """Batches of 3 or more go through the panel gemm (records decoded once per call, 8 rows x
     16 activations per microtile, kernels/drive.py ``panel_gemm``; Q2_K and Q5_K with the min

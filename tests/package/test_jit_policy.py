@@ -230,6 +230,7 @@ for name in sys.argv[1].split(","):
 """
 
 
+@pytest.mark.slow  # three processes; test_every_compiled_kernel_has_a_name_of_its_own guards it by default
 def test_closures_compiled_in_two_processes_keep_their_own_code(tmp_path):
     """The regression test of the collision above: Q8_1's and Q8_0's quantizers (closures of
     one factory) compiled into one cache by two processes, then both loaded by a third."""
