@@ -71,6 +71,12 @@ def kernels(pkg, name: str):
         mod = importlib.import_module(f"{pkg.__name__}.kernels.legacy.kernels")
         e = next(e for f, e in mod.ENTRIES.items() if f.name.lower() == name)
         return e.dot, e.gemv, e.gemm
+    if name not in ("mxfp4", "nvfp4"):   # IQ, ternary: the @njit building blocks
+        act = pkg.activation_format(getattr(pkg.quant, name)).name.lower()
+        mods = [importlib.import_module(f"{pkg.__name__}.kernels.{m}")
+                for m in ("iq.grid", "iq.iq4", "ternary.tq")]
+        return tuple(next(getattr(m, f"{op}_{name}_{act}") for m in mods
+                          if hasattr(m, f"{op}_{name}_{act}")) for op in ("dot", "gemv", "gemm"))
     mod = importlib.import_module(f"{pkg.__name__}.kernels.fp4.mxrec")
     dot = mod.dot_mxfp4_q8_0_fast if name == "mxfp4" else mod.dot_nvfp4_q8_0
     return dot, getattr(mod, f"gemv_{name}_q8_0"), getattr(mod, f"gemm_{name}_q8_0")

@@ -435,19 +435,24 @@ _XS4 = _iq.iq4_xs
 _XS4_LS, _XS4_QS = _XS4.field("ls").start, _XS4.field("qs").start
 
 
-def _units_iq4_xs(b, wb):
-    """IQ4_XS (not a grid format, but the same shape: signed int8 multipliers and one scale per
-    32 elements): unit s is the 16 code bytes at ``qs + 16 s``, low nibbles then high ones,
-    through ``kvalues_iq4nl`` (``pshufb``: |k| <= 127, so ``psignb`` and ``pmaddubsw`` stay
-    exact), its scale ``ls_s - 32`` (6 bits: nibble s % 2 of scales_l byte s // 2, bits 2s of
-    the scales_h word as bits 4, 5)."""
+def _iq4_xs_scales(b, wb):
+    """<8 x i16>: ``ls_s - 32`` of the IQ4_XS record ``wb``'s 8 units (6 bits: nibble s % 2
+    of scales_l byte s // 2, bits 2s of the scales_h word as bits 4, 5)."""
     v16 = vec(i16, 8)
     lo = b.zext(splat_lanes(b, load(b, wb, _XS4_LS + 2, vec(i8, 4)), [s // 2 for s in range(8)]),
                 v16)
     hi = splat_lanes(b, load(b, wb, _XS4_LS, vec(i16, 1)), [0] * 8)
     ls = b.or_(_lanes(b, lo, [4 * (s % 2) for s in range(8)], 15),
                b.shl(_lanes(b, hi, [2 * s for s in range(8)], 3), ir.Constant(v16, [4] * 8)))
-    sc = b.sub(ls, ir.Constant(v16, [32] * 8))
+    return b.sub(ls, ir.Constant(v16, [32] * 8))
+
+
+def _units_iq4_xs(b, wb):
+    """IQ4_XS (not a grid format, but the same shape: signed int8 multipliers and one scale per
+    32 elements): unit s is the 16 code bytes at ``qs + 16 s``, low nibbles then high ones,
+    through ``kvalues_iq4nl`` (``pshufb``: |k| <= 127, so ``psignb`` and ``pmaddubsw`` stay
+    exact), its scale ``ls_s - 32`` (``_iq4_xs_scales``)."""
+    sc = _iq4_xs_scales(b, wb)
     out = []
     for s in range(8):
         q = nibble_lookup(b, load(b, wb, _XS4_QS + 16 * s, vec(i8, 16)), _iq.KVALUES_IQ4NL)
@@ -524,10 +529,88 @@ def _spilled_units(b, units):
             for u in range(8)]
 
 
+# ---- IQ4_XS's 8-row gemv tile with AVX-512 VNNI ---------------------------------------------
+#
+# IQ4_XS's codes index kvalues_iq4nl (|k| <= 127), looked up as k + 128 (a u8, 1..241) by one
+# 512-bit ``vpshufb`` per 64 nibbles, so ``vpdpbusd`` multiplies them with the int8 quants
+# directly (no sign step, no i16 stage).  A 64-byte half h of ``qs`` holds units 4h .. 4h + 3,
+# 16 bytes each: the low nibbles are the unit's first 16 elements, the high ones its last 16;
+# the activation's quants are arranged to match once per tile step (XL_h: the first 16 quants
+# of each of the 4 units, XH_h the last 16; two 128-bit-lane shuffles), shared by the 8 rows.
+# Per row and half, the i32 lane j (bytes 4j .. 4j + 3 of XL_h and XH_h: 8 elements of unit
+# 4h + j // 4) is
+#
+#     a_j = -128 sum q  +  dpbusd(k + 128 of the low nibbles, XL_h)  +  dpbusd(.. high, XH_h)
+#         = sum k q over its 8 elements                      (|a_j| <= 8 * 127 * 128 < 2**17)
+#
+# (the -128 sum q start is made once per activation by vpdpbusd with ones), then multiplied by
+# the unit's scale ls - 32 (vpmulld; |.| <= 32) and added: the lane sum of the row's vector is
+# S = sum_s (ls_s - 32) sum_{i in s} k_i q_i exactly (|S| < 2**23), the integer of the readable
+# loop ``record_sums_iq4_xs_q8_k``; the float steps are ``_values``'.
+
+_IQ4_XS_ROWS = HAVE_AVX512 and HAVE_VNNI
+_KV_U8 = [(v + 128) & 0xFF for v in _iq.KVALUES_IQ4NL]
+
+
+def _iq4_xs_x_halves(b, xb):
+    """Per half h of a Q8_K record: (XL_h, XH_h, -128 sum q per lane) (layout above)."""
+    v64, v16 = vec(i8, 64), vec(i32, 16)
+    dpbusd = decl(b, "llvm.x86.avx512.vpdpbusd.512", v16, [v16, v64, v64])
+    ones = ir.Constant(v64, [1] * 64)
+    out = []
+    for h in range(2):
+        a = load(b, xb, _A_Q_AT + 128 * h, v64)
+        c = load(b, xb, _A_Q_AT + 128 * h + 64, v64)
+        xl = b.shuffle_vector(a, c, ir.Constant(vec(i32, 64), [32 * (j // 16) + j % 16
+                                                               for j in range(64)]))
+        xh = b.shuffle_vector(a, c, ir.Constant(vec(i32, 64), [32 * (j // 16) + 16 + j % 16
+                                                               for j in range(64)]))
+        qsum = b.call(dpbusd, [b.call(dpbusd, [ir.Constant(v16, None), ones, xl]), ones, xh])
+        start = b.sub(ir.Constant(v16, None), b.shl(qsum, ir.Constant(v16, [7] * 16)))
+        out.append((xl, xh, start))
+    return out
+
+
+def _iq4_xs_row(b, wb, xhalves):
+    """<16 x i32> whose lane sum is S of IQ4_XS record ``wb`` and the activation of
+    ``xhalves`` (``_iq4_xs_x_halves``)."""
+    v64, v16 = vec(i8, 64), vec(i32, 16)
+    dpbusd = decl(b, "llvm.x86.avx512.vpdpbusd.512", v16, [v16, v64, v64])
+    shuf = decl(b, "llvm.x86.avx512.pshuf.b.512", v64, [v64, v64])
+    table = ir.Constant(v64, _KV_U8 * 4)
+    low = ir.Constant(v64, [0x0F] * 64)
+    sc = b.sext(_iq4_xs_scales(b, wb), vec(i32, 8))
+    acc = None
+    for h, (xl, xh, start) in enumerate(xhalves):
+        q = load(b, wb, _XS4_QS + 64 * h, v64)
+        wl = b.call(shuf, [table, b.and_(q, low)])
+        wh = b.call(shuf, [table, b.and_(b.lshr(q, ir.Constant(v64, [4] * 64)), low)])
+        a = b.call(dpbusd, [b.call(dpbusd, [start, wl, xl]), wh, xh])
+        t = b.mul(a, splat_lanes(b, sc, [4 * h + j // 4 for j in range(16)]))
+        acc = t if acc is None else b.add(acc, t)
+    return acc
+
+
+def _iq4_xs_rows(b, wbs, xb):
+    """<8 x i32> S of the 8 IQ4_XS records ``wbs`` against one Q8_K record ``xb``, one row
+    after the other (stored behind a memory clobber, as ``_sums_one_by_one``)."""
+    xhalves = _iq4_xs_x_halves(b, xb)
+    slot = cgutils.alloca_once(b, ir.ArrayType(vec(i32, 16), len(wbs)))
+    fence = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [slot.type]), "", "r,~{memory}",
+                         side_effect=True)
+    for k, wb in enumerate(wbs):
+        b.store(_iq4_xs_row(b, wb, xhalves), b.gep(slot, [_c(0), _c(k)]))
+        b.call(fence, [slot])
+    return reduce_many(b, [b.load(b.gep(slot, [_c(0), _c(k)])) for k in range(len(wbs))])
+
+
 def _sums(b, ops, kf, wbs, xbs):
     """<n x i32> S of the record pairs zip(wbs, xbs); a record listed several times (the same
     IR value) is decoded once (one weight record for several activation records: through
     ``_spilled_units``)."""
+    if (kf.fmt is _XS4 and _IQ4_XS_ROWS and len(wbs) == 8 and all(xb is xbs[0] for xb in xbs)
+            and len({id(wb) for wb in wbs}) == 8):
+        return _iq4_xs_rows(b, wbs, xbs[0])
     if len(wbs) > 1 and all(wb is wbs[0] for wb in wbs):
         units = _spilled_units(b, kf.units(b, wbs[0]))
         return reduce_many(b, [_pair(b, ops, units, _x_side(b, xb)) for xb in xbs])
