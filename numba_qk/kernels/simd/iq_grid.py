@@ -717,8 +717,42 @@ def store_at(b, base, off, v):
     b.store(v, b.bitcast(b.gep(base, [_c(off, i64)]), v.type.as_pointer()), align=1)
 
 
+def _decode_iq4_xs_into(b, wb, db):
+    """``_decode_into`` of an IQ4_XS record with 512-bit steps: per 64-byte half of ``qs``,
+    the low and high nibbles looked up by one ``vpshufb`` each (kvalues_iq4nl as int8) and
+    interleaved by 16-byte chunks into element order (unit u: its low chunk, then its high
+    one); C's per-unit sums of k by ``vpdpbusd`` with ones (lane j: 8 elements of unit 4h +
+    j // 4, as ``_iq4_xs_row``), times the unit's scale: the same integers and bytes as the
+    unit-by-unit decode."""
+    v64, v16 = vec(i8, 64), vec(i32, 16)
+    dpbusd = decl(b, "llvm.x86.avx512.vpdpbusd.512", v16, [v16, v64, v64])
+    shuf = decl(b, "llvm.x86.avx512.pshuf.b.512", v64, [v64, v64])
+    table = ir.Constant(v64, [v & 0xFF for v in _iq.KVALUES_IQ4NL] * 4)
+    low, ones = ir.Constant(v64, [0x0F] * 64), ir.Constant(v64, [1] * 64)
+    sc = b.sext(_iq4_xs_scales(b, wb), vec(i32, 8))
+    csum = None
+    for h in range(2):
+        q = load(b, wb, _XS4_QS + 64 * h, v64)
+        lo = b.call(shuf, [table, b.and_(q, low)])
+        hi = b.call(shuf, [table, b.and_(b.lshr(q, ir.Constant(v64, [4] * 64)), low)])
+        for half in range(2):   # units 4h + 2 half, 4h + 2 half + 1
+            order = [64 * (j // 16 % 2) + 16 * (2 * half + j // 32) + j % 16 for j in range(64)]
+            store_at(b, db, 128 * h + 64 * half,
+                     b.shuffle_vector(lo, hi, ir.Constant(vec(i32, 64), order)))
+        k = b.call(dpbusd, [b.call(dpbusd, [ir.Constant(v16, None), ones, lo]), ones, hi])
+        t = b.mul(k, splat_lanes(b, sc, [4 * h + j // 4 for j in range(16)]))
+        csum = t if csum is None else b.add(csum, t)
+    radd = decl(b, "llvm.vector.reduce.add.v16i32", i32, [v16])
+    store_at(b, db, DEC_C_AT, b.mul(b.call(radd, [csum]), _c(BIAS)))
+    store_at(b, db, DEC_SC_AT, sc)
+    d = gather_f16(b, [wb], 0)
+    store_at(b, db, DEC_DC_AT, b.fmul(b.extract_element(d, _c(0)), ir.Constant(_F32, 1.0)))
+
+
 def _decode_into(b, kf, wb, db):
     """Store weight record ``wb`` of format ``kf`` decoded at ``db`` (layout above)."""
+    if kf.fmt is _XS4 and _IQ4_XS_ROWS:
+        return _decode_iq4_xs_into(b, wb, db)
     units = kf.units(b, wb)
     ops = Ops(b, False, False)
     ones = ir.Constant(_V32, [1] * 32)
