@@ -22,7 +22,9 @@ def _bits(a):
     return np.ascontiguousarray(np.asarray(a, np.float32)).view(np.uint32)
 
 
-@pytest.mark.parametrize("slots", default_few(list(SLOTS), {"portable", "tiles"}))  # value: -m slow
+# the portable dot alone by default (a format with no SIMD slot works end to end); the tile and
+# value slots are what every fast format's own tests run; each set of slots under -m slow
+@pytest.mark.parametrize("slots", default_few(list(SLOTS), {"portable"}))
 def test_optional_slots_give_the_same_bits(rng, slots):
     fmt = qk.quant.q4_1
     full = drive._IMPL[fmt.ggml_type]

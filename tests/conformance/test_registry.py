@@ -132,7 +132,9 @@ def _pair(rng, fmt, shape_w, shape_x):
     return act, w, x
 
 
-@pytest.mark.parametrize("fmt", WEIGHTS, ids=[f.name for f in WEIGHTS])
+# one format of each kernel family by default (each family's suite checks its formats' dots against
+# the oracle or ggml), every format under -m slow
+@pytest.mark.parametrize("fmt", default_few(WEIGHTS, FAMILY_FEW, name=lambda f: f.name))
 def test_dot_matches_the_oracle(fmt, rng):
     act = qk.activation_format(fmt)
     for g in (1, 3):
@@ -150,7 +152,9 @@ def _dots(rng, fmt):
     return act, w, xq, want
 
 
-@pytest.mark.parametrize("fmt", WEIGHTS, ids=[f.name for f in WEIGHTS])
+# gemv compiles each format's 8-row tile loop: one format of each kernel family by default (the
+# family suites run their own gemv tests), every format under -m slow
+@pytest.mark.parametrize("fmt", default_few(WEIGHTS, FAMILY_FEW, name=lambda f: f.name))
 def test_gemv_equals_dot(fmt, rng):
     act, w, xq, want = _dots(rng, fmt)
     assert_same_f32(qk.gemv(w, xq[3], lhs_format=fmt, rhs_format=act), want[3])

@@ -184,9 +184,9 @@ def test_cli_errors_are_one_line_and_write_nothing(demo, tmp_path, run_cli):
                 if "numba_qk-tmp" in p.name or p.name.endswith(".tmp")]
 
 
-# each format compiles its own file pipeline: three by default, the rest under -m slow
+# each format compiles its own file pipeline: two by default, the rest under -m slow
 @pytest.mark.parametrize("name", default_few(["q2_k", "q3_k", "q5_k", "q6_k", "mxfp4", "nvfp4",
-                                              "iq4_nl", "iq4_xs"], {"q6_k", "nvfp4", "iq4_xs"}))
+                                              "iq4_nl", "iq4_xs"], {"q6_k", "iq4_xs"}))
 def test_record_files_are_accelerated_end_to_end(demo, tmp_path, name, capsys):
     """quantize_file(to=FORMAT), then inspect / dequantize / matmul accelerate those tensors: the
     records equal qk.quantize of the source, dequantize equals gguf-py's numpy decoders, matmul

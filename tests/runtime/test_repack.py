@@ -94,7 +94,7 @@ def _gemv_any(f, act, rp, x):
     return out
 
 
-@pytest.mark.parametrize("name", KERNEL_NAMES)
+@pytest.mark.parametrize("name", default_few(KERNEL_NAMES, {"q4_0", "iq4_nl", "q4_k"}))  # q8_0: slow
 def test_random_bytes_every_tile_and_trip_remainder(name, rng):
     f, act = _fmt(name)
     for rows, g in SHAPES:
