@@ -176,9 +176,9 @@ def plain_signs(values, b, off, k, xval):
 
 @inline_kernel
 def even_signs(values, b, off, k, weight, xval):
-    """ggml's sign handling of IQ2_XXS / IQ2_XS for group ``k``: ``xval = |x|``, and for an odd
-    number of negatives the element of least ``R32(R32(w*x)*x)`` keeps its sign (flipped in
-    ``xval``); returns the 7 stored sign bits."""
+    """ggml's sign handling of IQ2_XXS / IQ2_XS / IQ3_XXS for group ``k``: ``xval = |x|``, and
+    for an odd number of negatives the element of least ``R32(R32(w*x)*x)`` keeps its sign
+    (flipped in ``xval``); returns the 7 stored sign bits."""
     s = plain_signs(values, b, off, k, xval)
     nflip = 0
     for i in range(8):
@@ -196,6 +196,45 @@ def even_signs(values, b, off, k, weight, xval):
         xval[8 * k + imin] = -xval[8 * k + imin]
         s ^= 1 << imin
     return s & 127
+
+
+@inline_kernel
+def keep_better(sumqx, sumq2, best, scale, L, Laux, n, on, on_aux, ngroups):
+    """ggml's choice among candidate scales: where ``sumq2 > 0`` and ``sumqx^2 > best *
+    sumq2``, the candidate's scale ``sumqx / sumq2``, its levels ``Laux[:n]`` and its groups'
+    on-grid flags ``on_aux[:ngroups]`` are kept; returns ``(scale, best)``."""
+    if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best * sumq2):
+        scale = np.float32(sumqx / sumq2)
+        best = np.float32(scale * sumqx)
+        for i in range(n):
+            L[i] = Laux[i]
+        for k in range(ngroups):
+            on[k] = on_aux[k]
+    return scale, best
+
+
+@inline_kernel
+def settle(u, kmap, neighbours, grid, xval, xo, waux, scale, L, lo, n):
+    """The grid point of a group (``n`` values at ``xo``) whose rounded levels have code ``u``,
+    at the final ``scale``: the code's own point where it is on the grid, else its best
+    neighbour (``find_best_neighbour``); that point's levels go to ``L[lo:lo+n]``.  Returns the
+    grid index, -1 where ggml aborts."""
+    gi = np.int32(kmap[u])
+    if gi < 0:
+        gi = find_best_neighbour(neighbours, -gi - 1, grid, xval, xo, waux, scale, L, lo, n)
+        if gi < 0:
+            return gi
+    for i in range(n):
+        L[lo + i] = (np.int32(grid[gi, i]) - 1) // 2
+    return gi
+
+
+@inline_kernel
+def refit(weight, xval, L, n, scale):
+    """ggml's last least-squares scale ``sumqx / sumq2`` of the levels ``L[:n]``
+    (``weighted_sums``); ``scale`` unchanged where ``sumq2 <= 0``."""
+    sumqx, sumq2 = weighted_sums(weight, xval, L, n)
+    return np.float32(sumqx / sumq2) if sumq2 > _F0 else scale
 
 
 @inline_kernel
@@ -227,13 +266,7 @@ def search16(xval, weight, waux, L, Laux, on, on_aux, mx, grid, kmap, neighbours
                 return scale, False
             on_aux[k] = hit
         sumqx, sumq2 = weighted_sums(weight, xval, Laux, 16)
-        if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best * sumq2):
-            scale = np.float32(sumqx / sumq2)
-            best = np.float32(scale * sumqx)
-            for i in range(16):
-                L[i] = Laux[i]
-            on[0] = on_aux[0]
-            on[1] = on_aux[1]
+        scale, best = keep_better(sumqx, sumq2, best, scale, L, Laux, 16, on, on_aux, 2)
     if (not on[0] or not on[1]) and scale > _F0:
         idv = np.float32(_F1 / scale)
         for k in range(2):
@@ -242,9 +275,7 @@ def search16(xval, weight, waux, L, Laux, on, on_aux, mx, grid, kmap, neighbours
             gi, hit = snap(idv, scale, xval, waux, 8 * k, L, 8 * k, grid, kmap, neighbours)
             if gi < 0:
                 return scale, False
-        sumqx, sumq2 = weighted_sums(weight, xval, L, 16)
-        if sumq2 > _F0:
-            scale = np.float32(sumqx / sumq2)
+        scale = refit(weight, xval, L, 16, scale)
     return scale, True
 
 
@@ -441,26 +472,16 @@ def encode_iq2_xxs(values, qw, out, grid, kmap, neighbours):
                     if gi < 0:
                         return b
                 sumqx, sumq2 = weighted_sums(weight, xval, Laux, 32)
-                if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best * sumq2):
-                    scale = np.float32(sumqx / sumq2)
-                    best = np.float32(scale * sumqx)
-                    for i in range(32):
-                        L[i] = Laux[i]
+                # (no on-grid flags here: ngroups 0)
+                scale, best = keep_better(sumqx, sumq2, best, scale, L, Laux, 32, bs, bs, 0)
             if scale > _F0:
                 idv = np.float32(_F1 / scale)
                 for k in range(4):
                     u = grid_levels(idv, xval, 8 * k, Ltmp, 0)
-                    gi = np.int32(kmap[u])
-                    if gi < 0:
-                        gi = find_best_neighbour(neighbours, -gi - 1, grid, xval, 8 * k, waux,
-                                                 scale, L, 8 * k)
-                        if gi < 0:
-                            return b
-                    for i in range(8):
-                        L[8 * k + i] = (np.int32(grid[gi, i]) - 1) // 2
-                sumqx, sumq2 = weighted_sums(weight, xval, L, 32)
-                if sumq2 > _F0:
-                    scale = np.float32(sumqx / sumq2)
+                    if settle(u, kmap, neighbours, grid, xval, 8 * k, waux, scale, L, 8 * k,
+                              8) < 0:
+                        return b
+                scale = refit(weight, xval, L, 32, scale)
             if scale < _F0:
                 scale = -scale
                 for k in range(4):
