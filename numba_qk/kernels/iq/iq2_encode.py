@@ -309,6 +309,25 @@ def ls_code(idv, scale):
     return max(0, min(15, l))
 
 
+@inline_kernel
+def final_codes(scale, L, bs, gi, ngroups, sign_mask, kmap):
+    """The end of an IQ2 sub-block as ggml does it: a negative scale made positive with every
+    stored sign bit flipped (``sign_mask``: 127 for 7 bits, 255 for 8), the grid indices of the
+    groups' final levels into ``gi``.  Returns ``(scale, status)``: 1, or -1 where ggml aborts
+    (a final level off the grid, a NaN scale)."""
+    if scale < _F0:
+        scale = -scale
+        for k in range(ngroups):
+            bs[k] = (~bs[k]) & sign_mask
+    for k in range(ngroups):
+        gi[k] = final_index(L, 8 * k, kmap)
+        if gi[k] < 0:
+            return scale, -1
+    if not scale >= _F0:
+        return scale, -1
+    return scale, 1
+
+
 @kernel
 def bad_block(values, b):
     """Whether row ``b`` of ``values`` holds a non-finite value (``v - v`` is not +0)."""
@@ -341,17 +360,7 @@ def block16(values, b, ib, qw, qoff, sigma2, weight, waux, xval, L, Laux, on, on
     scale, ok = search16(xval, weight, waux, L, Laux, on, on_aux, mx, grid, kmap, neighbours)
     if not ok:
         return scale, -1
-    if scale < _F0:
-        scale = -scale
-        for k in range(2):
-            bs[k] = (~bs[k]) & (255 if is_s else 127)
-    for k in range(2):
-        gi2[k] = final_index(L, 8 * k, kmap)
-        if gi2[k] < 0:
-            return scale, -1
-    if not scale >= _F0:
-        return scale, -1
-    return scale, 1
+    return final_codes(scale, L, bs, gi2, 2, 255 if is_s else 127, kmap)
 
 
 @inline_kernel
@@ -406,17 +415,7 @@ def block32(values, b, ib, qw, qoff, sigma2, weight, waux, xval, L, Laux, on, on
             if settle(u, kmap, neighbours, grid, xval, 8 * k, waux, scale, L, 8 * k, 8) < 0:
                 return scale, -1
         scale = refit(weight, xval, L, 32, scale)
-    if scale < _F0:
-        scale = -scale
-        for k in range(4):
-            bs[k] = (~bs[k]) & 127
-    for k in range(4):
-        gi4[k] = final_index(L, 8 * k, kmap)
-        if gi4[k] < 0:
-            return scale, -1
-    if not scale >= _F0:
-        return scale, -1
-    return scale, 1
+    return final_codes(scale, L, bs, gi4, 4, 127, kmap)
 
 
 @inline_kernel
