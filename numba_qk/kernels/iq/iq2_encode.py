@@ -199,18 +199,26 @@ def even_signs(values, b, off, k, weight, xval):
 
 
 @inline_kernel
-def keep_better(sumqx, sumq2, best, scale, L, Laux, n, on, on_aux, ngroups):
-    """ggml's choice among candidate scales: where ``sumq2 > 0`` and ``sumqx^2 > best *
-    sumq2``, the candidate's scale ``sumqx / sumq2``, its levels ``Laux[:n]`` and its groups'
-    on-grid flags ``on_aux[:ngroups]`` are kept; returns ``(scale, best)``."""
+def better_scale(sumqx, sumq2, best, scale):
+    """ggml's choice among candidate scales: ``(scale, best, True)`` with the candidate's scale
+    ``sumqx / sumq2`` where ``sumq2 > 0`` and ``sumqx^2 > best * sumq2``, else the old ``(scale,
+    best, False)``.  Scalars only: the caller keeps the candidate's levels (``take_levels``)
+    where it wins -- arrays passed to a helper on every candidate cost reference counts
+    (measured: IQ2_S 1.25x the time)."""
     if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best * sumq2):
         scale = np.float32(sumqx / sumq2)
-        best = np.float32(scale * sumqx)
-        for i in range(n):
-            L[i] = Laux[i]
-        for k in range(ngroups):
-            on[k] = on_aux[k]
-    return scale, best
+        return scale, np.float32(scale * sumqx), True
+    return scale, best, False
+
+
+@inline_kernel
+def take_levels(L, Laux, n, on, on_aux, ngroups):
+    """A winning candidate's levels ``Laux[:n]`` and its groups' on-grid flags
+    ``on_aux[:ngroups]`` kept in ``L`` / ``on``."""
+    for i in range(n):
+        L[i] = Laux[i]
+    for k in range(ngroups):
+        on[k] = on_aux[k]
 
 
 @inline_kernel
@@ -251,7 +259,7 @@ def try_scales(nis, top, scale, xval, weight, waux, L, Laux, on, on_aux, ngroups
                neighbours):
     """ggml's candidate scales of an IQ2 sub-block of ``ngroups`` groups of 8: ``id = (2 kMaxQ
     - 1 + 0.1 is) / top`` for ``is = -nis .. nis``, the groups' levels at ``1/id`` snapped to the
-    grid (``snap``, on-grid flags into ``on_aux``), each candidate judged by ``keep_better``
+    grid (``snap``, on-grid flags into ``on_aux``), each candidate judged by ``better_scale``
     against the best so far, from ``scale`` (kept where none wins).  Returns ``(scale, ok)``;
     ``ok`` False where ggml aborts in ``iq2_find_best_neighbour``."""
     best = _F0
@@ -267,7 +275,9 @@ def try_scales(nis, top, scale, xval, weight, waux, L, Laux, on, on_aux, ngroups
                 return scale, False
             on_aux[k] = hit
         sumqx, sumq2 = weighted_sums(weight, xval, Laux, n)
-        scale, best = keep_better(sumqx, sumq2, best, scale, L, Laux, n, on, on_aux, ngroups)
+        scale, best, won = better_scale(sumqx, sumq2, best, scale)
+        if won:
+            take_levels(L, Laux, n, on, on_aux, ngroups)
     return scale, True
 
 

@@ -32,7 +32,7 @@ from numba_qk._jit import kernel
 from numba_qk.formats import iq as _iq
 from numba_qk.formats import iq_grids as _g
 from numba_qk.kernels._round import nearest_int
-from numba_qk.kernels.iq.iq2_encode import even_signs, find_best_neighbour, keep_better, max_of, plain_signs, refit, search_scratch, settle, weighted_sums
+from numba_qk.kernels.iq.iq2_encode import better_scale, even_signs, find_best_neighbour, max_of, plain_signs, refit, search_scratch, settle, take_levels, weighted_sums
 from numba_qk.kernels.kquants.common import first_nonfinite_block, store_f16
 
 _XXS, _S = _iq.iq3_xxs, _iq.iq3_s
@@ -153,7 +153,9 @@ def encode_block(values, b, qw, qoff, weighted, xxs, grid, kmap, nbrs, rec, r,
                                            Laux, 4 * k, 4) < 0:
                         return False
             sumqx, sumq2 = weighted_sums(weight, xval, Laux, 32)
-            scale, best = keep_better(sumqx, sumq2, best, scale, L, Laux, 32, on_grid, on_aux, 8)
+            scale, best, won = better_scale(sumqx, sumq2, best, scale)
+            if won:
+                take_levels(L, Laux, 32, on_grid, on_aux, 8)
         n_not_on_grid = 0
         for k in range(8):
             if not on_grid[k]:
