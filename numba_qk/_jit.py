@@ -25,6 +25,7 @@ import types
 from pathlib import Path
 
 import numpy as np
+from llvmlite import ir as llvm_ir
 from numba import njit
 from numba.core.caching import FunctionCache
 
@@ -64,9 +65,10 @@ def closure_named(fn):
     with different values have different names in every process -- and so different compiled
     symbols and cache files (decision 038).  Cells may hold plain numbers, strings, None, tuples
     of these, compiled kernels (named by their own qualified name), numba intrinsics and plain
-    functions (named by their code's qualified name and, recursively, their own cells), classes
-    and numpy arrays (named by their bytes); anything else raises TypeError when the kernel is
-    made, as it would give no name that is the same in every process."""
+    functions (named by their code's qualified name and, recursively, their own cells), classes,
+    LLVM IR types (an intrinsic's vector types: by their text) and numpy arrays (named by their
+    bytes); anything else raises TypeError when the kernel is made, as it would give no name
+    that is the same in every process."""
     if fn.__closure__:
         digest = hashlib.sha256(closure_key(fn).encode()).hexdigest()[:12]
         fn.__qualname__ = f"{fn.__qualname__}__{digest}"
@@ -105,6 +107,8 @@ def _value_key(fn, name, v) -> str:
         return f"{f.__module__}.{f.__qualname__}{cells}"
     if isinstance(v, type):                    # a class (a layout declaration)
         return f"{v.__module__}.{v.__qualname__}"
+    if isinstance(v, llvm_ir.Type):            # an intrinsic's LLVM IR type: its text
+        return f"ir({v})"
     if isinstance(v, np.ndarray):              # a table frozen into the code: its bytes
         return f"array({v.dtype.str},{v.shape},{hashlib.sha256(v.tobytes()).hexdigest()[:16]})"
     raise TypeError(f"kernel {fn.__qualname__}: closure cell {name!r} holds a "

@@ -112,52 +112,56 @@ class Preset:
         return _is_quantized(self.default_type) and not self.copy_only
 
 
-def _p(name, ftype, desc, alias_of=None, copy_only=False):
+def _p(name, desc, alias_of=None, copy_only=False):
+    """The preset ``name``; its ftype is ``LLAMA_FTYPES["MOSTLY_<name>"]`` (an alias: its
+    target's; ``F32`` and ``COPY``: ``ALL_F32``)."""
+    ftype = (_FT_F32 if copy_only or name == "F32"
+             else LLAMA_FTYPES["MOSTLY_" + (alias_of or name)])
     return Preset(name, ftype, _DEFAULT_TYPE[ftype], desc, alias_of, copy_only)
 
 
 # QUANT_OPTIONS of tools/quantize/quantize.cpp, in its order (the order decides which name a
 # numeric ftype means: the first with that ftype, e.g. 15 -> "Q4_K", 0 -> "F32").
 PRESETS: tuple[Preset, ...] = (
-    _p("Q1_0", _FT_Q1_0, " 1.125 bpw quantization"),
-    _p("Q2_0", _FT_Q2_0, " 2.25 bpw quantization (group 64)"),
-    _p("Q4_0", _FT_Q4_0, " 4.34G, +0.4685 ppl @ Llama-3-8B"),
-    _p("Q4_1", _FT_Q4_1, " 4.78G, +0.4511 ppl @ Llama-3-8B"),
-    _p("MXFP4_MOE", _FT_MXFP4_MOE, " MXFP4 MoE"),
-    _p("Q5_0", _FT_Q5_0, " 5.21G, +0.1316 ppl @ Llama-3-8B"),
-    _p("Q5_1", _FT_Q5_1, " 5.65G, +0.1062 ppl @ Llama-3-8B"),
-    _p("IQ2_XXS", _FT_IQ2_XXS, " 2.06 bpw quantization"),
-    _p("IQ2_XS", _FT_IQ2_XS, " 2.31 bpw quantization"),
-    _p("IQ2_S", _FT_IQ2_S, " 2.5  bpw quantization"),
-    _p("IQ2_M", _FT_IQ2_M, " 2.7  bpw quantization"),
-    _p("IQ1_S", _FT_IQ1_S, " 1.56 bpw quantization"),
-    _p("IQ1_M", _FT_IQ1_M, " 1.75 bpw quantization"),
-    _p("TQ1_0", _FT_TQ1_0, " 1.69 bpw ternarization"),
-    _p("TQ2_0", _FT_TQ2_0, " 2.06 bpw ternarization"),
-    _p("Q2_K", _FT_Q2_K, " 2.96G, +3.5199 ppl @ Llama-3-8B"),
-    _p("Q2_K_S", _FT_Q2_K_S, " 2.96G, +3.1836 ppl @ Llama-3-8B"),
-    _p("IQ3_XXS", _FT_IQ3_XXS, " 3.06 bpw quantization"),
-    _p("IQ3_S", _FT_IQ3_S, " 3.44 bpw quantization"),
-    _p("IQ3_M", _FT_IQ3_M, " 3.66 bpw quantization mix"),
-    _p("Q3_K", _FT_Q3_K_M, "alias for Q3_K_M", alias_of="Q3_K_M"),
-    _p("IQ3_XS", _FT_IQ3_XS, " 3.3 bpw quantization"),
-    _p("Q3_K_S", _FT_Q3_K_S, " 3.41G, +1.6321 ppl @ Llama-3-8B"),
-    _p("Q3_K_M", _FT_Q3_K_M, " 3.74G, +0.6569 ppl @ Llama-3-8B"),
-    _p("Q3_K_L", _FT_Q3_K_L, " 4.03G, +0.5562 ppl @ Llama-3-8B"),
-    _p("IQ4_NL", _FT_IQ4_NL, " 4.50 bpw non-linear quantization"),
-    _p("IQ4_XS", _FT_IQ4_XS, " 4.25 bpw non-linear quantization"),
-    _p("Q4_K", _FT_Q4_K_M, "alias for Q4_K_M", alias_of="Q4_K_M"),
-    _p("Q4_K_S", _FT_Q4_K_S, " 4.37G, +0.2689 ppl @ Llama-3-8B"),
-    _p("Q4_K_M", _FT_Q4_K_M, " 4.58G, +0.1754 ppl @ Llama-3-8B"),
-    _p("Q5_K", _FT_Q5_K_M, "alias for Q5_K_M", alias_of="Q5_K_M"),
-    _p("Q5_K_S", _FT_Q5_K_S, " 5.21G, +0.1049 ppl @ Llama-3-8B"),
-    _p("Q5_K_M", _FT_Q5_K_M, " 5.33G, +0.0569 ppl @ Llama-3-8B"),
-    _p("Q6_K", _FT_Q6_K, " 6.14G, +0.0217 ppl @ Llama-3-8B"),
-    _p("Q8_0", _FT_Q8_0, " 7.96G, +0.0026 ppl @ Llama-3-8B"),
-    _p("F16", _FT_F16, "14.00G, +0.0020 ppl @ Mistral-7B"),
-    _p("BF16", _FT_BF16, "14.00G, -0.0050 ppl @ Mistral-7B"),
-    _p("F32", _FT_F32, "26.00G              @ 7B"),
-    _p("COPY", _FT_F32, "only copy tensors, no quantizing", copy_only=True),
+    _p("Q1_0", " 1.125 bpw quantization"),
+    _p("Q2_0", " 2.25 bpw quantization (group 64)"),
+    _p("Q4_0", " 4.34G, +0.4685 ppl @ Llama-3-8B"),
+    _p("Q4_1", " 4.78G, +0.4511 ppl @ Llama-3-8B"),
+    _p("MXFP4_MOE", " MXFP4 MoE"),
+    _p("Q5_0", " 5.21G, +0.1316 ppl @ Llama-3-8B"),
+    _p("Q5_1", " 5.65G, +0.1062 ppl @ Llama-3-8B"),
+    _p("IQ2_XXS", " 2.06 bpw quantization"),
+    _p("IQ2_XS", " 2.31 bpw quantization"),
+    _p("IQ2_S", " 2.5  bpw quantization"),
+    _p("IQ2_M", " 2.7  bpw quantization"),
+    _p("IQ1_S", " 1.56 bpw quantization"),
+    _p("IQ1_M", " 1.75 bpw quantization"),
+    _p("TQ1_0", " 1.69 bpw ternarization"),
+    _p("TQ2_0", " 2.06 bpw ternarization"),
+    _p("Q2_K", " 2.96G, +3.5199 ppl @ Llama-3-8B"),
+    _p("Q2_K_S", " 2.96G, +3.1836 ppl @ Llama-3-8B"),
+    _p("IQ3_XXS", " 3.06 bpw quantization"),
+    _p("IQ3_S", " 3.44 bpw quantization"),
+    _p("IQ3_M", " 3.66 bpw quantization mix"),
+    _p("Q3_K", "alias for Q3_K_M", alias_of="Q3_K_M"),
+    _p("IQ3_XS", " 3.3 bpw quantization"),
+    _p("Q3_K_S", " 3.41G, +1.6321 ppl @ Llama-3-8B"),
+    _p("Q3_K_M", " 3.74G, +0.6569 ppl @ Llama-3-8B"),
+    _p("Q3_K_L", " 4.03G, +0.5562 ppl @ Llama-3-8B"),
+    _p("IQ4_NL", " 4.50 bpw non-linear quantization"),
+    _p("IQ4_XS", " 4.25 bpw non-linear quantization"),
+    _p("Q4_K", "alias for Q4_K_M", alias_of="Q4_K_M"),
+    _p("Q4_K_S", " 4.37G, +0.2689 ppl @ Llama-3-8B"),
+    _p("Q4_K_M", " 4.58G, +0.1754 ppl @ Llama-3-8B"),
+    _p("Q5_K", "alias for Q5_K_M", alias_of="Q5_K_M"),
+    _p("Q5_K_S", " 5.21G, +0.1049 ppl @ Llama-3-8B"),
+    _p("Q5_K_M", " 5.33G, +0.0569 ppl @ Llama-3-8B"),
+    _p("Q6_K", " 6.14G, +0.0217 ppl @ Llama-3-8B"),
+    _p("Q8_0", " 7.96G, +0.0026 ppl @ Llama-3-8B"),
+    _p("F16", "14.00G, +0.0020 ppl @ Mistral-7B"),
+    _p("BF16", "14.00G, -0.0050 ppl @ Mistral-7B"),
+    _p("F32", "26.00G              @ 7B"),
+    _p("COPY", "only copy tensors, no quantizing", copy_only=True),
 )
 
 
@@ -527,6 +531,16 @@ class _State:  # quantize_state_impl's counters
 
 _IQ_LOW = {_FT_IQ2_XXS, _FT_IQ2_XS, _FT_IQ1_S, _FT_IQ2_S, _FT_IQ2_M, _FT_IQ1_M}
 
+# The categories whose rule is one type per preset (llama_tensor_get_type_impl's attn_k -- after
+# its 8-expert rule --, attn_q and attn_qkv branches; attn_qkv is also an attn_v category, whose
+# branch comes first, as in llama.cpp); the reasons read ``attn_k: IQ3_XXS`` etc.
+_KQ_RULE = {_FT_IQ3_XS: T.IQ3_XXS, _FT_IQ3_XXS: T.IQ2_S}
+_PRESET_RULES = {
+    "ATTENTION_K": _KQ_RULE, "ATTENTION_Q": _KQ_RULE,
+    "ATTENTION_QKV": {_FT_Q3_K_M: T.Q4_K, _FT_Q3_K_L: T.Q4_K, _FT_IQ3_M: T.Q4_K,
+                      _FT_Q4_K_M: T.Q5_K, _FT_Q5_K_M: T.Q6_K},
+}
+
 
 def _get_type_impl(qs: _State, m: ModelInfo, new: int, t: Tensor, ft: int, cat: str,
                    output_type, imatrix: bool):
@@ -642,20 +656,12 @@ def _get_type_impl(qs: _State, m: ModelInfo, new: int, t: Tensor, ft: int, cat: 
         qs.i_attention_wv += 1
         return new, reason
 
-    if cat == "ATTENTION_K":
-        if m.n_expert == 8:
-            return T.Q8_0, "attn_k: Q8_0 (8 experts)"
-        if ft == _FT_IQ3_XS:
-            return T.IQ3_XXS, "attn_k: IQ3_XXS"
-        if ft == _FT_IQ3_XXS:
-            return T.IQ2_S, "attn_k: IQ2_S"
-        return new, "default type"
-
-    if cat == "ATTENTION_Q":
-        if ft == _FT_IQ3_XS:
-            return T.IQ3_XXS, "attn_q: IQ3_XXS"
-        if ft == _FT_IQ3_XXS:
-            return T.IQ2_S, "attn_q: IQ2_S"
+    if cat == "ATTENTION_K" and m.n_expert == 8:
+        return T.Q8_0, "attn_k: Q8_0 (8 experts)"
+    if cat in _PRESET_RULES:    # attn_k, attn_q, attn_qkv: one type per preset
+        rule = _PRESET_RULES[cat].get(ft)
+        if rule is not None:
+            return rule, f"attn_{cat[len('ATTENTION_'):].lower()}: {_tname(rule)}"
         return new, "default type"
 
     if cat == "FFN_DOWN":
@@ -710,15 +716,6 @@ def _get_type_impl(qs: _State, m: ModelInfo, new: int, t: Tensor, ft: int, cat: 
                     return rule, "attn_output: preset rule"
         elif ft == _FT_Q3_K_L:
             return T.Q4_K, "attn_output: falcon Q3_K_L"
-        return new, "default type"
-
-    if cat == "ATTENTION_QKV":
-        if ft in (_FT_Q3_K_M, _FT_Q3_K_L, _FT_IQ3_M):
-            return T.Q4_K, "attn_qkv: Q4_K"
-        if ft == _FT_Q4_K_M:
-            return T.Q5_K, "attn_qkv: Q5_K"
-        if ft == _FT_Q5_K_M:
-            return T.Q6_K, "attn_qkv: Q6_K"
         return new, "default type"
 
     if cat in ("FFN_GATE", "FFN_UP"):

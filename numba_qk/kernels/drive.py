@@ -430,6 +430,19 @@ def panel_prefetch_start(w):
 
 
 @inline_kernel
+def panel_start(w, band_bytes):
+    """``(bands, panel, dec, db, ahead, lines)`` of a panel gemm over the rows of ``w``, each
+    band of 8 rows ``band_bytes`` decoded: the number of bands, the bands per panel (about
+    ``_PANEL_BYTES`` decoded, at least one), the zeroed decode buffer of one panel and its first
+    aligned byte (``aligned_zeros``), and the row prefetch of ``panel_prefetch_start``."""
+    bands = (w.shape[0] + 7) // 8
+    panel = min(bands, max(1, _PANEL_BYTES // band_bytes))
+    dec, db = aligned_zeros(panel * band_bytes)
+    ahead, lines = panel_prefetch_start(w)
+    return bands, panel, dec, db, ahead, lines
+
+
+@inline_kernel
 def quad_at(x, a, b, at):
     """Bytes ``at .. at+3`` of record ``x[a, b]`` as one little-endian uint32 (any alignment)."""
     return (np.uint32(x[a, b, at]) | (np.uint32(x[a, b, at + 1]) << np.uint32(8))
@@ -476,12 +489,9 @@ def panel_gemm(decode, microtile, fallback):
         xt, xb = aligned_zeros(tiles * g * _XT)
         x_tiles16(x, xt, xb)
         step = g * _DEC                                  # bytes per decoded row
-        bands = (rows + 7) // 8
-        panel = min(bands, max(1, _PANEL_BYTES // (8 * step)))
-        dec, db = aligned_zeros(panel * 8 * step)
+        bands, panel, dec, db, ahead, lines = panel_start(w, 8 * step)
         acc = np.empty(8 * 16, np.float32)
         ws0, ws1 = w.strides[0], w.strides[1]
-        ahead, lines = panel_prefetch_start(w)
         for p0 in range(0, bands, panel):
             p1 = min(bands, p0 + panel)
             for r in range(8 * p0, min(rows, 8 * p1)):

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
+from numba_qk.kernels import drive
 from numba_qk.kernels.legacy import kernels as legacy
 from numba_qk.kernels.legacy import x8 as legacy_x8
 from numba_qk.kernels.iq import iq4
@@ -90,7 +91,7 @@ def test_panel_gemm_equals_portable_loop(name, rng, monkeypatch):
     f = getattr(qk.quant, name)
     act = qk.activation_format(f)
     rows, g = 203, 80
-    per_panel = legacy._PANEL_BYTES // (8 * g * legacy.LDEC_BYTES)
+    per_panel = drive._PANEL_BYTES // (8 * g * legacy.LDEC_BYTES)
     assert 0 < per_panel < (rows + 7) // 8 // 2            # two full panels and a partial one
     w, x, want = _adversarial(f, act, rows, g, 33, rng)
     for batch in (33, 3):

@@ -176,9 +176,9 @@ def plain_signs(values, b, off, k, xval):
 
 @inline_kernel
 def even_signs(values, b, off, k, weight, xval):
-    """ggml's sign handling of IQ2_XXS / IQ2_XS for group ``k``: ``xval = |x|``, and for an odd
-    number of negatives the element of least ``R32(R32(w*x)*x)`` keeps its sign (flipped in
-    ``xval``); returns the 7 stored sign bits."""
+    """ggml's sign handling of IQ2_XXS / IQ2_XS / IQ3_XXS for group ``k``: ``xval = |x|``, and
+    for an odd number of negatives the element of least ``R32(R32(w*x)*x)`` keeps its sign
+    (flipped in ``xval``); returns the 7 stored sign bits."""
     s = plain_signs(values, b, off, k, xval)
     nflip = 0
     for i in range(8):
@@ -199,6 +199,53 @@ def even_signs(values, b, off, k, weight, xval):
 
 
 @inline_kernel
+def better_scale(sumqx, sumq2, best, scale):
+    """ggml's choice among candidate scales: ``(scale, best, True)`` with the candidate's scale
+    ``sumqx / sumq2`` where ``sumq2 > 0`` and ``sumqx^2 > best * sumq2``, else the old ``(scale,
+    best, False)``.  Scalars only: the caller keeps the candidate's levels (``take_levels``)
+    where it wins -- arrays passed to a helper on every candidate cost reference counts
+    (measured: IQ2_S 1.25x the time)."""
+    if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best * sumq2):
+        scale = np.float32(sumqx / sumq2)
+        return scale, np.float32(scale * sumqx), True
+    return scale, best, False
+
+
+@inline_kernel
+def take_levels(L, Laux, n, on, on_aux, ngroups):
+    """A winning candidate's levels ``Laux[:n]`` and its groups' on-grid flags
+    ``on_aux[:ngroups]`` kept in ``L`` / ``on``."""
+    for i in range(n):
+        L[i] = Laux[i]
+    for k in range(ngroups):
+        on[k] = on_aux[k]
+
+
+@inline_kernel
+def settle(u, kmap, neighbours, grid, xval, xo, waux, scale, L, lo, n):
+    """The grid point of a group (``n`` values at ``xo``) whose rounded levels have code ``u``,
+    at the final ``scale``: the code's own point where it is on the grid, else its best
+    neighbour (``find_best_neighbour``); that point's levels go to ``L[lo:lo+n]``.  Returns the
+    grid index, -1 where ggml aborts."""
+    gi = np.int32(kmap[u])
+    if gi < 0:
+        gi = find_best_neighbour(neighbours, -gi - 1, grid, xval, xo, waux, scale, L, lo, n)
+        if gi < 0:
+            return gi
+    for i in range(n):
+        L[lo + i] = (np.int32(grid[gi, i]) - 1) // 2
+    return gi
+
+
+@inline_kernel
+def refit(weight, xval, L, n, scale):
+    """ggml's last least-squares scale ``sumqx / sumq2`` of the levels ``L[:n]``
+    (``weighted_sums``); ``scale`` unchanged where ``sumq2 <= 0``."""
+    sumqx, sumq2 = weighted_sums(weight, xval, L, n)
+    return np.float32(sumqx / sumq2) if sumq2 > _F0 else scale
+
+
+@inline_kernel
 def max_of(xval, n):
     """C's ``max = xval[0]; max = MAX(max, xval[i])``."""
     mx = xval[0]
@@ -208,32 +255,43 @@ def max_of(xval, n):
 
 
 @inline_kernel
-def search16(xval, weight, waux, L, Laux, on, on_aux, mx, grid, kmap, neighbours):
-    """The scale search of ``quantize_row_iq2_xs_impl`` / ``_iq2_s_impl`` for one sub-block of
-    16 (``is = -9 .. 9``, then the off-grid groups redone at the best scale): levels in ``L``,
-    returns ``(scale, ok)``; ``ok`` False where ggml aborts in ``iq2_find_best_neighbour``."""
+def try_scales(nis, top, scale, xval, weight, waux, L, Laux, on, on_aux, ngroups, grid, kmap,
+               neighbours):
+    """ggml's candidate scales of an IQ2 sub-block of ``ngroups`` groups of 8: ``id = (2 kMaxQ
+    - 1 + 0.1 is) / top`` for ``is = -nis .. nis``, the groups' levels at ``1/id`` snapped to the
+    grid (``snap``, on-grid flags into ``on_aux``), each candidate judged by ``better_scale``
+    against the best so far, from ``scale`` (kept where none wins).  Returns ``(scale, ok)``;
+    ``ok`` False where ggml aborts in ``iq2_find_best_neighbour``."""
     best = _F0
-    scale = np.float32(mx / np.float32(2 * _KMAX_Q - 1))
-    on[0] = True
-    on[1] = True
-    for is_ in range(-9, 10):
+    n = 8 * ngroups
+    for is_ in range(-nis, nis + 1):
         idv = np.float32(np.float32(np.float32(2 * _KMAX_Q - 1)
-                                    + np.float32(np.float32(is_) * _TENTH)) / mx)
+                                    + np.float32(np.float32(is_) * _TENTH)) / top)
         this_scale = np.float32(_F1 / idv)
-        for k in range(2):
+        for k in range(ngroups):
             gi, hit = snap(idv, this_scale, xval, waux, 8 * k, Laux, 8 * k, grid, kmap,
                            neighbours)
             if gi < 0:
                 return scale, False
             on_aux[k] = hit
-        sumqx, sumq2 = weighted_sums(weight, xval, Laux, 16)
-        if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best * sumq2):
-            scale = np.float32(sumqx / sumq2)
-            best = np.float32(scale * sumqx)
-            for i in range(16):
-                L[i] = Laux[i]
-            on[0] = on_aux[0]
-            on[1] = on_aux[1]
+        sumqx, sumq2 = weighted_sums(weight, xval, Laux, n)
+        scale, best, won = better_scale(sumqx, sumq2, best, scale)
+        if won:
+            take_levels(L, Laux, n, on, on_aux, ngroups)
+    return scale, True
+
+
+@inline_kernel
+def search16(xval, weight, waux, L, Laux, on, on_aux, mx, grid, kmap, neighbours):
+    """The scale search of ``quantize_row_iq2_xs_impl`` / ``_iq2_s_impl`` for one sub-block of
+    16 (``is = -9 .. 9``, then the off-grid groups redone at the best scale): levels in ``L``,
+    returns ``(scale, ok)``; ``ok`` False where ggml aborts in ``iq2_find_best_neighbour``."""
+    on[0] = True
+    on[1] = True
+    scale, ok = try_scales(9, mx, np.float32(mx / np.float32(2 * _KMAX_Q - 1)), xval, weight,
+                           waux, L, Laux, on, on_aux, 2, grid, kmap, neighbours)
+    if not ok:
+        return scale, False
     if (not on[0] or not on[1]) and scale > _F0:
         idv = np.float32(_F1 / scale)
         for k in range(2):
@@ -242,9 +300,7 @@ def search16(xval, weight, waux, L, Laux, on, on_aux, mx, grid, kmap, neighbours
             gi, hit = snap(idv, scale, xval, waux, 8 * k, L, 8 * k, grid, kmap, neighbours)
             if gi < 0:
                 return scale, False
-        sumqx, sumq2 = weighted_sums(weight, xval, L, 16)
-        if sumq2 > _F0:
-            scale = np.float32(sumqx / sumq2)
+        scale = refit(weight, xval, L, 16, scale)
     return scale, True
 
 
@@ -261,6 +317,25 @@ def ls_code(idv, scale):
     """``clamp(nearest_int(0.5f * (id * scale - 1)), 0, 15)``."""
     l = nearest_int(np.float32(_HALF * np.float32(np.float32(idv * scale) - _F1)))
     return max(0, min(15, l))
+
+
+@inline_kernel
+def final_codes(scale, L, bs, gi, ngroups, sign_mask, kmap):
+    """The end of an IQ2 sub-block as ggml does it: a negative scale made positive with every
+    stored sign bit flipped (``sign_mask``: 127 for 7 bits, 255 for 8), the grid indices of the
+    groups' final levels into ``gi``.  Returns ``(scale, status)``: 1, or -1 where ggml aborts
+    (a final level off the grid, a NaN scale)."""
+    if scale < _F0:
+        scale = -scale
+        for k in range(ngroups):
+            bs[k] = (~bs[k]) & sign_mask
+    for k in range(ngroups):
+        gi[k] = final_index(L, 8 * k, kmap)
+        if gi[k] < 0:
+            return scale, -1
+    if not scale >= _F0:
+        return scale, -1
+    return scale, 1
 
 
 @kernel
@@ -295,17 +370,7 @@ def block16(values, b, ib, qw, qoff, sigma2, weight, waux, xval, L, Laux, on, on
     scale, ok = search16(xval, weight, waux, L, Laux, on, on_aux, mx, grid, kmap, neighbours)
     if not ok:
         return scale, -1
-    if scale < _F0:
-        scale = -scale
-        for k in range(2):
-            bs[k] = (~bs[k]) & (255 if is_s else 127)
-    for k in range(2):
-        gi2[k] = final_index(L, 8 * k, kmap)
-        if gi2[k] < 0:
-            return scale, -1
-    if not scale >= _F0:
-        return scale, -1
-    return scale, 1
+    return final_codes(scale, L, bs, gi2, 2, 255 if is_s else 127, kmap)
 
 
 @inline_kernel
@@ -332,19 +397,57 @@ def search_scratch(n):
 
 
 @inline_kernel
-def encode_sub16(values, qw, out, grid, kmap, neighbours, is_s):
-    """The encoders of 16 sub-blocks of 16 (``block16``): IQ2_XS (``is_s`` False; codes in a
-    ``q2`` buffer written only for a block with a scale) or IQ2_S (True; codes written as
-    found, ``len(qw) == 0`` for no importance matrix)."""
+def block32(values, b, ib, qw, qoff, sigma2, weight, waux, xval, L, Laux, on, on_aux, bs, gi4,
+            Lqp, Ltmp, grid, kmap, neighbours):
+    """Sub-block ``ib`` (32 values) of ``quantize_row_iq2_xxs_impl``: the 4 groups' even-parity
+    sign bits in ``bs``, grid indices in ``gi4``; returns ``(scale, status)`` as ``block16``
+    (status 0: a sub-block under the epsilon or with no positive ``make_qp_quants`` scale)."""
+    block_weights(values, b, 32 * ib, 32, qw, qoff + 32 * ib, sigma2, weight, waux)
+    for k in range(4):
+        bs[k] = even_signs(values, b, 32 * ib, k, weight, xval)
+    mx = max_of(xval, 32)
+    if mx < _GROUP_MAX_EPS:
+        return _F0, 0
+    scale = make_qp_quants(32, _KMAX_Q + 1, xval, Lqp, weight)
+    for i in range(32):
+        L[i] = np.int8(Lqp[i])
+    eff_max = np.float32(scale * np.float32(_KMAX_Q))
+    if eff_max <= _F0:
+        return _F0, 0
+    scale, ok = try_scales(6, eff_max, scale, xval, weight, waux, L, Laux, on, on_aux, 4, grid,
+                           kmap, neighbours)
+    if not ok:
+        return scale, -1
+    if scale > _F0:
+        idv = np.float32(_F1 / scale)
+        for k in range(4):
+            u = grid_levels(idv, xval, 8 * k, Ltmp, 0)
+            if settle(u, kmap, neighbours, grid, xval, 8 * k, waux, scale, L, 8 * k, 8) < 0:
+                return scale, -1
+        scale = refit(weight, xval, L, 32, scale)
+    return final_codes(scale, L, bs, gi4, 4, 127, kmap)
+
+
+@inline_kernel
+def encode_iq2(values, qw, out, grid, kmap, neighbours, kind):
+    """The IQ2 encoders, ``kind`` 0: IQ2_XXS (8 sub-blocks of 32, ``block32``; codes and signs
+    gathered in ``q2``, stored with the scales at the end), 1: IQ2_XS and 2: IQ2_S (16
+    sub-blocks of 16, ``block16``; IQ2_XS's codes in ``q2`` written only for a block with a
+    scale, IQ2_S's written as found, ``len(qw) == 0`` for no importance matrix)."""
+    xxs = kind == 0
+    is_s = kind == 2
+    nsub = 8 if xxs else 16
     per_row = max(qw.shape[0] // 256, 1)
     rec = np.zeros_like(out)
-    weight, waux, xval, L, Laux = search_scratch(16)
-    on = np.zeros(2, np.bool_)
-    on_aux = np.zeros(2, np.bool_)
-    scales = np.zeros(16, np.float32)
-    q2 = np.zeros(32, np.int32)
-    bs = np.zeros(2, np.int32)
-    gi2 = np.zeros(2, np.int32)
+    weight, waux, xval, L, Laux = search_scratch(256 // nsub)
+    on = np.zeros(4, np.bool_)
+    on_aux = np.zeros(4, np.bool_)
+    scales = np.zeros(nsub, np.float32)
+    q2 = np.zeros(32, np.int64)
+    bs = np.zeros(4, np.int32)
+    gi = np.zeros(4, np.int32)
+    Lqp = np.zeros(32, np.uint8)
+    Ltmp = np.zeros(8, np.int32)
     for b in range(values.shape[0]):
         if bad_block(values, b):
             return b
@@ -353,26 +456,45 @@ def encode_sub16(values, qw, out, grid, kmap, neighbours, is_s):
             q2[i] = 0
         max_scale = _F0
         sigma2 = sigma2_of(values, b, is_s)
-        for ib in range(16):
-            scale, status = block16(values, b, ib, qw, qoff, sigma2, weight, waux, xval, L,
-                                    Laux, on, on_aux, bs, gi2, grid, kmap, neighbours, is_s)
+        for ib in range(nsub):
+            if xxs:
+                scale, status = block32(values, b, ib, qw, qoff, sigma2, weight, waux, xval, L,
+                                        Laux, on, on_aux, bs, gi, Lqp, Ltmp, grid, kmap,
+                                        neighbours)
+            else:
+                scale, status = block16(values, b, ib, qw, qoff, sigma2, weight, waux, xval, L,
+                                        Laux, on, on_aux, bs, gi, grid, kmap, neighbours, is_s)
             if status < 0:
                 return b
             scales[ib] = scale
             if status == 0:
                 continue
-            for k in range(2):
-                i8 = 2 * ib + k
-                if is_s:
-                    rec[b, 2 + i8] = np.uint8(gi2[k] & 255)
-                    rec[b, _S_QH + i8 // 4] |= np.uint8((gi2[k] >> 8) << (2 * (i8 % 4)))
-                    rec[b, _S_SIGNS + i8] = np.uint8(bs[k])
-                else:
-                    q2[i8] = gi2[k] | (bs[k] << 9)
+            if xxs:
+                for k in range(4):
+                    q2[2 * ib] |= np.int64(gi[k]) << (8 * k)
+                    q2[2 * ib + 1] |= np.int64(bs[k]) << (7 * k)
+            else:
+                for k in range(2):
+                    i8 = 2 * ib + k
+                    if is_s:
+                        rec[b, 2 + i8] = np.uint8(gi[k] & 255)
+                        rec[b, _S_QH + i8 // 4] |= np.uint8((gi[k] >> 8) << (2 * (i8 % 4)))
+                        rec[b, _S_SIGNS + i8] = np.uint8(bs[k])
+                    else:
+                        q2[i8] = gi[k] | (bs[k] << 9)
             max_scale = max_scale if max_scale > scale else scale
         if max_scale == _F0:
             continue
-        if is_s:
+        if xxs:
+            d = np.float32(max_scale / np.float32(31.0))
+            store_f16(rec, b, 0, d)
+            idv = np.float32(_F1 / d)
+            for ib in range(8):
+                q2[2 * ib + 1] |= np.int64(ls_code(idv, scales[ib])) << 28
+            for i in range(16):
+                for j in range(4):
+                    rec[b, 2 + 4 * i + j] = np.uint8((q2[i] >> (8 * j)) & 0xFF)
+        elif is_s:
             store_ls16(rec, b, _S_SC, max_scale, np.float32(0.9875), scales)
         else:
             store_ls16(rec, b, _XS_SC, max_scale, _F1, scales)
@@ -386,107 +508,20 @@ def encode_sub16(values, qw, out, grid, kmap, neighbours, is_s):
 @kernel
 def encode_iq2_xs(values, qw, out, grid, kmap, neighbours):
     """ggml's ``quantize_iq2_xs`` with ``quant_weights = qw`` (rows of ``len(qw)``)."""
-    return encode_sub16(values, qw, out, grid, kmap, neighbours, False)
+    return encode_iq2(values, qw, out, grid, kmap, neighbours, 1)
 
 
 @kernel
 def encode_iq2_s(values, qw, out, grid, kmap, neighbours):
     """ggml's ``quantize_iq2_s`` with ``quant_weights = qw`` (rows of ``len(qw)``), or without
     an importance matrix where ``len(qw) == 0``."""
-    return encode_sub16(values, qw, out, grid, kmap, neighbours, True)
+    return encode_iq2(values, qw, out, grid, kmap, neighbours, 2)
 
 
 @kernel
 def encode_iq2_xxs(values, qw, out, grid, kmap, neighbours):
     """ggml's ``quantize_iq2_xxs`` with ``quant_weights = qw`` (rows of ``len(qw)``)."""
-    per_row = qw.shape[0] // 256
-    rec = np.zeros_like(out)
-    weight, waux, xval, L, Laux = search_scratch(32)
-    Ltmp = np.zeros(8, np.int32)
-    Lqp = np.zeros(32, np.uint8)
-    scales = np.zeros(8, np.float32)
-    q2 = np.zeros(16, np.int64)
-    bs = np.zeros(4, np.int32)
-    for b in range(values.shape[0]):
-        if bad_block(values, b):
-            return b
-        qoff = 256 * (b % per_row)
-        for i in range(16):
-            q2[i] = 0
-        max_scale = _F0
-        sigma2 = sigma2_of(values, b, False)
-        for ib in range(8):
-            block_weights(values, b, 32 * ib, 32, qw, qoff + 32 * ib, sigma2, weight, waux)
-            for k in range(4):
-                bs[k] = even_signs(values, b, 32 * ib, k, weight, xval)
-            mx = max_of(xval, 32)
-            if mx < _GROUP_MAX_EPS:
-                scales[ib] = _F0
-                continue
-            scale = make_qp_quants(32, _KMAX_Q + 1, xval, Lqp, weight)
-            for i in range(32):
-                L[i] = np.int8(Lqp[i])
-            eff_max = np.float32(scale * np.float32(_KMAX_Q))
-            if eff_max <= _F0:
-                scales[ib] = _F0
-                continue
-            best = _F0
-            for is_ in range(-6, 7):
-                idv = np.float32(np.float32(np.float32(2 * _KMAX_Q - 1)
-                                            + np.float32(np.float32(is_) * _TENTH)) / eff_max)
-                this_scale = np.float32(_F1 / idv)
-                for k in range(4):
-                    gi, hit = snap(idv, this_scale, xval, waux, 8 * k, Laux, 8 * k, grid, kmap,
-                                   neighbours)
-                    if gi < 0:
-                        return b
-                sumqx, sumq2 = weighted_sums(weight, xval, Laux, 32)
-                if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best * sumq2):
-                    scale = np.float32(sumqx / sumq2)
-                    best = np.float32(scale * sumqx)
-                    for i in range(32):
-                        L[i] = Laux[i]
-            if scale > _F0:
-                idv = np.float32(_F1 / scale)
-                for k in range(4):
-                    u = grid_levels(idv, xval, 8 * k, Ltmp, 0)
-                    gi = np.int32(kmap[u])
-                    if gi < 0:
-                        gi = find_best_neighbour(neighbours, -gi - 1, grid, xval, 8 * k, waux,
-                                                 scale, L, 8 * k)
-                        if gi < 0:
-                            return b
-                    for i in range(8):
-                        L[8 * k + i] = (np.int32(grid[gi, i]) - 1) // 2
-                sumqx, sumq2 = weighted_sums(weight, xval, L, 32)
-                if sumq2 > _F0:
-                    scale = np.float32(sumqx / sumq2)
-            if scale < _F0:
-                scale = -scale
-                for k in range(4):
-                    bs[k] = (~bs[k]) & 127
-            for k in range(4):
-                gi = final_index(L, 8 * k, kmap)
-                if gi < 0:
-                    return b
-                q2[2 * ib] |= np.int64(gi) << (8 * k)
-                q2[2 * ib + 1] |= np.int64(bs[k]) << (7 * k)
-            if not scale >= _F0:
-                return b
-            scales[ib] = scale
-            max_scale = max_scale if max_scale > scale else scale
-        if max_scale == _F0:
-            continue
-        d = np.float32(max_scale / np.float32(31.0))
-        store_f16(rec, b, 0, d)
-        idv = np.float32(_F1 / d)
-        for ib in range(8):
-            q2[2 * ib + 1] |= np.int64(ls_code(idv, scales[ib])) << 28
-        for i in range(16):
-            for j in range(4):
-                rec[b, 2 + 4 * i + j] = np.uint8((q2[i] >> (8 * j)) & 0xFF)
-    out[:] = rec
-    return -1
+    return encode_iq2(values, qw, out, grid, kmap, neighbours, 0)
 
 
 # ---- the entry points (``@njit``; the tables frozen into them when they compile) ---------------

@@ -32,7 +32,7 @@ from numba_qk._jit import kernel
 from numba_qk.formats import iq as _iq
 from numba_qk.formats import iq_grids as _g
 from numba_qk.kernels._round import nearest_int
-from numba_qk.kernels.iq.iq2_encode import find_best_neighbour, weighted_sums
+from numba_qk.kernels.iq.iq2_encode import better_scale, even_signs, find_best_neighbour, max_of, plain_signs, refit, search_scratch, settle, take_levels, weighted_sums
 from numba_qk.kernels.kquants.common import first_nonfinite_block, store_f16
 
 _XXS, _S = _iq.iq3_xxs, _iq.iq3_s
@@ -126,32 +126,11 @@ def encode_block(values, b, qw, qoff, weighted, xxs, grid, kmap, nbrs, rec, r,
                 weight[i] = np.float32(xi * xi)
             waux[i] = np.float32(np.sqrt(weight[i]))
         for k in range(4):
-            nflip = 0
-            s = 0
-            for i in range(8):
-                xi = np.float32(values[b, o + 8 * k + i])
-                if xi >= _F0:
-                    xval[8 * k + i] = xi
-                else:
-                    xval[8 * k + i] = -xi
-                    nflip += 1
-                    s |= 1 << i
-            if xxs and nflip % 2:
-                xi = np.float32(values[b, o + 8 * k])
-                imin = 0
-                mn = np.float32(np.float32(weight[8 * k] * xi) * xi)
-                for i in range(1, 8):
-                    xi = np.float32(values[b, o + 8 * k + i])
-                    ax = np.float32(np.float32(weight[8 * k + i] * xi) * xi)
-                    if ax < mn:
-                        mn = ax
-                        imin = i
-                xval[8 * k + imin] = -xval[8 * k + imin]
-                s ^= 1 << imin
-            signs[k] = s & 127 if xxs else s
-        mx = xval[0]
-        for i in range(1, 32):
-            mx = mx if mx > xval[i] else xval[i]
+            if xxs:
+                signs[k] = even_signs(values, b, o, k, weight, xval)
+            else:
+                signs[k] = plain_signs(values, b, o, k, xval)
+        mx = max_of(xval, 32)
         for i in range(32):
             L[i] = 0
         if (mx < _EPS_XXS) if xxs else (mx == _F0):
@@ -174,13 +153,9 @@ def encode_block(values, b, qw, qoff, weighted, xxs, grid, kmap, nbrs, rec, r,
                                            Laux, 4 * k, 4) < 0:
                         return False
             sumqx, sumq2 = weighted_sums(weight, xval, Laux, 32)
-            if sumq2 > _F0 and np.float32(sumqx * sumqx) > np.float32(best * sumq2):
-                scale = np.float32(sumqx / sumq2)
-                best = np.float32(scale * sumqx)
-                for i in range(32):
-                    L[i] = Laux[i]
-                for k in range(8):
-                    on_grid[k] = on_aux[k]
+            scale, best, won = better_scale(sumqx, sumq2, best, scale)
+            if won:
+                take_levels(L, Laux, 32, on_grid, on_aux, 8)
         n_not_on_grid = 0
         for k in range(8):
             if not on_grid[k]:
@@ -190,17 +165,10 @@ def encode_block(values, b, qw, qoff, weighted, xxs, grid, kmap, nbrs, rec, r,
             for k in range(8):
                 if xxs and on_grid[k]:
                     continue
-                gi = kmap[group_code(xval, 4 * k, idv, Laux)]
-                if gi < 0:
-                    gi = find_best_neighbour(nbrs, -gi - 1, grid, xval, 4 * k, waux, scale, L,
-                                             4 * k, 4)
-                    if gi < 0:
-                        return False
-                for i in range(4):
-                    L[4 * k + i] = (np.int32(grid[gi, i]) - 1) // 2
-            sumqx, sumq2 = weighted_sums(weight, xval, L, 32)
-            if sumq2 > _F0:
-                scale = np.float32(sumqx / sumq2)
+                u = group_code(xval, 4 * k, idv, Laux)
+                if settle(u, kmap, nbrs, grid, xval, 4 * k, waux, scale, L, 4 * k, 4) < 0:
+                    return False
+            scale = refit(weight, xval, L, 32, scale)
         if scale < _F0:
             scale = -scale
             for k in range(4):
@@ -256,11 +224,7 @@ def encode_rows(values, qw, weighted, xxs, grid, kmap, nbrs, out):
     stop = bad if bad >= 0 else g
     per_row = qw.shape[0] // 256 if weighted else 1
     tmp = np.empty((stop, out.shape[1]), np.uint8)
-    weight = np.empty(32, np.float32)
-    waux = np.empty(32, np.float32)
-    xval = np.empty(32, np.float32)
-    L = np.zeros(32, np.int32)
-    Laux = np.zeros(32, np.int32)
+    weight, waux, xval, L, Laux = search_scratch(32)
     on_grid = np.zeros(8, np.bool_)
     on_aux = np.zeros(8, np.bool_)
     signs = np.zeros(4, np.int64)

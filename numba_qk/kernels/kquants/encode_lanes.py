@@ -205,22 +205,22 @@ def lane_scratch(n, nl):
     return np.zeros((SCR_ROWS, nl), np.float32), np.zeros((n, nl), np.int32)
 
 
-@kernel
-def _pass(xt, wt, scr, mn_row, isc_row, nmax, laux, n, nl):
-    if nl == 16:
-        lanes_quant_sums16(xt, wt, scr, mn_row, isc_row, _S0, nmax, laux, n, 0, nl)
-        return
-    for c0 in range(0, nl, 8):
-        lanes_quant_sums8(xt, wt, scr, mn_row, isc_row, _S0, nmax, laux, n, c0, nl)
+def over_lanes(lanes8, lanes16):
+    """``f(args, n, nl)``: the intrinsic of a pair (``lanes8`` / ``lanes16``, one per width
+    ``W``) over all ``nl`` lanes -- the 16-wide one once where ``nl == 16``, else the 8-wide one
+    per group of 8 lanes; ``args`` are the intrinsic's arguments before ``n, c0, ld``."""
+
+    def f(args, n, nl):
+        if nl == 16:
+            lanes16(*args, n, 0, nl)
+            return
+        for c0 in range(0, nl, 8):
+            lanes8(*args, n, c0, nl)
+    return inline_kernel(f)
 
 
-@kernel
-def _errors(xt, wt, laux, scr, a_row, b_row, use_mad, n, nl):
-    if nl == 16:
-        lanes_error16(xt, wt, laux, scr, a_row, b_row, _ERR, use_mad, n, 0, nl)
-        return
-    for c0 in range(0, nl, 8):
-        lanes_error8(xt, wt, laux, scr, a_row, b_row, _ERR, use_mad, n, c0, nl)
+_quant_sums = over_lanes(lanes_quant_sums8, lanes_quant_sums16)
+_errors = over_lanes(lanes_error8, lanes_error16)
 
 
 @inline_kernel
@@ -281,8 +281,8 @@ def qkx2_lanes(xt, wt, n, nl, nmax, rmin, rdelta, nstep, use_mad, Lt, scales, mi
             scr[_SCALE, j] = np.float32(np.float32(1.0) / iscale)
         scr[_LISC, j] = scr[_ISC, j]
         scr[_LMN, j] = mn
-    _pass(xt, wt, scr, _MN, _ISC, nmax, laux, n, nl)
-    _errors(xt, wt, laux, scr, _SCALE, _MN, use_mad, n, nl)
+    _quant_sums((xt, wt, scr, _MN, _ISC, _S0, nmax, laux), n, nl)
+    _errors((xt, wt, laux, scr, _SCALE, _MN, _ERR, use_mad), n, nl)
     for j in range(nl):
         scr[_BEST, j] = scr[_ERR, j]
     if nstep >= 1:
@@ -290,7 +290,7 @@ def qkx2_lanes(xt, wt, n, nl, nmax, rmin, rdelta, nstep, use_mad, Lt, scales, mi
             num = np.float32(np.float32(rmin + np.float32(rdelta * np.float32(step))) + fnmax)
             for j in range(nl):
                 scr[_ISC, j] = np.float32(num / np.float32(scr[_MX, j] - scr[_MN, j]))
-            _pass(xt, wt, scr, _MN, _ISC, nmax, laux, n, nl)
+            _quant_sums((xt, wt, scr, _MN, _ISC, _S0, nmax, laux), n, nl)
             for j in range(nl):
                 sum_w = scr[_SW, j]
                 sum_x = scr[_SX, j]
@@ -301,7 +301,7 @@ def qkx2_lanes(xt, wt, n, nl, nmax, rmin, rdelta, nstep, use_mad, Lt, scales, mi
                 scr[_D, j] = D
                 scr[_A, j] = this_scale
                 scr[_B, j] = this_min
-            _errors(xt, wt, laux, scr, _A, _B, use_mad, n, nl)
+            _errors((xt, wt, laux, scr, _A, _B, _ERR, use_mad), n, nl)
             for j in range(nl):
                 if scr[_ACT, j] != np.float32(0.0) and scr[_D, j] > np.float32(0.0) \
                         and scr[_ERR, j] < scr[_BEST, j]:
@@ -311,7 +311,7 @@ def qkx2_lanes(xt, wt, n, nl, nmax, rmin, rdelta, nstep, use_mad, Lt, scales, mi
                     scr[_LMN, j] = scr[_MN, j]
                     scr[_MN, j] = scr[_B, j]
     # L of each lane: the quants of its winning candidate, recomputed (same f32 operations)
-    _pass(xt, wt, scr, _LMN, _LISC, nmax, Lt, n, nl)
+    _quant_sums((xt, wt, scr, _LMN, _LISC, _S0, nmax, Lt), n, nl)
     for j in range(nl):
         if scr[_ACT, j] == np.float32(0.0):
             for i in range(n):
@@ -387,15 +387,26 @@ def _qx_pass(xt, scr, isc_row, nmax, lq, n, nl):
     _qx_sums(xt, scr, isc_row, _QS0, nmax, lq, n, nl)
 
 
+_qx_lanes_sums = over_lanes(lanes_qx_sums8, lanes_qx_sums16)
+
+
 @kernel
 def _qx_sums(xt, scr, isc_row, s0_row, nmax, lq, n, nl):
-    if nl == 16:
-        lanes_qx_sums16(xt, scr, isc_row, s0_row, np.int32(-nmax), np.int32(nmax - 1), lq, n, 0,
-                        nl)
-        return
-    for c0 in range(0, nl, 8):
-        lanes_qx_sums8(xt, scr, isc_row, s0_row, np.int32(-nmax), np.int32(nmax - 1), lq, n, c0,
-                       nl)
+    _qx_lanes_sums((xt, scr, isc_row, s0_row, np.int32(-nmax), np.int32(nmax - 1), lq), n, nl)
+
+
+@inline_kernel
+def lane_result(Lt, scales, j, n, nmax, live, scale):
+    """Lane ``j``'s result of ``qx_lanes`` / ``q3_lanes``: its quants ``l + nmax`` into ``Lt``
+    and ``scale``; an all-zero sub-block (``live`` False) gets L = 0 and scale 0."""
+    if live:
+        for i in range(n):
+            Lt[i, j] += nmax
+        scales[j] = scale
+    else:
+        for i in range(n):
+            Lt[i, j] = 0
+        scales[j] = np.float32(0.0)
 
 
 @kernel
@@ -436,14 +447,7 @@ def qx_lanes(xt, n, nl, nmax, Lt, scales, scr):
                 scr[_QBEST, j] = np.float32(scale * sumlx)
     _qx_pass(xt, scr, _QBISC, nmax, Lt, n, nl)  # L of the chosen candidate, recomputed
     for j in range(nl):
-        if scr[_QACT, j] == np.float32(0.0):  # all zero: L = 0, scale 0
-            for i in range(n):
-                Lt[i, j] = 0
-            scales[j] = np.float32(0.0)
-        else:
-            for i in range(n):
-                Lt[i, j] += nmax
-            scales[j] = scr[_QSCALE, j]
+        lane_result(Lt, scales, j, n, nmax, scr[_QACT, j] != np.float32(0.0), scr[_QSCALE, j])
 
 
 # ---- make_q3_quants (do_rmse): Q3_K ---------------------------------------------------------
@@ -518,6 +522,7 @@ def _lanes_q3_try(W):
 
 
 lanes_q3_try8, lanes_q3_try16 = _lanes_q3_try(8), _lanes_q3_try(16)
+_q3_try = over_lanes(lanes_q3_try8, lanes_q3_try16)
 
 
 _3SLX, _3SL2, _3ACT, _3CHG, _3ISC, _3NZ = range(6)
@@ -538,11 +543,7 @@ def q3_lanes(xt, n, nl, nmax, Lt, scales, scr):
     for j in range(nl):
         scr[_3ACT, j] = scr[_3NZ, j]
     for itry in range(5):
-        if nl == 16:
-            lanes_q3_try16(xt, Lt, scr, nmax, n, 0, nl)
-        else:
-            for c0 in range(0, nl, 8):
-                lanes_q3_try8(xt, Lt, scr, nmax, n, c0, nl)
+        _q3_try((xt, Lt, scr, nmax), n, nl)
         more = False
         for j in range(nl):  # a lane whose round changed nothing stops (C: break)
             if scr[_3CHG, j] == np.float32(0.0):
@@ -552,16 +553,10 @@ def q3_lanes(xt, n, nl, nmax, Lt, scales, scr):
         if not more:
             break
     for j in range(nl):
-        if scr[_3NZ, j] == np.float32(0.0):  # all zero: L = 0, scale 0
-            for i in range(n):
-                Lt[i, j] = 0
-            scales[j] = np.float32(0.0)
-        else:
-            for i in range(n):
-                Lt[i, j] += nmax
-            sumlx = scr[_3SLX, j]
-            suml2 = scr[_3SL2, j]
-            scales[j] = np.float32(sumlx / suml2) if suml2 > np.float32(0.0) else np.float32(0.0)
+        sumlx = scr[_3SLX, j]
+        suml2 = scr[_3SL2, j]
+        scale = np.float32(sumlx / suml2) if suml2 > np.float32(0.0) else np.float32(0.0)
+        lane_result(Lt, scales, j, n, nmax, scr[_3NZ, j] != np.float32(0.0), scale)
 
 
 # ---- requantization with the stored scales (every K-quant encoder's last step) --------------
@@ -602,6 +597,7 @@ def _lanes_requant(W):
 
 
 lanes_requant8, lanes_requant16 = _lanes_requant(8), _lanes_requant(16)
+_requant = over_lanes(lanes_requant8, lanes_requant16)
 
 
 @kernel
@@ -613,11 +609,7 @@ def requant_lanes(xt, dm, d, lo, hi, off, lq, n, nl):
     hi = np.int32(hi)
     off = np.int32(off)
     if ENCODE_LANES:
-        if nl == 16:
-            lanes_requant16(xt, dm, d, lo, hi, off, lq, n, 0, nl)
-        else:
-            for c0 in range(0, nl, 8):
-                lanes_requant8(xt, dm, d, lo, hi, off, lq, n, c0, nl)
+        _requant((xt, dm, d, lo, hi, off, lq), n, nl)
         return
     for j in range(nl):
         if d[j] == np.float32(0.0):  # C: if (!d) continue;

@@ -48,7 +48,7 @@ from numba_qk.kernels.simd.kquants import q2_k_acts_x8, q2_k_decode_prescaled, q
 from numba_qk.formats.kquants import q2_k as _FMT
 from numba_qk.kernels._bits import f16_to_f32, load_u16
 from numba_qk.kernels.kquants.common import f16_at, fields_decoder, records_decoder, max_scale_min, portable_dot_for, quantizer_for, pack_2bit, record_value_d_dmin, store_f16, transpose_out, x_bsum, x_q
-from numba_qk.kernels.kquants.q4_k_encode import nearest_int, qkx2_scratch, qkx2_search, requant_lanes
+from numba_qk.kernels.kquants.q4_k_encode import nearest_int, qkx2_block, qkx2_scratch_of, requant_lanes
 
 Q2_K_RECORD_BYTES = _FMT.block_bytes
 Q2_K_BLOCK = _FMT.block_size
@@ -134,25 +134,16 @@ def dequantize_q2_k(records, out):
 
 # ---- quantize (ggml quantize_row_q2_K_ref) --------------------------------------------------
 
-@kernel
-def q2_k_scratch():
-    """Scratch of ``quantize_block_q2_k`` (16 sub-blocks of 16)."""
-    return qkx2_scratch(16, 16)
+#: Scratch of ``quantize_block_q2_k`` (16 sub-blocks of 16).
+q2_k_scratch = qkx2_scratch_of(16, 16)
 
 
 @kernel
 def quantize_block_q2_k(values, b, out, work):
     """One finite block ``values[b]`` into record ``out[b]`` (``work = q2_k_scratch()``)."""
-    L, scales, mins, lanes = work
-    x = values[b]
-    xt, wt, Lt, scr, laux, weights, sub, Laux, dd = lanes
+    L, scales, mins, xt, Lt, dd = qkx2_block(values, b, work, 16, 16, False, 3, np.float32(-0.5),
+                                             15, True)
     q4scale = np.float32(15.0)
-    for j in range(16):  # weights |x_i|
-        for l in range(16):
-            xv = np.float32(x[16 * j + l])
-            xt[l, j] = xv
-            wt[l, j] = abs(xv)
-    qkx2_search(x, 16, 16, 3, np.float32(-0.5), np.float32(0.1), 15, True, lanes, scales, mins)
     max_scale, max_min = max_scale_min(scales, mins, 16)
     if max_scale > np.float32(0.0):
         iscale = np.float32(q4scale / max_scale)

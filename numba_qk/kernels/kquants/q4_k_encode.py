@@ -150,23 +150,58 @@ def qkx2_scratch(n, nl):
             lanes_scratch(n, nl))
 
 
-@kernel
-def k4_scratch():
-    """Scratch of the Q4_K/Q5_K block encoders (8 sub-blocks of 32)."""
-    return qkx2_scratch(32, 8)
+def qkx2_scratch_of(n, nl):
+    """The ``scratch()`` (``quantizer_for``) of a block encoder on :func:`qkx2_block` with
+    ``nl`` sub-blocks of ``n``: ``qkx2_scratch(n, nl)``."""
+    def scratch():
+        return qkx2_scratch(n, nl)
+    return kernel(scratch)
+
+
+@inline_kernel
+def qkx2_block(values, b, work, n, nl, av, nmax, rmin, nstep, use_mad):
+    """The search half of the Q2_K / Q4_K / Q5_K block encoders (``work = qkx2_scratch(n,
+    nl)``): block ``values[b]`` transposed into the lanes with ggml's weights (``av``: ``av_x +
+    |x_i|``, ``av_weights_in``, Q4_K / Q5_K; else ``|x_i|``, Q2_K), then ggml's
+    ``make_qkx2_quants(n, nmax, x, w, L, &min, Laux, rmin, 0.1f, nstep, use_mad)`` of every
+    sub-block (:func:`qkx2_search`).  Returns ``(L, scales, mins, xt, Lt, dd)`` of ``work``."""
+    L, scales, mins, lanes = work
+    x = values[b]
+    xt, wt, Lt, scr, laux, weights, sub, Laux, dd = lanes
+    if av:
+        av_weights_in(x, xt, wt, n, nl)
+    else:
+        for j in range(nl):
+            for l in range(n):
+                xv = np.float32(x[n * j + l])
+                xt[l, j] = xv
+                wt[l, j] = abs(xv)
+    qkx2_search(x, n, nl, nmax, rmin, np.float32(0.1), nstep, use_mad, lanes, scales, mins)
+    return L, scales, mins, xt, Lt, dd
+
+
+#: Scratch of the Q4_K/Q5_K block encoders (8 sub-blocks of 32).
+k4_scratch = qkx2_scratch_of(32, 8)
+
+
+@inline_kernel
+def k4_block(values, b, out, work, sc_at, d_at, dmin_at, nmax, rmin, nstep):
+    """Q4_K / Q5_K's block encoder but the packing of the quants (``work = k4_scratch()``):
+    the search (:func:`qkx2_block`, weights ``av_x + |x_i|``), the 6-bit scales and mins with
+    ``d``/``dmin`` (``k4_encode_scales``), the quants requantized with them into ``0..nmax``
+    (``nearest_int((x + dm)/d)``).  Returns ``L`` (int32 [256], element order)."""
+    L, scales, mins, xt, Lt, dd = qkx2_block(values, b, work, 32, 8, True, nmax, rmin, nstep,
+                                             False)
+    k4_encode_scales(out, b, sc_at, d_at, dmin_at, scales, mins, dd)
+    requant_lanes(xt, dd[0], dd[1], 0, nmax, 0, Lt, 32, 8)
+    transpose_out(Lt, L, 32, 8)
+    return L
 
 
 @kernel
 def quantize_block_q4_k(values, b, out, work):
     """One finite block ``values[b]`` into record ``out[b]`` (``work = k4_scratch()``)."""
-    L, scales, mins, lanes = work
-    x = values[b]
-    xt, wt, Lt, scr, laux, weights, sub, Laux, dd = lanes
-    av_weights_in(x, xt, wt, 32, 8)  # ggml's weights: av_x + |x_i|, av_x = sqrtf(sum x^2 / 32)
-    qkx2_search(x, 32, 8, 15, np.float32(-1.0), np.float32(0.1), 20, False, lanes, scales, mins)
-    k4_encode_scales(out, b, _SC_AT, _D_AT, _DMIN_AT, scales, mins, dd)
-    requant_lanes(xt, dd[0], dd[1], 0, 15, 0, Lt, 32, 8)  # nearest_int((x + dm)/d), 0..15
-    transpose_out(Lt, L, 32, 8)
+    L = k4_block(values, b, out, work, _SC_AT, _D_AT, _DMIN_AT, 15, np.float32(-1.0), 20)
     for j in range(4):
         for l in range(32):
             out[b, _QS_AT + 32 * j + l] = np.uint8(L[64 * j + l] | (L[64 * j + l + 32] << 4))

@@ -47,8 +47,8 @@ from numba_qk.kernels.simd.iq_grid import HAVE_GEMM_TILES, microtile_sub32_mins
 from numba_qk.kernels.simd.kquants import q5_k_acts_x8, q5_k_decode, q5_k_q8_k_value, q5_k_rows_x8
 from numba_qk.formats.kquants import q5_k as _FMT
 from numba_qk.kernels._bits import f16_to_f32, load_u16
-from numba_qk.kernels.kquants.common import fields_decoder, records_decoder, X_Q_AT, av_weights_in, f16_at, portable_dot_for, quantizer_for, k4_encode_scales, k4_scale_min, q5_pack_quants, record_value_d_dmin, transpose_out, x_bsum, x_q
-from numba_qk.kernels.kquants.q4_k_encode import k4_scratch, qkx2_search, requant_lanes
+from numba_qk.kernels.kquants.common import fields_decoder, records_decoder, X_Q_AT, f16_at, portable_dot_for, quantizer_for, k4_scale_min, q5_pack_quants, record_value_d_dmin, x_bsum, x_q
+from numba_qk.kernels.kquants.q4_k_encode import k4_block, k4_scratch
 
 Q5_K_RECORD_BYTES = _FMT.block_bytes
 Q5_K_BLOCK = _FMT.block_size
@@ -132,14 +132,7 @@ def dequantize_q5_k(records, out):
 @kernel
 def quantize_block_q5_k(values, b, out, work):
     """One finite block ``values[b]`` into record ``out[b]`` (``work = k4_scratch()``)."""
-    L, scales, mins, lanes = work
-    x = values[b]
-    xt, wt, Lt, scr, laux, weights, sub, Laux, dd = lanes
-    av_weights_in(x, xt, wt, 32, 8)  # weights av_x + |x_i|, av_x = sqrtf(sum x^2 / 32)
-    qkx2_search(x, 32, 8, 31, np.float32(-0.5), np.float32(0.1), 15, False, lanes, scales, mins)
-    k4_encode_scales(out, b, _SC_AT, _D_AT, _DMIN_AT, scales, mins, dd)
-    requant_lanes(xt, dd[0], dd[1], 0, 31, 0, Lt, 32, 8)  # nearest_int((x + dm)/d), 0..31
-    transpose_out(Lt, L, 32, 8)
+    L = k4_block(values, b, out, work, _SC_AT, _D_AT, _DMIN_AT, 31, np.float32(-0.5), 15)
     q5_pack_quants(out, b, _QL_AT, _QH_AT, L)
 
 

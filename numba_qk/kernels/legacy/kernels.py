@@ -48,7 +48,7 @@ from numba_qk.kernels._bits import f16_to_f32
 from numba_qk.kernels._round import c_int8, roundf
 from numba_qk.kernels.kquants.encode_lanes import f16_bits
 from numba_qk.kernels.kquants.q8_k import order_key
-from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, aligned_zeros, kernels_for, panel_prefetch_start, quad_at, register, tile_loop_start, tile_loop_store
+from numba_qk.kernels.drive import dot as drive_dot, gemm as drive_gemm, gemv as drive_gemv, aligned_zeros, kernels_for, panel_start, quad_at, register, tile_loop_start, tile_loop_store
 from numba_qk.kernels.simd.base import HAVE_AVX512, HAVE_VNNI, literal_int, prefetch_lines, prefetch_plan
 from numba_qk.kernels.simd.legacy import U8_BIAS, legacy_accumulate_x8, legacy_block_value, legacy_rows_vnni, legacy_rows_vnni_inserts
 from numba_qk.kernels.simd.legacy import LDEC_BYTES, LXT_BYTES, LXT_DX_AT, LXT_SX_AT, ROWS16_CODES, ROWS16_ROW_OF_LANE, X8_LAYOUT, legacy_microtile, legacy_panel_decode, legacy_rows16
@@ -489,11 +489,6 @@ def x_tiles16(wcode, x, xt, base):
                 xf[(at + LXT_SX_AT) // 4 + lane] = f16(xa, b, s_at)
 
 
-# decoded weight bytes per panel (8 bands of 8 rows of 4096 columns: kept in L2 while every
-# activation tile passes)
-_PANEL_BYTES = 384 << 10
-
-
 def panel_gemm_over(decode):
     """The gemm by decoded records over the record decoder ``decode(wcode, w, w_off, dec,
     d_off)`` (an intrinsic writing simd/legacy.py's LDEC layout): the weight records decoded
@@ -512,12 +507,9 @@ def panel_gemm_over(decode):
         xt, xb = aligned_zeros(tiles * g * LXT_BYTES)
         x_tiles16(wcode, x, xt, xb)
         band_bytes = 8 * g * LDEC_BYTES
-        bands = (rows + 7) // 8
-        panel = min(bands, max(1, _PANEL_BYTES // band_bytes))
-        dec, db = aligned_zeros(panel * band_bytes)
+        bands, panel, dec, db, ahead, lines = panel_start(w, band_bytes)
         acc = np.empty(8 * _LANES, np.float32)
         ws0, ws1 = w.strides[0], w.strides[1]
-        ahead, lines = panel_prefetch_start(w)
         for p0 in range(0, bands, panel):
             p1 = min(bands, p0 + panel)
             for r in range(8 * p0, min(rows, 8 * p1)):
