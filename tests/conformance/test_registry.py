@@ -88,9 +88,12 @@ def test_dequantize_and_decode_on_any_bytes_match_the_oracle(fmt, rng):
 
 # the grid encoders compile for tens of seconds each (cold): IQ2_XXS and IQ2_S by default, the
 # others under -m slow (tests/iq/test_iq2_encode.py covers them against ggml)
-@pytest.mark.parametrize("fmt", [pytest.param(f, id=f.name, marks=pytest.mark.slow
-                                              if f.name in ("IQ2_XS", "IQ1_S", "IQ1_M") else ())
-                                 for f in QUANTIZABLE])
+# each encoder compiles its own search: by default one weight format of each kernel family and
+# the activation formats (each family's suite checks its encoders' bytes against ggml or its
+# golden files), every format under -m slow
+@pytest.mark.parametrize("fmt", default_few(
+    QUANTIZABLE, {f.name for f in QUANTIZABLE} & (FAMILY_FEW | {"Q8_K", "Q8_0", "Q8_1"}),
+    name=lambda f: f.name))
 def test_quantize_matches_the_oracle_and_rejects_non_finite(fmt, rng):
     n = fmt.block_size
     # the grid encoders' domain ends where ggml's search aborts, about 1e10 and more (their
