@@ -7,6 +7,8 @@ import struct
 
 import numpy as np
 
+from numba_qk.testing.asserts import assert_same_f32
+
 F16_SPECIALS = {
     "+0": 0x0000, "-0": 0x8000, "min_sub": 0x0001, "max_sub": 0x03FF, "-min_sub": 0x8001,
     "min_normal": 0x0400, "one": 0x3C00, "-one": 0xBC00, "max": 0x7BFF, "-max": 0xFBFF,
@@ -245,3 +247,17 @@ def products_on(views, gemv, gemm, dot=None):
             got[f"{label} dot"] = np.array([[dot(ww[r], xx[a]) for r in range(rows)]
                                             for a in range(batch)], np.float32)
     return got
+
+
+def panel_reference(gemv, dot, w, x, label):
+    """The reference of a panel-gemm test: ``gemv(w, x[a])`` per activation (f32 ``[A, rows]``),
+    after checking it against the portable ``dot`` on every 7th row of every 4th activation."""
+    rows = w.shape[0]
+    want = np.empty((x.shape[0], rows), np.float32)
+    for a in range(x.shape[0]):
+        gemv(w, x[a], want[a])
+    some = np.array([[dot(w[r], x[a]) for r in range(0, rows, 7)]
+                     for a in range(0, x.shape[0], 4)], np.float32)
+    with np.errstate(all="ignore"):
+        assert_same_f32(want[::4, ::7], some, f"{label} gemv = portable dot")
+    return want

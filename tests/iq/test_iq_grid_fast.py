@@ -20,7 +20,7 @@ import numba_qk as qk
 from numba_qk.kernels.iq import grid, iq4
 from numba_qk.kernels.simd import base as _simd
 from numba_qk.testing.asserts import assert_same_f32
-from records import random_iq_grid, unaligned
+from records import panel_reference, random_iq_grid, unaligned
 from subsets import default_few
 
 NAMES = ["iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m", "iq4_xs"]
@@ -131,13 +131,7 @@ def test_fast_paths_equal_the_portable_definition(name, rng):
     x[:, :, 3] &= 0x3F
     # the reference: the gemv (equal to the portable dot above) per activation, and the
     # portable dot itself on every 7th row of every 4th activation
-    want = np.empty((65, rows2), np.float32)
-    for a in range(65):
-        gemv(w, x[a], want[a])
-    some = np.array([[port(w[r], x[a]) for r in range(0, rows2, 7)] for a in range(0, 65, 4)],
-                    np.float32)
-    with np.errstate(all="ignore"):
-        assert_same_f32(want[::4, ::7], some, f"{name} gemv 203 rows = portable dot")
+    want = panel_reference(gemv, port, w, x, f"{name} 203 rows")
     for batch in (65, 49, 33, 20):
         got_gemm = np.empty((batch, rows2), np.float32)
         gemm(w, x[:batch], got_gemm)

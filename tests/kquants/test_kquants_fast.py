@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import numba_qk as qk
+from records import panel_reference
 from subsets import default_few
 
 from numba_qk.testing.asserts import assert_same_f32
@@ -151,13 +152,7 @@ def test_panel_gemm_equals_the_portable_definition(name, rng):
     # the reference: the driver's gemv row by row (equal to the portable dot: the tests above),
     # and the portable dot itself on every 7th row
     gemv = getattr(mod, f"gemv_{name}_q8_k")
-    want = np.empty((65, rows), np.float32)
-    for a in range(65):
-        gemv(w, x[a], want[a])
-    some = np.array([[port(w[r], x[a]) for r in range(0, rows, 7)] for a in range(0, 65, 4)],
-                    np.float32)
-    with np.errstate(all="ignore"):
-        assert_same_f32(want[::4, ::7], some, f"{name} gemv = portable dot")
+    want = panel_reference(gemv, port, w, x, name)
     for batch in (65, 49, 33, 20, 3, 2, 1):
         got = np.full((batch, rows), np.nan, np.float32)
         gemm(w, x[:batch], got)

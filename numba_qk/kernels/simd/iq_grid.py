@@ -571,20 +571,27 @@ def _iq4_xs_x_halves(b, xb):
     return out
 
 
+def _iq4_xs_lookups(b, wb, h, values):
+    """(low, high) <64 x i8>: ``values`` (16 bytes, repeated per 128-bit lane) at the low and
+    the high nibbles of the 64 code bytes of half ``h`` of IQ4_XS record ``wb``'s ``qs``: one
+    512-bit ``vpshufb`` each."""
+    v64 = vec(i8, 64)
+    shuf = decl(b, "llvm.x86.avx512.pshuf.b.512", v64, [v64, v64])
+    table, low = ir.Constant(v64, list(values) * 4), ir.Constant(v64, [0x0F] * 64)
+    q = load(b, wb, _XS4_QS + 64 * h, v64)
+    return (b.call(shuf, [table, b.and_(q, low)]),
+            b.call(shuf, [table, b.and_(b.lshr(q, ir.Constant(v64, [4] * 64)), low)]))
+
+
 def _iq4_xs_row(b, wb, xhalves):
     """<16 x i32> whose lane sum is S of IQ4_XS record ``wb`` and the activation of
     ``xhalves`` (``_iq4_xs_x_halves``)."""
     v64, v16 = vec(i8, 64), vec(i32, 16)
     dpbusd = decl(b, "llvm.x86.avx512.vpdpbusd.512", v16, [v16, v64, v64])
-    shuf = decl(b, "llvm.x86.avx512.pshuf.b.512", v64, [v64, v64])
-    table = ir.Constant(v64, _KV_U8 * 4)
-    low = ir.Constant(v64, [0x0F] * 64)
     sc = b.sext(_iq4_xs_scales(b, wb), vec(i32, 8))
     acc = None
     for h, (xl, xh, start) in enumerate(xhalves):
-        q = load(b, wb, _XS4_QS + 64 * h, v64)
-        wl = b.call(shuf, [table, b.and_(q, low)])
-        wh = b.call(shuf, [table, b.and_(b.lshr(q, ir.Constant(v64, [4] * 64)), low)])
+        wl, wh = _iq4_xs_lookups(b, wb, h, _KV_U8)
         a = b.call(dpbusd, [b.call(dpbusd, [start, wl, xl]), wh, xh])
         t = b.mul(a, splat_lanes(b, sc, [4 * h + j // 4 for j in range(16)]))
         acc = t if acc is None else b.add(acc, t)
@@ -726,15 +733,11 @@ def _decode_iq4_xs_into(b, wb, db):
     unit-by-unit decode."""
     v64, v16 = vec(i8, 64), vec(i32, 16)
     dpbusd = decl(b, "llvm.x86.avx512.vpdpbusd.512", v16, [v16, v64, v64])
-    shuf = decl(b, "llvm.x86.avx512.pshuf.b.512", v64, [v64, v64])
-    table = ir.Constant(v64, [v & 0xFF for v in _iq.KVALUES_IQ4NL] * 4)
-    low, ones = ir.Constant(v64, [0x0F] * 64), ir.Constant(v64, [1] * 64)
+    ones = ir.Constant(v64, [1] * 64)
     sc = b.sext(_iq4_xs_scales(b, wb), vec(i32, 8))
     csum = None
     for h in range(2):
-        q = load(b, wb, _XS4_QS + 64 * h, v64)
-        lo = b.call(shuf, [table, b.and_(q, low)])
-        hi = b.call(shuf, [table, b.and_(b.lshr(q, ir.Constant(v64, [4] * 64)), low)])
+        lo, hi = _iq4_xs_lookups(b, wb, h, [v & 0xFF for v in _iq.KVALUES_IQ4NL])
         for half in range(2):   # units 4h + 2 half, 4h + 2 half + 1
             order = [64 * (j // 16 % 2) + 16 * (2 * half + j // 32) + j % 16 for j in range(64)]
             store_at(b, db, 128 * h + 64 * half,
