@@ -94,6 +94,28 @@ def closure_key(fn) -> str:
     return ";".join(parts)
 
 
+def closure_modules(fn) -> set:
+    """The modules of the compiled kernels, intrinsics and plain functions that closure ``fn``
+    holds, and of those their own cells hold, transitively."""
+    found, seen = set(), set()
+    for cell in fn.__closure__ or ():
+        _modules_of(cell.cell_contents, found, seen)
+    return found
+
+
+def _modules_of(v, found: set, seen: set) -> None:
+    if isinstance(v, tuple):
+        for e in v:
+            _modules_of(e, found, seen)
+        return
+    f = getattr(v, "py_func", None) or getattr(v, "_defn", v)
+    if isinstance(f, types.FunctionType) and id(f) not in seen:
+        seen.add(id(f))
+        found.add(f.__module__)
+        for cell in f.__closure__ or ():
+            _modules_of(cell.cell_contents, found, seen)
+
+
 def _value_key(fn, name, v) -> str:
     if v is None or isinstance(v, (bool, int, float, str, bytes)):
         return repr(v)
@@ -130,8 +152,21 @@ class DependencyCache(FunctionCache):
     module's own file changes, which resets it, as numba does)."""
 
     def _index_key(self, sig, codegen):
-        sig_, magic, hashes = super()._index_key(sig, codegen)
-        return (sig_, magic, (*hashes, module_digest(self._py_func.__module__)))
+        fn = self._py_func
+        sig_, magic, (code_hash, cells_hash) = super()._index_key(sig, codegen)
+        if fn.__closure__:
+            # numba hashes the pickled cells; a compiled function pickles with a uuid fresh in
+            # every process, so a closure holding one would never be found again (it
+            # recompiled in every process: decision 044).  The closure's values are named by
+            # ``closure_key`` instead, and what the functions among them are built from by the
+            # digests of their modules.
+            root = fn.__module__.split(".")[0]
+            modules = sorted(m for m in {fn.__module__, *closure_modules(fn)}
+                             if m.split(".")[0] == root)
+            cells_hash = hashlib.sha256(
+                "\n".join([closure_key(fn), *map(module_digest, modules)]).encode()).hexdigest()
+            return (sig_, magic, (code_hash, cells_hash))
+        return (sig_, magic, (code_hash, cells_hash, module_digest(fn.__module__)))
 
 
 _DIGESTS: dict = {}

@@ -18,16 +18,13 @@ then uses its Python pieces and never spins.
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 from llvmlite import ir
 from numba import config
 from numba.core import types
-from numba.core.caching import FunctionCache
 from numba.extending import intrinsic
 
-from numba_qk._jit import kernel, kernel_identity, module_digest
+from numba_qk._jit import kernel
 from numba_qk.kernels.simd.stream import x86_hint
 
 HAVE_ATOMICS = not config.DISABLE_JIT
@@ -132,25 +129,6 @@ def wait_count(ctl, at, target, iters):
 _RUNNERS: dict = {}
 
 
-class _RunnerCache(FunctionCache):
-    """The on-disk cache of one ``rows_runner`` closure.  numba keys a closure's entries by a
-    pickle of its cell contents, and a compiled function pickles with a random per-process
-    UUID: every process would miss and append an entry.  The serial kernel's identity is the
-    key here instead, with the digests (``_jit.module_digest``) of this module and of the
-    serial kernel's module: the runner's code has the serial kernel compiled into it."""
-
-    def __init__(self, py_func, identity, kernel_module):
-        super().__init__(py_func)
-        self._identity = identity.encode()
-        self._kernel_module = kernel_module
-
-    def _index_key(self, sig, codegen):
-        code = hashlib.sha256(self._py_func.__code__.co_code).hexdigest()
-        return (sig, codegen.magic_tuple(), (code, hashlib.sha256(self._identity).hexdigest(),
-                                             module_digest(self._py_func.__module__),
-                                             module_digest(self._kernel_module)))
-
-
 def rows_runner(gemv, gemm=False):
     """A kernel ``run(w, x, out, ctl, chunk, wait_iters, caller, go, per)`` for the serial
     kernel ``gemv(w, x, out)`` (weights ``[rows, ...]``, ``out[per * rows]``: ``per`` outputs
@@ -200,7 +178,5 @@ def rows_runner(gemv, gemm=False):
                     cpu_relax()
             return np.int64(1)
 
-        identity = kernel_identity(gemv) + (" gemm" if gemm else "")
-        run._cache = _RunnerCache(run.py_func, identity, gemv.py_func.__module__)
         _RUNNERS[(gemv, gemm)] = run
     return run

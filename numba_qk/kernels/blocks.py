@@ -39,10 +39,9 @@ Why plain module-level functions, written out per format (generated once from a 
 then committed as source): each is an ordinary ``@kernel`` (the JIT policy, ``cache=True``)
 whose on-disk cache entry is keyed like any other top-level function of this file (its
 qualified name, bytecode and this file's stamp); the kernel it calls is a module global,
-resolved at compile time and compiled into it.  A factory looping over the formats would make
-closures over dispatchers, which numba's cache keys by a per-process uuid (recompiled and
-re-appended every process, see ``_pool.rows_runner``); ``exec`` from a template would cache
-but hide the names from readers, linters and IDEs.  The wrapped kernel is compiled into each
+resolved at compile time and compiled into it.  A factory looping over the formats (its
+closures cache too since decision 044) or ``exec`` from a template would hide the names from
+readers, linters and IDEs.  The wrapped kernel is compiled into each
 wrapper; ``_jit.DependencyCache`` keys the wrappers' cache on the sources of the modules
 imported here too, so an edit to a wrapped kernel's module recompiles them.
 """

@@ -48,9 +48,9 @@ remove (measured: NVFP4's gemv tile through a plain wrapper ran 1.5x the time of
 called in the loop).
 
 The entry points are closures over the int code only, and the per-format pieces are picked at
-typing time by the ``@overload``s below from the table ``_IMPL``: numba's cache keys a closure by
-its pickled cell values, so an int keeps each entry point cached across processes (a closure
-over a dispatcher would carry a fresh uuid each process and compile again).  The placeholders
+typing time by the ``@overload``s below from the table ``_IMPL`` (closures over kernels are
+cached too, ``_jit.DependencyCache``; one entry point per code keeps one compiled driver per
+format and lets ``@njit`` code pick a format by a literal).  The placeholders
 ``fold``, ``dot``, ``gemv``, ``gemm`` may be called from ``@njit`` code with a literal code.
 """
 

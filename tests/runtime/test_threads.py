@@ -215,18 +215,19 @@ def test_run_rows_without_compiled_atomics_uses_python_pieces(monkeypatch, rng):
 
 
 def test_runner_cache_is_keyed_by_the_serial_kernel():
-    from numba_qk._jit import kernel_identity
-
-    """Each serial kernel gets its own runner, cached under the kernel's stable identity
-    (numba's default key for a closure would pickle a per-process UUID and never hit)."""
+    """Each serial kernel gets its own runner, named and cached by the kernel's stable
+    identity (numba's default key for a closure would pickle a per-process UUID and never
+    hit; ``_jit.DependencyCache`` keys closures by ``closure_key``)."""
     from numba_qk import _registry as registry
+    from numba_qk._jit import DependencyCache, kernel_identity
 
     gemvs = [b.gemv for b in registry.BY_FORMAT.values() if b.gemv is not None]
     idents = {kernel_identity(g) for g in gemvs}
     assert len(idents) == len(set(gemvs))
-    r = _pool.rows_runner(gemvs[0])
-    assert r is _pool.rows_runner(gemvs[0])
-    assert isinstance(r._cache, _pool._RunnerCache)
+    runners = [_pool.rows_runner(g) for g in set(gemvs)]
+    assert runners[0] is _pool.rows_runner(next(iter(set(gemvs))))
+    assert len({kernel_identity(r) for r in runners}) == len(runners)
+    assert all(isinstance(r._cache, DependencyCache) for r in runners)
 
 
 def test_spinning_workers_are_not_counted_as_busy_cores(tmp_path, monkeypatch):
