@@ -95,8 +95,8 @@ def closure_key(fn) -> str:
 
 
 def closure_modules(fn) -> set:
-    """The modules of the compiled kernels, intrinsics and plain functions that closure ``fn``
-    holds, and of those their own cells hold, transitively."""
+    """The modules of the compiled kernels, intrinsics, plain functions and classes that
+    closure ``fn`` holds, and of those their own cells hold, transitively."""
     found, seen = set(), set()
     for cell in fn.__closure__ or ():
         _modules_of(cell.cell_contents, found, seen)
@@ -107,6 +107,9 @@ def _modules_of(v, found: set, seen: set) -> None:
     if isinstance(v, tuple):
         for e in v:
             _modules_of(e, found, seen)
+        return
+    if isinstance(v, type):                    # a class (a layout declaration): its module
+        found.add(v.__module__)
         return
     f = getattr(v, "py_func", None) or getattr(v, "_defn", v)
     if isinstance(f, types.FunctionType) and id(f) not in seen:
@@ -149,24 +152,29 @@ class DependencyCache(FunctionCache):
     """numba's on-disk function cache, with one more part in each entry's key: the digest of
     the sources the function's module is built from (``module_digest``).  Entries written
     before a dependency changed are then never loaded again (they stay in the index until the
-    module's own file changes, which resets it, as numba does)."""
+    module's own file changes, which resets it, as numba does).  A closure's entries are keyed
+    by its values as ``closure_key`` names them, not by numba's pickle of its cells (decision
+    044), and by the digests of the modules of the kernels and functions it holds."""
+
+    _closure_hash = None
 
     def _index_key(self, sig, codegen):
         fn = self._py_func
-        sig_, magic, (code_hash, cells_hash) = super()._index_key(sig, codegen)
-        if fn.__closure__:
-            # numba hashes the pickled cells; a compiled function pickles with a uuid fresh in
-            # every process, so a closure holding one would never be found again (it
-            # recompiled in every process: decision 044).  The closure's values are named by
-            # ``closure_key`` instead, and what the functions among them are built from by the
-            # digests of their modules.
+        if not fn.__closure__:
+            sig_, magic, hashes = super()._index_key(sig, codegen)
+            return (sig_, magic, (*hashes, module_digest(fn.__module__)))
+        # numba would hash the pickled cells, and a compiled function pickles with a uuid fresh
+        # in every process: a closure holding one was never found again (it recompiled in every
+        # process).  The held kernels are compiled into the closure, so an edit to what they
+        # are built from must recompile it: their modules' digests are part of the key.
+        if self._closure_hash is None:
             root = fn.__module__.split(".")[0]
             modules = sorted(m for m in {fn.__module__, *closure_modules(fn)}
                              if m.split(".")[0] == root)
-            cells_hash = hashlib.sha256(
-                "\n".join([closure_key(fn), *map(module_digest, modules)]).encode()).hexdigest()
-            return (sig_, magic, (code_hash, cells_hash))
-        return (sig_, magic, (code_hash, cells_hash, module_digest(fn.__module__)))
+            text = "\n".join([fn.__code__.co_code.hex(), closure_key(fn),
+                              *map(module_digest, modules)])
+            self._closure_hash = hashlib.sha256(text.encode()).hexdigest()
+        return (sig, codegen.magic_tuple(), (self._closure_hash,))
 
 
 _DIGESTS: dict = {}

@@ -16,12 +16,13 @@ def default_few(items, keep, name=str):
             for x in items]
 
 
-# One weight format of each kernel family (Q4_K's own kernels, the K-quant tiles, the Q8_0- and
-# Q8_1-paired legacy formats, the FP4 records, IQ4, the grid IQ formats, ternary, Q1_0/Q2_0):
-# the default run's formats for the products whose every format compiles its own batched
-# kernels (gemm, threads); every format under -m slow.
-FAMILY_FEW = {"Q4_K", "Q6_K", "Q4_0", "Q4_1", "Q8_0", "MXFP4", "NVFP4", "IQ4_XS", "IQ3_S",
-              "IQ1_M", "TQ1_0", "Q1_0"}
+# One weight format of each kernel family (Q4_K's own kernels, the K-quant tiles, the legacy
+# formats, the FP4 records, IQ4, the grid IQ formats, ternary, Q1_0/Q2_0): the default run's
+# formats for the products whose every format compiles its own batched kernels (gemm, threads);
+# every format under -m slow.  Legacy keeps Q4_0 alone: tests/legacy/test_legacy.py checks every
+# legacy weight format's quantizer, dot and gemv/gemm/matmul (1 and 2 threads) by default.
+FAMILY_FEW = {"Q4_K", "Q6_K", "Q4_0", "MXFP4", "NVFP4", "IQ4_XS", "IQ3_S", "IQ1_M", "TQ1_0",
+              "Q1_0"}
 
 
 def simd_variant_runs():

@@ -173,7 +173,7 @@ def test_gemm_equals_dot(fmt, rng):
 
 # threads=2 compiles a threaded runner per kernel and matmul its activation path: one format of
 # each kernel family by default, every format under -m slow
-@pytest.mark.parametrize("fmt", default_few(WEIGHTS, {"Q4_K", "Q6_K", "Q4_0", "Q4_1", "MXFP4",
+@pytest.mark.parametrize("fmt", default_few(WEIGHTS, {"Q4_K", "Q6_K", "Q4_0", "MXFP4",
                                                       "IQ4_XS", "IQ3_S", "TQ2_0"},
                                             name=lambda f: f.name))
 def test_threads_and_matmul_equal_dot(fmt, rng):
