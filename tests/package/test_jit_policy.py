@@ -275,6 +275,49 @@ def test_closures_compiled_in_two_processes_keep_their_own_code(tmp_path):
         assert r.returncode == 0, f"{formats}: {r.stderr[-2000:]}"
 
 
+# One-row matmul (the driver's gemv closures over the K-quant tiles and the IQ grid tiles),
+# a batch (the panel-gemm closures), two threads (the pool's row runners) and an encoder entry
+# closure; the second process prints every package kernel that compiled instead of loading.
+_WARM = """
+import gc
+import numpy as np
+import numba_qk as qk
+from numba.core.registry import CPUDispatcher
+rng = np.random.default_rng(3)
+for name in ("q5_k", "iq2_s"):
+    fmt = getattr(qk.quant, name)
+    w = qk.quantize(rng.standard_normal((64, 256)).astype(np.float32), fmt).reshape(16, 4, -1)
+    for n, threads in ((1, 1), (32, 1), (1, 2)):
+        qk.matmul(w, rng.standard_normal((n, 1024)).astype(np.float32), lhs_format=fmt,
+                  threads=threads)
+compiled = sorted({d.py_func.__qualname__ for d in gc.get_objects()
+                   if type(d) is CPUDispatcher and d.py_func.__module__.startswith("numba_qk")
+                   and sum(d.stats.cache_misses.values())})
+print(";".join(compiled))
+"""
+
+
+@pytest.mark.slow  # compiles the Q5_K and IQ2_S products once (~40 s of CPU)
+def test_a_second_process_compiles_no_kernel(tmp_path):
+    """Closures over compiled kernels load from numba's cache (decision 044): a second process
+    running the same products compiles nothing (numba's own key for a closure pickles its
+    cells, and a kernel pickles with a fresh uuid every process: each recompiled)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": os.pathsep.join(
+        [str(ROOT.parent), os.environ.get("PYTHONPATH", "")]), "NUMBA_QK_ADAPTIVE_THREADS": "0"}
+    env.pop("NUMBA_DISABLE_JIT", None)
+    runs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", _WARM], env=env, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr[-2000:]
+        runs.append(r.stdout.strip())
+    assert runs[0], "the first process compiled nothing: the test does not test"
+    assert runs[1] == "", f"compiled again in a second process: {runs[1]}"
+
+
 def test_import_statements_store_gives_what_parsing_gives(tmp_path, monkeypatch):
     """The dependency digest reads each source's import statements from an on-disk store keyed
     by the file's bytes: what it holds equals parsing, for every module of the package; an
