@@ -555,7 +555,7 @@ _KV_U8 = [(v + 128) & 0xFF for v in _iq.KVALUES_IQ4NL]
 def _iq4_xs_x_halves(b, xb):
     """Per half h of a Q8_K record: (XL_h, XH_h, -128 sum q per lane) (layout above)."""
     v64, v16 = vec(i8, 64), vec(i32, 16)
-    dpbusd = decl(b, "llvm.x86.avx512.vpdpbusd.512", v16, [v16, v64, v64])
+    dpbusd = Ops(b, True, True).dpbusd
     ones = ir.Constant(v64, [1] * 64)
     out = []
     for h in range(2):
@@ -583,17 +583,21 @@ def _iq4_xs_lookups(b, wb, h, values):
             b.call(shuf, [table, b.and_(b.lshr(q, ir.Constant(v64, [4] * 64)), low)]))
 
 
+def _iq4_xs_scaled(b, sc, h, v):
+    """The <16 x i32> per-lane sums ``v`` of half ``h`` (lane j: 8 elements of unit 4h + j // 4)
+    times their units' scales from the <8 x i32> ``sc``."""
+    return b.mul(v, splat_lanes(b, sc, [4 * h + j // 4 for j in range(16)]))
+
+
 def _iq4_xs_row(b, wb, xhalves):
     """<16 x i32> whose lane sum is S of IQ4_XS record ``wb`` and the activation of
     ``xhalves`` (``_iq4_xs_x_halves``)."""
-    v64, v16 = vec(i8, 64), vec(i32, 16)
-    dpbusd = decl(b, "llvm.x86.avx512.vpdpbusd.512", v16, [v16, v64, v64])
+    dpbusd = Ops(b, True, True).dpbusd
     sc = b.sext(_iq4_xs_scales(b, wb), vec(i32, 8))
     acc = None
     for h, (xl, xh, start) in enumerate(xhalves):
         wl, wh = _iq4_xs_lookups(b, wb, h, _KV_U8)
-        a = b.call(dpbusd, [b.call(dpbusd, [start, wl, xl]), wh, xh])
-        t = b.mul(a, splat_lanes(b, sc, [4 * h + j // 4 for j in range(16)]))
+        t = _iq4_xs_scaled(b, sc, h, b.call(dpbusd, [b.call(dpbusd, [start, wl, xl]), wh, xh]))
         acc = t if acc is None else b.add(acc, t)
     return acc
 
@@ -732,7 +736,7 @@ def _decode_iq4_xs_into(b, wb, db):
     j // 4, as ``_iq4_xs_row``), times the unit's scale: the same integers and bytes as the
     unit-by-unit decode."""
     v64, v16 = vec(i8, 64), vec(i32, 16)
-    dpbusd = decl(b, "llvm.x86.avx512.vpdpbusd.512", v16, [v16, v64, v64])
+    dpbusd = Ops(b, True, True).dpbusd
     ones = ir.Constant(v64, [1] * 64)
     sc = b.sext(_iq4_xs_scales(b, wb), vec(i32, 8))
     csum = None
@@ -743,7 +747,7 @@ def _decode_iq4_xs_into(b, wb, db):
             store_at(b, db, 128 * h + 64 * half,
                      b.shuffle_vector(lo, hi, ir.Constant(vec(i32, 64), order)))
         k = b.call(dpbusd, [b.call(dpbusd, [ir.Constant(v16, None), ones, lo]), ones, hi])
-        t = b.mul(k, splat_lanes(b, sc, [4 * h + j // 4 for j in range(16)]))
+        t = _iq4_xs_scaled(b, sc, h, k)
         csum = t if csum is None else b.add(csum, t)
     radd = decl(b, "llvm.vector.reduce.add.v16i32", i32, [v16])
     store_at(b, db, DEC_C_AT, b.mul(b.call(radd, [csum]), _c(BIAS)))
