@@ -4,7 +4,8 @@ Everything a user can get wrong is checked here, before any kernel runs; the ker
 never raise for user error.  Inputs may be any numpy array or buffer-protocol object (read-only
 memory maps, unaligned or strided views, ``memoryview``): the kernels read records byte by byte,
 so results never depend on alignment or layout.  Nothing is ever converted silently: a wrong
-dtype is an error, not a cast.
+dtype is an error, not a cast.  The products recognise the common valid call in one pass
+(``_plain_records`` / ``_plain_matmul``) and run the full checks for everything else.
 """
 
 from __future__ import annotations
@@ -275,8 +276,7 @@ def _product(fmt, kind: str, wa, xa, target, nthreads):
     """gemv (``kind='gemv'``) or gemm of ``fmt``'s kernels, on row chunks over up to
     ``nthreads`` threads (``numba_qk._threads``: dynamic claiming, caller included)."""
     b = registry.BY_FORMAT[fmt]
-    rows = wa.shape[0]
-    n = _threads.effective_threads(nthreads, -(-rows // 8)) if nthreads > 1 else 1
+    n = 1 if nthreads == 1 else _threads.effective_threads(nthreads, -(-wa.shape[0] // 8))
     if n == 1:
         (b.gemv if kind == "gemv" else b.gemm)(wa, xa, target)
         return
@@ -315,6 +315,63 @@ def _product_operands(op, w, xq, lhs_format, rhs_format, threads, xq_layout):
     return nthreads, rp, wa, rows, xa
 
 
+# ----------------------------------------------------------------------------- the common case
+# A call from a loader's forward pass is small and valid: numpy uint8 records of the right
+# shapes, the paired activation format, a thread count.  ``_plain_*`` recognise exactly that in
+# one pass over a per-format ``_Plan`` made at import (about 0.3 us instead of the ~2.5 us of
+# the full checks, issue 23's fixed cost per call); anything else -- a memoryview, a repack
+# result, a wrong shape, f16 weights -- takes the full checks, which say what is wrong.  Every
+# condition below is one the full checks require, so the shortcut never admits what they refuse.
+
+_U8 = np.dtype(np.uint8)
+_F32 = np.dtype(np.float32)
+
+
+class _Plan:
+    """What the products need of one block weight format: ``binding`` and ``act`` (the paired
+    activation format's binding), record bytes ``wbytes`` / ``xbytes``, ``span`` (activation
+    records per weight record) and ``block`` (values per weight record)."""
+
+    __slots__ = ("binding", "act", "wbytes", "xbytes", "span", "block")
+
+    def __init__(self, fmt):
+        self.binding = registry.BY_FORMAT[fmt]
+        self.act = registry.BY_FORMAT[activation_format(fmt)]
+        self.wbytes, self.block = fmt.block_bytes, fmt.block_size
+        self.xbytes, self.span = self.act.format.block_bytes, _span(fmt)
+
+
+_PLANS = {f: _Plan(f) for f in registry.WEIGHTS}
+
+
+def _plain_records(w, xq, lhs_format, rhs_format, threads, xq_ndim):
+    """The plan when ``gemv`` (``xq_ndim`` 2) / ``gemm`` (3) got numpy uint8 records of
+    ``lhs_format`` and its pair with matching record counts, ``threads`` a positive int, else
+    None."""
+    p = _PLANS.get(lhs_format) if lhs_format.__class__ is Format else None
+    if (p is not None and rhs_format is p.act.format and type(threads) is int and threads >= 1
+            and isinstance(w, np.ndarray)
+            and isinstance(xq, np.ndarray) and w.dtype is _U8 and xq.dtype is _U8
+            and w.ndim == 3 and xq.ndim == xq_ndim):
+        ws, xs = w.shape, xq.shape
+        if ws[2] == p.wbytes and xs[-1] == p.xbytes and xs[-2] == p.span * ws[1]:
+            return p
+    return None
+
+
+def _plain_matmul(w, x, lhs_format, threads):
+    """The plan when ``matmul`` got numpy uint8 records of ``lhs_format`` and float32
+    activations ``[K]`` / ``[batch, K]`` of the weights' row length, else None."""
+    p = _PLANS.get(lhs_format) if lhs_format.__class__ is Format else None
+    if (p is not None and type(threads) is int and threads >= 1
+            and isinstance(w, np.ndarray) and isinstance(x, np.ndarray)
+            and w.dtype is _U8 and x.dtype is _F32 and w.ndim == 3 and 1 <= x.ndim <= 2):
+        ws = w.shape
+        if ws[2] == p.wbytes and x.shape[-1] == ws[1] * p.block:
+            return p
+    return None
+
+
 def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     """Matrix-vector product of quantized weight rows and one quantized activation.
 
@@ -331,17 +388,21 @@ def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     (numpy float16, ml_dtypes.bfloat16 or a ``numba_qk.Tensor``) and ``xq`` ``[K]`` of the same
     type (``rhs_format`` the same type); numerics in docs/halfmat.md.
     """
-    if _halfmat.is_float_weight(lhs_format):
+    if _plain_records(w, xq, lhs_format, rhs_format, threads, 2):
+        nthreads, rp, wa, rows, xa = threads, None, w, w.shape[0], xq
+    elif _halfmat.is_float_weight(lhs_format):
         return _halfmat.product("gemv", w, xq, lhs_format, rhs_format, out,
                                 check_threads(threads))
-    nthreads, rp, wa, rows, xa = _product_operands("gemv", w, xq, lhs_format, rhs_format,
-                                                   threads, "records")
-    target, user_out = prepare_out(out, (rows,), np.float32, (wa, xa), "gemv's result")
+    else:
+        nthreads, rp, wa, rows, xa = _product_operands("gemv", w, xq, lhs_format, rhs_format,
+                                                       threads, "records")
+    target = (np.empty(rows, np.float32) if out is None
+              else check_out(out, (rows,), np.float32, (wa, xa), "gemv's result"))
     if rp:
         _repack.product(rp, "gemv", xa, target, nthreads)
     else:
         _product(lhs_format, "gemv", wa, xa, target, nthreads)
-    return target if user_out is None else user_out
+    return target if out is None else out
 
 
 def gemm(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
@@ -353,11 +414,14 @@ def gemm(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     be a ``numba_qk.repack`` result (then each activation runs the repacked gemv).
     ``lhs_format=numba_qk.f16`` / ``numba_qk.bf16``: as ``gemv``, ``xq`` ``[batch, K]``.
     """
-    if _halfmat.is_float_weight(lhs_format):
+    if _plain_records(w, xq, lhs_format, rhs_format, threads, 3):
+        nthreads, rp, wa, rows, xa = threads, None, w, w.shape[0], xq
+    elif _halfmat.is_float_weight(lhs_format):
         return _halfmat.product("gemm", w, xq, lhs_format, rhs_format, out,
                                 check_threads(threads))
-    nthreads, rp, wa, rows, xa = _product_operands("gemm", w, xq, lhs_format, rhs_format,
-                                                   threads, "batch")
+    else:
+        nthreads, rp, wa, rows, xa = _product_operands("gemm", w, xq, lhs_format, rhs_format,
+                                                       threads, "batch")
     target, user_out = prepare_out(out, (xa.shape[0], rows), np.float32, (wa, xa),
                                    "gemm's result")
     if xa.shape[0]:
@@ -386,25 +450,31 @@ def matmul(w, x, *, lhs_format, out=None, threads=1):
     summed in 32 f32 lanes and a fixed tree: one bit pattern per element, whatever the
     threads or batch (docs/halfmat.md).  Non-finite activations are not an error here.
     """
-    if _halfmat.is_float_weight(lhs_format):
+    p = _plain_matmul(w, x, lhs_format, threads)
+    if p:
+        nthreads, rp, wa, xa = threads, None, w, x
+        rows, g = w.shape[:2]
+    elif _halfmat.is_float_weight(lhs_format):
         return _halfmat.matmul(w, x, lhs_format, out, check_threads(threads))
-    check_slot_in(lhs_format, "lhs_format", registry.WEIGHTS, "matmul")
-    act = registry.BY_FORMAT[activation_format(lhs_format)]
-    nthreads = check_threads(threads)
-    rp = _repacked(w, lhs_format, "matmul")
-    wa = rp.tiles if rp else check_records(as_array(w, "w"), "w", lhs_format, "weights")
-    rows, g = rp.shape[:2] if rp else wa.shape[:2]
-    xa = check_f32(as_array(x, "x"), "x", "activations")
-    k = g * lhs_format.block_size
-    if xa.ndim not in (1, 2) or xa.shape[-1] != k:
-        raise ValueError(f"x: expected shape [{k}] or [batch, {k}] (G={g} records of "
-                         f"{lhs_format.block_size} per weight row), got {tuple(xa.shape)}")
+    else:
+        check_slot_in(lhs_format, "lhs_format", registry.WEIGHTS, "matmul")
+        p = _PLANS[lhs_format]
+        nthreads = check_threads(threads)
+        rp = _repacked(w, lhs_format, "matmul")
+        wa = rp.tiles if rp else check_records(as_array(w, "w"), "w", lhs_format, "weights")
+        rows, g = rp.shape[:2] if rp else wa.shape[:2]
+        xa = check_f32(as_array(x, "x"), "x", "activations")
+        k = g * lhs_format.block_size
+        if xa.ndim not in (1, 2) or xa.shape[-1] != k:
+            raise ValueError(f"x: expected shape [{k}] or [batch, {k}] (G={g} records of "
+                             f"{lhs_format.block_size} per weight row), got {tuple(xa.shape)}")
     batch = 1 if xa.ndim == 1 else xa.shape[0]
     out_shape = (rows,) if xa.ndim == 1 else (batch, rows)
-    target, user_out = prepare_out(out, out_shape, np.float32, (wa, xa), "matmul's result")
-    nbytes = act.format.block_bytes
-    gx = g * _span(lhs_format)  # activation records per row
-    xq = _quantize_activations(xa, act, gx, "canonical")
+    target = (np.empty(out_shape, np.float32) if out is None
+              else check_out(out, out_shape, np.float32, (wa, xa), "matmul's result"))
+    nbytes = p.xbytes
+    gx = g * p.span  # activation records per row
+    xq = _quantize_activations(xa, p.act, gx, "canonical")
     if rp:
         _repack.product(rp, "gemv" if xa.ndim == 1 else "gemm",
                         xq if xa.ndim == 1 else xq.reshape(batch, gx, nbytes), target, nthreads)
@@ -412,7 +482,7 @@ def matmul(w, x, *, lhs_format, out=None, threads=1):
         _product(lhs_format, "gemv", wa, xq, target, nthreads)
     else:
         _product(lhs_format, "gemm", wa, xq.reshape(batch, gx, nbytes), target, nthreads)
-    return target if user_out is None else user_out
+    return target if out is None else out
 
 
 def _quantize_activations(xa, act, gx, numerics):

@@ -175,3 +175,70 @@ def test_matmul_domain_error_names_row_and_block_and_leaves_out_alone(rng):
     with pytest.raises(qk.QuantizationDomainError, match=r"^block 1: x\[300\] is inf"):
         x[2, 300] = np.inf
         qk.matmul(w, x[2], lhs_format=Q4)
+
+
+# ---- the common case: recognised in one pass, everything else gets the full checks ----------
+
+def _full_checks_fail(*args, **kwargs):
+    raise AssertionError("the full checks ran for a plain call")
+
+
+@pytest.mark.parametrize("fmt", [Q4, qk.quant.q4_0, qk.quant.nvfp4])
+def test_plain_calls_skip_the_full_checks_with_the_same_bits(rng, monkeypatch, fmt):
+    """numpy uint8 records of the right shapes (memory maps too) take the shortcut of issue
+    23's fixed cost per call, and give the bits the fully checked call (a memoryview) gives."""
+    from numba_qk import ops
+    act = qk.formats.activation_format(fmt)
+    span = fmt.block_size // act.block_size
+    g, rows = 2, 9
+    values = rng.standard_normal((rows * g, fmt.block_size)).astype(np.float32)
+    w = qk.quantize(values, fmt).reshape(rows, g, fmt.block_bytes)
+    x = rng.standard_normal((3, g * fmt.block_size)).astype(np.float32)
+    xq = qk.quantize(x.reshape(-1, act.block_size), act).reshape(3, span * g, act.block_bytes)
+    want = (qk.gemv(memoryview(w), memoryview(xq[1]), lhs_format=fmt, rhs_format=act),
+            qk.gemm(memoryview(w), memoryview(xq), lhs_format=fmt, rhs_format=act),
+            qk.matmul(memoryview(w), memoryview(x[1]), lhs_format=fmt),
+            qk.matmul(memoryview(w), memoryview(x), lhs_format=fmt))
+    for name in ("_product_operands", "check_records", "check_slot_in", "check_threads"):
+        monkeypatch.setattr(ops, name, _full_checks_fail)
+    for threads in (1, 2):
+        got = (qk.gemv(w, xq[1], lhs_format=fmt, rhs_format=act, threads=threads),
+               qk.gemm(w, xq, lhs_format=fmt, rhs_format=act, threads=threads),
+               qk.matmul(w, x[1], lhs_format=fmt, threads=threads),
+               qk.matmul(w.view(np.memmap), x, lhs_format=fmt, threads=threads))
+        for a, b in zip(got, want):
+            assert_same_f32(a, b)
+    out = np.full(rows, 7.0, np.float32)
+    assert qk.gemv(w, xq[1], lhs_format=fmt, rhs_format=act, out=out) is out
+    assert_same_f32(out, want[0])
+
+
+def test_the_shortcut_admits_nothing_the_full_checks_refuse(rng):
+    """Each way of breaking one condition of a valid call leaves the shortcut (so the full
+    checks run and name what is wrong); the valid call itself takes it."""
+    from numba_qk import ops
+    w = weights(rng, 4, 2)
+    xq = random_q8_k(rng, 2)
+    x = rng.standard_normal(512).astype(np.float32)
+    assert ops._plain_records(w, xq, Q4, Q8, 1, 2) is ops._PLANS[Q4]
+    assert ops._plain_records(w, xq[None], Q4, Q8, 3, 3) is ops._PLANS[Q4]
+    assert ops._plain_matmul(w, x, Q4, 1) is ops._PLANS[Q4]
+    assert ops._plain_matmul(w, np.stack([x, x]), Q4, 2) is ops._PLANS[Q4]
+    bad_threads = (0, -1, True, 1.0, np.int64(1), None, "1")
+    records = [(w.view(np.int8), xq, Q4, Q8), (w, xq.view(np.int8), Q4, Q8),
+               (w[0], xq, Q4, Q8), (w[..., :-1], xq, Q4, Q8), (w, xq[:, :-1], Q4, Q8),
+               (w, xq[:1], Q4, Q8), (w, random_q8_k(rng, 3), Q4, Q8), (w[None], xq, Q4, Q8),
+               (w, xq, Q4, Q4), (w, xq, "q4_k", Q8), (w, xq, Q8, Q8), (w, xq, qk.f16, Q8),
+               (w, xq, [Q4], Q8), (memoryview(w), xq, Q4, Q8), (w, memoryview(xq), Q4, Q8),
+               (w.tolist(), xq, Q4, Q8), (w, xq, Q4, qk.quant.q8_0)]
+    for args in records:
+        assert ops._plain_records(*args, 1, 2) is None
+    for t in bad_threads:
+        assert ops._plain_records(w, xq, Q4, Q8, t, 2) is None
+        assert ops._plain_matmul(w, x, Q4, t) is None
+    assert ops._plain_records(w, xq, Q4, Q8, 1, 3) is None   # a gemv operand given to gemm
+    for args in [(w.view(np.int8), x, Q4), (w, x.astype(np.float64), Q4), (w, x[:-1], Q4),
+                 (w, x.reshape(1, 1, -1), Q4), (w, x[:256], Q4), (w[..., :-1], x, Q4),
+                 (w, x, Q8), (w, x, "q4_k"), (w, x, qk.bf16), (w, memoryview(x), Q4),
+                 (w, x.tolist(), Q4), (w[:, :1], x, Q4), (w, np.float32(1), Q4)]:
+        assert ops._plain_matmul(*args, 1) is None
