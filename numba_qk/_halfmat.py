@@ -24,7 +24,7 @@ __all__ = ["FLOAT_WEIGHTS", "is_float_weight", "codes", "convert_activations", "
 
 
 def is_float_weight(fmt) -> bool:
-    return any(fmt is t for t in FLOAT_WEIGHTS)
+    return fmt is FLOAT_WEIGHTS[0] or fmt is FLOAT_WEIGHTS[1]
 
 
 _KERNELS = {f16: (_k.gemv_f16, _k.gemm_f16), bf16: (_k.gemv_bf16, _k.gemm_bf16)}

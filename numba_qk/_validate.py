@@ -62,9 +62,22 @@ def check_slot(value, name: str, expected, what: str, context: str = "") -> None
                     f"got {describe(value)}{_hint(value)}")
 
 
+_ID_SETS = {}
+
+
+def _ids_of(allowed) -> frozenset:
+    """The ids of the objects of the tuple ``allowed`` (the registry's constant tuples: one set
+    each, made on first use), so that a slot check is one set lookup by identity."""
+    got = _ID_SETS.get(id(allowed))
+    if got is None or got[0] is not allowed:
+        got = _ID_SETS[id(allowed)] = (allowed, frozenset(map(id, allowed)))
+    return got[1]
+
+
 def check_slot_in(value, name: str, allowed, what: str, note: str = "") -> None:
     """A format slot that takes one of several closed schema objects."""
-    if any(value is a for a in allowed):
+    got = _ID_SETS.get(id(allowed))
+    if id(value) in (got[1] if got is not None and got[0] is allowed else _ids_of(allowed)):
         return
     listed = ", ".join(f"{a!r} ({a.name})" for a in allowed)
     raise TypeError(f"{name}: {what} expects {listed}; got {describe(value)}{_hint(value)}{note}")

@@ -90,7 +90,7 @@ class QuantNamespace(Frozen):
         return iter(_FORMATS.values())
 
     def __contains__(self, item) -> bool:
-        return any(item is f for f in _FORMATS.values())
+        return id(item) in _FORMAT_IDS    # identity, never the item's own __eq__ / __hash__
 
     def __repr__(self):
         return f"numba_qk.quant({', '.join(f.name for f in self)})"
@@ -100,3 +100,4 @@ for _attr, _fmt in _FORMATS.items():  # numba_qk.quant.<attr>, one per declared 
     setattr(QuantNamespace, _attr, _fmt)
 
 quant = QuantNamespace()
+_FORMAT_IDS = frozenset(id(f) for f in _FORMATS.values())   # the formats live as long as this
