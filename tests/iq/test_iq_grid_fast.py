@@ -66,7 +66,8 @@ def test_simd_sums_equal_the_loops_on_any_bytes(name, rng):
         assert (out[:, 0] == out[:, 1]).all(), (var, np.flatnonzero(out[:, 0] != out[:, 1])[:5])
 
 
-@pytest.mark.skipif(not (_simd.HAVE_VNNI and _simd.HAVE_AVX512), reason="no AVX-512 VNNI panel gemm")
+@pytest.mark.skipif(not (_simd.HAVE_VNNI and _simd.HAVE_AVX512),
+                    reason="no AVX-512 VNNI panel gemm")
 @pytest.mark.parametrize("name", default_few(["iq3_s", "iq4_xs"], {"iq3_s"}))
 def test_wide_panel_decode_writes_the_unit_decode_bytes(name, rng):
     """The format's 512-bit panel decode (``iq_grid._DECODE_WIDE``) writes the bytes of the

@@ -16,9 +16,12 @@ element order::
              IQ3_S) or ksigns_iq2xs of the 7 stored bits, computed as the bits and their parity
              (popcount & 1) in bit 7.  Indices with high bits in qh (IQ2_S, IQ3_S, IQ1) are put
              together 4 at a time by two BMI2 pdep into the u16 lanes of a u64 where the target
-             has BMI2.  IQ1 reads a table of q = 8 grid +- 1 by a 12-bit index whose bit 11 is
-             the delta sign (qh's nibble of the group, IQ1_M; bit 15 of the sub-block's qh word,
-             IQ1_S), so q needs no shift after the gather
+             has BMI2.  IQ3_S with AVX-512 VBMI: no per-entry loads, the 64 entries' bytes
+             (1..15, nibbles) looked up together from two byte tables by vpermi2b and spread
+             by vpmultishiftqb (``_iq3_s_nibbles``, ``_iq3_s_grid64``).  IQ1 reads a table of
+             q = 8 grid +- 1 by a 12-bit index whose bit 11 is the delta sign (qh's nibble of
+             the group, IQ1_M; bit 15 of the sub-block's qh word, IQ1_S), so q needs no shift
+             after the gather
     w'     = (grid ^ mm) - mm, mm = m ^ (xq >> 7)    w with the sign of xq applied (a
                                                      conditional negate: |w| <= 62 never wraps);
                                                      with AVX-512BW/VL m and xq < 0 are k masks
@@ -371,6 +374,8 @@ _S3_SC = _iq.iq3_s.field("ls").start
 
 
 def _units_iq3_s(b, wb):
+    if HAVE_VBMI:
+        return _units_iq3_s_vbmi(b, wb)
     v = b.zext(splat_lanes(b, load(b, wb, _S3_SC, vec(i8, 4)), [s // 2 for s in range(8)]),
                vec(i16, 8))
     scales = _odd(b, _lanes(b, v, [4 * (s % 2) for s in range(8)], 15))
@@ -787,33 +792,56 @@ def _iq3_s_nibbles(b, wb):
     return out
 
 
-def _decode_iq3_s_vbmi(b, wb, db):
-    """``_decode_into`` of an IQ3_S record with AVX-512 VBMI: the 64 entries' nibbles
-    (``_iq3_s_nibbles``); per 16 entries (64 elements) one ``vpermi2b`` puts entries e, e + 1's
-    lo, hi bytes in bytes 0..3 of a qword, one ``vpmultishiftqb`` moves nibble j of them to byte
-    j and an and keeps it (the grid bytes in element order), the 64 sign bits as one k mask
-    negate (a masked ``vpsubb`` from 0); C's sums of q by ``vpdpbusd`` with ones (lane j: 4
-    elements of unit 2 c + j // 8) times the unit's scale: the same integers and bytes as the
-    unit-by-unit decode."""
-    v16, v64 = vec(i32, 16), vec(i8, 64)
-    k64 = vec(ir.IntType(1), 64)
+def _iq3_s_grid64(b, lo, hi, c):
+    """<64 x i8>: the unsigned grid bytes of elements 64 c .. 64 c + 63 from the nibbles
+    ``lo``, ``hi`` (``_iq3_s_nibbles``): one ``vpermi2b`` puts entries e, e + 1's lo, hi bytes in
+    bytes 0..3 of a qword, one ``vpmultishiftqb`` moves nibble j of them to byte j, an and
+    keeps it."""
+    v64 = vec(i8, 64)
     perm = decl(b, "llvm.x86.avx512.vpermi2var.qi.512", v64, [v64, v64, v64])
     mshift = decl(b, "llvm.x86.avx512.pmultishift.qb.512", v64, [v64, v64])
+    order = [(16 * c + 2 * (n // 8) + (n % 8) // 2) + 64 * (n % 2) if n % 8 < 4 else 0
+             for n in range(64)]
+    pairs = b.call(perm, [lo, ir.Constant(v64, order), hi])
+    ctrl = ir.Constant(v64, [4 * j for j in range(8)] * 8)
+    return b.and_(b.call(mshift, [ctrl, pairs]), ir.Constant(v64, [0x0F] * 64))
+
+
+def _units_iq3_s_vbmi(b, wb):
+    """``_units_iq3_s`` with AVX-512 VBMI: the grid bytes of all 64 entries by the nibble tables
+    (``_iq3_s_grid64``), split into the 8 units."""
+    v = b.zext(splat_lanes(b, load(b, wb, _S3_SC, vec(i8, 4)), [s // 2 for s in range(8)]),
+               vec(i16, 8))
+    scales = _odd(b, _lanes(b, v, [4 * (s % 2) for s in range(8)], 15))
+    lo, hi = _iq3_s_nibbles(b, wb)
+    out = []
+    for c in range(4):
+        g64 = _iq3_s_grid64(b, lo, hi, c)
+        for h in range(2):
+            s = 2 * c + h
+            grid = splat_lanes(b, g64, list(range(32 * h, 32 * h + 32)))
+            out.append((grid, _plain_sign_masks(b, wb, _S3_SIGNS, s), _unit_scales(b, scales, s)))
+    return out
+
+
+def _decode_iq3_s_vbmi(b, wb, db):
+    """``_decode_into`` of an IQ3_S record with AVX-512 VBMI: the 64 entries' nibbles
+    (``_iq3_s_nibbles``), per 64 elements their grid bytes (``_iq3_s_grid64``) and the 64 sign
+    bits as one k mask negating them (a masked ``vpsubb`` from 0); C's sums of q by
+    ``vpdpbusd`` with ones (lane j: 4 elements of unit 2 c + j // 8) times the unit's scale: the
+    same integers and bytes as the unit-by-unit decode."""
+    v16, v64 = vec(i32, 16), vec(i8, 64)
+    k64 = vec(ir.IntType(1), 64)
     dpbusd = Ops(b, True, True).dpbusd
     ones, zero = ir.Constant(v64, [1] * 64), ir.Constant(v16, None)
     lo, hi = _iq3_s_nibbles(b, wb)
-    ctrl = ir.Constant(v64, [4 * j for j in range(8)] * 8)
-    low = ir.Constant(v64, [0x0F] * 64)
     v8 = vec(i32, 8)
     codes = b.zext(splat_lanes(b, load(b, wb, _S3_SC, vec(i8, 4)), [s // 2 for s in range(8)]),
                    v8)
     sc = _odd(b, _lanes(b, codes, [4 * (s % 2) for s in range(8)], 15))
     csum = None
     for c in range(4):
-        order = [(16 * c + 2 * (n // 8) + (n % 8) // 2) + 64 * (n % 2) if n % 8 < 4 else 0
-                 for n in range(64)]
-        pairs = b.call(perm, [lo, ir.Constant(v64, order), hi])
-        grid = b.and_(b.call(mshift, [ctrl, pairs]), low)
+        grid = _iq3_s_grid64(b, lo, hi, c)
         neg = b.bitcast(load(b, wb, _S3_SIGNS + 8 * c, i64), k64)
         w = b.select(neg, b.sub(ir.Constant(v64, None), grid), grid)
         store_at(b, db, 64 * c, w)
