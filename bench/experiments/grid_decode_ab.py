@@ -1,5 +1,6 @@
 """A/B of a format's panel decode (``simd/iq_grid.py`` ``_decode_into``): the unit-by-unit
-decode (``old``) against the format's 512-bit decoder (``new``, ``_DECODE_WIDE``: IQ4_XS, IQ3_S
+decode (``old``; IQ3_S's units from the VBMI nibble tables since session 20, scalar entry
+loads before) against the format's 512-bit decoder (``new``, ``_DECODE_WIDE``: IQ4_XS, IQ3_S
 with AVX-512 VBMI), interleaved in one process, ns per record over a matrix of random records
 (finite d) decoded row by row into a ~384 KiB buffer as ``drive.panel_gemm`` does; the decoded
 bytes of both are compared first.  ``--rows 256 --repeat 16`` keeps the records in L2 (the
