@@ -66,6 +66,41 @@ def test_simd_sums_equal_the_loops_on_any_bytes(name, rng):
         assert (out[:, 0] == out[:, 1]).all(), (var, np.flatnonzero(out[:, 0] != out[:, 1])[:5])
 
 
+@pytest.mark.skipif(not (_simd.HAVE_VNNI and _simd.HAVE_AVX512),
+                    reason="no AVX-512 VNNI panel gemm")
+@pytest.mark.parametrize("name", default_few(["iq3_s", "iq4_xs"], {"iq3_s"}))
+def test_wide_panel_decode_writes_the_unit_decode_bytes(name, rng):
+    """The format's 512-bit panel decode (``iq_grid._DECODE_WIDE``) writes the bytes of the
+    unit-by-unit decode (q, scales, dc, C) for random records (NaN/inf scales included), all-0xFF
+    and all-0x00 ones, read from an unaligned read-only copy."""
+    from numba import njit
+
+    from numba_qk.kernels.simd import iq_grid as sg
+
+    if name not in sg._DECODE_WIDE:
+        pytest.skip(f"no 512-bit {name} decode on this machine")
+    kf = sg.FORMATS[name]
+    unit = sg.decode_intrinsic(lambda b, wb, db: sg._decode_into(b, kf, wb, db, False))
+    wide = sg.decode_intrinsic(lambda b, wb, db: sg._decode_into(b, kf, wb, db, True))
+    dec_bytes = sg.DEC_BYTES
+
+    @njit(cache=False)
+    def both(w, out):
+        for r in range(w.shape[0]):
+            unit(w, r * w.strides[0], out, 2 * r * dec_bytes)
+            wide(w, r * w.strides[0], out, (2 * r + 1) * dec_bytes)
+
+    w = rng.integers(0, 256, (600, getattr(qk.quant, name).block_bytes), dtype=np.uint8)
+    w[:8] = 0xFF
+    w[8:16] = 0
+    w = unaligned(w)
+    w.flags.writeable = False
+    out = np.zeros((600, 2, dec_bytes), np.uint8)
+    both(w, out.reshape(-1))
+    bad = np.flatnonzero((out[:, 0] != out[:, 1]).any(axis=1))
+    assert bad.size == 0, (bad[:5], np.flatnonzero(out[bad[0], 0] != out[bad[0], 1])[:8])
+
+
 @pytest.mark.parametrize("name", default_few(NAMES, {"iq4_xs"}))  # value + tiles
 def test_fast_paths_equal_the_portable_definition(name, rng):
     """dot, gemv (2 tiles of 8 rows + 3 leftover rows), gemm (2 tiles of 8 activations + 3

@@ -16,9 +16,12 @@ element order::
              IQ3_S) or ksigns_iq2xs of the 7 stored bits, computed as the bits and their parity
              (popcount & 1) in bit 7.  Indices with high bits in qh (IQ2_S, IQ3_S, IQ1) are put
              together 4 at a time by two BMI2 pdep into the u16 lanes of a u64 where the target
-             has BMI2.  IQ1 reads a table of q = 8 grid +- 1 by a 12-bit index whose bit 11 is
-             the delta sign (qh's nibble of the group, IQ1_M; bit 15 of the sub-block's qh word,
-             IQ1_S), so q needs no shift after the gather
+             has BMI2.  IQ3_S with AVX-512 VBMI: no per-entry loads, the 64 entries' bytes
+             (1..15, nibbles) looked up together from two byte tables by vpermi2b and spread
+             by vpmultishiftqb (``_iq3_s_nibbles``, ``_iq3_s_grid64``).  IQ1 reads a table of
+             q = 8 grid +- 1 by a 12-bit index whose bit 11 is the delta sign (qh's nibble of
+             the group, IQ1_M; bit 15 of the sub-block's qh word, IQ1_S), so q needs no shift
+             after the gather
     w'     = (grid ^ mm) - mm, mm = m ^ (xq >> 7)    w with the sign of xq applied (a
                                                      conditional negate: |w| <= 62 never wraps);
                                                      with AVX-512BW/VL m and xq < 0 are k masks
@@ -371,6 +374,8 @@ _S3_SC = _iq.iq3_s.field("ls").start
 
 
 def _units_iq3_s(b, wb):
+    if HAVE_VBMI:
+        return _units_iq3_s_vbmi(b, wb)
     v = b.zext(splat_lanes(b, load(b, wb, _S3_SC, vec(i8, 4)), [s // 2 for s in range(8)]),
                vec(i16, 8))
     scales = _odd(b, _lanes(b, v, [4 * (s % 2) for s in range(8)], 15))
@@ -756,10 +761,113 @@ def _decode_iq4_xs_into(b, wb, db):
     store_at(b, db, DEC_DC_AT, b.fmul(b.extract_element(d, _c(0)), ir.Constant(_F32, 1.0)))
 
 
-def _decode_into(b, kf, wb, db):
-    """Store weight record ``wb`` of format ``kf`` decoded at ``db`` (layout above)."""
-    if kf.fmt is _XS4 and _IQ4_XS_ROWS:
-        return _decode_iq4_xs_into(b, wb, db)
+# IQ3_S's grid bytes are 1, 3, .., 15: an entry fits 16 bits as 4 nibbles, kept as two byte
+# tables of 512 entries (bytes 0, 1 of the entry as the low and high nibble of _IQ3S_LO, bytes
+# 2, 3 of _IQ3S_HI), 8 zmm each: an AVX-512 VBMI ``vpermi2b`` looks up 64 indices in 128 of them.
+_IQ3S_LO = [(e & 0xF) | ((e >> 8) & 0xF) << 4 for e in _g.IQ3S_GRID]
+_IQ3S_HI = [((e >> 16) & 0xF) | ((e >> 24) & 0xF) << 4 for e in _g.IQ3S_GRID]
+assert all(((e >> (8 * j)) & 0xFF) < 16 for e in _g.IQ3S_GRID for j in range(4))
+HAVE_VBMI = HAVE_AVX512 and "avx512vbmi" in FEATURES and "avx512vl" in FEATURES
+
+
+def _iq3_s_nibbles(b, wb):
+    """(lo, hi) <64 x i8>: the _IQ3S_LO and _IQ3S_HI bytes of the IQ3_S record ``wb``'s 64
+    grid indices (qs byte i, bit i of the qh u64 as bit 8): one ``vpermi2b`` per table and
+    quarter (the index's low 7 bits), the quarter chosen by bit 7 (``vpmovb2m``) and the qh
+    bit (``kmovq``) by blends."""
+    v64, k64 = vec(i8, 64), vec(ir.IntType(1), 64)
+    perm = decl(b, "llvm.x86.avx512.vpermi2var.qi.512", v64, [v64, v64, v64])
+    x = load(b, wb, _QS, v64)
+    b7 = b.icmp_signed("<", x, ir.Constant(v64, None))
+    b8 = b.bitcast(load(b, wb, _S3_QH, i64), k64)
+    out = []
+    for table in (_IQ3S_LO, _IQ3S_HI):
+        quarter = []
+        for t in range(4):
+            lo, hi = (ir.Constant(v64, table[128 * t + 64 * h:128 * t + 64 * h + 64])
+                      for h in range(2))
+            quarter.append(b.call(perm, [lo, x, hi]))
+        out.append(b.select(b8, b.select(b7, quarter[3], quarter[2]),
+                            b.select(b7, quarter[1], quarter[0])))
+    return out
+
+
+def _iq3_s_grid64(b, lo, hi, c):
+    """<64 x i8>: the unsigned grid bytes of elements 64 c .. 64 c + 63 from the nibbles
+    ``lo``, ``hi`` (``_iq3_s_nibbles``): one ``vpermi2b`` puts entries e, e + 1's lo, hi bytes in
+    bytes 0..3 of a qword, one ``vpmultishiftqb`` moves nibble j of them to byte j, an and
+    keeps it."""
+    v64 = vec(i8, 64)
+    perm = decl(b, "llvm.x86.avx512.vpermi2var.qi.512", v64, [v64, v64, v64])
+    mshift = decl(b, "llvm.x86.avx512.pmultishift.qb.512", v64, [v64, v64])
+    order = [(16 * c + 2 * (n // 8) + (n % 8) // 2) + 64 * (n % 2) if n % 8 < 4 else 0
+             for n in range(64)]
+    pairs = b.call(perm, [lo, ir.Constant(v64, order), hi])
+    ctrl = ir.Constant(v64, [4 * j for j in range(8)] * 8)
+    return b.and_(b.call(mshift, [ctrl, pairs]), ir.Constant(v64, [0x0F] * 64))
+
+
+def _units_iq3_s_vbmi(b, wb):
+    """``_units_iq3_s`` with AVX-512 VBMI: the grid bytes of all 64 entries by the nibble tables
+    (``_iq3_s_grid64``), split into the 8 units."""
+    v = b.zext(splat_lanes(b, load(b, wb, _S3_SC, vec(i8, 4)), [s // 2 for s in range(8)]),
+               vec(i16, 8))
+    scales = _odd(b, _lanes(b, v, [4 * (s % 2) for s in range(8)], 15))
+    lo, hi = _iq3_s_nibbles(b, wb)
+    out = []
+    for c in range(4):
+        g64 = _iq3_s_grid64(b, lo, hi, c)
+        for h in range(2):
+            s = 2 * c + h
+            grid = splat_lanes(b, g64, list(range(32 * h, 32 * h + 32)))
+            out.append((grid, _plain_sign_masks(b, wb, _S3_SIGNS, s), _unit_scales(b, scales, s)))
+    return out
+
+
+def _decode_iq3_s_vbmi(b, wb, db):
+    """``_decode_into`` of an IQ3_S record with AVX-512 VBMI: the 64 entries' nibbles
+    (``_iq3_s_nibbles``), per 64 elements their grid bytes (``_iq3_s_grid64``) and the 64 sign
+    bits as one k mask negating them (a masked ``vpsubb`` from 0); C's sums of q by
+    ``vpdpbusd`` with ones (lane j: 4 elements of unit 2 c + j // 8) times the unit's scale: the
+    same integers and bytes as the unit-by-unit decode."""
+    v16, v64 = vec(i32, 16), vec(i8, 64)
+    k64 = vec(ir.IntType(1), 64)
+    dpbusd = Ops(b, True, True).dpbusd
+    ones, zero = ir.Constant(v64, [1] * 64), ir.Constant(v16, None)
+    lo, hi = _iq3_s_nibbles(b, wb)
+    v8 = vec(i32, 8)
+    codes = b.zext(splat_lanes(b, load(b, wb, _S3_SC, vec(i8, 4)), [s // 2 for s in range(8)]),
+                   v8)
+    sc = _odd(b, _lanes(b, codes, [4 * (s % 2) for s in range(8)], 15))
+    csum = None
+    for c in range(4):
+        grid = _iq3_s_grid64(b, lo, hi, c)
+        neg = b.bitcast(load(b, wb, _S3_SIGNS + 8 * c, i64), k64)
+        w = b.select(neg, b.sub(ir.Constant(v64, None), grid), grid)
+        store_at(b, db, 64 * c, w)
+        t = b.mul(b.call(dpbusd, [zero, ones, w]),
+                  splat_lanes(b, sc, [2 * c + j // 8 for j in range(16)]))
+        csum = t if csum is None else b.add(csum, t)
+    radd = decl(b, "llvm.vector.reduce.add.v16i32", i32, [v16])
+    store_at(b, db, DEC_C_AT, b.mul(b.call(radd, [csum]), _c(BIAS)))
+    store_at(b, db, DEC_SC_AT, sc)
+    d = gather_f16(b, [wb], 0)
+    store_at(b, db, DEC_DC_AT, b.fmul(b.extract_element(d, _c(0)), ir.Constant(_F32, 1.0)))
+
+
+# the formats' 512-bit panel decoders, where the target has what they need (the decode runs
+# only where it has AVX-512 VNNI: ``HAVE_GEMM_TILES``)
+_DECODE_WIDE = {"iq4_xs": _decode_iq4_xs_into} if _IQ4_XS_ROWS else {}
+if HAVE_VBMI and _IQ4_XS_ROWS:
+    _DECODE_WIDE["iq3_s"] = _decode_iq3_s_vbmi
+
+
+def _decode_into(b, kf, wb, db, wide=True):
+    """Store weight record ``wb`` of format ``kf`` decoded at ``db`` (layout above); ``wide``:
+    through the format's 512-bit decoder where it has one (``_DECODE_WIDE``; without, the
+    unit-by-unit decode: same bytes)."""
+    if wide and kf.name in _DECODE_WIDE:
+        return _DECODE_WIDE[kf.name](b, wb, db)
     units = kf.units(b, wb)
     ops = Ops(b, False, False)
     ones = ir.Constant(_V32, [1] * 32)
