@@ -293,16 +293,18 @@ def _opaque(b, ptr):
     return b.call(ir.InlineAsm(ir.FunctionType(ptr.type, [ptr.type]), "", "=r,0"), [ptr])
 
 
-def _units_aux(b, wb, table, n, aux):
+def _units_aux(b, wb, table, n, aux, grids=None):
     """IQ2_XXS (``n`` = 4 byte indices per unit) and IQ3_XXS (8): the indices of unit s at
     bytes ``2 + 8 s``, lane s of the <8 x i32> ``aux`` its u32 of 4 x 7 sign bits and ls (bits
-    28..31)."""
+    28..31); ``grids``: the 8 units' grid bytes where the caller made them (else looked up
+    entry by entry)."""
     sb = _ksigns_of_aux(b, aux)
     scales = _odd(b, b.trunc(b.lshr(aux, ir.Constant(vec(i32, 8), [28] * 8)), vec(i16, 8)))
     out = []
     wi = _opaque(b, wb)   # the index bytes as byte loads (IQ2_XXS: aux is a vector load of them)
     for s in range(8):
-        grid = _pack(b, [_entry(b, table, _u8(b, wi, _QS + 8 * s + k)) for k in range(n)])
+        grid = grids[s] if grids is not None else _pack(
+            b, [_entry(b, table, _u8(b, wi, _QS + 8 * s + k)) for k in range(n)])
         out.append((grid, _bits_to_masks(b, sb, 4 * s), _unit_scales(b, scales, s)))
     return out
 
@@ -365,7 +367,7 @@ _XXS3_AUX = _iq.iq3_xxs.field("signs").start
 
 def _units_iq3_xxs(b, wb):
     aux = load(b, wb, _XXS3_AUX, vec(i32, 8))
-    return _units_aux(b, wb, "iq3xxs", 8, aux)
+    return _units_aux(b, wb, "iq3xxs", 8, aux, _iq3_xxs_grids(b, wb) if HAVE_VBMI else None)
 
 
 _S3_QH = _iq.iq3_s.field("qh").start
@@ -822,6 +824,45 @@ def _units_iq3_s_vbmi(b, wb):
             grid = splat_lanes(b, g64, list(range(32 * h, 32 * h + 32)))
             out.append((grid, _plain_sign_masks(b, wb, _S3_SIGNS, s), _unit_scales(b, scales, s)))
     return out
+
+
+# IQ3_XXS's grid bytes take 8 values (4, 12, .., 52, 62): an entry is 4 codes 0..7, kept as
+# nibbles in two byte tables of 256 entries as IQ3_S's (bytes 0, 1 of the entry in _IQ3XXS_LO,
+# bytes 2, 3 in _IQ3XXS_HI), the code turned into its byte by one ``vpshufb`` per 64 elements.
+_IQ3XXS_LEVELS = sorted({(e >> (8 * j)) & 0xFF for e in _g.IQ3XXS_GRID for j in range(4)})
+assert len(_IQ3XXS_LEVELS) == 8
+
+
+def _iq3xxs_code(e, j):
+    return _IQ3XXS_LEVELS.index((e >> (8 * j)) & 0xFF)
+
+
+_IQ3XXS_LO = [_iq3xxs_code(e, 0) | _iq3xxs_code(e, 1) << 4 for e in _g.IQ3XXS_GRID]
+_IQ3XXS_HI = [_iq3xxs_code(e, 2) | _iq3xxs_code(e, 3) << 4 for e in _g.IQ3XXS_GRID]
+
+
+def _iq3_xxs_grids(b, wb):
+    """The 8 units' <32 x i8> grid bytes of the IQ3_XXS record ``wb`` with AVX-512 VBMI: the 64
+    indices (qs bytes) looked up in the nibble tables by one ``vpermi2b`` per table and
+    128-entry half (bit 7 choosing by a blend), spread to codes per 64 elements
+    (``_iq3_s_grid64``) and turned into the grid bytes by ``vpshufb``."""
+    v64 = vec(i8, 64)
+    perm = decl(b, "llvm.x86.avx512.vpermi2var.qi.512", v64, [v64, v64, v64])
+    shuf = decl(b, "llvm.x86.avx512.pshuf.b.512", v64, [v64, v64])
+    x = load(b, wb, _QS, v64)
+    b7 = b.icmp_signed("<", x, ir.Constant(v64, None))
+    halves = []
+    for table in (_IQ3XXS_LO, _IQ3XXS_HI):
+        lo, hi = (b.call(perm, [ir.Constant(v64, table[128 * t:128 * t + 64]), x,
+                                ir.Constant(v64, table[128 * t + 64:128 * t + 128])])
+                  for t in range(2))
+        halves.append(b.select(b7, hi, lo))
+    levels = ir.Constant(v64, (_IQ3XXS_LEVELS + [0] * 8) * 4)
+    grids = []
+    for c in range(4):
+        g64 = b.call(shuf, [levels, _iq3_s_grid64(b, halves[0], halves[1], c)])
+        grids += [splat_lanes(b, g64, list(range(32 * h, 32 * h + 32))) for h in range(2)]
+    return grids
 
 
 def _decode_iq3_s_vbmi(b, wb, db):
