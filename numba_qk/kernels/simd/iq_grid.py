@@ -284,7 +284,6 @@ class _Fmt:
 
 
 _QS = 2
-_IQ2_VBMI = True
 
 
 def _opaque(b, ptr):
@@ -309,8 +308,10 @@ def _units_aux(b, wb, table, n, aux):
 
 
 def _units_iq2_xxs(b, wb):
-    if HAVE_VBMI and _IQ2_VBMI:
-        return _units_iq2_xxs_vbmi(b, wb)
+    return (_units_iq2_xxs_vbmi if HAVE_VBMI else _units_iq2_xxs_loads)(b, wb)
+
+
+def _units_iq2_xxs_loads(b, wb):
     words = load(b, wb, _QS, vec(i32, 16))        # lane 2s + 1: the aux word of sub-block s
     aux = splat_lanes(b, words, [2 * s + 1 for s in range(8)])
     return _units_aux(b, wb, "iq2xxs", 4, aux)
@@ -320,8 +321,10 @@ _XS2_SC = _iq.iq2_xs.field("ls").start
 
 
 def _units_iq2_xs(b, wb):
-    if HAVE_VBMI and _IQ2_VBMI:
-        return _units_iq2_xs_vbmi(b, wb)
+    return (_units_iq2_xs_vbmi if HAVE_VBMI else _units_iq2_xs_loads)(b, wb)
+
+
+def _units_iq2_xs_loads(b, wb):
     words = load(b, wb, _QS, vec(i16, 32))
     sb = _even_parity(b, b.trunc(b.lshr(words, ir.Constant(vec(i16, 32), [9] * 32)), _V32))
     out = []
@@ -361,8 +364,10 @@ def _units_qh_signs(b, wb, table, n, width, qh_at, signs_at, scales):
 
 
 def _units_iq2_s(b, wb):
-    if HAVE_VBMI and HAVE_BMI2 and _IQ2_VBMI:
-        return _units_iq2_s_vbmi(b, wb)
+    return (_units_iq2_s_vbmi if HAVE_VBMI and HAVE_BMI2 else _units_iq2_s_loads)(b, wb)
+
+
+def _units_iq2_s_loads(b, wb):
     return _units_qh_signs(b, wb, "iq2s", 4, 2, _S2_QH, _S2_SIGNS,
                            _nibble_scale_vector(b, wb, _S2_SC))
 
