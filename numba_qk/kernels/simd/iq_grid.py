@@ -18,7 +18,10 @@ element order::
              together 4 at a time by two BMI2 pdep into the u16 lanes of a u64 where the target
              has BMI2.  IQ3_S with AVX-512 VBMI: no per-entry loads, the 64 entries' bytes
              (1..15, nibbles) looked up together from two byte tables by vpermi2b and spread
-             by vpmultishiftqb (``_iq3_s_nibbles``, ``_iq3_s_grid64``).  IQ1 reads a table of
+             by vpmultishiftqb (``_iq3_s_nibbles``, ``_iq3_s_grid64``); the IQ2 formats' the
+             same way as 2-bit codes (grid bytes 8, 25, 43: ``_iq2_codes``, ``_iq2_grid64``,
+             a vpermb maps codes to bytes), summed 64 elements per 512-bit step
+             (``_pair64``).  IQ1 reads a table of
              q = 8 grid +- 1 by a 12-bit index whose bit 11 is the delta sign (qh's nibble of
              the group, IQ1_M; bit 15 of the sub-block's qh word, IQ1_S), so q needs no shift
              after the gather
@@ -1040,19 +1043,25 @@ def _decode_into(b, kf, wb, db, wide=True):
     unit-by-unit decode: same bytes)."""
     if wide and kf.name in _DECODE_WIDE:
         return _DECODE_WIDE[kf.name](b, wb, db)
-    units = _narrow(b, kf.units(b, wb))
-    ops = Ops(b, False, False)
-    ones = ir.Constant(_V32, [1] * 32)
+    units = kf.units(b, wb)
+    n = units[0][0].type.count      # 64: wide units (``_iq2_units_vbmi``), in 512-bit steps
+    ops = Ops(b, n == 64, False)
+    ones = ir.Constant(vec(i8, n), [1] * n)
     csum = None
     for u, (grid, signs, sc) in enumerate(units):
-        signs = None if signs is None else _byte_masks(b, signs)
-        w = grid if signs is None else b.sub(b.xor(grid, signs), signs)
-        store_at(b, db, 32 * u, w)
+        if signs is None:
+            w = grid
+        elif n == 64:
+            w = b.select(signs, b.sub(ir.Constant(grid.type, None), grid), grid)
+        else:
+            signs = _byte_masks(b, signs)
+            w = b.sub(b.xor(grid, signs), signs)
+        store_at(b, db, n * u, w)
         m = b.call(ops.maddwd, [b.call(ops.maddubs, [ones, w]), sc])   # (2 ls + 1) q pairs
         csum = m if csum is None else b.add(csum, m)
-    radd = decl(b, "llvm.vector.reduce.add.v8i32", i32, [vec(i32, 8)])
+    radd = decl(b, f"llvm.vector.reduce.add.v{n // 4}i32", i32, [vec(i32, n // 4)])
     store_at(b, db, DEC_C_AT, b.mul(b.call(radd, [csum]), _c(BIAS)))
-    lanes = [0] if kf.sub == 32 else [0, 8]
+    lanes = list(range(0, n // 2, kf.sub // 2))   # sc's first i16 lane of each scale span
     k = 0
     for _, _, sc in units:
         for lane in lanes:
