@@ -1040,7 +1040,8 @@ if HAVE_VBMI and _IQ4_XS_ROWS:
 def _decode_into(b, kf, wb, db, wide=True):
     """Store weight record ``wb`` of format ``kf`` decoded at ``db`` (layout above); ``wide``:
     through the format's 512-bit decoder where it has one (``_DECODE_WIDE``; without, the
-    unit-by-unit decode: same bytes)."""
+    unit-by-unit decode: same bytes; wide units of 64 elements, IQ2 with VBMI, in 512-bit
+    steps)."""
     if wide and kf.name in _DECODE_WIDE:
         return _DECODE_WIDE[kf.name](b, wb, db)
     units = kf.units(b, wb)
