@@ -848,19 +848,15 @@ def _iq3_s_grid64(b, lo, hi, c):
 
 def _units_iq3_s_vbmi(b, wb):
     """``_units_iq3_s`` with AVX-512 VBMI: the grid bytes of all 64 entries by the nibble tables
-    (``_iq3_s_grid64``), split into the 8 units."""
+    (``_iq3_s_grid64``), as 4 wide units of 64 elements (``_iq2_units_vbmi``'s shape: 512-bit
+    record sums by ``_pair64``)."""
     v = b.zext(splat_lanes(b, load(b, wb, _S3_SC, vec(i8, 4)), [s // 2 for s in range(8)]),
                vec(i16, 8))
     scales = _odd(b, _lanes(b, v, [4 * (s % 2) for s in range(8)], 15))
     lo, hi = _iq3_s_nibbles(b, wb)
-    out = []
-    for c in range(4):
-        g64 = _iq3_s_grid64(b, lo, hi, c)
-        for h in range(2):
-            s = 2 * c + h
-            grid = splat_lanes(b, g64, list(range(32 * h, 32 * h + 32)))
-            out.append((grid, _plain_sign_masks(b, wb, _S3_SIGNS, s), _unit_scales(b, scales, s)))
-    return out
+    k64 = vec(ir.IntType(1), 64)
+    return [(_iq3_s_grid64(b, lo, hi, c), b.bitcast(load(b, wb, _S3_SIGNS + 8 * c, i64), k64),
+             splat_lanes(b, scales, [2 * c + k // 16 for k in range(32)])) for c in range(4)]
 
 
 def _decode_iq3_s_vbmi(b, wb, db):
