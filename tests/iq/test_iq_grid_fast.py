@@ -101,6 +101,59 @@ def test_wide_panel_decode_writes_the_unit_decode_bytes(name, rng):
     assert bad.size == 0, (bad[:5], np.flatnonzero(out[bad[0], 0] != out[bad[0], 1])[:8])
 
 
+@pytest.mark.skipif(not _simd.HAVE_AVX512, reason="no AVX-512")
+@pytest.mark.parametrize("name", default_few(["iq2_xxs", "iq2_xs", "iq2_s"], {"iq2_s"}))
+def test_vbmi_iq2_units_equal_the_load_units(name, rng):
+    """IQ2's grid entries looked up as 2-bit codes with AVX-512 VBMI (``iq_grid._iq2_codes``,
+    wide units of 64 elements, ``_pair64``) give the S and the panel-decode bytes of the
+    per-entry table loads (``_units_<t>_loads``) on random records, all-0xFF and all-0x00 ones
+    and extreme activations, read from unaligned read-only copies."""
+    from numba import njit
+
+    from numba_qk.kernels.simd import base as sb
+    from numba_qk.kernels.simd import iq_grid as sg
+
+    if not sg.HAVE_VBMI:
+        pytest.skip("no AVX-512 VBMI on this machine")
+    kf = sg.FORMATS[name]
+    loads = sg._Fmt(kf.fmt, kf.c, getattr(sg, f"_units_{name}_loads"), kf.d_at, kf.sub)
+    vbmi = sg._Fmt(kf.fmt, kf.c, getattr(sg, f"_units_{name}_vbmi"), kf.d_at, kf.sub)
+
+    def sums(f):
+        return sb.record_intrinsic(False, lambda b, wb, xb: sg._sums(
+            b, sg.Ops(b, False, _simd.HAVE_VNNI), f, [wb], [xb]))
+
+    def decode(f):
+        return sg.decode_intrinsic(lambda b, wb, db: sg._decode_into(b, f, wb, db, False))
+
+    s_loads, s_vbmi, d_loads, d_vbmi = sums(loads), sums(vbmi), decode(loads), decode(vbmi)
+    dec_bytes = sg.DEC_BYTES
+
+    @njit(cache=False)
+    def both(w, x, out, dec):
+        for r in range(w.shape[0]):
+            out[r, 0] = s_loads(w, r * w.strides[0], x, r * x.strides[0])
+            out[r, 1] = s_vbmi(w, r * w.strides[0], x, r * x.strides[0])
+            d_loads(w, r * w.strides[0], dec, 2 * r * dec_bytes)
+            d_vbmi(w, r * w.strides[0], dec, (2 * r + 1) * dec_bytes)
+
+    w = rng.integers(0, 256, (600, getattr(qk.quant, name).block_bytes), dtype=np.uint8)
+    x = rng.integers(0, 256, (600, 292), dtype=np.uint8)
+    w[:8] = 0xFF
+    w[8:16] = 0
+    x[:12, 4:260] = 0x80
+    x[12:24, 4:260] = 0x7F
+    w, x = unaligned(w), unaligned(x)
+    w.flags.writeable = x.flags.writeable = False
+    out = np.zeros((600, 2), np.int64)
+    dec = np.zeros((600, 2, dec_bytes), np.uint8)
+    both(w, x, out, dec.reshape(-1))
+    assert (out[:, 0] == out[:, 1]).all(), np.flatnonzero(out[:, 0] != out[:, 1])[:5]
+    assert (out[:, 0] != 0).any()
+    bad = np.flatnonzero((dec[:, 0] != dec[:, 1]).any(axis=1))
+    assert bad.size == 0, (bad[:5], np.flatnonzero(dec[bad[0], 0] != dec[bad[0], 1])[:8])
+
+
 @pytest.mark.parametrize("name", default_few(NAMES, {"iq4_xs"}))  # value + tiles
 def test_fast_paths_equal_the_portable_definition(name, rng):
     """dot, gemv (2 tiles of 8 rows + 3 leftover rows), gemm (2 tiles of 8 activations + 3

@@ -18,7 +18,10 @@ element order::
              together 4 at a time by two BMI2 pdep into the u16 lanes of a u64 where the target
              has BMI2.  IQ3_S with AVX-512 VBMI: no per-entry loads, the 64 entries' bytes
              (1..15, nibbles) looked up together from two byte tables by vpermi2b and spread
-             by vpmultishiftqb (``_iq3_s_nibbles``, ``_iq3_s_grid64``).  IQ1 reads a table of
+             by vpmultishiftqb (``_iq3_s_nibbles``, ``_iq3_s_grid64``); the IQ2 formats' the
+             same way as 2-bit codes (grid bytes 8, 25, 43: ``_iq2_codes``, ``_iq2_grid64``,
+             a vpermb maps codes to bytes), summed 64 elements per 512-bit step
+             (``_pair64``).  IQ1 reads a table of
              q = 8 grid +- 1 by a 12-bit index whose bit 11 is the delta sign (qh's nibble of
              the group, IQ1_M; bit 15 of the sub-block's qh word, IQ1_S), so q needs no shift
              after the gather
@@ -310,6 +313,10 @@ def _units_aux(b, wb, table, n, aux, grids=None):
 
 
 def _units_iq2_xxs(b, wb):
+    return (_units_iq2_xxs_vbmi if HAVE_VBMI else _units_iq2_xxs_loads)(b, wb)
+
+
+def _units_iq2_xxs_loads(b, wb):
     words = load(b, wb, _QS, vec(i32, 16))        # lane 2s + 1: the aux word of sub-block s
     aux = splat_lanes(b, words, [2 * s + 1 for s in range(8)])
     return _units_aux(b, wb, "iq2xxs", 4, aux)
@@ -319,6 +326,10 @@ _XS2_SC = _iq.iq2_xs.field("ls").start
 
 
 def _units_iq2_xs(b, wb):
+    return (_units_iq2_xs_vbmi if HAVE_VBMI else _units_iq2_xs_loads)(b, wb)
+
+
+def _units_iq2_xs_loads(b, wb):
     words = load(b, wb, _QS, vec(i16, 32))
     sb = _even_parity(b, b.trunc(b.lshr(words, ir.Constant(vec(i16, 32), [9] * 32)), _V32))
     out = []
@@ -358,6 +369,10 @@ def _units_qh_signs(b, wb, table, n, width, qh_at, signs_at, scales):
 
 
 def _units_iq2_s(b, wb):
+    return (_units_iq2_s_vbmi if HAVE_VBMI and HAVE_BMI2 else _units_iq2_s_loads)(b, wb)
+
+
+def _units_iq2_s_loads(b, wb):
     return _units_qh_signs(b, wb, "iq2s", 4, 2, _S2_QH, _S2_SIGNS,
                            _nibble_scale_vector(b, wb, _S2_SC))
 
@@ -495,6 +510,8 @@ def _x_side(b, xb):
 
 def _pair(b, ops, units, xside):
     """<8 x i32> whose lane sum is S of one decoded weight record and one Q8_K record."""
+    if units[0][0].type.count == 64:
+        return _pair64(b, ops, units, xside)
     acc = None
     psign = decl(b, "llvm.x86.avx2.psign.b", _V32, [_V32, _V32])
     for (grid, signs, sc), (ax, xneg, x, kx) in zip(units, xside):
@@ -516,6 +533,28 @@ def _pair(b, ops, units, xside):
     return acc
 
 
+def _pair64(b, ops, units, xside):
+    """``_pair`` of wide units (``_iq2_units_vbmi``): per 64 elements one masked ``vpsubb``,
+    ``vpmaddubsw`` and ``vpdpwssd`` (or ``vpmaddwd`` and add) of 512 bits, the activation's
+    halves joined (the same for every row: computed once); the 16 lanes folded to 8."""
+    wide = Ops(b, True, ops.dpwssd is not None)
+    v64, v16 = vec(i8, 64), vec(i32, 16)
+    both = list(range(64))
+    acc = None
+    for c, (grid, signs, sc) in enumerate(units):
+        (ax0, _, _, kx0), (ax1, _, _, kx1) = xside[2 * c], xside[2 * c + 1]
+        ax = b.shuffle_vector(ax0, ax1, ir.Constant(vec(i32, 64), both))
+        kx = b.shuffle_vector(kx0, kx1, ir.Constant(vec(i32, 64), both))
+        w = b.select(b.xor(signs, kx), b.sub(ir.Constant(v64, None), grid), grid)
+        p = b.call(wide.maddubs, [ax, w])
+        if wide.dpwssd is not None:
+            acc = b.call(wide.dpwssd, [acc if acc is not None else ir.Constant(v16, None), p, sc])
+        else:
+            m = b.call(wide.maddwd, [p, sc])
+            acc = m if acc is None else b.add(acc, m)
+    return b.add(splat_lanes(b, acc, list(range(8))), splat_lanes(b, acc, list(range(8, 16))))
+
+
 def _spilled_units(b, units):
     """``units`` as (signed weights w = (grid ^ m) - m, None, sc16) loaded back from a stack
     slot that an empty inline-asm statement has seen (so LLVM keeps it in memory): the gemm
@@ -524,7 +563,7 @@ def _spilled_units(b, units):
     ran 2x slower than 8 record values)."""
     slot = cgutils.alloca_once(b, ir.ArrayType(_V32, 8))
     scs = cgutils.alloca_once(b, ir.ArrayType(vec(i16, 16), 8))
-    for u, (grid, signs, sc) in enumerate(units):
+    for u, (grid, signs, sc) in enumerate(_narrow(b, units)):
         signs = None if signs is None else _byte_masks(b, signs)
         w = grid if signs is None else b.sub(b.xor(grid, signs), signs)
         b.store(w, b.gep(slot, [_c(0), _c(u)]))
@@ -811,19 +850,15 @@ def _iq3_s_grid64(b, lo, hi, c):
 
 def _units_iq3_s_vbmi(b, wb):
     """``_units_iq3_s`` with AVX-512 VBMI: the grid bytes of all 64 entries by the nibble tables
-    (``_iq3_s_grid64``), split into the 8 units."""
+    (``_iq3_s_grid64``), as 4 wide units of 64 elements (``_iq2_units_vbmi``'s shape: 512-bit
+    record sums by ``_pair64``)."""
     v = b.zext(splat_lanes(b, load(b, wb, _S3_SC, vec(i8, 4)), [s // 2 for s in range(8)]),
                vec(i16, 8))
     scales = _odd(b, _lanes(b, v, [4 * (s % 2) for s in range(8)], 15))
     lo, hi = _iq3_s_nibbles(b, wb)
-    out = []
-    for c in range(4):
-        g64 = _iq3_s_grid64(b, lo, hi, c)
-        for h in range(2):
-            s = 2 * c + h
-            grid = splat_lanes(b, g64, list(range(32 * h, 32 * h + 32)))
-            out.append((grid, _plain_sign_masks(b, wb, _S3_SIGNS, s), _unit_scales(b, scales, s)))
-    return out
+    k64 = vec(ir.IntType(1), 64)
+    return [(_iq3_s_grid64(b, lo, hi, c), b.bitcast(load(b, wb, _S3_SIGNS + 8 * c, i64), k64),
+             splat_lanes(b, scales, [2 * c + k // 16 for k in range(32)])) for c in range(4)]
 
 
 # IQ3_XXS's grid bytes take 8 values (4, 12, .., 52, 62): an entry is 4 codes 0..7, kept as
@@ -896,6 +931,142 @@ def _decode_iq3_s_vbmi(b, wb, db):
     store_at(b, db, DEC_DC_AT, b.fmul(b.extract_element(d, _c(0)), ir.Constant(_F32, 1.0)))
 
 
+
+# IQ2's grid bytes are 8, 25, 43: an entry fits 16 bits as 8 2-bit codes (0, 1, 2), kept as two
+# byte tables (codes of bytes 0..3 of the entry in _IQ2_LO, of bytes 4..7 in _IQ2_HI; code j at
+# bits 2 j), looked up 64 indices at a time by ``vpermi2b`` as IQ3_S's nibbles, the 128-entry
+# quarter chosen by the index's bits 7 (8, 9) by blends; a ``vpmultishiftqb`` puts code j of an
+# entry's 16 bits in the low bits of byte j and a ``vpermb`` maps them to the grid bytes.
+_IQ2_LEVELS = (8, 25, 43)
+
+
+def _iq2_code_tables(grid):
+    code = {v: k for k, v in enumerate(_IQ2_LEVELS)}
+    assert all(((e >> (8 * j)) & 0xFF) in code for e in grid for j in range(8))
+    return [[sum(code[(e >> (8 * (4 * h + j))) & 0xFF] << (2 * j) for j in range(4))
+             for e in grid] for h in range(2)]
+
+
+_IQ2_CODES = {name: _iq2_code_tables(grid) for name, grid in (
+    ("iq2xxs", _g.IQ2XXS_GRID), ("iq2xs", _g.IQ2XS_GRID), ("iq2s", _g.IQ2S_GRID))}
+
+
+def _iq2_codes(b, table, x, highs):
+    """(lo, hi) <64 x i8>: the _IQ2_CODES[table] bytes at the indices of the 64 bytes ``x``
+    (bits 0..6; bit 7 of the byte and the <64 x i1> masks ``highs`` as bits 8, 9: the quarter,
+    by blends)."""
+    v64 = vec(i8, 64)
+    perm = decl(b, "llvm.x86.avx512.vpermi2var.qi.512", v64, [v64, v64, v64])
+    bits = [b.icmp_signed("<", x, ir.Constant(v64, None))] + list(highs)
+    out = []
+    for codes in _IQ2_CODES[table]:
+        level = []
+        for t in range(len(codes) // 128):
+            lo, hi = (ir.Constant(v64, codes[128 * t + 64 * h:128 * t + 64 * h + 64])
+                      for h in range(2))
+            level.append(b.call(perm, [lo, x, hi]))
+        for k in bits:
+            level = [b.select(k, level[i + 1], level[i]) for i in range(0, len(level), 2)]
+        assert len(level) == 1
+        out.append(level[0])
+    return out
+
+
+def _iq2_grid64(b, lo, hi, at):
+    """<64 x i8>: the grid bytes of the 8 entries whose codes are at bytes ``at`` (8 positions)
+    of ``lo``, ``hi`` (``_iq2_codes``): one ``vpermi2b`` puts entry q's lo, hi bytes in bytes 0,
+    1 of qword q, one ``vpmultishiftqb`` code j in the low 2 bits of byte j, one ``vpermb``
+    (index bits 0..5) the grid byte of the code."""
+    v64 = vec(i8, 64)
+    perm = decl(b, "llvm.x86.avx512.vpermi2var.qi.512", v64, [v64, v64, v64])
+    mshift = decl(b, "llvm.x86.avx512.pmultishift.qb.512", v64, [v64, v64])
+    permb = decl(b, "llvm.x86.avx512.permvar.qi.512", v64, [v64, v64])
+    order = [at[n // 8] + 64 * (n % 8) if n % 8 < 2 else 0 for n in range(64)]
+    pairs = b.call(perm, [lo, ir.Constant(v64, order), hi])
+    codes = b.call(mshift, [ir.Constant(v64, [2 * j for j in range(8)] * 8), pairs])
+    values = ir.Constant(v64, [(_IQ2_LEVELS + (0,))[i % 4] for i in range(64)])
+    return b.call(permb, [values, codes])
+
+
+def _iq2_units_vbmi(b, lo, hi, at, signs, scales):
+    """The units of an IQ2 record from its codes ``lo``, ``hi`` (``_iq2_codes``) as 4 wide
+    units of 64 elements (units 2 c, 2 c + 1: grid <64 x i8>, sign mask <64 x i1>, scales <32 x
+    i16>; ``_pair`` takes them in 512-bit steps, ``_narrow`` splits them): unit s's 4 entries
+    at bytes ``at(s, k)``, ``signs(c)`` the mask of units 2 c, 2 c + 1."""
+    n = scales.type.count      # 8: one scale per 32 elements, 16: per 16
+    out = []
+    for c in range(4):
+        g64 = _iq2_grid64(b, lo, hi, [at(2 * c + q // 4, q % 4) for q in range(8)])
+        sc = splat_lanes(b, scales, [(2 * c + k // 16) if n == 8 else (4 * c + k // 8)
+                                     for k in range(32)])
+        out.append((g64, signs(c), sc))
+    return out
+
+
+def _bits_to_masks64(b, signs, at):
+    """<64 x i1>: element k negated where bit k % 8 of byte ``at + k // 8`` of the <32 x i8>
+    ``signs`` is set (``vptestmb``)."""
+    v64 = vec(i8, 64)
+    v = splat_lanes(b, signs, [at + k // 8 for k in range(64)])
+    bit = ir.Constant(v64, [1 << (k % 8) for k in range(64)])
+    return b.icmp_unsigned("!=", b.and_(v, bit), ir.Constant(v64, None))
+
+
+def _narrow(b, units):
+    """``units`` with each wide unit of 64 elements (``_iq2_units_vbmi``) split into the two
+    units of 32 it holds."""
+    if units[0][0].type.count == 32:
+        return units
+    out = []
+    for grid, signs, sc in units:
+        for h in range(2):
+            half = list(range(32 * h, 32 * h + 32))
+            out.append((splat_lanes(b, grid, half), splat_lanes(b, signs, half),
+                        splat_lanes(b, sc, list(range(16 * h, 16 * h + 16)))))
+    return out
+
+
+def _units_iq2_xxs_vbmi(b, wb):
+    """``_units_iq2_xxs`` with AVX-512 VBMI (``_iq2_codes``: the index bytes of unit s at qs
+    bytes 8 s .. 8 s + 3)."""
+    words = load(b, wb, _QS, vec(i32, 16))
+    aux = splat_lanes(b, words, [2 * s + 1 for s in range(8)])
+    sb = _ksigns_of_aux(b, aux)
+    scales = _odd(b, b.trunc(b.lshr(aux, ir.Constant(vec(i32, 8), [28] * 8)), vec(i16, 8)))
+    lo, hi = _iq2_codes(b, "iq2xxs", b.bitcast(words, vec(i8, 64)), [])
+    return _iq2_units_vbmi(b, lo, hi, lambda s, k: 8 * s + k,
+                           lambda c: _bits_to_masks64(b, sb, 8 * c), scales)
+
+
+def _units_iq2_xs_vbmi(b, wb):
+    """``_units_iq2_xs`` with AVX-512 VBMI: index l of unit s (9 bits of qs word 4 s + l) looked
+    up at its low byte, its bit 8 the sign bit of the word shifted right by one."""
+    v64 = vec(i8, 64)
+    words = load(b, wb, _QS, vec(i16, 32))
+    sb = _even_parity(b, b.trunc(b.lshr(words, ir.Constant(vec(i16, 32), [9] * 32)), _V32))
+    b8 = b.icmp_signed("<", b.bitcast(b.lshr(words, ir.Constant(vec(i16, 32), [1] * 32)), v64),
+                       ir.Constant(v64, None))
+    lo, hi = _iq2_codes(b, "iq2xs", b.bitcast(words, v64), [b8])
+    return _iq2_units_vbmi(b, lo, hi, lambda s, k: 2 * (4 * s + k),
+                           lambda c: _bits_to_masks64(b, sb, 8 * c),
+                           _nibble_scale_vector(b, wb, _XS2_SC))
+
+
+def _units_iq2_s_vbmi(b, wb):
+    """``_units_iq2_s`` with AVX-512 VBMI: index p = 4 s + k's bits 8, 9 are bits 2 p, 2 p + 1
+    of the qh u64 (``pext`` into two masks)."""
+    k64 = vec(ir.IntType(1), 64)
+    pext = decl(b, "llvm.x86.bmi.pext.64", i64, [i64, i64])
+    qh = load(b, wb, _S2_QH, i64)
+    highs = [b.bitcast(b.call(pext, [qh, _c(m, i64)]), k64)
+             for m in (0x5555555555555555, 0xAAAAAAAAAAAAAAAA)]
+    lo, hi = _iq2_codes(b, "iq2s", load(b, wb, _QS, vec(i8, 64)), highs)
+    return _iq2_units_vbmi(b, lo, hi, lambda s, k: 4 * s + k,
+                           lambda c: b.bitcast(load(b, wb, _S2_SIGNS + 8 * c, i64),
+                                               vec(ir.IntType(1), 64)),
+                           _nibble_scale_vector(b, wb, _S2_SC))
+
+
 # the formats' 512-bit panel decoders, where the target has what they need (the decode runs
 # only where it has AVX-512 VNNI: ``HAVE_GEMM_TILES``)
 _DECODE_WIDE = {"iq4_xs": _decode_iq4_xs_into} if _IQ4_XS_ROWS else {}
@@ -906,22 +1077,29 @@ if HAVE_VBMI and _IQ4_XS_ROWS:
 def _decode_into(b, kf, wb, db, wide=True):
     """Store weight record ``wb`` of format ``kf`` decoded at ``db`` (layout above); ``wide``:
     through the format's 512-bit decoder where it has one (``_DECODE_WIDE``; without, the
-    unit-by-unit decode: same bytes)."""
+    unit-by-unit decode: same bytes; wide units of 64 elements, IQ2 with VBMI, in 512-bit
+    steps)."""
     if wide and kf.name in _DECODE_WIDE:
         return _DECODE_WIDE[kf.name](b, wb, db)
     units = kf.units(b, wb)
-    ops = Ops(b, False, False)
-    ones = ir.Constant(_V32, [1] * 32)
+    n = units[0][0].type.count      # 64: wide units (``_iq2_units_vbmi``), in 512-bit steps
+    ops = Ops(b, n == 64, False)
+    ones = ir.Constant(vec(i8, n), [1] * n)
     csum = None
     for u, (grid, signs, sc) in enumerate(units):
-        signs = None if signs is None else _byte_masks(b, signs)
-        w = grid if signs is None else b.sub(b.xor(grid, signs), signs)
-        store_at(b, db, 32 * u, w)
+        if signs is None:
+            w = grid
+        elif n == 64:
+            w = b.select(signs, b.sub(ir.Constant(grid.type, None), grid), grid)
+        else:
+            signs = _byte_masks(b, signs)
+            w = b.sub(b.xor(grid, signs), signs)
+        store_at(b, db, n * u, w)
         m = b.call(ops.maddwd, [b.call(ops.maddubs, [ones, w]), sc])   # (2 ls + 1) q pairs
         csum = m if csum is None else b.add(csum, m)
-    radd = decl(b, "llvm.vector.reduce.add.v8i32", i32, [vec(i32, 8)])
+    radd = decl(b, f"llvm.vector.reduce.add.v{n // 4}i32", i32, [vec(i32, n // 4)])
     store_at(b, db, DEC_C_AT, b.mul(b.call(radd, [csum]), _c(BIAS)))
-    lanes = [0] if kf.sub == 32 else [0, 8]
+    lanes = list(range(0, n // 2, kf.sub // 2))   # sc's first i16 lane of each scale span
     k = 0
     for _, _, sc in units:
         for lane in lanes:
