@@ -774,6 +774,17 @@ def store_at(b, base, off, v):
     b.store(v, b.bitcast(b.gep(base, [_c(off, i64)]), v.type.as_pointer()), align=1)
 
 
+def _store_wide_tail(b, db, wb, csum, sc):
+    """The 512-bit decoders' last fields: C (``BIAS`` times the lane sum of the <16 x i32>
+    ``csum``), the scales ``sc`` and ``dc`` (the record's f16 ``d`` at byte 0; the format's
+    constant c is 1)."""
+    radd = decl(b, "llvm.vector.reduce.add.v16i32", i32, [vec(i32, 16)])
+    store_at(b, db, DEC_C_AT, b.mul(b.call(radd, [csum]), _c(BIAS)))
+    store_at(b, db, DEC_SC_AT, sc)
+    d = gather_f16(b, [wb], 0)
+    store_at(b, db, DEC_DC_AT, b.fmul(b.extract_element(d, _c(0)), ir.Constant(_F32, 1.0)))
+
+
 def _decode_iq4_xs_into(b, wb, db):
     """``_decode_into`` of an IQ4_XS record with 512-bit steps: per 64-byte half of ``qs``,
     the low and high nibbles looked up by one ``vpshufb`` each (kvalues_iq4nl as int8) and
@@ -795,11 +806,7 @@ def _decode_iq4_xs_into(b, wb, db):
         k = b.call(dpbusd, [b.call(dpbusd, [ir.Constant(v16, None), ones, lo]), ones, hi])
         t = _iq4_xs_scaled(b, sc, h, k)
         csum = t if csum is None else b.add(csum, t)
-    radd = decl(b, "llvm.vector.reduce.add.v16i32", i32, [v16])
-    store_at(b, db, DEC_C_AT, b.mul(b.call(radd, [csum]), _c(BIAS)))
-    store_at(b, db, DEC_SC_AT, sc)
-    d = gather_f16(b, [wb], 0)
-    store_at(b, db, DEC_DC_AT, b.fmul(b.extract_element(d, _c(0)), ir.Constant(_F32, 1.0)))
+    _store_wide_tail(b, db, wb, csum, sc)
 
 
 # IQ3_S's grid bytes are 1, 3, .., 15: an entry fits 16 bits as 4 nibbles, kept as two byte
@@ -924,11 +931,7 @@ def _decode_iq3_s_vbmi(b, wb, db):
         t = b.mul(b.call(dpbusd, [zero, ones, w]),
                   splat_lanes(b, sc, [2 * c + j // 8 for j in range(16)]))
         csum = t if csum is None else b.add(csum, t)
-    radd = decl(b, "llvm.vector.reduce.add.v16i32", i32, [v16])
-    store_at(b, db, DEC_C_AT, b.mul(b.call(radd, [csum]), _c(BIAS)))
-    store_at(b, db, DEC_SC_AT, sc)
-    d = gather_f16(b, [wb], 0)
-    store_at(b, db, DEC_DC_AT, b.fmul(b.extract_element(d, _c(0)), ir.Constant(_F32, 1.0)))
+    _store_wide_tail(b, db, wb, csum, sc)
 
 
 
