@@ -328,14 +328,13 @@ _F32 = np.dtype(np.float32)
 
 
 class _Plan:
-    """What the products need of one block weight format: ``binding`` and ``act`` (the paired
-    activation format's binding), record bytes ``wbytes`` / ``xbytes``, ``span`` (activation
-    records per weight record) and ``block`` (values per weight record)."""
+    """What the products need of one block weight format: ``act`` (the paired activation
+    format's binding), record bytes ``wbytes`` / ``xbytes``, ``span`` (activation records per
+    weight record) and ``block`` (values per weight record)."""
 
-    __slots__ = ("binding", "act", "wbytes", "xbytes", "span", "block")
+    __slots__ = ("act", "wbytes", "xbytes", "span", "block")
 
     def __init__(self, fmt):
-        self.binding = registry.BY_FORMAT[fmt]
         self.act = registry.BY_FORMAT[activation_format(fmt)]
         self.wbytes, self.block = fmt.block_bytes, fmt.block_size
         self.xbytes, self.span = self.act.format.block_bytes, _span(fmt)
