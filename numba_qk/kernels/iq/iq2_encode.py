@@ -264,7 +264,12 @@ def take_levels(L, Laux, n, on, on_aux, ngroups):
         on[k] = on_aux[k]
 
 
-@inline_kernel
+# Compile time: the per-group helpers above (grid_levels, find_best_neighbour, snap, ...) are
+# inlined (as calls they made the encoders 1.3-1.6x slower); the sub-block searches below
+# (settle, try_scales, search16, block16, block32) are ordinary calls.  Numba's IR inlining copies
+# the callee's scope once per block, so nesting them all made each IQ2 encoder take 25-33 s to
+# compile; as calls, 3-10 s, at the same speed (bench/imatrix_vs_ggml.py: 0.67-0.81x ggml).
+@kernel
 def settle(u, kmap, neighbours, grid, xval, xo, waux, scale, L, lo, n):
     """The grid point of a group (``n`` values at ``xo``) whose rounded levels have code ``u``,
     at the final ``scale``: the code's own point where it is on the grid, else its best
@@ -297,7 +302,7 @@ def max_of(xval, n):
     return mx
 
 
-@inline_kernel
+@kernel
 def try_scales(nis, top, scale, xval, weight, waux, L, Laux, on, on_aux, ngroups, grid, kmap,
                neighbours):
     """ggml's candidate scales of an IQ2 sub-block of ``ngroups`` groups of 8: ``id = (2 kMaxQ
@@ -324,7 +329,7 @@ def try_scales(nis, top, scale, xval, weight, waux, L, Laux, on, on_aux, ngroups
     return scale, True
 
 
-@inline_kernel
+@kernel
 def search16(xval, weight, waux, L, Laux, on, on_aux, mx, grid, kmap, neighbours):
     """The scale search of ``quantize_row_iq2_xs_impl`` / ``_iq2_s_impl`` for one sub-block of
     16 (``is = -9 .. 9``, then the off-grid groups redone at the best scale): levels in ``L``,
@@ -391,7 +396,7 @@ def bad_block(values, b):
     return False
 
 
-@inline_kernel
+@kernel
 def block16(values, b, ib, qw, qoff, sigma2, weight, waux, xval, L, Laux, on, on_aux, bs, gi2,
             grid, kmap, neighbours, is_s):
     """Sub-block ``ib`` (16 values) of ``quantize_row_iq2_xs_impl`` (``is_s`` False: even-parity
@@ -439,7 +444,7 @@ def search_scratch(n):
             np.zeros(n, np.int32), np.zeros(n, np.int32))
 
 
-@inline_kernel
+@kernel
 def block32(values, b, ib, qw, qoff, sigma2, weight, waux, xval, L, Laux, on, on_aux, bs, gi4,
             Lqp, Ltmp, grid, kmap, neighbours):
     """Sub-block ``ib`` (32 values) of ``quantize_row_iq2_xxs_impl``: the 4 groups' even-parity
