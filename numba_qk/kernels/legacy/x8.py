@@ -23,11 +23,14 @@ Q4_1 and Q5_0 tiles are the kernels' too (numba_qk.models repacks such weights f
 
 import numpy as np
 
-from numba import literally
+import llvmlite.binding as llvm_binding
+from llvmlite import ir
+from numba import config, literally, types
+from numba.extending import intrinsic
 
 from numba_qk._jit import kernel
 from numba_qk.kernels.legacy.layout import FORMATS, D_AT, M_AT, QH_AT, QS_AT, X_D_AT, X_QS_AT, X_S_AT, Q4_0, Q4_1, Q5_0, Q8_0
-from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, prefetch, prefetch_plan
+from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, byte_ptr, decl, i8, i32
 from numba_qk.kernels.simd.legacy import (U8_BIAS, X8_AUX_BYTES, X8_IQ4_NL, X8_LAYOUT,
                                           X8_QS_BYTES, legacy_x8_rows)
 from numba_qk.kernels.drive import no_records
@@ -138,22 +141,72 @@ def _x8_prepare(code, x, xc8, dx8, sx8):
 _U8_BIAS_T = tuple(U8_BIAS.get(c, 0) for c in range(max(X8_CODES) + 1))
 
 
+# Software prefetch of the streamed tiles (DRAM-bound matvecs): each trip of records prefetches
+# exactly the lines it reads (its qs lines, its scale and aux lines) of the trip ``_AHEAD_BYTES``
+# of record columns further on in the row of tiles (into the next tile past the end of this
+# one): one prefetch per line read, none repeated.  On Zen 5 (4096x4096 IQ4_NL / Q4_0, 9.4 MB)
+# that read 30-32 GB/s against 20-22 GB/s for the former scheme (the tile ~64 KiB ahead as one
+# linear range into L2, 3 lines per record, and the next tile's share again: 2.7x as many
+# prefetches); without software prefetch the tile loop read only ~9 GB/s (the hardware
+# prefetchers alone keep too few lines in flight with this much work per line), a plain 512-bit
+# read on the same core 38-40 GB/s (bench/experiments/x8_stream_ab.py, read_ceiling.py).
+# Distances of 64-128 records (9-18 KiB for Q4_0) measured alike, 8-32 records slower.
+# Into L1 (``prefetcht0``; ``prefetchnta`` measured alike) where the compile target is AMD Zen 5
+# or later: into L2 (``prefetcht1``) was 5-15 % slower there.  Elsewhere into L2, as the other
+# streaming kernels do (simd/base.py ``prefetch``: on Zen 4, L1 prefetches of the former scheme
+# stalled on the L1's miss buffers; this scheme is not measured there).
+_AHEAD_BYTES = 12 << 10
+
+
+def _target_cpu() -> str:
+    """The CPU numba compiles for (part of numba's cache key, so cached code follows it)."""
+    if config.CPU_NAME and config.CPU_NAME != "host":
+        return config.CPU_NAME
+    try:
+        return llvm_binding.get_host_cpu_name()
+    except Exception:  # pragma: no cover - exotic hosts
+        return ""
+
+
+def _l1_prefetch(cpu: str) -> bool:
+    """Whether ``cpu`` (an LLVM CPU name) is AMD Zen 5 or later (``znver5``, ``znver6``, ...)."""
+    return cpu.startswith("znver") and cpu[5:].isdigit() and int(cpu[5:]) >= 5
+
+
+#: ``llvm.prefetch`` locality of the tile prefetch: 3 (``prefetcht0``) or 2 (``prefetcht1``)
+PREFETCH_LOCALITY = 3 if _l1_prefetch(_target_cpu()) else 2
+
+
+@intrinsic
+def _prefetch_tile(typingctx, arr, off):
+    """Prefetch the line holding byte ``off`` of uint8 array ``arr`` (``llvm.prefetch`` read,
+    locality ``PREFETCH_LOCALITY``): never faults, changes no value."""
+    sig = types.none(arr, types.intp)
+
+    def codegen(context, builder, signature, args):
+        ptr = byte_ptr(context, builder, signature.args[0], args[0], args[1])
+        fn = decl(builder, "llvm.prefetch.p0i8", ir.VoidType(), [i8.as_pointer(), i32, i32, i32])
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, PREFETCH_LOCALITY),
+                          ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @kernel
 def _gemv_x8_simd(code, tiles, x, out, trip):
     """Tiles only (``out`` has 8 entries per tile); ``x`` contiguous records."""
     literally(code)
     literally(trip)
-    ts0 = max(np.int64(tiles.strides[0]), np.int64(1))
-    _gemv_x8_simd_ahead(code, tiles, x, out, trip, prefetch_plan(ts0, 1)[0] // ts0)
+    col = 16 + X8_AUX_BYTES_T[code] + X8_QS_BYTES_T[code]   # tile bytes per record column
+    ahead = (_AHEAD_BYTES + col - 1) // col
+    _gemv_x8_simd_ahead(code, tiles, x, out, trip, (ahead + trip - 1) // trip * trip)
 
 
 @kernel
-def _gemv_x8_simd_ahead(code, tiles, x, out, trip, tiles_ahead):
-    """As ``_gemv_x8_simd``, prefetching into L2 the tile ``tiles_ahead`` tiles ahead (0: none)
-    as one linear byte range, an equal share of its lines per record step (as the plain gemv
-    kernels do, see ``_simd.prefetch_plan``), and the same share of the next tile again: a
-    second request for lines whose first prefetch was lost (streamed 4096x4096 Q4_0 on Zen 4:
-    ~10 % faster; bench/experiments/legacy_x8_ab.py)."""
+def _gemv_x8_simd_ahead(code, tiles, x, out, trip, ahead):
+    """As ``_gemv_x8_simd``, each trip prefetching (``_prefetch_tile``) the lines of the trip
+    ``ahead`` records further on in the row of tiles (0: no prefetch); see ``_AHEAD_BYTES``."""
     literally(code)
     literally(trip)
     t_n, g = tiles.shape[0], x.shape[0]
@@ -166,21 +219,26 @@ def _gemv_x8_simd_ahead(code, tiles, x, out, trip, tiles_ahead):
     qb = X8_QS_BYTES_T[code]
     ab = X8_AUX_BYTES_T[code]
     dp = ((16 + ab) * g + 63) // 64 * 64
-    lines = (ts0 + 63) // 64 if tiles_ahead > 0 else 0
-    per = (lines + g - 1) // max(g, 1)
-    last = (t_n - 1) * ts0
+    # the record prefetched: record pb of tile pt (pt == t_n: none left)
+    pt = np.int64(ahead) // np.int64(g) if ahead > 0 else np.int64(t_n)
+    pb = np.int64(ahead) - pt * np.int64(g) if ahead > 0 else np.int64(0)
     for t in range(t_n):
         base = t * ts0
-        far = min(base + tiles_ahead * ts0, last)   # never past the last tile
-        near = min(base + ts0, last) if tiles_ahead > 1 else far
         b = 0
         while b < g:
             n = trip if g - b >= trip else 1
-            for j in range(b * per, min((b + n) * per, lines)):
-                prefetch(tiles, far + j * 64)
-            if near != far:
-                for j in range(b * per, min((b + n) * per, lines)):
-                    prefetch(tiles, near + j * 64)
+            if pt < t_n:
+                pbase = pt * ts0
+                for j in range(0, n * qb, 64):
+                    _prefetch_tile(tiles, pbase + dp + qb * pb + j)
+                for j in range(0, n * 16, 64):
+                    _prefetch_tile(tiles, pbase + 16 * pb + j)
+                for j in range(0, n * ab, 64):
+                    _prefetch_tile(tiles, pbase + 16 * g + ab * pb + j)
+                pb += n
+                if pb >= g:
+                    pb -= g
+                    pt += 1
             if n == trip:
                 legacy_x8_rows(code, trip, tiles, base + 16 * b, base + dp + qb * b, x,
                                b * xs0, xc8, dx8, 8 * b, acc, b == 0,
