@@ -22,6 +22,12 @@ numerics="canonical")`` uses numba_qk's default quantizers instead (ggml's ``_re
 which differ in a few blocks per thousand).  The elementwise parts are in
 :mod:`numba_qk.models.kernels`.
 
+``load(path, threads=N)``: a batch of at least 64 tokens (a prompt) runs as N consecutive parts
+of its tokens, one a thread, each through every layer with one-thread products; a part's
+attention waits only for the earlier parts' K/V of the same layer.  Smaller batches and one
+token (decoding) split the products' rows instead.  The logits are the same bits whatever N (every step
+but attention reads one token, and attention reads the same cache).
+
 Text goes through the file's own vocabulary as llama.cpp's does (``Model.tokenize`` /
 ``Model.detokenize``, in plain Python: byte-level BPE with the ``tokenizer.ggml.pre``
 pre-tokenizer, or SentencePiece with byte fallback; ids equal llama.cpp's, see ``_vocab``).

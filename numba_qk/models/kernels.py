@@ -291,17 +291,17 @@ def geglu(g, u, table, out):
 
 
 @kernel
-def attention_step(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, rope_factors,
-                   freq_scale, mscale, q_scale, kc, vc, n_past, kq_scale, window, out):
-    """One layer's attention for ``T`` new tokens in one call, the steps of llama.cpp's graph
-    (and of the kernels above) in order: ``q``/``k`` (f32 ``[T, H, hd]`` / ``[T, Hkv, hd]``,
+def attention_prepare(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, rope_factors,
+                      freq_scale, mscale, q_scale, kc, vc, n_past):
+    """What one layer's attention does to ``T`` new tokens before it reads the cache, the steps
+    of llama.cpp's graph in order: ``q``/``k`` (f32 ``[T, H, hd]`` / ``[T, Hkv, hd]``,
     C-contiguous, changed in place) RMS-normalised per head by ``q_norm``/``k_norm`` (gemma3,
     qwen3; skipped when they are empty), ``rope`` at positions ``pos`` (with ``rope_factors``,
-    ``freq_scale``, ``mscale``), Q times ``q_scale`` in f32
-    (gemma3; skipped when 0); K and ``v`` rounded to f16 (RNE) into the cache layer ``kc``/``vc``
-    (uint16 views of the float16 cache: ``key_cache_shape`` / ``[Hkv, n_ctx, hd]``) at positions
-    ``n_past .. n_past + T - 1``; then ``attention`` of Q rounded to f16 over the cached
-    positions into ``out`` f32 ``[T, H, hd]``."""
+    ``freq_scale``, ``mscale``), Q times ``q_scale`` in f32 (gemma3; skipped when 0) and rounded
+    to f16 (as ``attention`` takes it); K and ``v`` rounded to f16 (RNE) into the cache layer
+    ``kc``/``vc`` (uint16 views of the float16 cache: ``key_cache_shape`` / ``[Hkv, n_ctx,
+    hd]``) at positions ``n_past .. n_past + T - 1``.  Each token's results depend on that
+    token alone."""
     T, H, hd = q.shape
     Hkv = k.shape[1]
     if q_norm.size:
@@ -324,6 +324,16 @@ def attention_step(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, ro
                 if q_scale != 0:
                     y = np.float32(y * q_scale)
                 q[t, h, i] = f16_to_f32(f16_bits(y))
+
+
+@kernel
+def attention_step(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, rope_factors,
+                   freq_scale, mscale, q_scale, kc, vc, n_past, kq_scale, window, out):
+    """One layer's attention for ``T`` new tokens in one call: ``attention_prepare`` (norms,
+    RoPE, the K/V cache written at ``n_past ..``), then ``attention`` of the prepared Q over the
+    cached positions into ``out`` f32 ``[T, H, hd]``."""
+    attention_prepare(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, rope_factors,
+                      freq_scale, mscale, q_scale, kc, vc, n_past)
     attention(q, kc, vc, n_past, kq_scale, window, out)
 
 

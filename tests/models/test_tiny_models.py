@@ -227,6 +227,65 @@ def test_one_token_decoder_equals_the_batched_code(tiny):
         np.testing.assert_array_equal(ca["v"], cb["v"])
 
 
+@pytest.mark.parametrize("split_min", [2, 8])
+def test_batches_split_by_tokens_give_the_one_pass_bits(tiny, monkeypatch, split_min):
+    """With threads, a batch runs as consecutive parts of tokens, one a thread, each part's
+    attention after the earlier parts' K/V (``_TokenSplit``): the logits (every position's and
+    the last one's) and the cache equal the one-thread pass bit for bit, for 2 and 3 parts (and
+    1-token parts), after a first batch too."""
+    from numba_qk import _threads
+    from numba_qk.models import _runner
+
+    arch, path, m = tiny
+    monkeypatch.setattr(_threads, "ADAPTIVE", False)            # the parts even on a busy host
+    monkeypatch.setattr(_runner, "PROMPT_SPLIT_MIN", split_min)
+    ids = PROMPT + PROMPT[::-1]
+    c1 = m.new_cache(len(ids) + 1)
+    want = m.forward(ids[:3], c1)
+    want_rest = m.forward(ids[3:], c1)
+    for threads in (2, 3):
+        mt = models.load(path, threads=threads)
+        seen = []
+        split_run = _runner._TokenSplit.run
+        monkeypatch.setattr(_runner._TokenSplit, "run",
+                            lambda self, *a: seen.append(self.parts) or split_run(self, *a))
+        ct = mt.new_cache(len(ids) + 1)
+        np.testing.assert_array_equal(mt.forward(ids[:3], ct), want)
+        np.testing.assert_array_equal(mt.forward(ids[3:], ct), want_rest)
+        np.testing.assert_array_equal(ct["k"], c1["k"])
+        np.testing.assert_array_equal(ct["v"], c1["v"])
+        np.testing.assert_array_equal(mt.forward(ids, mt.new_cache(len(ids)), all_logits=False),
+                                      want_rest[-1:])
+        assert seen and set(seen) == {threads}, seen          # the split ran, in that many parts
+        monkeypatch.setattr(_runner._TokenSplit, "run", split_run)
+
+
+def test_a_failing_part_of_a_split_batch_raises_its_error(tiny, monkeypatch):
+    """An error in any part of a split batch reaches the caller (the other parts stop at their
+    next wait), and the model keeps working."""
+    import threading
+
+    from numba_qk import _threads
+    from numba_qk.models import _runner
+
+    arch, path, m = tiny
+    monkeypatch.setattr(_threads, "ADAPTIVE", False)
+    monkeypatch.setattr(_runner, "PROMPT_SPLIT_MIN", 2)
+    mt = models.load(path, threads=2)
+    real = _runner.K.attention
+
+    def failing(q, *a):
+        if threading.current_thread().name == "numba_qk-prompt-1":
+            raise RuntimeError("part 1 failed")
+        return real(q, *a)
+
+    monkeypatch.setattr(_runner.K, "attention", failing)
+    with pytest.raises(RuntimeError, match="part 1 failed"):
+        mt.logits(PROMPT)
+    monkeypatch.setattr(_runner.K, "attention", real)
+    np.testing.assert_array_equal(mt.logits(PROMPT), m.logits(PROMPT))
+
+
 def test_token_ids_out_of_range_are_refused(tiny):
     arch, path, m = tiny
     for ids in ([m.n_vocab], [-1], [3, m.n_vocab]):
