@@ -97,10 +97,11 @@ def test_gemv_kernel_rows_equal_dot(rng):
 
 
 @needs_simd  # without AVX2 both sides are the portable loop: skip, not pass
-# by default Q4_1 (Q8_1-paired legacy tiles), Q6_K (K-quant tiles), NVFP4 (FP4 records) and IQ4_NL;
-# Q4_0 and the other legacy tiles also in tests/simd/test_legacy_vnni*.py; all under -m slow
+# by default Q4_1 (Q8_1-paired legacy tiles), NVFP4 (FP4 records) and IQ4_NL; the K-quant tiles'
+# fast paths against the portable definition in tests/kquants/test_kquants_fast.py, Q4_0 and the
+# other legacy tiles also in tests/simd/test_legacy_vnni*.py; all under -m slow
 @pytest.mark.parametrize("name", default_few([f.name.lower() for f in WEIGHTS],
-                                             {"q4_1", "q6_k", "nvfp4", "iq4_nl"}))
+                                             {"q4_1", "nvfp4", "iq4_nl"}))
 def test_legacy_fast_paths_equal_loops_on_any_bytes(name, rng):
     """SIMD (unit-stride records) vs portable loops (strided record bytes), dot/gemv/gemm, for
     every weight format of the registry (the name is historical: Q4_K runs it too)."""

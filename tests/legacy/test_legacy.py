@@ -167,10 +167,11 @@ def test_dot_is_close_to_ggml(name, rng):
     assert abs(ours - theirs) <= 1e-5 * scale
 
 
-# Q5_1 under -m slow: its batched kernels are Q5_0's with Q4_1's min (each case compiles its own
-# gemm and threaded runners, ~12 s of CPU cold); every other legacy weight format by default
-@pytest.mark.parametrize("name", [n if n != "q5_1" else pytest.param(n, marks=pytest.mark.slow)
-                                  for n in WEIGHTS])
+# Q5_0 and Q5_1 under -m slow (each case compiles its own gemm and threaded runners, ~12 s of
+# CPU cold; tests/simd/test_legacy_vnni.py checks their vector gemv against the portable loops on
+# any bytes by default); Q4_0, Q4_1 and Q8_0 by default
+@pytest.mark.parametrize("name", [n if n not in ("q5_0", "q5_1") else
+                                  pytest.param(n, marks=pytest.mark.slow) for n in WEIGHTS])
 def test_gemv_gemm_matmul_equal_dot(name, rng):
     rows, g = 19, 3
     act = qk.activation_format(fmt(name))
