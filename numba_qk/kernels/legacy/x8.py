@@ -24,13 +24,12 @@ Q4_1 and Q5_0 tiles are the kernels' too (numba_qk.models repacks such weights f
 import numpy as np
 
 import llvmlite.binding as llvm_binding
-from llvmlite import ir
 from numba import config, literally, types
 from numba.extending import intrinsic
 
 from numba_qk._jit import kernel
 from numba_qk.kernels.legacy.layout import FORMATS, D_AT, M_AT, QH_AT, QS_AT, X_D_AT, X_QS_AT, X_S_AT, Q4_0, Q4_1, Q5_0, Q8_0
-from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, byte_ptr, decl, i8, i32
+from numba_qk.kernels.simd.base import HAVE_AVX2, HAVE_AVX512, HAVE_VNNI, emit_prefetch
 from numba_qk.kernels.simd.legacy import (U8_BIAS, X8_AUX_BYTES, X8_IQ4_NL, X8_LAYOUT,
                                           X8_QS_BYTES, legacy_x8_rows)
 from numba_qk.kernels.drive import no_records
@@ -184,10 +183,7 @@ def _prefetch_tile(typingctx, arr, off):
     sig = types.none(arr, types.intp)
 
     def codegen(context, builder, signature, args):
-        ptr = byte_ptr(context, builder, signature.args[0], args[0], args[1])
-        fn = decl(builder, "llvm.prefetch.p0i8", ir.VoidType(), [i8.as_pointer(), i32, i32, i32])
-        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, PREFETCH_LOCALITY),
-                          ir.Constant(i32, 1)])
+        emit_prefetch(context, builder, signature.args[0], args[0], args[1], PREFETCH_LOCALITY)
         return context.get_dummy_value()
 
     return sig, codegen

@@ -362,13 +362,19 @@ def prefetch(typingctx, arr, off):
     sig = types.none(arr, types.intp)
 
     def codegen(context, builder, signature, args):
-        ptr = byte_ptr(context, builder, signature.args[0], args[0], args[1])
-        fn = decl(builder, "llvm.prefetch.p0i8", ir.VoidType(),
-                   [i8.as_pointer(), i32, i32, i32])
-        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 2), ir.Constant(i32, 1)])
+        emit_prefetch(context, builder, signature.args[0], args[0], args[1], 2)
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+def emit_prefetch(context, builder, arr_type, arr, off, locality):
+    """Emit ``llvm.prefetch`` (a read into the data cache) of the line holding byte ``off`` of
+    uint8 array ``arr`` (of numba type ``arr_type``), ``locality`` 3 (``prefetcht0``, L1) to 0:
+    the IR of ``prefetch`` and of intrinsics that choose another cache level."""
+    ptr = byte_ptr(context, builder, arr_type, arr, off)
+    fn = decl(builder, "llvm.prefetch.p0i8", ir.VoidType(), [i8.as_pointer(), i32, i32, i32])
+    builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, locality), ir.Constant(i32, 1)])
 
 
 # A gemv tile of 8 rows lies in one contiguous block of 8 row strides.  The streaming gemv
