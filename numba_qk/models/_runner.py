@@ -448,7 +448,6 @@ class _TokenSplit:
         self.parts = parts
         self.ready = [[threading.Event() for _ in model.layers] for _ in range(parts)]
         self.failed = False
-        self.cache = None
 
     def prepared(self, part, il):
         """Part ``part`` has written its K/V of layer ``il``; wait for the earlier parts'."""
@@ -459,7 +458,6 @@ class _TokenSplit:
             raise _Abandoned()
 
     def run(self, ids, n_past, all_logits, cache):
-        self.cache = cache
         T = len(ids)
         bounds = [T * p // self.parts for p in range(self.parts + 1)]
         results = [None] * self.parts
@@ -468,7 +466,7 @@ class _TokenSplit:
         def part(p):
             a, b = bounds[p], bounds[p + 1]
             try:
-                results[p] = self.model._forward_tokens(ids[a:b], n_past + a, all_logits,
+                results[p] = self.model._forward_tokens(ids[a:b], n_past + a, all_logits, cache,
                                                         split=self, part=p)
             except BaseException as e:   # noqa: B036 - handed to the caller below
                 self.failed = True
@@ -716,13 +714,12 @@ class Model:
         cache["n"] = n_past + T
         return self._finish_logits(logits)
 
-    def _forward_tokens(self, ids, n_past, all_logits, cache=None, split=None, part=0):
+    def _forward_tokens(self, ids, n_past, all_logits, cache, split=None, part=0):
         """Logits of tokens ``ids`` at positions ``n_past ...`` (their K/V written to the
         cache): every position's, or with ``all_logits`` False the last one's (``None`` for a
         part of a split batch other than the last).  ``split`` (a ``_TokenSplit``) runs this
         as part ``part`` of a batch: one-thread products, and each layer's attention only once
         the earlier parts' K/V of that layer are in the cache."""
-        cache = split.cache if split is not None else cache
         T = len(ids)
         pos = np.arange(n_past, n_past + T, dtype=np.int64)
         hd, H, Hkv = self.head_dim, self.n_head, self.n_head_kv
