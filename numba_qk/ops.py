@@ -24,6 +24,7 @@ from .errors import QuantizationDomainError
 from .formats import Format, activation_format, f32, quant
 from . import repack as _repack
 from . import _halfmat
+from .kernels.matvec import quantize_then_gemv
 
 __all__ = [
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
@@ -329,15 +330,27 @@ _F32 = np.dtype(np.float32)
 
 class _Plan:
     """What the products need of one block weight format: ``act`` (the paired activation
-    format's binding), record bytes ``wbytes`` / ``xbytes``, ``span`` (activation records per
-    weight record) and ``block`` (values per weight record)."""
+    format's binding), ``gemv`` (the format's), record bytes ``wbytes`` / ``xbytes``, ``span``
+    (activation records per weight record), ``block`` (values per weight record) and, once
+    ``matvec()`` made it, the one-call quantize + gemv of ``kernels.matvec``."""
 
-    __slots__ = ("act", "wbytes", "xbytes", "span", "block")
+    __slots__ = ("act", "gemv", "wbytes", "xbytes", "span", "block", "_matvec")
 
     def __init__(self, fmt):
         self.act = registry.BY_FORMAT[activation_format(fmt)]
+        self.gemv = registry.BY_FORMAT[fmt].gemv
         self.wbytes, self.block = fmt.block_bytes, fmt.block_size
         self.xbytes, self.span = self.act.format.block_bytes, _span(fmt)
+        self._matvec = None
+
+    def matvec(self):
+        """``matvec(w, x, out) -> -1 | bad block``: the activation quantizer and the gemv in
+        one compiled call (made on first use; compiled on first call)."""
+        if self._matvec is None:
+            act = self.act.format
+            self._matvec = quantize_then_gemv(self.act.quantize, self.gemv,
+                                              act.block_size, act.block_bytes)
+        return self._matvec
 
 
 _PLANS = {f: _Plan(f) for f in registry.WEIGHTS}
@@ -387,7 +400,12 @@ def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     (numpy float16, ml_dtypes.bfloat16 or a ``numba_qk.Tensor``) and ``xq`` ``[K]`` of the same
     type (``rhs_format`` the same type); numerics in docs/halfmat.md.
     """
-    if _plain_records(w, xq, lhs_format, rhs_format, threads, 2):
+    p = _plain_records(w, xq, lhs_format, rhs_format, threads, 2)
+    if p and threads == 1 and out is None:   # the small call of a forward pass
+        target = np.empty(w.shape[0], np.float32)
+        p.gemv(w, xq, target)
+        return target
+    if p:
         nthreads, rp, wa, rows, xa = threads, None, w, w.shape[0], xq
     elif _halfmat.is_float_weight(lhs_format):
         return _halfmat.product("gemv", w, xq, lhs_format, rhs_format, out,
@@ -450,6 +468,14 @@ def matmul(w, x, *, lhs_format, out=None, threads=1):
     threads or batch (docs/halfmat.md).  Non-finite activations are not an error here.
     """
     p = _plain_matmul(w, x, lhs_format, threads)
+    if p and threads == 1 and out is None and x.ndim == 1 and x.flags.c_contiguous and w.shape[1]:
+        # the small call of a forward pass: one activation, one thread; the quantizer and the
+        # gemv in one compiled call (kernels.matvec)
+        target = np.empty(w.shape[0], np.float32)
+        bad = (p._matvec or p.matvec())(w, x, target)
+        if bad >= 0:
+            raise _domain_error(x, p.act, w.shape[1] * p.span, bad)
+        return target
     if p:
         nthreads, rp, wa, xa = threads, None, w, x
         rows, g = w.shape[:2]
@@ -473,6 +499,12 @@ def matmul(w, x, *, lhs_format, out=None, threads=1):
               else check_out(out, out_shape, np.float32, (wa, xa), "matmul's result"))
     nbytes = p.xbytes
     gx = g * p.span  # activation records per row
+    if nthreads == 1 and xa.ndim == 1 and g and rp is None and xa.flags.c_contiguous:
+        # as above, other arrays (out=, a memmap, ...)
+        bad = p.matvec()(wa, xa, target)
+        if bad >= 0:
+            raise _domain_error(xa, p.act, gx, bad)
+        return target if out is None else out
     xq = _quantize_activations(xa, p.act, gx, "canonical")
     if rp:
         _repack.product(rp, "gemv" if xa.ndim == 1 else "gemm",
@@ -497,12 +529,19 @@ def _quantize_activations(xa, act, gx, numerics):
         else:
             bad = act.quantize(blocks, xq)
         if bad >= 0:
-            row, blk = divmod(int(bad), gx)
-            name = ((lambda i: f"x[{blk * n + i}]") if xa.ndim == 1
-                    else (lambda i: f"x[{row}, {blk * n + i}]"))
-            raise QuantizationDomainError(blk, act.domain_reason(blocks, int(bad), name),
-                                          row=row if xa.ndim == 2 else None)
+            raise _domain_error(xa, act, gx, bad)
     return xq
+
+
+def _domain_error(xa, act, gx, bad):
+    """The error for activations ``xa`` (``[K]`` or ``[batch, K]``, ``gx`` records of ``act``'s
+    format per row) whose quantizer refused block ``bad`` of the flattened rows."""
+    n = act.format.block_size
+    row, blk = divmod(int(bad), gx)
+    name = ((lambda i: f"x[{blk * n + i}]") if xa.ndim == 1
+            else (lambda i: f"x[{row}, {blk * n + i}]"))
+    return QuantizationDomainError(blk, act.domain_reason(xa.reshape(-1, n), int(bad), name),
+                                   row=row if xa.ndim == 2 else None)
 
 
 def matmul_many(weights, x, *, lhs_formats, threads=1, numerics="canonical"):

@@ -177,6 +177,42 @@ def test_matmul_domain_error_names_row_and_block_and_leaves_out_alone(rng):
         qk.matmul(w, x[2], lhs_format=Q4)
 
 
+@pytest.mark.parametrize("fmt", default_few(WEIGHTS, FAMILY_FEW, name=lambda f: f.name))
+def test_one_row_one_thread_matmul_is_one_compiled_call_with_the_same_bits(rng, fmt):
+    """One activation row, one thread: ``matmul`` runs ``kernels.matvec`` (the quantizer and
+    the gemv in one call); it gives the two building blocks' bits, names a bad block, and
+    leaves ``out=`` alone on error."""
+    from numba_qk import ops
+    from numba_qk._registry import BY_FORMAT
+    act = qk.formats.activation_format(fmt)
+    g, rows = 3, 11
+    w = rng.integers(0, 256, (rows, g, fmt.block_bytes), dtype=np.uint8)   # any bytes
+    x = rng.standard_normal(g * fmt.block_size).astype(np.float32)
+    calls = []
+    plan = ops._PLANS[fmt]
+    fused = plan.matvec()
+    plan._matvec = lambda *a: calls.append(1) or fused(*a)
+    try:
+        got = qk.matmul(w, x, lhs_format=fmt)
+        out = np.full(rows, 7.0, np.float32)
+        assert qk.matmul(w, x, lhs_format=fmt, out=out) is out
+        bad = x.copy()
+        bad[-1] = np.inf
+        with pytest.raises(qk.QuantizationDomainError,
+                           match=rf"^block {g * fmt.block_size // act.block_size - 1}: "
+                                 rf"x\[{x.size - 1}\] is inf"):
+            qk.matmul(w, bad, lhs_format=fmt, out=out)
+    finally:
+        plan._matvec = fused
+    assert len(calls) == 3
+    xq = np.empty((x.size // act.block_size, act.block_bytes), np.uint8)
+    assert BY_FORMAT[act].quantize(x.reshape(-1, act.block_size), xq) == -1
+    want = np.empty(rows, np.float32)
+    BY_FORMAT[fmt].gemv(w, xq, want)
+    assert_same_f32(got, want)
+    assert_same_f32(out, want)
+
+
 # ---- the common case: recognised in one pass, everything else gets the full checks ----------
 
 def _full_checks_fail(*args, **kwargs):
