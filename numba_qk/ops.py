@@ -24,7 +24,7 @@ from .errors import QuantizationDomainError
 from .formats import Format, activation_format, f32, quant
 from . import repack as _repack
 from . import _halfmat
-from .kernels.matvec import quantize_then_gemv
+from .kernels.drive import quantize_then_gemv
 
 __all__ = [
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
@@ -332,7 +332,8 @@ class _Plan:
     """What the products need of one block weight format: ``act`` (the paired activation
     format's binding), ``gemv`` (the format's), record bytes ``wbytes`` / ``xbytes``, ``span``
     (activation records per weight record), ``block`` (values per weight record) and, once
-    ``matvec()`` made it, the one-call quantize + gemv of ``kernels.matvec``."""
+    ``matvec()`` made it, the quantize + gemv in one call
+    (``kernels.drive.quantize_then_gemv``)."""
 
     __slots__ = ("act", "gemv", "wbytes", "xbytes", "span", "block", "_matvec")
 
@@ -470,7 +471,7 @@ def matmul(w, x, *, lhs_format, out=None, threads=1):
     p = _plain_matmul(w, x, lhs_format, threads)
     if p and threads == 1 and out is None and x.ndim == 1 and x.flags.c_contiguous and w.shape[1]:
         # the small call of a forward pass: one activation, one thread; the quantizer and the
-        # gemv in one compiled call (kernels.matvec)
+        # gemv in one compiled call (kernels.drive.quantize_then_gemv)
         target = np.empty(w.shape[0], np.float32)
         bad = (p._matvec or p.matvec())(w, x, target)
         if bad >= 0:

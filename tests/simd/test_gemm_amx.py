@@ -149,8 +149,8 @@ def test_gemm_without_amx(tmp_path):
     (Without AMX the default run already takes that path: tested in-process.)"""
     env = dict(os.environ, NUMBA_QK_NO_AMX="1", NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     root = Path(__file__).resolve().parents[2]
-    env["PYTHONPATH"] = str(root / "tests") + os.pathsep + str(root) + os.pathsep + env.get(
-        "PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "tests" / "simd"), str(root / "tests"),
+                                         str(root), env.get("PYTHONPATH", "")])
     script = (
         "import numpy as np\n"
         "from numba_qk.kernels.kquants import dot\n"
