@@ -179,8 +179,8 @@ def test_matmul_domain_error_names_row_and_block_and_leaves_out_alone(rng):
 
 @pytest.mark.parametrize("fmt", default_few(WEIGHTS, FAMILY_FEW, name=lambda f: f.name))
 def test_one_row_one_thread_matmul_is_one_compiled_call_with_the_same_bits(rng, fmt):
-    """One activation row, one thread: ``matmul`` runs ``kernels.drive.quantize_then_gemv`` (the quantizer and
-    the gemv in one call); it gives the two building blocks' bits, names a bad block, and
+    """One activation row, one thread: ``matmul`` runs ``kernels.drive.quantize_then_gemv``
+    (the quantizer and the gemv in one call); it gives the two building blocks' bits, names a bad block, and
     leaves ``out=`` alone on error."""
     from numba_qk import ops
     from numba_qk._registry import BY_FORMAT
