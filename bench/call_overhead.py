@@ -5,8 +5,8 @@ For each format and shape: numba's floor (an empty ``@njit`` function of three a
 the public ``numba_qk.gemv`` (with and without ``out=``), the two building blocks of
 ``matmul`` called one after the other (activation quantize, then gemv), the one compiled call
 that ``matmul`` runs for one activation row (``kernels.drive.quantize_then_gemv``: both in
-one) and the public ``numba_qk.matmul``; best and median of ``--rounds`` interleaved rounds, each the best of 3 x
-``--number`` calls.  The last column, the fixed cost, is a call's best minus the work of its
+one) and the public ``numba_qk.matmul``; best and median of ``--rounds`` interleaved rounds,
+each the best of 3 x ``--number`` calls.  The last column, the fixed cost, is a call's best minus the work of its
 compiled part (that part's best minus the floor): the dispatch and the argument checks.
 
     python bench/call_overhead.py [--formats q4_0,q4_k] [--shapes 8x256,192x576]
