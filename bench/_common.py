@@ -63,7 +63,9 @@ def load_ggml():
     if g is None:
         return None, ""
     feats = ", ".join(k for k, v in g.features.items() if v) or "none"
-    return g, f"{'native ggml from ' + libdir if libdir else 'libggml-python'} {g.version} ({feats})"
+    dropped = "".join(f"; {name} buffers left out: {why}" for name, why in g.dropped_bufts.items())
+    return g, (f"{'native ggml from ' + libdir if libdir else 'libggml-python'} {g.version} "
+               f"({feats}){dropped}")
 
 
 def _ours(times):

@@ -15,6 +15,9 @@ optional importance matrix), its CPU quantizers and
 from __future__ import annotations
 
 import ctypes as C
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +57,31 @@ _GET_FEATURES = C.CFUNCTYPE(C.POINTER(_Feature), C.c_void_p)
 _GET_EXTRA_BUFTS = C.CFUNCTYPE(C.POINTER(C.c_void_p), C.c_void_p)
 CPU_HAS = ("sse3", "ssse3", "avx", "avx2", "f16c", "fma", "bmi2", "avx512", "avx512_vbmi",
            "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_int8", "llamafile")
+
+
+_PROBING = "NUMBA_QK_GGML_PROBING_AMX"
+
+
+def _amx_failure(libdir: Path):
+    """None if a small batched product with its weights in ggml's AMX buffer type runs in a
+    child process, else why not.  ggml's AMX ``mul_mat`` segfaults on some machines
+    (llama.cpp issue 20824, unfixed; seen on a 2-vCPU Intel Xeon VM): there llama.cpp itself
+    crashes, so a baseline built that way is built without AMX, and the bench leaves it out."""
+    code = ("import sys, numpy as np\n"
+            "from numba_qk.testing.ggml import load\n"
+            "g = load(sys.argv[1])\n"
+            "w = np.zeros((64, 2, 18), np.uint8)\n"
+            "y = g.matvec(w, batch=8, type_id=2, buft='AMX')(np.ones((8, 64), np.float32))\n"
+            "print('ok' if y.shape == (8, 64) else 'bad shape')\n")
+    try:
+        r = subprocess.run([sys.executable, "-c", code, str(libdir)], capture_output=True,
+                           text=True, timeout=120, env={**os.environ, _PROBING: "1"})
+    except subprocess.TimeoutExpired:
+        return "ggml's AMX product did not finish in 120 s"
+    if r.returncode == 0 and r.stdout.strip().endswith("ok"):
+        return None
+    how = f"signal {-r.returncode}" if r.returncode < 0 else f"exit {r.returncode}"
+    return f"ggml's AMX product failed in a child process ({how})"
 
 
 # Weight types each extra buffer type converts (others would not be converted, or crash ggml's
@@ -101,6 +129,7 @@ class GGML:
                          for name in CPU_HAS if hasattr(cpu, f"ggml_cpu_has_{name}")}
         self.build_features: dict[str, str] = {}
         self.extra_bufts: dict[str, int] = {}
+        self.dropped_bufts: dict[str, str] = {}   # extra buffer types left out, and why
         self.dev = None
         self._backends: dict[int, int] = {}
         try:
@@ -152,6 +181,11 @@ class GGML:
             while bufts[i]:
                 self.extra_bufts[base.ggml_backend_buft_name(bufts[i]).decode()] = bufts[i]
                 i += 1
+        if "AMX" in self.extra_bufts and os.environ.get(_PROBING) is None:
+            reason = _amx_failure(self.libdir)
+            if reason:
+                del self.extra_bufts["AMX"]
+                self.dropped_bufts["AMX"] = reason
 
     def _traits(self, type_id):
         return self.base.ggml_get_type_traits(type_id).contents
