@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,11 +44,59 @@ def _tiles_decode(fmt) -> bool:
             or (_x16.HAVE_X16 and fmt is quant.q4_k))
 
 
-#: A one-token product over fewer weights than this runs on one thread whatever ``threads``
-#: says: a hand-off to the pool costs ~10-20 us, about what a second core saves on a matrix of
-#: 1 M weights (SmolLM2's 576 x 1536: two threads made its decoding 0.85x; the vocabulary
-#: matrices, 28-168 M weights, keep their threads; docs/decisions/041).
+#: A one-token product over this many weights or more splits its rows over ``threads``; a
+#: smaller one runs split or on one thread as ``_ThreadChoice`` finds faster in the running
+#: model.  A hand-off to the pool costs ~10-20 us, which is about what a second core saves on
+#: a matrix of 1 M weights, and which side wins depends on the machine: on Zen 5 (one core
+#: reads 35-40 GB/s) two threads made SmolLM2's 576 x 1536 products slower (its decoding
+#: 0.85x, docs/decisions/041), on an Intel Xeon (a core reads ~10 GB/s) faster (decode 1.1 ->
+#: 1.3x, decision 049).  The vocabulary matrices (28-168 M weights) always split.
 DECODE_MIN_THREADED = 2 << 20
+
+
+class _ThreadChoice:
+    """One-thread or split for the one-token products of one shape (format, rows, records per
+    row, thread count), shared by every block of that shape in the process: the first
+    ``2 * SAMPLES`` calls alternate the two and are timed where they run, between the model's
+    other steps (a product timed alone misjudges the split: back to back, each call waits for
+    the helper's bookkeeping of the one before), then the one with the lower median runs;
+    splitting must win by ``MARGIN`` (one thread leaves the other core to other work).  Either
+    way every output row is the same serial dot, so the choice changes no bit."""
+
+    SAMPLES = 8
+    MARGIN = 0.95
+
+    __slots__ = ("one", "split", "threaded")
+
+    def __init__(self):
+        self.one, self.split = [], []
+        self.threaded = None      # undecided
+
+    def add(self, split: bool, seconds: float):
+        (self.split if split else self.one).append(seconds)
+        if len(self.one) >= self.SAMPLES and len(self.split) >= self.SAMPLES:
+            self.threaded = (sorted(self.split)[len(self.split) // 2]
+                             < self.MARGIN * sorted(self.one)[len(self.one) // 2])
+
+
+_CHOICES: dict = {}
+_clock = time.perf_counter
+
+
+def _chosen(one, split, choice):
+    """The block running ``one`` or ``split`` as ``choice`` (a ``_ThreadChoice``) decides."""
+    def block(recs, x, out):
+        threaded = choice.threaded
+        if threaded is None:
+            use = len(choice.split) < len(choice.one)
+            t0 = _clock()
+            (split if use else one)(recs, x, out)
+            choice.add(use, _clock() - t0)
+        elif threaded:
+            split(recs, x, out)
+        else:
+            one(recs, x, out)
+    return block
 
 
 def _decode_block(fmt, recs, gemv, threads):
@@ -56,26 +105,40 @@ def _decode_block(fmt, recs, gemv, threads):
     then).  Decoding streams every weight once per token: a copy in row-interleaved tiles (the
     kernels' x8 / x16 layouts: one 512-bit load feeds 8 or 16 rows) gives the same bits ~1.5-2x
     faster; batches keep the memory-mapped records (the VNNI gemm).  With ``threads`` > 1 the
-    tiles (or rows) are split over the thread pool in compiled code (``_threads.run_rows``);
-    every output row is still one serial call on the same records, so the bits do not depend
-    on the thread count."""
+    tiles (or rows) are split over the thread pool in compiled code (``_threads.run_rows``), for
+    matrices under ``DECODE_MIN_THREADED`` weights only where ``_ThreadChoice`` finds that
+    faster; every output row is still one serial call on the same records, so the bits do not
+    depend on the thread count."""
     if gemv is None:
         return None
-    if recs.shape[0] * recs.shape[1] * fmt.block_size < DECODE_MIN_THREADED:
-        threads = 1
+    make = _block_maker(fmt, recs, gemv)
+    if threads == 1 or recs.shape[0] * recs.shape[1] * fmt.block_size >= DECODE_MIN_THREADED:
+        return make(threads)
+    choice = _CHOICES.setdefault((fmt, recs.shape[0], recs.shape[1], threads), _ThreadChoice())
+    if choice.threaded is not None:
+        return make(threads if choice.threaded else 1)
+    return _chosen(make(1), make(threads), choice)
+
+
+def _block_maker(fmt, recs, gemv):
+    """``make(threads) -> block(recs, x, out)`` over one tile copy of ``recs`` (made here)."""
     if _x8.HAVE_X8 and fmt in _X8_DECODE:
         code, tiles_gemv, tiles_only = _X8_DECODE[fmt]
         tiles, tail = _x8.repack_x8(code, recs)
-        return _tiled(tiles, tail, tiles_gemv, tiles_only, 8, threads)
+        return lambda threads: _tiled(tiles, tail, tiles_gemv, tiles_only, 8, threads)
     if _x16.HAVE_X16 and fmt is quant.q4_k:
         tiles, tail = _x16.repack_x16(recs)
-        return _tiled(tiles, tail, _x16.gemv_x16, _x16.gemv_x16_tiles, 16, threads)
-    if threads == 1:
-        return gemv
+        return lambda threads: _tiled(tiles, tail, _x16.gemv_x16, _x16.gemv_x16_tiles, 16,
+                                      threads)
 
-    def block(recs, x, out):
-        _threads.run_rows(gemv, recs, x, out, _threads.effective_threads(threads, 2))
-    return block
+    def make(threads):
+        if threads == 1:
+            return gemv
+
+        def block(recs, x, out):
+            _threads.run_rows(gemv, recs, x, out, _threads.effective_threads(threads, 2))
+        return block
+    return make
 
 
 def _tiled(tiles, tail, gemv, gemv_tiles, per, threads):

@@ -80,6 +80,58 @@ def test_decode_blocks_split_over_threads_equal_gemv(fmt, monkeypatch):
         assert_same_f32(out, want, f"{fmt} threads={threads}")
 
 
+@pytest.mark.parametrize("split_faster", [True, False])
+def test_small_decode_products_take_the_thread_count_timed_faster(split_faster, monkeypatch):
+    """Under ``DECODE_MIN_THREADED`` weights a one-token product alternates one thread and the
+    split while ``_ThreadChoice`` times them, then runs the faster (by ``MARGIN``) for every
+    block of that shape; the bits never depend on it."""
+    import numba_qk as qk
+    from numba_qk.models import _runner
+
+    monkeypatch.setattr(_runner, "_CHOICES", {})
+    ran = []
+    real = _runner._block_maker
+
+    def counting_maker(fmt, recs, gemv):
+        make = real(fmt, recs, gemv)
+
+        def made(threads):
+            block = make(threads)
+            return lambda r, x, out: (ran.append(threads), block(r, x, out))
+        return made
+
+    monkeypatch.setattr(_runner, "_block_maker", counting_maker)
+    now = [0.0]
+
+    def clock():   # the split costs 1 or 3 time units a call, one thread 2
+        cost = {2: 1.0 if split_faster else 3.0, 1: 2.0}[ran[-1]] if ran else 0.0
+        now[0] += cost if clock.calls % 2 else 0.0
+        clock.calls += 1
+        return now[0]
+    clock.calls = 0
+    monkeypatch.setattr(_runner, "_clock", clock)
+    rng = np.random.default_rng(6)
+    f, act = qk.quant.q4_0, qk.quant.q8_0
+    w = qk.quantize(rng.standard_normal((40 * 8, 32)).astype(np.float32), format=f)
+    w = w.reshape(40, 8, f.block_bytes)
+    x = qk.quantize(rng.standard_normal((8, 32)).astype(np.float32), format=act)
+    want = qk.gemv(w, x, lhs_format=f, rhs_format=act)
+    blocks = [_runner._decode_block(f, w, qk.kernels.gemv_q4_0_q8_0, 2) for _ in range(2)]
+    n = 2 * _runner._ThreadChoice.SAMPLES
+    for i in range(n + 4):
+        out = np.full(40, np.nan, np.float32)
+        blocks[i % 2](w, x, out)
+        assert_same_f32(out, want)
+    assert ran[:n] == [1, 2] * (n // 2)            # the two alternate while timed
+    assert ran[n:] == [2 if split_faster else 1] * 4
+    (choice,) = _runner._CHOICES.values()          # one choice for the shape, shared
+    assert choice.threaded is split_faster
+    ran.clear()
+    decided = _runner._decode_block(f, w, qk.kernels.gemv_q4_0_q8_0, 2)
+    decided(w, x, out)
+    assert ran == [2 if split_faster else 1]      # a block made later takes the decision
+
+
 @pytest.mark.parametrize("fmt", ["q4_0", "q4_k"])
 def test_fused_decode_equals_each_weight(fmt):
     """q/k/v (and gate/up) of one format decoded by one block over their stacked tile copy
