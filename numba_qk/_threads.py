@@ -25,8 +25,8 @@ conversion), ``scaled`` and ``repack`` call ``run``; nothing else in numba_qk st
 * **Short spins, then sleep.**  After a job a worker spins (a compiled loop, GIL released) for
   ``NUMBA_QK_SPIN_US`` microseconds (default 200, 0 = never) watching for the next one before it
   sleeps on its queue: back-to-back products (a token's matvecs) then skip the wake-up, which
-  on a VM costs 15-30 us.  The adaptive count does not take a spinning worker of ours for a
-  busy core.  Threaded gemv and gemm claim their row chunks in compiled code
+  on a VM costs 15-30 us.  The adaptive count does not take a worker of ours that is awake
+  (spinning, working, or between the two) for another process's busy core.  Threaded gemv and gemm claim their row chunks in compiled code
   (``kernels/_pool.py``): one call per thread, no GIL round trip per chunk, and the caller
   spins (bounded) for the last chunk instead of sleeping on an event.
 """
@@ -137,8 +137,9 @@ def free_cores() -> int | None:
         return _sample[1]
     try:
         running = int(_read_loadavg().split()[3].split(b"/")[0])
-        # our own workers spinning for their next job are not another process's load
-        free = max(1, (os.cpu_count() or 1) - (running - 1 - _POOL.spinning()))
+        # our own workers (spinning for their next job, working, or on their way between
+        # the two) are not another process's load
+        free = max(1, (os.cpu_count() or 1) - (running - 1 - _POOL.awake()))
     except (OSError, ValueError, IndexError, AttributeError):
         free = None
     _sample[0], _sample[1] = now, free
@@ -286,6 +287,11 @@ class _Pool:
 
     def spinning(self) -> int:
         return sum(int(w.flag[0]) for w in self.workers)
+
+    def awake(self) -> int:
+        """Workers not asleep on their queue: spinning, working or between the two (all our
+        own load; ``free_cores`` does not count them as other processes' tasks)."""
+        return sum(1 for w in self.workers if w.flag[0] or not w.sleeping)
 
     @staticmethod
     def _pending_or_sleep(w):

@@ -25,8 +25,10 @@ which differ in a few blocks per thousand).  The elementwise parts are in
 ``load(path, threads=N)``: a batch of at least 64 tokens (a prompt) runs as N consecutive parts
 of its tokens, one a thread, each through every layer with one-thread products; a part's
 attention waits only for the earlier parts' K/V of the same layer.  Smaller batches and one
-token (decoding) split the products' rows instead.  The logits are the same bits whatever N (every step
-but attention reads one token, and attention reads the same cache).
+token (decoding) split the products' rows instead; when decoding, a matrix of under 2 M weights
+is split only if timing both ways during the first tokens finds that faster (per shape: it
+depends on the machine's per-core bandwidth).  The logits are the same bits whatever N (every
+step but attention reads one token, and attention reads the same cache).
 
 Text goes through the file's own vocabulary as llama.cpp's does (``Model.tokenize`` /
 ``Model.detokenize``, in plain Python: byte-level BPE with the ``tokenizer.ggml.pre``

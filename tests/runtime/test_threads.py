@@ -16,9 +16,9 @@ def _loadavg(tmp_path, monkeypatch, running, cpus):
     monkeypatch.setattr(_threads, "_LOADAVG", str(p))
     monkeypatch.setattr(_threads.os, "cpu_count", lambda: cpus)
     monkeypatch.setattr(_threads, "_SAMPLE_S", 0.0)
-    # the faked task count is the whole load: a worker of ours still spinning after an earlier
+    # the faked task count is the whole load: a worker of ours still awake after an earlier
     # job (free_cores counts it as a free core) would otherwise add one free core at random
-    monkeypatch.setattr(_threads._POOL, "spinning", lambda: 0)
+    monkeypatch.setattr(_threads._POOL, "awake", lambda: 0)
 
 
 @pytest.mark.parametrize("running, cpus, asked, want", [
@@ -230,13 +230,28 @@ def test_runner_cache_is_keyed_by_the_serial_kernel():
     assert all(isinstance(r._cache, DependencyCache) for r in runners)
 
 
-def test_spinning_workers_are_not_counted_as_busy_cores(tmp_path, monkeypatch):
+def test_awake_workers_are_not_counted_as_busy_cores(tmp_path, monkeypatch):
     monkeypatch.setattr(_threads, "ADAPTIVE", True)
     _loadavg(tmp_path, monkeypatch, running=2, cpus=2)
-    monkeypatch.setattr(_threads._POOL, "spinning", lambda: 1)
-    assert _threads.free_cores() == 2       # the other runnable task is our own spinner
-    monkeypatch.setattr(_threads._POOL, "spinning", lambda: 0)
+    monkeypatch.setattr(_threads._POOL, "awake", lambda: 1)
+    assert _threads.free_cores() == 2       # the other runnable task is our own worker
+    monkeypatch.setattr(_threads._POOL, "awake", lambda: 0)
     assert _threads.free_cores() == 1
+
+
+def test_a_worker_is_awake_unless_asleep_on_its_queue(monkeypatch):
+    """``awake`` counts the workers spinning (``flag``), working or between the two (not
+    ``sleeping``): the runnable tasks of ours that ``free_cores`` leaves out of the load.  A
+    worker that finished its spin and went back to its Python loop (flag cleared, not yet
+    asleep) was counted as another process's task: 11 % of SmolLM2's decoding products ran on
+    one thread for it."""
+    pool = _threads._Pool()
+    states = [(True, 0), (False, 0), (False, 1), (True, 1)]   # (sleeping, flag)
+    for sleeping, flag in states:
+        w = _threads._Worker()
+        w.sleeping, w.flag[0] = sleeping, flag
+        pool.workers.append(w)
+    assert pool.awake() == 3 and pool.spinning() == 2
 
 
 @pytest.mark.skipif(_threads.SPIN_US == 0, reason="spinning is off here")
