@@ -487,9 +487,10 @@ class _Decoder:
 #: A batch of at least this many tokens is split over the threads by tokens (``_TokenSplit``),
 #: each part at least half this many tokens; smaller batches split each product's rows.  Two
 #: threads against one (Zen 5, decision 047): prompts of 64-256 tokens 1.4-1.7x by tokens,
-#: 0.9-1.3x by rows; 32 tokens ~1.1x either way (a part of 16 tokens runs the small-batch gemm,
-#: ~1.4x the cost a token of the 32-token one).
-PROMPT_SPLIT_MIN = 64
+#: 0.9-1.3x by rows.  32 tokens (Intel Xeon, decision 050): 1.40-1.42x by tokens, 1.06-1.27x by
+#: rows, once the last token's vocabulary product runs on every thread after the parts (it ran
+#: on the last part's one thread: Gemma-3's 168 M-weight matrix made the split lose there).
+PROMPT_SPLIT_MIN = 32
 
 
 class _Abandoned(Exception):
@@ -550,7 +551,13 @@ class _TokenSplit:
             raise real[0]
         if errors:   # pragma: no cover - a part is abandoned only after another failed
             raise errors[0]
-        return np.concatenate(results) if all_logits else results[-1]
+        if all_logits:
+            return np.concatenate(results)
+        # the last token's output product (the vocabulary matrix, the largest of the model)
+        # with the model's threads, not the last part's one
+        m = self.model
+        (logits,) = _quantized(results[-1], (m.output,), m.numerics, None, None)
+        return logits
 
 
 class Model:
@@ -782,7 +789,9 @@ class Model:
         cache): every position's, or with ``all_logits`` False the last one's (``None`` for a
         part of a split batch other than the last).  ``split`` (a ``_TokenSplit``) runs this
         as part ``part`` of a batch: one-thread products, and each layer's attention only once
-        the earlier parts' K/V of that layer are in the cache."""
+        the earlier parts' K/V of that layer are in the cache; with ``all_logits`` False the
+        last part returns its last token's normed hidden state ``[1, n_embd]`` instead, for
+        ``_TokenSplit.run`` to multiply by the output matrix on every thread."""
         T = len(ids)
         pos = np.arange(n_past, n_past + T, dtype=np.int64)
         hd, H, Hkv = self.head_dim, self.n_head, self.n_head_kv
@@ -832,6 +841,8 @@ class Model:
                 return None
             x = x[-1:]
         h = self._norm(np.ascontiguousarray(x), self.output_norm)
+        if split is not None and not all_logits:
+            return h   # one token's output product: after the parts, on every thread
         (logits,) = _quantized(h, (self.output,), nm, None, threads)
         return logits
 
