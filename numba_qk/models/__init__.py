@@ -22,9 +22,10 @@ numerics="canonical")`` uses numba_qk's default quantizers instead (ggml's ``_re
 which differ in a few blocks per thousand).  The elementwise parts are in
 :mod:`numba_qk.models.kernels`.
 
-``load(path, threads=N)``: a batch of at least 64 tokens (a prompt) runs as N consecutive parts
+``load(path, threads=N)``: a batch of at least 32 tokens (a prompt) runs as N consecutive parts
 of its tokens, one a thread, each through every layer with one-thread products; a part's
-attention waits only for the earlier parts' K/V of the same layer.  Smaller batches and one
+attention waits only for the earlier parts' K/V of the same layer, and the last token's
+vocabulary product runs after the parts on all N threads.  Smaller batches and one
 token (decoding) split the products' rows instead; when decoding, a matrix of under 2 M weights
 is split only if timing both ways during the first tokens finds that faster (per shape: it
 depends on the machine's per-core bandwidth).  The logits are the same bits whatever N (every
