@@ -14,6 +14,7 @@ import numpy as np
 from .. import _threads
 from .. import gguf as _gguf
 from .. import kernels as _blocks
+from .._validate import check_threads
 from ..errors import QuantizationDomainError
 from ..formats import activation_format, quant
 from ..kernels.legacy import layout as _LL
@@ -566,6 +567,7 @@ class Model:
     def __init__(self, path, threads=1, numerics="ggml_cpu"):
         if numerics not in NUMERICS:
             raise ValueError(f"numerics must be one of {NUMERICS}, not {numerics!r}")
+        threads = check_threads(threads)   # None: every core this process may run on
         self.numerics = numerics
         f = _gguf.open(path)
         self.file = f
@@ -893,7 +895,8 @@ class Model:
 
 def load(path, threads=1, numerics="ggml_cpu") -> Model:
     """Open a GGUF model of architecture ``llama``, ``gemma3``, ``qwen2`` or ``qwen3`` (weights
-    memory-mapped).
+    memory-mapped), run on up to ``threads`` threads (a positive int; ``None``: every core this
+    process may run on).
 
     ``numerics`` names the activation quantizer (``numba_qk.quantize``'s argument):
     ``"ggml_cpu"`` (default) quantizes activations as llama.cpp does at run time (ggml's x86 CPU

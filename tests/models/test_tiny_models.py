@@ -347,6 +347,22 @@ def test_token_ids_out_of_range_are_refused(tiny):
             m.generate(ids, 2)
 
 
+def test_thread_counts_are_checked_and_none_is_every_core(tiny):
+    """``load(threads=...)`` takes what the products take: a positive int, or None for every
+    core this process may run on (it reached the runner unchecked: None raised a TypeError in
+    the first decode, 0 was kept)."""
+    from numba_qk._threads import cpu_count
+
+    arch, path, m = tiny
+    every = models.load(path, threads=None)
+    assert every.threads == cpu_count()
+    np.testing.assert_array_equal(every.generate(PROMPT[:4], 3), m.generate(PROMPT[:4], 3))
+    for bad, err in ((0, ValueError), (-2, ValueError), (1.5, TypeError), (True, TypeError),
+                     ("2", TypeError)):
+        with pytest.raises(err, match="^threads: expected a positive int or None"):
+            models.load(path, threads=bad)
+
+
 def test_activation_numerics_option(tiny):
     """``load(numerics=...)``: "ggml_cpu" (default, llama.cpp's run-time quantizer) and
     "canonical" (numba_qk's default ``quantize``) both hold the reference tolerances; the
