@@ -724,6 +724,9 @@ class Model:
         """Text of token ids from the file's vocabulary: llama.cpp's ``llama_token_to_piece``
         of each id, concatenated and decoded as UTF-8 (control tokens left out unless
         ``special``)."""
+        ids = _token_ids(ids)
+        if ids:
+            self.check_ids(min(ids), max(ids))
         return self.vocab.detokenize(ids, special)
 
     # -- pieces -------------------------------------------------------------------------------
@@ -859,11 +862,23 @@ class Model:
 
     # -- API ------------------------------------------------------------------------------------
     def logits(self, ids) -> np.ndarray:
-        """float32 ``[len(ids), n_vocab]``: the logits at every position of ``ids``, run as one
-        batch in a fresh context."""
-        ids = list(ids)
+        """float32 ``[len(ids), n_vocab]``: the logits at every position of ``ids`` (int token
+        ids, at least one, at most the model's context length), run as one batch in a fresh
+        context."""
+        ids = _token_ids(ids)
+        if not ids:
+            raise ValueError("logits needs at least one token id")
+        self._check_context(len(ids), 0)
+        self.check_ids(min(ids), max(ids))
         cache = self.new_cache(len(ids))
         return self.forward(ids, cache, all_logits=True)
+
+    def _check_context(self, n_prompt, n_new):
+        """ValueError unless ``n_prompt + n_new`` positions fit the model's context length."""
+        if n_prompt + n_new > self.n_ctx_train:
+            raise ValueError(f"{n_prompt} prompt tokens + {n_new} new tokens = "
+                             f"{n_prompt + n_new} positions, more than the model's context "
+                             f"length of {self.n_ctx_train}")
 
     def generate(self, ids, max_new_tokens, temperature=0.0, seed=None) -> list:
         """The new token ids after prompt ``ids`` (one batch, then one token at a time with the
@@ -872,13 +887,32 @@ class Model:
         return list(self.stream(ids, max_new_tokens, temperature, seed))
 
     def stream(self, ids, max_new_tokens, temperature=0.0, seed=None):
-        """``generate`` one token at a time: yields each new id as soon as it is chosen."""
-        ids = list(ids)
+        """``generate`` one token at a time: yields each new id as soon as it is chosen.  The
+        arguments are checked here, before the first id is asked for: ``ids`` int token ids (at
+        least one), ``max_new_tokens`` an int >= 0, the two together within the model's
+        context length, ``temperature`` a finite number >= 0."""
+        ids = _token_ids(ids)
         if not ids:
             raise ValueError("generate needs at least one prompt token")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens,
+                                                               (int, np.integer)):
+            raise TypeError(f"max_new_tokens: expected an int, got "
+                            f"{type(max_new_tokens).__name__}")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens: expected an int >= 0, got {max_new_tokens}")
+        if isinstance(temperature, bool) or not isinstance(temperature,
+                                                           (int, float, np.number)):
+            raise TypeError(f"temperature: expected a number, got {type(temperature).__name__}")
+        if not (math.isfinite(temperature) and temperature >= 0):
+            raise ValueError(f"temperature: expected a finite number >= 0, got {temperature}")
+        self._check_context(len(ids), int(max_new_tokens))
+        self.check_ids(min(ids), max(ids))
         rng = np.random.default_rng(seed)
+        return self._stream(ids, int(max_new_tokens), float(temperature), rng)
+
+    def _stream(self, ids, max_new_tokens, temperature, rng):
         cache = self.new_cache(len(ids) + max_new_tokens)
-        if max_new_tokens <= 0:
+        if max_new_tokens == 0:
             return
         logits = self.forward(ids, cache, all_logits=False)[-1]
         for n in range(max_new_tokens):
@@ -891,6 +925,21 @@ class Model:
             yield nxt
             if n + 1 < max_new_tokens:
                 logits = self.forward([nxt], cache, all_logits=False)[-1]
+
+
+def _token_ids(ids) -> list:
+    """``ids`` (a sequence or 1-D array of int token ids) as a list of Python ints; a
+    TypeError names the first element that is not an int (a float, a bool, a str: nothing is
+    truncated or converted)."""
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"ids: expected a sequence of int token ids, got "
+                        f"{type(ids).__name__} (Model.tokenize makes ids of text)")
+    out = []
+    for i, t in enumerate(ids):
+        if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)):
+            raise TypeError(f"ids[{i}]: expected an int token id, got {type(t).__name__}")
+        out.append(int(t))
+    return out
 
 
 def load(path, threads=1, numerics="ggml_cpu") -> Model:

@@ -363,6 +363,46 @@ def test_thread_counts_are_checked_and_none_is_every_core(tiny):
             models.load(path, threads=bad)
 
 
+def test_bad_arguments_get_one_line_errors_before_any_work(tiny, monkeypatch):
+    """ids must be int token ids (nothing truncated: a float, a bool, a str is refused), in the
+    vocabulary (detokenize too: -1 read the last token's text), at least one, and with
+    ``max_new_tokens`` (an int >= 0) within the context length (a huge count tried to allocate
+    its KV cache: 10 TiB); ``temperature`` a finite number >= 0 (-1 sampled, NaN failed inside
+    numpy).  ``stream`` checks before its first id is asked for; nothing is run on error."""
+    arch, path, m = tiny
+    ran = []
+    monkeypatch.setattr(m, "forward", lambda *a, **k: ran.append(a))
+    n_ctx = m.n_ctx_train
+    cases = [
+        (lambda: m.generate([1.5, 2], 2), TypeError, r"^ids\[0\]: expected an int token id, got float"),
+        (lambda: m.generate([1, True], 2), TypeError, r"^ids\[1\]: expected an int token id, got bool"),
+        (lambda: m.generate("hello", 2), TypeError, r"^ids: expected a sequence of int token ids, got str"),
+        (lambda: m.logits(np.array([1.0, 2.0])), TypeError, r"^ids\[0\]: .* got float64"),
+        (lambda: m.logits([]), ValueError, r"^logits needs at least one token id"),
+        (lambda: m.generate([], 2), ValueError, r"^generate needs at least one prompt token"),
+        (lambda: m.generate([1], -1), ValueError, r"^max_new_tokens: expected an int >= 0, got -1"),
+        (lambda: m.generate([1], 2.0), TypeError, r"^max_new_tokens: expected an int, got float"),
+        (lambda: m.generate([1], 10**12), ValueError,
+         rf"^1 prompt tokens \+ {10**12} new tokens = {10**12 + 1} positions, more than the "
+         rf"model's context length of {n_ctx}"),
+        (lambda: m.logits([1] * (n_ctx + 1)), ValueError, r"more than the model's context length"),
+        (lambda: m.generate([1], 2, temperature=-1.0), ValueError,
+         r"^temperature: expected a finite number >= 0, got -1.0"),
+        (lambda: m.generate([1], 2, temperature=float("nan")), ValueError, r"^temperature: .* nan"),
+        (lambda: m.generate([1], 2, temperature="0"), TypeError, r"^temperature: expected a number"),
+        (lambda: m.stream([1], -1), ValueError, r"^max_new_tokens"),
+        (lambda: m.generate([m.n_vocab], 2), IndexError, r"out of range for a vocabulary"),
+        (lambda: m.detokenize([-1]), IndexError, r"^token id -1 out of range"),
+        (lambda: m.detokenize([m.n_vocab]), IndexError, r"out of range for a vocabulary"),
+    ]
+    for call, err, match in cases:
+        with pytest.raises(err, match=match):
+            call()
+    assert not ran
+    assert m.generate(np.array([1, 2]), np.int64(0)) == []
+    assert m.detokenize(np.array([], np.int64)) == ""
+
+
 def test_activation_numerics_option(tiny):
     """``load(numerics=...)``: "ggml_cpu" (default, llama.cpp's run-time quantizer) and
     "canonical" (numba_qk's default ``quantize``) both hold the reference tolerances; the
