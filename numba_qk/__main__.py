@@ -225,6 +225,7 @@ def cmd_generate(path: str, tokens, n: int, threads: int, as_json: bool, prompt=
         raise ValueError(f"--tokens: id {bad[0]} is outside the vocabulary (0..{m.n_vocab - 1})")
     out = []
     text = m.vocab.decoder() if m.vocab.tokens else str   # ids when the file has no vocabulary
+    m.warmup()   # as llama.cpp's programs: kernels loaded, tile copies made, before the clock
     t0 = time.perf_counter()
     t_first = None
     for tok in m.stream(ids, n):

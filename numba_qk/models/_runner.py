@@ -861,6 +861,14 @@ class Model:
         return logits
 
     # -- API ------------------------------------------------------------------------------------
+    def warmup(self):
+        """Run a two-token batch and one decoded token (token id 0) on throwaway caches, as
+        llama.cpp's programs warm up before they time anything: the compiled kernels are loaded
+        from numba's cache and the decode tile copies made here, not in the first timed call.
+        Changes no later result."""
+        self.forward([0, 0], self.new_cache(3), all_logits=False)
+        self.forward([0], self.new_cache(1), all_logits=False)
+
     def logits(self, ids) -> np.ndarray:
         """float32 ``[len(ids), n_vocab]``: the logits at every position of ``ids`` (int token
         ids, at least one, at most the model's context length), run as one batch in a fresh

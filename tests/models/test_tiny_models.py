@@ -403,6 +403,19 @@ def test_bad_arguments_get_one_line_errors_before_any_work(tiny, monkeypatch):
     assert m.detokenize(np.array([], np.int64)) == ""
 
 
+def test_warmup_changes_no_later_result(tiny):
+    """``Model.warmup`` (run by the CLI before its clock starts) leaves no state behind that a
+    later call could see: the same greedy tokens and logits bits as a model never warmed."""
+    arch, path, m = tiny
+    fresh = models.load(path)
+    want_tokens = fresh.generate(PROMPT[:4], 4)
+    want_logits = fresh.logits(PROMPT[:6])
+    warm = models.load(path)
+    warm.warmup()
+    assert warm.generate(PROMPT[:4], 4) == want_tokens
+    np.testing.assert_array_equal(warm.logits(PROMPT[:6]), want_logits)
+
+
 def test_activation_numerics_option(tiny):
     """``load(numerics=...)``: "ggml_cpu" (default, llama.cpp's run-time quantizer) and
     "canonical" (numba_qk's default ``quantize``) both hold the reference tolerances; the
