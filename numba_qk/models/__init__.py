@@ -12,8 +12,11 @@ Architectures: ``llama`` (SmolLM2, Llama 3, Mistral and kin), ``gemma3``, ``qwen
 Qwen2.5: q/k/v biases) and ``qwen3`` (dense Qwen3: per-head q/k norms).  Weights stay in
 the file's memory map (numba_qk's zero-copy records); nothing is dequantized up front, and
 embeddings are looked up row by row.  With one thread on AVX-512 VNNI, Q4_0/Q4_1/Q5_0 and Q4_K
-weights are also copied once at load into row-interleaved tiles (the kernels' x8 / x16 layouts)
-that the one-token matvecs read: same bits, ~1.5-2x faster; batches read the memory map.  Every quantized matmul runs numba_qk's ``gemv``/``gemm``;
+weights are also copied once, at the first decoded token or by ``m.warmup()``, into
+row-interleaved tiles (the kernels' x8 / x16 layouts) that the one-token matvecs read: same
+bits, ~1.5-2x faster; batches read the memory map.  ``warmup()`` (run by ``python -m numba_qk
+generate`` before it starts timing, as llama.cpp's programs warm up) also loads the compiled
+kernels.  Every quantized matmul runs numba_qk's ``gemv``/``gemm``;
 activations are quantized once per weight group sharing them (q/k/v, gate/up) with numba_qk's
 ``quantize(..., numerics=...)``: by default ``"ggml_cpu"``, the records of ggml's x86 CPU
 quantizers that llama.cpp runs on activations (bit for bit), so that logits and greedy tokens
