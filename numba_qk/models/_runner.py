@@ -756,10 +756,45 @@ class Model:
         return out
 
     def new_cache(self, n_ctx):
-        kshape = (self.n_layer, *K.key_cache_shape(n_ctx, self.n_head_kv, self.head_dim))
-        vshape = (self.n_layer, self.n_head_kv, n_ctx, self.head_dim)
+        """An empty f16 KV cache for ``n_ctx`` positions (a positive int): ``{"k", "v": the
+        arrays, "n": positions filled, "n_ctx"}``, for ``forward``."""
+        if isinstance(n_ctx, bool) or not isinstance(n_ctx, (int, np.integer)):
+            raise TypeError(f"new_cache: n_ctx must be a positive int, got "
+                            f"{type(n_ctx).__name__}")
+        if n_ctx < 1:
+            raise ValueError(f"new_cache: n_ctx must be a positive int, got {n_ctx}")
+        kshape, vshape = self._cache_shapes(int(n_ctx))
         return {"k": np.zeros(kshape, np.float16), "v": np.zeros(vshape, np.float16),
-                "n": 0, "n_ctx": n_ctx}
+                "n": 0, "n_ctx": int(n_ctx)}
+
+    def _cache_shapes(self, n_ctx):
+        return ((self.n_layer, *K.key_cache_shape(n_ctx, self.n_head_kv, self.head_dim)),
+                (self.n_layer, self.n_head_kv, n_ctx, self.head_dim))
+
+    def _check_cache(self, cache):
+        """A one-line error unless ``cache`` is a cache of this model's shapes (``new_cache``):
+        the kernels write into its arrays without bounds checks."""
+        if not isinstance(cache, dict):
+            raise TypeError(f"cache: expected a dict made by Model.new_cache, got "
+                            f"{type(cache).__name__}")
+        missing = [key for key in ("k", "v", "n", "n_ctx") if key not in cache]
+        if missing:
+            raise ValueError(f"cache: no {missing[0]!r} entry (make caches with "
+                             f"Model.new_cache)")
+        n, n_ctx = cache["n"], cache["n_ctx"]
+        if not (all(isinstance(c, (int, np.integer)) and not isinstance(c, bool)
+                    for c in (n, n_ctx)) and 0 <= n <= n_ctx):
+            raise ValueError(f"cache: n = {n!r} and n_ctx = {n_ctx!r}: expected ints with "
+                             f"0 <= n <= n_ctx")
+        for key, shape in zip(("k", "v"), self._cache_shapes(int(n_ctx))):
+            a = cache[key]
+            if not (type(a) is np.ndarray and a.dtype == np.float16 and a.shape == shape
+                    and a.flags.c_contiguous and a.flags.writeable):
+                got = (f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray)
+                       else type(a).__name__)
+                raise ValueError(f"cache[{key!r}]: expected this model's writeable, "
+                                 f"C-contiguous float16 array of shape {shape} for n_ctx = "
+                                 f"{n_ctx}, got {got}")
 
     def forward(self, ids, cache, all_logits=True) -> np.ndarray:
         """Run ``ids`` at positions ``cache['n'] ...`` (one batch), append their K/V to the cache,
@@ -768,6 +803,10 @@ class Model:
         With ``threads`` > 1, a batch of at least ``PROMPT_SPLIT_MIN`` tokens is split into
         consecutive parts, one a thread, each run through every layer with one-thread products
         (``_TokenSplit``); smaller batches split each product's rows instead."""
+        ids = _token_ids(ids)
+        if not ids:
+            raise ValueError("forward needs at least one token id")
+        self._check_cache(cache)
         T = len(ids)
         if T == 1 and self._fast_decode:
             if self._decoder is None:

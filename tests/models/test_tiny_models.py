@@ -403,6 +403,44 @@ def test_bad_arguments_get_one_line_errors_before_any_work(tiny, monkeypatch):
     assert m.detokenize(np.array([], np.int64)) == ""
 
 
+def test_forward_refuses_a_cache_that_is_not_this_models(tiny):
+    """The kernels write the K/V cache without bounds checks, so ``forward`` takes only a cache
+    of this model's shapes: another model's cache (it wrote out of bounds and corrupted the
+    heap: "corrupted size vs. prev_size", abort), a strided or read-only array, a bad ``n``, a
+    missing entry each get a one-line error, and the cache is left as it was."""
+    arch, path, m = tiny
+    good = m.new_cache(4)
+    wrong = m.new_cache(8)          # arrays of another shape than n_ctx says (as another
+    wrong["n_ctx"] = 4              # model's cache has)
+    strided = m.new_cache(4)
+    k = strided["k"]
+    strided["k"] = np.zeros((*k.shape[:-1], 2 * k.shape[-1]), np.float16)[..., ::2]
+    readonly = m.new_cache(4)
+    readonly["v"].flags.writeable = False
+    past_end = m.new_cache(4)
+    past_end["n"] = 5
+    for ids in ([3], [3, 4]):       # the one-token decoder and the batch path
+        for cache, err, match in (
+                (wrong, ValueError, r"^cache\['[kv]'\]: expected this model's"),
+                (strided, ValueError, r"^cache\['k'\]: expected this model's"),
+                (readonly, ValueError, r"^cache\['v'\]: expected this model's"),
+                (past_end, ValueError, r"^cache: n = 5 and n_ctx = 4"),
+                ({"k": good["k"]}, ValueError, r"^cache: no 'v' entry"),
+                ([good], TypeError, r"^cache: expected a dict made by Model.new_cache")):
+            before = {k: (v.copy() if isinstance(v, np.ndarray) else v)
+                      for k, v in (cache.items() if isinstance(cache, dict) else ())}
+            with pytest.raises(err, match=match):
+                m.forward(ids, cache)
+            for k, v in before.items():
+                np.testing.assert_array_equal(cache[k], v)
+    with pytest.raises(ValueError, match="^forward needs at least one token id"):
+        m.forward([], good)
+    for bad, err in ((0, ValueError), (-3, ValueError), (2.0, TypeError), (True, TypeError)):
+        with pytest.raises(err, match="^new_cache: n_ctx must be a positive int"):
+            m.new_cache(bad)
+    assert m.forward([3], good).shape == (1, m.n_vocab) and good["n"] == 1
+
+
 def test_warmup_changes_no_later_result(tiny):
     """``Model.warmup`` (run by the CLI before its clock starts) leaves no state behind that a
     later call could see: the same greedy tokens and logits bits as a model never warmed."""
