@@ -26,9 +26,10 @@ conversion), ``scaled`` and ``repack`` call ``run``; nothing else in numba_qk st
   ``NUMBA_QK_SPIN_US`` microseconds (default 200, 0 = never) watching for the next one before it
   sleeps on its queue: back-to-back products (a token's matvecs) then skip the wake-up, which
   on a VM costs 15-30 us.  The adaptive count does not take a worker of ours that is awake
-  (spinning, working, or between the two) for another process's busy core.  Threaded gemv and gemm claim their row chunks in compiled code
-  (``kernels/_pool.py``): one call per thread, no GIL round trip per chunk, and the caller
-  spins (bounded) for the last chunk instead of sleeping on an event.
+  (spinning, working, or between the two) for another process's busy core.  Threaded gemv and
+  gemm claim their row chunks in compiled code (``kernels/_pool.py``): one call per thread, no
+  GIL round trip per chunk, and the caller spins (bounded) for the last chunk instead of
+  sleeping on an event.
 """
 
 from __future__ import annotations
