@@ -80,8 +80,9 @@ class _ThreadChoice:
                              < self.MARGIN * sorted(self.one)[len(self.one) // 2])
 
 
+# (format, rows, records per row, threads) -> its _ThreadChoice, for the life of the process
 _CHOICES: dict = {}
-_clock = time.perf_counter
+_clock = time.perf_counter   # a name of its own, so that a test can give the choice a clock
 
 
 def _chosen(one, split, choice):
