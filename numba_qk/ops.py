@@ -385,6 +385,15 @@ def _plain_matmul(w, x, lhs_format, threads):
     return None
 
 
+def _plain_out(out, rows, w, xq) -> bool:
+    """Whether ``out`` is a writeable numpy float32 ``[rows]`` sharing no memory with ``w`` or
+    ``xq``: what ``check_out`` accepts, in one pass (anything else takes ``check_out``, which
+    says what is wrong)."""
+    return (type(out) is np.ndarray and out.dtype is _F32 and out.shape == (rows,)
+            and out.flags.writeable and not np.may_share_memory(out, w)
+            and not np.may_share_memory(out, xq))
+
+
 def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     """Matrix-vector product of quantized weight rows and one quantized activation.
 
@@ -402,10 +411,14 @@ def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
     type (``rhs_format`` the same type); numerics in docs/halfmat.md.
     """
     p = _plain_records(w, xq, lhs_format, rhs_format, threads, 2)
-    if p and threads == 1 and out is None:   # the small call of a forward pass
-        target = np.empty(w.shape[0], np.float32)
-        p.gemv(w, xq, target)
-        return target
+    if p and threads == 1:   # the small call of a forward pass
+        if out is None:
+            target = np.empty(w.shape[0], np.float32)
+            p.gemv(w, xq, target)
+            return target
+        if _plain_out(out, w.shape[0], w, xq):
+            p.gemv(w, xq, out)
+            return out
     if p:
         nthreads, rp, wa, rows, xa = threads, None, w, w.shape[0], xq
     elif _halfmat.is_float_weight(lhs_format):

@@ -215,6 +215,43 @@ def test_one_row_one_thread_matmul_is_one_compiled_call_with_the_same_bits(rng, 
 
 # ---- the common case: recognised in one pass, everything else gets the full checks ----------
 
+def test_plain_gemv_out_skips_check_out_and_refuses_what_it_refuses(rng, monkeypatch):
+    """``gemv(..., out=)`` on one thread with a writeable float32 ``[rows]`` that shares no
+    memory with the inputs skips ``check_out`` (``ops._plain_out``); every other ``out`` takes
+    it and gets its error, left untouched: overlapping the weights or the activation, read-only,
+    another dtype or shape."""
+    from numba_qk import ops
+    Q40, Q80 = qk.quant.q4_0, qk.quant.q8_0
+    rows, g = 6, 2
+    buf = np.zeros(rows * g * 18 + 64, np.uint8)
+    w = buf[:rows * g * 18].reshape(rows, g, 18)
+    w[...] = qk.quantize(rng.standard_normal((rows * g, 32)).astype(np.float32), Q40).reshape(
+        rows, g, 18)
+    xq = qk.quantize(rng.standard_normal((g, 32)).astype(np.float32), Q80)
+    want = qk.gemv(w, xq, lhs_format=Q40, rhs_format=Q80)
+    real_check_out = ops.check_out
+    monkeypatch.setattr(ops, "check_out", _full_checks_fail)
+    out = np.full(rows, 7.0, np.float32)
+    assert qk.gemv(w, xq, lhs_format=Q40, rhs_format=Q80, out=out) is out
+    assert_same_f32(out, want)
+    monkeypatch.setattr(ops, "check_out", real_check_out)
+    in_w = buf[:rows * 4].view(np.float32)               # the first weight bytes
+    xq_buf = np.zeros(g * 34 + 64, np.uint8)
+    xq2 = xq_buf[:g * 34].reshape(g, 34)
+    xq2[...] = xq
+    in_x = xq_buf[:rows * 4].view(np.float32)
+    ro = np.full(rows, 7.0, np.float32)
+    ro.flags.writeable = False
+    for bad, err, match in ((in_w, ValueError, "overlaps an input"),
+                            (in_x, ValueError, "overlaps an input"),
+                            (ro, ValueError, "read-only"),
+                            (np.zeros(rows, np.float64), TypeError, "expected dtype float32"),
+                            (np.zeros(rows + 1, np.float32), ValueError, "expected shape")):
+        before = bad.copy()
+        with pytest.raises(err, match=match):
+            qk.gemv(w, xq2 if bad is in_x else xq, lhs_format=Q40, rhs_format=Q80, out=bad)
+        np.testing.assert_array_equal(bad.view(np.uint8), before.view(np.uint8))
+
 def _full_checks_fail(*args, **kwargs):
     raise AssertionError("the full checks ran for a plain call")
 
