@@ -25,7 +25,7 @@ import numba_qk as qk
 from numba import njit
 
 from numba_qk import _registry as registry
-from numba_qk import ops
+from numba_qk.kernels.drive import quantize_then_gemv
 from numba_qk.formats import activation_format
 
 
@@ -42,7 +42,7 @@ def cases(fmt, rows, k, rng):
     xq = qk.quantize(x.reshape(-1, act.block_size), act)
     wb, ab = registry.BY_FORMAT[fmt], registry.BY_FORMAT[act]
     out, scratch = np.empty(rows, np.float32), np.empty_like(xq)
-    matvec = ops._PLANS[fmt].matvec()
+    matvec = quantize_then_gemv(ab.quantize, wb.gemv, act.block_size, act.block_bytes)
     # (label, call, the label of its compiled part: fixed cost = best - (part's best - floor))
     return [
         ("empty @njit call (numba's floor)", lambda: _empty(w, x, out), None),

@@ -808,6 +808,11 @@ class Model:
         if not ids:
             raise ValueError("forward needs at least one token id")
         self._check_cache(cache)
+        return self._forward(ids, cache, all_logits)
+
+    def _forward(self, ids, cache, all_logits):
+        """``forward`` for the model's own calls: ``ids`` a non-empty list of ints (their range
+        is still checked) and ``cache`` one that ``new_cache`` made."""
         T = len(ids)
         if T == 1 and self._fast_decode:
             if self._decoder is None:
@@ -906,8 +911,8 @@ class Model:
         llama.cpp's programs warm up before they time anything: the compiled kernels are loaded
         from numba's cache and the decode tile copies made here, not in the first timed call.
         Changes no later result."""
-        self.forward([0, 0], self.new_cache(3), all_logits=False)
-        self.forward([0], self.new_cache(1), all_logits=False)
+        self._forward([0, 0], self.new_cache(3), all_logits=False)
+        self._forward([0], self.new_cache(1), all_logits=False)
 
     def logits(self, ids) -> np.ndarray:
         """float32 ``[len(ids), n_vocab]``: the logits at every position of ``ids`` (int token
@@ -917,9 +922,7 @@ class Model:
         if not ids:
             raise ValueError("logits needs at least one token id")
         self._check_context(len(ids), 0)
-        self.check_ids(min(ids), max(ids))
-        cache = self.new_cache(len(ids))
-        return self.forward(ids, cache, all_logits=True)
+        return self._forward(ids, self.new_cache(len(ids)), all_logits=True)
 
     def _check_context(self, n_prompt, n_new):
         """ValueError unless ``n_prompt + n_new`` positions fit the model's context length."""
@@ -962,7 +965,7 @@ class Model:
         cache = self.new_cache(len(ids) + max_new_tokens)
         if max_new_tokens == 0:
             return
-        logits = self.forward(ids, cache, all_logits=False)[-1]
+        logits = self._forward(ids, cache, all_logits=False)[-1]
         for n in range(max_new_tokens):
             if temperature == 0:
                 nxt = int(np.argmax(logits))
@@ -972,7 +975,7 @@ class Model:
                 nxt = int(rng.choice(len(p), p=p / p.sum()))
             yield nxt
             if n + 1 < max_new_tokens:
-                logits = self.forward([nxt], cache, all_logits=False)[-1]
+                logits = self._forward([nxt], cache, all_logits=False)[-1]
 
 
 def _token_ids(ids) -> list:

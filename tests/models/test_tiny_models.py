@@ -371,7 +371,7 @@ def test_bad_arguments_get_one_line_errors_before_any_work(tiny, monkeypatch):
     numpy).  ``stream`` checks before its first id is asked for; nothing is run on error."""
     arch, path, m = tiny
     ran = []
-    monkeypatch.setattr(m, "forward", lambda *a, **k: ran.append(a))
+    monkeypatch.setattr(m, "_forward", lambda *a, **k: ran.append(a))
     n_ctx = m.n_ctx_train
     cases = [
         (lambda: m.generate([1.5, 2], 2), TypeError,
