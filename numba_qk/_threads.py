@@ -40,6 +40,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -140,7 +141,8 @@ def free_cores() -> int | None:
         running = int(_read_loadavg().split()[3].split(b"/")[0])
         # our own workers (spinning for their next job, working, or on their way between
         # the two) are not another process's load
-        free = max(1, (os.cpu_count() or 1) - (running - 1 - _POOL.awake()))
+        free = max(1, (os.cpu_count() or 1)
+                   - (running - 1 - _POOL.awake() - _helpers_awake()))
     except (OSError, ValueError, IndexError, AttributeError):
         free = None
     _sample[0], _sample[1] = now, free
@@ -372,6 +374,8 @@ _POOL = _Pool()
 def _after_fork_in_child():
     global _POOL
     _POOL = _Pool()  # the parent's workers do not exist in the child
+    for h in list(_HELPERS):
+        h._after_fork()
 
 
 if hasattr(os, "register_at_fork"):
@@ -458,3 +462,152 @@ def _chunk_rows(rows: int, threads: int, per_thread: int, tile: int) -> int:
         return max(rows, 1)
     pieces = min(per_thread * threads, -(-rows // tile))
     return -(-(-(-rows // pieces)) // tile) * tile
+
+
+#: How long a standing helper spins with nothing posted before it sleeps (between a model's
+#: decoded tokens the caller samples, streams text, ...: a wake-up costs 15-30 us on a VM).
+HELPER_IDLE_US = 2000
+_HELPERS = weakref.WeakSet()   # every live Helpers, for free_cores and fork
+
+
+def _helpers_awake() -> int:
+    return sum(h.awake() for h in list(_HELPERS))
+
+
+class Helpers:
+    """Standing helper threads for a fixed set of products run again and again (one model's
+    decoding): a helper stays in compiled code between products (``_pool.server_of``) and the
+    caller posts each product by address (``_pool.caller_of``), so a hand-off costs about a
+    microsecond instead of the pool's ~13 (two GIL round trips); both claim the product's row
+    chunks as ``run_rows`` does, each chunk one serial kernel call, so the bits do not depend on
+    the thread count or on who ran which chunk.
+
+    ``product(fn, w, per, tile)`` registers a serial kernel ``fn(w, x, out)`` on weights ``w``
+    (before the first product runs) and returns ``split(x, out)``, or None where ``fn`` would be
+    a kind more than ``_pool.KINDS``.  A helper asleep (spun ``HELPER_IDLE_US`` with nothing
+    posted) is woken by the next product, which runs without it meanwhile (the caller claims
+    every chunk no helper took).  ``close()`` ends the threads (also when the group is
+    garbage-collected: ``weakref.finalize``)."""
+
+    def __init__(self, helpers: int):
+        if helpers < 1:
+            raise ValueError(f"Helpers needs at least one helper, not {helpers}")
+        self.helpers = helpers
+        self.jobs = []           # rows_job kernels; a product names its own by index
+        self._kinds = {}         # (fn, ndim) -> index in jobs
+        self.ctl = np.zeros(_pool.ctl_words(helpers), np.int64)
+        self.serve = None
+        self.events = []
+        self.closed = False
+        self._wait = _polls(_JOIN_SPIN_US)
+        self._idle = _polls(HELPER_IDLE_US)
+        self._finalizer = weakref.finalize(self, Helpers._stop, self.ctl, self.events)
+        _HELPERS.add(self)
+
+    def awake(self) -> int:
+        """Helpers in their compiled loop (or woken and on their way there)."""
+        return sum(int(self.ctl[_pool.AWAKE + 8 * h]) for h in range(len(self.events)))
+
+    def chunks_run(self) -> list:
+        """Chunks each helper has run so far."""
+        return [int(self.ctl[_pool.AWAKE + 8 * h + 2]) for h in range(self.helpers)]
+
+    def product(self, fn, w, per: int = 1, tile: int = 8):
+        """``split(x, out)``: ``fn(w, x, out)`` with ``w``'s rows (C-contiguous uint8, 2 or 3
+        dimensions; ``per`` outputs per row) claimed in chunks of a multiple of ``tile`` rows by
+        the caller and the helpers; None where the group has no room for another kernel."""
+        if self.serve is not None:
+            raise RuntimeError("Helpers.product after the helpers started")
+        if not (w.dtype == np.uint8 and w.flags.c_contiguous and w.ndim in (2, 3)):
+            raise ValueError("Helpers.product: weights must be C-contiguous uint8, 2-D or 3-D")
+        key = (fn, w.ndim)
+        kind = self._kinds.get(key)
+        if kind is None:
+            if len(self.jobs) == _pool.KINDS:
+                return None
+            kind = self._kinds[key] = len(self.jobs)
+            self.jobs.append(_pool.rows_job(fn, w.ndim))
+        run = _pool.caller_of(self.jobs[kind])
+        rows = w.shape[0]
+        chunk = _chunk_rows(rows, self.helpers + 1, 2, tile)
+        chunks = -(-rows // chunk) if rows else 0
+        d = tuple(w.shape) + (0,) * (3 - w.ndim)
+        w_at = w.ctypes.data
+        ctl, wait = self.ctl, self._wait
+
+        def split(x, out):
+            self._ensure_awake()
+            if not run(ctl, kind, w_at, d[0], d[1], d[2], x, out, chunks, chunk, per, wait):
+                self._join(chunks)
+        split.keep = w       # the weights stay alive while the product can run
+        return split
+
+    def _join(self, chunks):
+        try:
+            while not _pool.wait_count(self.ctl, _pool.DONE, chunks, self._wait):
+                time.sleep(20e-6)
+        except BaseException:   # e.g. Ctrl-C: no helper may still write the output afterwards
+            while not _pool.wait_count(self.ctl, _pool.DONE, chunks, self._wait):
+                pass
+            raise
+
+    def start(self):
+        """Compile the helpers' loop (if not yet) so that the first product does not."""
+        if self.serve is None:
+            self.serve = _pool.server_of(tuple(self.jobs))
+            self.serve(self.ctl, 0, 0)
+
+    def _ensure_awake(self):
+        ctl = self.ctl
+        for h in range(self.helpers):
+            if not ctl[_pool.AWAKE + 8 * h]:
+                self._wake(h)
+
+    def _wake(self, h):
+        if self.closed:
+            return
+        self.start()
+        while len(self.events) < self.helpers:
+            ev = threading.Event()
+            self.events.append(ev)
+            t = threading.Thread(target=Helpers._loop, daemon=True,
+                                 args=(self.serve, self.ctl, len(self.events) - 1, ev,
+                                       self._idle),
+                                 name=f"numba_qk-helper-{len(self.events) - 1}")
+            t.start()
+        ctl, at = self.ctl, _pool.AWAKE + 8 * h
+        entered = int(ctl[at + 1]) + 1
+        ctl[at] = 1    # before the helper runs: the next check sees it
+        self.events[h].set()
+        # wait, with the GIL released, until the helper is in its compiled loop: it needs the
+        # GIL to get there, and a caller busy in Python would keep it out for the interpreter's
+        # whole switch interval (5 ms), though it releases the GIL in every kernel it calls
+        _pool.wait_count(ctl, at + 1, entered, self._wait)
+
+    @staticmethod
+    def _loop(serve, ctl, me, event, idle):
+        # holds no reference to the group (its finalizer stops this loop)
+        while True:
+            event.wait()
+            event.clear()
+            if ctl[_pool.STOP]:
+                return
+            serve(ctl, me, idle)
+
+    @staticmethod
+    def _stop(ctl, events):
+        ctl[_pool.STOP] = 1
+        ctl[_pool.SEQ] += 1   # a helper spinning in serve sees a new product, then STOP
+        for ev in events:
+            ev.set()
+
+    def close(self):
+        """End the helper threads (they finish the product in hand first)."""
+        self.closed = True
+        self._finalizer()
+
+    def _after_fork(self):
+        # the child has none of the parent's threads
+        self.events = []
+        for h in range(self.helpers):
+            self.ctl[_pool.AWAKE + 8 * h] = 0

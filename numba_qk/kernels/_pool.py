@@ -18,14 +18,16 @@ then uses its Python pieces and never spins.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from llvmlite import ir
-from numba import config
+from numba import carray, config
 from numba.core import types
 from numba.extending import intrinsic
 
 from numba_qk._jit import kernel
-from numba_qk.kernels.simd.stream import x86_hint
+from numba_qk.kernels.simd.stream import address_of, x86_hint
 
 HAVE_ATOMICS = not config.DISABLE_JIT
 _i64 = ir.IntType(64)
@@ -180,3 +182,201 @@ def rows_runner(gemv, gemm=False):
 
         _RUNNERS[(gemv, gemm)] = run
     return run
+
+
+# -- standing helpers ---------------------------------------------------------------------------
+# A decoded token runs ~120 products of 0.1-1 M weights, a few microseconds each on one core;
+# a hand-off through the pool's Python workers costs ~13 us (their GIL round trip), so most of
+# them stayed on one thread.  A standing helper instead stays in compiled code between products
+# (``serve``): the caller posts each product in ``ctl`` (the weights, activations and output by
+# address) and both claim its row chunks; nothing on either side takes the GIL.
+
+@intrinsic
+def pointer_to(typingctx, addr, dtype):
+    """A typed pointer to address ``addr`` (an int64) for ``numba.carray``: ``dtype`` is a numpy
+    scalar type (``np.uint8``)."""
+    if not isinstance(dtype, types.NumberClass) or not isinstance(addr, types.Integer):
+        return None
+    sig = types.CPointer(dtype.instance_type)(addr, dtype)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+    return sig, codegen
+
+
+@intrinsic
+def compare_exchange(typingctx, arr, idx, expected, v):
+    """``arr[idx] = v`` if it holds ``expected``, as one atomic step (sequentially consistent);
+    returns the value it held.  ``arr`` is a 1-D int64 array."""
+    if not _int64_array(arr):
+        return None
+    sig = types.int64(arr, types.intp, types.int64, types.int64)
+
+    def codegen(context, builder, signature, args):
+        ptr = _cell(context, builder, signature.args[0], args[0], args[1])
+        pair = builder.cmpxchg(ptr, args[2], args[3], "seq_cst", "seq_cst")
+        return builder.extract_value(pair, 0)
+
+    return sig, codegen
+
+
+# ``ctl`` of a helper group (int64): the posted product on the first cache line (written by the
+# caller before it publishes ``SEQ``), the claim word and the done count on lines of their own,
+# then one line per helper: ``AWAKE`` (1 while it is in ``serve``), then the count of its
+# entries into ``serve`` and of the chunks it ran.
+SEQ, KIND, W_AT, W_D0, W_D1, W_D2, X_AT, X_G, X_B, OUT_AT, OUT_N, CHUNK, PER, STOP = range(14)
+NEXT, DONE, AWAKE = 16, 24, 32
+#: the claim word: ``seq << 32 | chunks << 16 | chunks claimed``
+MAX_CHUNKS = (1 << 16) - 1
+
+
+def ctl_words(helpers: int) -> int:
+    return AWAKE + 8 * helpers
+
+
+@kernel
+def claim(ctl, seq):
+    """The next unclaimed chunk of product ``seq``, or -1 once none is left (or ``seq`` is no
+    longer the posted product).  The product's number and chunk count share one atomic word
+    with the count claimed, so a late claim can never take a chunk of the next product."""
+    while True:
+        v = load_acquire(ctl, NEXT)
+        if (v >> np.int64(32)) != seq:
+            return np.int64(-1)
+        i = v & np.int64(0xFFFF)
+        if i >= ((v >> np.int64(16)) & np.int64(0xFFFF)):
+            return np.int64(-1)
+        if compare_exchange(ctl, NEXT, v, v + np.int64(1)) == v:
+            return i
+
+
+@functools.lru_cache(maxsize=None)
+def rows_job(fn, ndim):
+    """``job(w_at, d0, d1, d2, x_at, g, b, out_at, n, r0, r1, per)``: the serial kernel
+    ``fn(w, x, out)`` on weight rows ``[r0, r1)`` of the C-contiguous uint8 array at ``w_at``
+    (``ndim`` 2: ``[d0, d1]``, 3: ``[d0, d1, d2]``), activation records ``[g, b]`` at ``x_at``,
+    into ``out[per * r0:per * r1]`` of the f32 ``[n]`` at ``out_at``."""
+    if ndim == 3:
+        @kernel
+        def job(w_at, d0, d1, d2, x_at, g, b, out_at, n, r0, r1, per):
+            w = carray(pointer_to(w_at, np.uint8), (d0, d1, d2))
+            x = carray(pointer_to(x_at, np.uint8), (g, b))
+            out = carray(pointer_to(out_at, np.float32), (n,))
+            fn(w[r0:r1], x, out[r0 * per:min(n, r1 * per)])
+    elif ndim == 2:
+        @kernel
+        def job(w_at, d0, d1, d2, x_at, g, b, out_at, n, r0, r1, per):
+            w = carray(pointer_to(w_at, np.uint8), (d0, d1))
+            x = carray(pointer_to(x_at, np.uint8), (g, b))
+            out = carray(pointer_to(out_at, np.float32), (n,))
+            fn(w[r0:r1], x, out[r0 * per:min(n, r1 * per)])
+    else:
+        raise ValueError(f"rows_job: weights of {ndim} dimensions")
+    return job
+
+
+@functools.lru_cache(maxsize=None)
+def caller_of(job):
+    """``run(ctl, kind, w_at, d0, d1, d2, x, out, chunks, chunk, per, wait_iters)``: post the
+    product of ``job`` (a ``rows_job``; ``kind`` its index in the helpers' ``serve``) on
+    activation records ``x`` ``[g, b]`` into ``out`` (both C-contiguous), in ``chunks`` chunks
+    of ``chunk`` weight rows; claim and run chunks alongside the helpers; then spin up to
+    ``wait_iters`` polls until every chunk is done.  Returns 1 when they are, else 0 (a helper
+    still holds one: the caller waits with ``wait_count(ctl, DONE, chunks, ...)``)."""
+    @kernel
+    def run(ctl, kind, w_at, d0, d1, d2, x, out, chunks, chunk, per, wait_iters):
+        seq = ctl[SEQ] + np.int64(1)     # only the caller writes SEQ
+        x_at, out_at = address_of(x), address_of(out)
+        g, b, n = np.int64(x.shape[0]), np.int64(x.shape[1]), np.int64(out.shape[0])
+        ctl[KIND] = kind
+        ctl[W_AT] = w_at
+        ctl[W_D0] = d0
+        ctl[W_D1] = d1
+        ctl[W_D2] = d2
+        ctl[X_AT] = x_at
+        ctl[X_G] = g
+        ctl[X_B] = b
+        ctl[OUT_AT] = out_at
+        ctl[OUT_N] = n
+        ctl[CHUNK] = chunk
+        ctl[PER] = per
+        store_release(ctl, DONE, np.int64(0))
+        store_release(ctl, NEXT, (seq << np.int64(32)) | (np.int64(chunks) << np.int64(16)))
+        store_release(ctl, SEQ, seq)
+        while True:
+            i = claim(ctl, seq)
+            if i < 0:
+                break
+            r0 = i * chunk
+            job(w_at, d0, d1, d2, x_at, g, b, out_at, n, r0, min(d0, r0 + chunk), per)
+            fetch_add(ctl, DONE, np.int64(1))
+        return wait_count(ctl, DONE, chunks, wait_iters)
+
+    return run
+
+
+def _no_job(w_at, d0, d1, d2, x_at, g, b, out_at, n, r0, r1, per):
+    pass
+
+
+_no_job = kernel(_no_job)
+#: kinds one ``serve`` handles (a product of another kind runs through the pool)
+KINDS = 6
+
+
+@functools.lru_cache(maxsize=None)
+def server_of(jobs):
+    """``serve(ctl, me, idle_iters)``: helper ``me``'s loop over the products posted in
+    ``ctl`` of the ``rows_job`` kernels ``jobs`` (at most ``KINDS``; a product names its job by
+    index): claim and run chunks of each, count them done; return after ``idle_iters`` polls
+    with nothing posted, or once ``ctl[STOP]`` is set, clearing ``ctl[AWAKE + 8 me]``."""
+    if len(jobs) > KINDS:
+        raise ValueError(f"server_of: {len(jobs)} kinds, at most {KINDS}")
+    j0, j1, j2, j3, j4, j5 = tuple(jobs) + (_no_job,) * (KINDS - len(jobs))
+
+    @kernel
+    def serve(ctl, me, idle_iters):
+        mine = AWAKE + np.int64(8) * me
+        fetch_add(ctl, mine + np.int64(1), np.int64(1))   # entries
+        seen = load_acquire(ctl, SEQ)
+        idle = np.int64(0)
+        while idle < idle_iters:
+            seq = load_acquire(ctl, SEQ)
+            if seq == seen:
+                idle += np.int64(1)
+                cpu_relax()
+                continue
+            seen = seq
+            idle = np.int64(0)
+            if load_acquire(ctl, STOP):
+                break
+            while True:
+                i = claim(ctl, seq)
+                if i < 0:
+                    break
+                # a claim of product seq means it is not done, so ctl still describes it
+                kind, chunk, d0 = ctl[KIND], ctl[CHUNK], ctl[W_D0]
+                a = (ctl[W_AT], d0, ctl[W_D1], ctl[W_D2], ctl[X_AT], ctl[X_G], ctl[X_B],
+                     ctl[OUT_AT], ctl[OUT_N])
+                r0 = i * chunk
+                r1 = min(d0, r0 + chunk)
+                per = ctl[PER]
+                if kind == 0:
+                    j0(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], r0, r1, per)
+                elif kind == 1:
+                    j1(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], r0, r1, per)
+                elif kind == 2:
+                    j2(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], r0, r1, per)
+                elif kind == 3:
+                    j3(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], r0, r1, per)
+                elif kind == 4:
+                    j4(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], r0, r1, per)
+                else:
+                    j5(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], r0, r1, per)
+                fetch_add(ctl, DONE, np.int64(1))
+                ctl[mine + np.int64(2)] += np.int64(1)   # chunks this helper ran
+        store_release(ctl, mine, np.int64(0))
+        return np.int64(0)
+
+    return serve

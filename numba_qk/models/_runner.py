@@ -17,6 +17,7 @@ from .. import kernels as _blocks
 from .._validate import check_threads
 from ..errors import QuantizationDomainError
 from ..formats import activation_format, quant
+from ..kernels import _pool
 from ..kernels.legacy import layout as _LL
 from ..kernels.legacy import x8 as _x8
 from ..kernels.kquants import q4_k_x16 as _x16
@@ -101,19 +102,20 @@ def _chosen(one, split, choice):
     return block
 
 
-def _decode_block(fmt, recs, gemv, threads):
+def _decode_block(fmt, recs, gemv, threads, helpers=None):
     """``block(recs, x, out)``: one token's ``out = W x`` for weight records ``recs`` of
     ``fmt`` (``gemv`` is the format's @njit building block; None: no block, the public gemv
     then).  Decoding streams every weight once per token: a copy in row-interleaved tiles (the
     kernels' x8 / x16 layouts: one 512-bit load feeds 8 or 16 rows) gives the same bits ~1.5-2x
     faster; batches keep the memory-mapped records (the VNNI gemm).  With ``threads`` > 1 the
-    tiles (or rows) are split over the thread pool in compiled code (``_threads.run_rows``), for
-    matrices under ``DECODE_MIN_THREADED`` weights only where ``_ThreadChoice`` finds that
-    faster; every output row is still one serial call on the same records, so the bits do not
-    depend on the thread count."""
+    tiles (or rows) are split between the caller and the model's standing ``helpers``
+    (``_threads.Helpers``: they wait for the next product in compiled code) or, without them,
+    the thread pool (``_threads.run_rows``); matrices under ``DECODE_MIN_THREADED`` weights
+    split only where ``_ThreadChoice`` finds that faster.  Every output row is still one serial
+    call on the same records, so the bits do not depend on the thread count."""
     if gemv is None:
         return None
-    make = _block_maker(fmt, recs, gemv)
+    make = _block_maker(fmt, recs, gemv, helpers)
     if threads == 1 or recs.shape[0] * recs.shape[1] * fmt.block_size >= DECODE_MIN_THREADED:
         return make(threads)
     choice = _CHOICES.setdefault((fmt, recs.shape[0], recs.shape[1], threads), _ThreadChoice())
@@ -122,20 +124,28 @@ def _decode_block(fmt, recs, gemv, threads):
     return _chosen(make(1), make(threads), choice)
 
 
-def _block_maker(fmt, recs, gemv):
+def _block_maker(fmt, recs, gemv, helpers=None):
     """``make(threads) -> block(recs, x, out)`` over one tile copy of ``recs`` (made here)."""
     if _x8.HAVE_X8 and fmt in _X8_DECODE:
         code, tiles_gemv, tiles_only = _X8_DECODE[fmt]
         tiles, tail = _x8.repack_x8(code, recs)
-        return lambda threads: _tiled(tiles, tail, tiles_gemv, tiles_only, 8, threads)
+        return lambda threads: _tiled(tiles, tail, tiles_gemv, tiles_only, 8, threads, helpers)
     if _x16.HAVE_X16 and fmt is quant.q4_k:
         tiles, tail = _x16.repack_x16(recs)
         return lambda threads: _tiled(tiles, tail, _x16.gemv_x16, _x16.gemv_x16_tiles, 16,
-                                      threads)
+                                      threads, helpers)
 
     def make(threads):
         if threads == 1:
             return gemv
+        split = _helped(helpers, gemv, recs, 1, 8)
+        if split is not None:
+            def block(recs, x, out):
+                if _threads.effective_threads(threads, 2) > 1:
+                    split(x, out)
+                else:
+                    gemv(recs, x, out)
+            return block
 
         def block(recs, x, out):
             _threads.run_rows(gemv, recs, x, out, _threads.effective_threads(threads, 2))
@@ -143,17 +153,32 @@ def _block_maker(fmt, recs, gemv):
     return make
 
 
-def _tiled(tiles, tail, gemv, gemv_tiles, per, threads):
+def _helped(helpers, fn, w, per, tile):
+    """``helpers.product(...)`` where the model has standing helpers and ``w`` suits them."""
+    if helpers is None or not w.flags.c_contiguous:
+        return None
+    return helpers.product(fn, w, per, tile)
+
+
+def _tiled(tiles, tail, gemv, gemv_tiles, per, threads, helpers=None):
     """The decode block over ``per``-row tiles: ``gemv(tiles, tail, x, out)`` on one thread;
-    with threads, whole tiles split by ``run_rows`` (``gemv_tiles``), then the tail rows."""
+    with threads, whole tiles split between the caller and the helpers (``gemv_tiles``; without
+    helpers by ``run_rows``), then the tail rows."""
     if threads == 1:
         return lambda recs, x, out: gemv(tiles, tail, x, out)
     n = per * tiles.shape[0]
     none = tiles[:0]
+    split = _helped(helpers, gemv_tiles, tiles, per, 1)
 
     def block(recs, x, out):
-        _threads.run_rows(gemv_tiles, tiles, x, out[:n], _threads.effective_threads(threads, 2),
-                          tile=1, per=per)
+        used = _threads.effective_threads(threads, 2)
+        if used == 1:
+            gemv(tiles, tail, x, out)
+            return
+        if split is not None:
+            split(x, out[:n])
+        else:
+            _threads.run_rows(gemv_tiles, tiles, x, out[:n], used, tile=1, per=per)
         if tail.shape[0]:
             gemv(none, tail, x, out[n:])
     return block
@@ -188,10 +213,12 @@ class _Weight:
             raise _gguf.GGUFError(f"tensor {name!r} is {info.type_name}: not supported by "
                                   f"numba_qk.models")
 
-    def prepare_decode(self):
-        """Make the one-token block (a tile copy for the formats decoded through tiles)."""
+    def prepare_decode(self, helpers=None):
+        """Make the one-token block (a tile copy for the formats decoded through tiles), split
+        with the model's standing ``helpers`` where it has them."""
         if self.recs is not None and self.block is None:
-            self.block = _decode_block(self.fmt, self.recs, self.gemv_block, self.threads)
+            self.block = _decode_block(self.fmt, self.recs, self.gemv_block, self.threads,
+                                       helpers)
 
     def apply(self, xq, x, threads=None):
         """``x @ W.T`` for ``x`` f32 ``[T, K]`` whose activation records are ``xq``; the
@@ -218,7 +245,7 @@ class _Fused:
     the same records, so the bits are those of the separate weights'.  Only formats decoded
     through tiles (a copy made anyway); others stay separate weights."""
 
-    def __init__(self, weights, threads):
+    def __init__(self, weights, threads, helpers=None):
         w0 = weights[0]
         self.weights = weights
         self.act = w0.act
@@ -228,7 +255,7 @@ class _Fused:
         stacked = np.concatenate([np.asarray(w.recs) for w in weights])
         # with tiles the block reads only its tile copy (_fuse groups only those formats)
         self.recs = stacked[:0] if _tiles_decode(w0.fmt) else stacked
-        self.block = _decode_block(w0.fmt, stacked, w0.gemv_block, threads)
+        self.block = _decode_block(w0.fmt, stacked, w0.gemv_block, threads, helpers)
 
     def apply_one(self, xq):
         """The outputs ``[1, rows]`` of each weight for one token's activation records."""
@@ -237,7 +264,7 @@ class _Fused:
         return [out[:, a:b] for a, b in self.spans]
 
 
-def _fuse(weights, threads):
+def _fuse(weights, threads, helpers=None):
     """``weights`` in decode calls: each format decoded through tiles with two or more weights
     becomes one ``_Fused`` group (in the order of its first weight), the rest stay single;
     every single weight gets its own block.  Returns the list of calls."""
@@ -247,10 +274,10 @@ def _fuse(weights, threads):
             same = [v for v in weights if v.fmt is w.fmt and v.recs is not None]
             if len(same) > 1:
                 if w.fmt not in groups:
-                    groups[w.fmt] = _Fused(same, threads)
+                    groups[w.fmt] = _Fused(same, threads, helpers)
                     calls.append(groups[w.fmt])
                 continue
-        w.prepare_decode()
+        w.prepare_decode(helpers)
         calls.append(w)
     return calls
 
@@ -579,6 +606,12 @@ class Model:
                                   f"numba_qk.models (supported: {', '.join(ARCHITECTURES)})")
         self.arch = arch
         self.threads = threads
+        # with threads, one token's products are split with standing helper threads that wait
+        # for the next product in compiled code (decision 051); without atomics (numba's JIT
+        # disabled), through the pool
+        helpers = (_threads.Helpers(threads - 1) if threads > 1 and _pool.HAVE_ATOMICS
+                   else None)
+        self._helpers = helpers
 
         def kv(key, default=None):
             return md.get(f"{arch}.{key}", default)
@@ -676,17 +709,17 @@ class Model:
                 if i in swa_layers:
                     layer.window = n_swa
                     layer.freq_base = freq_base_swa
-            layer.qkv_calls = _fuse([layer.wq, layer.wk, layer.wv], threads)
-            layer.glu_calls = _fuse([layer.gate, layer.up], threads)
-            layer.wo.prepare_decode()
-            layer.down.prepare_decode()
+            layer.qkv_calls = _fuse([layer.wq, layer.wk, layer.wv], threads, helpers)
+            layer.glu_calls = _fuse([layer.gate, layer.up], threads, helpers)
+            layer.wo.prepare_decode(helpers)
+            layer.down.prepare_decode(helpers)
             self.layers.append(layer)
         self.output_norm = vec("output_norm.weight")
         embd = f.tensor("token_embd.weight")
         self.n_vocab = embd.shape[0]
         self.tok_embd = w("token_embd.weight")
         self.output = w("output.weight") if "output.weight" in names else self.tok_embd
-        self.output.prepare_decode()
+        self.output.prepare_decode(helpers)
         # qwen2.cpp's optional output.bias, added to the logits
         self.output_b = vec("output.bias") if arch == "qwen2" and "output.bias" in names else None
         # Llama 3.1+'s per-pair RoPE frequency factors (models/llama.cpp's rope_freqs, shared by

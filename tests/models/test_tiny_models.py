@@ -10,7 +10,8 @@ import pytest
 
 pytest.importorskip("gguf")
 
-from numba_qk import models  # noqa: E402
+from numba_qk import _threads, models  # noqa: E402
+from numba_qk.kernels import _pool  # noqa: E402
 from numba_qk.testing.asserts import assert_same_f32  # noqa: E402
 
 from tiny_models import PROMPT, SHAPES, reference_logits, sha256, write_tiny_model  # noqa: E402
@@ -78,6 +79,16 @@ def test_decode_blocks_split_over_threads_equal_gemv(fmt, monkeypatch):
         out = np.full(rows, np.nan, np.float32)
         _decode_block(f, w, gemv, threads)(w, x, out)
         assert_same_f32(out, want, f"{fmt} threads={threads}")
+    if not _pool.HAVE_ATOMICS:
+        return
+    for threads in (2, 3):   # with standing helpers, again and again (who runs what varies)
+        helpers = _threads.Helpers(threads - 1)
+        block = _decode_block(f, w, gemv, threads, helpers)
+        for i in range(50):
+            out = np.full(rows, np.nan, np.float32)
+            block(w, x, out)
+            assert_same_f32(out, want, f"{fmt} threads={threads} with helpers, call {i}")
+        helpers.close()
 
 
 @pytest.mark.parametrize("split_faster", [True, False])
@@ -92,8 +103,8 @@ def test_small_decode_products_take_the_thread_count_timed_faster(split_faster, 
     ran = []
     real = _runner._block_maker
 
-    def counting_maker(fmt, recs, gemv):
-        make = real(fmt, recs, gemv)
+    def counting_maker(fmt, recs, gemv, helpers=None):
+        make = real(fmt, recs, gemv, helpers)
 
         def made(threads):
             block = make(threads)
@@ -155,17 +166,20 @@ def test_fused_decode_equals_each_weight(fmt):
         return SimpleNamespace(fmt=fmt, act=a, recs=recs, rows=rows, threads=1, block=None,
                                gemv_block=getattr(qk.kernels, f"gemv_{fmt.name.lower()}_"
                                                               f"{a.name.lower()}"),
-                               prepare_decode=lambda: None)
+                               prepare_decode=lambda helpers=None: None)
 
     ws = [weight(rows) for rows in (16 * 3 + 5, 7, 16 + 9)]
     x = qk.quantize(rng.standard_normal((g * f.block_size // act.block_size, act.block_size))
                     .astype(np.float32), format=act)
-    for threads in (1, 2):
-        outs = _Fused(ws, threads).apply_one(x[None])
-        for w, got in zip(ws, outs):
-            assert got.shape == (1, w.rows)
-            assert_same_f32(got[0], qk.gemv(w.recs, x, lhs_format=f, rhs_format=act),
-                            f"{fmt} threads={threads} rows={w.rows}")
+    helpers = _threads.Helpers(1) if _pool.HAVE_ATOMICS else None
+    for threads, with_helpers in ((1, None), (2, None), (2, helpers)):
+        fused = _Fused(ws, threads, with_helpers)
+        for _ in range(3 if with_helpers else 1):
+            outs = fused.apply_one(x[None])
+            for w, got in zip(ws, outs):
+                assert got.shape == (1, w.rows)
+                assert_same_f32(got[0], qk.gemv(w.recs, x, lhs_format=f, rhs_format=act),
+                                f"{fmt} threads={threads} rows={w.rows} {with_helpers}")
     other = weight(8, qk.quant.q8_0)
     calls = _fuse([ws[0], other, ws[1]], 1)
     assert len(calls) == 2 and isinstance(calls[0], _Fused) and calls[1] is other
@@ -277,6 +291,34 @@ def test_one_token_decoder_equals_the_batched_code(tiny):
         assert a._decoder is not None and b._decoder is None
         np.testing.assert_array_equal(ca["k"], cb["k"])
         np.testing.assert_array_equal(ca["v"], cb["v"])
+
+
+@pytest.mark.skipif(not _pool.HAVE_ATOMICS, reason="no compiled atomics here")
+def test_decoding_with_standing_helpers_gives_the_one_thread_bits(tiny, monkeypatch):
+    """With threads, each decoded token's products are split between the caller and the
+    model's standing helpers (``_threads.Helpers``): logits and cache equal the one-thread
+    decoding bit for bit, with 1 and 2 helpers, every product split."""
+    from numba_qk.models import _runner
+
+    arch, path, m = tiny
+    monkeypatch.setattr(_threads, "ADAPTIVE", False)
+    monkeypatch.setattr(_runner, "DECODE_MIN_THREADED", 0)
+    c1 = m.new_cache(len(PROMPT))
+    m.forward(PROMPT[:2], c1)
+    want = [m.forward([i], c1) for i in PROMPT[2:]]
+    for threads in (2, 3):
+        mt = models.load(path, threads=threads)
+        ct = mt.new_cache(len(PROMPT))
+        mt.forward(PROMPT[:2], ct)
+        for i, w in zip(PROMPT[2:], want):
+            np.testing.assert_array_equal(mt.forward([i], ct), w)
+        np.testing.assert_array_equal(ct["k"], c1["k"])
+        np.testing.assert_array_equal(ct["v"], c1["v"])
+        h = mt._helpers
+        assert h.helpers == threads - 1 and h.jobs                  # products registered
+        # woken (the second of two helpers may find no core free on a 2-core machine)
+        assert h.ctl[_pool.AWAKE + 1] > 0, h.ctl[_pool.AWAKE + 1::8].tolist()
+        h.close()
 
 
 @pytest.mark.parametrize("split_min", [2, 8])

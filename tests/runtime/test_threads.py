@@ -462,3 +462,138 @@ def test_spin_off_workers_sleep_after_each_job(monkeypatch, rng):
     for _ in range(20):
         got = qk.matmul(w, x, lhs_format=qk.quant.q4_k, threads=2)
         assert got.view(np.uint32).tolist() == want
+
+
+# -- standing helpers (_threads.Helpers) ---------------------------------------------------------
+
+@kernel
+def _count_outputs(w, x, out):
+    """A toy serial kernel on uint8 weights: adds 1 to each of its outputs (an output written
+    twice would show 2), after a busy loop as long as ``w[0, 0]`` asks (so that a product lasts
+    long enough for a helper to claim chunks)."""
+    s = np.int64(0)
+    for r in range(w.shape[0]):
+        for i in range(np.int64(w[r].ravel()[0]) * np.int64(2000)):
+            s += i ^ np.int64(x[0, 0])
+    for k in range(out.shape[0]):
+        out[k] += np.float32(1.0) + np.float32(s & np.int64(0))
+
+
+needs_atomics = pytest.mark.skipif(not _pool.HAVE_ATOMICS, reason="no compiled atomics here")
+
+
+@needs_atomics
+@pytest.mark.parametrize("helpers", [1, 2])
+@pytest.mark.parametrize("rows, per, tile", [(1, 1, 8), (7, 1, 8), (100, 1, 8), (37, 8, 1),
+                                             (1000, 16, 1)])
+def test_helpers_run_every_output_once(helpers, rows, per, tile):
+    group = _threads.Helpers(helpers)
+    x = np.ones((2, 3), np.uint8)
+    splits = [group.product(_count_outputs, np.zeros((rows, 2, 2)[:ndim], np.uint8), per, tile)
+              for ndim in (2, 3)]
+    for split in splits:
+        for _ in range(20):
+            out = np.zeros(rows * per, np.float32)
+            split(x, out)
+            assert out.tolist() == [1.0] * (rows * per)
+    group.close()
+
+
+@needs_atomics
+def test_helpers_take_chunks_and_sleep_when_idle_then_wake(monkeypatch):
+    """A helper claims chunks of the products it sees posted; with nothing posted for
+    ``HELPER_IDLE_US`` it leaves its loop (``awake()`` 0), and the next product wakes it
+    (and waits, with the GIL released, until it is back in compiled code)."""
+    monkeypatch.setattr(_threads, "HELPER_IDLE_US", 20_000)
+    group = _threads.Helpers(1)
+    w = np.full((64, 2), 5, np.uint8)          # ~10 us a row
+    x = np.ones((2, 3), np.uint8)
+    split = group.product(_count_outputs, w, 1, 1)
+    for _ in range(200):                       # a helper late or descheduled misses a few
+        out = np.zeros(64, np.float32)
+        split(x, out)
+        assert out.tolist() == [1.0] * 64
+        if group.chunks_run()[0] > 0:
+            break
+    assert group.chunks_run()[0] > 0, "the helper never ran a chunk"
+    assert group.awake() == 1
+    deadline = time.monotonic() + 10
+    while group.awake() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert group.awake() == 0, "the helper did not go to sleep"
+    out = np.zeros(64, np.float32)
+    split(x, out)
+    assert out.tolist() == [1.0] * 64 and group.awake() == 1
+    group.close()
+
+
+@needs_atomics
+def test_helpers_end_with_their_group():
+    """``close()`` (or the group's garbage collection) ends its threads."""
+    import gc
+
+    def helper_threads():
+        return {t for t in threading.enumerate() if t.name.startswith("numba_qk-helper")}
+
+    for close in (True, False):
+        before = helper_threads()
+        group = _threads.Helpers(2)
+        split = group.product(_count_outputs, np.zeros((16, 2), np.uint8), 1, 8)
+        split(np.ones((2, 3), np.uint8), np.zeros(16, np.float32))
+        mine = helper_threads() - before
+        assert len(mine) == 2
+        if close:
+            group.close()
+        del group, split
+        gc.collect()
+        deadline = time.monotonic() + 10
+        while any(t.is_alive() for t in mine) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert not any(t.is_alive() for t in mine)
+
+
+@needs_atomics
+def test_helpers_refuse_what_they_cannot_run():
+    group = _threads.Helpers(1)
+    with pytest.raises(ValueError, match="C-contiguous uint8"):
+        group.product(_count_outputs, np.zeros((8, 2), np.float32))
+    with pytest.raises(ValueError, match="C-contiguous uint8"):
+        group.product(_count_outputs, np.zeros((8, 4), np.uint8)[:, ::2])
+    with pytest.raises(ValueError, match="at least one helper"):
+        _threads.Helpers(0)
+    # one kind per (kernel, dimensions), shared by the products that use it
+    w = np.zeros((8, 2), np.uint8)
+    assert group.product(_count_outputs, w) is not None
+    assert group.product(_count_outputs, w[:, :1].copy()) is not None and len(group.jobs) == 1
+    group.start()
+    with pytest.raises(RuntimeError, match="after the helpers started"):
+        group.product(_count_outputs, w)
+    group.close()
+    # at most _pool.KINDS kernels: a product of one more gets None (the caller then splits it
+    # another way); nothing is compiled before start()
+    from numba import njit
+    many = _threads.Helpers(1)
+    kernels = [njit(_count_outputs.py_func) for _ in range(_pool.KINDS + 1)]
+    made = [many.product(k, w) for k in kernels]
+    assert all(m is not None for m in made[:-1]) and made[-1] is None
+    many.close()
+
+
+@needs_atomics
+def test_a_late_claim_never_takes_a_chunk_of_the_next_product():
+    """The claim word holds the product's number and chunk count with the count claimed."""
+    ctl = np.zeros(_pool.ctl_words(1), np.int64)
+    ctl[_pool.NEXT] = (5 << 32) | (3 << 16)
+    assert [_pool.claim(ctl, 5) for _ in range(4)] == [0, 1, 2, -1]
+    assert _pool.claim(ctl, 4) == -1           # an older product's claim
+    ctl[_pool.NEXT] = (6 << 32) | (1 << 16)
+    assert _pool.claim(ctl, 5) == -1 and _pool.claim(ctl, 6) == 0
+
+
+def test_awake_helpers_are_not_counted_as_busy_cores(tmp_path, monkeypatch):
+    monkeypatch.setattr(_threads, "ADAPTIVE", True)
+    _loadavg(tmp_path, monkeypatch, running=2, cpus=2)
+    monkeypatch.setattr(_threads, "_helpers_awake", lambda: 1)
+    assert _threads.free_cores() == 2
+    monkeypatch.setattr(_threads, "_helpers_awake", lambda: 0)
+    assert _threads.free_cores() == 1
