@@ -489,6 +489,9 @@ class Helpers:
     every chunk no helper took).  ``close()`` ends the threads (also when the group is
     garbage-collected: ``weakref.finalize``)."""
 
+    #: chunks of a product per thread (caller included)
+    CHUNKS_PER_THREAD = 2
+
     def __init__(self, helpers: int):
         if helpers < 1:
             raise ValueError(f"Helpers needs at least one helper, not {helpers}")
@@ -512,24 +515,28 @@ class Helpers:
         """Chunks each helper has run so far."""
         return [int(self.ctl[_pool.AWAKE + 8 * h + 2]) for h in range(self.helpers)]
 
-    def product(self, fn, w, per: int = 1, tile: int = 8):
+    def product(self, fn, w, per: int = 1, tile: int = 8, batch: bool = False):
         """``split(x, out)``: ``fn(w, x, out)`` with ``w``'s rows (C-contiguous uint8, 2 or 3
         dimensions; ``per`` outputs per row) claimed in chunks of a multiple of ``tile`` rows by
-        the caller and the helpers; None where the group has no room for another kernel."""
+        the caller and the helpers; ``x`` ``[g, b]`` and ``out`` ``[n]`` C-contiguous, or with
+        ``batch`` (``fn`` a gemm, ``w`` 3-D records) ``x`` ``[t, g, b]`` and ``out``
+        ``[t, rows]``.  None where the group has no room for another kernel."""
         if self.serve is not None:
             raise RuntimeError("Helpers.product after the helpers started")
-        if not (w.dtype == np.uint8 and w.flags.c_contiguous and w.ndim in (2, 3)):
-            raise ValueError("Helpers.product: weights must be C-contiguous uint8, 2-D or 3-D")
-        key = (fn, w.ndim)
+        if not (w.dtype == np.uint8 and w.flags.c_contiguous and w.ndim in (2, 3)
+                and (w.ndim == 3 or not batch)):
+            raise ValueError("Helpers.product: weights must be C-contiguous uint8, 2-D or 3-D "
+                             "(3-D for a batch)")
+        key = (fn, w.ndim, batch)
         kind = self._kinds.get(key)
         if kind is None:
             if len(self.jobs) == _pool.KINDS:
                 return None
             kind = self._kinds[key] = len(self.jobs)
-            self.jobs.append(_pool.rows_job(fn, w.ndim))
-        run = _pool.caller_of(self.jobs[kind])
+            self.jobs.append(_pool.batch_rows_job(fn) if batch else _pool.rows_job(fn, w.ndim))
+        run = _pool.caller_of(self.jobs[kind], batch)
         rows = w.shape[0]
-        chunk = _chunk_rows(rows, self.helpers + 1, 2, tile)
+        chunk = _chunk_rows(rows, self.helpers + 1, self.CHUNKS_PER_THREAD, tile)
         chunks = -(-rows // chunk) if rows else 0
         d = tuple(w.shape) + (0,) * (3 - w.ndim)
         w_at = w.ctypes.data

@@ -225,7 +225,8 @@ def compare_exchange(typingctx, arr, idx, expected, v):
 # caller before it publishes ``SEQ``), the claim word and the done count on lines of their own,
 # then one line per helper: ``AWAKE`` (1 while it is in ``serve``), then the count of its
 # entries into ``serve`` and of the chunks it ran.
-SEQ, KIND, W_AT, W_D0, W_D1, W_D2, X_AT, X_G, X_B, OUT_AT, OUT_N, CHUNK, PER, STOP = range(14)
+SEQ, KIND, W_AT, W_D0, W_D1, W_D2, X_AT, X_T, X_G, X_B, OUT_AT, OUT_N, CHUNK, PER, STOP = \
+    range(15)
 NEXT, DONE, AWAKE = 16, 24, 32
 #: the claim word: ``seq << 32 | chunks << 16 | chunks claimed``
 MAX_CHUNKS = (1 << 16) - 1
@@ -251,22 +252,25 @@ def claim(ctl, seq):
             return i
 
 
+# A job: ``job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)`` runs a serial kernel
+# on weight rows ``[r0, r1)`` of the C-contiguous uint8 array at ``w_at`` (2-D ``[d0, d1]`` or
+# 3-D ``[d0, d1, d2]``) against the activation records at ``x_at`` (``[g, b]`` for one token,
+# ``[t, g, b]`` for a batch) into the f32 output at ``out_at`` (``[n]``, or ``[t, n]``).
+
 @functools.lru_cache(maxsize=None)
 def rows_job(fn, ndim):
-    """``job(w_at, d0, d1, d2, x_at, g, b, out_at, n, r0, r1, per)``: the serial kernel
-    ``fn(w, x, out)`` on weight rows ``[r0, r1)`` of the C-contiguous uint8 array at ``w_at``
-    (``ndim`` 2: ``[d0, d1]``, 3: ``[d0, d1, d2]``), activation records ``[g, b]`` at ``x_at``,
-    into ``out[per * r0:per * r1]`` of the f32 ``[n]`` at ``out_at``."""
+    """The job of a serial gemv ``fn(w, x, out)``: rows ``[r0, r1)`` write
+    ``out[per * r0:per * r1]`` (``per`` outputs per weight row: 8 for an x8 tile)."""
     if ndim == 3:
         @kernel
-        def job(w_at, d0, d1, d2, x_at, g, b, out_at, n, r0, r1, per):
+        def job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
             w = carray(pointer_to(w_at, np.uint8), (d0, d1, d2))
             x = carray(pointer_to(x_at, np.uint8), (g, b))
             out = carray(pointer_to(out_at, np.float32), (n,))
             fn(w[r0:r1], x, out[r0 * per:min(n, r1 * per)])
     elif ndim == 2:
         @kernel
-        def job(w_at, d0, d1, d2, x_at, g, b, out_at, n, r0, r1, per):
+        def job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
             w = carray(pointer_to(w_at, np.uint8), (d0, d1))
             x = carray(pointer_to(x_at, np.uint8), (g, b))
             out = carray(pointer_to(out_at, np.float32), (n,))
@@ -277,63 +281,93 @@ def rows_job(fn, ndim):
 
 
 @functools.lru_cache(maxsize=None)
-def caller_of(job):
+def batch_rows_job(fn):
+    """The job of a serial gemm ``fn(w, x, out)`` (3-D records, ``out[t, rows]``): rows
+    ``[r0, r1)`` are computed into a contiguous block (the serial gemms are compiled for
+    contiguous outputs) and copied to ``out[:, r0:r1]``."""
+    @kernel
+    def job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
+        w = carray(pointer_to(w_at, np.uint8), (d0, d1, d2))
+        x = carray(pointer_to(x_at, np.uint8), (t, g, b))
+        out = carray(pointer_to(out_at, np.float32), (t, n))
+        block = np.empty((t, r1 - r0), np.float32)
+        fn(w[r0:r1], x, block)
+        out[:, r0:r1] = block
+    return job
+
+
+@kernel
+def post(ctl, kind, w_at, d0, d1, d2, x_at, t, g, b, out_at, n, chunks, chunk, per):
+    """Publish a product in ``ctl`` (its fields, then the claim word, then ``SEQ``); returns
+    its number."""
+    seq = ctl[SEQ] + np.int64(1)     # only the caller writes SEQ
+    ctl[KIND] = kind
+    ctl[W_AT] = w_at
+    ctl[W_D0] = d0
+    ctl[W_D1] = d1
+    ctl[W_D2] = d2
+    ctl[X_AT] = x_at
+    ctl[X_T] = t
+    ctl[X_G] = g
+    ctl[X_B] = b
+    ctl[OUT_AT] = out_at
+    ctl[OUT_N] = n
+    ctl[CHUNK] = chunk
+    ctl[PER] = per
+    store_release(ctl, DONE, np.int64(0))
+    store_release(ctl, NEXT, (seq << np.int64(32)) | (np.int64(chunks) << np.int64(16)))
+    store_release(ctl, SEQ, seq)
+    return seq
+
+
+@functools.lru_cache(maxsize=None)
+def caller_of(job, batch=False):
     """``run(ctl, kind, w_at, d0, d1, d2, x, out, chunks, chunk, per, wait_iters)``: post the
-    product of ``job`` (a ``rows_job``; ``kind`` its index in the helpers' ``serve``) on
-    activation records ``x`` ``[g, b]`` into ``out`` (both C-contiguous), in ``chunks`` chunks
-    of ``chunk`` weight rows; claim and run chunks alongside the helpers; then spin up to
-    ``wait_iters`` polls until every chunk is done.  Returns 1 when they are, else 0 (a helper
-    still holds one: the caller waits with ``wait_count(ctl, DONE, chunks, ...)``)."""
+    product of ``job`` (``kind``: its index in the helpers' ``serve``) on activation records
+    ``x`` into ``out`` (both C-contiguous: ``[g, b]`` and ``[n]``, or with ``batch``
+    ``[t, g, b]`` and ``[t, n]``), in ``chunks`` chunks of ``chunk`` weight rows; claim and run
+    chunks alongside the helpers; then spin up to ``wait_iters`` polls until every chunk is
+    done.  Returns 1 when they are, else 0 (a helper still holds one: the caller then waits
+    with ``wait_count(ctl, DONE, chunks, ...)``)."""
     @kernel
     def run(ctl, kind, w_at, d0, d1, d2, x, out, chunks, chunk, per, wait_iters):
-        seq = ctl[SEQ] + np.int64(1)     # only the caller writes SEQ
         x_at, out_at = address_of(x), address_of(out)
-        g, b, n = np.int64(x.shape[0]), np.int64(x.shape[1]), np.int64(out.shape[0])
-        ctl[KIND] = kind
-        ctl[W_AT] = w_at
-        ctl[W_D0] = d0
-        ctl[W_D1] = d1
-        ctl[W_D2] = d2
-        ctl[X_AT] = x_at
-        ctl[X_G] = g
-        ctl[X_B] = b
-        ctl[OUT_AT] = out_at
-        ctl[OUT_N] = n
-        ctl[CHUNK] = chunk
-        ctl[PER] = per
-        store_release(ctl, DONE, np.int64(0))
-        store_release(ctl, NEXT, (seq << np.int64(32)) | (np.int64(chunks) << np.int64(16)))
-        store_release(ctl, SEQ, seq)
+        if batch:   # a closure constant: numba compiles one branch only
+            t, g, b, n = x.shape[0], x.shape[1], x.shape[2], out.shape[1]
+        else:
+            t, g, b, n = 1, x.shape[0], x.shape[1], out.shape[0]
+        t, g, b, n = np.int64(t), np.int64(g), np.int64(b), np.int64(n)
+        seq = post(ctl, kind, w_at, d0, d1, d2, x_at, t, g, b, out_at, n, chunks, chunk, per)
         while True:
             i = claim(ctl, seq)
             if i < 0:
                 break
             r0 = i * chunk
-            job(w_at, d0, d1, d2, x_at, g, b, out_at, n, r0, min(d0, r0 + chunk), per)
+            job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, min(d0, r0 + chunk), per)
             fetch_add(ctl, DONE, np.int64(1))
         return wait_count(ctl, DONE, chunks, wait_iters)
 
     return run
 
 
-def _no_job(w_at, d0, d1, d2, x_at, g, b, out_at, n, r0, r1, per):
+def _no_job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
     pass
 
 
 _no_job = kernel(_no_job)
-#: kinds one ``serve`` handles (a product of another kind runs through the pool)
-KINDS = 6
+#: kinds one ``serve`` handles (a product of another kind is split another way)
+KINDS = 8
 
 
 @functools.lru_cache(maxsize=None)
 def server_of(jobs):
     """``serve(ctl, me, idle_iters)``: helper ``me``'s loop over the products posted in
-    ``ctl`` of the ``rows_job`` kernels ``jobs`` (at most ``KINDS``; a product names its job by
-    index): claim and run chunks of each, count them done; return after ``idle_iters`` polls
-    with nothing posted, or once ``ctl[STOP]`` is set, clearing ``ctl[AWAKE + 8 me]``."""
+    ``ctl`` for the jobs ``jobs`` (at most ``KINDS``; a product names its job by index): claim
+    and run chunks of each, count them done; return after ``idle_iters`` polls with nothing
+    posted, or once ``ctl[STOP]`` is set, clearing ``ctl[AWAKE + 8 me]``."""
     if len(jobs) > KINDS:
         raise ValueError(f"server_of: {len(jobs)} kinds, at most {KINDS}")
-    j0, j1, j2, j3, j4, j5 = tuple(jobs) + (_no_job,) * (KINDS - len(jobs))
+    j0, j1, j2, j3, j4, j5, j6, j7 = tuple(jobs) + (_no_job,) * (KINDS - len(jobs))
 
     @kernel
     def serve(ctl, me, idle_iters):
@@ -357,23 +391,27 @@ def server_of(jobs):
                     break
                 # a claim of product seq means it is not done, so ctl still describes it
                 kind, chunk, d0 = ctl[KIND], ctl[CHUNK], ctl[W_D0]
-                a = (ctl[W_AT], d0, ctl[W_D1], ctl[W_D2], ctl[X_AT], ctl[X_G], ctl[X_B],
-                     ctl[OUT_AT], ctl[OUT_N])
+                w_at, d1, d2, x_at = ctl[W_AT], ctl[W_D1], ctl[W_D2], ctl[X_AT]
+                t, g, b, out_at, n = ctl[X_T], ctl[X_G], ctl[X_B], ctl[OUT_AT], ctl[OUT_N]
                 r0 = i * chunk
                 r1 = min(d0, r0 + chunk)
                 per = ctl[PER]
                 if kind == 0:
-                    j0(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], r0, r1, per)
+                    j0(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
                 elif kind == 1:
-                    j1(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], r0, r1, per)
+                    j1(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
                 elif kind == 2:
-                    j2(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], r0, r1, per)
+                    j2(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
                 elif kind == 3:
-                    j3(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], r0, r1, per)
+                    j3(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
                 elif kind == 4:
-                    j4(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], r0, r1, per)
+                    j4(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
+                elif kind == 5:
+                    j5(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
+                elif kind == 6:
+                    j6(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
                 else:
-                    j5(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], r0, r1, per)
+                    j7(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
                 fetch_add(ctl, DONE, np.int64(1))
                 ctl[mine + np.int64(2)] += np.int64(1)   # chunks this helper ran
         store_release(ctl, mine, np.int64(0))

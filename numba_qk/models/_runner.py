@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import _threads
+from .. import _registry, _threads
 from .. import gguf as _gguf
 from .. import kernels as _blocks
 from .._validate import check_threads
@@ -204,11 +204,12 @@ class _Weight:
             self.gemv_block = getattr(
                 _blocks, f"gemv_{self.fmt.name.lower()}_{self.act.name.lower()}", None)
             self.block = None
+            self.batch_split = None    # made by prepare_batch
         elif info.type_name in ("F32", "F16"):
             self.fmt = self.act = None
             self.recs = None
             self.mat = np.asarray(f.raw(name), dtype=np.float32)
-            self.gemv_block = self.block = None
+            self.gemv_block = self.block = self.batch_split = None
         else:
             raise _gguf.GGUFError(f"tensor {name!r} is {info.type_name}: not supported by "
                                   f"numba_qk.models")
@@ -235,7 +236,19 @@ class _Weight:
         if xq.shape[0] == 1:
             return gemv(self.recs, xq[0], lhs_format=self.fmt, rhs_format=self.act,
                         threads=threads)[None, :]
+        if (threads > 1 and self.batch_split is not None
+                and _threads.effective_threads(threads, 2) > 1):
+            out = np.empty((xq.shape[0], self.rows), np.float32)
+            self.batch_split(np.ascontiguousarray(xq), out)
+            return out
         return gemm(self.recs, xq, lhs_format=self.fmt, rhs_format=self.act, threads=threads)
+
+    def prepare_batch(self, helpers):
+        """With the model's standing ``helpers``: batches split by rows with them (the
+        format's serial gemm on each chunk, as ``ops.gemm`` with threads runs it)."""
+        if helpers is not None and self.recs is not None and self.recs.flags.c_contiguous:
+            self.batch_split = helpers.product(_registry.BY_FORMAT[self.fmt].gemm, self.recs,
+                                               batch=True)
 
 
 class _Fused:
@@ -720,6 +733,9 @@ class Model:
         self.tok_embd = w("token_embd.weight")
         self.output = w("output.weight") if "output.weight" in names else self.tok_embd
         self.output.prepare_decode(helpers)
+        for w in [w for L in self.layers for w in (L.wq, L.wk, L.wv, L.wo, L.gate, L.up,
+                                                   L.down)] + [self.output]:
+            w.prepare_batch(helpers)
         # qwen2.cpp's optional output.bias, added to the logits
         self.output_b = vec("output.bias") if arch == "qwen2" and "output.bias" in names else None
         # Llama 3.1+'s per-pair RoPE frequency factors (models/llama.cpp's rope_freqs, shared by

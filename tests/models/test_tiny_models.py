@@ -295,27 +295,29 @@ def test_one_token_decoder_equals_the_batched_code(tiny):
 
 @pytest.mark.skipif(not _pool.HAVE_ATOMICS, reason="no compiled atomics here")
 def test_decoding_with_standing_helpers_gives_the_one_thread_bits(tiny, monkeypatch):
-    """With threads, each decoded token's products are split between the caller and the
-    model's standing helpers (``_threads.Helpers``): logits and cache equal the one-thread
-    decoding bit for bit, with 1 and 2 helpers, every product split."""
+    """With threads, each decoded token's products (and a small batch's) are split between the
+    caller and the model's standing helpers (``_threads.Helpers``): logits and cache equal the
+    one-thread run bit for bit, with 1 and 2 helpers, every product split."""
     from numba_qk.models import _runner
 
     arch, path, m = tiny
     monkeypatch.setattr(_threads, "ADAPTIVE", False)
     monkeypatch.setattr(_runner, "DECODE_MIN_THREADED", 0)
     c1 = m.new_cache(len(PROMPT))
-    m.forward(PROMPT[:2], c1)
-    want = [m.forward([i], c1) for i in PROMPT[2:]]
+    first = m.forward(PROMPT[:3], c1)
+    want = [m.forward([i], c1) for i in PROMPT[3:]]
     for threads in (2, 3):
         mt = models.load(path, threads=threads)
         ct = mt.new_cache(len(PROMPT))
-        mt.forward(PROMPT[:2], ct)
-        for i, w in zip(PROMPT[2:], want):
+        # a batch under PROMPT_SPLIT_MIN tokens: its products split by rows with the helpers
+        np.testing.assert_array_equal(mt.forward(PROMPT[:3], ct), first)
+        for i, w in zip(PROMPT[3:], want):
             np.testing.assert_array_equal(mt.forward([i], ct), w)
         np.testing.assert_array_equal(ct["k"], c1["k"])
         np.testing.assert_array_equal(ct["v"], c1["v"])
         h = mt._helpers
-        assert h.helpers == threads - 1 and h.jobs                  # products registered
+        assert h.helpers == threads - 1
+        assert all(w.batch_split is not None for w in (mt.layers[0].wq, mt.output))
         # woken (the second of two helpers may find no core free on a 2-core machine)
         assert h.ctl[_pool.AWAKE + 1] > 0, h.ctl[_pool.AWAKE + 1::8].tolist()
         h.close()
