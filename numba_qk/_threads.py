@@ -497,7 +497,7 @@ class Helpers:
             raise ValueError(f"Helpers needs at least one helper, not {helpers}")
         self.helpers = helpers
         self.jobs = []           # rows_job kernels; a product names its own by index
-        self._kinds = {}         # (fn, ndim) -> index in jobs
+        self._kinds = {}         # job -> index in jobs
         self.ctl = np.zeros(_pool.ctl_words(helpers), np.int64)
         self.serve = None
         self.events = []
@@ -527,14 +527,11 @@ class Helpers:
                 and (w.ndim == 3 or not batch)):
             raise ValueError("Helpers.product: weights must be C-contiguous uint8, 2-D or 3-D "
                              "(3-D for a batch)")
-        key = (fn, w.ndim, batch)
-        kind = self._kinds.get(key)
+        job = _pool.batch_rows_job(fn) if batch else _pool.rows_job(fn, w.ndim)
+        kind = self.kind_of(job)
         if kind is None:
-            if len(self.jobs) == _pool.KINDS:
-                return None
-            kind = self._kinds[key] = len(self.jobs)
-            self.jobs.append(_pool.batch_rows_job(fn) if batch else _pool.rows_job(fn, w.ndim))
-        run = _pool.caller_of(self.jobs[kind], batch)
+            return None
+        run = _pool.caller_of(job, batch)
         rows = w.shape[0]
         chunk = _chunk_rows(rows, self.helpers + 1, self.CHUNKS_PER_THREAD, tile)
         chunks = -(-rows // chunk) if rows else 0
@@ -548,6 +545,29 @@ class Helpers:
                 self._join(chunks)
         split.keep = w       # the weights stay alive while the product can run
         return split
+
+    def kind_of(self, job):
+        """The index of ``job`` (a kernel of ``_pool``'s job signature) among the kernels the
+        helpers run, registered if new (before the helpers start); None once the group holds
+        ``_pool.KINDS``.  A caller of its own posts it (``_pool.post``) with that index."""
+        kind = self._kinds.get(job)
+        if kind is None:
+            if self.serve is not None:
+                raise RuntimeError("Helpers: a new kernel after the helpers started")
+            if len(self.jobs) == _pool.KINDS:
+                return None
+            kind = self._kinds[job] = len(self.jobs)
+            self.jobs.append(job)
+        return kind
+
+    def run(self, call, chunks, *args):
+        """``call(ctl, *args, wait_iters)``: a compiled caller that posts a product of
+        ``chunks`` chunks (``_pool.post``), runs chunks alongside the helpers, spins up to
+        ``wait_iters`` polls for the last and returns 1 once all are done (else 0: this then
+        waits for the helper's last)."""
+        self._ensure_awake()
+        if not call(self.ctl, *args, self._wait):
+            self._join(chunks)
 
     def _join(self, chunks):
         try:

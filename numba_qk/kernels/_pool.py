@@ -356,7 +356,7 @@ def _no_job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
 
 _no_job = kernel(_no_job)
 #: kinds one ``serve`` handles (a product of another kind is split another way)
-KINDS = 8
+KINDS = 10
 
 
 @functools.lru_cache(maxsize=None)
@@ -367,7 +367,7 @@ def server_of(jobs):
     posted, or once ``ctl[STOP]`` is set, clearing ``ctl[AWAKE + 8 me]``."""
     if len(jobs) > KINDS:
         raise ValueError(f"server_of: {len(jobs)} kinds, at most {KINDS}")
-    j0, j1, j2, j3, j4, j5, j6, j7 = tuple(jobs) + (_no_job,) * (KINDS - len(jobs))
+    j0, j1, j2, j3, j4, j5, j6, j7, j8, j9 = tuple(jobs) + (_no_job,) * (KINDS - len(jobs))
 
     @kernel
     def serve(ctl, me, idle_iters):
@@ -410,8 +410,12 @@ def server_of(jobs):
                     j5(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
                 elif kind == 6:
                     j6(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
-                else:
+                elif kind == 7:
                     j7(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
+                elif kind == 8:
+                    j8(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
+                else:
+                    j9(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
                 fetch_add(ctl, DONE, np.int64(1))
                 ctl[mine + np.int64(2)] += np.int64(1)   # chunks this helper ran
         store_release(ctl, mine, np.int64(0))

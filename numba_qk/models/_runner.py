@@ -443,6 +443,7 @@ class _Decoder:
         self.h = np.empty((T, D), np.float32)
         self.attn = np.empty((T, H, hd), np.float32)
         self.pos = np.zeros(T, np.int64)
+        self.attn_args = np.zeros(K.ATTENTION_ARGS, np.int64)   # K.attention_split's
         attn2 = self.attn.reshape(T, H * hd)
         self.layers = []
         for L in m.layers:
@@ -487,14 +488,24 @@ class _Decoder:
         kcs, vcs = cache["k"].view(np.uint16), cache["v"].view(np.uint16)
         K.rms_norm(x, m.layers[0].attn_norm, eps, h)
         last = len(self.layers) - 1
+        helpers = m._helpers
+        split_heads = m._attention_kind is not None
         for il, (L, qkv, qkv_out, q3, k3, v3, o, glu, a, down) in enumerate(self.layers):
             qkv.run()
             for y, b in zip(qkv_out, (L.bq, L.bk, L.bv)):
                 if b is not None:   # ggml_add in f32
                     y += b
-            K.attention_step(q3, k3, v3, L.q_norm, L.k_norm, eps, self.pos, m.n_rot,
-                             L.freq_base, m.neox, m.rope_factors, m.freq_scale, m.rope_mscale,
-                             q_scale, kcs[il], vcs[il], n_past, m.kq_scale, L.window, attn)
+            if split_heads and _threads.effective_threads(m.threads, 2) > 1:
+                K.attention_prepare(q3, k3, v3, L.q_norm, L.k_norm, eps, self.pos, m.n_rot,
+                                    L.freq_base, m.neox, m.rope_factors, m.freq_scale,
+                                    m.rope_mscale, q_scale, kcs[il], vcs[il], n_past)
+                helpers.run(K.attention_split, m.n_head, m._attention_kind, self.attn_args, q3,
+                            kcs[il], vcs[il], n_past, m.kq_scale, L.window, attn)
+            else:
+                K.attention_step(q3, k3, v3, L.q_norm, L.k_norm, eps, self.pos, m.n_rot,
+                                 L.freq_base, m.neox, m.rope_factors, m.freq_scale,
+                                 m.rope_mscale, q_scale, kcs[il], vcs[il], n_past, m.kq_scale,
+                                 L.window, attn)
             (oy,) = o.run()
             if L.bo is not None:
                 oy += L.bo
@@ -625,6 +636,9 @@ class Model:
         helpers = (_threads.Helpers(threads - 1) if threads > 1 and _pool.HAVE_ATOMICS
                    else None)
         self._helpers = helpers
+        # a decoded token's attention split by heads with them (registered first: a group runs
+        # at most _pool.KINDS kernels, the products take the rest)
+        self._attention_kind = helpers.kind_of(K.attention_job) if helpers else None
 
         def kv(key, default=None):
             return md.get(f"{arch}.{key}", default)

@@ -11,10 +11,13 @@ import math
 import numpy as np
 
 from llvmlite import ir
+from numba import carray
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from .._jit import kernel
+from ..kernels._pool import DONE, claim, fetch_add, pointer_to, post, wait_count
+from ..kernels.simd.stream import address_of
 from ..kernels import encode_f16, f16_to_f32
 from ..kernels.f16 import f32_to_f16_bits_ggml_hw as f16_bits
 
@@ -196,6 +199,13 @@ def attention(q, kc, vc, n_past, scale, window, out):
     are rounded to f16 (ggml_mul_mat of the f16 V converts them) and ``sum_j p_j v_j`` is
     summed in f32 -> ``out`` f32 ``[T, Hq, hd]``.  ggml's SIMD dot products sum in another
     order: equal to float32 rounding, not bit for bit."""
+    attention_heads(q, kc, vc, n_past, scale, window, out, 0, q.shape[1])
+
+
+@kernel
+def attention_heads(q, kc, vc, n_past, scale, window, out, h0, h1):
+    """``attention`` of query heads ``h0 .. h1 - 1`` only (each head's output depends on that
+    head alone: split over threads, the same bits)."""
     T, Hq, hd = q.shape
     Hkv = kc.shape[0]
     group = Hq // Hkv
@@ -210,7 +220,7 @@ def attention(q, kc, vc, n_past, scale, window, out):
         j0 = 0
         if window > 0 and pos - window + 1 > 0:
             j0 = pos - window + 1
-        for h in range(Hq):
+        for h in range(h0, h1):
             kh = h // group
             for i in range(hd):
                 qrow[i] = q[t, h, i]
@@ -335,6 +345,65 @@ def attention_step(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, ro
     attention_prepare(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, rope_factors,
                       freq_scale, mscale, q_scale, kc, vc, n_past)
     attention(q, kc, vc, n_past, kq_scale, window, out)
+
+
+# One token's attention split by query heads between the caller and the model's standing
+# helpers (``_threads.Helpers``): the caller describes the arrays in ``args`` (int64: addresses
+# and shapes, the f32 scale in a slot of its own) and posts it as the product's activations;
+# a helper rebuilds the arrays from it (``attention_job``) and runs the heads it claims.
+(_A_Q, _A_T, _A_HQ, _A_HD, _A_KC, _A_HKV, _A_NB, _A_VC, _A_NCTX, _A_OUT, _A_NPAST, _A_SCALE,
+ _A_WINDOW) = range(13)
+ATTENTION_ARGS = 16
+
+
+@kernel
+def _args_scale(args):
+    """The f32 slot of ``args`` (its bits in the low half of the int64)."""
+    return carray(pointer_to(address_of(args) + np.int64(8 * _A_SCALE), np.float32), (1,))
+
+
+@kernel
+def attention_job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
+    """The helpers' job for ``attention_split``: heads ``[r0, r1)`` of the attention that the
+    ``args`` at ``x_at`` describe."""
+    a = carray(pointer_to(x_at, np.int64), (ATTENTION_ARGS,))
+    T, Hq, hd, Hkv = a[_A_T], a[_A_HQ], a[_A_HD], a[_A_HKV]
+    q = carray(pointer_to(a[_A_Q], np.float32), (T, Hq, hd))
+    kc = carray(pointer_to(a[_A_KC], np.uint16), (Hkv, a[_A_NB], hd, _KEY_LANES))
+    vc = carray(pointer_to(a[_A_VC], np.uint16), (Hkv, a[_A_NCTX], hd))
+    out = carray(pointer_to(a[_A_OUT], np.float32), (T, Hq, hd))
+    scale = _args_scale(a)[0]
+    attention_heads(q, kc, vc, a[_A_NPAST], scale, a[_A_WINDOW], out, r0, r1)
+
+
+@kernel
+def attention_split(ctl, kind, args, q, kc, vc, n_past, scale, window, out, wait_iters):
+    """``attention(q, kc, vc, n_past, scale, window, out)`` (all C-contiguous) with its query
+    heads claimed one at a time by the caller and the helpers whose ``serve`` runs
+    ``attention_job`` as job ``kind``; returns 1 once every head is done, 0 if a helper still
+    holds one after ``wait_iters`` polls (``_pool.wait_count(ctl, _pool.DONE, Hq, ...)``)."""
+    T, Hq, hd = q.shape
+    args[_A_Q] = address_of(q)
+    args[_A_T] = T
+    args[_A_HQ] = Hq
+    args[_A_HD] = hd
+    args[_A_KC] = address_of(kc)
+    args[_A_HKV] = kc.shape[0]
+    args[_A_NB] = kc.shape[1]
+    args[_A_VC] = address_of(vc)
+    args[_A_NCTX] = vc.shape[1]
+    args[_A_OUT] = address_of(out)
+    args[_A_NPAST] = n_past
+    args[_A_WINDOW] = window
+    _args_scale(args)[0] = np.float32(scale)
+    seq = post(ctl, kind, 0, Hq, 0, 0, address_of(args), 0, 0, 0, 0, 0, Hq, 1, 1)
+    while True:
+        i = claim(ctl, seq)
+        if i < 0:
+            break
+        attention_heads(q, kc, vc, n_past, scale, window, out, i, i + 1)
+        fetch_add(ctl, DONE, np.int64(1))
+    return wait_count(ctl, DONE, Hq, wait_iters)
 
 
 @kernel

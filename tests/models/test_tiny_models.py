@@ -295,9 +295,10 @@ def test_one_token_decoder_equals_the_batched_code(tiny):
 
 @pytest.mark.skipif(not _pool.HAVE_ATOMICS, reason="no compiled atomics here")
 def test_decoding_with_standing_helpers_gives_the_one_thread_bits(tiny, monkeypatch):
-    """With threads, each decoded token's products (and a small batch's) are split between the
-    caller and the model's standing helpers (``_threads.Helpers``): logits and cache equal the
-    one-thread run bit for bit, with 1 and 2 helpers, every product split."""
+    """With threads, each decoded token's products and attention heads (and a small batch's
+    products) are split between the caller and the model's standing helpers
+    (``_threads.Helpers``): logits and cache equal the one-thread run bit for bit, with 1 and 2
+    helpers, every product split."""
     from numba_qk.models import _runner
 
     arch, path, m = tiny
@@ -316,7 +317,7 @@ def test_decoding_with_standing_helpers_gives_the_one_thread_bits(tiny, monkeypa
         np.testing.assert_array_equal(ct["k"], c1["k"])
         np.testing.assert_array_equal(ct["v"], c1["v"])
         h = mt._helpers
-        assert h.helpers == threads - 1
+        assert h.helpers == threads - 1 and mt._attention_kind == 0   # attention split too
         assert all(w.batch_split is not None for w in (mt.layers[0].wq, mt.output))
         # woken (the second of two helpers may find no core free on a 2-core machine)
         assert h.ctl[_pool.AWAKE + 1] > 0, h.ctl[_pool.AWAKE + 1::8].tolist()
