@@ -22,7 +22,7 @@ from ..kernels.legacy import layout as _LL
 from ..kernels.legacy import x8 as _x8
 from ..kernels.kquants import q4_k_x16 as _x16
 from ..kernels.iq import iq4 as _iq4
-from ..ops import gemm, gemv, get_rows, quantize
+from ..ops import gemm, gemv, get_rows
 from . import kernels as K
 from ._vocab import Vocab
 
@@ -204,12 +204,13 @@ class _Weight:
             self.gemv_block = getattr(
                 _blocks, f"gemv_{self.fmt.name.lower()}_{self.act.name.lower()}", None)
             self.block = None
+            self.gemm_block = _registry.BY_FORMAT[self.fmt].gemm
             self.batch_split = None    # made by prepare_batch
         elif info.type_name in ("F32", "F16"):
             self.fmt = self.act = None
             self.recs = None
             self.mat = np.asarray(f.raw(name), dtype=np.float32)
-            self.gemv_block = self.block = self.batch_split = None
+            self.gemv_block = self.block = self.gemm_block = self.batch_split = None
         else:
             raise _gguf.GGUFError(f"tensor {name!r} is {info.type_name}: not supported by "
                                   f"numba_qk.models")
@@ -236,12 +237,17 @@ class _Weight:
         if xq.shape[0] == 1:
             return gemv(self.recs, xq[0], lhs_format=self.fmt, rhs_format=self.act,
                         threads=threads)[None, :]
-        if (threads > 1 and self.batch_split is not None
-                and _threads.effective_threads(threads, 2) > 1):
-            out = np.empty((xq.shape[0], self.rows), np.float32)
+        out = np.empty((xq.shape[0], self.rows), np.float32)
+        if threads == 1 and self.gemm_block is not None:
+            # the format's serial gemm itself (ops.gemm's kernel, without its checks)
+            self.gemm_block(self.recs, np.ascontiguousarray(xq), out)
+        elif (threads > 1 and self.batch_split is not None
+              and _threads.effective_threads(threads, 2) > 1):
             self.batch_split(np.ascontiguousarray(xq), out)
-            return out
-        return gemm(self.recs, xq, lhs_format=self.fmt, rhs_format=self.act, threads=threads)
+        else:
+            return gemm(self.recs, xq, lhs_format=self.fmt, rhs_format=self.act,
+                        threads=threads)
+        return out
 
     def prepare_batch(self, helpers):
         """With the model's standing ``helpers``: batches split by rows with them (the
@@ -312,10 +318,13 @@ def _act_quantizer(act, numerics):
     return getattr(_blocks, f"quantize_{name}")
 
 
-def _check_quantized(bad):
+def _check_quantized(bad, per_row=None):
+    """The error for ``bad`` >= 0, the first bad block of activation records quantized as one
+    array of rows of ``per_row`` blocks (None: one row)."""
     if bad >= 0:
-        raise QuantizationDomainError(int(bad), "the model's activations cannot be quantized "
-                                      "(a NaN or inf)", row=0)
+        row, block = divmod(int(bad), per_row) if per_row else (0, int(bad))
+        raise QuantizationDomainError(block, "the model's activations cannot be quantized "
+                                      "(a NaN or inf)", row=row)
 
 
 def _quantized(x, weights, numerics="canonical", calls=None, threads=None):
@@ -329,14 +338,13 @@ def _quantized(x, weights, numerics="canonical", calls=None, threads=None):
         if w.act is not None and w.act not in cache:
             T, n = x.shape
             b = w.act.block_size
-            if T == 1:   # the @njit building block (same bits as ops.quantize)
-                xq = np.empty((1, n // b, w.act.block_bytes), np.uint8)
-                x32 = np.ascontiguousarray(x[0], dtype=np.float32)
-                _check_quantized(_act_quantizer(w.act, numerics)(x32, xq[0]))
-                cache[w.act] = xq
-            else:
-                cache[w.act] = quantize(np.ascontiguousarray(x).reshape(-1, b), format=w.act,
-                                        numerics=numerics).reshape(T, n // b, -1)
+            # the @njit building block (same bits as ops.quantize), every token's blocks in
+            # one call (a block never spans two tokens: n is a multiple of b)
+            xq = np.empty((T, n // b, w.act.block_bytes), np.uint8)
+            x32 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+            _check_quantized(_act_quantizer(w.act, numerics)(x32, xq.reshape(T * (n // b), -1)),
+                             n // b)
+            cache[w.act] = xq
     if calls is None or x.shape[0] != 1 or threads is not None:
         return [w.apply(cache.get(w.act), x, threads) for w in weights]
     got = {}
@@ -639,6 +647,9 @@ class Model:
         # a decoded token's attention split by heads with them (registered first: a group runs
         # at most _pool.KINDS kernels, the products take the rest)
         self._attention_kind = helpers.kind_of(K.attention_job) if helpers else None
+        # and a batch's GLU by token rows
+        self._glu_kind = helpers.kind_of(K.glu_job) if helpers else None
+        self._attn_args = np.zeros(K.ATTENTION_ARGS, np.int64)   # a batch's attention_split
 
         def kv(key, default=None):
             return md.get(f"{arch}.{key}", default)
@@ -917,6 +928,11 @@ class Model:
         h = np.empty_like(x)
         K.rms_norm(x, self.layers[0].attn_norm, eps, h)
         last = len(self.layers) - 1
+        # one pass on several threads: attention heads and GLU rows split with the helpers too
+        helped = (split is None and self._attention_kind is not None and T > 1
+                  and _threads.effective_threads(self.threads, 2) > 1)
+        helpers, table = self._helpers, (self._gelu if self._gelu is not None else _NONE)
+        glu_chunk = -(-T // (2 * self.threads))
         for il, L in enumerate(self.layers):
             q, k, v = _quantized(h, (L.wq, L.wk, L.wv), nm, L.qkv_calls, threads)
             for y, b in ((q, L.bq), (k, L.bk), (v, L.bv)):
@@ -929,7 +945,11 @@ class Model:
                                 kcs[il], vcs[il], n_past)
             if split is not None:
                 split.prepared(part, il)
-            K.attention(q3, kcs[il], vcs[il], n_past, self.kq_scale, L.window, attn)
+            if helped:
+                helpers.run(K.attention_split, H, self._attention_kind, self._attn_args, q3,
+                            kcs[il], vcs[il], n_past, self.kq_scale, L.window, attn)
+            else:
+                K.attention(q3, kcs[il], vcs[il], n_past, self.kq_scale, L.window, attn)
             (o,) = _quantized(attn.reshape(T, H * hd), (L.wo,), nm, None, threads)
             if L.bo is not None:
                 o += L.bo
@@ -940,7 +960,10 @@ class Model:
             if L.b_gate is not None:
                 g += L.b_gate
             a = np.empty_like(g)
-            if self._gelu is not None:
+            if helped and self._glu_kind is not None:
+                helpers.run(K.glu_split, -(-T // glu_chunk), self._glu_kind, g, u, table, a,
+                            glu_chunk)
+            elif self._gelu is not None:
                 K.geglu(g, u, self._gelu, a)
             else:
                 K.swiglu(g, u, a)

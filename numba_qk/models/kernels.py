@@ -407,6 +407,45 @@ def attention_split(ctl, kind, args, q, kc, vc, n_past, scale, window, out, wait
 
 
 @kernel
+def glu_job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
+    """The helpers' job for ``glu_split``: token rows ``[r0, r1)`` of ``out = glu(gate) * up``
+    (f32 ``[d0, d1]`` at ``w_at`` (gate), ``x_at`` (up), ``out_at``); ``d2`` the address of
+    the GELU table (``geglu``), 0 for ``swiglu``."""
+    gate = carray(pointer_to(w_at, np.float32), (d0, d1))
+    up = carray(pointer_to(x_at, np.float32), (d0, d1))
+    out = carray(pointer_to(out_at, np.float32), (d0, d1))
+    if d2:
+        geglu(gate[r0:r1], up[r0:r1], carray(pointer_to(d2, np.float32), (65536,)), out[r0:r1])
+    else:
+        swiglu(gate[r0:r1], up[r0:r1], out[r0:r1])
+
+
+@kernel
+def glu_split(ctl, kind, gate, up, table, out, chunk, wait_iters):
+    """``geglu(gate, up, table, out)`` (``table`` empty: ``swiglu(gate, up, out)``) of f32
+    ``[T, F]`` C-contiguous arrays, its token rows in chunks of ``chunk`` claimed by the caller
+    and the helpers whose ``serve`` runs ``glu_job`` as job ``kind`` (each element depends on
+    its own inputs alone: the same bits); returns as ``attention_split`` does."""
+    T, F = gate.shape
+    n = (T + chunk - 1) // chunk
+    tab = address_of(table) if table.size else np.int64(0)
+    seq = post(ctl, kind, address_of(gate), T, F, tab, address_of(up), 0, 0, 0,
+               address_of(out), 0, n, chunk, 1)
+    while True:
+        i = claim(ctl, seq)
+        if i < 0:
+            break
+        r0 = i * chunk
+        r1 = min(T, r0 + chunk)
+        if table.size:
+            geglu(gate[r0:r1], up[r0:r1], table, out[r0:r1])
+        else:
+            swiglu(gate[r0:r1], up[r0:r1], out[r0:r1])
+        fetch_add(ctl, DONE, np.int64(1))
+    return wait_count(ctl, DONE, n, wait_iters)
+
+
+@kernel
 def residual_norm(x, o, post_w, eps, norm_w, h):
     """The residual step between two blocks: ``o`` RMS-normalised by ``post_w`` (gemma3's
     post-attention / post-FFN norm; skipped when empty, ``o`` changed in place), ``x += o`` in
