@@ -24,7 +24,7 @@ from .errors import QuantizationDomainError
 from .formats import Format, activation_format, f32, quant
 from . import repack as _repack
 from . import _halfmat
-from .kernels.drive import quantize_then_gemv
+from .kernels.drive import gemv_apart, quantize_then_gemv
 
 __all__ = [
     "quantize", "quantized_dot", "decode", "dequantize", "find_invalid_records",
@@ -335,7 +335,7 @@ class _Plan:
     ``matvec()`` made it, the quantize + gemv in one call
     (``kernels.drive.quantize_then_gemv``)."""
 
-    __slots__ = ("act", "gemv", "wbytes", "xbytes", "span", "block", "_matvec")
+    __slots__ = ("act", "gemv", "wbytes", "xbytes", "span", "block", "_matvec", "_apart")
 
     def __init__(self, fmt):
         self.act = registry.BY_FORMAT[activation_format(fmt)]
@@ -343,6 +343,7 @@ class _Plan:
         self.wbytes, self.block = fmt.block_bytes, fmt.block_size
         self.xbytes, self.span = self.act.format.block_bytes, _span(fmt)
         self._matvec = None
+        self._apart = None
 
     def matvec(self):
         """``matvec(w, x, out) -> -1 | bad block``: the activation quantizer and the gemv in
@@ -352,6 +353,13 @@ class _Plan:
             self._matvec = quantize_then_gemv(self.act.quantize, self.gemv,
                                               act.block_size, act.block_bytes)
         return self._matvec
+
+    def gemv_apart(self):
+        """``run(w, xq, out) -> 1 | 0``: the gemv with the check that ``out`` shares no memory
+        with ``w`` or ``xq`` in one compiled call (``kernels.drive.gemv_apart``)."""
+        if self._apart is None:
+            self._apart = gemv_apart(self.gemv)
+        return self._apart
 
 
 _PLANS = {f: _Plan(f) for f in registry.WEIGHTS}
@@ -385,13 +393,12 @@ def _plain_matmul(w, x, lhs_format, threads):
     return None
 
 
-def _plain_out(out, rows, w, xq) -> bool:
-    """Whether ``out`` is a writeable numpy float32 ``[rows]`` sharing no memory with ``w`` or
-    ``xq``: what ``check_out`` accepts, in one pass (anything else takes ``check_out``, which
-    says what is wrong)."""
+def _plain_out(out, rows) -> bool:
+    """Whether ``out`` is a writeable numpy float32 ``[rows]``: what ``check_out`` accepts but
+    the overlap with the inputs, which the caller's compiled call tests (``_Plan.gemv_apart``);
+    anything else takes ``check_out``, which says what is wrong."""
     return (type(out) is np.ndarray and out.dtype is _F32 and out.shape == (rows,)
-            and out.flags.writeable and not np.may_share_memory(out, w)
-            and not np.may_share_memory(out, xq))
+            and out.flags.writeable)
 
 
 def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
@@ -416,8 +423,7 @@ def gemv(w, xq, *, lhs_format, rhs_format, out=None, threads=1):
             target = np.empty(w.shape[0], np.float32)
             p.gemv(w, xq, target)
             return target
-        if _plain_out(out, w.shape[0], w, xq):
-            p.gemv(w, xq, out)
+        if _plain_out(out, w.shape[0]) and p.gemv_apart()(w, xq, out):
             return out
     if p:
         nthreads, rp, wa, rows, xa = threads, None, w, w.shape[0], xq

@@ -538,3 +538,42 @@ def quantize_then_gemv(quantize, gemv, block: int, nbytes: int):
         return -1
 
     return kernel(matvec)
+
+
+@kernel
+def _byte_span(a):
+    """``(lo, hi)``: the byte addresses from ``a``'s lowest element to just past its highest
+    (``(0, 0)`` when it is empty), as ``np.may_share_memory`` bounds an array."""
+    if a.size == 0:
+        return np.int64(0), np.int64(0)
+    lo = hi = np.int64(array_address(a))
+    for i in range(a.ndim):
+        step = np.int64(a.strides[i]) * np.int64(a.shape[i] - 1)
+        if step < 0:
+            lo += step
+        else:
+            hi += step
+    return lo, hi + np.int64(a.itemsize)
+
+
+@kernel
+def may_overlap(a, b):
+    """Whether the byte spans of ``a`` and ``b`` overlap (``np.may_share_memory``'s test)."""
+    alo, ahi = _byte_span(a)
+    blo, bhi = _byte_span(b)
+    return alo < bhi and blo < ahi
+
+
+@functools.lru_cache(maxsize=None)
+def gemv_apart(gemv):
+    """``run(w, x, out) -> 1 | 0``: ``gemv(w, x, out)`` in one compiled call with the check
+    that ``out`` shares no memory with ``w`` or ``x`` (``may_overlap``): 0, and ``out``
+    untouched, when it may."""
+
+    def run(w, x, out):
+        if may_overlap(out, w) or may_overlap(out, x):
+            return 0
+        gemv(w, x, out)
+        return 1
+
+    return kernel(run)

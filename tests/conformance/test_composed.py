@@ -252,6 +252,25 @@ def test_plain_gemv_out_skips_check_out_and_refuses_what_it_refuses(rng, monkeyp
             qk.gemv(w, xq2 if bad is in_x else xq, lhs_format=Q40, rhs_format=Q80, out=bad)
         np.testing.assert_array_equal(bad.view(np.uint8), before.view(np.uint8))
 
+def test_compiled_overlap_test_agrees_with_numpy(rng):
+    """``kernels.drive.may_overlap`` (what the plain ``gemv(out=)`` runs in its one compiled
+    call) bounds arrays as ``np.may_share_memory`` does: views of one buffer with positive,
+    negative and zero-length strides, adjacent and empty spans, other buffers."""
+    from numba_qk.kernels.drive import may_overlap
+    buf = np.arange(4096, dtype=np.uint8)
+    f32 = buf.view(np.float32)
+    views = [buf[:0], buf[10:10], buf[:64], buf[64:128], buf[63:65], buf[::-1][:100],
+             buf[4000:], buf.reshape(64, 64)[:, 3], buf.reshape(64, 64)[::-2, ::3],
+             buf.reshape(16, 16, 16)[2:5, ::-1, 1:3], np.zeros(8, np.uint8)]
+    views += [buf[a:b:c] for a, b, c in rng.integers(1, 300, (20, 3)) * [1, 10, 1] + [0, 0, 0]]
+    floats = [f32[:16], f32[16:32], f32[::-1][:8], f32.reshape(32, 32)[::3, 5],
+              np.zeros(4, np.float32)]
+    for a in views:
+        for b in views + floats:
+            assert may_overlap(a, b) == np.may_share_memory(a, b), (a.shape, b.shape)
+            assert may_overlap(b, a) == np.may_share_memory(b, a)
+
+
 def _full_checks_fail(*args, **kwargs):
     raise AssertionError("the full checks ran for a plain call")
 
