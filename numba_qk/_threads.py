@@ -1,5 +1,6 @@
 """numba_qk's threading policy, in one place.  ``ops``, ``_convert`` (astype's element
-conversion), ``scaled`` and ``repack`` call ``run``; nothing else in numba_qk starts threads.
+conversion), ``scaled`` and ``repack`` call ``run``; ``models`` owns a ``Helpers`` group per
+model with threads; nothing else in numba_qk starts threads.
 
 * **Own pool, not numba's.**  Every kernel is an ordinary ``nogil`` function; ``threads=N``
   runs pieces of the work (row chunks of a product, slices of a cast) on numba_qk's own pool of
@@ -30,6 +31,11 @@ conversion), ``scaled`` and ``repack`` call ``run``; nothing else in numba_qk st
   gemm claim their row chunks in compiled code (``kernels/_pool.py``): one call per thread, no
   GIL round trip per chunk, and the caller spins (bounded) for the last chunk instead of
   sleeping on an event.
+* **Standing helpers for a fixed set of products** (``Helpers``; a model's decoding, decision
+  051).  A pool job still takes the worker through Python (~13 us of hand-off); a helper instead
+  stays in compiled code between products and the caller posts each product by address, so a
+  hand-off costs about a microsecond.  A helper idle for ``HELPER_IDLE_US`` sleeps; the next
+  product wakes it and runs without it until it is back.
 """
 
 from __future__ import annotations
