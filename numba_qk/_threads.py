@@ -493,7 +493,8 @@ class Helpers:
     a kind more than ``_pool.KINDS``.  A helper asleep (spun ``HELPER_IDLE_US`` with nothing
     posted) is woken by the next product, which runs without it meanwhile (the caller claims
     every chunk no helper took).  ``close()`` ends the threads (also when the group is
-    garbage-collected: ``weakref.finalize``)."""
+    garbage-collected: ``weakref.finalize``).  A group has one product slot: it serves one
+    caller thread at a time (the model's calls hold its lock)."""
 
     #: chunks of a product per thread (caller included)
     CHUNKS_PER_THREAD = 2

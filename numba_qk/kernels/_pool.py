@@ -261,23 +261,23 @@ def claim(ctl, seq):
 def rows_job(fn, ndim):
     """The job of a serial gemv ``fn(w, x, out)``: rows ``[r0, r1)`` write
     ``out[per * r0:per * r1]`` (``per`` outputs per weight row: 8 for an x8 tile)."""
+    # two functions of their own (not one name for two codes: _jit.closure_named names a
+    # closure by its qualified name and its cells, and both hold only ``fn``)
     if ndim == 3:
-        @kernel
-        def job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
+        def job_3d(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
             w = carray(pointer_to(w_at, np.uint8), (d0, d1, d2))
             x = carray(pointer_to(x_at, np.uint8), (g, b))
             out = carray(pointer_to(out_at, np.float32), (n,))
             fn(w[r0:r1], x, out[r0 * per:min(n, r1 * per)])
-    elif ndim == 2:
-        @kernel
-        def job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
+        return kernel(job_3d)
+    if ndim == 2:
+        def job_2d(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
             w = carray(pointer_to(w_at, np.uint8), (d0, d1))
             x = carray(pointer_to(x_at, np.uint8), (g, b))
             out = carray(pointer_to(out_at, np.float32), (n,))
             fn(w[r0:r1], x, out[r0 * per:min(n, r1 * per)])
-    else:
-        raise ValueError(f"rows_job: weights of {ndim} dimensions")
-    return job
+        return kernel(job_2d)
+    raise ValueError(f"rows_job: weights of {ndim} dimensions")
 
 
 @functools.lru_cache(maxsize=None)

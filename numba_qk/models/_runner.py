@@ -644,6 +644,7 @@ class Model:
         helpers = (_threads.Helpers(threads - 1) if threads > 1 and _pool.HAVE_ATOMICS
                    else None)
         self._helpers = helpers
+        self._lock = threading.RLock()   # _forward: one call at a time
         # a decoded token's attention split by heads with them (registered first: a group runs
         # at most _pool.KINDS kernels, the products take the rest)
         self._attention_kind = helpers.kind_of(K.attention_job) if helpers else None
@@ -886,7 +887,13 @@ class Model:
 
     def _forward(self, ids, cache, all_logits):
         """``forward`` for the model's own calls: ``ids`` a non-empty list of ints (their range
-        is still checked) and ``cache`` one that ``new_cache`` made."""
+        is still checked) and ``cache`` one that ``new_cache`` made.  One call at a time: the
+        decoder's buffers and the helpers' product slot are the model's (calls from several
+        threads wait for each other)."""
+        with self._lock:
+            return self._forward_locked(ids, cache, all_logits)
+
+    def _forward_locked(self, ids, cache, all_logits):
         T = len(ids)
         if T == 1 and self._fast_decode:
             if self._decoder is None:

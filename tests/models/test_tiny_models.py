@@ -324,6 +324,32 @@ def test_decoding_with_standing_helpers_gives_the_one_thread_bits(tiny, monkeypa
         h.close()
 
 
+def test_calls_from_several_threads_wait_for_each_other(tiny, monkeypatch):
+    """A model's calls share its decoder buffers and its helpers' product slot, so calls from
+    several Python threads run one at a time (``Model._lock``) and each gets its own result."""
+    import threading
+
+    from numba_qk.models import _runner
+
+    arch, path, m = tiny
+    monkeypatch.setattr(_threads, "ADAPTIVE", False)
+    monkeypatch.setattr(_runner, "DECODE_MIN_THREADED", 0)
+    mt = models.load(path, threads=2)
+    prompts = [PROMPT[:4], PROMPT[2:7], PROMPT[::-1][:3]]
+    want = [m.generate(p, 6) for p in prompts]
+    got = [None] * 6
+
+    def run(i):
+        got[i] = mt.generate(prompts[i % 3], 6)
+
+    ts = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert got == want + want
+
+
 @pytest.mark.parametrize("split_min", [2, 8])
 def test_batches_split_by_tokens_give_the_one_pass_bits(tiny, monkeypatch, split_min):
     """With threads, a batch runs as consecutive parts of tokens, one a thread, each part's
