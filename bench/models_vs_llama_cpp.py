@@ -96,17 +96,17 @@ def breakdown(m, ids, n_decode):
              if isinstance(c, _runner._Fused)]
     weights = list({id(w): w for w in weights + [m.output] + fused}.values())
     blocks = [w.block for w in weights]
-    saved = {n: getattr(_runner, n) for n in ("gemv", "gemm", "quantize", "get_rows")}
-    saved_k = {n: getattr(kernels, n) for n in ("attention_step", "residual_norm", "rms_norm",
-                                                 "swiglu", "geglu")}
+    saved = {n: getattr(_runner, n) for n in ("gemv", "gemm", "get_rows")}
+    attention = ("attention_step", "attention_prepare", "attention_split")
+    saved_k = {n: getattr(kernels, n) for n in attention + ("residual_norm", "rms_norm",
+                                                            "swiglu", "geglu")}
     try:
         for n, fn in saved.items():
             setattr(_runner, n, timed({"gemv": "matmul (gemv)", "gemm": "matmul (gemv)",
-                                       "quantize": "activation quantize",
                                        "get_rows": "embedding rows"}[n], fn))
-        for n, fn in saved_k.items():
+        for n, fn in saved_k.items():   # attention with threads: prepare, then split by heads
             setattr(kernels, n, timed("attention (q/k norms, RoPE, KV cache, softmax)"
-                                      if n == "attention_step" else "norms, residual, GLU", fn))
+                                      if n in attention else "norms, residual, GLU", fn))
         _runner._blocks = TimedBlocks()
         for w, b in zip(weights, blocks):
             if b is not None:
