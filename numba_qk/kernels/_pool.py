@@ -396,6 +396,8 @@ def server_of(jobs):
                 r0 = i * chunk
                 r1 = min(d0, r0 + chunk)
                 per = ctl[PER]
+                # one branch a kind, written out: ``literal_unroll`` over the tuple of jobs
+                # types them as numba's experimental first-class functions
                 if kind == 0:
                     j0(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
                 elif kind == 1:
