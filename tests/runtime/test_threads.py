@@ -1,5 +1,6 @@
 """numba_qk._threads: its own pool (dynamic claiming, caller included) and the adaptive count."""
 
+import os
 import threading
 import time
 
@@ -598,3 +599,36 @@ def test_awake_helpers_are_not_counted_as_busy_cores(tmp_path, monkeypatch):
     assert _threads.free_cores() == 2
     monkeypatch.setattr(_threads, "_helpers_awake", lambda: 0)
     assert _threads.free_cores() == 1
+
+
+@needs_atomics
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_gets_helpers_of_its_own():
+    """The child of a fork has none of the parent's threads: its groups forget theirs and the
+    next product starts new ones (until then the caller runs every chunk alone)."""
+    group = _threads.Helpers(1)
+    w = np.full((64, 2), 2, np.uint8)
+    x = np.ones((2, 3), np.uint8)
+    split = group.product(_count_outputs, w, 1, 1)
+    for _ in range(3):   # the first call loads the compiled callers; the helper thread runs
+        split(x, np.zeros(64, np.float32))
+    assert len(group.events) == 1
+    pid = os.fork()
+    if pid == 0:   # the child: report through the exit code, never return into pytest
+        code = 1
+        try:
+            entries = int(group.ctl[_pool.AWAKE + 1])
+            out = np.zeros(64, np.float32)
+            split(x, out)
+            ok = out.tolist() == [1.0] * 64 and group.ctl[_pool.AWAKE + 1] == entries + 1
+            alive = [t for t in group_threads() if t.is_alive()]
+            code = 0 if ok and len(alive) == 1 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    group.close()
+
+
+def group_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("numba_qk-helper")]
