@@ -600,13 +600,10 @@ class _TokenSplit:
                         ev.set()
                 errors.append(e)
 
-        workers = [threading.Thread(target=part, args=(p,), daemon=True,
-                                    name=f"numba_qk-prompt-{p}") for p in range(1, self.parts)]
-        for w in workers:
-            w.start()
-        part(0)
-        for w in workers:
-            w.join()
+        # on numba_qk's pool (the caller included; numba_qk starts threads in _threads only):
+        # the parts are claimed in order, so a part waits only for parts already running or
+        # done, and a worker that never comes leaves the caller to run every part in turn
+        _threads.run([(part, (p,)) for p in range(self.parts)], self.parts)
         real = [e for e in errors if not isinstance(e, _Abandoned)]
         if real:
             raise real[0]
@@ -615,9 +612,10 @@ class _TokenSplit:
         if all_logits:
             return np.concatenate(results)
         # the last token's output product (the vocabulary matrix, the largest of the model)
-        # with the model's threads, not the last part's one
+        # with the model's threads, not the last part's one: through the pool, whose worker
+        # has just finished its part and still spins (the model's helpers sleep by now)
         m = self.model
-        (logits,) = _quantized(results[-1], (m.output,), m.numerics, None, None)
+        (logits,) = _quantized(results[-1], (m.output,), m.numerics, None, m.threads)
         return logits
 
 
