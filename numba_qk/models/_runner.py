@@ -4,6 +4,7 @@ cache and batched prompts."""
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -304,6 +305,7 @@ def _fuse(weights, threads, helpers=None):
 NUMERICS = ("ggml_cpu", "canonical")
 
 
+@functools.lru_cache(maxsize=None)
 def _act_quantizer(act, numerics):
     """``quantize(x32, xq) -> bad`` for one token: the @njit building block that quantizes f32
     ``x32`` ``[n]`` (contiguous) into activation records ``xq`` ``[n // block, bytes]`` of
