@@ -350,13 +350,38 @@ def caller_of(job, batch=False):
     return run
 
 
+@functools.lru_cache(maxsize=None)
+def arrays_caller_of(job):
+    """``run(ctl, kind, wa, xa, oa, d0, d1, d2, chunks, chunk, per, wait_iters)``: post the
+    product of ``job`` with the addresses of the C-contiguous arrays ``wa``, ``xa`` and ``oa``
+    (any dtypes; the job knows what they are) as ``w_at``, ``x_at`` and ``out_at``, ``d0`` rows
+    in ``chunks`` chunks of ``chunk``; then as ``caller_of``'s ``run``."""
+    @kernel
+    def run(ctl, kind, wa, xa, oa, d0, d1, d2, chunks, chunk, per, wait_iters):
+        w_at, x_at, out_at = address_of(wa), address_of(xa), address_of(oa)
+        zero = np.int64(0)
+        seq = post(ctl, kind, w_at, d0, d1, d2, x_at, zero, zero, zero, out_at, zero, chunks,
+                   chunk, per)
+        while True:
+            i = claim(ctl, seq)
+            if i < 0:
+                break
+            r0 = i * chunk
+            job(w_at, d0, d1, d2, x_at, zero, zero, zero, out_at, zero, r0,
+                min(np.int64(d0), r0 + chunk), per)
+            fetch_add(ctl, DONE, np.int64(1))
+        return wait_count(ctl, DONE, chunks, wait_iters)
+
+    return run
+
+
 def _no_job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
     pass
 
 
 _no_job = kernel(_no_job)
 #: kinds one ``serve`` handles (a product of another kind is split another way)
-KINDS = 10
+KINDS = 14
 
 
 @functools.lru_cache(maxsize=None)
@@ -367,7 +392,8 @@ def server_of(jobs):
     posted, or once ``ctl[STOP]`` is set, clearing ``ctl[AWAKE + 8 me]``."""
     if len(jobs) > KINDS:
         raise ValueError(f"server_of: {len(jobs)} kinds, at most {KINDS}")
-    j0, j1, j2, j3, j4, j5, j6, j7, j8, j9 = tuple(jobs) + (_no_job,) * (KINDS - len(jobs))
+    (j0, j1, j2, j3, j4, j5, j6, j7, j8, j9, j10, j11, j12,
+     j13) = tuple(jobs) + (_no_job,) * (KINDS - len(jobs))
 
     @kernel
     def serve(ctl, me, idle_iters):
@@ -416,8 +442,16 @@ def server_of(jobs):
                     j7(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
                 elif kind == 8:
                     j8(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
-                else:
+                elif kind == 9:
                     j9(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
+                elif kind == 10:
+                    j10(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
+                elif kind == 11:
+                    j11(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
+                elif kind == 12:
+                    j12(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
+                else:
+                    j13(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per)
                 fetch_add(ctl, DONE, np.int64(1))
                 ctl[mine + np.int64(2)] += np.int64(1)   # chunks this helper ran
         store_release(ctl, mine, np.int64(0))

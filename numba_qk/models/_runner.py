@@ -329,10 +329,11 @@ def _check_quantized(bad, per_row=None):
                                       "(a NaN or inf)", row=row)
 
 
-def _quantized(x, weights, numerics="canonical", calls=None, threads=None):
+def _quantized(x, weights, numerics="canonical", calls=None, threads=None, split=None):
     """``x @ W.T`` for each weight W of ``weights``: activation records of ``x`` f32 ``[T, K]``
     for each activation format the weights need, one quantization shared by every weight of
-    that format (llama.cpp quantizes per matmul), with ``ops.quantize``'s ``numerics``; one
+    that format (llama.cpp quantizes per matmul), with ``ops.quantize``'s ``numerics`` (by
+    token rows with the helpers where ``split`` -- ``Model._split_quantize`` -- takes it); one
     token goes through the decode ``calls`` (``_fuse``) of those weights where given, the
     products on ``threads`` threads where given (``_Weight.apply``)."""
     cache = {}
@@ -343,9 +344,11 @@ def _quantized(x, weights, numerics="canonical", calls=None, threads=None):
             # the @njit building block (same bits as ops.quantize), every token's blocks in
             # one call (a block never spans two tokens: n is a multiple of b)
             xq = np.empty((T, n // b, w.act.block_bytes), np.uint8)
-            x32 = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
-            _check_quantized(_act_quantizer(w.act, numerics)(x32, xq.reshape(T * (n // b), -1)),
-                             n // b)
+            x32 = np.ascontiguousarray(x, dtype=np.float32)
+            bad = None if split is None else split(w.act, x32, xq)
+            if bad is None:
+                bad = _act_quantizer(w.act, numerics)(x32.reshape(-1), xq.reshape(T * (n // b), -1))
+            _check_quantized(bad, n // b)
             cache[w.act] = xq
     if calls is None or x.shape[0] != 1 or threads is not None:
         return [w.apply(cache.get(w.act), x, threads) for w in weights]
@@ -547,13 +550,19 @@ class _Decoder:
         return m._finish_logits(logits)
 
 
-#: A batch of at least this many tokens is split over the threads by tokens (``_TokenSplit``),
-#: each part at least half this many tokens; smaller batches split each product's rows.  Two
-#: threads against one (Zen 5, decision 047): prompts of 64-256 tokens 1.4-1.7x by tokens,
+#: Without standing helpers, a batch of at least this many tokens is split over the threads by
+#: tokens (``_TokenSplit``), each part at least half this many tokens; smaller batches split
+#: each product's rows (with helpers: ``PROMPT_SPLIT_MIN_HELPED``).  Two threads against one (Zen 5, decision 047): prompts of 64-256 tokens 1.4-1.7x by tokens,
 #: 0.9-1.3x by rows.  32 tokens (Intel Xeon, decision 050): 1.40-1.42x by tokens, 1.06-1.27x by
 #: rows, once the last token's vocabulary product runs on every thread after the parts (it ran
 #: on the last part's one thread: Gemma-3's 168 M-weight matrix made the split lose there).
 PROMPT_SPLIT_MIN = 32
+#: The same with standing helpers (decision 051): below it a batch splits its products,
+#: attention heads, GLU and residual rows and activation quantization with them.  Against the
+#: token split, two threads (best of 5 against one thread): 32 tokens Gemma-3 1.47-1.50x ->
+#: 1.62x, SmolLM2 1.52-1.59x -> 1.52-1.54x; 64 tokens Gemma-3 1.67-1.70x by tokens, 1.58-1.61x
+#: by rows (SmolLM2 1.60-1.62x either way).
+PROMPT_SPLIT_MIN_HELPED = 64
 
 
 class _Abandoned(Exception):
@@ -648,8 +657,11 @@ class Model:
         # a decoded token's attention split by heads with them (registered first: a group runs
         # at most _pool.KINDS kernels, the products take the rest)
         self._attention_kind = helpers.kind_of(K.attention_job) if helpers else None
-        # and a batch's GLU by token rows
+        # and a batch's GLU, residual steps and activation quantization by token rows
         self._glu_kind = helpers.kind_of(K.glu_job) if helpers else None
+        self._residual_kind = helpers.kind_of(K.residual_job) if helpers else None
+        self._residual_args = np.zeros(K.RESIDUAL_ARGS, np.int64)
+        self._quant_kinds = {}     # activation format -> (kind, compiled caller)
         self._attn_args = np.zeros(K.ATTENTION_ARGS, np.int64)   # a batch's attention_split
 
         def kv(key, default=None):
@@ -759,8 +771,16 @@ class Model:
         self.tok_embd = w("token_embd.weight")
         self.output = w("output.weight") if "output.weight" in names else self.tok_embd
         self.output.prepare_decode(helpers)
-        for w in [w for L in self.layers for w in (L.wq, L.wk, L.wv, L.wo, L.gate, L.up,
-                                                   L.down)] + [self.output]:
+        batch_weights = [w for L in self.layers for w in (L.wq, L.wk, L.wv, L.wo, L.gate, L.up,
+                                                          L.down)] + [self.output]
+        for act in dict.fromkeys(w.act for w in batch_weights if w.act is not None):
+            fn = _act_quantizer(act, numerics)
+            if helpers is not None and hasattr(fn, "py_func"):   # a kernel (not Q8_K's lambda)
+                job = K.quantize_rows_job(fn, act.block_size, act.block_bytes)
+                kind = helpers.kind_of(job)
+                if kind is not None:
+                    self._quant_kinds[act] = (kind, _pool.arrays_caller_of(job))
+        for w in batch_weights:
             w.prepare_batch(helpers)
         # qwen2.cpp's optional output.bias, added to the logits
         self.output_b = vec("output.bias") if arch == "qwen2" and "output.bias" in names else None
@@ -876,9 +896,12 @@ class Model:
         """Run ``ids`` at positions ``cache['n'] ...`` (one batch), append their K/V to the cache,
         return logits f32 ``[T, n_vocab]`` (or ``[1, n_vocab]`` for the last token only).
 
-        With ``threads`` > 1, a batch of at least ``PROMPT_SPLIT_MIN`` tokens is split into
+        With ``threads`` > 1, a batch of at least ``PROMPT_SPLIT_MIN_HELPED`` tokens
+        (``PROMPT_SPLIT_MIN`` without standing helpers: no compiled atomics) is split into
         consecutive parts, one a thread, each run through every layer with one-thread products
-        (``_TokenSplit``); smaller batches split each product's rows instead."""
+        (``_TokenSplit``); smaller batches split their products, attention heads, GLU and
+        residual rows and activation quantization with the model's helpers (without them, the
+        products' rows through the pool)."""
         ids = _token_ids(ids)
         if not ids:
             raise ValueError("forward needs at least one token id")
@@ -906,14 +929,31 @@ class Model:
         if ids.size:
             self.check_ids(int(ids.min()), int(ids.max()))
         parts = 1
-        if self.threads > 1 and T >= PROMPT_SPLIT_MIN:
-            parts = _threads.effective_threads(self.threads, T // (PROMPT_SPLIT_MIN // 2))
+        split_min = PROMPT_SPLIT_MIN if self._helpers is None else PROMPT_SPLIT_MIN_HELPED
+        if self.threads > 1 and T >= split_min:
+            parts = _threads.effective_threads(self.threads, T // (split_min // 2))
         if parts == 1:
             logits = self._forward_tokens(ids, n_past, all_logits, cache)
         else:
             logits = _TokenSplit(self, parts).run(ids, n_past, all_logits, cache)
         cache["n"] = n_past + T
         return self._finish_logits(logits)
+
+    def _split_quantize(self, act, x, xq):
+        """Activation records ``xq`` ``[T, n // b, bytes]`` of f32 ``x`` ``[T, n]`` by token
+        rows with the helpers; the first bad block (over all rows) or -1; None where the
+        helpers have no job for ``act``."""
+        entry = self._quant_kinds.get(act)
+        if entry is None:
+            return None
+        kind, run = entry
+        T, n = x.shape
+        chunk = -(-T // (2 * self.threads))
+        chunks = -(-T // chunk)
+        res = np.empty(chunks, np.int64)
+        self._helpers.run(run, chunks, kind, res, x, xq, T, n, chunks, chunks, chunk, chunk)
+        bad = res[res >= 0]
+        return int(bad[0]) if bad.size else -1
 
     def _forward_tokens(self, ids, n_past, all_logits, cache, split=None, part=0):
         """Logits of tokens ``ids`` at positions ``n_past ...`` (their K/V written to the
@@ -940,8 +980,10 @@ class Model:
                   and _threads.effective_threads(self.threads, 2) > 1)
         helpers, table = self._helpers, (self._gelu if self._gelu is not None else _NONE)
         glu_chunk = -(-T // (2 * self.threads))
+        quant = self._split_quantize if helped else None
+        resid = helped and self._residual_kind is not None
         for il, L in enumerate(self.layers):
-            q, k, v = _quantized(h, (L.wq, L.wk, L.wv), nm, L.qkv_calls, threads)
+            q, k, v = _quantized(h, (L.wq, L.wk, L.wv), nm, L.qkv_calls, threads, quant)
             for y, b in ((q, L.bq), (k, L.bk), (v, L.bv)):
                 if b is not None:   # ggml_add in f32
                     y += b
@@ -957,11 +999,16 @@ class Model:
                             kcs[il], vcs[il], n_past, self.kq_scale, L.window, attn)
             else:
                 K.attention(q3, kcs[il], vcs[il], n_past, self.kq_scale, L.window, attn)
-            (o,) = _quantized(attn.reshape(T, H * hd), (L.wo,), nm, None, threads)
+            (o,) = _quantized(attn.reshape(T, H * hd), (L.wo,), nm, None, threads, quant)
             if L.bo is not None:
                 o += L.bo
-            K.residual_norm(x, o, L.post_attn_norm, eps, L.ffn_norm, h)
-            g, u = _quantized(h, (L.gate, L.up), nm, L.glu_calls, threads)
+            if resid:
+                helpers.run(K.residual_split, -(-T // glu_chunk), self._residual_kind,
+                            self._residual_args, x, o, L.post_attn_norm, eps, L.ffn_norm, h,
+                            glu_chunk)
+            else:
+                K.residual_norm(x, o, L.post_attn_norm, eps, L.ffn_norm, h)
+            g, u = _quantized(h, (L.gate, L.up), nm, L.glu_calls, threads, quant)
             if L.b_up is not None:
                 u += L.b_up
             if L.b_gate is not None:
@@ -974,11 +1021,15 @@ class Model:
                 K.geglu(g, u, self._gelu, a)
             else:
                 K.swiglu(g, u, a)
-            (d,) = _quantized(a, (L.down,), nm, None, threads)
+            (d,) = _quantized(a, (L.down,), nm, None, threads, quant)
             if L.b_down is not None:
                 d += L.b_down
-            K.residual_norm(x, d, L.post_ffn_norm, eps,
-                            self.layers[il + 1].attn_norm if il < last else none, h)
+            nxt = self.layers[il + 1].attn_norm if il < last else none
+            if resid:
+                helpers.run(K.residual_split, -(-T // glu_chunk), self._residual_kind,
+                            self._residual_args, x, d, L.post_ffn_norm, eps, nxt, h, glu_chunk)
+            else:
+                K.residual_norm(x, d, L.post_ffn_norm, eps, nxt, h)
         if not all_logits:
             if split is not None and part != split.parts - 1:
                 return None

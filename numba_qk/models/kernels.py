@@ -6,6 +6,7 @@ polynomial in ``ggml_v_expf`` for SiLU and softmax; reduction order of ``ggml_ve
 these kernels follow the scalar code: results agree to float32 rounding, not bit for bit.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -441,6 +442,72 @@ def glu_split(ctl, kind, gate, up, table, out, chunk, wait_iters):
             geglu(gate[r0:r1], up[r0:r1], table, out[r0:r1])
         else:
             swiglu(gate[r0:r1], up[r0:r1], out[r0:r1])
+        fetch_add(ctl, DONE, np.int64(1))
+    return wait_count(ctl, DONE, n, wait_iters)
+
+
+@functools.lru_cache(maxsize=None)
+def quantize_rows_job(fn, block, nbytes):
+    """The helpers' job quantizing token rows ``[r0, r1)`` with the activation quantizer ``fn``
+    (``(x f32 [n], records [n // block, nbytes]) -> -1 | first bad block``): f32 ``[d0, d1]``
+    at ``x_at`` into the records ``[d0 * d1 // block, nbytes]`` at ``out_at``; the chunk's
+    first bad block (counted over all rows), or -1, into the int64 ``[d2]`` at ``w_at``, slot
+    ``r0 // per`` (``per``: the chunk's rows).  Each block is its own tokens' alone: the
+    records are those of one call over every row."""
+    def quantize_job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
+        x = carray(pointer_to(x_at, np.float32), (d0 * d1,))
+        xq = carray(pointer_to(out_at, np.uint8), (d0 * d1 // block, nbytes))
+        res = carray(pointer_to(w_at, np.int64), (d2,))
+        lo, hi = r0 * d1 // block, r1 * d1 // block
+        bad = fn(x[r0 * d1:r1 * d1], xq[lo:hi])
+        res[r0 // per] = lo + bad if bad >= 0 else np.int64(-1)
+    return kernel(quantize_job)
+
+
+(_R_X, _R_O, _R_H, _R_T, _R_D, _R_POST, _R_POST_N, _R_NORM, _R_NORM_N, _R_EPS) = range(10)
+RESIDUAL_ARGS = 16
+
+
+@kernel
+def residual_job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
+    """The helpers' job for ``residual_split``: token rows ``[r0, r1)`` of the
+    ``residual_norm`` that the ``args`` at ``x_at`` describe."""
+    a = carray(pointer_to(x_at, np.int64), (RESIDUAL_ARGS,))
+    T, D = a[_R_T], a[_R_D]
+    x = carray(pointer_to(a[_R_X], np.float32), (T, D))
+    o = carray(pointer_to(a[_R_O], np.float32), (T, D))
+    h = carray(pointer_to(a[_R_H], np.float32), (T, D))
+    post = carray(pointer_to(a[_R_POST], np.float32), (a[_R_POST_N],))
+    norm = carray(pointer_to(a[_R_NORM], np.float32), (a[_R_NORM_N],))
+    eps = carray(pointer_to(address_of(a) + np.int64(8 * _R_EPS), np.float32), (1,))[0]
+    residual_norm(x[r0:r1], o[r0:r1], post, eps, norm, h[r0:r1])
+
+
+@kernel
+def residual_split(ctl, kind, args, x, o, post_w, eps, norm_w, h, chunk, wait_iters):
+    """``residual_norm(x, o, post_w, eps, norm_w, h)`` (``[T, D]`` C-contiguous; each token's
+    row depends on that row alone) with its token rows in chunks of ``chunk`` claimed by the
+    caller and the helpers whose ``serve`` runs ``residual_job`` as job ``kind``."""
+    T, D = x.shape
+    args[_R_X] = address_of(x)
+    args[_R_O] = address_of(o)
+    args[_R_H] = address_of(h)
+    args[_R_T] = T
+    args[_R_D] = D
+    args[_R_POST] = address_of(post_w)
+    args[_R_POST_N] = post_w.size
+    args[_R_NORM] = address_of(norm_w)
+    args[_R_NORM_N] = norm_w.size
+    carray(pointer_to(address_of(args) + np.int64(8 * _R_EPS), np.float32), (1,))[0] = eps
+    n = (T + chunk - 1) // chunk
+    seq = post(ctl, kind, 0, T, D, 0, address_of(args), 0, 0, 0, 0, 0, n, chunk, 1)
+    while True:
+        i = claim(ctl, seq)
+        if i < 0:
+            break
+        r0 = i * chunk
+        r1 = min(T, r0 + chunk)
+        residual_norm(x[r0:r1], o[r0:r1], post_w, eps, norm_w, h[r0:r1])
         fetch_add(ctl, DONE, np.int64(1))
     return wait_count(ctl, DONE, n, wait_iters)
 

@@ -362,6 +362,7 @@ def test_batches_split_by_tokens_give_the_one_pass_bits(tiny, monkeypatch, split
     arch, path, m = tiny
     monkeypatch.setattr(_threads, "ADAPTIVE", False)            # the parts even on a busy host
     monkeypatch.setattr(_runner, "PROMPT_SPLIT_MIN", split_min)
+    monkeypatch.setattr(_runner, "PROMPT_SPLIT_MIN_HELPED", split_min)
     ids = PROMPT + PROMPT[::-1]
     c1 = m.new_cache(len(ids) + 1)
     want = m.forward(ids[:3], c1)
@@ -392,6 +393,7 @@ def test_a_failing_part_of_a_split_batch_raises_its_error(tiny, monkeypatch):
     arch, path, m = tiny
     monkeypatch.setattr(_threads, "ADAPTIVE", False)
     monkeypatch.setattr(_runner, "PROMPT_SPLIT_MIN", 2)
+    monkeypatch.setattr(_runner, "PROMPT_SPLIT_MIN_HELPED", 2)
     mt = models.load(path, threads=2)
     real = _runner.K.attention
 
