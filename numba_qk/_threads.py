@@ -15,7 +15,8 @@ model with threads; nothing else in numba_qk starts threads.
   call, so no result depends on the thread count.
 * **Adaptive count.**  ``threads=N`` is an upper bound.  Before a call that would use more than
   one thread, numba_qk reads the number of runnable tasks on the machine (``/proc/loadavg``)
-  and uses at most the cores that are free (the caller counts itself).  A second thread on a
+  and uses at most the cores that are free (the caller counts itself); a core counts as busy
+  once ``BUSY_SAMPLES`` (3) samples in a row, at least 5 ms apart, saw it busy.  A second thread on a
   core that another process keeps busy costs more than it gains (each descheduling stalls the
   product), so with one core of two busy, ``threads=2`` runs like ``threads=1``.  Set
   ``NUMBA_QK_ADAPTIVE_THREADS=0`` (read at import) or ``numba_qk._threads.ADAPTIVE = False`` to
@@ -136,19 +137,31 @@ def _read_loadavg() -> bytes:
     return os.pread(_loadavg_fd[1], 256, 0)
 
 
+#: A core counts as busy once this many samples in a row (at least ``_SAMPLE_S`` apart) saw
+#: another task runnable on it: a momentary sample also catches a transient task (a process
+#: exiting, a kernel thread), which put a 32-token prompt's steps on one thread for 5 ms at a
+#: time (SmolLM2 with two threads after llama.cpp's runs: 768-886 tok/s, 926 with the count off).
+BUSY_SAMPLES = 3
+_others = collections.deque(maxlen=BUSY_SAMPLES)   # other tasks runnable, latest samples
+_others_of = [None]                                  # the file those samples came from
+
+
 def free_cores() -> int | None:
-    """Online cores minus the runnable tasks of other threads (the caller is one of them), or
-    None where the kernel does not say.  A momentary sample (``/proc/loadavg``'s 4th field),
-    taken at most every 5 ms."""
+    """Online cores minus the runnable tasks of other threads (the caller is one of them) seen
+    in each of the latest ``BUSY_SAMPLES`` samples, or None where the kernel does not say.
+    Momentary samples (``/proc/loadavg``'s 4th field), taken at most every 5 ms."""
     now = time.monotonic()
     if now - _sample[0] < _SAMPLE_S:
         return _sample[1]
     try:
         running = int(_read_loadavg().split()[3].split(b"/")[0])
+        if _others_of[0] != _LOADAVG:
+            _others.clear()
+            _others_of[0] = _LOADAVG
         # our own workers (spinning for their next job, working, or on their way between
         # the two) are not another process's load
-        free = max(1, (os.cpu_count() or 1)
-                   - (running - 1 - _POOL.awake() - _helpers_awake()))
+        _others.append(max(0, running - 1 - _POOL.awake() - _helpers_awake()))
+        free = max(1, (os.cpu_count() or 1) - min(_others))
     except (OSError, ValueError, IndexError, AttributeError):
         free = None
     _sample[0], _sample[1] = now, free

@@ -20,6 +20,8 @@ def _loadavg(tmp_path, monkeypatch, running, cpus):
     # the faked task count is the whole load: a worker of ours still awake after an earlier
     # job (free_cores counts it as a free core) would otherwise add one free core at random
     monkeypatch.setattr(_threads._POOL, "awake", lambda: 0)
+    # a fresh machine: no samples of the busy-core history (BUSY_SAMPLES) from before
+    monkeypatch.setattr(_threads, "_others_of", [None])
 
 
 @pytest.mark.parametrize("running, cpus, asked, want", [
@@ -85,7 +87,22 @@ def test_samples_are_reused_briefly(tmp_path, monkeypatch):
     monkeypatch.setattr(_threads, "_SAMPLE_S", 3600.0)
     assert _threads.free_cores() == 2          # within the reuse window
     monkeypatch.setattr(_threads, "_SAMPLE_S", 0.0)
-    assert _threads.free_cores() == 1
+    assert _threads.free_cores() == 1          # a fresh history: its first sample decides
+
+
+def test_a_core_counts_busy_once_several_samples_in_a_row_see_it(tmp_path, monkeypatch):
+    """A transient task (one sample) does not take a core away; a task runnable in
+    ``BUSY_SAMPLES`` samples in a row does, and one free sample gives it back."""
+    monkeypatch.setattr(_threads, "ADAPTIVE", True)
+    _loadavg(tmp_path, monkeypatch, running=1, cpus=2)
+    assert _threads.free_cores() == 2
+    p = tmp_path / "loadavg"
+    seen = []
+    for running in (2, 1, 2, 2, 2, 2, 1):
+        p.write_text(f"1.00 0.50 0.25 {running}/321 4242\n")
+        seen.append(_threads.free_cores())
+    n = _threads.BUSY_SAMPLES
+    assert seen == [2, 2] + [2] * (n - 1) + [1] * (4 - n + 1) + [2], seen
 
 
 def test_pieces_run_concurrently_on_the_asked_threads():
@@ -237,6 +254,7 @@ def test_awake_workers_are_not_counted_as_busy_cores(tmp_path, monkeypatch):
     monkeypatch.setattr(_threads._POOL, "awake", lambda: 1)
     assert _threads.free_cores() == 2       # the other runnable task is our own worker
     monkeypatch.setattr(_threads._POOL, "awake", lambda: 0)
+    monkeypatch.setattr(_threads, "_others_of", [None])
     assert _threads.free_cores() == 1
 
 
@@ -598,6 +616,7 @@ def test_awake_helpers_are_not_counted_as_busy_cores(tmp_path, monkeypatch):
     monkeypatch.setattr(_threads, "_helpers_awake", lambda: 1)
     assert _threads.free_cores() == 2
     monkeypatch.setattr(_threads, "_helpers_awake", lambda: 0)
+    monkeypatch.setattr(_threads, "_others_of", [None])
     assert _threads.free_cores() == 1
 
 
