@@ -108,6 +108,7 @@ def breakdown(m, ids, n_decode):
             setattr(kernels, n, timed("attention (q/k norms, RoPE, KV cache, softmax)"
                                       if n in attention else "norms, residual, GLU", fn))
         _runner._blocks = TimedBlocks()
+        _runner._act_quantizer.cache_clear()   # looked up again through the timed blocks
         for w, b in zip(weights, blocks):
             if b is not None:
                 w.block = timed("matmul (gemv)", b)
@@ -125,6 +126,7 @@ def breakdown(m, ids, n_decode):
         for n, fn in saved_k.items():
             setattr(kernels, n, fn)
         _runner._blocks = real_blocks
+        _runner._act_quantizer.cache_clear()
         for w, b in zip(weights, blocks):
             w.block = b
         m._decoder = None
