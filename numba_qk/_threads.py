@@ -494,8 +494,8 @@ def _helpers_awake() -> int:
 
 
 class Helpers:
-    """Standing helper threads for a fixed set of products run again and again (one model's
-    decoding): a helper stays in compiled code between products (``_pool.server_of``) and the
+    """Standing helper threads for a fixed set of kernels run again and again (one model's
+    products, attention heads and row-wise steps): a helper stays in compiled code between products (``_pool.server_of``) and the
     caller posts each product by address (``_pool.caller_of``), so a hand-off costs about a
     microsecond instead of the pool's ~13 (two GIL round trips); both claim the product's row
     chunks as ``run_rows`` does, each chunk one serial kernel call, so the bits do not depend on
@@ -503,7 +503,8 @@ class Helpers:
 
     ``product(fn, w, per, tile)`` registers a serial kernel ``fn(w, x, out)`` on weights ``w``
     (before the first product runs) and returns ``split(x, out)``, or None where ``fn`` would be
-    a kind more than ``_pool.KINDS``.  A helper asleep (spun ``HELPER_IDLE_US`` with nothing
+    a kind more than ``_pool.KINDS``; ``kind_of(job)`` and ``run(call, ...)`` do the same for a
+    job and a compiled caller of one's own (``models.kernels.attention_split``).  A helper asleep (spun ``HELPER_IDLE_US`` with nothing
     posted) is woken by the next product, which runs without it meanwhile (the caller claims
     every chunk no helper took).  ``close()`` ends the threads (also when the group is
     garbage-collected: ``weakref.finalize``).  A group has one product slot: it serves one
@@ -518,7 +519,7 @@ class Helpers:
         if helpers < 1:
             raise ValueError(f"Helpers needs at least one helper, not {helpers}")
         self.helpers = helpers
-        self.jobs = []           # rows_job kernels; a product names its own by index
+        self.jobs = []           # job kernels (_pool's signature); a product names its own by index
         self._kinds = {}         # job -> index in jobs
         self.ctl = np.zeros(_pool.ctl_words(helpers), np.int64)
         self.serve = None
