@@ -16,9 +16,10 @@ model with threads; nothing else in numba_qk starts threads.
 * **Adaptive count.**  ``threads=N`` is an upper bound.  Before a call that would use more than
   one thread, numba_qk reads the number of runnable tasks on the machine (``/proc/loadavg``)
   and uses at most the cores that are free (the caller counts itself); a core counts as busy
-  once ``BUSY_SAMPLES`` (3) samples in a row, at least 5 ms apart, saw it busy.  A second thread on a
-  core that another process keeps busy costs more than it gains (each descheduling stalls the
-  product), so with one core of two busy, ``threads=2`` runs like ``threads=1``.  Set
+  once ``BUSY_SAMPLES`` (3) samples in a row, at least 5 ms apart, saw it busy.  A second
+  thread on a core that another process keeps busy costs more than it gains (each
+  descheduling stalls the product), so with one core of two busy, ``threads=2`` runs like
+  ``threads=1``.  Set
   ``NUMBA_QK_ADAPTIVE_THREADS=0`` (read at import) or ``numba_qk._threads.ADAPTIVE = False`` to
   always use the requested count.  Where ``/proc/loadavg`` is missing the requested count is
   used.
@@ -495,20 +496,22 @@ def _helpers_awake() -> int:
 
 class Helpers:
     """Standing helper threads for a fixed set of kernels run again and again (one model's
-    products, attention heads and row-wise steps): a helper stays in compiled code between products (``_pool.server_of``) and the
-    caller posts each product by address (``_pool.caller_of``), so a hand-off costs about a
-    microsecond instead of the pool's ~13 (two GIL round trips); both claim the product's row
-    chunks as ``run_rows`` does, each chunk one serial kernel call, so the bits do not depend on
-    the thread count or on who ran which chunk.
+    products, attention heads and row-wise steps): a helper stays in compiled code between
+    products (``_pool.server_of``) and the caller posts each product by address
+    (``_pool.caller_of``), so a hand-off costs about a microsecond instead of the pool's ~13
+    (two GIL round trips); both claim the product's row chunks as ``run_rows`` does, each chunk
+    one serial kernel call, so the bits do not depend on the thread count or on who ran which
+    chunk.
 
     ``product(fn, w, per, tile)`` registers a serial kernel ``fn(w, x, out)`` on weights ``w``
     (before the first product runs) and returns ``split(x, out)``, or None where ``fn`` would be
     a kind more than ``_pool.KINDS``; ``kind_of(job)`` and ``run(call, ...)`` do the same for a
-    job and a compiled caller of one's own (``models.kernels.attention_split``).  A helper asleep (spun ``HELPER_IDLE_US`` with nothing
-    posted) is woken by the next product, which runs without it meanwhile (the caller claims
-    every chunk no helper took).  ``close()`` ends the threads (also when the group is
-    garbage-collected: ``weakref.finalize``).  A group has one product slot: it serves one
-    caller thread at a time (the model's calls hold its lock)."""
+    job and a compiled caller of one's own (``models.kernels.attention_split``).  A helper
+    asleep (spun ``HELPER_IDLE_US`` with nothing posted) is woken by the next product, which
+    runs without it meanwhile (the caller claims every chunk no helper took).  ``close()`` ends
+    the threads (also when the group is garbage-collected: ``weakref.finalize``).  A group has
+    one product slot: it serves one caller thread at a time (the model's calls hold its
+    lock)."""
 
     #: chunks of a one-token product per thread (caller included); a batch's gemm takes one
     #: chunk per thread (each call lays out the activations and decodes its panel anew: Q4_1

@@ -28,11 +28,12 @@ which differ in a few blocks per thousand).  The elementwise parts are in
 ``load(path, threads=N)``: a batch of at least 64 tokens (a prompt) runs as N consecutive parts
 of its tokens, one a thread, each through every layer with one-thread products; a part's
 attention waits only for the earlier parts' K/V of the same layer, and the last token's
-vocabulary product runs after the parts on all N threads.  Smaller batches and one
-token (decoding) split the products' rows, the attention heads (and a batch's GLU and residual
-rows and activation quantization) instead, with N - 1 standing helper threads that wait for the next product in compiled code
-(``numba_qk._threads.Helpers``; they sleep after 2 ms without one); when decoding, a matrix of
-under 2 M weights is split only if timing both ways during the first tokens finds that faster.
+vocabulary product runs after the parts on all N threads.  Smaller batches and one token
+(decoding) split the products' rows, the attention heads (and a batch's GLU and residual rows
+and activation quantization) instead, with N - 1 standing helper threads that wait for the
+next product in compiled code (``numba_qk._threads.Helpers``; they sleep after 2 ms without
+one); when decoding, a matrix of under 2 M weights is split only if timing both ways during the
+first tokens finds that faster.
 The logits are the same bits whatever N (every step but attention reads one token, attention
 heads are independent, and attention reads the same cache).
 

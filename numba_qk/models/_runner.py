@@ -552,10 +552,11 @@ class _Decoder:
 
 #: Without standing helpers, a batch of at least this many tokens is split over the threads by
 #: tokens (``_TokenSplit``), each part at least half this many tokens; smaller batches split
-#: each product's rows (with helpers: ``PROMPT_SPLIT_MIN_HELPED``).  Two threads against one (Zen 5, decision 047): prompts of 64-256 tokens 1.4-1.7x by tokens,
-#: 0.9-1.3x by rows.  32 tokens (Intel Xeon, decision 050): 1.40-1.42x by tokens, 1.06-1.27x by
-#: rows, once the last token's vocabulary product runs on every thread after the parts (it ran
-#: on the last part's one thread: Gemma-3's 168 M-weight matrix made the split lose there).
+#: each product's rows (with helpers: ``PROMPT_SPLIT_MIN_HELPED``).  Two threads against one
+#: (Zen 5, decision 047): prompts of 64-256 tokens 1.4-1.7x by tokens, 0.9-1.3x by rows.  32
+#: tokens (Intel Xeon, decision 050): 1.40-1.42x by tokens, 1.06-1.27x by rows, once the last
+#: token's vocabulary product runs on every thread after the parts (it ran on the last part's
+#: one thread: Gemma-3's 168 M-weight matrix made the split lose there).
 PROMPT_SPLIT_MIN = 32
 #: The same with standing helpers (decision 051): below it a batch splits its products,
 #: attention heads, GLU and residual rows and activation quantization with them.  Against the
