@@ -321,14 +321,37 @@ def post(ctl, kind, w_at, d0, d1, d2, x_at, t, g, b, out_at, n, chunks, chunk, p
 
 
 @functools.lru_cache(maxsize=None)
+def work_of(job):
+    """``work(ctl, seq, w_at, d0, d1, d2, x_at, t, g, b, out_at, n, chunks, chunk, per,
+    wait_iters)``: the caller's share of product ``seq`` (posted with these fields): claim and
+    run chunks of ``job`` (``d0`` rows, ``chunk`` a chunk) alongside the helpers, count each
+    done, then spin up to ``wait_iters`` polls until all ``chunks`` are.  Returns 1 when they
+    are, else 0 (a helper still holds one: wait with ``wait_count(ctl, DONE, chunks, ...)``)."""
+    @kernel
+    def work(ctl, seq, w_at, d0, d1, d2, x_at, t, g, b, out_at, n, chunks, chunk, per,
+             wait_iters):
+        while True:
+            i = claim(ctl, seq)
+            if i < 0:
+                break
+            r0 = i * chunk
+            job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0,
+                min(np.int64(d0), r0 + chunk), per)
+            fetch_add(ctl, DONE, np.int64(1))
+        return wait_count(ctl, DONE, chunks, wait_iters)
+
+    return work
+
+
+@functools.lru_cache(maxsize=None)
 def caller_of(job, batch=False):
     """``run(ctl, kind, w_at, d0, d1, d2, x, out, chunks, chunk, per, wait_iters)``: post the
     product of ``job`` (``kind``: its index in the helpers' ``serve``) on activation records
     ``x`` into ``out`` (both C-contiguous: ``[g, b]`` and ``[n]``, or with ``batch``
     ``[t, g, b]`` and ``[t, n]``), in ``chunks`` chunks of ``chunk`` weight rows; claim and run
-    chunks alongside the helpers; then spin up to ``wait_iters`` polls until every chunk is
-    done.  Returns 1 when they are, else 0 (a helper still holds one: the caller then waits
-    with ``wait_count(ctl, DONE, chunks, ...)``)."""
+    chunks alongside the helpers and wait for theirs (``work_of``)."""
+    work = work_of(job)
+
     @kernel
     def run(ctl, kind, w_at, d0, d1, d2, x, out, chunks, chunk, per, wait_iters):
         x_at, out_at = address_of(x), address_of(out)
@@ -338,14 +361,8 @@ def caller_of(job, batch=False):
             t, g, b, n = 1, x.shape[0], x.shape[1], out.shape[0]
         t, g, b, n = np.int64(t), np.int64(g), np.int64(b), np.int64(n)
         seq = post(ctl, kind, w_at, d0, d1, d2, x_at, t, g, b, out_at, n, chunks, chunk, per)
-        while True:
-            i = claim(ctl, seq)
-            if i < 0:
-                break
-            r0 = i * chunk
-            job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, min(d0, r0 + chunk), per)
-            fetch_add(ctl, DONE, np.int64(1))
-        return wait_count(ctl, DONE, chunks, wait_iters)
+        return work(ctl, seq, w_at, d0, d1, d2, x_at, t, g, b, out_at, n, chunks, chunk, per,
+                    wait_iters)
 
     return run
 
@@ -356,21 +373,16 @@ def arrays_caller_of(job):
     product of ``job`` with the addresses of the C-contiguous arrays ``wa``, ``xa`` and ``oa``
     (any dtypes; the job knows what they are) as ``w_at``, ``x_at`` and ``out_at``, ``d0`` rows
     in ``chunks`` chunks of ``chunk``; then as ``caller_of``'s ``run``."""
+    work = work_of(job)
+
     @kernel
     def run(ctl, kind, wa, xa, oa, d0, d1, d2, chunks, chunk, per, wait_iters):
         w_at, x_at, out_at = address_of(wa), address_of(xa), address_of(oa)
         zero = np.int64(0)
         seq = post(ctl, kind, w_at, d0, d1, d2, x_at, zero, zero, zero, out_at, zero, chunks,
                    chunk, per)
-        while True:
-            i = claim(ctl, seq)
-            if i < 0:
-                break
-            r0 = i * chunk
-            job(w_at, d0, d1, d2, x_at, zero, zero, zero, out_at, zero, r0,
-                min(np.int64(d0), r0 + chunk), per)
-            fetch_add(ctl, DONE, np.int64(1))
-        return wait_count(ctl, DONE, chunks, wait_iters)
+        return work(ctl, seq, w_at, d0, d1, d2, x_at, zero, zero, zero, out_at, zero, chunks,
+                    chunk, per, wait_iters)
 
     return run
 

@@ -17,7 +17,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from .._jit import kernel
-from ..kernels._pool import DONE, claim, fetch_add, pointer_to, post, wait_count
+from ..kernels._pool import pointer_to, post, work_of
 from ..kernels.simd.stream import address_of
 from ..kernels import encode_f16, f16_to_f32
 from ..kernels.f16 import f32_to_f16_bits_ggml_hw as f16_bits
@@ -358,9 +358,10 @@ ATTENTION_ARGS = 16
 
 
 @kernel
-def _args_scale(args):
-    """The f32 slot of ``args`` (its bits in the low half of the int64)."""
-    return carray(pointer_to(address_of(args) + np.int64(8 * _A_SCALE), np.float32), (1,))
+def _f32_at(args, i):
+    """Slot ``i`` of the int64 ``args`` as a one-element f32 array (the value's bits in the
+    slot's first 4 bytes)."""
+    return carray(pointer_to(address_of(args) + np.int64(8) * np.int64(i), np.float32), (1,))
 
 
 @kernel
@@ -373,8 +374,12 @@ def attention_job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
     kc = carray(pointer_to(a[_A_KC], np.uint16), (Hkv, a[_A_NB], hd, _KEY_LANES))
     vc = carray(pointer_to(a[_A_VC], np.uint16), (Hkv, a[_A_NCTX], hd))
     out = carray(pointer_to(a[_A_OUT], np.float32), (T, Hq, hd))
-    scale = _args_scale(a)[0]
+    scale = _f32_at(a, _A_SCALE)[0]
     attention_heads(q, kc, vc, a[_A_NPAST], scale, a[_A_WINDOW], out, r0, r1)
+
+
+# the caller's share of a posted product: the same job the helpers run (kernels/_pool.work_of)
+_attention_work = work_of(attention_job)
 
 
 @kernel
@@ -396,15 +401,10 @@ def attention_split(ctl, kind, args, q, kc, vc, n_past, scale, window, out, wait
     args[_A_OUT] = address_of(out)
     args[_A_NPAST] = n_past
     args[_A_WINDOW] = window
-    _args_scale(args)[0] = np.float32(scale)
-    seq = post(ctl, kind, 0, Hq, 0, 0, address_of(args), 0, 0, 0, 0, 0, Hq, 1, 1)
-    while True:
-        i = claim(ctl, seq)
-        if i < 0:
-            break
-        attention_heads(q, kc, vc, n_past, scale, window, out, i, i + 1)
-        fetch_add(ctl, DONE, np.int64(1))
-    return wait_count(ctl, DONE, Hq, wait_iters)
+    _f32_at(args, _A_SCALE)[0] = np.float32(scale)
+    a_at = address_of(args)
+    seq = post(ctl, kind, 0, Hq, 0, 0, a_at, 0, 0, 0, 0, 0, Hq, 1, 1)
+    return _attention_work(ctl, seq, 0, Hq, 0, 0, a_at, 0, 0, 0, 0, 0, Hq, 1, 1, wait_iters)
 
 
 @kernel
@@ -421,6 +421,9 @@ def glu_job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
         swiglu(gate[r0:r1], up[r0:r1], out[r0:r1])
 
 
+_glu_work = work_of(glu_job)
+
+
 @kernel
 def glu_split(ctl, kind, gate, up, table, out, chunk, wait_iters):
     """``geglu(gate, up, table, out)`` (``table`` empty: ``swiglu(gate, up, out)``) of f32
@@ -430,20 +433,9 @@ def glu_split(ctl, kind, gate, up, table, out, chunk, wait_iters):
     T, F = gate.shape
     n = (T + chunk - 1) // chunk
     tab = address_of(table) if table.size else np.int64(0)
-    seq = post(ctl, kind, address_of(gate), T, F, tab, address_of(up), 0, 0, 0,
-               address_of(out), 0, n, chunk, 1)
-    while True:
-        i = claim(ctl, seq)
-        if i < 0:
-            break
-        r0 = i * chunk
-        r1 = min(T, r0 + chunk)
-        if table.size:
-            geglu(gate[r0:r1], up[r0:r1], table, out[r0:r1])
-        else:
-            swiglu(gate[r0:r1], up[r0:r1], out[r0:r1])
-        fetch_add(ctl, DONE, np.int64(1))
-    return wait_count(ctl, DONE, n, wait_iters)
+    g_at, u_at, o_at = address_of(gate), address_of(up), address_of(out)
+    seq = post(ctl, kind, g_at, T, F, tab, u_at, 0, 0, 0, o_at, 0, n, chunk, 1)
+    return _glu_work(ctl, seq, g_at, T, F, tab, u_at, 0, 0, 0, o_at, 0, n, chunk, 1, wait_iters)
 
 
 @functools.lru_cache(maxsize=None)
@@ -479,8 +471,11 @@ def residual_job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
     h = carray(pointer_to(a[_R_H], np.float32), (T, D))
     post = carray(pointer_to(a[_R_POST], np.float32), (a[_R_POST_N],))
     norm = carray(pointer_to(a[_R_NORM], np.float32), (a[_R_NORM_N],))
-    eps = carray(pointer_to(address_of(a) + np.int64(8 * _R_EPS), np.float32), (1,))[0]
+    eps = _f32_at(a, _R_EPS)[0]
     residual_norm(x[r0:r1], o[r0:r1], post, eps, norm, h[r0:r1])
+
+
+_residual_work = work_of(residual_job)
 
 
 @kernel
@@ -498,18 +493,11 @@ def residual_split(ctl, kind, args, x, o, post_w, eps, norm_w, h, chunk, wait_it
     args[_R_POST_N] = post_w.size
     args[_R_NORM] = address_of(norm_w)
     args[_R_NORM_N] = norm_w.size
-    carray(pointer_to(address_of(args) + np.int64(8 * _R_EPS), np.float32), (1,))[0] = eps
+    _f32_at(args, _R_EPS)[0] = eps
     n = (T + chunk - 1) // chunk
-    seq = post(ctl, kind, 0, T, D, 0, address_of(args), 0, 0, 0, 0, 0, n, chunk, 1)
-    while True:
-        i = claim(ctl, seq)
-        if i < 0:
-            break
-        r0 = i * chunk
-        r1 = min(T, r0 + chunk)
-        residual_norm(x[r0:r1], o[r0:r1], post_w, eps, norm_w, h[r0:r1])
-        fetch_add(ctl, DONE, np.int64(1))
-    return wait_count(ctl, DONE, n, wait_iters)
+    a_at = address_of(args)
+    seq = post(ctl, kind, 0, T, D, 0, a_at, 0, 0, 0, 0, 0, n, chunk, 1)
+    return _residual_work(ctl, seq, 0, T, D, 0, a_at, 0, 0, 0, 0, 0, n, chunk, 1, wait_iters)
 
 
 @kernel
