@@ -238,17 +238,17 @@ class _Weight:
         if xq.shape[0] == 1:
             return gemv(self.recs, xq[0], lhs_format=self.fmt, rhs_format=self.act,
                         threads=threads)[None, :]
-        out = np.empty((xq.shape[0], self.rows), np.float32)
         if threads == 1 and self.gemm_block is not None:
             # the format's serial gemm itself (ops.gemm's kernel, without its checks)
+            out = np.empty((xq.shape[0], self.rows), np.float32)
             self.gemm_block(self.recs, np.ascontiguousarray(xq), out)
-        elif (threads > 1 and self.batch_split is not None
-              and _threads.effective_threads(threads, 2) > 1):
+            return out
+        if (threads > 1 and self.batch_split is not None
+                and _threads.effective_threads(threads, 2) > 1):
+            out = np.empty((xq.shape[0], self.rows), np.float32)
             self.batch_split(np.ascontiguousarray(xq), out)
-        else:
-            return gemm(self.recs, xq, lhs_format=self.fmt, rhs_format=self.act,
-                        threads=threads)
-        return out
+            return out
+        return gemm(self.recs, xq, lhs_format=self.fmt, rhs_format=self.act, threads=threads)
 
     def prepare_batch(self, helpers):
         """With the model's standing ``helpers``: batches split by rows with them (the
