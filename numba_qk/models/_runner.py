@@ -983,16 +983,21 @@ class Model:
         glu_chunk = -(-T // (2 * self.threads))
         quant = self._split_quantize if helped else None
         resid = helped and self._residual_kind is not None
+        tables = {}   # RoPE base -> rope_table of pos
         for il, L in enumerate(self.layers):
             q, k, v = _quantized(h, (L.wq, L.wk, L.wv), nm, L.qkv_calls, threads, quant)
             for y, b in ((q, L.bq), (k, L.bk), (v, L.bv)):
                 if b is not None:   # ggml_add in f32
                     y += b
             q3 = q.reshape(T, H, hd)
-            K.attention_prepare(q3, k.reshape(T, Hkv, hd), v.reshape(T, Hkv, hd), L.q_norm,
-                                L.k_norm, eps, pos, self.n_rot, L.freq_base, self.neox,
-                                self.rope_factors, self.freq_scale, self.rope_mscale, q_scale,
-                                kcs[il], vcs[il], n_past)
+            cs = tables.get(L.freq_base)
+            if cs is None:   # the RoPE angles of these positions: once per base, not per layer
+                cs = tables[L.freq_base] = K.rope_table(
+                    pos, self.n_rot, L.freq_base, self.rope_factors, self.freq_scale,
+                    self.rope_mscale)
+            K.attention_prepare_rotated(q3, k.reshape(T, Hkv, hd), v.reshape(T, Hkv, hd),
+                                        L.q_norm, L.k_norm, eps, cs, self.neox, q_scale,
+                                        kcs[il], vcs[il], n_past)
             if split is not None:
                 split.prepared(part, il)
             if helped:

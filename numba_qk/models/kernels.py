@@ -313,6 +313,16 @@ def attention_prepare(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox,
     ``kc``/``vc`` (uint16 views of the float16 cache: ``key_cache_shape`` / ``[Hkv, n_ctx,
     hd]``) at positions ``n_past .. n_past + T - 1``.  Each token's results depend on that
     token alone."""
+    cs = rope_table(pos, n_rot, freq_base, rope_factors, freq_scale, mscale)
+    attention_prepare_rotated(q, k, v, q_norm, k_norm, eps, cs, neox, q_scale, kc, vc, n_past)
+
+
+@kernel
+def attention_prepare_rotated(q, k, v, q_norm, k_norm, eps, cs, neox, q_scale, kc, vc, n_past):
+    """``attention_prepare`` with its RoPE angles given: ``cs`` the ``rope_table`` of the
+    tokens' positions (the same for every layer of one RoPE base: a batch's runner makes it
+    once per forward, not once per layer; 32 tokens of 64 rotated dimensions are 2048 cos/sin
+    calls, most of the step's time)."""
     T, H, hd = q.shape
     Hkv = k.shape[1]
     if q_norm.size:
@@ -320,7 +330,6 @@ def attention_prepare(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox,
         rms_norm(q2, q_norm, eps, q2)
         k2 = k.reshape((T * Hkv, hd))
         rms_norm(k2, k_norm, eps, k2)
-    cs = rope_table(pos, n_rot, freq_base, rope_factors, freq_scale, mscale)
     _rope_apply(q, cs, neox)
     _rope_apply(k, cs, neox)
     for t in range(T):
