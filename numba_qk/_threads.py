@@ -505,7 +505,8 @@ class Helpers:
 
     ``product(fn, w, per, tile)`` registers a serial kernel ``fn(w, x, out)`` on weights ``w``
     (before the first product runs) and returns ``split(x, out)``, or None where ``fn`` would be
-    a kind more than ``_pool.KINDS``; ``kind_of(job)`` and ``run(call, ...)`` do the same for a
+    a kind more than ``_pool.KINDS``; ``batch_product(gemm, weights)`` the same for a batch's
+    gemm over several weights at once; ``kind_of(job)`` and ``run(call, ...)`` do the same for a
     job and a compiled caller of one's own (``models.kernels.attention_split``).  A helper
     asleep (spun ``HELPER_IDLE_US`` with nothing posted) is woken by the next product, which
     runs without it meanwhile (the caller claims every chunk no helper took).  ``close()`` ends
@@ -513,9 +514,9 @@ class Helpers:
     one product slot: it serves one caller thread at a time (the model's calls hold its
     lock)."""
 
-    #: chunks of a one-token product per thread (caller included); a batch's gemm takes one
-    #: chunk per thread (each call lays out the activations and decodes its panel anew: Q4_1
-    #: 32 x 1536 x 576 split 1.52-1.75x with one chunk a thread, 1.42-1.55x with two)
+    #: chunks of a one-token product per thread (caller included); a batch's product takes
+    #: one chunk per thread (each gemm call lays out the activations and decodes its panel
+    #: anew: Q4_1 32 x 1536 x 576 split 1.52-1.75x with one chunk a thread, 1.42-1.55x with two)
     CHUNKS_PER_THREAD = 2
 
     def __init__(self, helpers: int):
@@ -541,26 +542,19 @@ class Helpers:
         """Chunks each helper has run so far."""
         return [int(self.ctl[_pool.AWAKE + 8 * h + 2]) for h in range(self.helpers)]
 
-    def product(self, fn, w, per: int = 1, tile: int = 8, batch: bool = False):
-        """``split(x, out)``: ``fn(w, x, out)`` with ``w``'s rows (C-contiguous uint8, 2 or 3
-        dimensions; ``per`` outputs per row) claimed in chunks of a multiple of ``tile`` rows by
-        the caller and the helpers; ``x`` ``[g, b]`` and ``out`` ``[n]`` C-contiguous, or with
-        ``batch`` (``fn`` a gemm, ``w`` 3-D records) ``x`` ``[t, g, b]`` and ``out``
-        ``[t, rows]``.  None where the group has no room for another kernel."""
-        if self.serve is not None:
-            raise RuntimeError("Helpers.product after the helpers started")
-        if not (w.dtype == np.uint8 and w.flags.c_contiguous and w.ndim in (2, 3)
-                and (w.ndim == 3 or not batch)):
-            raise ValueError("Helpers.product: weights must be C-contiguous uint8, 2-D or 3-D "
-                             "(3-D for a batch)")
-        job = _pool.batch_rows_job(fn) if batch else _pool.rows_job(fn, w.ndim)
+    def product(self, fn, w, per: int = 1, tile: int = 8):
+        """``split(x, out)``: one token's ``fn(w, x, out)`` with ``w``'s rows (C-contiguous
+        uint8, 2 or 3 dimensions; ``per`` outputs per row) claimed in chunks of a multiple of
+        ``tile`` rows by the caller and the helpers; ``x`` ``[g, b]`` and ``out`` ``[n]``
+        C-contiguous.  None where the group has no room for another kernel."""
+        self._check_weights(w, (2, 3))
+        job = _pool.rows_job(fn, w.ndim)
         kind = self.kind_of(job)
         if kind is None:
             return None
-        run = _pool.caller_of(job, batch)
+        run = _pool.caller_of(job)
         rows = w.shape[0]
-        chunk = _chunk_rows(rows, self.helpers + 1, 1 if batch else self.CHUNKS_PER_THREAD,
-                            tile)
+        chunk = _chunk_rows(rows, self.helpers + 1, self.CHUNKS_PER_THREAD, tile)
         chunks = -(-rows // chunk) if rows else 0
         d = tuple(w.shape) + (0,) * (3 - w.ndim)
         w_at = w.ctypes.data
@@ -572,6 +566,45 @@ class Helpers:
                 self._join(chunks)
         split.keep = w       # the weights stay alive while the product can run
         return split
+
+    def batch_product(self, gemm, weights, tile: int = 8):
+        """``split(x, out)``: a batch's ``gemm(w, x, out_w)`` for each of ``weights`` (3-D
+        C-contiguous uint8 records with the same records per row, read by the same activations)
+        in one product, their rows stacked and claimed one chunk a thread (a multiple of
+        ``tile`` rows) by the caller and the helpers; ``x`` ``[t, g, b]`` C-contiguous, ``out``
+        f32 ``[t * rows of all]`` C-contiguous: each weight's ``[t, rows]`` one after another.
+        None where the group has no room for another kernel."""
+        for w in weights:
+            self._check_weights(w, (3,))
+            if w.shape[1:] != weights[0].shape[1:]:
+                raise ValueError("Helpers.batch_product: weights with different records per "
+                                 f"row: {weights[0].shape} and {w.shape}")
+        job = _pool.batch_rows_job(gemm)
+        kind = self.kind_of(job)
+        if kind is None:
+            return None
+        run = _pool.batch_caller_of(job)
+        table = np.array([(w.ctypes.data, w.shape[0]) for w in weights], np.int64)
+        rows = int(table[:, 1].sum())
+        chunk = _chunk_rows(rows, self.helpers + 1, 1, tile)
+        chunks = -(-rows // chunk) if rows else 0
+        d1, d2 = weights[0].shape[1:]
+        ctl, wait = self.ctl, self._wait
+
+        def split(x, out):
+            self._ensure_awake()
+            if not run(ctl, kind, table, d1, d2, x, out, chunks, chunk, wait):
+                self._join(chunks)
+        split.keep = (table, weights)   # the weights stay alive while the product can run
+        return split
+
+    def _check_weights(self, w, ndims):
+        if self.serve is not None:
+            raise RuntimeError("Helpers: a new product after the helpers started")
+        if not (w.dtype == np.uint8 and w.flags.c_contiguous and w.ndim in ndims):
+            raise ValueError(f"Helpers: weights must be C-contiguous uint8 of "
+                             f"{' or '.join(map(str, ndims))} dimensions, not {w.dtype} "
+                             f"{w.shape}{'' if w.flags.c_contiguous else ' (strided)'}")
 
     def kind_of(self, job):
         """The index of ``job`` (a kernel of ``_pool``'s job signature) among the kernels the

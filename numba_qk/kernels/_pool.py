@@ -282,18 +282,57 @@ def rows_job(fn, ndim):
 
 @functools.lru_cache(maxsize=None)
 def batch_rows_job(fn):
-    """The job of a serial gemm ``fn(w, x, out)`` (3-D records, ``out[t, rows]``): rows
-    ``[r0, r1)`` are computed into a contiguous block (the serial gemms are compiled for
-    contiguous outputs) and copied to ``out[:, r0:r1]``."""
+    """The job of a serial gemm ``fn(w, x, out)`` (``out[t, rows]``) over the rows of one or
+    more weights that read the same activations (q/k/v, gate/up: one product instead of one
+    each), stacked in the order given.  ``w_at`` addresses an int64 table ``[n, 2]``: each
+    weight's address (C-contiguous uint8 ``[rows, d1, d2]``, the same ``d1`` and ``d2`` for
+    all) and rows; ``d0`` is the rows of all; the f32 output at ``out_at`` holds each weight's
+    ``[t, rows]`` one after another.  Rows ``[r0, r1)`` of the stack: each weight's part is
+    computed into a contiguous block (the serial gemms are compiled for contiguous outputs)
+    and copied into place."""
     @kernel
     def job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
-        w = carray(pointer_to(w_at, np.uint8), (d0, d1, d2))
+        table = carray(pointer_to(w_at, np.int64), (n, 2))
         x = carray(pointer_to(x_at, np.uint8), (t, g, b))
-        out = carray(pointer_to(out_at, np.float32), (t, n))
-        block = np.empty((t, r1 - r0), np.float32)
-        fn(w[r0:r1], x, block)
-        out[:, r0:r1] = block
+        outs = carray(pointer_to(out_at, np.float32), (t * d0,))
+        base = np.int64(0)
+        for i in range(n):
+            rows = table[i, 1]
+            lo, hi = max(r0, base), min(r1, base + rows)
+            if lo < hi:
+                w = carray(pointer_to(table[i, 0], np.uint8), (rows, d1, d2))
+                out = outs[t * base:t * (base + rows)].reshape((t, rows))
+                block = np.empty((t, hi - lo), np.float32)
+                fn(w[lo - base:hi - base], x, block)
+                out[:, lo - base:hi - base] = block
+            base += rows
     return job
+
+
+@functools.lru_cache(maxsize=None)
+def batch_caller_of(job):
+    """``run(ctl, kind, table, d1, d2, x, out, chunks, chunk, wait_iters)``: post the product
+    of ``job`` (a ``batch_rows_job``; ``kind`` its index in the helpers' ``serve``) of the
+    weights in ``table`` (int64 ``[n, 2]``: address, rows) on activation records ``x``
+    ``[t, g, b]`` into ``out`` (f32, each weight's ``[t, rows]`` one after another), all
+    C-contiguous, in ``chunks`` chunks of ``chunk`` stacked rows; claim and run chunks
+    alongside the helpers and wait for theirs (``work_of``)."""
+    work = work_of(job)
+
+    @kernel
+    def run(ctl, kind, table, d1, d2, x, out, chunks, chunk, wait_iters):
+        w_at, x_at, out_at = address_of(table), address_of(x), address_of(out)
+        t, g, b = np.int64(x.shape[0]), np.int64(x.shape[1]), np.int64(x.shape[2])
+        n = np.int64(table.shape[0])
+        d0 = np.int64(0)
+        for i in range(table.shape[0]):
+            d0 += table[i, 1]
+        one = np.int64(1)
+        seq = post(ctl, kind, w_at, d0, d1, d2, x_at, t, g, b, out_at, n, chunks, chunk, one)
+        return work(ctl, seq, w_at, d0, d1, d2, x_at, t, g, b, out_at, n, chunks, chunk, one,
+                    wait_iters)
+
+    return run
 
 
 @kernel
@@ -344,22 +383,18 @@ def work_of(job):
 
 
 @functools.lru_cache(maxsize=None)
-def caller_of(job, batch=False):
+def caller_of(job):
     """``run(ctl, kind, w_at, d0, d1, d2, x, out, chunks, chunk, per, wait_iters)``: post the
-    product of ``job`` (``kind``: its index in the helpers' ``serve``) on activation records
-    ``x`` into ``out`` (both C-contiguous: ``[g, b]`` and ``[n]``, or with ``batch``
-    ``[t, g, b]`` and ``[t, n]``), in ``chunks`` chunks of ``chunk`` weight rows; claim and run
-    chunks alongside the helpers and wait for theirs (``work_of``)."""
+    product of ``job`` (``kind``: its index in the helpers' ``serve``) on one token's
+    activation records ``x`` ``[g, b]`` into ``out`` ``[n]`` (both C-contiguous), in ``chunks``
+    chunks of ``chunk`` weight rows; claim and run chunks alongside the helpers and wait for
+    theirs (``work_of``).  A batch: ``batch_caller_of``."""
     work = work_of(job)
 
     @kernel
     def run(ctl, kind, w_at, d0, d1, d2, x, out, chunks, chunk, per, wait_iters):
         x_at, out_at = address_of(x), address_of(out)
-        if batch:   # a closure constant: numba compiles one branch only
-            t, g, b, n = x.shape[0], x.shape[1], x.shape[2], out.shape[1]
-        else:
-            t, g, b, n = 1, x.shape[0], x.shape[1], out.shape[0]
-        t, g, b, n = np.int64(t), np.int64(g), np.int64(b), np.int64(n)
+        t, g, b, n = np.int64(1), np.int64(x.shape[0]), np.int64(x.shape[1]), np.int64(out.shape[0])
         seq = post(ctl, kind, w_at, d0, d1, d2, x_at, t, g, b, out_at, n, chunks, chunk, per)
         return work(ctl, seq, w_at, d0, d1, d2, x_at, t, g, b, out_at, n, chunks, chunk, per,
                     wait_iters)

@@ -175,7 +175,7 @@ def test_fused_decode_equals_each_weight(fmt):
     for threads, with_helpers in ((1, None), (2, None), (2, helpers)):
         fused = _Fused(ws, threads, with_helpers)
         for _ in range(3 if with_helpers else 1):
-            outs = fused.apply_one(x[None])
+            outs = fused.apply_group(x[None])
             for w, got in zip(ws, outs):
                 assert got.shape == (1, w.rows)
                 assert_same_f32(got[0], qk.gemv(w.recs, x, lhs_format=f, rhs_format=act),
