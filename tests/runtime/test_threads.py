@@ -518,6 +518,46 @@ def test_helpers_run_every_output_once(helpers, rows, per, tile):
     group.close()
 
 
+@kernel
+def _mark_rows(w, x, out):
+    """A toy serial gemm (``out[t, rows]``): ``out[a, r] = w[r, 0, 0] + 1000 x[a, 0, 0]`` (an
+    output in another weight's place, or one left out, shows)."""
+    for a in range(out.shape[0]):
+        for r in range(out.shape[1]):
+            out[a, r] = np.float32(w[r, 0, 0]) + np.float32(1000.0) * np.float32(x[a, 0, 0])
+
+
+@needs_atomics
+@pytest.mark.parametrize("helpers", [1, 2])
+@pytest.mark.parametrize("rows", [(5,), (40, 3, 17), (1, 1), (64, 64), (0, 9)])
+def test_batch_products_stack_their_weights_and_write_each_output_once(helpers, rows):
+    """``batch_product`` over several weights: each weight's ``[t, rows]`` one after another,
+    every element from its own weight's rows, whatever chunk holds it (``tile=1``: chunk edges
+    fall inside weights)."""
+    group = _threads.Helpers(helpers)
+    ws = []
+    for i, n in enumerate(rows):
+        w = np.zeros((n, 2, 3), np.uint8)
+        w[:, 0, 0] = (37 * i + np.arange(n)) % 256
+        ws.append(w)
+    t = 3
+    x = np.zeros((t, 2, 3), np.uint8)
+    x[:, 0, 0] = np.arange(t)
+    with pytest.raises(ValueError, match="different records per row"):
+        group.batch_product(_mark_rows, [ws[0], np.zeros((4, 3, 3), np.uint8)])
+    with pytest.raises(ValueError, match="C-contiguous uint8 of 3 dimensions"):
+        group.batch_product(_mark_rows, [np.zeros((4, 6), np.uint8)])
+    split = group.batch_product(_mark_rows, ws, tile=1)
+    want = np.concatenate([(w[None, :, 0, 0].astype(np.float32)
+                            + 1000 * np.arange(t, dtype=np.float32)[:, None]).ravel()
+                           for w in ws])
+    for _ in range(20):
+        out = np.full(t * sum(rows), np.nan, np.float32)
+        split(x, out)
+        assert out.tolist() == want.tolist()
+    group.close()
+
+
 @needs_atomics
 def test_helpers_take_chunks_and_sleep_when_idle_then_wake(monkeypatch):
     """A helper claims chunks of the products it sees posted; with nothing posted for
