@@ -19,6 +19,7 @@ from .._validate import check_threads
 from ..errors import QuantizationDomainError
 from ..formats import activation_format, quant
 from ..kernels import _pool
+from ..kernels.legacy import bands as _bands
 from ..kernels.legacy import layout as _LL
 from ..kernels.legacy import x8 as _x8
 from ..kernels.kquants import q4_k_x16 as _x16
@@ -254,7 +255,31 @@ class _Weight:
         """With the model's standing ``helpers``: batches split by rows with them (the
         format's serial gemm on each chunk, as ``ops.gemm`` with threads runs it)."""
         if helpers is not None and self.recs is not None and self.recs.flags.c_contiguous:
-            self.batch_split = helpers.batch_product(self.gemm_block, [self.recs])
+            self.batch_split = _batch_split(helpers, [self])
+
+
+def _batch_split(helpers, weights):
+    """``split(x, out)``: a batch's ``x @ W.T`` for each of ``weights`` (one format, C-contiguous
+    records with the same records per row) in one product with the model's standing
+    ``helpers``, each weight's ``[T, rows]`` one after another in ``out`` (f32, flat): by
+    bands of 8 rows claimed one at a time where the format has a band job
+    (``kernels.legacy.bands``, decision 052), else in one chunk of rows a thread
+    (``Helpers.batch_product``).  None where the helpers have no room for its kernel."""
+    job = _bands.band_job(weights[0].fmt)
+    kind = helpers.kind_of(job) if job is not None else None
+    if kind is None:
+        return helpers.batch_product(weights[0].gemm_block, [w.recs for w in weights])
+    run = _bands.band_caller_of(job)
+    table = np.array([(w.recs.ctypes.data, w.rows) for w in weights], np.int64)
+    args = np.zeros(_bands.BAND_ARGS, np.int64)
+    regions = np.zeros((helpers.helpers + 1) * _bands.REGION_WORDS, np.int64)
+    nreg = helpers.helpers + 1
+    wb = weights[0].recs.shape[2]
+
+    def split(x, out):
+        helpers.run(run, nreg, kind, args, regions, table, wb, x, out)
+    split.keep = (table, [w.recs for w in weights])   # alive while the product can run
+    return split
 
 
 class _BatchGroup:
@@ -269,7 +294,7 @@ class _BatchGroup:
         self.act = weights[0].act
         self.rows = sum(w.rows for w in weights)
         self.threads = weights[0].threads
-        self.split = helpers.batch_product(weights[0].gemm_block, [w.recs for w in weights])
+        self.split = _batch_split(helpers, weights)
 
     def apply_group(self, xq):
         """The outputs ``[T, rows]`` of each weight for the activation records ``xq``."""

@@ -82,3 +82,21 @@ def test_tokenizer_agrees_with_llama_cpp(real):
     print(f"{key}: {agree}/{total} tokenize/detokenize results equal llama.cpp's")
     for sp in ("0", "1"):
         assert pieces_sha256(m, sp == "1") == g["pieces_sha256"][sp]
+
+
+@pytest.mark.parametrize("n", [32, 80])
+def test_two_threads_give_the_one_thread_bits(real, n, monkeypatch):
+    """With two threads a prompt's products run on the model's standing helpers (32 tokens:
+    split by claimed bands of weight rows or by row chunks; 80: by tokens): every logit and
+    the cache equal the one-thread run bit for bit."""
+    from numba_qk import _threads, models
+
+    monkeypatch.setattr(_threads, "ADAPTIVE", False)
+    key, m = real
+    m2 = models.load(model_path(key), threads=2)
+    ids = [int(i) for i in np.random.default_rng(n).integers(10, m.n_vocab - 10, n)]
+    c1, c2 = m.new_cache(n + 1), m2.new_cache(n + 1)
+    np.testing.assert_array_equal(m.forward(ids, c1), m2.forward(ids, c2))
+    np.testing.assert_array_equal(m.forward([ids[0]], c1), m2.forward([ids[0]], c2))
+    np.testing.assert_array_equal(c1["k"], c2["k"])
+    np.testing.assert_array_equal(c1["v"], c2["v"])

@@ -1,0 +1,79 @@
+"""kernels/legacy/bands.py: a batch's legacy gemm shared with standing helpers by claimed bands
+of 8 weight rows (decision 052) -- the same bits as the format's serial gemm, whoever ran which
+band, for one or several weights in one product."""
+
+import numpy as np
+import pytest
+
+from numba_qk import _registry, _threads, ops, quant
+from numba_qk.formats import activation_format
+from numba_qk.kernels import _pool
+from numba_qk.kernels.legacy import bands
+from subsets import default_few
+
+# Q4_0 and Q8_0 by default (the tiny models' formats: their band kernels compile for
+# tests/models anyway), every legacy weight format under -m slow
+FORMATS = default_few((quant.q4_0, quant.q4_1, quant.q5_0, quant.q5_1, quant.q8_0),
+                      {"Q4_0", "Q8_0"}, name=lambda f: f.name)
+needs_bands = pytest.mark.skipif(bands.band_job(quant.q4_0) is None or not _pool.HAVE_ATOMICS,
+                                 reason="no panel gemm (AVX-512 VNNI) or compiled atomics here")
+
+
+def _records(fmt, rows, k, rng, scale=1.0):
+    values = (rng.standard_normal((rows * k // 32, 32)) * scale).astype(np.float32)
+    return ops.quantize(values, format=fmt).reshape(rows, k // 32, -1)
+
+
+def test_claims_from_both_ends_take_every_band_once():
+    words = np.zeros(8, np.int64)
+    words[0] = (3 << 32) | 11          # bands 3 .. 10 left
+    got = []
+    for i in range(10):
+        got.append(int((bands.claim_front if i % 3 else bands.claim_back)(words, 0)))
+    assert sorted(b for b in got if b >= 0) == list(range(3, 11))
+    assert got.count(-1) == 2 and got[-2:] == [-1, -1]
+    assert got[0] == 10 and got[1] == 3      # the back from the top, the front from the bottom
+
+
+@needs_bands
+@pytest.mark.parametrize("helpers", [1, 2])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_band_products_give_the_serial_gemm_bits(fmt, helpers):
+    """Several weights (rows not multiples of 8, one of them shorter than a band) in one product,
+    batches of 1 to 33 activations, 20 products each: every output equals the format's serial
+    gemm bit for bit."""
+    rng = np.random.default_rng(7)
+    k = 96
+    ws = [_records(fmt, rows, k, rng) for rows in (45, 5, 64)]
+    ws[2][3, 1, :2] = 0xFF                                        # a NaN scale in one record
+    gemm = _registry.BY_FORMAT[fmt].gemm
+    group = _threads.Helpers(helpers)
+    job = bands.band_job(fmt)
+    kind = group.kind_of(job)
+    run = bands.band_caller_of(job)
+    table = np.array([(w.ctypes.data, w.shape[0]) for w in ws], np.int64)
+    args = np.zeros(bands.BAND_ARGS, np.int64)
+    nreg = helpers + 1
+    regions = np.zeros(nreg * bands.REGION_WORDS, np.int64)
+    act = activation_format(fmt)
+    try:
+        for t in (1, 2, 5, 17, 33):
+            x = _records(act, t, k, rng, scale=3.0)
+            want = []
+            for w in ws:
+                o = np.empty((t, w.shape[0]), np.float32)
+                gemm(w, x, o)
+                want.append(o.ravel())
+            want = np.concatenate(want)
+            for _ in range(20):
+                out = np.full(t * sum(w.shape[0] for w in ws), 7.0, np.float32)
+                group.run(run, nreg, kind, args, regions, table, ws[0].shape[2], x, out)
+                np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
+    finally:
+        group.close()
+
+
+@needs_bands
+def test_only_panel_formats_have_band_jobs():
+    assert bands.band_job(quant.q4_k) is None and bands.band_job(quant.q8_1) is None
+    assert bands.band_job(quant.q4_1) is bands.band_job(quant.q4_1)     # one kernel a format
