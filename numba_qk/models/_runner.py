@@ -636,12 +636,13 @@ class _Decoder:
 #: token's vocabulary product runs on every thread after the parts (it ran on the last part's
 #: one thread: Gemma-3's 168 M-weight matrix made the split lose there).
 PROMPT_SPLIT_MIN = 32
-#: The same with standing helpers (decision 051): below it a batch splits its products,
-#: attention heads, GLU and residual rows and activation quantization with them.  Against the
-#: token split, two threads (best of 5 against one thread): 32 tokens Gemma-3 1.47-1.50x ->
-#: 1.62x, SmolLM2 1.52-1.59x -> 1.52-1.54x; 64 tokens Gemma-3 1.67-1.70x by tokens, 1.58-1.61x
-#: by rows (SmolLM2 1.60-1.62x either way).
-PROMPT_SPLIT_MIN_HELPED = 64
+#: The same with standing helpers (decisions 051, 052): below it a batch splits its products
+#: (the legacy formats' by claimed bands of weight rows), attention heads, GLU and residual
+#: rows and activation quantization with them.  Two threads against one (medians of alternating
+#: runs, Intel Xeon), by rows / by tokens: 16 tokens SmolLM2 1.48x / 1.25x; 64 tokens SmolLM2
+#: 1.63x / 1.40x, Gemma-3 1.71x / 1.62x; 128 tokens SmolLM2 1.59x / 1.57x, Gemma-3 1.67x /
+#: 1.71x; 256 tokens SmolLM2 1.67x / 1.60x.
+PROMPT_SPLIT_MIN_HELPED = 128
 
 
 class _Abandoned(Exception):
