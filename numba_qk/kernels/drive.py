@@ -403,6 +403,8 @@ def kernels_for(code: int):
 # 16 activations per record step.
 
 _XT, _DEC = _panel.XT_BYTES, _panel.DEC_BYTES
+#: the panel layout's bytes per activation tile record and per decoded record (kernels/bands.py)
+PANEL_XT_BYTES, PANEL_DEC_BYTES = _XT, _DEC
 _XQ_AT, _XDS_AT, _XBS_AT = (_Q8K.field(n).start for n in ("q", "ds", "bsum"))
 # Below this batch the driver's gemm (gemv per activation) runs: a tile has 16 lanes.
 GEMM_TILE_MIN_BATCH = 3
@@ -508,7 +510,9 @@ def panel_gemm(decode, microtile, fallback):
                     for t in range(min(8, rows - 8 * band)):
                         for k in range(na):
                             out[16 * tile + k, 8 * band + t] = acc[16 * t + k]
-    return kernel(gemm_tiles)
+    gemm = kernel(gemm_tiles)
+    gemm.band_parts = (decode, microtile)   # kernels/bands.py's band step of the same gemm
+    return gemm
 
 
 

@@ -19,7 +19,7 @@ from .._validate import check_threads
 from ..errors import QuantizationDomainError
 from ..formats import activation_format, quant
 from ..kernels import _pool
-from ..kernels.legacy import bands as _bands
+from ..kernels import bands as _bands
 from ..kernels.legacy import layout as _LL
 from ..kernels.legacy import x8 as _x8
 from ..kernels.kquants import q4_k_x16 as _x16
@@ -263,9 +263,9 @@ def _batch_split(helpers, weights):
     records with the same records per row) in one product with the model's standing
     ``helpers``, each weight's ``[T, rows]`` one after another in ``out`` (f32, flat): by
     bands of 8 rows claimed one at a time where the format has a band job
-    (``kernels.legacy.bands``, decision 052), else in one chunk of rows a thread
+    (``kernels.bands``, decision 052), else in one chunk of rows a thread
     (``Helpers.batch_product``).  None where the helpers have no room for its kernel."""
-    job = _bands.band_job(weights[0].fmt)
+    job = _bands.band_job(weights[0].fmt, weights[0].gemm_block)
     kind = helpers.kind_of(job) if job is not None else None
     if kind is None:
         return helpers.batch_product(weights[0].gemm_block, [w.recs for w in weights])

@@ -1,6 +1,6 @@
-"""kernels/legacy/bands.py: a batch's legacy gemm shared with standing helpers by claimed bands
-of 8 weight rows (decision 052) -- the same bits as the format's serial gemm, whoever ran which
-band, for one or several weights in one product."""
+"""kernels/bands.py: a batch's gemm shared with standing helpers by claimed bands of 8 weight
+rows (decision 052) -- the same bits as the format's serial gemm, whoever ran which band, for one
+or several weights in one product; the legacy formats' panel and the driver's."""
 
 import numpy as np
 import pytest
@@ -8,20 +8,28 @@ import pytest
 from numba_qk import _registry, _threads, ops, quant
 from numba_qk.formats import activation_format
 from numba_qk.kernels import _pool
-from numba_qk.kernels.legacy import bands
+from numba_qk.kernels import bands
 from subsets import default_few
 
-# Q4_0 and Q8_0 by default (the tiny models' formats: their band kernels compile for
-# tests/models anyway), every legacy weight format under -m slow
-FORMATS = default_few((quant.q4_0, quant.q4_1, quant.q5_0, quant.q5_1, quant.q8_0),
-                      {"Q4_0", "Q8_0"}, name=lambda f: f.name)
-needs_bands = pytest.mark.skipif(bands.band_job(quant.q4_0) is None or not _pool.HAVE_ATOMICS,
+# Q4_0 and Q8_0 (the tiny models' formats: their band kernels compile for tests/models anyway)
+# and Q6_K (the driver's panel) by default, the other legacy and panel formats under -m slow
+FORMATS = default_few((quant.q4_0, quant.q4_1, quant.q5_0, quant.q5_1, quant.q8_0, quant.q6_k,
+                       quant.q5_k, quant.q3_k, quant.q2_k, quant.iq4_xs),
+                      {"Q4_0", "Q8_0", "Q6_K"}, name=lambda f: f.name)
+
+
+def _job(fmt):
+    return bands.band_job(fmt, _registry.BY_FORMAT[fmt].gemm)
+
+
+needs_bands = pytest.mark.skipif(_job(quant.q4_0) is None or not _pool.HAVE_ATOMICS,
                                  reason="no panel gemm (AVX-512 VNNI) or compiled atomics here")
 
 
 def _records(fmt, rows, k, rng, scale=1.0):
-    values = (rng.standard_normal((rows * k // 32, 32)) * scale).astype(np.float32)
-    return ops.quantize(values, format=fmt).reshape(rows, k // 32, -1)
+    bs = fmt.block_size
+    values = (rng.standard_normal((rows * k // bs, bs)) * scale).astype(np.float32)
+    return ops.quantize(values, format=fmt).reshape(rows, k // bs, -1)
 
 
 def test_claims_from_both_ends_take_every_band_once():
@@ -43,12 +51,13 @@ def test_band_products_give_the_serial_gemm_bits(fmt, helpers):
     batches of 1 to 33 activations, 20 products each: every output equals the format's serial
     gemm bit for bit."""
     rng = np.random.default_rng(7)
-    k = 96
+    k = 2 * 256
     ws = [_records(fmt, rows, k, rng) for rows in (45, 5, 64)]
-    ws[2][3, 1, :2] = 0xFF                                        # a NaN scale in one record
+    d_at = fmt.field("d").start                                   # a NaN scale in one record
+    ws[2][3, 1, d_at:d_at + 2] = 0xFF
     gemm = _registry.BY_FORMAT[fmt].gemm
     group = _threads.Helpers(helpers)
-    job = bands.band_job(fmt)
+    job = _job(fmt)
     kind = group.kind_of(job)
     run = bands.band_caller_of(job)
     table = np.array([(w.ctypes.data, w.shape[0]) for w in ws], np.int64)
@@ -75,5 +84,5 @@ def test_band_products_give_the_serial_gemm_bits(fmt, helpers):
 
 @needs_bands
 def test_only_panel_formats_have_band_jobs():
-    assert bands.band_job(quant.q4_k) is None and bands.band_job(quant.q8_1) is None
-    assert bands.band_job(quant.q4_1) is bands.band_job(quant.q4_1)     # one kernel a format
+    assert _job(quant.q4_k) is None and _job(quant.mxfp4) is None
+    assert _job(quant.q4_1) is _job(quant.q4_1)                  # one kernel a format
