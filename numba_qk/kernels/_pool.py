@@ -505,3 +505,138 @@ def server_of(jobs):
         return np.int64(0)
 
     return serve
+
+
+# -- products by claimed bands (decision 052) ----------------------------------------------------
+# Split into one fixed chunk of rows a thread, a batch's product ends when the slower thread ends,
+# and with weights streamed from memory the two halves of one product differ a lot: a prompt's
+# products (SmolLM2, Q4_1, 32 tokens, every layer in turn) took 1.44-1.51x less time on two
+# threads than on one, though the same halves run on two threads without waiting for each other
+# per product took 1.73-1.82x less.  Finer chunks did not help: each gemm call lays out the
+# activations and decodes its panel anew (7-23 us a call at 32 tokens).  A *band job* (a panel
+# gemm's ``band_job``: ``drive.panel_band_job``, ``legacy.kernels.legacy_band_job``) lays out
+# the activations once per product and thread, then claims bands of 8 weight rows: first from the
+# front of a region of its own (one contiguous stream, which the prefetch ahead serves), then
+# from the back of the other threads' regions (``claim_front``, ``claim_back``: two ends of one
+# atomic word).  A band is the panel gemm's own step, so every output is the same canonical dot
+# whoever ran its band.  The product's chunks are its regions (one a thread): a thread still
+# stealing holds its own region's chunk, so the product is done only once every thief is.
+
+_LOW = np.int64(0xFFFFFFFF)
+_ONE_HIGH = np.int64(1) << np.int64(32)
+
+#: slots of a band product's description (int64): the weights' table (address, rows per
+#: weight), its length, the bytes of a weight record, the activation records (address, batch,
+#: records per row, bytes per record), the output (each weight's ``[batch, rows]`` one after
+#: another) and the regions
+(BA_TABLE, BA_N, BA_WB, BA_X, BA_T, BA_G, BA_B, BA_OUT, BA_REGIONS) = range(9)
+BAND_ARGS = 16
+#: int64 words per region (one region word a cache line)
+REGION_WORDS = 8
+
+
+@kernel
+def claim_front(words, at):
+    """The first unclaimed band of the region ``words[at]`` (``lo << 32 | hi``: bands
+    ``[lo, hi)`` left), or -1 when none is left."""
+    while True:
+        v = load_acquire(words, at)
+        lo, hi = v >> np.int64(32), v & _LOW
+        if lo >= hi:
+            return np.int64(-1)
+        if compare_exchange(words, at, v, v + _ONE_HIGH) == v:
+            return lo
+
+
+@kernel
+def claim_back(words, at):
+    """The last unclaimed band of the region ``words[at]``, or -1 when none is left."""
+    while True:
+        v = load_acquire(words, at)
+        lo, hi = v >> np.int64(32), v & _LOW
+        if lo >= hi:
+            return np.int64(-1)
+        if compare_exchange(words, at, v, v - np.int64(1)) == v:
+            return hi - np.int64(1)
+
+
+@kernel
+def claim_band(regions, region, own):
+    """The next band of ``region``: from its front for its owner, from its back for another
+    thread; -1 when none is left."""
+    if own:
+        return claim_front(regions, region * REGION_WORDS)
+    return claim_back(regions, region * REGION_WORDS)
+
+
+@kernel
+def locate_band(table, band):
+    """``(i, rows before, bands before)``: the weight of ``table`` (``[n, 2]``: address, rows)
+    holding global band ``band`` of the stack, with the rows and bands of the weights before
+    it."""
+    rows_before = np.int64(0)
+    bands_before = np.int64(0)
+    for i in range(table.shape[0]):
+        nb = (table[i, 1] + np.int64(7)) // np.int64(8)
+        if band < bands_before + nb:
+            return i, rows_before, bands_before
+        rows_before += table[i, 1]
+        bands_before += nb
+    return np.int64(-1), rows_before, bands_before
+
+
+@kernel
+def band_product(x_at, d0):
+    """The arrays of a band product's description at ``x_at`` (``BAND_ARGS``): the weights'
+    table, the bytes of a weight record, the activation records, the outputs (flat) and the
+    ``d0`` regions' words."""
+    a = carray(pointer_to(x_at, np.int64), (BAND_ARGS,))
+    nw, T, G, B = a[BA_N], a[BA_T], a[BA_G], a[BA_B]
+    table = carray(pointer_to(a[BA_TABLE], np.int64), (nw, 2))
+    x = carray(pointer_to(a[BA_X], np.uint8), (T, G, B))
+    total = np.int64(0)
+    for i in range(nw):
+        total += table[i, 1]
+    outs = carray(pointer_to(a[BA_OUT], np.float32), (T * total,))
+    regions = carray(pointer_to(a[BA_REGIONS], np.int64), (d0 * REGION_WORDS,))
+    return table, a[BA_WB], x, outs, regions
+
+
+@functools.lru_cache(maxsize=None)
+def band_caller_of(job):
+    """``run(ctl, kind, args, regions, table, wb, x, out, wait_iters)``: post the product of a
+    band job (a format gemm's ``band_job``; ``kind`` its index in the helpers' ``serve``) over the weights of ``table``
+    (int64 ``[n, 2]``: address, rows; C-contiguous records of ``wb`` bytes, as many per row as
+    ``x`` has) on
+    activation records ``x`` ``[t, g, b]`` into ``out`` (f32, each weight's ``[t, rows]`` one
+    after another), its bands split into ``len(regions) // REGION_WORDS`` regions (one a
+    thread, ``regions`` int64), ``args`` int64 ``[BAND_ARGS]`` the description; claim bands
+    alongside the helpers and wait for theirs (``work_of``).  Returns as ``work_of``'s work."""
+    work = work_of(job)
+
+    @kernel
+    def run(ctl, kind, args, regions, table, wb, x, out, wait_iters):
+        args[BA_TABLE] = address_of(table)
+        args[BA_N] = table.shape[0]
+        args[BA_WB] = wb
+        args[BA_X] = address_of(x)
+        args[BA_T] = x.shape[0]
+        args[BA_G] = x.shape[1]
+        args[BA_B] = x.shape[2]
+        args[BA_OUT] = address_of(out)
+        args[BA_REGIONS] = address_of(regions)
+        bands = np.int64(0)
+        for i in range(table.shape[0]):
+            bands += (table[i, 1] + np.int64(7)) // np.int64(8)
+        nreg = np.int64(regions.shape[0] // REGION_WORDS)
+        for k in range(nreg):    # plain stores, published by post's release
+            lo, hi = bands * k // nreg, bands * (k + 1) // nreg
+            regions[k * REGION_WORDS] = (lo << np.int64(32)) | hi
+        a_at = address_of(args)
+        zero, one = np.int64(0), np.int64(1)
+        seq = post(ctl, kind, zero, nreg, zero, zero, a_at, zero, zero, zero, zero, zero, nreg,
+                   one, one)
+        return work(ctl, seq, zero, nreg, zero, zero, a_at, zero, zero, zero, zero, zero, nreg,
+                    one, one, wait_iters)
+
+    return run

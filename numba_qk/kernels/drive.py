@@ -60,8 +60,11 @@ import numpy as np
 from numba.core import types
 from numba.extending import overload
 
+from numba import carray
+
 from numba_qk._jit import OVERLOAD_OPTIONS, closure_named, inline_kernel, kernel
 from numba_qk.formats import quant as _quant
+from numba_qk.kernels._pool import band_product, claim_band, locate_band, pointer_to
 from numba_qk.kernels.simd import iq_grid as _panel
 from numba_qk.kernels.simd.base import HAVE_AVX2, prefetch_lines, prefetch_plan
 from numba_qk.kernels.simd.q4_k import array_address
@@ -403,8 +406,6 @@ def kernels_for(code: int):
 # 16 activations per record step.
 
 _XT, _DEC = _panel.XT_BYTES, _panel.DEC_BYTES
-#: the panel layout's bytes per activation tile record and per decoded record (kernels/bands.py)
-PANEL_XT_BYTES, PANEL_DEC_BYTES = _XT, _DEC
 _XQ_AT, _XDS_AT, _XBS_AT = (_Q8K.field(n).start for n in ("q", "ds", "bsum"))
 # Below this batch the driver's gemm (gemv per activation) runs: a tile has 16 lanes.
 GEMM_TILE_MIN_BATCH = 3
@@ -511,8 +512,53 @@ def panel_gemm(decode, microtile, fallback):
                         for k in range(na):
                             out[16 * tile + k, 8 * band + t] = acc[16 * t + k]
     gemm = kernel(gemm_tiles)
-    gemm.band_parts = (decode, microtile)   # kernels/bands.py's band step of the same gemm
+    gemm.band_job = panel_band_job(decode, microtile)   # the same gemm by claimed bands
     return gemm
+
+
+@functools.lru_cache(maxsize=None)
+def panel_band_job(decode, microtile):
+    """The helpers' job (``_pool``'s signature) of ``panel_gemm(decode, microtile)``'s gemm by
+    claimed bands (``_pool.band_caller_of``, decision 052): ``x_at`` addresses the product's
+    description (``_pool.BAND_ARGS``), ``d0`` is the number of regions, ``r0`` the region the
+    call starts with; each band is the panel gemm's step."""
+
+    def job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
+        table, wb, x, outs, regions = band_product(x_at, d0)
+        T, G = x.shape[0], x.shape[1]
+        tiles = (T + 16 - 1) // 16
+        xt, xb = aligned_zeros(tiles * G * _XT)
+        x_tiles16(x, xt, xb)
+        step = G * _DEC                                  # bytes per decoded row
+        dec, db = aligned_zeros(8 * step)
+        acc = np.empty(8 * 16, np.float32)
+        ws0 = G * wb
+        ahead, lines = prefetch_plan(ws0, 1)
+        for k in range(d0):
+            region = (r0 + k) % d0
+            while True:
+                band = claim_band(regions, region, k == 0)
+                if band < 0:
+                    break
+                i, rows_before, bands_before = locate_band(table, band)
+                rows = table[i, 1]
+                w = carray(pointer_to(table[i, 0], np.uint8), (rows, G, wb))
+                out = outs[T * rows_before:T * (rows_before + rows)].reshape((T, rows))
+                lb = band - bands_before
+                r1b = min(rows, 8 * lb + 8)
+                for r in range(8 * lb, r1b):
+                    prefetch_lines(w, r * ws0 + ahead, lines, rows * ws0)
+                    for rec in range(G):
+                        decode(w, r * ws0 + rec * wb, dec, db + (r % 8) * step + rec * _DEC)
+                for tile in range(tiles):
+                    na = min(16, T - 16 * tile)
+                    for rec in range(G):
+                        microtile(dec, db + rec * _DEC, step, xt, xb + (tile * G + rec) * _XT,
+                                  acc, rec == 0)
+                    for row in range(r1b - 8 * lb):
+                        for lane in range(na):
+                            out[16 * tile + lane, 8 * lb + row] = acc[16 * row + lane]
+    return kernel(job)
 
 
 

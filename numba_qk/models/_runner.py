@@ -19,7 +19,6 @@ from .._validate import check_threads
 from ..errors import QuantizationDomainError
 from ..formats import activation_format, quant
 from ..kernels import _pool
-from ..kernels import bands as _bands
 from ..kernels.legacy import layout as _LL
 from ..kernels.legacy import x8 as _x8
 from ..kernels.kquants import q4_k_x16 as _x16
@@ -262,18 +261,19 @@ def _batch_split(helpers, weights):
     """``split(x, out)``: a batch's ``x @ W.T`` for each of ``weights`` (one format, C-contiguous
     records with the same records per row) in one product with the model's standing
     ``helpers``, each weight's ``[T, rows]`` one after another in ``out`` (f32, flat): by
-    bands of 8 rows claimed one at a time where the format has a band job
-    (``kernels.bands``, decision 052), else in one chunk of rows a thread
-    (``Helpers.batch_product``).  None where the helpers have no room for its kernel."""
-    job = _bands.band_job(weights[0].fmt, weights[0].gemm_block)
+    bands of 8 rows claimed one at a time where the format's gemm has a ``band_job`` (the panel
+    gemms, decision 052), else in one chunk of rows a thread (``Helpers.batch_product``).
+    None where the helpers have no room for its kernel."""
+    gemm = weights[0].gemm_block
+    job = getattr(gemm, "band_job", None)
     kind = helpers.kind_of(job) if job is not None else None
     if kind is None:
-        return helpers.batch_product(weights[0].gemm_block, [w.recs for w in weights])
-    run = _bands.band_caller_of(job)
+        return helpers.batch_product(gemm, [w.recs for w in weights])
+    run = _pool.band_caller_of(job)
     table = np.array([(w.recs.ctypes.data, w.rows) for w in weights], np.int64)
-    args = np.zeros(_bands.BAND_ARGS, np.int64)
-    regions = np.zeros((helpers.helpers + 1) * _bands.REGION_WORDS, np.int64)
+    args = np.zeros(_pool.BAND_ARGS, np.int64)
     nreg = helpers.helpers + 1
+    regions = np.zeros(nreg * _pool.REGION_WORDS, np.int64)
     wb = weights[0].recs.shape[2]
 
     def split(x, out):

@@ -1,5 +1,5 @@
-"""kernels/bands.py: a batch's gemm shared with standing helpers by claimed bands of 8 weight
-rows (decision 052) -- the same bits as the format's serial gemm, whoever ran which band, for one
+"""A batch's gemm shared with standing helpers by claimed bands of 8 weight rows (decision 052:
+``_pool.band_caller_of``, the panel gemms' ``band_job``) -- the same bits as the format's serial gemm, whoever ran which band, for one
 or several weights in one product; the legacy formats' panel and the driver's."""
 
 import numpy as np
@@ -8,7 +8,6 @@ import pytest
 from numba_qk import _registry, _threads, ops, quant
 from numba_qk.formats import activation_format
 from numba_qk.kernels import _pool
-from numba_qk.kernels import bands
 from subsets import default_few
 
 # Q4_0 and Q8_0 (the tiny models' formats: their band kernels compile for tests/models anyway)
@@ -19,7 +18,7 @@ FORMATS = default_few((quant.q4_0, quant.q4_1, quant.q5_0, quant.q5_1, quant.q8_
 
 
 def _job(fmt):
-    return bands.band_job(fmt, _registry.BY_FORMAT[fmt].gemm)
+    return getattr(_registry.BY_FORMAT[fmt].gemm, "band_job", None)
 
 
 needs_bands = pytest.mark.skipif(_job(quant.q4_0) is None or not _pool.HAVE_ATOMICS,
@@ -37,7 +36,7 @@ def test_claims_from_both_ends_take_every_band_once():
     words[0] = (3 << 32) | 11          # bands 3 .. 10 left
     got = []
     for i in range(10):
-        got.append(int((bands.claim_front if i % 3 else bands.claim_back)(words, 0)))
+        got.append(int((_pool.claim_front if i % 3 else _pool.claim_back)(words, 0)))
     assert sorted(b for b in got if b >= 0) == list(range(3, 11))
     assert got.count(-1) == 2 and got[-2:] == [-1, -1]
     assert got[0] == 10 and got[1] == 3      # the back from the top, the front from the bottom
@@ -59,11 +58,11 @@ def test_band_products_give_the_serial_gemm_bits(fmt, helpers):
     group = _threads.Helpers(helpers)
     job = _job(fmt)
     kind = group.kind_of(job)
-    run = bands.band_caller_of(job)
+    run = _pool.band_caller_of(job)
     table = np.array([(w.ctypes.data, w.shape[0]) for w in ws], np.int64)
-    args = np.zeros(bands.BAND_ARGS, np.int64)
+    args = np.zeros(_pool.BAND_ARGS, np.int64)
     nreg = helpers + 1
-    regions = np.zeros(nreg * bands.REGION_WORDS, np.int64)
+    regions = np.zeros(nreg * _pool.REGION_WORDS, np.int64)
     act = activation_format(fmt)
     try:
         for t in (1, 2, 5, 17, 33):

@@ -38,13 +38,16 @@ Quantized dots (numba_qk's canonical numerics, in the spirit of spec 000), per b
 gives ``+0.0``.  |S_b| <= 32 * 128 * 128 = 524,288: exact in int32 and in f32.
 """
 
+import functools
+
 import numpy as np
-from numba import literally
+from numba import carray, literally
 from numba.extending import overload
 
 from numba_qk._jit import OVERLOAD_OPTIONS, inline_kernel, kernel
 from numba_qk.formats import activation_format
 from numba_qk.kernels._bits import f16_to_f32
+from numba_qk.kernels._pool import band_product, claim_band, locate_band, pointer_to
 from numba_qk.kernels._round import c_int8, roundf
 from numba_qk.kernels.kquants.encode_lanes import f16_bits
 from numba_qk.kernels.kquants.q8_k import order_key
@@ -531,6 +534,50 @@ def panel_gemm_over(decode):
 _panel_gemm = panel_gemm_over(legacy_panel_decode)
 
 
+@functools.lru_cache(maxsize=None)
+def legacy_band_job(wcode):
+    """The helpers' job (``_pool``'s signature) of legacy weight format ``wcode``'s panel gemm by
+    claimed bands (``_pool.band_caller_of``, decision 052): ``x_at`` addresses the product's
+    description (``_pool.BAND_ARGS``), ``d0`` is the number of regions, ``r0`` the region the
+    call starts with; each band is ``panel_gemm_over``'s step."""
+    decode = legacy_panel_decode
+
+    def job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
+        table, wb, x, outs, regions = band_product(x_at, d0)
+        T, G = x.shape[0], x.shape[1]
+        tiles = (T + _LANES - 1) // _LANES
+        xt, xb = aligned_zeros(tiles * G * LXT_BYTES)
+        x_tiles16(wcode, x, xt, xb)
+        dec, db = aligned_zeros(8 * G * LDEC_BYTES)
+        acc = np.empty(8 * _LANES, np.float32)
+        ws0 = G * wb
+        ahead, lines = prefetch_plan(ws0, 1)
+        for k in range(d0):
+            region = (r0 + k) % d0
+            while True:
+                band = claim_band(regions, region, k == 0)
+                if band < 0:
+                    break
+                i, rows_before, bands_before = locate_band(table, band)
+                rows = table[i, 1]
+                w = carray(pointer_to(table[i, 0], np.uint8), (rows, G, wb))
+                out = outs[T * rows_before:T * (rows_before + rows)].reshape((T, rows))
+                lb = band - bands_before
+                r1b = min(rows, 8 * lb + 8)
+                for r in range(8 * lb, r1b):
+                    prefetch_lines(w, r * ws0 + ahead, lines, rows * ws0)
+                    at = db + (r % 8) * LDEC_BYTES
+                    for rec in range(G):
+                        decode(wcode, w, r * ws0 + rec * wb, dec, at + 8 * rec * LDEC_BYTES)
+                for tile in range(tiles):
+                    na = min(_LANES, T - _LANES * tile)
+                    legacy_microtile(wcode, dec, db, xt, xb + tile * G * LXT_BYTES, G, acc)
+                    for row in range(r1b - 8 * lb):
+                        for lane in range(na):
+                            out[_LANES * tile + lane, 8 * lb + row] = acc[_LANES * row + lane]
+    return kernel(job)
+
+
 def _small_batch_gemm(wcode, dcode, w, x, out):
     """True once ``rows16_gemm`` computed ``out`` (formats of ``ROWS16_CODES``), else False
     (nothing done): resolved per literal code at compile time."""
@@ -677,6 +724,8 @@ def bind(fmt) -> Entry:
         _vnni_gemm(code, dcode, w, x, out)
 
     entry = Entry()
+    if fmt in WEIGHT_FORMATS and HAVE_LEGACY_VNNI:   # the same gemm by claimed bands
+        gemm.band_job = legacy_band_job(code)
     entry.format, entry.code = fmt, code
     entry.quantize, entry.dequantize, entry.decode = quantize, dequantize, decode
     weight = fmt in WEIGHT_FORMATS
