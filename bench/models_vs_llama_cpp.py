@@ -169,15 +169,16 @@ def main():
                                  for k, v in sorted(parts.items(), key=lambda kv: -kv[1])))
         print(rows[-1]), print(notes[-1])
         sys.stdout.flush()
+    when = datetime.datetime.now(datetime.timezone.utc)
     text = "\n".join([
-        "# numba_qk.models vs llama.cpp, end to end",
+        f"## Run of {when:%Y-%m-%d %H:%M} UTC",
         "",
         f"`bench/models_vs_llama_cpp.py` ({a.threads} thread{'s' if a.threads > 1 else ''}, "
         f"prompt = a batch of {a.prompt} token ids, decode = {a.decode} greedy tokens with the "
         f"KV cache, best of {a.repeat} alternating runs).",
         "",
         f"Machine: {machine()}; Python {platform.python_version()}; "
-        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; load average at "
+        f"{when:%Y-%m-%d %H:%M} UTC; load average at "
         f"the end {os.getloadavg()[0]:.1f}. "
         "llama.cpp: llama-cpp-python built -march=native (shared/tools/build-native-ggml.sh)."
         + (f" {a.note}" if a.note else ""),
@@ -192,10 +193,12 @@ def main():
         *notes,
         "",
     ])
+    # the new run goes on top, under the title; every earlier section stays
+    title = "# numba_qk.models vs llama.cpp, end to end\n"
     out = Path(a.out)
     old = out.read_text() if out.exists() else ""
-    keep = old[old.index("## Agreement"):] if "## Agreement" in old else ""
-    out.write_text(text + keep)
+    rest = old[len(title):].lstrip("\n") if old.startswith(title) else old
+    out.write_text(title + "\n" + text + ("\n" + rest if rest else ""))
     print(f"wrote {a.out}")
 
 

@@ -561,28 +561,37 @@ def claim_back(words, at):
 
 
 @kernel
-def claim_band(regions, region, own):
-    """The next band of ``region``: from its front for its owner, from its back for another
-    thread; -1 when none is left."""
-    if own:
-        return claim_front(regions, region * REGION_WORDS)
-    return claim_back(regions, region * REGION_WORDS)
+def next_band(table, regions, r0, tried):
+    """The next band a thread that started with region ``r0`` runs: ``(i, rows before,
+    band)`` -- weight ``i`` of ``table`` (``[n, 2]``: address, rows), the rows of the weights
+    before it, the band within it -- or ``(-1, 0, 0)`` once every region is empty.  From the
+    front of region ``r0``, then from the back of the others in turn; ``tried[0]`` (0 at the
+    start) counts the regions left behind."""
+    nreg = regions.shape[0] // REGION_WORDS
+    while tried[0] < nreg:
+        k = tried[0]
+        at = ((r0 + k) % nreg) * REGION_WORDS
+        band = claim_front(regions, at) if k == 0 else claim_back(regions, at)
+        if band >= 0:
+            rows_before = np.int64(0)
+            for i in range(table.shape[0]):
+                nb = (table[i, 1] + np.int64(7)) // np.int64(8)
+                if band < nb:
+                    return np.int64(i), rows_before, band
+                band -= nb
+                rows_before += table[i, 1]
+        tried[0] = k + 1
+    return np.int64(-1), np.int64(0), np.int64(0)
 
 
 @kernel
-def locate_band(table, band):
-    """``(i, rows before, bands before)``: the weight of ``table`` (``[n, 2]``: address, rows)
-    holding global band ``band`` of the stack, with the rows and bands of the weights before
-    it."""
-    rows_before = np.int64(0)
-    bands_before = np.int64(0)
-    for i in range(table.shape[0]):
-        nb = (table[i, 1] + np.int64(7)) // np.int64(8)
-        if band < bands_before + nb:
-            return i, rows_before, bands_before
-        rows_before += table[i, 1]
-        bands_before += nb
-    return np.int64(-1), rows_before, bands_before
+def band_arrays(table, outs, x, wb, i, rows_before):
+    """Weight ``i`` of ``table`` as records ``[rows, g, wb]`` and its output ``[t, rows]`` in
+    ``outs`` (each weight's one after another), for activations ``x`` ``[t, g, b]``."""
+    rows = table[i, 1]
+    T, G = x.shape[0], x.shape[1]
+    w = carray(pointer_to(table[i, 0], np.uint8), (rows, G, wb))
+    return w, outs[T * rows_before:T * (rows_before + rows)].reshape((T, rows))
 
 
 @kernel

@@ -60,11 +60,9 @@ import numpy as np
 from numba.core import types
 from numba.extending import overload
 
-from numba import carray
-
 from numba_qk._jit import OVERLOAD_OPTIONS, closure_named, inline_kernel, kernel
 from numba_qk.formats import quant as _quant
-from numba_qk.kernels._pool import band_product, claim_band, locate_band, pointer_to
+from numba_qk.kernels._pool import band_arrays, band_product, next_band
 from numba_qk.kernels.simd import iq_grid as _panel
 from numba_qk.kernels.simd.base import HAVE_AVX2, prefetch_lines, prefetch_plan
 from numba_qk.kernels.simd.q4_k import array_address
@@ -534,30 +532,26 @@ def panel_band_job(decode, microtile):
         acc = np.empty(8 * 16, np.float32)
         ws0 = G * wb
         ahead, lines = prefetch_plan(ws0, 1)
-        for k in range(d0):
-            region = (r0 + k) % d0
-            while True:
-                band = claim_band(regions, region, k == 0)
-                if band < 0:
-                    break
-                i, rows_before, bands_before = locate_band(table, band)
-                rows = table[i, 1]
-                w = carray(pointer_to(table[i, 0], np.uint8), (rows, G, wb))
-                out = outs[T * rows_before:T * (rows_before + rows)].reshape((T, rows))
-                lb = band - bands_before
-                r1b = min(rows, 8 * lb + 8)
-                for r in range(8 * lb, r1b):
-                    prefetch_lines(w, r * ws0 + ahead, lines, rows * ws0)
-                    for rec in range(G):
-                        decode(w, r * ws0 + rec * wb, dec, db + (r % 8) * step + rec * _DEC)
-                for tile in range(tiles):
-                    na = min(16, T - 16 * tile)
-                    for rec in range(G):
-                        microtile(dec, db + rec * _DEC, step, xt, xb + (tile * G + rec) * _XT,
-                                  acc, rec == 0)
-                    for row in range(r1b - 8 * lb):
-                        for lane in range(na):
-                            out[16 * tile + lane, 8 * lb + row] = acc[16 * row + lane]
+        tried = np.zeros(1, np.int64)
+        while True:
+            i, rows_before, lb = next_band(table, regions, r0, tried)
+            if i < 0:
+                break
+            w, out = band_arrays(table, outs, x, wb, i, rows_before)
+            rows = w.shape[0]
+            r1b = min(rows, 8 * lb + 8)
+            for r in range(8 * lb, r1b):
+                prefetch_lines(w, r * ws0 + ahead, lines, rows * ws0)
+                for rec in range(G):
+                    decode(w, r * ws0 + rec * wb, dec, db + (r % 8) * step + rec * _DEC)
+            for tile in range(tiles):
+                na = min(16, T - 16 * tile)
+                for rec in range(G):
+                    microtile(dec, db + rec * _DEC, step, xt, xb + (tile * G + rec) * _XT,
+                              acc, rec == 0)
+                for row in range(r1b - 8 * lb):
+                    for lane in range(na):
+                        out[16 * tile + lane, 8 * lb + row] = acc[16 * row + lane]
     return kernel(job)
 
 

@@ -41,13 +41,13 @@ gives ``+0.0``.  |S_b| <= 32 * 128 * 128 = 524,288: exact in int32 and in f32.
 import functools
 
 import numpy as np
-from numba import carray, literally
+from numba import literally
 from numba.extending import overload
 
 from numba_qk._jit import OVERLOAD_OPTIONS, inline_kernel, kernel
 from numba_qk.formats import activation_format
 from numba_qk.kernels._bits import f16_to_f32
-from numba_qk.kernels._pool import band_product, claim_band, locate_band, pointer_to
+from numba_qk.kernels._pool import band_arrays, band_product, next_band
 from numba_qk.kernels._round import c_int8, roundf
 from numba_qk.kernels.kquants.encode_lanes import f16_bits
 from numba_qk.kernels.kquants.q8_k import order_key
@@ -552,29 +552,25 @@ def legacy_band_job(wcode):
         acc = np.empty(8 * _LANES, np.float32)
         ws0 = G * wb
         ahead, lines = prefetch_plan(ws0, 1)
-        for k in range(d0):
-            region = (r0 + k) % d0
-            while True:
-                band = claim_band(regions, region, k == 0)
-                if band < 0:
-                    break
-                i, rows_before, bands_before = locate_band(table, band)
-                rows = table[i, 1]
-                w = carray(pointer_to(table[i, 0], np.uint8), (rows, G, wb))
-                out = outs[T * rows_before:T * (rows_before + rows)].reshape((T, rows))
-                lb = band - bands_before
-                r1b = min(rows, 8 * lb + 8)
-                for r in range(8 * lb, r1b):
-                    prefetch_lines(w, r * ws0 + ahead, lines, rows * ws0)
-                    at = db + (r % 8) * LDEC_BYTES
-                    for rec in range(G):
-                        decode(wcode, w, r * ws0 + rec * wb, dec, at + 8 * rec * LDEC_BYTES)
-                for tile in range(tiles):
-                    na = min(_LANES, T - _LANES * tile)
-                    legacy_microtile(wcode, dec, db, xt, xb + tile * G * LXT_BYTES, G, acc)
-                    for row in range(r1b - 8 * lb):
-                        for lane in range(na):
-                            out[_LANES * tile + lane, 8 * lb + row] = acc[_LANES * row + lane]
+        tried = np.zeros(1, np.int64)
+        while True:
+            i, rows_before, lb = next_band(table, regions, r0, tried)
+            if i < 0:
+                break
+            w, out = band_arrays(table, outs, x, wb, i, rows_before)
+            rows = w.shape[0]
+            r1b = min(rows, 8 * lb + 8)
+            for r in range(8 * lb, r1b):
+                prefetch_lines(w, r * ws0 + ahead, lines, rows * ws0)
+                at = db + (r % 8) * LDEC_BYTES
+                for rec in range(G):
+                    decode(wcode, w, r * ws0 + rec * wb, dec, at + 8 * rec * LDEC_BYTES)
+            for tile in range(tiles):
+                na = min(_LANES, T - _LANES * tile)
+                legacy_microtile(wcode, dec, db, xt, xb + tile * G * LXT_BYTES, G, acc)
+                for row in range(r1b - 8 * lb):
+                    for lane in range(na):
+                        out[_LANES * tile + lane, 8 * lb + row] = acc[_LANES * row + lane]
     return kernel(job)
 
 
