@@ -524,7 +524,7 @@ def panel_band_job(decode, microtile):
     def job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
         table, wb, x, outs, regions = band_product(x_at, d0)
         T, G = x.shape[0], x.shape[1]
-        tiles = (T + 16 - 1) // 16
+        tiles = (T + 15) // 16
         xt, xb = aligned_zeros(tiles * G * _XT)
         x_tiles16(x, xt, xb)
         step = G * _DEC                                  # bytes per decoded row
