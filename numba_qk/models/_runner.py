@@ -636,13 +636,14 @@ class _Decoder:
 #: token's vocabulary product runs on every thread after the parts (it ran on the last part's
 #: one thread: Gemma-3's 168 M-weight matrix made the split lose there).
 PROMPT_SPLIT_MIN = 32
-#: The same with standing helpers (decisions 051, 052): below it a batch splits its products
-#: (the legacy formats' by claimed bands of weight rows), attention heads, GLU and residual
-#: rows and activation quantization with them.  Two threads against one (medians of alternating
-#: runs, Intel Xeon), by rows / by tokens: 16 tokens SmolLM2 1.48x / 1.25x; 64 tokens SmolLM2
-#: 1.63x / 1.40x, Gemma-3 1.71x / 1.62x; 128 tokens SmolLM2 1.59x / 1.57x, Gemma-3 1.67x /
-#: 1.71x; 256 tokens SmolLM2 1.67x / 1.60x.
-PROMPT_SPLIT_MIN_HELPED = 128
+#: The same with standing helpers (decisions 051, 052); None: never -- a batch splits its
+#: products (the panel gemms' by claimed bands of weight rows), attention (heads and token
+#: parts), GLU and residual rows and activation quantization with them whatever its length.
+#: Two threads against one (medians of alternating runs, Intel Xeon), so / by tokens: 32 tokens
+#: SmolLM2 1.67x / 1.49x; 128 tokens SmolLM2 1.68x / 1.61x, Gemma-3 1.71x / 1.67x; 256 tokens
+#: 1.71x / 1.60x, 1.67x / 1.73x; 512 tokens 1.79x / 1.56x, 1.59x / 1.56x; 1024 tokens SmolLM2
+#: 1.86x / 1.51x (the token split's later part holds the longer attention rows).
+PROMPT_SPLIT_MIN_HELPED = None
 
 
 class _Abandoned(Exception):
@@ -978,12 +979,11 @@ class Model:
         """Run ``ids`` at positions ``cache['n'] ...`` (one batch), append their K/V to the cache,
         return logits f32 ``[T, n_vocab]`` (or ``[1, n_vocab]`` for the last token only).
 
-        With ``threads`` > 1, a batch of at least ``PROMPT_SPLIT_MIN_HELPED`` tokens
-        (``PROMPT_SPLIT_MIN`` without standing helpers: no compiled atomics) is split into
-        consecutive parts, one a thread, each run through every layer with one-thread products
-        (``_TokenSplit``); smaller batches split their products, attention heads, GLU and
-        residual rows and activation quantization with the model's helpers (without them, the
-        products' rows through the pool)."""
+        With ``threads`` > 1, a batch splits its products, attention, GLU and residual rows and
+        activation quantization with the model's standing helpers; without them (no compiled
+        atomics) a batch of at least ``PROMPT_SPLIT_MIN`` tokens is split into consecutive
+        parts, one a thread, each run through every layer with one-thread products
+        (``_TokenSplit``), a smaller one splits its products' rows through the pool."""
         ids = _token_ids(ids)
         if not ids:
             raise ValueError("forward needs at least one token id")
@@ -1012,7 +1012,7 @@ class Model:
             self.check_ids(int(ids.min()), int(ids.max()))
         parts = 1
         split_min = PROMPT_SPLIT_MIN if self._helpers is None else PROMPT_SPLIT_MIN_HELPED
-        if self.threads > 1 and T >= split_min:
+        if self.threads > 1 and split_min is not None and T >= split_min:
             parts = _threads.effective_threads(self.threads, T // (split_min // 2))
         if parts == 1:
             logits = self._forward_tokens(ids, n_past, all_logits, cache)
@@ -1083,8 +1083,9 @@ class Model:
             if split is not None:
                 split.prepared(part, il)
             if helped:
-                helpers.run(K.attention_split, H, self._attention_kind, self._attn_args, q3,
-                            kcs[il], vcs[il], n_past, self.kq_scale, L.window, attn)
+                helpers.run(K.attention_split, K.attention_chunks(T, H), self._attention_kind,
+                            self._attn_args, q3, kcs[il], vcs[il], n_past, self.kq_scale,
+                            L.window, attn)
             else:
                 K.attention(q3, kcs[il], vcs[il], n_past, self.kq_scale, L.window, attn)
             (o,) = _quantized(attn.reshape(T, H * hd), (L.wo,), nm, None, threads, quant)

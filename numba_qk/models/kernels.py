@@ -207,6 +207,13 @@ def attention(q, kc, vc, n_past, scale, window, out):
 def attention_heads(q, kc, vc, n_past, scale, window, out, h0, h1):
     """``attention`` of query heads ``h0 .. h1 - 1`` only (each head's output depends on that
     head alone: split over threads, the same bits)."""
+    attention_part(q, kc, vc, n_past, scale, window, out, h0, h1, 0, q.shape[0])
+
+
+@kernel
+def attention_part(q, kc, vc, n_past, scale, window, out, h0, h1, t0, t1):
+    """``attention`` of query heads ``h0 .. h1 - 1`` for the new tokens ``t0 .. t1 - 1`` only
+    (each token's and head's output depends on them alone: the same bits however split)."""
     T, Hq, hd = q.shape
     Hkv = kc.shape[0]
     group = Hq // Hkv
@@ -216,7 +223,7 @@ def attention_heads(q, kc, vc, n_past, scale, window, out, h0, h1):
     qrow = np.empty(hd, np.float32)
     acc_v = np.empty(hd, np.float32)
     per = _KEY_LANES * _KEY_BLOCKS
-    for t in range(T):
+    for t in range(t0, t1):
         pos = n_past + t
         j0 = 0
         if window > 0 and pos - window + 1 > 0:
@@ -362,8 +369,11 @@ def attention_step(q, k, v, q_norm, k_norm, eps, pos, n_rot, freq_base, neox, ro
 # and shapes, the f32 scale in a slot of its own) and posts it as the product's activations;
 # a helper rebuilds the arrays from it (``attention_job``) and runs the heads it claims.
 (_A_Q, _A_T, _A_HQ, _A_HD, _A_KC, _A_HKV, _A_NB, _A_VC, _A_NCTX, _A_OUT, _A_NPAST, _A_SCALE,
- _A_WINDOW) = range(13)
+ _A_WINDOW, _A_PARTS) = range(14)
 ATTENTION_ARGS = 16
+#: a batch's attention splits its new tokens in up to this many parts a head (a part's cost grows
+#: with its tokens' positions; the last parts are claimed first)
+ATTENTION_TOKEN_PARTS = 4
 
 
 @kernel
@@ -375,8 +385,8 @@ def _f32_at(args, i):
 
 @kernel
 def attention_job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
-    """The helpers' job for ``attention_split``: heads ``[r0, r1)`` of the attention that the
-    ``args`` at ``x_at`` describe."""
+    """The helpers' job for ``attention_split``: chunk ``r0`` of the attention that the ``args``
+    at ``x_at`` describe, one head's part of the new tokens."""
     a = carray(pointer_to(x_at, np.int64), (ATTENTION_ARGS,))
     T, Hq, hd, Hkv = a[_A_T], a[_A_HQ], a[_A_HD], a[_A_HKV]
     q = carray(pointer_to(a[_A_Q], np.float32), (T, Hq, hd))
@@ -384,7 +394,10 @@ def attention_job(w_at, d0, d1, d2, x_at, t, g, b, out_at, n, r0, r1, per):
     vc = carray(pointer_to(a[_A_VC], np.uint16), (Hkv, a[_A_NCTX], hd))
     out = carray(pointer_to(a[_A_OUT], np.float32), (T, Hq, hd))
     scale = _f32_at(a, _A_SCALE)[0]
-    attention_heads(q, kc, vc, a[_A_NPAST], scale, a[_A_WINDOW], out, r0, r1)
+    parts = a[_A_PARTS]
+    head, part = r0 % Hq, parts - 1 - r0 // Hq     # the latest tokens (the longest rows) first
+    attention_part(q, kc, vc, a[_A_NPAST], scale, a[_A_WINDOW], out, head, head + 1,
+                   part * T // parts, (part + 1) * T // parts)
 
 
 # the caller's share of a posted product: the same job the helpers run (kernels/_pool.work_of)
@@ -393,10 +406,12 @@ _attention_work = work_of(attention_job)
 
 @kernel
 def attention_split(ctl, kind, args, q, kc, vc, n_past, scale, window, out, wait_iters):
-    """``attention(q, kc, vc, n_past, scale, window, out)`` (all C-contiguous) with its query
-    heads claimed one at a time by the caller and the helpers whose ``serve`` runs
-    ``attention_job`` as job ``kind``; returns 1 once every head is done, 0 if a helper still
-    holds one after ``wait_iters`` polls (``_pool.wait_count(ctl, _pool.DONE, Hq, ...)``)."""
+    """``attention(q, kc, vc, n_past, scale, window, out)`` (all C-contiguous) in chunks of one
+    query head and a part of the new tokens (``ATTENTION_TOKEN_PARTS`` at most; one token: a
+    head a chunk) claimed one at a time by the caller and the helpers whose ``serve`` runs
+    ``attention_job`` as job ``kind``; returns 1 once every chunk is done, 0 if a helper still
+    holds one after ``wait_iters`` polls (``_pool.wait_count(ctl, _pool.DONE, chunks, ...)``,
+    ``chunks = attention_chunks(T, Hq)``)."""
     T, Hq, hd = q.shape
     args[_A_Q] = address_of(q)
     args[_A_T] = T
@@ -411,9 +426,17 @@ def attention_split(ctl, kind, args, q, kc, vc, n_past, scale, window, out, wait
     args[_A_NPAST] = n_past
     args[_A_WINDOW] = window
     _f32_at(args, _A_SCALE)[0] = np.float32(scale)
+    parts = min(T, ATTENTION_TOKEN_PARTS)
+    args[_A_PARTS] = parts
+    n = Hq * parts
     a_at = address_of(args)
-    seq = post(ctl, kind, 0, Hq, 0, 0, a_at, 0, 0, 0, 0, 0, Hq, 1, 1)
-    return _attention_work(ctl, seq, 0, Hq, 0, 0, a_at, 0, 0, 0, 0, 0, Hq, 1, 1, wait_iters)
+    seq = post(ctl, kind, 0, n, 0, 0, a_at, 0, 0, 0, 0, 0, n, 1, 1)
+    return _attention_work(ctl, seq, 0, n, 0, 0, a_at, 0, 0, 0, 0, 0, n, 1, 1, wait_iters)
+
+
+def attention_chunks(T, Hq):
+    """The chunks of ``attention_split`` for ``T`` new tokens and ``Hq`` query heads."""
+    return Hq * min(T, ATTENTION_TOKEN_PARTS)
 
 
 @kernel

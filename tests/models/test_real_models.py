@@ -84,11 +84,12 @@ def test_tokenizer_agrees_with_llama_cpp(real):
         assert pieces_sha256(m, sp == "1") == g["pieces_sha256"][sp]
 
 
-@pytest.mark.parametrize("n", [32, 80])
+@pytest.mark.parametrize("n", [32, 100, 160])
 def test_two_threads_give_the_one_thread_bits(real, n, monkeypatch):
-    """With two threads a prompt's products run on the model's standing helpers (32 tokens:
-    split by claimed bands of weight rows or by row chunks; 80: by tokens): every logit and
-    the cache equal the one-thread run bit for bit."""
+    """With two threads a prompt runs on the model's standing helpers (32 and 100 tokens: the
+    products split by claimed bands of weight rows or by row chunks, attention by heads and
+    token parts; 160: by tokens): every logit and the cache equal the one-thread run bit for
+    bit."""
     from numba_qk import _threads, models
 
     monkeypatch.setattr(_threads, "ADAPTIVE", False)

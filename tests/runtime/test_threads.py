@@ -20,6 +20,8 @@ def _loadavg(tmp_path, monkeypatch, running, cpus):
     # the faked task count is the whole load: a worker of ours still awake after an earlier
     # job (free_cores counts it as a free core) would otherwise add one free core at random
     monkeypatch.setattr(_threads._POOL, "awake", lambda: 0)
+    # ... and so would a standing helper of an earlier test's model, still spinning
+    monkeypatch.setattr(_threads, "_helpers_awake", lambda: 0)
     # a fresh machine: no samples of the busy-core history (BUSY_SAMPLES) from before
     monkeypatch.setattr(_threads, "_others_of", [None])
 
