@@ -168,9 +168,11 @@ class DependencyCache(FunctionCache):
         # process).  The held kernels are compiled into the closure, so an edit to what they
         # are built from must recompile it: their modules' digests are part of the key.
         if self._closure_hash is None:
-            root = fn.__module__.split(".")[0]
+            # every module the held kernels come from, a user's or a test's too (a closure of
+            # numba_qk's over an edited kernel of theirs kept its old code), but not numba's,
+            # numpy's or the standard library's (their files change only with their version)
             modules = sorted(m for m in {fn.__module__, *closure_modules(fn)}
-                             if m.split(".")[0] == root)
+                             if m.split(".")[0] not in _UNFOLLOWED_ROOTS)
             text = "\n".join([fn.__code__.co_code.hex(), closure_key(fn),
                               *map(module_digest, modules)])
             self._closure_hash = hashlib.sha256(text.encode()).hexdigest()
@@ -179,6 +181,8 @@ class DependencyCache(FunctionCache):
 
 _DIGESTS: dict = {}
 _IMPORTS: dict = {}
+# the packages whose modules a closure's cache key leaves out (DependencyCache._index_key)
+_UNFOLLOWED_ROOTS = frozenset({"numba", "numpy", "llvmlite", *sys.stdlib_module_names})
 
 
 def module_digest(name: str) -> str:

@@ -207,6 +207,59 @@ def test_cache_follows_edits_of_modules_a_kernel_is_built_from(tmp_path):
         (2.0, 2.0, 2.0, 1, 1, 1)]
 
 
+_USER_KERNEL = """from numba_qk._jit import kernel
+
+
+@kernel
+def fill(w, x, out):
+    for i in range(out.shape[0]):
+        out[i] = {value}
+"""
+_RUN_USER = """
+import sys
+sys.path.insert(0, {root!r})
+import numpy as np
+import userk
+from numba_qk.kernels import _pool
+job = _pool.rows_job(userk.fill, 2)   # a closure of numba_qk's, cached in numba_qk's folder
+w, x, out = np.zeros((4, 2), np.uint8), np.zeros((1, 1), np.uint8), np.zeros(4, np.float32)
+job(w.ctypes.data, 4, 2, 0, x.ctypes.data, 1, 1, 1, out.ctypes.data, 4, 0, 4, 1)
+print(out[0], job.stats.cache_hits[job.signatures[0]] if job.signatures else -1)
+"""
+
+
+def test_a_closure_over_another_packages_kernel_follows_its_edits(tmp_path):
+    """A closure of numba_qk's (``_pool.rows_job``, as ``Helpers.product`` makes for a user's
+    gemv) holding a kernel of another package: after that kernel's file changes, the next
+    process runs the new code.  The closure's cache key held the digests of numba_qk's modules
+    only, so it loaded the old compiled code (a test's toy kernel, edited, ran stale)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT.parent), os.environ.get("PYTHONPATH", "")]), "PYTHONDONTWRITEBYTECODE": "1"}
+    env.pop("NUMBA_CACHE_DIR", None)
+    env.pop("NUMBA_DISABLE_JIT", None)
+    user = tmp_path / "userk.py"
+    got = []
+    for value in ("1.0", "1.0", "2.5"):
+        if value == "2.5":
+            stamp = user.stat().st_mtime_ns + 10**10
+            user.write_text(_USER_KERNEL.format(value=value))
+            os.utime(user, ns=(stamp, stamp))
+        elif not user.exists():
+            user.write_text(_USER_KERNEL.format(value=value))
+        r = subprocess.run([sys.executable, "-c", _RUN_USER.format(root=str(tmp_path))],
+                           env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        value_run, hits = r.stdout.split()
+        got.append((float(value_run), int(hits)))
+    # the values, and the second process loading from the cache (the key is the same in every
+    # process; the first may load an entry of an earlier run of this test)
+    assert [v for v, _ in got] == [1.0, 1.0, 2.5] and got[1][1] == 1
+
+
 def test_every_compiled_kernel_has_a_name_of_its_own():
     """numba names a compiled symbol after the kernel's qualified name and a per-process
     counter: two closures of one factory (``bind(fmt).<locals>.quantize``), compiled in two
