@@ -570,31 +570,46 @@ class Helpers:
     def batch_product(self, gemm, weights, tile: int = 8):
         """``split(x, out)``: a batch's ``gemm(w, x, out_w)`` for each of ``weights`` (3-D
         C-contiguous uint8 records with the same records per row, read by the same activations)
-        in one product, their rows stacked and claimed one chunk a thread (a multiple of
-        ``tile`` rows) by the caller and the helpers; ``x`` ``[t, g, b]`` C-contiguous, ``out``
-        f32 ``[t * rows of all]`` C-contiguous: each weight's ``[t, rows]`` one after another.
-        None where the group has no room for another kernel."""
+        in one product with the caller and the helpers, their rows stacked; ``x`` ``[t, g, b]``
+        C-contiguous, ``out`` f32 ``[t * rows of all]`` C-contiguous: each weight's
+        ``[t, rows]`` one after another.  Where ``gemm`` carries a ``band_job`` (the panel
+        gemms) each thread lays out the activations once and claims bands of 8 rows
+        (``_pool.band_caller_of``, decision 052), else each takes one chunk of a multiple of
+        ``tile`` rows.  None where the group has no room for another kernel."""
         for w in weights:
             self._check_weights(w, (3,))
             if w.shape[1:] != weights[0].shape[1:]:
                 raise ValueError("Helpers.batch_product: weights with different records per "
                                  f"row: {weights[0].shape} and {w.shape}")
-        job = _pool.batch_rows_job(gemm)
-        kind = self.kind_of(job)
-        if kind is None:
-            return None
-        run = _pool.batch_caller_of(job)
         table = np.array([(w.ctypes.data, w.shape[0]) for w in weights], np.int64)
-        rows = int(table[:, 1].sum())
-        chunk = _chunk_rows(rows, self.helpers + 1, 1, tile)
-        chunks = -(-rows // chunk) if rows else 0
         d1, d2 = weights[0].shape[1:]
         ctl, wait = self.ctl, self._wait
+        band_job = getattr(gemm, "band_job", None)
+        kind = self.kind_of(band_job) if band_job is not None else None
+        if kind is not None:
+            run = _pool.band_caller_of(band_job)
+            args = np.zeros(_pool.BAND_ARGS, np.int64)
+            regions = np.zeros((self.helpers + 1) * _pool.REGION_WORDS, np.int64)
+            chunks = self.helpers + 1      # a region a thread
 
-        def split(x, out):
-            self._ensure_awake()
-            if not run(ctl, kind, table, d1, d2, x, out, chunks, chunk, wait):
-                self._join(chunks)
+            def split(x, out):
+                self._ensure_awake()
+                if not run(ctl, kind, args, regions, table, d2, x, out, wait):
+                    self._join(chunks)
+        else:
+            job = _pool.batch_rows_job(gemm)
+            kind = self.kind_of(job)
+            if kind is None:
+                return None
+            run = _pool.batch_caller_of(job)
+            rows = int(table[:, 1].sum())
+            chunk = _chunk_rows(rows, self.helpers + 1, 1, tile)
+            chunks = -(-rows // chunk) if rows else 0
+
+            def split(x, out):
+                self._ensure_awake()
+                if not run(ctl, kind, table, d1, d2, x, out, chunks, chunk, wait):
+                    self._join(chunks)
         split.keep = (table, weights)   # the weights stay alive while the product can run
         return split
 

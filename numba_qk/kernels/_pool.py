@@ -394,7 +394,8 @@ def caller_of(job):
     @kernel
     def run(ctl, kind, w_at, d0, d1, d2, x, out, chunks, chunk, per, wait_iters):
         x_at, out_at = address_of(x), address_of(out)
-        t, g, b, n = np.int64(1), np.int64(x.shape[0]), np.int64(x.shape[1]), np.int64(out.shape[0])
+        t, g, b = np.int64(1), np.int64(x.shape[0]), np.int64(x.shape[1])
+        n = np.int64(out.shape[0])
         seq = post(ctl, kind, w_at, d0, d1, d2, x_at, t, g, b, out_at, n, chunks, chunk, per)
         return work(ctl, seq, w_at, d0, d1, d2, x_at, t, g, b, out_at, n, chunks, chunk, per,
                     wait_iters)
@@ -614,13 +615,13 @@ def band_product(x_at, d0):
 @functools.lru_cache(maxsize=None)
 def band_caller_of(job):
     """``run(ctl, kind, args, regions, table, wb, x, out, wait_iters)``: post the product of a
-    band job (a format gemm's ``band_job``; ``kind`` its index in the helpers' ``serve``) over the weights of ``table``
-    (int64 ``[n, 2]``: address, rows; C-contiguous records of ``wb`` bytes, as many per row as
-    ``x`` has) on
-    activation records ``x`` ``[t, g, b]`` into ``out`` (f32, each weight's ``[t, rows]`` one
-    after another), its bands split into ``len(regions) // REGION_WORDS`` regions (one a
-    thread, ``regions`` int64), ``args`` int64 ``[BAND_ARGS]`` the description; claim bands
-    alongside the helpers and wait for theirs (``work_of``).  Returns as ``work_of``'s work."""
+    band job (a panel gemm's ``band_job``; ``kind`` its index in the helpers' ``serve``) over
+    the weights of ``table`` (int64 ``[n, 2]``: address, rows; C-contiguous records of ``wb``
+    bytes, as many per row as ``x`` has) on activation records ``x`` ``[t, g, b]`` into
+    ``out`` (f32, each weight's ``[t, rows]`` one after another), its bands split into
+    ``len(regions) // REGION_WORDS`` regions (one a thread, ``regions`` int64), ``args`` int64
+    ``[BAND_ARGS]`` the description; claim bands alongside the helpers and wait for theirs
+    (``work_of``).  Returns as ``work_of``'s work."""
     work = work_of(job)
 
     @kernel

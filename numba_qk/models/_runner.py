@@ -254,47 +254,23 @@ class _Weight:
         """With the model's standing ``helpers``: batches split by rows with them (the
         format's serial gemm on each chunk, as ``ops.gemm`` with threads runs it)."""
         if helpers is not None and self.recs is not None and self.recs.flags.c_contiguous:
-            self.batch_split = _batch_split(helpers, [self])
-
-
-def _batch_split(helpers, weights):
-    """``split(x, out)``: a batch's ``x @ W.T`` for each of ``weights`` (one format, C-contiguous
-    records with the same records per row) in one product with the model's standing
-    ``helpers``, each weight's ``[T, rows]`` one after another in ``out`` (f32, flat): by
-    bands of 8 rows claimed one at a time where the format's gemm has a ``band_job`` (the panel
-    gemms, decision 052), else in one chunk of rows a thread (``Helpers.batch_product``).
-    None where the helpers have no room for its kernel."""
-    gemm = weights[0].gemm_block
-    job = getattr(gemm, "band_job", None)
-    kind = helpers.kind_of(job) if job is not None else None
-    if kind is None:
-        return helpers.batch_product(gemm, [w.recs for w in weights])
-    run = _pool.band_caller_of(job)
-    table = np.array([(w.recs.ctypes.data, w.rows) for w in weights], np.int64)
-    args = np.zeros(_pool.BAND_ARGS, np.int64)
-    nreg = helpers.helpers + 1
-    regions = np.zeros(nreg * _pool.REGION_WORDS, np.int64)
-    wb = weights[0].recs.shape[2]
-
-    def split(x, out):
-        helpers.run(run, nreg, kind, args, regions, table, wb, x, out)
-    split.keep = (table, [w.recs for w in weights])   # alive while the product can run
-    return split
+            self.batch_split = helpers.batch_product(self.gemm_block, [self.recs])
 
 
 class _BatchGroup:
     """Weights of one format that read the same activations (q/k/v, gate/up), multiplied for a
-    batch in one product split with the model's standing helpers, their rows stacked: one
-    hand-off and one wait instead of one per weight, and the small k/v matrices no longer split
-    alone (SmolLM2's 192 x 576: 41 us on one thread, 27 split).  Each chunk of a weight's rows
-    is the format's serial gemm on those rows, as for a single weight: the same bits."""
+    batch in one product split with the model's standing helpers (``Helpers.batch_product``:
+    by claimed bands of rows for the panel gemms), their rows stacked: one hand-off and one
+    wait instead of one per weight, and the small k/v matrices no longer split alone
+    (SmolLM2's 192 x 576: 41 us on one thread, 27 split).  Each part of a weight's rows is the
+    format's own gemm step on those rows, as for a single weight: the same bits."""
 
     def __init__(self, weights, helpers):
         self.weights = weights
         self.act = weights[0].act
         self.rows = sum(w.rows for w in weights)
         self.threads = weights[0].threads
-        self.split = _batch_split(helpers, weights)
+        self.split = helpers.batch_product(weights[0].gemm_block, [w.recs for w in weights])
 
     def apply_group(self, xq):
         """The outputs ``[T, rows]`` of each weight for the activation records ``xq``."""

@@ -1,6 +1,7 @@
 """A batch's gemm shared with standing helpers by claimed bands of 8 weight rows (decision 052:
-``_pool.band_caller_of``, the panel gemms' ``band_job``) -- the same bits as the format's serial gemm, whoever ran which band, for one
-or several weights in one product; the legacy formats' panel and the driver's."""
+``Helpers.batch_product`` of a panel gemm's ``band_job``, ``_pool.band_caller_of``) -- the same
+bits as the format's serial gemm, whoever ran which band, for one or several weights in one
+product; the legacy formats' panel and the driver's."""
 
 import numpy as np
 import pytest
@@ -46,9 +47,9 @@ def test_claims_from_both_ends_take_every_band_once():
 @pytest.mark.parametrize("helpers", [1, 2])
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_band_products_give_the_serial_gemm_bits(fmt, helpers):
-    """Several weights (rows not multiples of 8, one of them shorter than a band) in one product,
-    batches of 1 to 33 activations, 20 products each: every output equals the format's serial
-    gemm bit for bit."""
+    """``Helpers.batch_product`` of a panel gemm (its ``band_job``): several weights (rows not
+    multiples of 8, one of them shorter than a band) in one product, batches of 1 to 33
+    activations, 20 products each: every output equals the format's serial gemm bit for bit."""
     rng = np.random.default_rng(7)
     k = 2 * 256
     ws = [_records(fmt, rows, k, rng) for rows in (45, 5, 64)]
@@ -56,13 +57,8 @@ def test_band_products_give_the_serial_gemm_bits(fmt, helpers):
     ws[2][3, 1, d_at:d_at + 2] = 0xFF
     gemm = _registry.BY_FORMAT[fmt].gemm
     group = _threads.Helpers(helpers)
-    job = _job(fmt)
-    kind = group.kind_of(job)
-    run = _pool.band_caller_of(job)
-    table = np.array([(w.ctypes.data, w.shape[0]) for w in ws], np.int64)
-    args = np.zeros(_pool.BAND_ARGS, np.int64)
-    nreg = helpers + 1
-    regions = np.zeros(nreg * _pool.REGION_WORDS, np.int64)
+    split = group.batch_product(gemm, ws)
+    assert group.jobs == [_job(fmt)]                           # the bands, not row chunks
     act = activation_format(fmt)
     try:
         for t in (1, 2, 5, 17, 33):
@@ -75,7 +71,7 @@ def test_band_products_give_the_serial_gemm_bits(fmt, helpers):
             want = np.concatenate(want)
             for _ in range(20):
                 out = np.full(t * sum(w.shape[0] for w in ws), 7.0, np.float32)
-                group.run(run, nreg, kind, args, regions, table, ws[0].shape[2], x, out)
+                split(x, out)
                 np.testing.assert_array_equal(out.view(np.uint32), want.view(np.uint32))
     finally:
         group.close()
