@@ -405,6 +405,13 @@ _attention_work = work_of(attention_job)
 
 
 @kernel
+def attention_chunks(T, Hq):
+    """The chunks of ``attention_split`` for ``T`` new tokens and ``Hq`` query heads: a head
+    and a part of the tokens each."""
+    return Hq * min(T, ATTENTION_TOKEN_PARTS)
+
+
+@kernel
 def attention_split(ctl, kind, args, q, kc, vc, n_past, scale, window, out, wait_iters):
     """``attention(q, kc, vc, n_past, scale, window, out)`` (all C-contiguous) in chunks of one
     query head and a part of the new tokens (``ATTENTION_TOKEN_PARTS`` at most; one token: a
@@ -426,17 +433,11 @@ def attention_split(ctl, kind, args, q, kc, vc, n_past, scale, window, out, wait
     args[_A_NPAST] = n_past
     args[_A_WINDOW] = window
     _f32_at(args, _A_SCALE)[0] = np.float32(scale)
-    parts = min(T, ATTENTION_TOKEN_PARTS)
-    args[_A_PARTS] = parts
-    n = Hq * parts
+    n = attention_chunks(T, Hq)
+    args[_A_PARTS] = n // Hq
     a_at = address_of(args)
     seq = post(ctl, kind, 0, n, 0, 0, a_at, 0, 0, 0, 0, 0, n, 1, 1)
     return _attention_work(ctl, seq, 0, n, 0, 0, a_at, 0, 0, 0, 0, 0, n, 1, 1, wait_iters)
-
-
-def attention_chunks(T, Hq):
-    """The chunks of ``attention_split`` for ``T`` new tokens and ``Hq`` query heads."""
-    return Hq * min(T, ATTENTION_TOKEN_PARTS)
 
 
 @kernel
